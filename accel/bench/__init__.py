@@ -1,0 +1,1 @@
+"""A/B speed reports: variants, statistics, report.json/.md/.html (DESIGN.md section 6)."""

@@ -1,0 +1,130 @@
+"""The variants an A/B report compares, and the interleaved order their trials run in.
+
+A variant is a name plus dotted recipe overrides (`speedups.amp.enabled: False`); whoever runs a trial applies
+the overrides on top of the recipe. Two ways to build a list:
+- `ablation_variants`: baseline (every speed-up under test off), all (every one on), `+NAME` (NAME added to
+  baseline) and `-NAME` (NAME removed from all).
+- `vary_variants`: the cartesian product of `--vary KEY=V1,V2` values; the first combination is the baseline.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import AccelError, RecipeError
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One configuration under test: `name` labels it in reports, `overrides` are dotted recipe keys."""
+
+    name: str
+    # Excluded from hashing so variants can key dicts; names are unique within a report.
+    overrides: dict[str, Any] = field(default_factory=dict, hash=False)
+
+
+def _enabled(options: Any) -> bool:
+    # `compile:` with no value in YAML loads as None, which means "on with defaults".
+    return bool((options or {}).get("enabled", True))
+
+
+def _switches(names: list[str], on: set[str]) -> dict[str, bool]:
+    return {f"speedups.{n}.enabled": n in on for n in names}
+
+
+def ablation_variants(speedups: dict[str, dict]) -> list[Variant]:
+    """baseline, all, +NAME..., -NAME... for the enabled speed-ups of a recipe's `speedups:` section.
+
+    Speed-ups the recipe already disables are left alone (off everywhere, absent from overrides). With a
+    single speed-up, "all" would equal "+NAME" and "-NAME" would equal baseline, so only baseline and
+    "+NAME" are returned: the duplicates would cost trials and add no information.
+    """
+    names = [n for n, opts in (speedups or {}).items() if _enabled(opts)]
+    if not names:
+        raise RecipeError(
+            "--ablate needs at least one enabled speed-up in the recipe's `speedups:` section; "
+            "this recipe has none. Add one (e.g. `speedups: {amp: {dtype: bf16}}`) or use --vary."
+        )
+    everything = set(names)
+    variants = [Variant("baseline", _switches(names, set()))]
+    if len(names) > 1:
+        variants.append(Variant("all", _switches(names, everything)))
+    variants += [Variant(f"+{n}", _switches(names, {n})) for n in names]
+    if len(names) > 1:
+        variants += [Variant(f"-{n}", _switches(names, everything - {n})) for n in names]
+    return variants
+
+
+def parse_value(text: str) -> Any:
+    """A command-line value typed like YAML would, but predictably: 1e-3 is a float, `on`/`yes` stay strings."""
+    s = text.strip()
+    low = s.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("null", "none", "~"):
+        return None
+    for cast in (int, float):
+        try:
+            return cast(s)
+        except ValueError:
+            pass
+    if len(s) >= 2 and s[0] == s[-1] and s[0] in "'\"":
+        return s[1:-1]  # quoted: keep "64" a string
+    return s
+
+
+def format_value(value: Any) -> str:
+    """The inverse of `parse_value` for names: true/false/null, numbers and strings as written."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "null" if value is None else str(value)
+
+
+def _parse_vary(item: str) -> tuple[str, list[Any]]:
+    key, sep, values = item.partition("=")
+    key = key.strip()
+    parts = [p for p in values.split(",") if p.strip()]
+    if not sep or not key or not parts:
+        raise AccelError(
+            f"--vary `{item}` is not KEY=V1,V2: give a dotted recipe key and comma-separated values, "
+            "e.g. --vary data.batch_size=64,128."
+        )
+    return key, [parse_value(p) for p in parts]
+
+
+def vary_variants(vary: list[str]) -> list[Variant]:
+    """The cartesian product of `KEY=V1,V2` items, first key varying slowest; the first one is the baseline."""
+    if not vary:
+        raise AccelError("--vary needs at least one KEY=V1,V2 item.")
+    parsed = [_parse_vary(item) for item in vary]
+    keys = [k for k, _ in parsed]
+    dup = sorted({k for k in keys if keys.count(k) > 1})
+    if dup:
+        raise AccelError(f"--vary names {', '.join(dup)} more than once; list all its values in one item.")
+    variants = []
+    for combo in itertools.product(*(vals for _, vals in parsed)):
+        overrides = dict(zip(keys, combo))
+        name = ",".join(f"{k}={format_value(v)}" for k, v in overrides.items())
+        variants.append(Variant(name, overrides))
+    names = [v.name for v in variants]
+    if len(set(names)) != len(names):
+        raise AccelError(f"--vary lists the same value twice: {', '.join(vary)}.")
+    return variants
+
+
+def interleave(variants: list[Variant], trials: int) -> list[tuple[int, Variant]]:
+    """[(trial, variant), ...] in A B C A B C order, so machine drift hits every variant alike."""
+    if trials < 1:
+        raise AccelError(f"--trials must be at least 1, got {trials}.")
+    return [(t, v) for t in range(trials) for v in variants]
+
+
+def describe(variants: list[Variant]) -> str:
+    """One line per variant for `--list`: its name and overrides."""
+    width = max((len(v.name) for v in variants), default=0)
+    lines = []
+    for v in variants:
+        sets = " ".join(f"{k}={format_value(x)}" for k, x in v.overrides.items())
+        lines.append(f"{v.name:<{width}}  {sets}".rstrip())
+    return "\n".join(lines)

@@ -1,0 +1,31 @@
+"""Saves the trainer's full state every N epochs and when a run ends or is interrupted."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..checkpoint import save_checkpoint
+from .base import Callback
+
+
+class Checkpointer(Callback):
+    def __init__(self, directory: Path, every_epochs: int = 1, keep: int = 2):
+        self.directory, self.every_epochs, self.keep = Path(directory), every_epochs, keep
+
+    def save(self, trainer) -> dict[str, Any]:
+        state = trainer.state_dict()
+        save_checkpoint(state, self.directory / "last.pt")
+        return state
+
+    def on_epoch_end(self, trainer, record: dict[str, Any]) -> None:
+        if not self.every_epochs or trainer.epoch % self.every_epochs:
+            return
+        state = self.save(trainer)
+        if self.keep:
+            save_checkpoint(state, self.directory / f"epoch-{trainer.epoch:03d}.pt")
+            for old in sorted(self.directory.glob("epoch-*.pt"))[:-self.keep]:
+                old.unlink()
+
+    def on_fit_end(self, trainer, summary: dict[str, Any]) -> None:
+        if summary["status"] in {"completed", "interrupted"}:
+            self.save(trainer)

@@ -1,0 +1,51 @@
+"""A rich progress bar with samples/s on a terminal, and one line per epoch everywhere."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from .base import BatchInfo, Callback
+
+
+class ProgressBar(Callback):
+    def __init__(self, console: Console | None = None, bar: bool = True):
+        self.console = console or Console(stderr=True)
+        self.bar = bar and self.console.is_terminal
+        self.progress: Progress | None = None
+        self.task = None
+        self._samples, self._since = 0, time.perf_counter()
+
+    def on_fit_start(self, trainer) -> None:
+        if self.bar:
+            self.progress = Progress(TextColumn("epoch {task.fields[epoch]}"), BarColumn(), MofNCompleteColumn(),
+                                     TextColumn("{task.fields[rate]:>8.0f} samples/s"), TimeRemainingColumn(),
+                                     console=self.console, transient=True)
+            self.progress.start()
+
+    def on_epoch_start(self, trainer, batches: int | None) -> None:
+        if self.progress is not None:
+            if self.task is not None:
+                self.progress.remove_task(self.task)
+            self.task = self.progress.add_task("train", total=batches, completed=trainer.batch_in_epoch,
+                                               epoch=trainer.epoch + 1, rate=0.0)
+        self._samples, self._since = 0, time.perf_counter()
+
+    def on_batch_end(self, trainer, info: BatchInfo) -> None:
+        self._samples += info.samples
+        if self.progress is not None:
+            rate = self._samples / max(time.perf_counter() - self._since, 1e-9)
+            self.progress.update(self.task, advance=1, rate=rate)
+
+    def on_epoch_end(self, trainer, record: dict[str, Any]) -> None:
+        parts = [f"epoch {record['epoch']}", f"train_loss {record['train_loss']:.4f}"]
+        parts += [f"{k} {record[k]:.4f}" for k in ("val_loss", "val_accuracy") if k in record]
+        parts.append(f"{record['samples_per_s']:.0f} samples/s")
+        parts.append(f"data wait {100 * record['data_wait_fraction']:.0f}%")
+        self.console.print("  ".join(parts), highlight=False, soft_wrap=True)
+
+    def on_fit_end(self, trainer, summary: dict[str, Any]) -> None:
+        if self.progress is not None:
+            self.progress.stop()

@@ -1,0 +1,23 @@
+"""Writes every logged record as TensorBoard scalars under the run's tb/ folder."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .base import Callback
+
+
+class TensorBoard(Callback):
+    def __init__(self, log_dir: Path):
+        from torch.utils.tensorboard import SummaryWriter  # imported here: tensorboard is slow to import
+
+        self.writer = SummaryWriter(log_dir=str(log_dir))
+
+    def on_log(self, trainer, record: dict[str, Any]) -> None:
+        prefix = "train" if record["kind"] == "step" else "epoch"
+        for key, value in record.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in {"step", "epoch"}:
+                self.writer.add_scalar(f"{prefix}/{key}", value, record["step"])
+
+    def on_fit_end(self, trainer, summary: dict[str, Any]) -> None:
+        self.writer.close()

@@ -1,0 +1,1 @@
+"""Datasets, samplers, loaders and on-device batch transforms."""

@@ -1,0 +1,17 @@
+"""Dataset builders. Importing this package registers every dataset in `accel.registry.DATASETS`.
+
+Each registered class has a pydantic `Config` (extending `DatasetConfig`) and `build(cfg, seed) -> Splits`.
+Samples are `(uint8 CxHxW tensor, int label)`; normalisation happens later, on the device.
+"""
+from .base import DatasetConfig, channel_stats, split_indices
+from .cifar10 import Cifar10
+from .digits import Digits
+from .imagefolder import ImageFileDataset, ImageFolder
+from .memory import TensorImageDataset, split_tensor_dataset
+from .mnist import Mnist5k
+from .synthetic import Synthetic
+
+__all__ = [
+    "Cifar10", "DatasetConfig", "Digits", "ImageFileDataset", "ImageFolder", "Mnist5k", "Synthetic",
+    "TensorImageDataset", "channel_stats", "split_indices", "split_tensor_dataset",
+]

@@ -1,0 +1,43 @@
+"""A dataset that is already a tensor: indexing is a copy-free view, so it needs no loader workers."""
+from __future__ import annotations
+
+import torch
+from torch.utils.data import Dataset
+
+from ...errors import DataError
+from .base import split_indices
+
+
+class TensorImageDataset(Dataset):
+    """uint8 NCHW `images` with int64 `labels`; samples are `(CxHxW uint8 tensor, int label)`."""
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor):
+        if images.dtype != torch.uint8 or images.dim() != 4:
+            raise DataError(f"in-memory images must be a uint8 NCHW tensor, got {images.dtype} {tuple(images.shape)}")
+        if len(images) != len(labels):
+            raise DataError(f"{len(images)} images but {len(labels)} labels")
+        self.images = images
+        self.labels = labels.to(torch.int64)
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        return self.images[index], int(self.labels[index])
+
+    def __getitems__(self, indices: list[int]) -> list[tuple[torch.Tensor, int]]:
+        # One gather for the whole batch instead of batch_size Python-level __getitem__ calls.
+        idx = torch.as_tensor(indices, dtype=torch.int64)
+        return list(zip(self.images[idx].unbind(0), self.labels[idx].tolist()))
+
+    def subset(self, indices: torch.Tensor) -> TensorImageDataset:
+        """A new dataset holding a copy of the selected samples, in the given order."""
+        return TensorImageDataset(self.images[indices], self.labels[indices])
+
+
+def split_tensor_dataset(
+    data: TensorImageDataset, val_fraction: float, seed: int
+) -> tuple[TensorImageDataset, TensorImageDataset | None]:
+    """Seeded train/val split of an in-memory dataset; val is None when val_fraction is 0."""
+    train_idx, val_idx = split_indices(len(data), val_fraction, seed)
+    return data.subset(train_idx), (data.subset(val_idx) if len(val_idx) else None)

@@ -1,0 +1,111 @@
+"""DataLoader construction: worker count, pinning and per-worker setup chosen once, here, with reasons."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import random
+from typing import Annotated, Literal
+
+import numpy as np
+import torch
+from pydantic import Field
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from ..schema import StrictModel
+
+MAX_AUTO_WORKERS = 4
+
+
+class LoaderConfig(StrictModel):
+    """How batches are produced; `auto` values are resolved from the dataset and device when the loader is built."""
+
+    num_workers: Annotated[int, Field(ge=0)] | Literal["auto"] = Field(
+        "auto",
+        description="Worker processes. `auto`: 0 for in-memory datasets (indexing a tensor is cheaper than "
+        f"shipping it between processes), else one per CPU core less one kept for the training loop, at "
+        f"least 1 and at most {MAX_AUTO_WORKERS}.",
+    )
+    pin_memory: bool | Literal["auto"] = Field(
+        "auto",
+        description="Page-locked batches for faster, asynchronous host-to-GPU copies. `auto`: on only for CUDA "
+        "devices (elsewhere pinning buys nothing and torch warns).",
+    )
+    prefetch_factor: int = Field(2, ge=1, description="Batches each worker prepares ahead; used only with workers.")
+    persistent_workers: bool = Field(
+        True, description="Keep workers alive between epochs instead of re-forking them; used only with workers."
+    )
+
+
+def available_cpus() -> int:
+    """CPU cores this process may run on (respects taskset/cgroup affinity, unlike os.cpu_count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def resolve_num_workers(cfg: LoaderConfig, dataset: Dataset) -> int:
+    """Worker count for `dataset`: the configured number, or the `auto` choice described on the field."""
+    if cfg.num_workers != "auto":
+        return cfg.num_workers
+    if getattr(dataset, "images", None) is not None:
+        return 0
+    # One core stays with the main process, which runs the step (and, on CPU, the model itself).
+    return max(1, min(MAX_AUTO_WORKERS, available_cpus() - 1))
+
+
+def resolve_pin_memory(cfg: LoaderConfig, device: torch.device) -> bool:
+    """The configured value, or for `auto`: True exactly when batches go to a CUDA device."""
+    return device.type == "cuda" if cfg.pin_memory == "auto" else cfg.pin_memory
+
+
+def worker_init(worker_id: int) -> None:
+    """Seed Python and NumPy RNGs from the worker's torch seed, and limit every thread pool to one thread.
+
+    N workers each starting a BLAS/OpenMP/OpenCV pool sized to all cores oversubscribe the CPU and slow
+    decoding down instead of up; one thread per worker process is the parallelism that is wanted.
+    """
+    seed = torch.initial_seed() % 2**32  # torch gives each worker base_seed + worker_id
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.set_num_threads(1)
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = "1"  # for libraries first loaded later in this worker
+    try:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(1)  # takes effect on creation and lasts for the process
+    except ImportError:
+        pass
+    if importlib.util.find_spec("cv2") is not None:
+        import cv2
+
+        cv2.setNumThreads(0)  # 0 = OpenCV runs its own functions single-threaded
+
+
+def build_loader(
+    dataset: Dataset,
+    cfg: LoaderConfig,
+    *,
+    batch_size: int,
+    sampler: Sampler[int] | None,
+    drop_last: bool,
+    seed: int,
+    device: torch.device,
+) -> DataLoader:
+    """A DataLoader over `dataset` with `cfg` resolved; worker seeds derive from `seed`, so runs repeat."""
+    workers = resolve_num_workers(cfg, dataset)
+    extra = {}
+    if workers > 0:  # DataLoader rejects these options without workers
+        extra = dict(prefetch_factor=cfg.prefetch_factor, persistent_workers=cfg.persistent_workers,
+                     worker_init_fn=worker_init)
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=sampler,
+        drop_last=drop_last,
+        num_workers=workers,
+        pin_memory=resolve_pin_memory(cfg, device),
+        generator=torch.Generator().manual_seed(seed),
+        **extra,
+    )

@@ -1,0 +1,146 @@
+"""The one place that knows about hardware: picking a device, synchronising it, reading its memory.
+
+Everything else asks this module, so tests patch hardware facts here and nowhere else.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+from typing import Any
+
+import torch
+
+from .errors import AccelError
+
+
+def cuda_available() -> bool:
+    return torch.cuda.is_available()
+
+
+def mps_available() -> bool:
+    return bool(getattr(torch.backends, "mps", None)) and torch.backends.mps.is_available()
+
+
+def xla_requested() -> bool:
+    """torch_xla is importable and PJRT_DEVICE says which XLA device to use."""
+    return bool(os.environ.get("PJRT_DEVICE")) and importlib.util.find_spec("torch_xla") is not None
+
+
+def resolve_device(spec: str = "auto") -> torch.device:
+    """`auto` picks cuda > xla > mps > cpu; an explicit device that is missing is an error."""
+    kind = spec.split(":")[0]
+    if spec == "auto":
+        if cuda_available():
+            return torch.device("cuda")
+        if xla_requested():
+            return _xla_device()
+        return torch.device("mps") if mps_available() else torch.device("cpu")
+    if kind == "cuda" and not cuda_available():
+        raise AccelError(f"device `{spec}` was asked for, but CUDA is not available here "
+                         f"(torch {torch.__version__}, CUDA build {torch.version.cuda}). Use `device: auto` or `cpu`.")
+    if kind == "mps" and not mps_available():
+        raise AccelError("device `mps` was asked for, but Apple's MPS backend is not available here.")
+    if kind == "xla":
+        if importlib.util.find_spec("torch_xla") is None:
+            raise AccelError("device `xla` needs torch_xla: install the `xla` extra (see docs/devices.md).")
+        return _xla_device()
+    return torch.device(spec)
+
+
+def _xla_device() -> torch.device:
+    import torch_xla
+
+    return torch_xla.device()
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued work so a timer reads the real duration."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+    elif device.type == "xla":
+        import torch_xla
+
+        torch_xla.sync(wait=True)
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """Peak allocator memory on CUDA; elsewhere the process's peak resident set size."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def supports_bf16(device: torch.device) -> bool:
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return device.type in {"cpu", "xla"}
+
+
+def supports_fp16_scaler(device: torch.device) -> bool:
+    """fp16 training needs a GradScaler, which accel supports on CUDA."""
+    return device.type == "cuda"
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(device)})"
+    if device.type == "cpu":
+        return f"cpu ({_cpu_model()}, {torch.get_num_threads()} threads)"
+    return str(device)
+
+
+def _cpu_model() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "PJRT_DEVICE",
+            "TORCHINDUCTOR_CACHE_DIR", "CUBLAS_WORKSPACE_CONFIG", "WORLD_SIZE", "RANK", "LOCAL_RANK")
+
+
+def environment(device: torch.device | None = None) -> dict[str, Any]:
+    """Versions, device and thread facts that make a run's numbers interpretable (env.json)."""
+    info: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "cuda_available": cuda_available(),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
+        "env": {name: os.environ[name] for name in ENV_VARS if name in os.environ},
+    }
+    if device is not None:
+        info["device"] = device_name(device)
+    if cuda_available():
+        info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return info
+
+
+def to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> Any:
+    """Move tensors in a (nested) batch to the device."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(item, device, non_blocking) for item in batch)
+    if isinstance(batch, dict):
+        return {key: to_device(value, device, non_blocking) for key, value in batch.items()}
+    return batch

@@ -1,0 +1,31 @@
+"""Errors meant for people. The CLI prints them as one paragraph and exits with code 2."""
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class AccelError(Exception):
+    """A problem with the user's input or environment, not a bug in accel."""
+
+
+class RecipeError(AccelError):
+    """A recipe that cannot be read or does not validate."""
+
+
+class DataError(AccelError):
+    """A dataset that is missing, malformed or unreadable."""
+
+
+class CheckpointError(AccelError):
+    """A checkpoint that is missing or does not fit the run."""
+
+
+class SpeedupUnavailable(AccelError):
+    """A speed-up that cannot run on this hardware, raised only in strict mode."""
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """' (did you mean `x`?)' for the closest choice, or '' when nothing is close."""
+    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
+    return f" (did you mean `{close[0]}`?)" if close else ""

@@ -1,0 +1,48 @@
+"""Name -> builder tables for models, datasets, optimizers, schedulers, losses and speed-ups.
+
+A registry is filled by decorators in the modules that define the builders; `Registry.get` turns an
+unknown name into an error that lists the valid ones.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .errors import AccelError, did_you_mean
+
+
+class Registry:
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._entries: dict[str, Any] = {}
+
+    def register(self, name: str) -> Callable[[Any], Any]:
+        def add(obj: Any) -> Any:
+            if name in self._entries:
+                raise ValueError(f"{self.kind} `{name}` is registered twice")
+            self._entries[name] = obj
+            return obj
+
+        return add
+
+    def get(self, name: str) -> Any:
+        if name not in self._entries:
+            raise AccelError(
+                f"Unknown {self.kind} `{name}`{did_you_mean(name, self._entries)}. "
+                f"Valid {self.kind}s: {', '.join(sorted(self._entries))}."
+            )
+        return self._entries[name]
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+
+MODELS = Registry("model")
+DATASETS = Registry("dataset")
+OPTIMIZERS = Registry("optimizer")
+SCHEDULERS = Registry("scheduler")
+LOSSES = Registry("loss")
+SPEEDUPS = Registry("speed-up")

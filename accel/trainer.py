@@ -1,0 +1,303 @@
+"""The training loop. Boring on purpose: speed-ups and callbacks add behaviour through their hooks."""
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import time
+from collections.abc import Callable, Iterable
+from contextlib import ExitStack, contextmanager, nullcontext
+from typing import Any
+
+import torch
+from torch import nn
+
+from . import devices
+from .callbacks.base import BatchInfo, Callback
+from .checkpoint import check_same_model, model_signature
+from .recipe import TrainConfig
+from .rng import rng_state, set_rng_state
+from .speedups import Speedup, select_available
+
+log = logging.getLogger("accel")
+Transform = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+PLAIN_STEP = Speedup()  # backward and optimizer step when no speed-up owns them
+
+
+class Trainer:
+    """Fits `model` with `optimizer` on `train_loader`, evaluating on `val_loader`.
+
+    `train_transform` / `eval_transform` run on the device on each (inputs, targets) batch (normalisation,
+    batch augmentation). Speed-ups that cannot run on the device are skipped with a logged reason.
+    """
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, train_loader: Iterable, *,
+                 val_loader: Iterable | None = None, loss_fn: Callable | None = None, scheduler: Any = None,
+                 config: TrainConfig | None = None, speedups: Iterable[Speedup] = (),
+                 callbacks: Iterable[Callback] = (), device: str | torch.device = "auto",
+                 train_transform: Transform | None = None, eval_transform: Transform | None = None,
+                 log_every_steps: int = 20, strict: bool = False):
+        self.device = devices.resolve_device(device) if isinstance(device, str) else device
+        self.module = model.to(self.device)  # the plain module: weights, checkpoints
+        self.model: nn.Module = self.module  # what forward calls; speed-ups may wrap it (compile, DDP)
+        self.optimizer, self.scheduler = optimizer, scheduler
+        self.train_loader, self.val_loader = train_loader, val_loader
+        self.loss_fn = loss_fn or nn.CrossEntropyLoss()
+        self.cfg = config or TrainConfig()
+        self.speedups, self.skipped_speedups = select_available(list(speedups), self.device, strict)
+        self.callbacks = list(callbacks)
+        self.train_transform, self.eval_transform = train_transform, eval_transform
+        self.log_every_steps = log_every_steps
+        self._owner = next((s for s in self.speedups if s.owns_step), PLAIN_STEP)
+        self.forward_loss = self._forward_loss  # forward + loss; whole-step compilation replaces it
+        self.epoch = self.step = self.batch_in_epoch = 0  # completed epochs / optimizer steps / batches this epoch
+        self.should_stop = False
+        self.stop_signal: int | None = None
+        self.last_eval: dict[str, float] = {}
+        self._eval_step = -1  # the optimizer step at which last_eval was measured
+        self._window: dict[str, Any] = {}
+        self._totals = {"samples": 0, "data_s": 0.0, "compute_s": 0.0, "first_step_s": None}
+
+    # ---- the loop -------------------------------------------------------------------------------------
+    def fit(self) -> dict[str, Any]:
+        """Train until the epoch or step budget is spent, a callback stops it, or a signal interrupts it."""
+        start, status = time.perf_counter(), "failed"
+        for speedup in self.speedups:
+            speedup.setup(self)
+        self._emit("on_fit_start")
+        try:
+            with self._signal_guard():
+                while not self._budget_spent():
+                    if self._train_epoch():
+                        self._end_epoch()
+            status = "interrupted" if self.stop_signal is not None else "completed"
+            if status == "completed" and self._eval_step != self.step:
+                self._run_eval()
+        finally:
+            summary = self._summary(status, time.perf_counter() - start)
+            self._emit("on_fit_end", summary)
+            for speedup in reversed(self.speedups):
+                speedup.teardown()
+        return summary
+
+    def _budget_spent(self) -> bool:
+        over_steps = self.cfg.max_steps is not None and self.step >= self.cfg.max_steps
+        return self.should_stop or self.stop_signal is not None or over_steps or (
+            self.cfg.max_steps is None and self.epoch >= self.cfg.epochs)
+
+    def _train_epoch(self) -> bool:
+        """Train until the epoch ends (True) or the budget or a signal stops it mid-epoch (False)."""
+        self.model.train()
+        sampler = getattr(self.train_loader, "sampler", None)
+        skip = self.batch_in_epoch  # > 0 when resuming mid-epoch
+        if hasattr(sampler, "set_epoch"):
+            resumable = "skip" in sampler.set_epoch.__code__.co_varnames
+            sampler.set_epoch(self.epoch, **({"skip": skip * _batch_size(self.train_loader)} if resumable else {}))
+        batches = _length(self.train_loader)  # this epoch's full count, the resumed part included
+        if batches is not None and hasattr(sampler, "set_epoch") and resumable:
+            batches, skip = batches + skip, 0
+        self._emit("on_epoch_start", batches)
+        self._window = {"loss": torch.zeros((), device=self.device), "batches": 0, "samples": 0, "data_s": 0.0,
+                        "compute_s": 0.0}
+        iterator = iter(self.train_loader)
+        for _ in range(skip):  # loaders without a resumable sampler: replay to the resume point
+            next(iterator, None)
+        tick = time.perf_counter()
+        for batch in iterator:
+            fetched = time.perf_counter()
+            stepped, loss, samples = self._train_batch(batch, batches)
+            if self.cfg.sync_every_step:
+                devices.synchronize(self.device)
+            done = time.perf_counter()
+            self._account(BatchInfo(loss, samples, fetched - tick, done - fetched, stepped))
+            tick = time.perf_counter()
+            if stepped and self._budget_spent():
+                break
+        else:
+            batches = self.batch_in_epoch
+        if self.batch_in_epoch < (batches or 0):
+            return False
+        self.batch_in_epoch = 0
+        self.epoch += 1
+        return True
+
+    def _train_batch(self, batch: Any, batches: int | None) -> tuple[bool, torch.Tensor, int]:
+        accum = self.cfg.grad_accum
+        self.batch_in_epoch += 1
+        boundary = self.batch_in_epoch % accum == 0 or self.batch_in_epoch == batches
+        inputs, targets = devices.to_device(batch, self.device, non_blocking=True)
+        if self.train_transform is not None:
+            inputs, targets = self.train_transform(inputs, targets)
+        for speedup in self.speedups:
+            inputs = speedup.prepare_batch(inputs)
+        with self._grad_sync(boundary):
+            with self._step_contexts():
+                loss = self.forward_loss(inputs, targets)
+            self._owner.backward(loss / accum, self)
+        if boundary:
+            self._optimizer_step()
+        return boundary, loss.detach(), len(targets)
+
+    def _forward_loss(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self.loss_fn(self.model(inputs), targets)
+
+    def _optimizer_step(self) -> None:
+        applied = self._owner.optimizer_step(self)
+        self.optimizer.zero_grad(set_to_none=True)
+        if applied and self.scheduler is not None:  # a step the GradScaler skipped does not advance the schedule
+            self.scheduler.step()
+        self.step += 1
+
+    def clip_gradients(self) -> None:
+        """Called by the step owner after unscaling and before the optimizer step."""
+        if self.cfg.clip_grad_norm is not None:
+            nn.utils.clip_grad_norm_(self.module.parameters(), self.cfg.clip_grad_norm)
+
+    def _step_contexts(self) -> ExitStack:
+        stack = ExitStack()
+        for speedup in self.speedups:
+            stack.enter_context(speedup.step_context())
+        return stack
+
+    def _grad_sync(self, boundary: bool):
+        """DDP all-reduces gradients on every backward; skip it on micro-batches that do not step."""
+        no_sync = getattr(self.model, "no_sync", None)
+        return nullcontext() if boundary or no_sync is None else no_sync()
+
+    # ---- evaluation -----------------------------------------------------------------------------------
+    def evaluate(self) -> dict[str, Any]:
+        if self.val_loader is None:
+            return {}
+        self.model.eval()
+        loss_sum = torch.zeros((), device=self.device, dtype=torch.float64)
+        correct = torch.zeros((), device=self.device, dtype=torch.int64)
+        count = 0
+        with torch.inference_mode():
+            for batch in self.val_loader:
+                inputs, targets = devices.to_device(batch, self.device, non_blocking=True)
+                if self.eval_transform is not None:
+                    inputs, targets = self.eval_transform(inputs, targets)
+                for speedup in self.speedups:
+                    inputs = speedup.prepare_batch(inputs)
+                with self._step_contexts():
+                    logits = self.model(inputs)
+                loss_sum += nn.functional.cross_entropy(logits.float(), targets, reduction="sum")
+                correct += (logits.argmax(1) == targets).sum()
+                count += len(targets)
+        self.model.train()
+        return {"val_loss": loss_sum.item() / max(count, 1), "val_accuracy": correct.item() / max(count, 1)}
+
+    def _run_eval(self) -> None:
+        self.last_eval, self._eval_step = self.evaluate(), self.step
+
+    # ---- bookkeeping ----------------------------------------------------------------------------------
+    def _account(self, info: BatchInfo) -> None:
+        window, totals = self._window, self._totals
+        window["loss"] += info.loss.float()
+        window["batches"] += 1
+        for key, value in (("samples", info.samples), ("data_s", info.data_s), ("compute_s", info.compute_s)):
+            window[key] += value
+            totals[key] += value
+        if totals["first_step_s"] is None:
+            totals["first_step_s"] = info.data_s + info.compute_s
+        self._emit("on_batch_end", info)
+        if info.optimizer_stepped and self.step % self.log_every_steps == 0:
+            self._log({"kind": "step", **self._window_stats()})
+
+    def _window_stats(self) -> dict[str, Any]:
+        window = self._window
+        elapsed = window["data_s"] + window["compute_s"]
+        return {"epoch": self.epoch + (self.batch_in_epoch > 0), "step": self.step, "loss": window["loss"].item() / max(window["batches"], 1),
+                "lr": self.optimizer.param_groups[0]["lr"], "samples_per_s": window["samples"] / max(elapsed, 1e-9),
+                "data_wait_fraction": window["data_s"] / max(elapsed, 1e-9)}
+
+    def _end_epoch(self) -> None:
+        every = self.cfg.eval_every_epochs
+        if every and self.epoch % every == 0:
+            self._run_eval()
+        record = {"kind": "epoch", **self._window_stats(), **(self.last_eval if self._eval_step == self.step else {})}
+        record["train_loss"] = record.pop("loss")
+        for speedup in self.speedups:
+            record.update({f"{speedup.name}/{k}": v for k, v in speedup.metrics().items()})
+        self._log(record)
+        self._emit("on_epoch_end", record)
+
+    def _log(self, record: dict[str, Any]) -> None:
+        self._emit("on_log", record)
+
+    def _emit(self, hook: str, *args: Any) -> None:
+        for callback in self.callbacks:
+            getattr(callback, hook)(self, *args)
+
+    def _summary(self, status: str, wall_s: float) -> dict[str, Any]:
+        totals = self._totals
+        train_s = totals["data_s"] + totals["compute_s"]
+        train_loss = self._window["loss"].item() / self._window["batches"] if self._window.get("batches") else None
+        return {
+            "status": status,
+            "metrics": {"val_accuracy": self.last_eval.get("val_accuracy"), "val_loss": self.last_eval.get("val_loss"),
+                        "train_loss": train_loss},
+            "samples_per_s": totals["samples"] / train_s if train_s else None,
+            "wall_s": wall_s, "train_s": train_s, "first_step_s": totals["first_step_s"],
+            "data_wait_fraction": totals["data_s"] / train_s if train_s else None,
+            "steps": self.step, "epochs": self.epoch,
+            "device": devices.device_name(self.device),
+            "speedups": [s.name for s in self.speedups], "skipped_speedups": self.skipped_speedups,
+            "speedup_metrics": {s.name: s.metrics() for s in self.speedups},
+        }
+
+    # ---- checkpoints and signals -----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.module.state_dict(), "model_signature": model_signature(self.module),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "speedups": {s.name: s.state_dict() for s in self.speedups},
+            "callbacks": {type(c).__name__: c.state_dict() for c in self.callbacks},
+            "rng": rng_state(), "epoch": self.epoch, "step": self.step, "batch_in_epoch": self.batch_in_epoch,
+        }
+
+    def load_state_dict(self, state: dict[str, Any], source: Any = "checkpoint") -> None:
+        check_same_model(state["model_signature"], self.module, source)
+        self.module.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None and state["scheduler"] is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        for speedup in self.speedups:
+            speedup.load_state_dict(state["speedups"].get(speedup.name, {}))
+        for callback in self.callbacks:
+            callback.load_state_dict(state["callbacks"].get(type(callback).__name__, {}))
+        set_rng_state(state["rng"])
+        self.epoch, self.step, self.batch_in_epoch = state["epoch"], state["step"], state["batch_in_epoch"]
+
+    @contextmanager
+    def _signal_guard(self):
+        """SIGINT/SIGTERM finish the current optimizer step, then the run stops and checkpoints."""
+        def stop(signum, _frame):
+            self.stop_signal = signum
+            log.warning("received signal %d: stopping after this step and saving a checkpoint", signum)
+
+        try:
+            previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+        except ValueError:  # not the main thread: signals stay with the caller
+            previous = {}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def _length(loader: Iterable) -> int | None:
+    try:
+        return len(loader)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+
+
+def _batch_size(loader: Any) -> int:
+    return getattr(loader, "batch_size", None) or 1
+
+
+def steps_per_epoch(batches: int, grad_accum: int) -> int:
+    return math.ceil(batches / grad_accum)

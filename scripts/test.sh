@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# README command 2: set up, then run the whole test suite (CPU; GPU tests skip with a reason).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+.venv/bin/python -m pytest "$@"

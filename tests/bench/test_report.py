@@ -1,0 +1,170 @@
+import json
+import math
+
+import pytest
+
+from accel.bench.report import summarize, write_reports
+from accel.bench.variants import Variant, ablation_variants, vary_variants
+
+TRACE = 'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\nRuntimeError: compile exploded\n'
+VARIANT_KEYS = {"name", "overrides", "samples_per_s", "ratio_vs_baseline", "verdict", "first_step_s", "final_loss",
+                "trials", "step_time_p50_s", "step_time_p90_s", "data_wait_fraction", "peak_memory_mb",
+                "break_even_steps", "val_accuracy", "result_changed", "errors", "ok_trials", "warmup_s"}
+
+
+def trial(variant, i, sps, *, first=1.0, loss=0.5, wait=0.1, bs=32):
+    step = bs / sps
+    return {"variant": variant, "trial": i, "error": None, "samples_per_s": sps,
+            "step_times_s": [step * f for f in (0.98, 1.0, 1.0, 1.1)], "data_wait_fraction": wait,
+            "peak_memory_mb": 500.0 + i, "first_step_s": first, "warmup_s": 2 * first, "final_loss": loss,
+            "val_accuracy": 0.9, "wall_s": 10.0, "batch_size": bs}
+
+
+def crashed(variant, i):
+    return {"variant": variant, "trial": i, "error": TRACE}
+
+
+# samples/s of 3 trials: amp makes everything 2.5x, cudnn does nothing, compile crashes every time.
+SPEED = {"baseline": 100, "all": 250, "+amp": 250, "+cudnn": 100, "-amp": 100, "-cudnn": 250, "-compile": 250}
+
+
+@pytest.fixture
+def ablation():
+    variants = ablation_variants({"amp": {"dtype": "bf16"}, "cudnn": {}, "compile": {}})
+    trials = []
+    for i, jitter in enumerate((-1.0, 0.0, 1.5)):
+        for v in variants:
+            if v.name == "+compile":
+                trials.append(crashed(v.name, i))
+            else:
+                trials.append(trial(v.name, i, SPEED[v.name] + jitter * SPEED[v.name] / 100))
+    return variants, trials
+
+
+def test_summary_schema_and_verdicts(ablation):
+    variants, trials = ablation
+    rep = summarize(trials, variants, "baseline", env={"torch": "2.14"}, extra={"command": "accel bench r.yaml"})
+    assert rep["baseline"] == "baseline" and rep["env"] == {"torch": "2.14"} and rep["command"] == "accel bench r.yaml"
+    rows = {r["name"]: r for r in rep["variants"]}
+    assert list(rows) == [v.name for v in variants]
+    for r in rows.values():
+        assert set(r) == VARIANT_KEYS
+        assert len(r["trials"]) == 3
+    assert rows["+amp"]["verdict"] == "helped" and rows["+amp"]["ratio_vs_baseline"]["ci95"][0] > 1.0
+    assert rows["+cudnn"]["verdict"] == "no effect"
+    assert rows["baseline"]["verdict"] is None and rows["baseline"]["ratio_vs_baseline"]["median"] == 1.0
+    assert rows["+amp"]["samples_per_s"]["median"] == pytest.approx(250.0)
+    assert rows["+amp"]["step_time_p90_s"] > rows["+amp"]["step_time_p50_s"]
+    assert rows["+amp"]["peak_memory_mb"] == 502.0
+    assert rows["+amp"]["break_even_steps"] == 0.0  # faster, no extra start-up
+    assert rows["+cudnn"]["break_even_steps"] is None  # not measurably faster: no break-even to speak of
+    assert rep["speedups"]["amp"]["verdict"] == "helped"
+    assert rep["speedups"]["amp"]["removed"]["verdict"] == "helped"  # all vs -amp
+    assert rep["speedups"]["cudnn"]["verdict"] == "no effect"
+    assert rep["recommended"]["overrides"] == {"speedups.amp.enabled": True, "speedups.cudnn.enabled": False,
+                                              "speedups.compile.enabled": False}
+
+
+def test_crashed_variant_is_recorded_with_nulls(ablation):
+    variants, trials = ablation
+    row = next(r for r in summarize(trials, variants, "baseline")["variants"] if r["name"] == "+compile")
+    assert row["errors"] == 3 and row["ok_trials"] == 0
+    assert row["samples_per_s"] == {"median": None, "ci95": None}
+    assert row["ratio_vs_baseline"]["median"] is None and row["verdict"] is None
+    assert row["first_step_s"] is None and row["final_loss"] is None and row["break_even_steps"] is None
+    assert all(t["error"] == TRACE for t in row["trials"])
+
+
+def test_trial_without_usable_throughput_counts_as_failed():
+    base = Variant("baseline")
+    trials = [trial("baseline", 0, 100.0), trial("baseline", 1, math.nan),
+              trial("baseline", 2, 100.0) | {"samples_per_s": None}]
+    row = summarize(trials, [base], "baseline")["variants"][0]
+    assert (row["ok_trials"], row["errors"]) == (1, 2)
+    assert row["samples_per_s"]["median"] == 100.0
+
+
+def test_reports_are_written_with_table_verdicts_and_plots(ablation, tmp_path):
+    variants, trials = ablation
+    rep = summarize(trials, variants, "baseline", env={"torch": "2.14"}, extra={"command": "accel bench r.yaml"})
+    paths = write_reports(rep, tmp_path / "out")
+    assert set(paths) == {"json", "md", "html"}
+    loaded = json.loads(paths["json"].read_text())
+    assert set(loaded) >= {"baseline", "variants", "env", "command", "speedups", "recommended"}
+    assert loaded["variants"][2]["trials"][0]["samples_per_s"] == trials[2]["samples_per_s"]
+    md = paths["md"].read_text()
+    table = [ln for ln in md.splitlines() if ln.startswith("| ")]
+    assert table[0].startswith("| variant | samples/s [95% CI] | ratio [95% CI] | verdict vs baseline |")
+    ranked = [ln.split("|")[1].strip() for ln in table[1:]]
+    assert ranked[-1] == "+compile" and set(ranked[:4]) == {"all", "+amp", "-cudnn", "-compile"}
+    assert "- amp: helped. Added to baseline: helped, 2.50x [" in md
+    assert "- cudnn: no measurable effect." in md
+    assert "- compile: no measurable effect. Added to baseline: no successful trials; removed from all" in md
+    assert "no measurable effect, 1.00x [0.98, 1.03]. 3 of its trials failed." in md
+    assert "Command: `accel bench r.yaml`" in md
+    assert "## Recommended configuration\n\namp; left out because trials failed: compile\n" in md
+    assert "- +compile trial 0: RuntimeError: compile exploded" in md
+    html = paths["html"].read_text()
+    for png in ("throughput.png", "step_times.png", "data_wait.png"):
+        assert (tmp_path / "out" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f'src="{png}"' in html
+    assert "RuntimeError: compile exploded" in html and "<table>" in html
+
+
+def test_speedup_that_helped_but_crashed_once_is_not_recommended():
+    variants = ablation_variants({"amp": {}})
+    trials = [trial("baseline", i, 100.0 + i) for i in range(3)] + [trial("+amp", i, 250.0 + i) for i in range(3)]
+    rep = summarize(trials + [crashed("+amp", 3)], variants, "baseline")
+    assert rep["speedups"]["amp"]["verdict"] == "helped"
+    assert rep["recommended"]["overrides"] == {"speedups.amp.enabled": False}
+    assert "left out because trials failed: amp" in rep["recommended"]["text"]
+
+
+def test_everything_failed_still_writes_reports(tmp_path):
+    variants = ablation_variants({"amp": {}})
+    rep = summarize([crashed(v.name, 0) for v in variants], variants, "baseline")
+    assert all(r["samples_per_s"]["median"] is None and r["verdict"] is None for r in rep["variants"])
+    assert rep["speedups"]["amp"]["verdict"] is None
+    assert rep["recommended"]["overrides"] == {"speedups.amp.enabled": False}
+    ok = summarize([trial(v.name, 0, 100.0) for v in variants], variants, "baseline")
+    write_reports(ok, tmp_path)
+    assert (tmp_path / "throughput.png").exists()
+    paths = write_reports(rep, tmp_path)  # same folder: the earlier plots must not survive as stale
+    assert "No successful trials to plot" in paths["html"].read_text()
+    assert not (tmp_path / "throughput.png").exists()
+    assert "Failed trials" in paths["md"].read_text()
+
+
+def test_result_change_break_even_and_nan_are_reported(tmp_path):
+    base, fast = Variant("baseline"), Variant("+compile", {"speedups.compile.enabled": True})
+    trials = [trial("baseline", i, 100.0, first=1.0, loss=1.0) for i in range(3)]
+    trials += [trial("+compile", i, 200.0, first=11.0, loss=2.0) for i in range(2)]
+    trials.append(trial("+compile", 2, 200.0, first=11.0, loss=math.nan))
+    rep = summarize(trials, [base, fast], "baseline")
+    row = rep["variants"][1]
+    # 10 s extra start-up; a variant step (0.16 s) would take the baseline 0.32 s: repaid after 62.5 steps.
+    assert row["break_even_steps"] == pytest.approx(10.0 / 0.16)
+    assert row["result_changed"] is True
+    assert "results changed" in write_reports(rep, tmp_path)["md"].read_text()
+    text = (tmp_path / "report.json").read_text()
+    assert "NaN" not in text and json.loads(text)["variants"][1]["trials"][2]["final_loss"] is None
+
+
+def test_vary_report_recommends_fastest_helped_combination():
+    variants = vary_variants(["data.batch_size=32,64,128"])
+    speeds = {32: 100.0, 64: 180.0, 128: 181.0}
+    trials = [trial(v.name, i, speeds[v.overrides["data.batch_size"]] + i) for i in range(3) for v in variants]
+    rep = summarize(trials, variants, variants[0].name)
+    assert rep["speedups"] == {}
+    assert rep["recommended"]["overrides"] == {"data.batch_size": 128}
+    assert rep["recommended"]["text"].startswith("data.batch_size=128 (1.8")
+
+
+def test_bad_inputs_are_rejected(ablation):
+    variants, trials = ablation
+    with pytest.raises(ValueError, match="baseline `nope`"):
+        summarize(trials, variants, "nope")
+    with pytest.raises(ValueError, match="unknown variant `ghost`"):
+        summarize(trials + [crashed("ghost", 0)], variants, "baseline")
+    with pytest.raises(ValueError, match="overwrite"):
+        summarize(trials, variants, "baseline", extra={"variants": []})

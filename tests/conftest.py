@@ -1,0 +1,48 @@
+"""Shared fixtures: tiny recipes that train in well under a second on a CPU."""
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+TINY = {
+    "name": "tiny",
+    "seed": 0,
+    "model": {"name": "small_cnn", "args": {"width": 4}},
+    "data": {"dataset": {"name": "synthetic", "shape": [1, 8, 8], "num_samples": 64, "num_classes": 4},
+             "batch_size": 16},
+    "optim": {"name": "sgd", "lr": 0.05},
+    "train": {"epochs": 2},
+    "device": "cpu",
+    "log": {"progress": False, "tensorboard": False, "every_steps": 2},
+}
+
+
+@pytest.fixture
+def tiny() -> dict:
+    """A fresh copy of a tiny recipe as plain data; tests change what they need."""
+    return copy.deepcopy(TINY)
+
+
+@pytest.fixture
+def write_recipe(tmp_path):
+    def write(data: dict | str, name: str = "recipe.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
+        return path
+
+    return write
+
+
+def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`accel ARGS` in a fresh process, as a user runs it."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, "-m", "accel.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, env=env)

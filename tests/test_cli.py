@@ -1,0 +1,114 @@
+"""`accel train` as a user runs it: the run directory contract, bad input, and resuming after SIGKILL."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from accel.cli import main
+from conftest import ROOT
+
+
+def _fails_cleanly(capsys, *argv: str) -> str:
+    """Exit code 2, one message, no traceback."""
+    assert main(list(argv)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err
+    return err
+
+
+def test_train_writes_the_run_directory_contract(tiny, write_recipe, tmp_path, capsys):
+    out = tmp_path / "run"
+    tiny["log"]["tensorboard"] = True
+    assert main(["train", str(write_recipe(tiny)), "--out", str(out), "--set", "train.epochs=2"]) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    for name in ("recipe.yaml", "env.json", "metrics.jsonl", "summary.json", "checkpoints/last.pt"):
+        assert (out / name).is_file(), name
+    assert list((out / "tb").glob("events.out.tfevents.*"))
+    assert yaml.safe_load((out / "recipe.yaml").read_text())["train"]["epochs"] == 2
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["epochs"] == 2
+    for key in ("metrics", "samples_per_s", "wall_s", "steps", "epochs", "device"):
+        assert key in summary
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert {r["kind"] for r in records} == {"step", "epoch"}
+    assert json.loads((out / "env.json").read_text())["torch"]
+
+
+def test_recipes_lists_the_shipped_recipes(capsys):
+    assert main(["recipes"]) == 0
+    assert "recipes/quickstart.yaml" in capsys.readouterr().out
+
+
+def test_missing_recipe(capsys, tmp_path):
+    assert "Recipe file not found" in _fails_cleanly(capsys, "train", str(tmp_path / "nope.yaml"))
+
+
+def test_misspelt_key(capsys, tiny, write_recipe):
+    tiny["optim"]["lrr"] = 0.1
+    err = _fails_cleanly(capsys, "train", str(write_recipe(tiny)))
+    assert "`optim.lrr`" in err and "did you mean `lr`?" in err and "recipe.yaml, line" in err
+
+
+@pytest.mark.parametrize("name, listed", [("resnet", "small_cnn"), ("torchvision:resnet19", "resnet18")])
+def test_unknown_model_lists_the_valid_ones(capsys, tiny, write_recipe, name, listed):
+    tiny["model"]["name"] = name
+    err = _fails_cleanly(capsys, "train", str(write_recipe(tiny)))
+    assert "Unknown" in err and listed in err
+
+
+def test_cifar10_root_missing_says_where_it_looked(capsys, tiny, write_recipe, tmp_path):
+    tiny["data"]["dataset"] = {"name": "cifar10", "root": str(tmp_path / "cifar")}
+    err = _fails_cleanly(capsys, "train", str(write_recipe(tiny)))
+    assert str(tmp_path / "cifar") in err and "cifar-10-batches-py" in err
+
+
+def test_imagefolder_root_missing_says_what_layout_it_expects(capsys, tiny, write_recipe, tmp_path):
+    tiny["data"]["dataset"] = {"name": "imagefolder", "root": str(tmp_path / "images")}
+    err = _fails_cleanly(capsys, "train", str(write_recipe(tiny)))
+    assert str(tmp_path / "images") in err and "class" in err
+
+
+def test_resume_without_a_checkpoint(capsys, tiny, write_recipe, tmp_path):
+    err = _fails_cleanly(capsys, "train", str(write_recipe(tiny)), "--out", str(tmp_path / "empty"), "--resume")
+    assert "no checkpoint" in err.lower()
+
+
+def test_resume_with_a_checkpoint_of_another_model(capsys, tiny, write_recipe, tmp_path):
+    out = str(tmp_path / "run")
+    assert main(["train", str(write_recipe(tiny)), "--out", out]) == 0
+    capsys.readouterr()
+    tiny["model"]["args"]["width"] = 8
+    err = _fails_cleanly(capsys, "train", str(write_recipe(tiny)), "--out", out, "--resume")
+    assert "different model" in err
+
+
+def _train(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "accel.cli", "train", *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path):
+    recipe = str(ROOT / "recipes" / "quickstart.yaml")
+    fast = ["--set", "train.epochs=3", "--set", "log.tensorboard=false", "--set", "model.args={width: 16}"]
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    reference = _train(recipe, "--out", str(whole), *fast)
+    victim = _train(recipe, "--out", str(killed), *fast)
+    deadline = time.time() + 240
+    while not (killed / "checkpoints" / "last.pt").exists():
+        assert victim.poll() is None and time.time() < deadline, "the run ended before its first checkpoint"
+        time.sleep(0.05)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    assert not (killed / "summary.json").exists()  # killed: no chance to write anything more
+    resumed = _train(recipe, "--out", str(killed), "--resume", *fast)
+    assert resumed.wait(timeout=240) == 0, resumed.stderr.read()
+    assert reference.wait(timeout=240) == 0, reference.stderr.read()
+    a = json.loads((whole / "summary.json").read_text())
+    b = json.loads((killed / "summary.json").read_text())
+    assert a["metrics"] == b["metrics"] and a["steps"] == b["steps"] == b["epochs"] * 31
