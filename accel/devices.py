@@ -144,3 +144,13 @@ def to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> A
     if isinstance(batch, dict):
         return {key: to_device(value, device, non_blocking) for key, value in batch.items()}
     return batch
+
+
+def inference_mode(device: torch.device):
+    """inference_mode where the backend supports it; XLA tensors need plain no_grad."""
+    return torch.no_grad() if device.type == "xla" else torch.inference_mode()
+
+
+def to_cpu(state: Any) -> Any:
+    """A (nested) state dict with every tensor on the CPU: checkpoints must not hold XLA or CUDA tensors."""
+    return to_device(state, torch.device("cpu"))

@@ -19,17 +19,22 @@ class ModelConfig(StrictModel):
     args: dict[str, Any] = Field(default_factory=dict, description="extra keyword arguments for the builder")
 
 
-def _conv_bn(cin: int, cout: int, stride: int = 1) -> nn.Sequential:
-    return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
+def _conv_bn(cin: int, cout: int, stride: int = 1, batch_norm: bool = True) -> nn.Sequential:
+    norm = nn.BatchNorm2d(cout) if batch_norm else nn.Identity()
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=not batch_norm), norm, nn.ReLU(inplace=True))
 
 
 @MODELS.register("small_cnn")
-def small_cnn(num_classes: int, in_channels: int = 1, width: int = 32) -> nn.Module:
-    """Three conv-BN-ReLU stages and a linear head: fast on a CPU, ~99% on MNIST."""
+def small_cnn(num_classes: int, in_channels: int = 1, width: int = 32, batch_norm: bool = True) -> nn.Module:
+    """Three conv-BN-ReLU stages and a linear head: fast on a CPU, ~98% on MNIST-5k.
+
+    `batch_norm: false` makes each sample's gradient independent of the rest of its batch, so results do
+    not depend on how a batch is split (across processes or micro-batches).
+    """
     return nn.Sequential(
-        _conv_bn(in_channels, width), nn.MaxPool2d(2),
-        _conv_bn(width, 2 * width), nn.MaxPool2d(2),
-        _conv_bn(2 * width, 4 * width), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        _conv_bn(in_channels, width, batch_norm=batch_norm), nn.MaxPool2d(2),
+        _conv_bn(width, 2 * width, batch_norm=batch_norm), nn.MaxPool2d(2),
+        _conv_bn(2 * width, 4 * width, batch_norm=batch_norm), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
         nn.Linear(4 * width, num_classes),
     )
 

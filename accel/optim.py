@@ -1,6 +1,7 @@
 """Optimizers and learning-rate schedules by name. Schedules are stepped once per optimizer step."""
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -68,7 +69,9 @@ class OneCycle:
     def build(cfg, optimizer, *, total_steps: int, steps_per_epoch: int):
         peak = [group["lr"] for group in optimizer.param_groups]
         return torch.optim.lr_scheduler.OneCycleLR(
-            optimizer, max_lr=peak, total_steps=max(total_steps, 2), pct_start=cfg.pct_start,
+            # torch divides by the warm-up length: keep it at least one step on very short runs
+            optimizer, max_lr=peak, total_steps=max(total_steps, math.floor(1 / cfg.pct_start) + 1),
+            pct_start=cfg.pct_start,
             div_factor=cfg.div_factor, final_div_factor=cfg.final_div_factor, cycle_momentum=False)
 
 

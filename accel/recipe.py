@@ -13,7 +13,11 @@ import yaml
 from pydantic import Field, SerializeAsAny, ValidationError, field_validator
 
 from . import builtins  # noqa: F401  (fills the registries the recipe refers to)
+from .data.augment import AugmentConfig
+from .data.cache import CacheConfig
+from .data.cpu_transforms import CpuTransformsConfig
 from .data.loaders import LoaderConfig
+from .data.prefetch import PrefetchConfig
 from .errors import RecipeError, did_you_mean
 from .models import ModelConfig
 from .recipe_yaml import Origins, apply_overrides, load_with_bases
@@ -27,6 +31,15 @@ class DataConfig(StrictModel):
     eval_batch_size: int | None = Field(None, ge=1, description="batch size for evaluation; default: batch_size")
     drop_last: bool = Field(True, description="drop the last incomplete training batch (steady shapes suit compile)")
     loader: LoaderConfig = Field(default_factory=LoaderConfig, description="DataLoader tuning")
+    augment: AugmentConfig = Field(default_factory=AugmentConfig, description="batch augmentation: random crop, "
+                                   "flip, cutout, mixup, cutmix, on the device or in the loader workers")
+    transforms: CpuTransformsConfig = Field(default_factory=CpuTransformsConfig, description="per-sample CPU "
+                                            "transforms on the training split (torchvision.transforms.v2, "
+                                            "albumentations)")
+    cache: CacheConfig = Field(default_factory=CacheConfig, description="decode image files once into a "
+                               "memory-mapped cache")
+    prefetch: PrefetchConfig = Field(default_factory=PrefetchConfig, description="copy and normalise the next "
+                                     "batch on the device while the current one computes")
 
 
 class EarlyStoppingConfig(StrictModel):
@@ -74,6 +87,8 @@ class Recipe(StrictModel):
                                                              description="speed-up name -> its options")
     device: str = Field("auto", description="auto | cpu | cuda | cuda:N | mps | xla")
     strict: bool = Field(False, description="a speed-up that cannot run here is an error instead of a skip")
+    strategy: Literal["ddp", "fsdp"] = Field("ddp", description="how several processes share the model: "
+                                                                "DistributedDataParallel, or FSDP2 sharding")
     log: LogConfig = Field(default_factory=LogConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
 
@@ -159,7 +174,8 @@ def _validate_speedups(data: dict, origins: Origins, problems: list[str]) -> Non
         options = {} if options is None else options
         if isinstance(options, bool):  # shorthand: `channels_last: true`
             options = {"enabled": options}
-        config = _validate_with(options, path, lambda _: SPEEDUPS.get(name).Config, "speed-up", origins, problems,
+        config_cls = SPEEDUPS.get(name).Config
+        config = _validate_with(options, path, lambda _, cls=config_cls: cls, "speed-up", origins, problems,
                                 named=False)
         if config is not None:
             resolved[name] = config

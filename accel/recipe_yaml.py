@@ -18,9 +18,16 @@ Path_ = tuple  # a key path inside the recipe, e.g. ("data", "batch_size")
 
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that reads `3e-4` as a float, as YAML 1.2 (and every user) expects."""
+    """SafeLoader with YAML 1.2 scalars: `3e-4` is a float, and only true/false are booleans (YAML 1.1 also
+    turns `on`, `off`, `yes` and `no` into booleans, so `augment: {on: device}` would lose its key)."""
 
 
+_BOOL = "tag:yaml.org,2002:bool"
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != _BOOL]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^[-+]?(?:\d[\d_]*)?(?:\.\d*)?[eE][-+]?\d+$|^[-+]?\d[\d_]*\.\d*$|^[-+]?\.\d+$"

@@ -9,10 +9,10 @@ import torch
 
 from . import devices
 from .callbacks import Callback, Checkpointer, EarlyStopping, ProgressBar, TensorBoard
+from .callbacks.data_wait import DataWaitWarning
 from .checkpoint import load_checkpoint
-from .data.loaders import build_loader
-from .data.normalize import Normalize
-from .data.sampler import EpochSampler
+from .data.pipeline import build_data_pipeline
+from .distributed import DataParallel, destroy_process_group, init_process_group, world_from_env
 from .errors import CheckpointError
 from .losses import build_loss
 from .models import build_model
@@ -29,40 +29,50 @@ log = logging.getLogger("accel")
 
 def build_trainer(recipe: Recipe, run_dir: RunDir | None = None, extra_callbacks: list[Callback] = ()) -> Trainer:
     """Everything a recipe describes, wired into a Trainer (not yet fitted)."""
-    seed_everything(recipe.seed)
-    device = devices.resolve_device(recipe.device)
+    world = world_from_env()
+    device = init_process_group(world, devices.resolve_device(recipe.device))
+    seed_everything(recipe.seed)  # the same on every rank: the model starts identical everywhere
     splits = DATASETS.get(recipe.data.dataset.name).build(recipe.data.dataset, recipe.seed)
-    model = build_model(recipe.model, num_classes=splits.num_classes, in_channels=splits.sample_shape[0])
-    train_loader = _loader(recipe, splits.train, device, train=True)
-    val_loader = _loader(recipe, splits.val, device, train=False) if splits.val is not None else None
+    # on the device before the optimizer sees it: moving to XLA replaces parameter objects
+    model = build_model(recipe.model, num_classes=splits.num_classes, in_channels=splits.sample_shape[0]).to(device)
+    if world.rank:  # random augmentation must differ between ranks (DDP copies rank 0's weights anyway)
+        seed_everything(recipe.seed + 1_000_003 * world.rank)
+    data = build_data_pipeline(recipe.data, splits, device=device, seed=recipe.seed, rank=world.rank,
+                               world_size=world.size)
+    train_loader, val_loader = data.train_loader, data.val_loader
     optimizer = build_optimizer(recipe.optim, model.parameters())
     per_epoch = steps_per_epoch(len(train_loader), recipe.train.grad_accum)
     total = recipe.train.max_steps or per_epoch * recipe.train.epochs
     scheduler = build_scheduler(recipe.schedule, optimizer, total_steps=total, steps_per_epoch=per_epoch)
-    normalize = Normalize(splits.mean, splits.std)
+    speedups = from_configs(recipe.speedups) + ([DataParallel(world, recipe.strategy)] if world.distributed else [])
+    if device.type == "xla":
+        train_loader, val_loader, speedups = _on_xla(train_loader, val_loader, speedups, device)
     return Trainer(model, optimizer, train_loader, val_loader=val_loader, loss_fn=build_loss(recipe.loss),
-                   scheduler=scheduler, config=recipe.train, speedups=from_configs(recipe.speedups),
-                   callbacks=_callbacks(recipe, run_dir) + list(extra_callbacks), device=device,
-                   train_transform=normalize, eval_transform=normalize, log_every_steps=recipe.log.every_steps,
-                   strict=recipe.strict)
+                   scheduler=scheduler, config=recipe.train, speedups=speedups,
+                   callbacks=_callbacks(recipe, run_dir if world.is_main else None) + data.callbacks
+                   + list(extra_callbacks),
+                   device=device, train_transform=data.train_transform, eval_transform=data.eval_transform,
+                   log_every_steps=recipe.log.every_steps, strict=recipe.strict, world=world)
 
 
-def _loader(recipe: Recipe, dataset, device: torch.device, train: bool):
-    data = recipe.data
-    sampler = EpochSampler(len(dataset), shuffle=train, seed=recipe.seed)
-    batch_size = data.batch_size if train else (data.eval_batch_size or data.batch_size)
-    return build_loader(dataset, data.loader, batch_size=batch_size, sampler=sampler,
-                        drop_last=train and data.drop_last, seed=recipe.seed, device=device)
+def _on_xla(train_loader, val_loader, speedups: list, device: torch.device):
+    from .xla import XlaLoader, XlaStep
+
+    val_loader = XlaLoader(val_loader, device) if val_loader is not None else None
+    return XlaLoader(train_loader, device), val_loader, speedups + [XlaStep()]
 
 
 def _callbacks(recipe: Recipe, run_dir: RunDir | None) -> list[Callback]:
-    callbacks: list[Callback] = [ProgressBar(bar=recipe.log.progress)]
+    """Early stopping runs on every rank (they must agree); the rest only where run_dir is given (rank 0)."""
+    callbacks: list[Callback] = []
     if recipe.train.early_stopping is not None:
         callbacks.append(EarlyStopping(**recipe.train.early_stopping.model_dump()))
     if run_dir is not None:
+        callbacks.append(ProgressBar(bar=recipe.log.progress))
         # checkpoint first: a summary that says "completed" has its checkpoint already on disk
         callbacks.append(Checkpointer(run_dir.checkpoints, recipe.checkpoint.every_epochs, recipe.checkpoint.keep))
         callbacks.append(RunDirWriter(run_dir))
+        callbacks.append(DataWaitWarning(recipe.data))
         if recipe.log.tensorboard:
             callbacks.append(TensorBoard(run_dir.path / "tb"))
     return callbacks
@@ -74,10 +84,22 @@ def run_recipe(recipe: Recipe, out: str | Path | None = None, resume: bool = Fal
     if resume and not run_dir.last_checkpoint.is_file():
         raise CheckpointError(f"--resume: no checkpoint at {run_dir.last_checkpoint}. Run without --resume first, "
                               "or point --out at the run directory that has checkpoints/last.pt.")
-    run_dir.write_text("recipe.yaml", recipe.dump_yaml())
-    trainer = build_trainer(recipe, run_dir)
-    run_dir.write_json("env.json", devices.environment(trainer.device))
-    if resume:
-        trainer.load_state_dict(load_checkpoint(run_dir.last_checkpoint), run_dir.last_checkpoint)
-        log.info("resumed from %s at epoch %d, step %d", run_dir.last_checkpoint, trainer.epoch, trainer.step)
-    return trainer.fit()
+    try:
+        trainer = build_trainer(recipe, run_dir)
+        if trainer.world.is_main:
+            run_dir.write_text("recipe.yaml", recipe.dump_yaml())
+            run_dir.write_json("env.json", devices.environment(trainer.device))
+        if resume:  # every rank loads the same file
+            _resume(trainer, run_dir.last_checkpoint, recipe.seed)
+        summary = trainer.fit()
+    finally:
+        destroy_process_group()
+    summary["run_dir"] = str(run_dir.path)
+    return summary
+
+
+def _resume(trainer: Trainer, path: Path, seed: int) -> None:
+    trainer.load_state_dict(load_checkpoint(path), path)
+    if trainer.world.rank:  # the file holds rank 0's RNG; other ranks need streams of their own
+        seed_everything(seed + 1_000_003 * trainer.world.rank + trainer.step)
+    log.info("resumed from %s at epoch %d, step %d", path, trainer.epoch, trainer.step)

@@ -1,12 +1,12 @@
 """The training loop. Boring on purpose: speed-ups and callbacks add behaviour through their hooks."""
 from __future__ import annotations
 
-import logging
+import inspect
 import math
 import signal
 import time
-from collections.abc import Callable, Iterable
-from contextlib import ExitStack, contextmanager, nullcontext
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack, nullcontext
 from typing import Any
 
 import torch
@@ -15,11 +15,14 @@ from torch import nn
 from . import devices
 from .callbacks.base import BatchInfo, Callback
 from .checkpoint import check_same_model, model_signature
+from .distributed import World
+from .errors import AccelError
+from .meter import Meter
 from .recipe import TrainConfig
 from .rng import rng_state, set_rng_state
+from .signals import stop_requests
 from .speedups import Speedup, select_available
 
-log = logging.getLogger("accel")
 Transform = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 PLAIN_STEP = Speedup()  # backward and optimizer step when no speed-up owns them
 
@@ -36,11 +39,12 @@ class Trainer:
                  config: TrainConfig | None = None, speedups: Iterable[Speedup] = (),
                  callbacks: Iterable[Callback] = (), device: str | torch.device = "auto",
                  train_transform: Transform | None = None, eval_transform: Transform | None = None,
-                 log_every_steps: int = 20, strict: bool = False):
+                 log_every_steps: int = 20, strict: bool = False, world: World | None = None):
         self.device = devices.resolve_device(device) if isinstance(device, str) else device
         self.module = model.to(self.device)  # the plain module: weights, checkpoints
         self.model: nn.Module = self.module  # what forward calls; speed-ups may wrap it (compile, DDP)
         self.optimizer, self.scheduler = optimizer, scheduler
+        _check_optimizer_owns(self.module, optimizer)
         self.train_loader, self.val_loader = train_loader, val_loader
         self.loss_fn = loss_fn or nn.CrossEntropyLoss()
         self.cfg = config or TrainConfig()
@@ -48,6 +52,7 @@ class Trainer:
         self.callbacks = list(callbacks)
         self.train_transform, self.eval_transform = train_transform, eval_transform
         self.log_every_steps = log_every_steps
+        self.world = world or World()
         self._owner = next((s for s in self.speedups if s.owns_step), PLAIN_STEP)
         self.forward_loss = self._forward_loss  # forward + loss; whole-step compilation replaces it
         self.epoch = self.step = self.batch_in_epoch = 0  # completed epochs / optimizer steps / batches this epoch
@@ -55,18 +60,22 @@ class Trainer:
         self.stop_signal: int | None = None
         self.last_eval: dict[str, float] = {}
         self._eval_step = -1  # the optimizer step at which last_eval was measured
-        self._window: dict[str, Any] = {}
-        self._totals = {"samples": 0, "data_s": 0.0, "compute_s": 0.0, "first_step_s": None}
+        self.meter = Meter(self.world)
 
     # ---- the loop -------------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
         """Train until the epoch or step budget is spent, a callback stops it, or a signal interrupts it."""
         start, status = time.perf_counter(), "failed"
-        for speedup in self.speedups:
-            speedup.setup(self)
+        for i, speedup in enumerate(self.speedups):
+            try:
+                speedup.setup(self)
+            except BaseException:  # undo the ones already set up: their global flags must not leak
+                for done in reversed(self.speedups[:i]):
+                    done.teardown()
+                raise
         self._emit("on_fit_start")
         try:
-            with self._signal_guard():
+            with stop_requests(self._request_stop):
                 while not self._budget_spent():
                     if self._train_epoch():
                         self._end_epoch()
@@ -81,6 +90,8 @@ class Trainer:
         return summary
 
     def _budget_spent(self) -> bool:
+        if self.world.any(self.stop_signal is not None, self.device):  # every rank stops at the same step
+            self.stop_signal = self.stop_signal or signal.SIGTERM
         over_steps = self.cfg.max_steps is not None and self.step >= self.cfg.max_steps
         return self.should_stop or self.stop_signal is not None or over_steps or (
             self.cfg.max_steps is None and self.epoch >= self.cfg.epochs)
@@ -88,20 +99,9 @@ class Trainer:
     def _train_epoch(self) -> bool:
         """Train until the epoch ends (True) or the budget or a signal stops it mid-epoch (False)."""
         self.model.train()
-        sampler = getattr(self.train_loader, "sampler", None)
-        skip = self.batch_in_epoch  # > 0 when resuming mid-epoch
-        if hasattr(sampler, "set_epoch"):
-            resumable = "skip" in sampler.set_epoch.__code__.co_varnames
-            sampler.set_epoch(self.epoch, **({"skip": skip * _batch_size(self.train_loader)} if resumable else {}))
-        batches = _length(self.train_loader)  # this epoch's full count, the resumed part included
-        if batches is not None and hasattr(sampler, "set_epoch") and resumable:
-            batches, skip = batches + skip, 0
+        iterator, batches = self._epoch_batches()
         self._emit("on_epoch_start", batches)
-        self._window = {"loss": torch.zeros((), device=self.device), "batches": 0, "samples": 0, "data_s": 0.0,
-                        "compute_s": 0.0}
-        iterator = iter(self.train_loader)
-        for _ in range(skip):  # loaders without a resumable sampler: replay to the resume point
-            next(iterator, None)
+        self.meter.start_window(self.device)
         tick = time.perf_counter()
         for batch in iterator:
             fetched = time.perf_counter()
@@ -120,6 +120,26 @@ class Trainer:
         self.batch_in_epoch = 0
         self.epoch += 1
         return True
+
+    def _epoch_batches(self) -> tuple[Iterator, int | None]:
+        """This epoch's batches from the resume point on, and the epoch's full batch count."""
+        done = self.batch_in_epoch  # > 0 when resuming mid-epoch
+        set_epoch = getattr(getattr(self.train_loader, "sampler", None), "set_epoch", None)
+        resumable = set_epoch is not None and "skip" in inspect.signature(set_epoch).parameters
+        if resumable:  # the sampler starts at the resume point, nothing is loaded twice
+            set_epoch(self.epoch, skip=done * _batch_size(self.train_loader))
+        elif set_epoch is not None:
+            set_epoch(self.epoch)
+        batches = _length(self.train_loader)
+        if batches == 0:
+            raise AccelError("the training loader yields no batches: is data.batch_size larger than the training "
+                             "set (the last incomplete batch is dropped with data.drop_last: true)?")
+        iterator = iter(self.train_loader)
+        if resumable:
+            return iterator, None if batches is None else batches + done
+        for _ in range(done):  # any other loader: replay it to the resume point
+            next(iterator, None)
+        return iterator, batches
 
     def _train_batch(self, batch: Any, batches: int | None) -> tuple[bool, torch.Tensor, int]:
         accum = self.cfg.grad_accum
@@ -172,7 +192,10 @@ class Trainer:
         loss_sum = torch.zeros((), device=self.device, dtype=torch.float64)
         correct = torch.zeros((), device=self.device, dtype=torch.int64)
         count = 0
-        with torch.inference_mode():
+        with ExitStack() as stack:
+            for speedup in self.speedups:  # outside inference mode: a context may change weights in place (EMA)
+                stack.enter_context(speedup.eval_context())
+            stack.enter_context(devices.inference_mode(self.device))
             for batch in self.val_loader:
                 inputs, targets = devices.to_device(batch, self.device, non_blocking=True)
                 if self.eval_transform is not None:
@@ -185,31 +208,24 @@ class Trainer:
                 correct += (logits.argmax(1) == targets).sum()
                 count += len(targets)
         self.model.train()
-        return {"val_loss": loss_sum.item() / max(count, 1), "val_accuracy": correct.item() / max(count, 1)}
+        totals = self.world.all_reduce_sum(torch.stack([loss_sum, correct.double(),
+                                                        torch.tensor(count, dtype=torch.float64, device=self.device)]))
+        loss_sum, correct, count = totals.tolist()
+        return {"val_loss": loss_sum / max(count, 1), "val_accuracy": correct / max(count, 1)}
 
     def _run_eval(self) -> None:
         self.last_eval, self._eval_step = self.evaluate(), self.step
 
     # ---- bookkeeping ----------------------------------------------------------------------------------
     def _account(self, info: BatchInfo) -> None:
-        window, totals = self._window, self._totals
-        window["loss"] += info.loss.float()
-        window["batches"] += 1
-        for key, value in (("samples", info.samples), ("data_s", info.data_s), ("compute_s", info.compute_s)):
-            window[key] += value
-            totals[key] += value
-        if totals["first_step_s"] is None:
-            totals["first_step_s"] = info.data_s + info.compute_s
+        self.meter.add(info)
         self._emit("on_batch_end", info)
         if info.optimizer_stepped and self.step % self.log_every_steps == 0:
             self._log({"kind": "step", **self._window_stats()})
 
     def _window_stats(self) -> dict[str, Any]:
-        window = self._window
-        elapsed = window["data_s"] + window["compute_s"]
-        return {"epoch": self.epoch + (self.batch_in_epoch > 0), "step": self.step, "loss": window["loss"].item() / max(window["batches"], 1),
-                "lr": self.optimizer.param_groups[0]["lr"], "samples_per_s": window["samples"] / max(elapsed, 1e-9),
-                "data_wait_fraction": window["data_s"] / max(elapsed, 1e-9)}
+        return {"epoch": self.epoch + (self.batch_in_epoch > 0), "step": self.step,
+                "lr": self.optimizer.param_groups[0]["lr"], **self.meter.window_stats()}
 
     def _end_epoch(self) -> None:
         every = self.cfg.eval_every_epochs
@@ -230,17 +246,12 @@ class Trainer:
             getattr(callback, hook)(self, *args)
 
     def _summary(self, status: str, wall_s: float) -> dict[str, Any]:
-        totals = self._totals
-        train_s = totals["data_s"] + totals["compute_s"]
-        train_loss = self._window["loss"].item() / self._window["batches"] if self._window.get("batches") else None
+        totals = self.meter.totals()
         return {
             "status": status,
             "metrics": {"val_accuracy": self.last_eval.get("val_accuracy"), "val_loss": self.last_eval.get("val_loss"),
-                        "train_loss": train_loss},
-            "samples_per_s": totals["samples"] / train_s if train_s else None,
-            "wall_s": wall_s, "train_s": train_s, "first_step_s": totals["first_step_s"],
-            "data_wait_fraction": totals["data_s"] / train_s if train_s else None,
-            "steps": self.step, "epochs": self.epoch,
+                        "train_loss": totals.pop("train_loss")},
+            **totals, "wall_s": wall_s, "steps": self.step, "epochs": self.epoch,
             "device": devices.device_name(self.device),
             "speedups": [s.name for s in self.speedups], "skipped_speedups": self.skipped_speedups,
             "speedup_metrics": {s.name: s.metrics() for s in self.speedups},
@@ -249,8 +260,8 @@ class Trainer:
     # ---- checkpoints and signals -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {
-            "model": self.module.state_dict(), "model_signature": model_signature(self.module),
-            "optimizer": self.optimizer.state_dict(),
+            "model": devices.to_cpu(self.module.state_dict()), "model_signature": model_signature(self.module),
+            "optimizer": devices.to_cpu(self.optimizer.state_dict()),
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
             "speedups": {s.name: s.state_dict() for s in self.speedups},
             "callbacks": {type(c).__name__: c.state_dict() for c in self.callbacks},
@@ -270,22 +281,15 @@ class Trainer:
         set_rng_state(state["rng"])
         self.epoch, self.step, self.batch_in_epoch = state["epoch"], state["step"], state["batch_in_epoch"]
 
-    @contextmanager
-    def _signal_guard(self):
-        """SIGINT/SIGTERM finish the current optimizer step, then the run stops and checkpoints."""
-        def stop(signum, _frame):
-            self.stop_signal = signum
-            log.warning("received signal %d: stopping after this step and saving a checkpoint", signum)
+    def _request_stop(self, signum: int) -> None:
+        self.stop_signal = signum
 
-        try:
-            previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-        except ValueError:  # not the main thread: signals stay with the caller
-            previous = {}
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+
+def _check_optimizer_owns(module: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    mine = {id(p) for p in module.parameters()}
+    if any(id(p) not in mine for group in optimizer.param_groups for p in group["params"]):
+        raise AccelError("the optimizer holds tensors that are not the model's parameters. Moving a model to some "
+                         "devices (XLA) replaces its parameters: create the optimizer after `model.to(device)`.")
 
 
 def _length(loader: Iterable) -> int | None:

@@ -122,3 +122,8 @@ def test_shipped_quickstart_loads():
     recipe = load_recipe(ROOT / "recipes" / "quickstart.yaml")
     assert recipe.data.dataset.name == "mnist5k" and recipe.device == "cpu"
     assert yaml.safe_load(recipe.dump_yaml())["name"] == "quickstart"
+
+
+def test_yaml_12_booleans_keep_on_and_yes_as_words():
+    assert parse_value("on") == "on" and parse_value("yes") == "yes"
+    assert parse_value("true") is True and parse_value("False") is False

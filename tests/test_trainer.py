@@ -157,3 +157,12 @@ def test_users_own_model_data_and_optimizer():
                       val_loader=DataLoader(TensorDataset(x, y), batch_size=32), device="cpu")
     summary = trainer.fit()
     assert summary["status"] == "completed" and summary["metrics"]["val_accuracy"] is not None
+
+
+def test_a_loader_without_batches_is_an_error_not_a_hang(tiny):
+    from accel.errors import AccelError
+
+    tiny["data"]["batch_size"] = 1024  # more than the 51 training samples, and the last batch is dropped
+    tiny["train"]["max_steps"] = 3
+    with pytest.raises(AccelError, match="no batches"):
+        build_trainer(validate_recipe(tiny)).fit()

@@ -21,7 +21,12 @@ import numpy as np
 
 from . import plots
 from .stats import (
-    bootstrap_median_ci, bootstrap_ratio_ci, break_even_steps, differs_beyond_noise, percentiles, verdict,
+    bootstrap_median_ci,
+    bootstrap_ratio_ci,
+    break_even_steps,
+    differs_beyond_noise,
+    percentiles,
+    verdict,
 )
 from .variants import Variant, format_value
 
@@ -52,13 +57,17 @@ def _interval(median: float | None, ci: tuple[float, float] | None) -> dict:
     return {"median": median, "ci95": list(ci) if ci is not None else None}
 
 
+MIN_TRIALS = 2  # one trial per side gives an interval of zero width: no verdict can rest on it
+
+
 def _ratio(sps: list[float], base_sps: list[float], is_base: bool) -> tuple[dict, str | None]:
     if is_base and sps:
         return _interval(1.0, (1.0, 1.0)), None
     if not sps or not base_sps:
         return _interval(None, None), None
     r, ci = bootstrap_ratio_ci(sps, base_sps)
-    return _interval(r, ci), verdict(r, ci)
+    enough = min(len(sps), len(base_sps)) >= MIN_TRIALS
+    return _interval(r, ci), verdict(r, ci) if enough else None
 
 
 def _summarize_variant(variant: Variant, trials: list[dict], base_ok: list[dict], is_base: bool) -> dict:
@@ -103,8 +112,8 @@ def _speedup_readings(rows: dict[str, dict]) -> dict:
         added = rows[f"+{name}"]["ratio_vs_baseline"] | {"verdict": rows[f"+{name}"]["verdict"]}
         removed = None
         if sps.get("all") and sps.get(f"-{name}"):
-            r, ci = bootstrap_ratio_ci(sps["all"], sps[f"-{name}"])
-            removed = _interval(r, ci) | {"verdict": verdict(r, ci)}
+            removed_ratio, said = _ratio(sps["all"], sps[f"-{name}"], is_base=False)
+            removed = removed_ratio | {"verdict": said}
         said = {x["verdict"] for x in (added, removed) if x and x["verdict"]}
         overall = None if not said else said.pop() if len(said) == 1 else "mixed"
         out[name] = {"added": added, "removed": removed, "verdict": overall}

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import AccelError, RecipeError
+from ..recipe_yaml import parse_value
 
 
 @dataclass(frozen=True)
@@ -54,24 +55,6 @@ def ablation_variants(speedups: dict[str, dict]) -> list[Variant]:
     if len(names) > 1:
         variants += [Variant(f"-{n}", _switches(names, everything - {n})) for n in names]
     return variants
-
-
-def parse_value(text: str) -> Any:
-    """A command-line value typed like YAML would, but predictably: 1e-3 is a float, `on`/`yes` stay strings."""
-    s = text.strip()
-    low = s.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    if low in ("null", "none", "~"):
-        return None
-    for cast in (int, float):
-        try:
-            return cast(s)
-        except ValueError:
-            pass
-    if len(s) >= 2 and s[0] == s[-1] and s[0] in "'\"":
-        return s[1:-1]  # quoted: keep "64" a string
-    return s
 
 
 def format_value(value: Any) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import random
+from collections.abc import Callable
 from typing import Annotated, Literal
 
 import numpy as np
@@ -34,6 +35,9 @@ class LoaderConfig(StrictModel):
     persistent_workers: bool = Field(
         True, description="Keep workers alive between epochs instead of re-forking them; used only with workers."
     )
+    backend: Literal["torch", "dali"] = Field(
+        "torch", description="`torch`: a DataLoader over the dataset. `dali`: NVIDIA DALI reads, decodes (on the "
+        "GPU with CUDA), resizes and normalises image files itself; image folders only, needs the `dali` extra.")
 
 
 def available_cpus() -> int:
@@ -92,8 +96,12 @@ def build_loader(
     drop_last: bool,
     seed: int,
     device: torch.device,
+    collate_fn: Callable | None = None,
 ) -> DataLoader:
-    """A DataLoader over `dataset` with `cfg` resolved; worker seeds derive from `seed`, so runs repeat."""
+    """A DataLoader over `dataset` with `cfg` resolved; worker seeds derive from `seed`, so runs repeat.
+
+    `collate_fn` (default: torch's) turns a list of samples into a batch; `augment.on: loader` passes one.
+    """
     workers = resolve_num_workers(cfg, dataset)
     extra = {}
     if workers > 0:  # DataLoader rejects these options without workers
@@ -107,5 +115,6 @@ def build_loader(
         num_workers=workers,
         pin_memory=resolve_pin_memory(cfg, device),
         generator=torch.Generator().manual_seed(seed),
+        collate_fn=collate_fn,
         **extra,
     )

@@ -22,14 +22,17 @@ class EpochSampler(Sampler[int]):
     indices[r::world_size], as torch's DistributedSampler does: every rank sees the same number of batches.
     """
 
-    def __init__(self, num_samples: int, *, shuffle: bool, seed: int, rank: int = 0, world_size: int = 1):
+    def __init__(self, num_samples: int, *, shuffle: bool, seed: int, rank: int = 0, world_size: int = 1,
+                 pad: bool = True):
         if num_samples < 1:
             raise ValueError(f"EpochSampler needs at least one sample, got num_samples={num_samples}")
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(f"EpochSampler: rank {rank} is not in [0, world_size={world_size})")
         self.num_samples, self.shuffle, self.seed = num_samples, shuffle, seed
         self.rank, self.world_size = rank, world_size
-        self.per_rank = -(-num_samples // world_size)  # ceil
+        # pad=False (evaluation): ranks may differ by one sample, but no sample is counted twice
+        self.per_rank = -(-num_samples // world_size) if pad else len(range(rank, num_samples, world_size))
+        self.pad = pad
         self.epoch, self.skip = 0, 0
 
     def set_epoch(self, epoch: int, skip: int = 0) -> None:
@@ -46,7 +49,7 @@ class EpochSampler(Sampler[int]):
         else:
             order = torch.arange(self.num_samples)
         total = self.per_rank * self.world_size
-        if total > self.num_samples:  # repeat, not just one wrap: fewer samples than ranks must still work
+        if self.pad and total > self.num_samples:  # repeat, not just one wrap: fewer samples than ranks must still work
             order = order.repeat(-(-total // self.num_samples))[:total]
         return order[self.rank :: self.world_size]
 

@@ -26,7 +26,7 @@ class Speedup:
 
     name: ClassVar[str]
     order: ClassVar[int] = 50
-    owns_step: ClassVar[bool] = False
+    owns_step: bool = False  # an instance may set it in __init__ (amp: only fp16 owns the step)
     Config: ClassVar[type[SpeedupConfig]] = SpeedupConfig
 
     def __init__(self, cfg: SpeedupConfig | None = None):
@@ -45,6 +45,10 @@ class Speedup:
 
     def step_context(self) -> AbstractContextManager:
         """Wraps forward and loss (e.g. autocast)."""
+        return nullcontext()
+
+    def eval_context(self) -> AbstractContextManager:
+        """Wraps a whole evaluation pass (e.g. swapping in averaged weights)."""
         return nullcontext()
 
     def backward(self, loss: torch.Tensor, trainer: "Trainer") -> None:

@@ -3,7 +3,12 @@ import math
 import pytest
 
 from accel.bench.stats import (
-    bootstrap_median_ci, bootstrap_ratio_ci, break_even_steps, differs_beyond_noise, percentiles, verdict,
+    bootstrap_median_ci,
+    bootstrap_ratio_ci,
+    break_even_steps,
+    differs_beyond_noise,
+    percentiles,
+    verdict,
 )
 
 
@@ -98,3 +103,10 @@ def test_differs_beyond_noise_rule():
     assert differs_beyond_noise([math.nan, 1.0], [1.0, 1.0])  # diverged
     assert not differs_beyond_noise([], [1.0])
     assert not differs_beyond_noise([None], [1.0])
+
+
+def test_a_single_trial_per_side_gives_no_verdict():
+    from accel.bench.report import _ratio
+
+    ratio, said = _ratio([200.0], [100.0], is_base=False)
+    assert ratio["median"] == 2.0 and said is None

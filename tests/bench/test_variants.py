@@ -1,7 +1,8 @@
 import pytest
 
-from accel.bench.variants import Variant, ablation_variants, describe, interleave, parse_value, vary_variants
+from accel.bench.variants import Variant, ablation_variants, describe, interleave, vary_variants
 from accel.errors import AccelError, RecipeError
+from accel.recipe_yaml import parse_value
 
 
 def test_ablation_names_and_overrides_exactly():

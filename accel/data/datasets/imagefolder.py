@@ -34,6 +34,11 @@ class ImageFileDataset(Dataset):
     def __len__(self) -> int:
         return len(self.samples)
 
+    def cache_key(self) -> dict:
+        """What, besides the files themselves, decides the decoded pixels: the decoded cache's key."""
+        return {"dataset": "imagefolder", "image_size": self.image_size, "on_corrupt": self.on_corrupt,
+                "decode": "torchvision.io RGB; resize short side, antialias; center crop"}
+
     def load(self, path: str) -> torch.Tensor:
         """Decode one file to a uint8 RGB tensor of shape (3, image_size, image_size)."""
         # Imported here: torchvision costs ~1 s to import, which runs that only use in-memory data should not pay.

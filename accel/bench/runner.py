@@ -1,0 +1,295 @@
+"""Run an A/B bench: resolve variants into recipe files, run interleaved trials in fresh processes, report.
+
+Each trial is `python -m accel.bench.trial` in its own process (and process group, so a timeout kills its
+DataLoader workers too), so no global state, allocator pool or warm cache leaks from one trial into the next.
+Compilation caches are cold by default (a fresh TORCHINDUCTOR_CACHE_DIR per trial): the compile time a user
+pays on a new machine is part of the honest price of `torch.compile`. `warm_cache` shares one cache under OUT.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from ..errors import AccelError, RecipeError
+from ..recipe import Recipe, load_recipe, validate_recipe
+from ..recipe_yaml import Origins, apply_overrides
+from .report import summarize, write_reports
+from .variants import Variant, ablation_variants, interleave, vary_variants
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding `accel/`, for the children's imports
+TAIL_LINES = 30
+SkipRule = Callable[[str, list], "str | None"]
+
+
+@dataclass
+class BenchPlan:
+    """What a bench will run: the variants, which one is the baseline, and each one's resolved recipe."""
+
+    recipe_path: Path
+    name: str
+    variants: list[Variant]
+    baseline: str
+    recipes: dict[str, Recipe]
+
+
+def resolve_variant(base: Recipe, variant: Variant) -> Recipe:
+    """`base` (already resolved, --set applied) with the variant's overrides, validated like `--set`."""
+    # JSON text is YAML, so typed values survive apply_overrides' parsing ("64" stays a string, 64 an int).
+    items = [f"{key}={json.dumps(value)}" for key, value in variant.overrides.items()]
+    origins = Origins()
+    try:
+        return validate_recipe(apply_overrides(base.dump(), origins, items), origins)
+    except RecipeError as err:
+        raise RecipeError(f"variant `{variant.name}`: {err}") from None
+
+
+def plan_bench(recipe_path: str | Path, sets: list[str], ablate: bool, vary: list[str]) -> BenchPlan:
+    """Load the recipe with `sets`, build the variants (--ablate or --vary) and resolve every one up front,
+    so a bad value fails in a second rather than after an hour of trials."""
+    if ablate == bool(vary):
+        raise AccelError("accel bench needs exactly one of --ablate (every speed-up on/off) or --vary KEY=V1,V2 "
+                         "(repeatable), e.g. --vary data.batch_size=64,128.")
+    base = load_recipe(recipe_path, sets)
+    variants = ablation_variants(base.dump()["speedups"]) if ablate else vary_variants(vary)
+    recipes = {v.name: resolve_variant(base, v) for v in variants}
+    return BenchPlan(Path(recipe_path), base.name, variants, variants[0].name, recipes)
+
+
+def default_out(name: str, kind: str = "bench") -> Path:
+    """runs/<kind>-<name>-<timestamp>."""
+    return Path("runs") / f"{kind}-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _slug(index: int, name: str) -> str:
+    safe = "".join(c if c.isalnum() or c in "._=-" else "_" for c in name)
+    return f"{index:02d}-{safe[:80]}"
+
+
+def write_recipes(recipes: dict[str, Recipe], out: Path) -> dict[str, Path]:
+    """Each variant's resolved recipe as OUT/recipes/NN-NAME.yaml: the exact input of its trials."""
+    folder = Path(out) / "recipes"
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for i, (name, recipe) in enumerate(recipes.items()):
+        paths[name] = folder / f"{_slug(i, name)}.yaml"
+        paths[name].write_text(f"# accel bench variant `{name}`, fully resolved\n{recipe.dump_yaml()}")
+    return paths
+
+
+def trial_env(cache_dir: Path) -> dict[str, str]:
+    """The parent's environment, with the compile caches pointed at `cache_dir` and accel importable."""
+    env = dict(os.environ)
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)
+    env["TRITON_CACHE_DIR"] = str(cache_dir / "triton")  # else Triton keeps kernels warm in ~/.triton
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH")) if p)
+    env["PYTHONUNBUFFERED"] = "1"  # the log tail must hold the last words of a process that died
+    return env
+
+
+def _tail(path: Path, lines: int = TAIL_LINES) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the trial and its DataLoader workers, nothing else
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _exit_reason(code: int) -> str:
+    if code < 0:
+        name = signal.Signals(-code).name
+        hint = " (often the out-of-memory killer)" if -code == signal.SIGKILL else ""
+        return f"killed by {name}{hint}"
+    return f"exited with code {code}"
+
+
+def _read_result(path: Path) -> dict | None:
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return result if isinstance(result, dict) else None
+
+
+def run_trial_process(argv: list[str], json_path: Path, log_path: Path, timeout: float | None,
+                      env: dict[str, str]) -> dict[str, Any]:
+    """Run one trial command; its result dict, or {"error": ...} with the output tail when it crashed,
+    timed out or wrote no readable JSON. Output goes to `log_path`."""
+    json_path.unlink(missing_ok=True)
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            return {"error": f"timed out after {timeout:g} s (--timeout); last output:\n{_tail(log_path)}"}
+        except BaseException:  # Ctrl-C reaches only us (new session): take the trial down with us
+            _kill_group(proc)
+            raise
+    result = _read_result(json_path)
+    if result is None:
+        return {"error": f"trial process {_exit_reason(code)} without a readable result; "
+                         f"last output:\n{_tail(log_path)}"}
+    if code != 0 and result.get("error") is None:
+        result["error"] = f"trial process {_exit_reason(code)} after writing its result; last output:\n" \
+                          f"{_tail(log_path)}"
+    return result
+
+
+def trial_line(result: dict[str, Any], done: int, total: int) -> str:
+    """One progress line for a finished trial: its throughput, or why it failed."""
+    head = f"[{done}/{total}] {result['variant']} trial {result['trial']}"
+    if result.get("error"):
+        lines = [ln for ln in str(result["error"]).strip().splitlines() if ln.strip()] or ["?"]
+        said = lines[-1] if lines[0].startswith("Traceback") else lines[0]
+        return f"{head}: FAILED: {said}"
+    sps, first = result.get("samples_per_s"), result.get("first_step_s")
+    line = f"{head}: {sps:.1f} samples/s" if isinstance(sps, (int, float)) else f"{head}: no throughput"
+    if isinstance(first, (int, float)):
+        line += f", first step {first:.2f} s"
+    skipped = result.get("skipped_speedups") or {}
+    return line + (f" (skipped here: {', '.join(skipped)})" if skipped else "")
+
+
+class TrialProgress:
+    """A live bar on a terminal; everywhere, one plain line per finished trial."""
+
+    def __init__(self, console: Console, total: int):
+        self.console, self.total, self.done = console, total, 0
+        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                                 MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True,
+                                 disable=not console.is_terminal)
+        self.task = self.progress.add_task("trials", total=total)
+
+    def __enter__(self) -> "TrialProgress":
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def started(self, variant: str, trial: int) -> None:
+        self.progress.update(self.task, description=f"{variant} trial {trial}")
+
+    def finished(self, result: dict[str, Any]) -> None:
+        self.done += 1
+        self._say(trial_line(result, self.done, self.total))
+
+    def skipped(self, variant: str, trial: int, reason: str) -> None:
+        self.done += 1
+        self._say(f"[{self.done}/{self.total}] {variant} trial {trial}: skipped: {reason}")
+
+    def _say(self, line: str) -> None:
+        self.console.print(line, highlight=False, markup=False, soft_wrap=True)
+        self.progress.advance(self.task)
+
+
+@dataclass
+class TrialSettings:
+    """How every trial runs: timed steps, warm-up steps, the per-trial time limit and the compile cache."""
+
+    steps: int
+    warmup: int
+    timeout: float | None = None
+    warm_cache: bool = False
+
+
+def _run_job(index: int, trial: int, variant: str, recipe: Path, out: Path, settings: TrialSettings) -> dict:
+    stem = _slug(index, f"{variant}-t{trial}")
+    json_path, log_path = out / "trials" / f"{stem}.json", out / "trials" / f"{stem}.log"
+    if settings.warm_cache:
+        cache = (out / "inductor-cache").resolve()
+    else:
+        cache = Path(tempfile.mkdtemp(prefix="accel-inductor-"))
+    argv = [sys.executable, "-m", "accel.bench.trial", str(recipe), "--steps", str(settings.steps),
+            "--warmup", str(settings.warmup), "--json", str(json_path),
+            "--variant", variant, "--trial", str(trial)]
+    started, tick = time.time(), time.perf_counter()
+    try:
+        result = run_trial_process(argv, json_path, log_path, settings.timeout, trial_env(cache))
+    finally:
+        if not settings.warm_cache:
+            shutil.rmtree(cache, ignore_errors=True)
+    # The runner's own bookkeeping wins over anything the child wrote.
+    return result | {"variant": variant, "trial": trial, "index": index, "started_at": started,
+                     "process_s": time.perf_counter() - tick, "log": str(log_path)}
+
+
+def run_trials(jobs: list[tuple[int, str, Path]], out: str | Path, settings: TrialSettings,
+               console: Console | None = None, skip: SkipRule | None = None) -> list[dict[str, Any]]:
+    """Run (trial, variant, recipe file) jobs in the given order, one process each; every result, failed too.
+
+    `skip(variant, results so far)` may return a reason not to run a job (tune: sizes above one that failed).
+    Ctrl-C stops after killing the running trial and returns the finished ones, so an hour of work still
+    makes a report.
+    """
+    out = Path(out)
+    (out / "trials").mkdir(parents=True, exist_ok=True)
+    results: list[dict[str, Any]] = []
+    with TrialProgress(console or Console(stderr=True), len(jobs)) as progress:
+        try:
+            for index, (trial, variant, recipe) in enumerate(jobs):
+                reason = skip(variant, results) if skip is not None else None
+                if reason is not None:
+                    progress.skipped(variant, trial, reason)
+                    continue
+                progress.started(variant, trial)
+                results.append(_run_job(index, trial, variant, recipe, out, settings))
+                progress.finished(results[-1])
+        except KeyboardInterrupt:
+            progress.console.print(f"interrupted: keeping the {len(results)} finished trials", highlight=False)
+    return results
+
+
+def _environment(results: list[dict[str, Any]]) -> dict[str, Any]:
+    # The environment as a trial saw it (its device, its threads); the parent's only if every trial failed early.
+    envs = [r.pop("env") for r in results if isinstance(r.get("env"), dict)]
+    for r in results:
+        r.pop("env", None)
+    if envs:
+        return envs[0]
+    from .. import devices
+
+    return devices.environment()
+
+
+def run_bench(plan: BenchPlan, out: str | Path, settings: TrialSettings, trials: int,
+              command: str | None = None, console: Console | None = None) -> tuple[dict, dict[str, Path]]:
+    """Run the plan's trials interleaved (A B C A B C ...), then write report.json/.md/.html into `out`.
+
+    The report has `interrupted: true` when Ctrl-C stopped the trials early (it covers the finished ones).
+    """
+    out = Path(out)
+    files = write_recipes(plan.recipes, out)
+    jobs = [(t, v.name, files[v.name]) for t, v in interleave(plan.variants, trials)]
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    results = run_trials(jobs, out, settings, console)
+    extra = {"recipe": str(plan.recipe_path), "started": started, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+             "interrupted": len(results) < len(jobs),
+             "settings": {"steps": settings.steps, "warmup": settings.warmup, "trials": trials,
+                          "timeout_s": settings.timeout,
+                          "compile_cache": "warm (shared)" if settings.warm_cache else "cold (fresh per trial)"},
+             "recipes": {name: recipe.dump() for name, recipe in plan.recipes.items()}}
+    if command:
+        extra["command"] = command
+    report = summarize(results, plan.variants, plan.baseline, env=_environment(results), extra=extra)
+    return report, write_reports(report, out)

@@ -1,0 +1,147 @@
+"""One bench trial in its own process: `python -m accel.bench.trial RECIPE.yaml --steps N --warmup W --json OUT`.
+
+The recipe is already resolved (the runner wrote it); this only adds the bench's own settings: a step budget of
+warmup + steps, a device sync after every step so step times are exact, no progress bar, TensorBoard,
+run directory, early stopping or mid-run evaluation (evaluation still runs once at the end, so a recipe with a
+validation split reports its accuracy). The raw trial dict it writes is what `accel.bench.report` reads.
+On any exception the JSON holds `error` (the traceback) and the process exits with code 1.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import devices
+from ..callbacks.base import BatchInfo, Callback
+from ..errors import AccelError
+
+LAST_LOSS_STEPS = 5  # final_loss averages this many last timed steps: one step's loss is too noisy to compare
+
+BENCH_SETTINGS = ("train.sync_every_step=true", "train.eval_every_epochs=0", "train.early_stopping=null",
+                  "log.progress=false", "log.tensorboard=false")
+
+
+class StepTimer(Callback):
+    """Per optimizer step: seconds (data wait + compute over its micro-batches), data wait, samples and loss."""
+
+    def __init__(self) -> None:
+        self.steps: list[dict[str, Any]] = []
+        self.fit_started: float | None = None
+        self._open = self._new()
+
+    @staticmethod
+    def _new() -> dict[str, Any]:
+        return {"s": 0.0, "data_s": 0.0, "samples": 0, "losses": []}
+
+    def on_fit_start(self, trainer) -> None:
+        self.fit_started = time.perf_counter()  # after speed-up setup (jit, compile wrapping)
+
+    def on_epoch_start(self, trainer, batches: int | None) -> None:
+        # With a step budget the trainer would loop forever over empty epochs; fail like a person would want.
+        if batches == 0:
+            raise AccelError("the training loader yields no batches: data.batch_size is larger than the training "
+                             "set and data.drop_last is true. Use a smaller batch size.")
+
+    def on_batch_end(self, trainer, info: BatchInfo) -> None:
+        step = self._open
+        step["s"] += info.data_s + info.compute_s
+        step["data_s"] += info.data_s
+        step["samples"] += info.samples
+        step["losses"].append(info.loss)  # a device tensor: reading it here would add a sync
+        if info.optimizer_stepped:
+            self.steps.append(step)
+            self._open = self._new()
+
+
+def _final_loss(steps: list[dict[str, Any]]) -> float | None:
+    losses = [loss.float() for s in steps[-LAST_LOSS_STEPS:] for loss in s["losses"]]
+    return float(torch.stack(losses).mean()) if losses else None
+
+
+def measure(timer: StepTimer, warmup: int, setup_s: float) -> dict[str, Any]:
+    """Throughput and timing figures from the timed steps (those after `warmup`); warm-up reported apart.
+
+    `setup_s` is the time fit() spent before the first step (speed-up setup). It counts towards first_step_s
+    and warmup_s because it is start-up cost a speed-up must repay, like compilation in the first step.
+    """
+    timed = timer.steps[warmup:]
+    if not timed:
+        raise AccelError(f"no timed steps: only {len(timer.steps)} optimizer steps ran, all of them warm-up.")
+    total_s = sum(s["s"] for s in timed)
+    return {
+        "samples_per_s": sum(s["samples"] for s in timed) / total_s if total_s > 0 else None,
+        "step_times_s": [s["s"] for s in timed],
+        "data_wait_fraction": sum(s["data_s"] for s in timed) / total_s if total_s > 0 else None,
+        "setup_s": setup_s,
+        "first_step_s": setup_s + timer.steps[0]["s"],
+        "warmup_s": setup_s + sum(s["s"] for s in timer.steps[:warmup]),
+        "final_loss": _final_loss(timed),
+        "steps": len(timed),
+    }
+
+
+def run_trial(recipe_path: Path, steps: int, warmup: int) -> dict[str, Any]:
+    """Build and fit the recipe under the bench settings; the measured figures of one trial."""
+    from ..recipe import load_recipe
+    from ..run import build_trainer
+
+    started = time.perf_counter()
+    recipe = load_recipe(recipe_path, [f"train.max_steps={warmup + steps}", *BENCH_SETTINGS])
+    timer = StepTimer()
+    trainer = build_trainer(recipe, run_dir=None, extra_callbacks=[timer])
+    built = time.perf_counter()
+    devices.reset_peak_memory(trainer.device)
+    summary = trainer.fit()
+    if summary["status"] != "completed":
+        raise AccelError(f"training did not complete (status {summary['status']}).")
+    if len(timer.steps) < warmup + steps:
+        raise AccelError(f"only {len(timer.steps)} of {warmup + steps} steps ran.")
+    result = measure(timer, warmup, setup_s=(timer.fit_started or built) - built)
+    return result | {
+        "peak_memory_mb": devices.peak_memory_mb(trainer.device),
+        "val_accuracy": summary["metrics"].get("val_accuracy"),
+        "batch_size": recipe.data.batch_size, "grad_accum": recipe.train.grad_accum,
+        "build_s": built - started, "wall_s": time.perf_counter() - started,
+        "skipped_speedups": summary.get("skipped_speedups") or {},
+        "env": devices.environment(trainer.device),
+    }
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m accel.bench.trial", description=__doc__.splitlines()[0])
+    parser.add_argument("recipe", type=Path, help="a resolved recipe YAML file")
+    parser.add_argument("--steps", type=int, required=True, help="timed optimizer steps")
+    parser.add_argument("--warmup", type=int, required=True, help="untimed optimizer steps before them")
+    parser.add_argument("--json", type=Path, required=True, help="where to write the trial dict")
+    parser.add_argument("--variant", default=None, help="variant name recorded in the result")
+    parser.add_argument("--trial", type=int, default=0, help="trial number recorded in the result")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one trial and write its JSON; exit code 1 (with `error` in the JSON) when it raised."""
+    args = _parser().parse_args(argv)
+    head = {"variant": args.variant or args.recipe.stem, "trial": args.trial, "error": None}
+    try:
+        if args.steps < 1 or args.warmup < 0:
+            raise AccelError(f"--steps must be >= 1 and --warmup >= 0, got {args.steps} and {args.warmup}.")
+        result, code = head | run_trial(args.recipe, args.steps, args.warmup), 0
+    except BaseException:  # KeyboardInterrupt too: the runner still gets a readable record
+        result, code = head | {"error": traceback.format_exc()}, 1
+        traceback.print_exc()
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.json.with_name(args.json.name + ".tmp")
+    tmp.write_text(json.dumps(result, default=str))  # NaN stays NaN: a diverged loss must read as diverged
+    tmp.replace(args.json)  # the runner never reads half a file
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""Multi-process training on torch.distributed, started by torchrun (or any launcher that sets its variables).
+
+accel launches nothing of its own: `accel train --nproc N` execs torchrun, and SLURM / Kubernetes / Ray
+launchers work unchanged because only the standard RANK / WORLD_SIZE / LOCAL_RANK variables are read.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .speedups.base import Speedup
+
+log = logging.getLogger("accel")
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place among the training processes (a single process is rank 0 of 1)."""
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.size > 1
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.distributed:
+            dist.all_reduce(tensor)
+        return tensor
+
+    def any(self, flag: bool, device: torch.device) -> bool:
+        """True on every rank when it is True on one: ranks must agree before stopping, or DDP hangs."""
+        if not self.distributed:
+            return flag
+        return bool(self.all_reduce_sum(torch.tensor([float(flag)], device=device)).item())
+
+
+def world_from_env() -> World:
+    return World(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
+                 int(os.environ.get("LOCAL_RANK", 0)))
+
+
+def init_process_group(world: World, device: torch.device) -> torch.device:
+    """Join the process group (nccl for CUDA, gloo otherwise); return this rank's device."""
+    if not world.distributed:
+        return device
+    if device.type == "cuda":
+        device = torch.device("cuda", world.local_rank)
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo",
+                                device_id=device if device.type == "cuda" else None)
+    return device
+
+
+def destroy_process_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+class DataParallel(Speedup):
+    """Wraps the model in DistributedDataParallel, or shards it with FSDP2 (`strategy: fsdp`)."""
+
+    name = "ddp"
+    order = 80  # after layout and precision changes, before compile
+
+    def __init__(self, world: World, strategy: str = "ddp"):
+        super().__init__()
+        self.world, self.strategy = world, strategy
+
+    def setup(self, trainer: Any) -> None:
+        if self.strategy == "fsdp":
+            from torch.distributed.fsdp import fully_shard
+
+            trainer.model = fully_shard(trainer.model)
+            return
+        ids = [trainer.device.index] if trainer.device.type == "cuda" else None
+        trainer.model = torch.nn.parallel.DistributedDataParallel(trainer.model, device_ids=ids)
+
+
+def torchrun_command(argv: list[str], nproc: int, nnodes: int, node_rank: int, master_addr: str | None,
+                     master_port: int | None) -> list[str]:
+    """The torchrun invocation that runs `accel ARGV` in each process."""
+    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", f"--nnodes={nnodes}"]
+    if nnodes > 1:
+        command.append(f"--node-rank={node_rank}")
+    if master_addr:
+        command.append(f"--master-addr={master_addr}")
+    if master_port:
+        command.append(f"--master-port={master_port}")
+    elif nnodes == 1:
+        command.append("--standalone")  # picks a free port: two local runs do not collide
+    return command + ["-m", "accel.cli", *argv]

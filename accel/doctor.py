@@ -1,0 +1,211 @@
+"""`accel doctor`: what this machine offers for training, and the traps that quietly cost speed.
+
+`collect()` gathers plain facts (versions, devices, CPU, BLAS and thread settings, optional backends); the
+device facts come from `accel.devices`. `find_traps()` is a pure function of those facts, so each warning
+is tested on made-up machines. Optional backends are probed with `importlib.util.find_spec` and package
+metadata, never imported: importing DALI or torch_xla costs seconds and may grab a device.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import re
+from typing import Any
+
+import torch
+
+from . import devices
+from .data.loaders import available_cpus
+
+# module -> distributions that may provide it (DALI's wheel name carries the CUDA major version).
+BACKENDS = {
+    "nvidia.dali": ("nvidia-dali-cuda130", "nvidia-dali-cuda120", "nvidia-dali-cuda110", "nvidia-dali"),
+    "torch_xla": ("torch-xla", "torch_xla"),
+    "onnxruntime": ("onnxruntime", "onnxruntime-gpu"),
+    "onnx": ("onnx",),
+    "albumentations": ("albumentations",),
+    "cv2": ("opencv-python-headless", "opencv-python", "opencv-contrib-python"),
+    "tensorboard": ("tensorboard",),
+}
+THREAD_ENV = re.compile(r"^(OMP_|MKL_|KMP_|GOMP_|OPENBLAS_|TORCH_|PYTORCH_|CUDA_|NCCL_|CUBLAS_|TORCHINDUCTOR_)")
+MANY_CORES = 8  # above this, an unset OMP_NUM_THREADS makes every process start a thread per core
+
+
+def _version(*dists: str) -> str | None:
+    for dist in dists:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a missing parent package (`nvidia` for nvidia.dali) raises
+        return False
+
+
+def backends() -> dict[str, dict[str, Any]]:
+    """Each optional backend: whether it is importable here and its package version."""
+    return {mod: {"installed": _installed(mod), "version": _version(*dists)} for mod, dists in BACKENDS.items()}
+
+
+def _nccl() -> str | None:
+    try:
+        version = torch.cuda.nccl.version()
+    except Exception:  # CPU builds have no NCCL; the call raises rather than returning None
+        return None
+    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+
+
+def _blas() -> dict[str, Any]:
+    from threadpoolctl import threadpool_info
+
+    found = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
+    pools = [{k: p.get(k) for k in ("user_api", "internal_api", "prefix", "version", "num_threads")}
+             for p in threadpool_info()]
+    return {"torch_blas": found.group(1) if found else None, "mkl": torch.backends.mkl.is_available(),
+            "mkldnn": torch.backends.mkldnn.is_available(), "threadpools": pools}
+
+
+def _gpus() -> list[dict[str, Any]]:
+    # devices.environment() names the GPUs; their memory is only needed here. Asked only when CUDA is usable.
+    if not devices.cuda_available():
+        return []
+    props = [torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count())]
+    return [{"name": p.name, "memory_mb": p.total_memory / 2**20, "capability": f"{p.major}.{p.minor}"}
+            for p in props]
+
+
+def _memory_mb() -> float | None:
+    try:
+        import psutil
+    except ImportError:
+        return None
+    return psutil.virtual_memory().total / 2**20
+
+
+def collect(recipe: Any = None) -> dict[str, Any]:
+    """Facts about this machine (and, with a recipe, its loader and speed-up settings) plus `warnings`."""
+    device = devices.resolve_device(recipe.device if recipe is not None else "auto")
+    env = devices.environment(device)
+    info = {
+        "versions": {"python": env["python"], "torch": env["torch"], "torchvision": _version("torchvision"),
+                     "cuda": env["cuda"], "cudnn": env["cudnn"], "nccl": _nccl()},
+        "device": env.get("device"),
+        "cuda_available": env["cuda_available"], "gpus": _gpus(),
+        "mps_available": devices.mps_available(), "xla_requested": devices.xla_requested(),
+        "cpu": {"model": env["cpu"], "cores": env["cpu_count"], "usable_cores": available_cpus(),
+                "memory_mb": _memory_mb()},
+        "threads": {"torch": env["torch_threads"], "interop": env["torch_interop_threads"]},
+        "blas": _blas(),
+        "env": {k: v for k, v in sorted(os.environ.items()) if THREAD_ENV.match(k)},
+        "backends": backends(),
+        "flags": {"cudnn_benchmark": torch.backends.cudnn.benchmark,
+                  "cudnn_deterministic": torch.backends.cudnn.deterministic,
+                  "deterministic_algorithms": torch.are_deterministic_algorithms_enabled()},
+    }
+    if recipe is not None:
+        info["recipe"] = _recipe_facts(recipe)
+    info["warnings"] = find_traps(info)
+    return info
+
+
+def _recipe_facts(recipe: Any) -> dict[str, Any]:
+    speedups = recipe.dump()["speedups"]
+    flags = {key for opts in speedups.values() if (opts or {}).get("enabled", True)
+             for key, value in (opts or {}).items() if key in ("benchmark", "deterministic") and value is True}
+    loader = recipe.data.loader
+    return {"name": recipe.name, "num_workers": loader.num_workers, "pin_memory": loader.pin_memory,
+            "speedups": sorted(n for n, o in speedups.items() if (o or {}).get("enabled", True)),
+            "benchmark": "benchmark" in flags, "deterministic": "deterministic" in flags}
+
+
+def _thread_traps(info: dict[str, Any]) -> list[str]:
+    cores, threads = info["cpu"]["usable_cores"], info["threads"]["torch"]
+    out = []
+    if threads > cores:
+        out.append(f"torch uses {threads} threads on {cores} usable cores: threads compete for cores and every "
+                   f"op waits for the slowest. Set OMP_NUM_THREADS (or torch.set_num_threads) to at most {cores}.")
+    workers = (info.get("recipe") or {}).get("num_workers")
+    # accel's workers run one thread each (worker_init); on CPU the main process computes with `threads` more.
+    on_cpu = str(info.get("device") or "").startswith("cpu")
+    busy = (threads if on_cpu else 0) + (workers if isinstance(workers, int) else 0)
+    if isinstance(workers, int) and workers > 0 and busy > cores:
+        main = f"{threads} torch threads + " if on_cpu else ""
+        out.append(f"oversubscribed: {main}{workers} DataLoader workers want {busy} cores, {cores} are usable. "
+                   "Lower data.loader.num_workers (or use `auto`) or the torch threads; `accel tune` measures both.")
+    if "OMP_NUM_THREADS" not in info["env"] and cores > MANY_CORES:
+        out.append(f"OMP_NUM_THREADS is unset on a {cores}-core machine: every process (each DDP rank, any "
+                   "worker pool not started by accel) starts a thread per core. Set it to cores per process.")
+    return out
+
+
+def find_traps(info: dict[str, Any]) -> list[str]:
+    """Plain-language warnings for known speed traps in `collect()`'s facts; empty when none applies."""
+    out = _thread_traps(info)
+    recipe = info.get("recipe") or {}
+    accelerator = info["cuda_available"]
+    if recipe.get("pin_memory") is True and not accelerator:
+        out.append("data.loader.pin_memory is true but there is no CUDA device: pinning costs a copy and buys "
+                   "nothing here (torch only warns). Use `auto`.")
+    flags = info["flags"]
+    deterministic = flags["cudnn_deterministic"] or flags["deterministic_algorithms"] or recipe.get("deterministic")
+    if deterministic and (flags["cudnn_benchmark"] or recipe.get("benchmark")):
+        out.append("deterministic mode and cudnn.benchmark are both on: benchmark's algorithm search is "
+                   "non-deterministic, so one of the two settings is not doing what you expect. Pick one.")
+    if info["versions"]["cuda"] and not info["cuda_available"]:
+        out.append(f"torch is a CUDA {info['versions']['cuda']} build but no CUDA device or driver is usable: "
+                   "everything runs on the CPU. Check `nvidia-smi`, or install the smaller CPU wheel.")
+    return out
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.0f}"
+    if value is None:
+        return "-"
+    return str(value)
+
+
+def _rows(info: dict[str, Any]) -> list[tuple[str, str, str]]:
+    rows = [("versions", k, _fmt(v)) for k, v in info["versions"].items()]
+    rows += [("device", "selected", _fmt(info["device"])), ("device", "cuda available", _fmt(info["cuda_available"])),
+             ("device", "mps available", _fmt(info["mps_available"])),
+             ("device", "xla requested", _fmt(info["xla_requested"]))]
+    rows += [("device", f"gpu {i}", f"{g['name']}, {_fmt(g.get('memory_mb'))} MB") for i, g in enumerate(info["gpus"])]
+    rows += [("cpu", k, _fmt(v)) for k, v in info["cpu"].items()]
+    rows += [("threads", k, _fmt(v)) for k, v in info["threads"].items()]
+    blas = info["blas"]
+    rows += [("blas", "torch BLAS", _fmt(blas["torch_blas"])),
+             ("blas", "mkl / mkldnn", f"{blas['mkl']} / {blas['mkldnn']}")]
+    rows += [("blas", p["prefix"] or p["internal_api"], " ".join(filter(None, [p["internal_api"], p["version"]]))
+              + f", {p['num_threads']} threads") for p in blas["threadpools"]]
+    rows += [("env", k, v) for k, v in info["env"].items()] or [("env", "(thread/CUDA variables)", "none set")]
+    rows += [("backends", k, f"{b['version'] or 'yes'}" if b["installed"] else "not installed")
+             for k, b in info["backends"].items()]
+    rows += [("flags", k, _fmt(v)) for k, v in info["flags"].items()]
+    rows += [("recipe", k, _fmt(v)) for k, v in (info.get("recipe") or {}).items()]
+    return rows
+
+
+def render(info: dict[str, Any], console: Any = None) -> None:
+    """A table for people, then the warnings (or a line saying there are none)."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = console or Console()
+    table = Table(title="accel doctor")
+    for column in ("section", "item", "value"):
+        table.add_column(column)
+    for row in _rows(info):
+        table.add_row(*(escape(cell) for cell in row))
+    console.print(table)
+    for warning in info["warnings"]:
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)
+    if not info["warnings"]:
+        console.print("No known traps found.")

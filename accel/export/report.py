@@ -1,0 +1,93 @@
+"""export.json and the table printed after an export."""
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import platform
+from pathlib import Path
+from typing import Any
+
+import torch
+
+PACKAGES = ("torch", "onnx", "onnxruntime", "onnxscript")
+
+
+def build_report(source, config, variants, evaluations, latencies, extras: dict[str, Any]) -> dict[str, Any]:
+    """Everything export.json holds: where the model came from, what the graph takes, and per variant its size,
+    validation accuracy, agreement with the model it was made from, and latency."""
+    original = evaluations["eager"]
+    rows = [_row(v, evaluations, latencies, original, variants[0].size["size_bytes"]) for v in variants]
+    checked = next(row for row in rows if row["name"] == config.format)
+    verification = {"variant": checked["name"], "compared_with": checked["compared_with"],
+                    "max_abs_diff": checked["max_abs_diff"], "atol": config.atol,
+                    "same_accuracy": checked["val_accuracy"] == evaluations[checked["compared_with"]].accuracy}
+    verification["passed"] = verification["max_abs_diff"] <= config.atol
+    return {
+        "source": {"run_dir": str(source.run_dir), "checkpoint": str(source.checkpoint),
+                   "recipe": source.recipe.name, "model": source.recipe.model.name, "weights": source.weights},
+        "format": config.format, "options": config.model_dump(mode="json"), "out": extras["out"],
+        "input": source.input_spec(), "output": {"name": "logits", "shape": ["batch", original.logits.shape[1]]},
+        "prune": extras.get("prune"),
+        "validation": {"samples": len(original.logits), "accuracy_reported_by_training": _trained_accuracy(source)},
+        "timing": {"threads": extras["threads"], "runs": config.runs, "warmup": config.warmup,
+                   "batch_sizes": [1, config.batch_size], "statistic": "median of per-call wall time",
+                   "order": "after warm-up, variants take turns in 5 blocks of runs", "device": "cpu"},
+        "variants": rows, "verification": verification, "verified": verification["passed"],
+        "versions": _versions(),
+    }
+
+
+def _row(variant, evaluations, latencies, original, original_bytes: int) -> dict[str, Any]:
+    evaluation = evaluations[variant.name]
+    reference = evaluations[variant.reference] if variant.reference else evaluation
+    return {"name": variant.name, "runtime": variant.runtime, "file": variant.file.name if variant.file else None,
+            **variant.size, "size_vs_eager": variant.size["size_bytes"] / original_bytes,
+            "val_accuracy": evaluation.accuracy, "accuracy_delta": evaluation.accuracy - original.accuracy,
+            "compared_with": variant.reference, "max_abs_diff": evaluation.max_abs_diff(reference),
+            "latency": latencies[variant.name], "details": variant.info or None}
+
+
+def _trained_accuracy(source) -> float | None:
+    """val_accuracy from the run's summary.json: the eager figure here must equal it (same data, same model)."""
+    summary = source.run_dir / "summary.json"
+    if not summary.is_file():
+        return None
+    return json.loads(summary.read_text()).get("metrics", {}).get("val_accuracy")
+
+
+def _versions() -> dict[str, str | None]:
+    found: dict[str, str | None] = {"python": platform.python_version(), "machine": platform.machine()}
+    for name in PACKAGES:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = None
+    found["torch_threads_default"] = str(torch.get_num_threads())
+    return found
+
+
+def write_report(report: dict[str, Any], out: Path) -> Path:
+    """export.json in `out`, written whole or not at all."""
+    target = out / "export.json"
+    tmp = target.with_name(".export.json.tmp")
+    tmp.write_text(json.dumps(report, indent=2) + "\n")
+    tmp.replace(target)
+    return target
+
+
+def render_table(report: dict[str, Any]) -> str:
+    """A Markdown table of the variants: size, accuracy, agreement and latency (median, p10-p90)."""
+    big = f"batch_{report['timing']['batch_sizes'][1]}"
+    lines = [f"| variant | runtime | size | val accuracy | Δ accuracy | max abs Δ logits | batch 1 ms | "
+             f"{big.replace('_', ' ')} ms | {big.replace('_', ' ')} images/s |", "|" + " --- |" * 9]
+    for row in report["variants"]:
+        one, many = row["latency"]["batch_1"], row["latency"][big]
+        versus = f" (vs {row['compared_with']})" if row["compared_with"] else ""
+        lines.append(f"| {row['name']} | {row['runtime']} | {row['size_bytes'] / 1024:.1f} KiB | "
+                     f"{row['val_accuracy']:.4f} | {row['accuracy_delta']:+.4f} | {row['max_abs_diff']:.2e}{versus} | "
+                     f"{_ms(one)} | {_ms(many)} | {many['samples_per_s']:.0f} |")
+    return "\n".join(lines)
+
+
+def _ms(stats: dict[str, float]) -> str:
+    return f"{stats['median_ms']:.3f} ({stats['p10_ms']:.3f}–{stats['p90_ms']:.3f})"

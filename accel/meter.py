@@ -1,0 +1,52 @@
+"""Throughput bookkeeping for the loop: a window since the last epoch start, and totals for the run.
+
+Losses stay device tensors until a figure is read, so counting never forces a device sync.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .callbacks.base import BatchInfo
+from .distributed import World
+
+
+class Meter:
+    def __init__(self, world: World | None = None):
+        self.world = world or World()
+        self.samples = self.batches = 0
+        self.data_s = self.compute_s = 0.0
+        self.first_step_s: float | None = None
+        self.window: dict[str, Any] = {}
+
+    def start_window(self, device: torch.device) -> None:
+        self.window = {"loss": torch.zeros((), device=device), "batches": 0, "samples": 0, "data_s": 0.0,
+                       "compute_s": 0.0}
+
+    def add(self, info: BatchInfo) -> None:
+        window = self.window
+        window["loss"] += info.loss.float()
+        window["batches"] += 1
+        window["samples"] += info.samples
+        window["data_s"] += info.data_s
+        window["compute_s"] += info.compute_s
+        self.samples += info.samples
+        self.data_s += info.data_s
+        self.compute_s += info.compute_s
+        if self.first_step_s is None:
+            self.first_step_s = info.data_s + info.compute_s
+
+    def window_stats(self) -> dict[str, float]:
+        """Mean loss (over every rank), samples/s and the data-wait fraction since the window started."""
+        window = self.window
+        elapsed = max(window["data_s"] + window["compute_s"], 1e-9)
+        loss = self.world.all_reduce_sum(window["loss"] / max(window["batches"], 1)).item() / self.world.size
+        return {"loss": loss, "samples_per_s": window["samples"] / elapsed,
+                "data_wait_fraction": window["data_s"] / elapsed}
+
+    def totals(self) -> dict[str, Any]:
+        train_s = self.data_s + self.compute_s
+        return {"train_loss": self.window_stats()["loss"] if self.window.get("batches") else None,
+                "samples_per_s": self.samples / train_s if train_s else None, "train_s": train_s,
+                "first_step_s": self.first_step_s, "data_wait_fraction": self.data_s / train_s if train_s else None}

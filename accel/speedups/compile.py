@@ -1,0 +1,212 @@
+"""`compile`: torch.compile the model (or forward + loss), and report what compiling cost and where it broke.
+
+Dynamo keeps its counters process-wide, so the speed-up snapshots them at setup and reports the difference:
+the numbers in a run's metrics are that run's own, even when an earlier run in the same process compiled too.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from typing import Any, Literal
+
+import torch
+from pydantic import Field, field_validator, model_validator
+
+from ..errors import did_you_mean
+from ..registry import SPEEDUPS
+from .base import Speedup, SpeedupConfig
+
+log = logging.getLogger("accel")
+
+Mode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+
+
+def known_backends() -> list[str]:
+    """Every registered dynamo backend, the debugging ones (eager, aot_eager) included."""
+    import torch._dynamo
+
+    return torch._dynamo.list_backends(exclude_tags=())
+
+
+def apply_compile(fn: Any, cfg: Compile.Config) -> Any:
+    """`torch.compile(fn)` with the config's options (a module or any callable; compiles lazily, on first call)."""
+    return torch.compile(fn, backend=cfg.backend, mode=None if cfg.mode == "default" else cfg.mode,
+                         fullgraph=cfg.fullgraph, dynamic=cfg.dynamic)
+
+
+class DynamoStats:
+    """What dynamo did since this object was made: compile seconds, graph breaks, recompilations."""
+
+    def __init__(self):
+        from torch._dynamo.utils import counters
+
+        self._since_us = time.time_ns() // 1000
+        self._compile_s = _compile_seconds()
+        self._breaks = Counter(counters["graph_break"])
+        self._graphs = counters["stats"]["unique_graphs"]
+
+    def read(self) -> dict[str, Any]:
+        """Totals since creation, plus `break_reasons` and per-function `recompile_reasons` for messages."""
+        from torch._dynamo.utils import counters
+
+        breaks = Counter(counters["graph_break"]) - self._breaks
+        per_frame = self._recompiles_per_frame()
+        now_s = _compile_seconds()
+        return {
+            "seconds": now_s - self._compile_s if now_s >= self._compile_s else now_s,  # reset() zeroes dynamo's sum
+            "graph_breaks": sum(breaks.values()),
+            "recompiles": sum(len(reasons) for reasons in per_frame.values()),
+            "graphs": max(counters["stats"]["unique_graphs"] - self._graphs, 0),
+            "break_reasons": list(breaks),
+            "recompile_reasons": per_frame,
+        }
+
+    def _recompiles_per_frame(self) -> dict[str, list[str]]:
+        """Function -> the reason of each recompilation (dynamo keeps records of its last 64 compiles)."""
+        from torch._dynamo.utils import get_compilation_metrics
+
+        per_frame: dict[str, list[str]] = {}
+        for record in get_compilation_metrics():
+            reason = getattr(record, "recompile_reason", None)  # fields differ across torch versions
+            if (getattr(record, "start_time_us", None) or 0) < self._since_us or not reason:
+                continue
+            where = f"{getattr(record, 'co_name', '?')} ({getattr(record, 'co_filename', '?')}:" \
+                    f"{getattr(record, 'co_firstlineno', '?')})"
+            per_frame.setdefault(where, []).append(reason)
+        return per_frame
+
+
+def _compile_seconds() -> float:
+    from torch._dynamo.utils import calculate_time_spent
+
+    return calculate_time_spent().get("total_wall_time", 0.0)  # forward frames plus AOT backward graphs
+
+
+def _has_cpp_compiler() -> bool:
+    from torch._inductor import cpp_builder
+
+    try:
+        cpp_builder.get_cpp_compiler()
+    except Exception:  # InvalidCxxCompiler, or whatever an older torch raises for "none found"
+        return False
+    return True
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else text
+
+
+@SPEEDUPS.register("compile")
+class Compile(Speedup):
+    """torch.compile the model (or forward + loss); compile seconds, graph breaks and recompiles go to metrics."""
+
+    name = "compile"
+    order = 90  # last: it must capture the model as every other speed-up has left it
+
+    class Config(SpeedupConfig):
+        mode: Mode = Field(
+            "default", description="inductor's trade-off: `default`; `reduce-overhead` (CUDA graphs, for small "
+            "batches on a GPU); `max-autotune` (long compile, searches kernels); `max-autotune-no-cudagraphs`")
+        backend: str = Field(
+            "inductor", description="dynamo backend: `inductor` generates fused kernels; `aot_eager` and `eager` "
+            "only trace (quick checks that the model compiles)")
+        fullgraph: bool = Field(False, description="fail on the first graph break instead of splitting the graph")
+        dynamic: bool | None = Field(
+            None, description="dynamic shapes: null lets dynamo mark a dimension dynamic after it changes once; "
+            "false specialises every shape")
+        whole_step: bool = Field(
+            False, description="compile forward and loss as one graph (`trainer.forward_loss`) instead of the "
+            "model alone; evaluation then runs the model eagerly")
+        recompile_limit: int | None = Field(
+            None, ge=1, description="recompilations of one function before dynamo falls back to eager for it; "
+            "null keeps torch's default (8). Restored after the run")
+        warn_recompiles: int = Field(
+            4, ge=1, description="warn, with dynamo's reasons, once one function has been recompiled more than "
+            "this many times (the train/eval switch and one batch-size change account for about 3)")
+
+        @field_validator("backend")
+        @classmethod
+        def _known_backend(cls, value: str) -> str:
+            backends = known_backends()
+            if value not in backends:
+                import torch._dynamo
+
+                usual = sorted(set(torch._dynamo.list_backends()) | {"eager", "aot_eager"})
+                raise ValueError(f"unknown torch.compile backend `{value}`{did_you_mean(value, backends)}; use "
+                                 f"one of {', '.join(usual)} (torch._dynamo.list_backends(exclude_tags=()) also "
+                                 "lists the debugging ones)")
+            return value
+
+        @model_validator(mode="after")
+        def _mode_needs_inductor(self) -> "Compile.Config":
+            if self.mode != "default" and self.backend != "inductor":
+                raise ValueError(f"mode `{self.mode}` only applies to the inductor backend (backend `{self.backend}` "
+                                 "would silently ignore it); use mode: default or backend: inductor")
+            return self
+
+    def __init__(self, cfg: Compile.Config | None = None):
+        super().__init__(cfg)
+        self._trainer: Any = None
+        self._stats: DynamoStats | None = None
+        self._final: dict[str, Any] = {}
+        self._warned: set[str] = set()
+
+    def unavailable(self, device: torch.device) -> str | None:
+        import torch._dynamo
+
+        if not torch._dynamo.is_dynamo_supported():
+            return "torch.compile is not supported on this Python version or platform"
+        if device.type == "xla" and self.cfg.backend != "openxla":
+            return f"backend `{self.cfg.backend}` cannot compile for XLA devices; use backend: openxla"
+        if device.type == "cpu" and self.cfg.backend == "inductor" and not _has_cpp_compiler():
+            return "inductor generates C++ for CPUs and found no C++ compiler (install g++ or set CXX); " \
+                   "backend: aot_eager runs without one"
+        return None
+
+    def setup(self, trainer) -> None:
+        import torch._dynamo
+
+        self._trainer = trainer
+        self._saved = (trainer.model, trainer.forward_loss, torch._dynamo.config.recompile_limit)
+        if self.cfg.recompile_limit is not None:
+            torch._dynamo.config.recompile_limit = self.cfg.recompile_limit
+        self._stats, self._final = DynamoStats(), {}
+        if self.cfg.whole_step:
+            trainer.forward_loss = apply_compile(trainer.forward_loss, self.cfg)
+        else:
+            trainer.model = apply_compile(trainer.model, self.cfg)
+
+    def metrics(self) -> dict[str, Any]:
+        if self._stats is None:
+            return dict(self._final)
+        stats = self._stats.read()
+        self._warn(stats)
+        return {key: stats[key] for key in ("seconds", "graph_breaks", "recompiles", "graphs")}
+
+    def _warn(self, stats: dict[str, Any]) -> None:
+        """Say each problem once per run: metrics() is read at every epoch end."""
+        if stats["break_reasons"] and "breaks" not in self._warned:
+            self._warned.add("breaks")
+            reasons = "; ".join(sorted({_first_line(r) for r in stats["break_reasons"]}))
+            log.warning("compile: %d graph break(s), each one a return to Python between graphs: %s",
+                        stats["graph_breaks"], reasons)
+        for where, reasons in stats["recompile_reasons"].items():
+            if len(reasons) > self.cfg.warn_recompiles and where not in self._warned:
+                self._warned.add(where)
+                log.warning("compile: %s was recompiled %d times, so recompilations keep happening (each costs a "
+                            "compile; at %d dynamo falls back to eager). Last reason: %s. Steady shapes (drop_last), "
+                            "`dynamic: true` or TORCH_LOGS=recompiles help find the cause.", where, len(reasons),
+                            self.cfg.recompile_limit or self._saved[2], _first_line(reasons[-1]))
+
+    def teardown(self) -> None:
+        import torch._dynamo
+
+        if self._stats is None:
+            return
+        self._final = self.metrics()
+        self._stats = None
+        model, forward_loss, limit = self._saved
+        self._trainer.model, self._trainer.forward_loss = model, forward_loss
+        torch._dynamo.config.recompile_limit = limit
+        torch._dynamo.reset()  # drop compiled code and guards so the next run in this process starts clean

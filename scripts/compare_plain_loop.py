@@ -1,0 +1,157 @@
+"""Is accel's trainer, with no speed-ups, as fast as a plain hand-written PyTorch loop? (target: within 3%)
+
+Both loops train the same model on the same DataLoader with the same batch size, in ONE process, alternating
+round by round (the order flips every round, so neither side always runs first on a warmer machine). A warm-up
+round of each is run first and discarded. Each round times a full pass of `--steps` optimizer steps, the device
+synchronised at both ends. Prints a table and the accel/plain time ratio (median with a bootstrap 95% interval
+and the min-max range), and writes JSON.
+
+Tiny check:  python scripts/compare_plain_loop.py --model small_cnn --shape 1 16 16 --batch-size 16 --steps 5 --rounds 2
+Real:        python scripts/compare_plain_loop.py --model resnet18_cifar --batch-size 128 --steps 15 --rounds 7
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from accel import devices
+from accel.bench.stats import bootstrap_median_ci
+from accel.recipe import Recipe, validate_recipe
+from accel.run import build_trainer
+from accel.trainer import Trainer
+
+TARGET = 1.03  # accel may take at most 3% longer than the plain loop
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="resnet18_cifar", help="small_cnn | resnet18_cifar | torchvision:NAME")
+    parser.add_argument("--shape", type=int, nargs=3, default=[3, 32, 32], metavar=("C", "H", "W"),
+                        help="synthetic image shape")
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=15, help="optimizer steps timed per round and loop")
+    parser.add_argument("--rounds", type=int, default=7, help="timed rounds (each runs both loops once)")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda | ...")
+    parser.add_argument("--json", type=Path, default=Path("runs/compare_plain_loop.json"), help="JSON output path")
+    return parser.parse_args(argv)
+
+
+def make_recipe(args: argparse.Namespace) -> Recipe:
+    """A recipe with no speed-ups whose training set is exactly `steps` batches: one round is one epoch."""
+    return validate_recipe({
+        "name": "compare-plain-loop", "seed": 0, "model": {"name": args.model},
+        "data": {"dataset": {"name": "synthetic", "shape": args.shape, "num_classes": 10, "val_fraction": 0.0,
+                             "num_samples": args.steps * args.batch_size},
+                 "batch_size": args.batch_size},
+        "optim": {"name": "sgd", "lr": 0.01}, "train": {"max_steps": args.steps, "eval_every_epochs": 0},
+        "speedups": {}, "device": args.device, "log": {"progress": False, "tensorboard": False},
+    })
+
+
+def time_accel(recipe: Recipe) -> tuple[float, Trainer]:
+    """Seconds for `Trainer.fit()` of a freshly built trainer (building it is not timed)."""
+    trainer = build_trainer(recipe)
+    devices.synchronize(trainer.device)
+    start = time.perf_counter()
+    trainer.fit()
+    devices.synchronize(trainer.device)
+    return time.perf_counter() - start, trainer
+
+
+def time_plain(trainer: Trainer, steps: int) -> float:
+    """Seconds for the loop a user would write by hand, over the same model, optimizer, loader and transform."""
+    model, optimizer, loss_fn, device = trainer.module, trainer.optimizer, trainer.loss_fn, trainer.device
+    normalize = trainer.train_transform  # uint8 -> normalised float on the device, as accel does
+    model.train()
+    devices.synchronize(device)
+    start, done = time.perf_counter(), 0
+    while done < steps:
+        for inputs, targets in trainer.train_loader:
+            inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
+            inputs, targets = normalize(inputs, targets)
+            loss = loss_fn(model(inputs), targets)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            done += 1
+            if done == steps:
+                break
+    devices.synchronize(device)
+    return time.perf_counter() - start
+
+
+def run_round(recipe: Recipe, steps: int, accel_first: bool) -> dict[str, Any]:
+    """One accel fit and one plain pass, in the given order, on the model the accel trainer built."""
+    if accel_first:
+        accel_s, trainer = time_accel(recipe)
+        plain_s = time_plain(trainer, steps)
+    else:
+        trainer = build_trainer(recipe)
+        plain_s = time_plain(trainer, steps)
+        accel_s, _ = time_accel(recipe)
+    return {"order": "accel,plain" if accel_first else "plain,accel", "accel_s": accel_s, "plain_s": plain_s,
+            "ratio": accel_s / plain_s}
+
+
+def summarize(rounds: list[dict], samples: int) -> dict[str, Any]:
+    """Median ratio with a bootstrap 95% interval and the range; samples/s of each side."""
+    ratios = [r["ratio"] for r in rounds]
+    median, ci = bootstrap_median_ci(ratios)
+    return {
+        "ratio_accel_over_plain": {"median": median, "ci95": list(ci), "min": min(ratios), "max": max(ratios)},
+        "accel_samples_per_s": statistics.median(samples / r["accel_s"] for r in rounds),
+        "plain_samples_per_s": statistics.median(samples / r["plain_s"] for r in rounds),
+        "verdict": verdict(ci),
+    }
+
+
+def verdict(ci: tuple[float, float]) -> str:
+    """`within` or `not within` the target only when the whole interval agrees; noise gives `inconclusive`."""
+    if ci[1] <= TARGET:
+        return "within"
+    if ci[0] > TARGET:
+        return "not within"
+    return "inconclusive"
+
+
+def print_table(rounds: list[dict], summary: dict, args: argparse.Namespace) -> None:
+    print(f"{'round':>5}  {'order':<12} {'accel s':>9} {'plain s':>9} {'accel/plain':>12}")
+    for i, r in enumerate(rounds, 1):
+        print(f"{i:>5}  {r['order']:<12} {r['accel_s']:>9.3f} {r['plain_s']:>9.3f} {r['ratio']:>12.4f}")
+    ratio = summary["ratio_accel_over_plain"]
+    print(f"\n{args.model}, batch {args.batch_size}, {args.steps} steps per round, {len(rounds)} rounds")
+    print(f"samples/s: accel {summary['accel_samples_per_s']:.1f}, plain {summary['plain_samples_per_s']:.1f}")
+    print(f"accel/plain time ratio: median {ratio['median']:.4f}, 95% CI [{ratio['ci95'][0]:.4f}, "
+          f"{ratio['ci95'][1]:.4f}], range [{ratio['min']:.4f}, {ratio['max']:.4f}]")
+    print(f"verdict: {summary['verdict']} (target: accel takes at most {100 * (TARGET - 1):.0f}% longer, the "
+          f"whole 95% interval <= {TARGET}; inconclusive: run more rounds on a quiet machine)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    recipe = make_recipe(args)
+    run_round(recipe, args.steps, accel_first=True)  # warm-up: allocator, kernels, caches; discarded
+    rounds = [run_round(recipe, args.steps, accel_first=i % 2 == 0) for i in range(args.rounds)]
+    summary = summarize(rounds, args.steps * args.batch_size)
+    print_table(rounds, summary, args)
+    device = devices.resolve_device(args.device)
+    report = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+              "env": devices.environment(device), "target_ratio": TARGET, "rounds": rounds, **summary}
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(report, indent=2))
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""`accel bench` end to end on a tiny recipe, plus the runner's handling of trials that crash, hang or garble."""
+from __future__ import annotations
+
+import io
+import json
+import sys
+
+import pytest
+from rich.console import Console
+
+from accel.bench.runner import TrialProgress, plan_bench, run_trial_process, trial_env
+from accel.bench.trial import main as trial_main
+from accel.cli import main
+from accel.errors import AccelError, RecipeError
+
+TRIAL_KEYS = {"variant", "trial", "error", "samples_per_s", "step_times_s", "data_wait_fraction", "peak_memory_mb",
+              "first_step_s", "warmup_s", "final_loss", "val_accuracy", "wall_s", "batch_size", "index", "started_at"}
+
+
+def test_bench_end_to_end_interleaves_and_reports_a_crashing_variant(tiny, write_recipe, tmp_path, capsys):
+    out = tmp_path / "bench"
+    # 4096 > the 51 training samples with drop_last: that variant's trials raise inside the trial process.
+    argv = ["bench", str(write_recipe(tiny)), "--set", "data.batch_size=4", "--vary", "data.batch_size=8,4096",
+            "--steps", "3", "--warmup", "1", "--trials", "2", "--out", str(out), "--timeout", "120"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[0] == str(out)
+    assert "| data.batch_size=8 |" in captured.out and "## Failed trials" in captured.out
+    assert "[4/4]" in captured.err and "data.batch_size=4096 trial 1: FAILED: " in captured.err
+
+    report = json.loads((out / "report.json").read_text())
+    assert report["baseline"] == "data.batch_size=8" and report["env"]["torch"]
+    assert report["interrupted"] is False
+    assert report["settings"] == {"steps": 3, "warmup": 1, "trials": 2, "timeout_s": 120.0,
+                                       "compile_cache": "cold (fresh per trial)"}
+    assert report["recipes"]["data.batch_size=4096"]["data"]["batch_size"] == 4096
+    good, bad = report["variants"]
+    assert good["overrides"] == {"data.batch_size": 8} and good["ok_trials"] == 2
+    assert good["samples_per_s"]["median"] > 0 and len(good["samples_per_s"]["ci95"]) == 2
+    assert good["ratio_vs_baseline"]["median"] == 1.0 and good["final_loss"] > 0
+    assert 0 <= good["val_accuracy"] <= 1 and good["first_step_s"] > 0
+    for t in good["trials"]:
+        assert TRIAL_KEYS <= set(t) and t["error"] is None
+        assert len(t["step_times_s"]) == 3 and t["batch_size"] == 8 and "env" not in t
+    assert bad["errors"] == 2 and bad["samples_per_s"]["median"] is None
+    assert all("training loader yields no batches" in t["error"] for t in bad["trials"])
+
+    started = sorted((t for r in report["variants"] for t in r["trials"]), key=lambda t: t["started_at"])
+    assert [(t["variant"], t["trial"]) for t in started] == [
+        ("data.batch_size=8", 0), ("data.batch_size=4096", 0), ("data.batch_size=8", 1), ("data.batch_size=4096", 1)]
+    assert [t["index"] for t in started] == [0, 1, 2, 3]
+    recipes = {p.name for p in (out / "recipes").iterdir()}
+    assert recipes == {"00-data.batch_size=8.yaml", "01-data.batch_size=4096.yaml"}
+    assert len(list((out / "trials").glob("*.json"))) == 4 and len(list((out / "trials").glob("*.log"))) == 4
+    for name in ("report.md", "report.html", "throughput.png"):
+        assert (out / name).is_file()
+
+
+def test_list_prints_ablation_variants_without_running(tiny, write_recipe, tmp_path, capsys):
+    tiny["speedups"] = {"channels_last": {}, "amp": {"dtype": "bf16"}, "compile": {"enabled": False}}
+    out = tmp_path / "never"
+    assert main(["bench", str(write_recipe(tiny)), "--ablate", "--list", "--out", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split()[0] for ln in lines] == ["baseline", "all", "+channels_last", "+amp", "-channels_last", "-amp"]
+    assert "speedups.channels_last.enabled=true" in lines[2] and "speedups.amp.enabled=false" in lines[2]
+    assert not out.exists()
+
+
+def test_plan_resolves_each_variant_on_top_of_set(tiny, write_recipe):
+    tiny["speedups"] = {"amp": {"dtype": "bf16"}}
+    plan = plan_bench(write_recipe(tiny), ["optim.lr=0.5"], ablate=False,
+                      vary=["speedups.amp.dtype=bf16,fp16", "data.batch_size=8,16"])
+    assert plan.baseline == "speedups.amp.dtype=bf16,data.batch_size=8" and len(plan.variants) == 4
+    last = plan.recipes["speedups.amp.dtype=fp16,data.batch_size=16"]
+    assert (last.speedups["amp"].dtype, last.data.batch_size, last.optim.lr) == ("fp16", 16, 0.5)
+    quoted = plan_bench(write_recipe(tiny), [], ablate=False, vary=['name="64",other'])
+    assert quoted.recipes['name=64'].name == "64"  # a quoted number stays a string through the override
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "exactly one of --ablate"),
+    (["--ablate", "--vary", "data.batch_size=8,16"], "exactly one of --ablate"),
+    (["--ablate"], "at least one enabled speed-up"),
+    (["--vary", "data.batch_size=0,8"], "variant `data.batch_size=0`"),
+    (["--vary", "data.batch_size=8,16", "--steps", "0"], "--steps >= 1"),
+])
+def test_bad_bench_input_exits_2(tiny, write_recipe, capsys, argv, message):
+    assert main(["bench", str(write_recipe(tiny)), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and "Traceback" not in err
+
+
+def test_plan_errors_are_accel_errors(tiny, write_recipe):
+    with pytest.raises(RecipeError, match=r"--set data.batch_size=0"):
+        plan_bench(write_recipe(tiny), [], ablate=False, vary=["data.batch_size=0,8"])
+    with pytest.raises(AccelError, match="not KEY=V1,V2"):
+        plan_bench(write_recipe(tiny), [], ablate=False, vary=["data.batch_size"])
+
+
+def _py(tmp_path, code: str) -> dict:
+    env = trial_env(tmp_path / "cache")
+    return run_trial_process([sys.executable, "-c", code], tmp_path / "r.json", tmp_path / "r.log", 20, env)
+
+
+def test_trial_process_failures_become_errors(tmp_path):
+    out = str(tmp_path / "r.json")
+    hung = run_trial_process([sys.executable, "-c", "import time; print('still here', flush=True); time.sleep(60)"],
+                             tmp_path / "r.json", tmp_path / "r.log", 1.0, trial_env(tmp_path / "c"))
+    assert hung["error"].startswith("timed out after 1 s") and "still here" in hung["error"]
+    crashed = _py(tmp_path, "import os, signal; print('about to die', flush=True); "
+                            "os.kill(os.getpid(), signal.SIGSEGV)")
+    assert "killed by SIGSEGV without a readable result" in crashed["error"] and "about to die" in crashed["error"]
+    garbled = _py(tmp_path, f"open({out!r}, 'w').write('{{not json')")
+    assert "exited with code 0 without a readable result" in garbled["error"]
+    late = _py(tmp_path, f"import json, sys; json.dump({{'error': None, 'samples_per_s': 1.0}}, open({out!r}, 'w')); "
+                         "sys.exit(3)")
+    assert late["samples_per_s"] == 1.0 and "exited with code 3 after writing its result" in late["error"]
+    env = _py(tmp_path, f"import json, os; json.dump({{'error': None, 'cache': os.environ['TORCHINDUCTOR_CACHE_DIR']}},"
+                        f" open({out!r}, 'w'))")
+    assert env == {"error": None, "cache": str(tmp_path / "cache")}
+
+
+def test_progress_prints_plain_lines_when_not_a_terminal():
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=False, width=200)
+    with TrialProgress(console, 2) as progress:
+        progress.started("+amp", 0)
+        progress.finished({"variant": "+amp", "trial": 0, "samples_per_s": 123.45, "first_step_s": 2.5,
+                           "skipped_speedups": {"amp": "fp16 GradScaler needs CUDA"}})
+        progress.finished({"variant": "-amp", "trial": 0, "error": "Traceback (most recent call last):\n  x\n"
+                                                                    "RuntimeError: boom [bad]\n"})
+    assert buffer.getvalue().splitlines() == [
+        "[1/2] +amp trial 0: 123.5 samples/s, first step 2.50 s (skipped here: amp)",
+        "[2/2] -amp trial 0: FAILED: RuntimeError: boom [bad]"]
+
+
+def test_trial_entry_point_in_process(tiny, write_recipe, tmp_path):
+    tiny["train"]["grad_accum"] = 2
+    tiny["data"]["dataset"]["num_samples"] = 100  # 80 training samples: 8 batches of 10, 4 steps of 2 batches
+    tiny["data"]["batch_size"] = 10
+    out = tmp_path / "t.json"
+    assert trial_main([str(write_recipe(tiny)), "--steps", "2", "--warmup", "1", "--json", str(out),
+                       "--variant", "v", "--trial", "3"]) == 0
+    result = json.loads(out.read_text())
+    assert (result["variant"], result["trial"], result["error"]) == ("v", 3, None)
+    assert len(result["step_times_s"]) == 2 and result["steps"] == 2 and result["grad_accum"] == 2
+    # Each timed step is two micro-batches of 10: throughput counts samples, not batches.
+    assert result["samples_per_s"] == pytest.approx(40 / sum(result["step_times_s"]))
+    assert result["warmup_s"] >= result["first_step_s"] > 0 and 0 <= result["data_wait_fraction"] < 1
+    assert result["peak_memory_mb"] > 0 and result["final_loss"] > 0 and result["val_accuracy"] is not None
+    assert trial_main([str(tmp_path / "missing.yaml"), "--steps", "1", "--warmup", "0", "--json", str(out)]) == 1
+    assert "Recipe file not found" in json.loads(out.read_text())["error"]

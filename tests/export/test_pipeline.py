@@ -1,0 +1,85 @@
+"""`accel export` end to end on the tiny run: export.json's numbers, pruning, the verification bound, the CLI."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from accel.cli import main
+from accel.export import ExportConfig, ExportError, export_run, pipeline, render_table
+
+from .conftest import QUICK
+
+
+def test_onnx_export_report_has_sizes_accuracy_agreement_and_latency(onnx_report):
+    report = onnx_report
+    variants = {row["name"]: row for row in report["variants"]}
+    assert list(variants) == ["eager", "onnx", "onnx-dynamic-int8", "onnx-static-int8"]
+    eager, onnx = variants["eager"], variants["onnx"]
+    assert eager["val_accuracy"] == report["validation"]["accuracy_reported_by_training"]
+    assert onnx["val_accuracy"] == eager["val_accuracy"] and onnx["compared_with"] == "eager"
+    assert 0 < onnx["max_abs_diff"] <= 1e-4 and report["verified"] is True
+    assert report["verification"] == {"variant": "onnx", "compared_with": "eager", "atol": 1e-4, "passed": True,
+                                      "max_abs_diff": onnx["max_abs_diff"], "same_accuracy": True}
+    for name in ("onnx-dynamic-int8", "onnx-static-int8"):
+        row = variants[name]
+        assert row["compared_with"] == "onnx" and row["max_abs_diff"] > 0 and row["details"]["int8_ops"]
+        assert row["accuracy_delta"] == pytest.approx(row["val_accuracy"] - eager["val_accuracy"])
+    for row in variants.values():
+        assert row["size_bytes"] > row["gzip_bytes"] > 0
+        for batch in ("batch_1", "batch_32"):
+            assert row["latency"][batch]["runs"] == 3 and 0 < row["latency"][batch]["median_ms"]
+    assert report["input"]["dtype"] == "uint8" and len(report["input"]["mean"]) == 1
+    assert report["timing"]["threads"] >= 1 and report["versions"]["onnxruntime"]
+    out = Path(report["out"])
+    assert json.loads((out / "export.json").read_text()) == report
+    assert sorted(p.name for p in out.iterdir()) == [
+        "export.json", "model.dynamic-int8.onnx", "model.onnx", "model.static-int8.onnx"]
+    table = render_table(report)
+    assert table.count("\n") == 5 and "| onnx-static-int8 | onnxruntime |" in table
+
+
+def test_pruned_export_is_compared_with_the_pruned_model_and_reports_sparsity(tiny_run, tmp_path):
+    report = export_run(tiny_run, ExportConfig(format="exported", prune=0.3, finetune_steps=2, out=tmp_path,
+                                               **QUICK))
+    assert report["prune"]["sparsity"] == pytest.approx(0.3, abs=0.01) and report["prune"]["finetune"]["steps"] == 2
+    rows = {row["name"]: row for row in report["variants"]}
+    assert list(rows) == ["eager", "eager-pruned", "exported"]
+    assert rows["eager-pruned"]["compared_with"] == "eager" and rows["eager-pruned"]["max_abs_diff"] > 0
+    assert rows["exported"]["compared_with"] == "eager-pruned" and report["verified"]
+    assert rows["eager-pruned"]["gzip_bytes"] < rows["eager"]["gzip_bytes"]  # zeros compress; dense files do not
+    program = torch.export.load(str(tmp_path / "model.pt2"))
+    weights = [t for name, t in program.state_dict.items() if name.endswith("weight") and t.dim() in (2, 4)]
+    zeros = sum(int((w == 0).sum()) for w in weights) / sum(w.numel() for w in weights)
+    assert zeros == pytest.approx(0.3, abs=0.01)  # the shipped file holds the pruned weights
+
+
+def test_export_beyond_the_tolerance_fails_after_writing_the_report(tiny_run, tmp_path, monkeypatch):
+    real = pipeline.load_runner
+
+    def off_by_a_little(fmt, path, threads):
+        run = real(fmt, path, threads)
+        return lambda images: run(images) + 1e-3
+
+    monkeypatch.setattr(pipeline, "load_runner", off_by_a_little)
+    with pytest.raises(ExportError, match=r"differ from PyTorch's by up to 0.001 .*--atol 0.0001"):
+        export_run(tiny_run, ExportConfig(format="exported", out=tmp_path, **QUICK))
+    report = json.loads((tmp_path / "export.json").read_text())
+    assert report["verified"] is False and report["verification"]["max_abs_diff"] == pytest.approx(1e-3, rel=1e-2)
+
+
+def test_cli_exports_prints_the_table_and_refuses_bad_input_with_exit_2(tiny_run, tmp_path, capsys):
+    out = tmp_path / "ts"
+    argv = ["export", str(tiny_run / "checkpoints" / "last.pt"), "--format", "torchscript", "--out", str(out),
+            "--runs", "2", "--warmup", "0", "--batch-size", "8", "--threads", "1"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("| variant |") and printed[-1] == str(out / "export.json")
+    assert json.loads((out / "export.json").read_text())["timing"]["threads"] == 1
+    (tmp_path / "empty").mkdir()
+    assert main(["export", str(tmp_path / "empty")]) == 2
+    assert "has no checkpoint" in capsys.readouterr().err
+    assert main(["export", str(tiny_run), "--prune", "1.5"]) == 2
+    assert "`prune` = 1.5" in capsys.readouterr().err

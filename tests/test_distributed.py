@@ -1,0 +1,77 @@
+"""Several processes through torchrun (gloo on CPU): same results as one process, and resumable."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+import yaml
+from conftest import ROOT
+
+RECIPE = {
+    "name": "ddp", "seed": 0,
+    # no batch norm: a sample's gradient must not depend on which process's batch it is in
+    "model": {"name": "small_cnn", "args": {"width": 8, "batch_norm": False}},
+    "data": {"dataset": {"name": "synthetic", "shape": [1, 8, 8], "num_samples": 320, "num_classes": 4},
+             "batch_size": 8},
+    "optim": {"name": "sgd", "lr": 0.05}, "schedule": {"name": "onecycle"},
+    "train": {"epochs": 3}, "device": "cpu",
+    "log": {"progress": False, "tensorboard": False, "every_steps": 5},
+}
+TOLERANCE = 1e-5  # float32 all-reduce sums in another order than one process's mean
+
+
+def _train(recipe, out, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "accel.cli", "train", str(recipe), "--out", str(out), *args],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _summary(out) -> dict:
+    return json.loads((out / "summary.json").read_text())
+
+
+@pytest.fixture
+def recipe(tmp_path):
+    path = tmp_path / "ddp.yaml"
+    path.write_text(yaml.safe_dump(RECIPE))
+    return path
+
+
+def test_two_processes_match_one_process_with_the_same_global_batch(recipe, tmp_path):
+    two = _train(recipe, tmp_path / "two", "--nproc", "2")
+    one = _train(recipe, tmp_path / "one", "--set", "data.batch_size=16")
+    assert two.wait(timeout=300) == 0, two.stderr.read()
+    assert one.wait(timeout=300) == 0, one.stderr.read()
+    assert two.stdout.read().strip() == str(tmp_path / "two")  # only rank 0 speaks
+    a, b = _summary(tmp_path / "two"), _summary(tmp_path / "one")
+    assert a["steps"] == b["steps"] == 3 * (256 // 16)
+    for key in ("train_loss", "val_loss", "val_accuracy"):
+        assert a["metrics"][key] == pytest.approx(b["metrics"][key], rel=TOLERANCE, abs=TOLERANCE)
+
+
+def test_a_killed_two_process_run_resumes_to_the_same_result(recipe, tmp_path):
+    longer = ("--set", "train.epochs=8")  # room to kill it between its first checkpoint and its end
+    whole = _train(recipe, tmp_path / "whole", "--nproc", "2", *longer)
+    victim = _train(recipe, tmp_path / "killed", "--nproc", "2", *longer)
+    checkpoint = tmp_path / "killed" / "checkpoints" / "last.pt"
+    deadline = time.time() + 240
+    while not checkpoint.exists():
+        assert victim.poll() is None and time.time() < deadline, "the run ended before its first checkpoint"
+        time.sleep(0.05)
+    # torchrun starts each worker in a session of its own: kill the whole tree at once, as a lost machine would
+    tree = psutil.Process(victim.pid).children(recursive=True) + [psutil.Process(victim.pid)]
+    for process in tree:
+        process.send_signal(signal.SIGKILL)
+    victim.wait()
+    assert not (tmp_path / "killed" / "summary.json").exists(), "killed too late: the run had finished"
+    resumed = _train(recipe, tmp_path / "killed", "--nproc", "2", "--resume", *longer)
+    assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
+    assert whole.wait(timeout=300) == 0, whole.stderr.read()
+    a, b = _summary(tmp_path / "whole"), _summary(tmp_path / "killed")
+    assert a["steps"] == b["steps"]
+    for key in ("train_loss", "val_loss", "val_accuracy"):
+        assert a["metrics"][key] == pytest.approx(b["metrics"][key], rel=TOLERANCE, abs=TOLERANCE)

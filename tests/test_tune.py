@@ -1,0 +1,116 @@
+"""`accel tune`: the search on simulated measurements, then once for real through the CLI."""
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+import yaml
+from rich.console import Console
+
+from accel.bench import tune as tune_module
+from accel.bench.runner import TrialSettings
+from accel.bench.tune import BATCH_KEY, WORKERS_KEY, Knob, build_knobs, table, tune, write_fragment
+from accel.cli import main
+from accel.data.loaders import available_cpus
+from accel.errors import AccelError
+from accel.recipe import load_recipe, validate_recipe
+
+
+def simulated(seen: list):
+    """A run_trials stand-in: samples/s grows with batch size up to 64 (then "OOM"); 1 worker is 1.5x faster."""
+    def run_trials(jobs, out, settings, console=None, skip=None):
+        results = []
+        for trial, name, path in jobs:
+            if skip is not None and skip(name, results):
+                continue
+            data = yaml.safe_load(path.read_text())["data"]
+            batch, workers = data["batch_size"], data["loader"]["num_workers"]
+            seen.append((batch, workers))
+            if batch > 64:
+                results.append({"variant": name, "trial": trial, "error": "torch.OutOfMemoryError: out of memory"})
+                continue
+            sps = batch * 10 * (1.5 if workers == 1 else 1.0) * (1 + 0.001 * trial)
+            results.append({"variant": name, "trial": trial, "error": None, "samples_per_s": sps,
+                            "env": {"device": "cpu (simulated)", "torch": "2.x"}})
+        return results
+
+    return run_trials
+
+
+def test_search_picks_measured_best_bounds_batch_and_reuses(monkeypatch, tiny, tmp_path):
+    seen: list = []
+    monkeypatch.setattr(tune_module, "run_trials", simulated(seen))
+    base = validate_recipe(tiny)  # batch_size 16, num_workers auto
+    knobs = [Knob(BATCH_KEY, [16, 32, 64, 128, 256], bounded=True), Knob(WORKERS_KEY, [0, 1])]
+    settings = TrialSettings(steps=5, warmup=1)
+    result = tune(base, knobs, tmp_path / "work", settings, trials=3)
+    assert result.chosen == {BATCH_KEY: 64, WORKERS_KEY: 1}
+    # 128 failed in the first round, so 256 never ran and 128 was not retried; the start of the workers
+    # stage (64, auto) reused the batch stage's measurement instead of running again.
+    assert set(seen) == {(16, "auto"), (32, "auto"), (64, "auto"), (128, "auto"), (64, 0), (64, 1)}
+    assert seen.count((128, "auto")) == 1 and seen.count((64, "auto")) == 3 and seen.count((64, 1)) == 3
+    notes = {(r["knob"], r["value"]): r["note"] for r in result.rows}
+    assert notes[(BATCH_KEY, 64)] == "chosen" and notes[(BATCH_KEY, 16)] == "current"
+    assert notes[(BATCH_KEY, 128)].startswith("1 failed: torch.OutOfMemoryError")
+    assert notes[(BATCH_KEY, 256)] == "not run (a smaller value failed)"
+    assert json.loads((tmp_path / "work" / "tune.json").read_text())["chosen"] == {BATCH_KEY: 64, WORKERS_KEY: 1}
+
+    fragment = write_fragment(result, tmp_path / "configs" / "tuned.yaml", base, "accel tune r.yaml", settings, 3)
+    text = fragment.read_text()
+    assert yaml.safe_load(text) == {"data": {"batch_size": 64, "loader": {"num_workers": 1}}}
+    assert "# Written by `accel tune r.yaml` on " in text and "3 trial(s) in fresh processes, 5 timed steps" in text
+    assert "data.batch_size: 64 (recipe had 16; 4.00x" in text and "re-check the learning rate" in text
+    user = {k: v for k, v in tiny.items()} | {"base": "configs/tuned.yaml",
+                                              "data": {"dataset": tiny["data"]["dataset"]}}
+    (tmp_path / "user.yaml").write_text(yaml.safe_dump(user))
+    tuned = load_recipe(tmp_path / "user.yaml")
+    assert (tuned.data.batch_size, tuned.data.loader.num_workers) == (64, 1)
+    console = Console(file=io.StringIO(), width=250)
+    console.print(table(result))
+    rendered = " ".join(console.file.getvalue().replace("│", "|").split())
+    assert "| data.batch_size | 256 | n/a | n/a | | not run (a smaller value failed) |" in rendered
+    assert "| data.batch_size | 64 | 640.6 [640.0, 641.3] | 4.00x [3.99, 4.01] | helped | chosen |" in rendered
+
+
+def test_a_noise_level_win_keeps_the_current_value(monkeypatch, tiny, tmp_path):
+    monkeypatch.setattr(tune_module, "run_trials", simulated([]))
+    result = tune(validate_recipe(tiny), [Knob(WORKERS_KEY, [0])], tmp_path, TrialSettings(5, 1), trials=3)
+    assert result.chosen == {WORKERS_KEY: "auto"}  # 0 measured the same as auto: no reason to change
+    one = tune(validate_recipe(tiny), [Knob(BATCH_KEY, [64], bounded=True)], tmp_path, TrialSettings(5, 1), trials=1)
+    assert one.chosen == {BATCH_KEY: 16}  # 4x faster, but one trial cannot tell a gain from a noisy moment
+    assert [r["note"] for r in one.rows] == ["chosen", "not trusted: fewer than 2 trials"]
+
+
+def test_default_knobs(tiny):
+    base = validate_recipe(tiny)
+    knobs = {k.key: k for k in build_knobs(base)}
+    assert knobs[BATCH_KEY].values == [8, 16, 32, 64] and knobs[BATCH_KEY].bounded
+    assert knobs[WORKERS_KEY].values == [n for n in (0, 1, 2, 4) if n <= available_cpus()]
+    assert knobs["speedups.threads.intra_op"].values[-1] == available_cpus()
+    only = build_knobs(base, batch_sizes="32,8", workers="", threads="", tries=["optim.lr=0.1,0.2"])
+    assert [(k.key, k.values) for k in only] == [(BATCH_KEY, [32, 8]), ("optim.lr", [0.1, 0.2])]
+    with pytest.raises(AccelError, match="positive integers"):
+        build_knobs(base, batch_sizes="0,8")
+
+
+def test_tune_command_for_real(tiny, write_recipe, tmp_path, capsys):
+    out, work = tmp_path / "tuned.yaml", tmp_path / "work"
+    # 4096 is more than the training set holds, so it fails and bounds the search: 8192 is never run.
+    argv = ["tune", str(write_recipe(tiny)), "--batch-sizes", "16,4096,8192", "--workers=", "--threads=",
+            "--steps", "2", "--warmup", "1", "--trials", "1", "--out", str(out), "--work", str(work)]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip().splitlines()[-1] == str(out)
+    table_text = captured.out.replace("│", " ")  # a narrow non-terminal console wraps cells: compare words
+    assert "accel tune" in table_text and {"4096", "8192", "failed:", "smaller", "chosen"} <= set(table_text.split())
+    assert "data.batch_size=8192 trial 0: skipped" in captured.err
+    assert yaml.safe_load(out.read_text()) == {"data": {"batch_size": 16}}
+    assert "data.batch_size: 16 (recipe had 16; kept)" in out.read_text()
+    assert len(list(work.rglob("trials/*.json"))) == 2
+
+
+def test_tune_rejects_nothing_to_do(tiny, write_recipe, capsys):
+    argv = ["tune", str(write_recipe(tiny)), "--batch-sizes=", "--workers=", "--threads="]
+    assert main(argv) == 2
+    assert "nothing to tune" in capsys.readouterr().err
