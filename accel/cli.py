@@ -64,6 +64,8 @@ def _add_bench(commands) -> None:
     _add_trial_options(bench, steps=20, warmup=3, trials=3)
     bench.add_argument("--out", help="output folder (default: runs/bench-<name>-<timestamp>)")
     bench.add_argument("--list", action="store_true", help="print the variants and exit without running them")
+    bench.add_argument("--only", type=lambda text: text.split(","), default=None, metavar="NAME,NAME",
+                       help="run only these variants (the baseline is always run), e.g. --only all")
 
 
 def _add_doctor(commands) -> None:
@@ -170,7 +172,7 @@ def _bench(args: argparse.Namespace) -> int:
     from .bench.runner import TrialSettings, default_out, plan_bench, run_bench
     from .bench.variants import describe
 
-    plan = plan_bench(args.recipe, args.overrides, args.ablate, args.vary)
+    plan = plan_bench(args.recipe, args.overrides, args.ablate, args.vary, args.only)
     if args.list:
         print(describe(plan.variants))
         return 0

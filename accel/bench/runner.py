@@ -56,16 +56,28 @@ def resolve_variant(base: Recipe, variant: Variant) -> Recipe:
         raise RecipeError(f"variant `{variant.name}`: {err}") from None
 
 
-def plan_bench(recipe_path: str | Path, sets: list[str], ablate: bool, vary: list[str]) -> BenchPlan:
-    """Load the recipe with `sets`, build the variants (--ablate or --vary) and resolve every one up front,
-    so a bad value fails in a second rather than after an hour of trials."""
+def plan_bench(recipe_path: str | Path, sets: list[str], ablate: bool, vary: list[str],
+               only: list[str] | None = None) -> BenchPlan:
+    """Load the recipe with `sets`, build the variants (--ablate or --vary, narrowed to `only`) and resolve
+    every one up front, so a bad value fails in a second rather than after an hour of trials."""
     if ablate == bool(vary):
         raise AccelError("accel bench needs exactly one of --ablate (every speed-up on/off) or --vary KEY=V1,V2 "
                          "(repeatable), e.g. --vary data.batch_size=64,128.")
     base = load_recipe(recipe_path, sets)
     variants = ablation_variants(base.dump()["speedups"]) if ablate else vary_variants(vary)
+    if only:
+        variants = _only(variants, only)
     recipes = {v.name: resolve_variant(base, v) for v in variants}
     return BenchPlan(Path(recipe_path), base.name, variants, variants[0].name, recipes)
+
+
+def _only(variants: list[Variant], names: list[str]) -> list[Variant]:
+    """The named variants, the first variant (the report's baseline) always kept."""
+    known = {v.name for v in variants}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise AccelError(f"--only: no variant named {', '.join(unknown)}; variants: {', '.join(sorted(known))}.")
+    return [v for i, v in enumerate(variants) if i == 0 or v.name in names]
 
 
 def default_out(name: str, kind: str = "bench") -> Path:
@@ -213,6 +225,13 @@ class TrialSettings:
     warm_cache: bool = False
 
 
+def trial_argv(recipe: Path, settings: TrialSettings, json_path: Path, variant: str, trial: int) -> list[str]:
+    """The command line of one trial process."""
+    return [sys.executable, "-m", "accel.bench.trial", str(recipe), "--steps", str(settings.steps),
+            "--warmup", str(settings.warmup), "--json", str(json_path),
+            f"--variant={variant}", "--trial", str(trial)]  # `=`: a name like -amp is not an option
+
+
 def _run_job(index: int, trial: int, variant: str, recipe: Path, out: Path, settings: TrialSettings) -> dict:
     stem = _slug(index, f"{variant}-t{trial}")
     json_path, log_path = out / "trials" / f"{stem}.json", out / "trials" / f"{stem}.log"
@@ -220,9 +239,7 @@ def _run_job(index: int, trial: int, variant: str, recipe: Path, out: Path, sett
         cache = (out / "inductor-cache").resolve()
     else:
         cache = Path(tempfile.mkdtemp(prefix="accel-inductor-"))
-    argv = [sys.executable, "-m", "accel.bench.trial", str(recipe), "--steps", str(settings.steps),
-            "--warmup", str(settings.warmup), "--json", str(json_path),
-            "--variant", variant, "--trial", str(trial)]
+    argv = trial_argv(recipe, settings, json_path, variant, trial)
     started, tick = time.time(), time.perf_counter()
     try:
         result = run_trial_process(argv, json_path, log_path, settings.timeout, trial_env(cache))

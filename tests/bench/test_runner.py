@@ -150,3 +150,22 @@ def test_trial_entry_point_in_process(tiny, write_recipe, tmp_path):
     assert result["peak_memory_mb"] > 0 and result["final_loss"] > 0 and result["val_accuracy"] is not None
     assert trial_main([str(tmp_path / "missing.yaml"), "--steps", "1", "--warmup", "0", "--json", str(out)]) == 1
     assert "Recipe file not found" in json.loads(out.read_text())["error"]
+
+
+def test_only_narrows_the_variants_and_keeps_the_baseline(tiny, write_recipe):
+    from accel.bench.runner import plan_bench
+
+    tiny["speedups"] = {"channels_last": {}, "threads": {"intra_op": 1}}
+    plan = plan_bench(write_recipe(tiny), [], ablate=True, vary=[], only=["all"])
+    assert [v.name for v in plan.variants] == ["baseline", "all"]
+    with pytest.raises(AccelError, match="no variant named"):
+        plan_bench(write_recipe(tiny), [], ablate=True, vary=[], only=["+amp"])
+
+
+def test_ablation_names_that_start_with_a_dash_reach_the_trial_intact(tmp_path):
+    from accel.bench.runner import TrialSettings, trial_argv
+    from accel.bench.trial import _parser
+
+    argv = trial_argv(tmp_path / "r.yaml", TrialSettings(5, 1), tmp_path / "t.json", "-amp", 2)
+    args = _parser().parse_args(argv[3:])
+    assert args.variant == "-amp" and args.trial == 2 and args.steps == 5
