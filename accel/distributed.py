@@ -71,21 +71,12 @@ def destroy_process_group() -> None:
 
 
 class DataParallel(Speedup):
-    """Wraps the model in DistributedDataParallel, or shards it with FSDP2 (`strategy: fsdp`)."""
+    """Wraps the model in DistributedDataParallel: gradients are averaged across processes in buckets."""
 
     name = "ddp"
     order = 80  # after layout and precision changes, before compile
 
-    def __init__(self, world: World, strategy: str = "ddp"):
-        super().__init__()
-        self.world, self.strategy = world, strategy
-
     def setup(self, trainer: Any) -> None:
-        if self.strategy == "fsdp":
-            from torch.distributed.fsdp import fully_shard
-
-            trainer.model = fully_shard(trainer.model)
-            return
         ids = [trainer.device.index] if trainer.device.type == "cuda" else None
         trainer.model = torch.nn.parallel.DistributedDataParallel(trainer.model, device_ids=ids)
 

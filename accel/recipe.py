@@ -87,8 +87,6 @@ class Recipe(StrictModel):
                                                              description="speed-up name -> its options")
     device: str = Field("auto", description="auto | cpu | cuda | cuda:N | mps | xla")
     strict: bool = Field(False, description="a speed-up that cannot run here is an error instead of a skip")
-    strategy: Literal["ddp", "fsdp"] = Field("ddp", description="how several processes share the model: "
-                                                                "DistributedDataParallel, or FSDP2 sharding")
     log: LogConfig = Field(default_factory=LogConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
 

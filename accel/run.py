@@ -44,7 +44,7 @@ def build_trainer(recipe: Recipe, run_dir: RunDir | None = None, extra_callbacks
     per_epoch = steps_per_epoch(len(train_loader), recipe.train.grad_accum)
     total = recipe.train.max_steps or per_epoch * recipe.train.epochs
     scheduler = build_scheduler(recipe.schedule, optimizer, total_steps=total, steps_per_epoch=per_epoch)
-    speedups = from_configs(recipe.speedups) + ([DataParallel(world, recipe.strategy)] if world.distributed else [])
+    speedups = from_configs(recipe.speedups) + ([DataParallel()] if world.distributed else [])
     if device.type == "xla":
         train_loader, val_loader, speedups = _on_xla(train_loader, val_loader, speedups, device)
     return Trainer(model, optimizer, train_loader, val_loader=val_loader, loss_fn=build_loss(recipe.loss),

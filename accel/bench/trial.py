@@ -43,12 +43,6 @@ class StepTimer(Callback):
     def on_fit_start(self, trainer) -> None:
         self.fit_started = time.perf_counter()  # after speed-up setup (jit, compile wrapping)
 
-    def on_epoch_start(self, trainer, batches: int | None) -> None:
-        # With a step budget the trainer would loop forever over empty epochs; fail like a person would want.
-        if batches == 0:
-            raise AccelError("the training loader yields no batches: data.batch_size is larger than the training "
-                             "set and data.drop_last is true. Use a smaller batch size.")
-
     def on_batch_end(self, trainer, info: BatchInfo) -> None:
         step = self._open
         step["s"] += info.data_s + info.compute_s
@@ -87,13 +81,20 @@ def measure(timer: StepTimer, warmup: int, setup_s: float) -> dict[str, Any]:
     }
 
 
-def run_trial(recipe_path: Path, steps: int, warmup: int) -> dict[str, Any]:
-    """Build and fit the recipe under the bench settings; the measured figures of one trial."""
+def run_trial(recipe_path: Path, steps: int, warmup: int, trial: int = 0) -> dict[str, Any]:
+    """Build and fit the recipe under the bench settings; the measured figures of one trial.
+
+    Trial k trains with the recipe's seed + k, in every variant. Runs are otherwise deterministic, so without
+    this every trial of a variant would end on the same loss, and any rounding difference between variants
+    (bf16, a fused kernel) would look like a changed result; with it, the trials' spread shows how far results
+    move by chance, and a variant's result is flagged only when it moves further.
+    """
     from ..recipe import load_recipe
     from ..run import build_trainer
 
     started = time.perf_counter()
     recipe = load_recipe(recipe_path, [f"train.max_steps={warmup + steps}", *BENCH_SETTINGS])
+    recipe.seed += trial
     timer = StepTimer()
     trainer = build_trainer(recipe, run_dir=None, extra_callbacks=[timer])
     built = time.perf_counter()
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.steps < 1 or args.warmup < 0:
             raise AccelError(f"--steps must be >= 1 and --warmup >= 0, got {args.steps} and {args.warmup}.")
-        result, code = head | run_trial(args.recipe, args.steps, args.warmup), 0
+        result, code = head | run_trial(args.recipe, args.steps, args.warmup, args.trial), 0
     except BaseException:  # KeyboardInterrupt too: the runner still gets a readable record
         result, code = head | {"error": traceback.format_exc()}, 1
         traceback.print_exc()

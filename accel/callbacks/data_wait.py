@@ -33,8 +33,9 @@ def suggestions(data: Any, trainer: Trainer) -> list[str]:
         tips.append("overlap the host-to-device copy with compute: `data.prefetch.enabled: auto`")
     if cuda and data.loader.backend == "torch" and hasattr(dataset, "samples"):
         tips.append("decode JPEGs on the GPU with NVIDIA DALI: `data.loader.backend: dali`")
-    tips.append("prepare more batches ahead: raise `data.loader.prefetch_factor`; or give the step more work "
-                "per batch (a larger `data.batch_size`), which amortises the per-batch cost")
+    if getattr(loader, "num_workers", 0) > 0:
+        tips.append("prepare more batches ahead: raise `data.loader.prefetch_factor`")
+    tips.append("give each step more work per batch (a larger `data.batch_size`): it amortises the per-batch cost")
     return tips
 
 
