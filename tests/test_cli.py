@@ -9,9 +9,9 @@ import time
 
 import pytest
 import yaml
-from conftest import ROOT
 
 from accel.cli import main
+from conftest import ROOT
 
 
 def _fails_cleanly(capsys, *argv: str) -> str:

@@ -10,6 +10,7 @@ import time
 import psutil
 import pytest
 import yaml
+
 from conftest import ROOT
 
 RECIPE = {

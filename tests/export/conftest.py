@@ -9,19 +9,12 @@ import pytest
 from accel.export import ExportConfig, export_run
 from accel.recipe import validate_recipe
 from accel.run import run_recipe
+from conftest import TINY
 
-# the conftest's tiny recipe, with enough validation samples (40) for accuracy to mean something
-RECIPE = {
-    "name": "export-tiny",
-    "seed": 0,
-    "model": {"name": "small_cnn", "args": {"width": 4}},
-    "data": {"dataset": {"name": "synthetic", "shape": [1, 8, 8], "num_samples": 200, "num_classes": 4},
-             "batch_size": 16},
-    "optim": {"name": "adamw", "lr": 0.01},
-    "train": {"epochs": 2},
-    "device": "cpu",
-    "log": {"progress": False, "tensorboard": False, "every_steps": 5},
-}
+# the shared tiny recipe, with enough validation samples (40) for accuracy to mean something
+RECIPE = copy.deepcopy(TINY) | {"name": "export-tiny", "optim": {"name": "adamw", "lr": 0.01}}
+RECIPE["data"]["dataset"]["num_samples"] = 200
+RECIPE["log"]["every_steps"] = 5
 QUICK = {"runs": 3, "warmup": 1, "batch_size": 32}  # measurement settings that only check the plumbing
 
 
