@@ -1,4 +1,4 @@
-"""The run directory contract (docs/run-directory.md): recipe.yaml, env.json, metrics.jsonl, tb/,
+"""The run directory contract (README.md, "Run directories"): recipe.yaml, env.json, metrics.jsonl, tb/,
 checkpoints/, summary.json."""
 from __future__ import annotations
 
@@ -38,9 +38,6 @@ class RunDir:
 
     def write_json(self, name: str, data: Any) -> Path:
         return self.write_text(name, json.dumps(data, indent=2, default=str) + "\n")
-
-    def read_json(self, name: str) -> Any:
-        return json.loads((self.path / name).read_text())
 
 
 class RunDirWriter(Callback):
