@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import signal
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, nullcontext
@@ -57,7 +56,8 @@ class Trainer:
         self.forward_loss = self._forward_loss  # forward + loss; whole-step compilation replaces it
         self.epoch = self.step = self.batch_in_epoch = 0  # completed epochs / optimizer steps / batches this epoch
         self.should_stop = False
-        self.stop_signal: int | None = None
+        self.stop_signal: int | None = None  # a signal this process received
+        self.interrupted = False  # every process agreed to stop for it
         self.last_eval: dict[str, float] = {}
         self._eval_step = -1  # the optimizer step at which last_eval was measured
         self.meter = Meter(self.world)
@@ -79,7 +79,7 @@ class Trainer:
                 while not self._budget_spent():
                     if self._train_epoch():
                         self._end_epoch()
-            status = "interrupted" if self.stop_signal is not None else "completed"
+            status = "interrupted" if self.interrupted else "completed"
             if status == "completed" and self._eval_step != self.step:
                 self._run_eval()
         finally:
@@ -90,11 +90,18 @@ class Trainer:
         return summary
 
     def _budget_spent(self) -> bool:
-        if self.world.any(self.stop_signal is not None, self.device):  # every rank stops at the same step
-            self.stop_signal = self.stop_signal or signal.SIGTERM
         over_steps = self.cfg.max_steps is not None and self.step >= self.cfg.max_steps
-        return self.should_stop or self.stop_signal is not None or over_steps or (
+        return self.should_stop or self._stop_agreed() or over_steps or (
             self.cfg.max_steps is None and self.epoch >= self.cfg.epochs)
+
+    def _stop_agreed(self) -> bool:
+        """Whether to stop for a signal. Ranks must stop at the same step or DDP hangs, and agreeing costs a
+        collective (and a device sync), so several processes agree only once per logging interval."""
+        if self.interrupted or not self.world.distributed:
+            self.interrupted = self.interrupted or self.stop_signal is not None
+        elif self.step % self.log_every_steps == 0:
+            self.interrupted = self.world.any(self.stop_signal is not None, self.device)
+        return self.interrupted
 
     def _train_epoch(self) -> bool:
         """Train until the epoch ends (True) or the budget or a signal stops it mid-epoch (False)."""

@@ -76,3 +76,24 @@ def test_a_killed_two_process_run_resumes_to_the_same_result(recipe, tmp_path):
     assert a["steps"] == b["steps"]
     for key in ("train_loss", "val_loss", "val_accuracy"):
         assert a["metrics"][key] == pytest.approx(b["metrics"][key], rel=TOLERANCE, abs=TOLERANCE)
+
+
+def test_a_signal_to_one_process_stops_every_rank_at_the_same_step(recipe, tmp_path):
+    longer = ("--set", "train.epochs=40")  # long enough that the signal lands mid-run
+    run = _train(recipe, tmp_path / "run", "--nproc", "2", *longer)
+    checkpoint = tmp_path / "run" / "checkpoints" / "last.pt"
+    deadline = time.time() + 240
+    while not checkpoint.exists():
+        assert run.poll() is None and time.time() < deadline, "the run ended before its first checkpoint"
+        time.sleep(0.05)
+    workers = [p for p in psutil.Process(run.pid).children(recursive=True)
+               if "accel.cli" in p.cmdline() and "torch.distributed.run" not in p.cmdline()]
+    assert len(workers) == 2
+    workers[-1].send_signal(signal.SIGTERM)  # one rank only: the others learn of it at the next agreement
+    run.wait(timeout=240)
+    summary = _summary(tmp_path / "run")
+    assert summary["status"] == "interrupted" and 0 < summary["steps"] < 40 * 16
+    assert summary["steps"] % 5 == 0  # ranks agree on stopping once per logging interval (every_steps: 5)
+    resumed = _train(recipe, tmp_path / "run", "--nproc", "2", "--resume", *longer)
+    assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
+    assert _summary(tmp_path / "run")["steps"] == 40 * 16
