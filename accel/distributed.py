@@ -65,8 +65,13 @@ def init_process_group(world: World, device: torch.device) -> torch.device:
     return device
 
 
-def destroy_process_group() -> None:
+def destroy_process_group(wait_for_others: bool) -> None:
+    """Leave the group; after a run that ended well, together: a rank that tears its connections down while
+    another still writes its checkpoint can abort the other at exit (gloo: "terminate called without an
+    active exception"). After a failure nobody waits: the other ranks may never reach the barrier."""
     if dist.is_initialized():
+        if wait_for_others:
+            dist.barrier()
         dist.destroy_process_group()
 
 

@@ -84,6 +84,7 @@ def run_recipe(recipe: Recipe, out: str | Path | None = None, resume: bool = Fal
     if resume and not run_dir.last_checkpoint.is_file():
         raise CheckpointError(f"--resume: no checkpoint at {run_dir.last_checkpoint}. Run without --resume first, "
                               "or point --out at the run directory that has checkpoints/last.pt.")
+    ended_well = False
     try:
         trainer = build_trainer(recipe, run_dir)
         if trainer.world.is_main:
@@ -92,8 +93,9 @@ def run_recipe(recipe: Recipe, out: str | Path | None = None, resume: bool = Fal
         if resume:  # every rank loads the same file
             _resume(trainer, run_dir.last_checkpoint, recipe.seed)
         summary = trainer.fit()
+        ended_well = True
     finally:
-        destroy_process_group()
+        destroy_process_group(wait_for_others=ended_well)
     summary["run_dir"] = str(run_dir.path)
     return summary
 
