@@ -5,6 +5,7 @@ import copy
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,14 @@ def write_recipe(tmp_path):
         return path
 
     return write
+
+
+def wait_for_first_checkpoint(run_dir: Path, process: subprocess.Popen, timeout: float = 240) -> None:
+    """Block until RUN_DIR/checkpoints/last.pt exists; fail if the run ends or the time runs out first."""
+    deadline = time.time() + timeout
+    while not (run_dir / "checkpoints" / "last.pt").exists():
+        assert process.poll() is None and time.time() < deadline, "the run ended before its first checkpoint"
+        time.sleep(0.05)
 
 
 def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:

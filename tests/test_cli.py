@@ -5,13 +5,12 @@ import json
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import yaml
 
 from accel.cli import main
-from conftest import ROOT
+from conftest import ROOT, wait_for_first_checkpoint
 
 
 def _fails_cleanly(capsys, *argv: str) -> str:
@@ -99,10 +98,7 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path):
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     reference = _train(recipe, "--out", str(whole), *fast)
     victim = _train(recipe, "--out", str(killed), *fast)
-    deadline = time.time() + 240
-    while not (killed / "checkpoints" / "last.pt").exists():
-        assert victim.poll() is None and time.time() < deadline, "the run ended before its first checkpoint"
-        time.sleep(0.05)
+    wait_for_first_checkpoint(killed, victim)
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     assert not (killed / "summary.json").exists()  # killed: no chance to write anything more

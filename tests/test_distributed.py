@@ -5,13 +5,12 @@ import json
 import signal
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, wait_for_first_checkpoint
 
 RECIPE = {
     "name": "ddp", "seed": 0,
@@ -58,11 +57,7 @@ def test_a_killed_two_process_run_resumes_to_the_same_result(recipe, tmp_path):
     longer = ("--set", "train.epochs=30")  # room to kill it between its first checkpoint and its end
     whole = _train(recipe, tmp_path / "whole", "--nproc", "2", *longer)
     victim = _train(recipe, tmp_path / "killed", "--nproc", "2", *longer)
-    checkpoint = tmp_path / "killed" / "checkpoints" / "last.pt"
-    deadline = time.time() + 240
-    while not checkpoint.exists():
-        assert victim.poll() is None and time.time() < deadline, "the run ended before its first checkpoint"
-        time.sleep(0.05)
+    wait_for_first_checkpoint(tmp_path / "killed", victim)
     # torchrun starts each worker in a session of its own: kill the whole tree at once, as a lost machine would
     tree = psutil.Process(victim.pid).children(recursive=True) + [psutil.Process(victim.pid)]
     for process in tree:
@@ -84,11 +79,7 @@ def test_a_killed_two_process_run_resumes_to_the_same_result(recipe, tmp_path):
 def test_a_signal_to_one_process_stops_every_rank_at_the_same_step(recipe, tmp_path):
     longer = ("--set", "train.epochs=40")  # long enough that the signal lands mid-run
     run = _train(recipe, tmp_path / "run", "--nproc", "2", *longer)
-    checkpoint = tmp_path / "run" / "checkpoints" / "last.pt"
-    deadline = time.time() + 240
-    while not checkpoint.exists():
-        assert run.poll() is None and time.time() < deadline, "the run ended before its first checkpoint"
-        time.sleep(0.05)
+    wait_for_first_checkpoint(tmp_path / "run", run)
     workers = [p for p in psutil.Process(run.pid).children(recursive=True)
                if "accel.cli" in p.cmdline() and "torch.distributed.run" not in p.cmdline()]
     assert len(workers) == 2
