@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from .errors import CheckpointError
+from .fsdp import unsharded_class
 
 
 def save_checkpoint(state: dict[str, Any], path: Path) -> None:
@@ -38,7 +39,7 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 
 def model_signature(module: torch.nn.Module) -> dict[str, Any]:
     """Enough to tell that a checkpoint belongs to a different model before loading it."""
-    return {"class": type(module).__name__, "params": sum(p.numel() for p in module.parameters()),
+    return {"class": unsharded_class(module).__name__, "params": sum(p.numel() for p in module.parameters()),
             "keys": len(module.state_dict())}
 
 

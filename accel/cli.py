@@ -112,6 +112,11 @@ def _train(args: argparse.Namespace) -> int:
         raise AccelError("--resume needs --out RUN_DIR: the run directory whose checkpoints/last.pt to continue.")
     recipe = load_recipe(args.recipe, args.overrides)  # validated here, before any process is started
     if args.nproc:
+        if recipe.strategy == "fsdp" and args.nproc * args.nnodes > 1:  # one clear error, not one per rank
+            from .fsdp import check_compatible
+            from .speedups import from_configs
+
+            check_compatible(from_configs(recipe.speedups))
         return _torchrun(args, recipe.name)
     summary = run_recipe(recipe, args.out, resume=args.resume)
     if not world_from_env().is_main:

@@ -40,6 +40,13 @@ class World:
             dist.all_reduce(tensor)
         return tensor
 
+    def max(self, value: int, device: torch.device) -> int:
+        if not self.distributed:
+            return value
+        tensor = torch.tensor([value], device=device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return int(tensor.item())
+
     def any(self, flag: bool, device: torch.device) -> bool:
         """True on every rank when it is True on one: ranks must agree before stopping, or DDP hangs."""
         if not self.distributed:

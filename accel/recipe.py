@@ -86,6 +86,10 @@ class Recipe(StrictModel):
     speedups: dict[str, SerializeAsAny[StrictModel]] = Field(default_factory=dict,
                                                              description="speed-up name -> its options")
     device: str = Field("auto", description="auto | cpu | cuda | cuda:N | mps | xla")
+    strategy: Literal["ddp", "fsdp"] = Field(
+        "ddp", description="how several processes (`accel train --nproc N`, torchrun) share the model: ddp keeps a "
+        "whole copy in each; fsdp (FSDP2) shards parameters, gradients and optimizer state across them. One "
+        "process trains unsharded either way")
     strict: bool = Field(False, description="a speed-up that cannot run here is an error instead of a skip")
     log: LogConfig = Field(default_factory=LogConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)

@@ -7,13 +7,13 @@ from typing import Any
 
 import torch
 
-from . import devices
+from . import devices, fsdp
 from .callbacks import Callback, Checkpointer, EarlyStopping, ProgressBar, TensorBoard
 from .callbacks.data_wait import DataWaitWarning
 from .checkpoint import load_checkpoint
 from .data.pipeline import build_data_pipeline
 from .distributed import DataParallel, destroy_process_group, init_process_group, world_from_env
-from .errors import CheckpointError
+from .errors import AccelError, CheckpointError
 from .losses import build_loss
 from .models import build_model
 from .optim import build_optimizer, build_scheduler
@@ -35,6 +35,11 @@ def build_trainer(recipe: Recipe, run_dir: RunDir | None = None, extra_callbacks
     splits = DATASETS.get(recipe.data.dataset.name).build(recipe.data.dataset, recipe.seed)
     # on the device before the optimizer sees it: moving to XLA replaces parameter objects
     model = build_model(recipe.model, num_classes=splits.num_classes, in_channels=splits.sample_shape[0]).to(device)
+    speedups = from_configs(recipe.speedups)
+    sharded = _use_fsdp(recipe, world, device)
+    if sharded:  # before the optimizer is built: sharding replaces the parameters
+        fsdp.check_compatible(speedups)
+        fsdp.shard_model(model)
     if world.rank:  # random augmentation must differ between ranks (DDP copies rank 0's weights anyway)
         seed_everything(recipe.seed + 1_000_003 * world.rank)
     data = build_data_pipeline(recipe.data, splits, device=device, seed=recipe.seed, rank=world.rank,
@@ -44,15 +49,27 @@ def build_trainer(recipe: Recipe, run_dir: RunDir | None = None, extra_callbacks
     per_epoch = steps_per_epoch(len(train_loader), recipe.train.grad_accum)
     total = recipe.train.max_steps or per_epoch * recipe.train.epochs
     scheduler = build_scheduler(recipe.schedule, optimizer, total_steps=total, steps_per_epoch=per_epoch)
-    speedups = from_configs(recipe.speedups) + ([DataParallel()] if world.distributed else [])
+    if world.distributed and not sharded:
+        speedups.append(DataParallel())
     if device.type == "xla":
         train_loader, val_loader, speedups = _on_xla(train_loader, val_loader, speedups, device)
     return Trainer(model, optimizer, train_loader, val_loader=val_loader, loss_fn=build_loss(recipe.loss),
                    scheduler=scheduler, config=recipe.train, speedups=speedups,
-                   callbacks=_callbacks(recipe, run_dir if world.is_main else None) + data.callbacks
+                   callbacks=_callbacks(recipe, run_dir, world.is_main, sharded) + data.callbacks
                    + list(extra_callbacks),
                    device=device, train_transform=data.train_transform, eval_transform=data.eval_transform,
                    log_every_steps=recipe.log.every_steps, strict=recipe.strict, world=world)
+
+
+def _use_fsdp(recipe: Recipe, world, device: torch.device) -> bool:
+    if recipe.strategy != "fsdp":
+        return False
+    if device.type == "xla":
+        raise AccelError("strategy: fsdp shards with torch.distributed's FSDP2 (CPU and CUDA); on XLA use "
+                         "`strategy: ddp` (torch_xla's own FSDP is not wired into accel)")
+    if not world.distributed:
+        log.info("strategy fsdp: one process has nothing to shard with; training unsharded")
+    return world.distributed
 
 
 def _on_xla(train_loader, val_loader, speedups: list, device: torch.device):
@@ -62,15 +79,19 @@ def _on_xla(train_loader, val_loader, speedups: list, device: torch.device):
     return XlaLoader(train_loader, device), val_loader, speedups + [XlaStep()]
 
 
-def _callbacks(recipe: Recipe, run_dir: RunDir | None) -> list[Callback]:
-    """Early stopping runs on every rank (they must agree); the rest only where run_dir is given (rank 0)."""
+def _callbacks(recipe: Recipe, run_dir: RunDir | None, is_main: bool, sharded: bool) -> list[Callback]:
+    """Early stopping runs on every rank (they must agree), and so does checkpointing a sharded model (its
+    state is gathered from every rank); rank 0 writes, and alone runs the rest."""
     callbacks: list[Callback] = []
     if recipe.train.early_stopping is not None:
         callbacks.append(EarlyStopping(**recipe.train.early_stopping.model_dump()))
-    if run_dir is not None:
-        callbacks.append(ProgressBar(bar=recipe.log.progress))
+    writes = is_main and run_dir is not None
+    if writes or sharded:
         # checkpoint first: a summary that says "completed" has its checkpoint already on disk
-        callbacks.append(Checkpointer(run_dir.checkpoints, recipe.checkpoint.every_epochs, recipe.checkpoint.keep))
+        callbacks.append(Checkpointer(run_dir.checkpoints if writes else None, recipe.checkpoint.every_epochs,
+                                      recipe.checkpoint.keep))
+    if writes:
+        callbacks.append(ProgressBar(bar=recipe.log.progress))
         callbacks.append(RunDirWriter(run_dir))
         callbacks.append(DataWaitWarning(recipe.data))
         if recipe.log.tensorboard:

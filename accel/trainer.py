@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import devices
+from . import devices, fsdp
 from .callbacks.base import BatchInfo, Callback
 from .checkpoint import check_same_model, model_signature
 from .distributed import World
@@ -187,9 +187,11 @@ class Trainer:
         return stack
 
     def _grad_sync(self, boundary: bool):
-        """DDP all-reduces gradients on every backward; skip it on micro-batches that do not step."""
+        """Skip DDP's all-reduce or FSDP's reduce-scatter of gradients on micro-batches that do not step."""
+        if boundary:
+            return nullcontext()
         no_sync = getattr(self.model, "no_sync", None)
-        return nullcontext() if boundary or no_sync is None else no_sync()
+        return no_sync() if no_sync is not None else fsdp.no_gradient_sync(self.module)
 
     # ---- evaluation -----------------------------------------------------------------------------------
     def evaluate(self) -> dict[str, Any]:
@@ -199,26 +201,45 @@ class Trainer:
         loss_sum = torch.zeros((), device=self.device, dtype=torch.float64)
         correct = torch.zeros((), device=self.device, dtype=torch.int64)
         count = 0
+        short = self._eval_batches_short()
         with ExitStack() as stack:
             for speedup in self.speedups:  # outside inference mode: a context may change weights in place (EMA)
                 stack.enter_context(speedup.eval_context())
             stack.enter_context(devices.inference_mode(self.device))
+            inputs = None
             for batch in self.val_loader:
                 inputs, targets = devices.to_device(batch, self.device, non_blocking=True)
                 if self.eval_transform is not None:
                     inputs, targets = self.eval_transform(inputs, targets)
-                for speedup in self.speedups:
-                    inputs = speedup.prepare_batch(inputs)
-                with self._step_contexts():
-                    logits = self.model(inputs)
+                logits = self._eval_forward(inputs)
                 loss_sum += nn.functional.cross_entropy(logits.float(), targets, reduction="sum")
                 correct += (logits.argmax(1) == targets).sum()
                 count += len(targets)
+            for _ in range(short):  # results unused: the forward only takes part in the weight gathering
+                self._eval_forward(inputs)
         self.model.train()
         totals = self.world.all_reduce_sum(torch.stack([loss_sum, correct.double(),
                                                         torch.tensor(count, dtype=torch.float64, device=self.device)]))
         loss_sum, correct, count = totals.tolist()
         return {"val_loss": loss_sum / max(count, 1), "val_accuracy": correct / max(count, 1)}
+
+    def _eval_forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        for speedup in self.speedups:
+            inputs = speedup.prepare_batch(inputs)
+        with self._step_contexts():
+            return self.model(inputs)
+
+    def _eval_batches_short(self) -> int:
+        """How many fewer evaluation batches this rank has than the rank with the most. A sharded model
+        gathers its weights collectively in every forward, so each rank must run as many forwards."""
+        if not (self.world.distributed and fsdp.is_sharded(self.module)):
+            return 0
+        mine = len(self.val_loader)
+        short = self.world.max(mine, self.device) - mine
+        if short and mine == 0:
+            raise AccelError(f"rank {self.world.rank} has no validation samples: with strategy fsdp, every "
+                             "process needs at least one (a larger validation split, or fewer processes)")
+        return short
 
     def _run_eval(self) -> None:
         self.last_eval, self._eval_step = self.evaluate(), self.step
@@ -266,9 +287,14 @@ class Trainer:
 
     # ---- checkpoints and signals -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        """The whole training state, on the CPU. With a sharded model this is collective: every rank calls
+        it, and only rank 0's result holds the weights and optimizer state."""
+        if fsdp.is_sharded(self.module):
+            model, optim = fsdp.full_state_dicts(self.module, self.optimizer)
+        else:
+            model, optim = devices.to_cpu(self.module.state_dict()), devices.to_cpu(self.optimizer.state_dict())
         return {
-            "model": devices.to_cpu(self.module.state_dict()), "model_signature": model_signature(self.module),
-            "optimizer": devices.to_cpu(self.optimizer.state_dict()),
+            "model": model, "model_signature": model_signature(self.module), "optimizer": optim,
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
             "speedups": {s.name: s.state_dict() for s in self.speedups},
             "callbacks": {type(c).__name__: c.state_dict() for c in self.callbacks},
@@ -277,8 +303,11 @@ class Trainer:
 
     def load_state_dict(self, state: dict[str, Any], source: Any = "checkpoint") -> None:
         check_same_model(state["model_signature"], self.module, source)
-        self.module.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        if fsdp.is_sharded(self.module):  # collective: every rank loads the same file
+            fsdp.load_full_state_dicts(self.module, self.optimizer, state["model"], state["optimizer"])
+        else:
+            self.module.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None and state["scheduler"] is not None:
             self.scheduler.load_state_dict(state["scheduler"])
         for speedup in self.speedups:

@@ -48,6 +48,12 @@ def test_missing_recipe(capsys, tmp_path):
     assert "Recipe file not found" in _fails_cleanly(capsys, "train", str(tmp_path / "nope.yaml"))
 
 
+def test_fsdp_with_a_speedup_it_cannot_shard_fails_before_any_process_starts(capsys, tiny, write_recipe):
+    tiny["speedups"] = {"channels_last": {}}
+    err = _fails_cleanly(capsys, "train", str(write_recipe(tiny)), "--nproc", "2", "--set", "strategy=fsdp")
+    assert "`speedups.channels_last`" in err and "strategy: ddp" in err
+
+
 def test_misspelt_key(capsys, tiny, write_recipe):
     tiny["optim"]["lrr"] = 0.1
     err = _fails_cleanly(capsys, "train", str(write_recipe(tiny)))

@@ -1,4 +1,6 @@
-"""Saves the trainer's full state every N epochs and when a run ends or is interrupted."""
+"""Saves the trainer's full state every N epochs and when a run ends or is interrupted.
+
+Without a directory it writes nothing but still takes part in gathering a sharded model's state."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,19 +11,21 @@ from .base import Callback
 
 
 class Checkpointer(Callback):
-    def __init__(self, directory: Path, every_epochs: int = 1, keep: int = 2):
-        self.directory, self.every_epochs, self.keep = Path(directory), every_epochs, keep
+    def __init__(self, directory: Path | None, every_epochs: int = 1, keep: int = 2):
+        self.directory = Path(directory) if directory is not None else None
+        self.every_epochs, self.keep = every_epochs, keep
 
     def save(self, trainer) -> dict[str, Any]:
         state = trainer.state_dict()
-        save_checkpoint(state, self.directory / "last.pt")
+        if self.directory is not None:
+            save_checkpoint(state, self.directory / "last.pt")
         return state
 
     def on_epoch_end(self, trainer, record: dict[str, Any]) -> None:
         if not self.every_epochs or trainer.epoch % self.every_epochs:
             return
         state = self.save(trainer)
-        if self.keep:
+        if self.keep and self.directory is not None:
             save_checkpoint(state, self.directory / f"epoch-{trainer.epoch:03d}.pt")
             for old in sorted(self.directory.glob("epoch-*.pt"))[:-self.keep]:
                 old.unlink()

@@ -78,6 +78,11 @@ class Amp(Speedup):
             return f"bf16 autocast is not supported on {devices.device_name(device)}; use `dtype: fp16` on CUDA"
         return None
 
+    def sharding_conflict(self) -> str | None:
+        if self.cfg.dtype == "fp16":
+            return "the GradScaler has not been verified on sharded gradients here; use `dtype: bf16`"
+        return None
+
     def setup(self, trainer: "Trainer") -> None:
         self.device = trainer.device
         if self.owns_step and self.scaler is None:  # a second fit() keeps the scaler it has

@@ -36,6 +36,10 @@ class Speedup:
         """Why this speed-up cannot run on `device`, or None when it can."""
         return None
 
+    def sharding_conflict(self) -> str | None:
+        """Why this speed-up cannot run on a model sharded with `strategy: fsdp`, or None when it can."""
+        return None
+
     def setup(self, trainer: "Trainer") -> None:
         """Transform the model, optimizer or loaders once, before the first step."""
 

@@ -42,6 +42,9 @@ class ChannelsLast(Speedup):
     name = "channels_last"
     order = 10  # memory layout before anything that traces the model (compile, jit)
 
+    def sharding_conflict(self) -> str | None:
+        return "FSDP2 gathers each parameter into a contiguous buffer, so weights cannot stay channels-last"
+
     def setup(self, trainer: "Trainer") -> None:
         apply_channels_last(trainer.module)
 

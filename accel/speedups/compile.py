@@ -152,6 +152,15 @@ class Compile(Speedup):
         self._final: dict[str, Any] = {}
         self._warned: set[str] = set()
 
+    def sharding_conflict(self) -> str | None:
+        # FSDP2's hooks split the graph at every sharded block, so dynamo compiles each block's forward on its
+        # own and blocks of other widths recompile it; with `dynamic: null` those recompilations turn
+        # dynamic, and inductor failed on the dynamic graphs (ResNet-18, CPU, torch 2.14.1)
+        if self.cfg.dynamic is not False:
+            return ("sharded blocks are compiled one by one and blocks of other shapes recompile them; set "
+                    "`speedups.compile.dynamic=false` (one graph per block shape)")
+        return None
+
     def unavailable(self, device: torch.device) -> str | None:
         import torch._dynamo
 

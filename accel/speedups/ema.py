@@ -79,6 +79,9 @@ class Ema(Speedup):
         self._handle: Any = None
         self._steps = 0
 
+    def sharding_conflict(self) -> str | None:
+        return "the average would be held as sharded tensors, which checkpoints do not store"
+
     def setup(self, trainer) -> None:
         self._live = live_tensors(trainer.module)
         self.shadow = {name: tensor.detach().clone() for name, tensor in self._live.items()}

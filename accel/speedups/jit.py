@@ -103,6 +103,9 @@ class Jit(Speedup):
         super().__init__(cfg)
         self._restore: tuple[Any, nn.Module] | None = None
 
+    def sharding_conflict(self) -> str | None:
+        return "TorchScript cannot script or trace FSDP2's hooks (`compile` can compile a sharded model)"
+
     def setup(self, trainer) -> None:
         if any(speedup.name == "compile" for speedup in trainer.speedups):
             raise AccelError("speed-ups `jit` and `compile` both turn the model into another program and cannot "

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from pydantic import Field
+from torch.distributed.tensor import DTensor
 
 from ..errors import AccelError
 from ..registry import SPEEDUPS
@@ -49,6 +50,8 @@ def fused_works(optimizer: torch.optim.Optimizer) -> bool:
     if "fused" not in _accepted(type(optimizer)):
         return False
     like = optimizer.param_groups[0]["params"][0]
+    if isinstance(like, DTensor):  # FSDP2-sharded: no fused kernel has a sharding rule
+        return False
     probe = torch.zeros(1, device=like.device, dtype=like.dtype, requires_grad=True)
     probe.grad = torch.zeros_like(probe)
     try:
@@ -106,6 +109,11 @@ class Optim(Speedup):
     def __init__(self, cfg: Config | None = None):
         super().__init__(cfg)
         self.impl: str | None = None
+
+    def sharding_conflict(self) -> str | None:
+        if self.cfg.impl == "fused":
+            return "torch's fused kernels have no implementation for sharded (DTensor) parameters; use `impl: auto`"
+        return None
 
     def setup(self, trainer: "Trainer") -> None:
         self.impl = choose_impl(trainer.optimizer, self.cfg.impl)

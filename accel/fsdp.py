@@ -1,0 +1,112 @@
+"""`strategy: fsdp`: parameters, gradients and optimizer state sharded across processes with FSDP2.
+
+Each block of the model holds only its 1/N slice of every parameter and gathers the rest just for its own
+forward and backward. Checkpoints still hold whole, plain tensors keyed like a single process's, so a run
+sharded over N processes resumes over M, unsharded, or into `accel export`. Gathering and scattering them is
+collective: every rank calls `full_state_dicts` and `load_full_state_dicts`, and rank 0 writes the file.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.fsdp import FSDPModule, fully_shard
+
+from .errors import AccelError
+from .speedups import Speedup
+
+CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+GATHER = StateDictOptions(full_state_dict=True, cpu_offload=True)  # whole tensors, on rank 0 only
+SCATTER = StateDictOptions(full_state_dict=True)  # every rank reads the whole tensors and keeps its slice
+
+
+def is_sharded(module: nn.Module) -> bool:
+    return isinstance(module, FSDPModule)
+
+
+def unsharded_class(module: nn.Module) -> type:
+    """The model's own class: fully_shard swaps it for a subclass named FSDP<Name>."""
+    return type(module).__bases__[-1] if is_sharded(module) else type(module)
+
+
+def check_compatible(speedups: list[Speedup]) -> None:
+    """Refuse, before any work, the speed-ups that cannot run on a sharded model."""
+    problems = [f"`speedups.{s.name}`: {reason}" for s in speedups if (reason := s.sharding_conflict())]
+    if problems:
+        raise AccelError("strategy: fsdp cannot run with\n" + "\n".join(f"  - {p}" for p in problems)
+                         + "\nDisable them (`--set speedups.NAME.enabled=false`) or use `strategy: ddp`.")
+
+
+def shard_model(model: nn.Module) -> nn.Module:
+    """Shard `model` in place: each block is a unit of its own, so only one block is whole at a time.
+
+    A block is a child of the model, or of a container (Sequential, ModuleList, ModuleDict) inside it, that
+    holds parameters: a ResNet's stem, its residual blocks and its head; a transformer's layers. Units are
+    sharded bottom-up and the model last, as FSDP2 requires. Build the optimizer afterwards: sharding
+    replaces every parameter with a DTensor.
+    """
+    for block in _blocks(model):
+        fully_shard(block)
+    fully_shard(model)
+    return model
+
+
+def _blocks(module: nn.Module) -> Iterator[nn.Module]:
+    for child in module.children():
+        if isinstance(child, CONTAINERS):
+            yield from _blocks(child)
+        elif any(True for _ in child.parameters()):
+            yield child
+
+
+def no_gradient_sync(module: nn.Module):
+    """For micro-batches that do not step: gradients accumulate unsharded and are reduced on the last one."""
+    return _sync_off(module) if is_sharded(module) else nullcontext()
+
+
+@contextmanager
+def _sync_off(module: FSDPModule) -> Iterator[None]:
+    module.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        module.set_requires_gradient_sync(True)
+
+
+def full_state_dicts(module: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+    """Collective. On rank 0: the model's and optimizer's whole state on the CPU, in the layout
+    `module.state_dict()` and `optimizer.state_dict()` of an unsharded model have. Other ranks get empty dicts."""
+    model_state = get_model_state_dict(module, options=GATHER)
+    optim_state = get_optimizer_state_dict(module, optimizer, options=GATHER)
+    if optim_state:  # keyed by parameter name; checkpoints key by position, as torch.optim does
+        optim_state = _rekey(optim_state, {name: i for i, name in enumerate(_names(module, optimizer))})
+    return model_state, optim_state
+
+
+def load_full_state_dicts(module: nn.Module, optimizer: torch.optim.Optimizer, model_state: dict[str, Any],
+                          optim_state: dict[str, Any]) -> None:
+    """Collective: every rank passes the same whole state and keeps its own slice of it."""
+    set_model_state_dict(module, model_state, options=SCATTER)
+    by_name = _rekey(optim_state, dict(enumerate(_names(module, optimizer))))
+    set_optimizer_state_dict(module, optimizer, by_name, options=SCATTER)
+
+
+def _names(module: nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:
+    """Parameter names in the order torch.optim numbers them: group by group."""
+    name_of = {id(p): name for name, p in module.named_parameters()}
+    return [name_of[id(p)] for group in optimizer.param_groups for p in group["params"]]
+
+
+def _rekey(state: dict[str, Any], key: dict) -> dict[str, Any]:
+    return {"state": {key[k]: v for k, v in state["state"].items()},
+            "param_groups": [{**group, "params": [key[p] for p in group["params"]]} for group in state["param_groups"]]}
