@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     recipe = load_recipe(args.recipe, overrides)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if recipe.device.startswith("cuda") else [])
     with profile(activities=activities, schedule=schedule(
-            wait=max(args.warmup - 1, 0), warmup=min(args.warmup, 1), active=args.steps)) as prof:
+            wait=max(args.warmup - 1, 0), warmup=min(args.warmup, 1), active=args.steps, repeat=1)) as prof:
         trainer = build_trainer(recipe, extra_callbacks=[StepProfiler(prof)])
         trainer.val_loader = None  # the final evaluation is not part of a step
         trainer.fit()

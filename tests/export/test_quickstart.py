@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from accel.cli import RECIPES_DIR
+from accel.cli.info import RECIPES_DIR
 from accel.data.datasets.mnist import locate_mnist5k
 from accel.errors import DataError
 from accel.export import ExportConfig, export_run

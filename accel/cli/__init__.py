@@ -1,0 +1,34 @@
+"""`accel` on the command line. Thin: parse, load and validate the recipe, call the library.
+
+One module per group of commands; each adds its subcommands with `add(commands)` and binds the function that
+runs them through `set_defaults(run=...)`.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from ..errors import AccelError
+from . import bench, cache, export, info, train
+
+GROUPS = (train, info, bench, cache, export)  # in the order `accel --help` lists them
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="accel", description="Faster PyTorch training, with the proof.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for group in GROUPS:
+        group.add(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # for reports that say which command made them
+    logging.basicConfig(level=logging.INFO, format="accel: %(message)s", stream=sys.stderr)
+    try:
+        return args.run(args)
+    except AccelError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2

@@ -1,0 +1,85 @@
+"""`accel bench` and `accel tune`: recipe variants measured in fresh processes."""
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+
+from ..errors import AccelError
+from .options import add_sets, add_trial_options, check_trial_options
+
+
+def add(commands) -> None:
+    bench_parser = commands.add_parser("bench", help="A/B speed report: variants of a recipe, each trial a fresh "
+                                       "process")
+    bench_parser.add_argument("recipe", help="path to a recipe YAML file")
+    add_sets(bench_parser)
+    bench_parser.add_argument("--ablate", action="store_true",
+                              help="baseline (speed-ups off), all on, each removed from all, each added to baseline")
+    bench_parser.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2",
+                              help="compare values of any recipe key; several --vary give their cartesian product")
+    add_trial_options(bench_parser, steps=20, warmup=3, trials=3)
+    bench_parser.add_argument("--out", help="output folder (default: runs/bench-<name>-<timestamp>)")
+    bench_parser.add_argument("--list", action="store_true", help="print the variants and exit without running them")
+    bench_parser.add_argument("--only", type=lambda text: text.split(","), default=None, metavar="NAME,NAME",
+                              help="run only these variants (the baseline is always run), e.g. --only all")
+    bench_parser.set_defaults(run=bench)
+
+    tune_parser = commands.add_parser("tune", help="measure batch size, workers and threads; write the best as YAML")
+    tune_parser.add_argument("recipe", help="path to a recipe YAML file")
+    add_sets(tune_parser)
+    tune_parser.add_argument("--batch-sizes", metavar="B1,B2", help="candidates, tried ascending until one fails "
+                             "(default: half, 1x, 2x, 4x the recipe's); an empty value skips the knob")
+    tune_parser.add_argument("--workers", metavar="N1,N2", help="DataLoader worker counts (default: 0,1,2,4 up to "
+                             "the cores); an empty value skips the knob")
+    tune_parser.add_argument("--threads", metavar="N1,N2", help="torch thread counts, via the `threads` speed-up "
+                             "(default: powers of two up to the cores); an empty value skips the knob")
+    tune_parser.add_argument("--try", dest="tries", action="append", default=[], metavar="KEY=V1,V2",
+                             help="also search any other recipe key (repeatable)")
+    add_trial_options(tune_parser, steps=10, warmup=3, trials=2)
+    tune_parser.add_argument("--out", help="recipe fragment to write (default: WORK/tuned.yaml)")
+    tune_parser.add_argument("--work", help="folder for trial recipes and logs (default: "
+                             "runs/tune-<name>-<timestamp>)")
+    tune_parser.set_defaults(run=tune)
+
+
+def bench(args: argparse.Namespace) -> int:
+    from ..bench.runner import TrialSettings, default_out, plan_bench, run_bench
+    from ..bench.variants import describe
+
+    plan = plan_bench(args.recipe, args.overrides, args.ablate, args.vary, args.only)
+    if args.list:
+        print(describe(plan.variants))
+        return 0
+    check_trial_options(args)
+    out = Path(args.out) if args.out else default_out(plan.name)
+    settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache)
+    report, paths = run_bench(plan, out, settings, args.trials, command=shlex.join(["accel", *args.argv]))
+    print(out)
+    md = paths["md"].read_text().splitlines()
+    start = next((i for i, line in enumerate(md) if line.startswith("| variant")), 0)
+    print("\n".join(md[start:]))
+    return 130 if report["interrupted"] else 0
+
+
+def tune(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from ..bench.runner import TrialSettings, default_out
+    from ..bench.tune import build_knobs, table, write_fragment
+    from ..bench.tune import tune as run_tune
+    from ..recipe import load_recipe
+
+    check_trial_options(args)
+    base = load_recipe(args.recipe, args.overrides)
+    knobs = build_knobs(base, args.batch_sizes, args.workers, args.threads, args.tries)
+    if not knobs:
+        raise AccelError("nothing to tune: every knob was given an empty list.")
+    work = Path(args.work) if args.work else default_out(base.name, kind="tune")
+    settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache)
+    result = run_tune(base, knobs, work, settings, args.trials)
+    Console().print(table(result))
+    path = write_fragment(result, args.out or work / "tuned.yaml", base, shlex.join(["accel", *args.argv]),
+                          settings, args.trials)
+    print(path)
+    return 0

@@ -1,0 +1,61 @@
+"""`accel train`: one process, or several through torchrun."""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+from ..errors import AccelError
+
+
+def add(commands) -> None:
+    train = commands.add_parser("train", help="train a recipe into a run directory")
+    train.add_argument("recipe", help="path to a recipe YAML file")
+    train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a recipe key, e.g. --set optim.lr=1e-3 (repeatable)")
+    train.add_argument("--out", help="run directory (default: runs/<name>-<timestamp>)")
+    train.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.pt")
+    train.add_argument("--nproc", type=int, default=None, help="processes on this machine, started by torchrun")
+    train.add_argument("--nnodes", type=int, default=1, help="machines taking part (with --nproc)")
+    train.add_argument("--node-rank", type=int, default=0, help="this machine's index (with --nnodes > 1)")
+    train.add_argument("--master-addr", help="address of the machine with node rank 0 (with --nnodes > 1)")
+    train.add_argument("--master-port", type=int, help="free port on the master machine")
+    train.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..distributed import world_from_env
+    from ..recipe import load_recipe
+    from ..run import run_recipe
+
+    if args.resume and not args.out:
+        raise AccelError("--resume needs --out RUN_DIR: the run directory whose checkpoints/last.pt to continue.")
+    recipe = load_recipe(args.recipe, args.overrides)  # validated here, before any process is started
+    if args.nproc:
+        if recipe.strategy == "fsdp" and args.nproc * args.nnodes > 1:  # one clear error, not one per rank
+            from ..fsdp import check_compatible
+            from ..speedups import from_configs
+
+            check_compatible(from_configs(recipe.speedups))
+        return _torchrun(args, recipe.name)
+    summary = run_recipe(recipe, args.out, resume=args.resume)
+    if not world_from_env().is_main:
+        return 0
+    print(summary["run_dir"])
+    if summary["status"] == "interrupted":
+        print(f"interrupted; continue with: accel train {args.recipe} --out {summary['run_dir']} --resume",
+              file=sys.stderr)
+        return 130
+    return 0
+
+
+def _torchrun(args: argparse.Namespace, name: str) -> int:
+    """Re-run this same command in --nproc processes under torchrun, all writing to one run directory."""
+    from ..distributed import torchrun_command
+    from ..rundir import RunDir
+
+    out = args.out or str(RunDir.default_for(name).path)  # one name for all ranks, not one timestamp each
+    argv = ["train", args.recipe, "--out", out, *(f"--set={item}" for item in args.overrides)]
+    argv += ["--resume"] if args.resume else []
+    command = torchrun_command(argv, args.nproc, args.nnodes, args.node_rank, args.master_addr, args.master_port)
+    return subprocess.call(command)
