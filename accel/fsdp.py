@@ -1,8 +1,8 @@
 """`strategy: fsdp`: parameters, gradients and optimizer state sharded across processes with FSDP2.
 
 Each block of the model holds only its 1/N slice of every parameter and gathers the rest just for its own
-forward and backward. Checkpoints still hold whole, plain tensors keyed like a single process's, so a run
-sharded over N processes resumes over M, unsharded, or into `accel export`. Gathering and scattering them is
+forward and backward. Checkpoints still hold whole, plain tensors keyed like a single process's, so they load
+with weights_only, resume under ddp as under fsdp, and feed `accel export`. Gathering and scattering them is
 collective: every rank calls `full_state_dicts` and `load_full_state_dicts`, and rank 0 writes the file.
 """
 from __future__ import annotations
