@@ -102,6 +102,13 @@ def test_fsdp_trains_as_ddp_does_and_writes_the_same_checkpoint(recipe, tmp_path
     for index, state in a["optimizer"]["state"].items():
         torch.testing.assert_close(b["optimizer"]["state"][index]["momentum_buffer"], state["momentum_buffer"],
                                    rtol=1e-4, atol=TOLERANCE)
+    # the finished fsdp run, resumed under ddp: nothing left to train, and its final evaluation agrees
+    resumed = _train(recipe, tmp_path / "fsdp", "--nproc", "2", "--resume", "--set", "strategy=ddp", *harder)
+    assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
+    again = _summary(tmp_path / "fsdp")
+    assert again["steps"] == fsdp["steps"]
+    for key in ("val_loss", "val_accuracy"):
+        assert again["metrics"][key] == pytest.approx(fsdp["metrics"][key], rel=TOLERANCE, abs=TOLERANCE)
 
 
 def test_a_signal_to_one_process_stops_every_rank_at_the_same_step(recipe, tmp_path):
