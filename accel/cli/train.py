@@ -6,13 +6,13 @@ import subprocess
 import sys
 
 from ..errors import AccelError
+from .options import add_sets
 
 
 def add(commands) -> None:
     train = commands.add_parser("train", help="train a recipe into a run directory")
     train.add_argument("recipe", help="path to a recipe YAML file")
-    train.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a recipe key, e.g. --set optim.lr=1e-3 (repeatable)")
+    add_sets(train)
     train.add_argument("--out", help="run directory (default: runs/<name>-<timestamp>)")
     train.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.pt")
     train.add_argument("--nproc", type=int, default=None, help="processes on this machine, started by torchrun")
