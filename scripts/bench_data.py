@@ -6,6 +6,9 @@
   cache  accel's decoded cache: a memory map of the decoded, resized images (build time reported apart)
   dali   NVIDIA DALI: file reader, decoder (`cpu` here, `mixed` on a GPU), resize, crop-mirror-normalise
 
+With `--device cuda` every pipeline feeds the GPU: each batch is copied there (from pinned memory where the
+loader pins) and the clock stops only when the last copy has landed; DALI then decodes on the GPU itself.
+
 Rounds interleave the pipelines (a b c d a b c d ...) so machine drift hits all alike; each pass starts fresh
 (workers too) and its warm-up batches are not timed; the table shows the median round. Prints a table and
 writes JSON with every round's numbers and the environment.
@@ -36,7 +39,6 @@ from accel.errors import AccelError  # noqa: E402
 from accel.recipe import load_recipe  # noqa: E402
 from accel.registry import DATASETS  # noqa: E402
 
-CPU = torch.device("cpu")
 PIPELINES = ["plain", "tuned", "cache", "dali"]
 
 
@@ -51,10 +53,10 @@ def plain_loader(root: str, files: set[str], size: int, batch_size: int, workers
     return torch.utils.data.DataLoader(data, batch_size=batch_size, shuffle=True, num_workers=workers)
 
 
-def accel_loader(dataset, loader_cfg: LoaderConfig, batch_size: int, seed: int):
+def accel_loader(dataset, loader_cfg: LoaderConfig, batch_size: int, seed: int, device: torch.device):
     sampler = EpochSampler(len(dataset), shuffle=True, seed=seed)
     return build_loader(dataset, loader_cfg, batch_size=batch_size, sampler=sampler, drop_last=False, seed=seed,
-                        device=CPU)
+                        device=device)
 
 
 def make_loaders(recipe, args) -> tuple[dict, dict]:
@@ -69,9 +71,9 @@ def make_loaders(recipe, args) -> tuple[dict, dict]:
     loader_cfg = recipe.data.loader.model_copy(update={"persistent_workers": False})
     builders = {
         "plain": lambda: plain_loader(cfg.root, files, cfg.image_size, batch, args.plain_workers),
-        "tuned": lambda: accel_loader(train, loader_cfg, batch, recipe.seed),
+        "tuned": lambda: accel_loader(train, loader_cfg, batch, recipe.seed, args.device),
         "cache": lambda: _cache_loader(train, recipe, args, facts),
-        "dali": lambda: _dali_loader(train, recipe),
+        "dali": lambda: _dali_loader(train, recipe, args.device),
     }
     for name in args.only:
         try:
@@ -88,27 +90,30 @@ def _cache_loader(train, recipe, args, facts: dict):
     data = cached(train, cache_cfg, "bench-train")
     facts["cache_ready_s"] = round(time.perf_counter() - start, 3)  # build, or look-up when it exists
     return accel_loader(data, recipe.data.loader.model_copy(update={"persistent_workers": False}),
-                        recipe.data.batch_size, recipe.seed)
+                        recipe.data.batch_size, recipe.seed, args.device)
 
 
-def _dali_loader(train, recipe):
+def _dali_loader(train, recipe, device: torch.device):
     from accel.data.dali import dali_loader
     from accel.data.loaders import available_cpus
 
     return dali_loader(train, batch_size=recipe.data.batch_size, train=True, drop_last=False, seed=recipe.seed,
-                       device=CPU, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225),
+                       device=device, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225),
                        num_threads=available_cpus())
 
 
-def measure(loader, warmup: int, count: int) -> float:
-    """Samples/s over up to `count` batches of a fresh pass, after `warmup` untimed ones (worker start-up)."""
+def measure(loader, warmup: int, count: int, device: torch.device) -> float:
+    """Samples/s over up to `count` batches of a fresh pass, after `warmup` untimed ones (worker start-up),
+    each batch delivered onto `device`."""
     batches = iter(loader)
     for _ in range(warmup):
         next(batches)
     count = max(1, min(count, len(loader) - warmup))  # stay in one epoch: no worker restart inside the timing
     samples, start = 0, time.perf_counter()
     for _ in range(count):
-        samples += len(next(batches)[1])
+        images, labels = devices.to_device(next(batches), device, non_blocking=True)
+        samples += len(labels)
+    devices.synchronize(device)
     rate = samples / (time.perf_counter() - start)
     del batches  # workers (not persistent here) exit now instead of decoding while the next pipeline is timed
     return rate
@@ -121,7 +126,7 @@ def run_rounds(loaders: dict, args) -> dict[str, list[float]]:
             if isinstance(loader, Exception):
                 continue
             try:
-                rates[name].append(measure(loader, args.warmup, args.batches))
+                rates[name].append(measure(loader, args.warmup, args.batches, args.device))
             except Exception as err:  # e.g. plain PIL on a corrupt file: record it, keep the others going
                 loaders[name] = err
     return rates
@@ -165,8 +170,10 @@ def main(argv: list[str] | None = None) -> int:
                         "(default 0, DataLoader's own default)")
     parser.add_argument("--only", type=lambda s: s.split(","), default=PIPELINES, help="e.g. plain,cache")
     parser.add_argument("--cache-dir", help="decoded cache folder (default: the recipe's data.cache.dir)")
+    parser.add_argument("--device", default="cpu", help="where batches are delivered: cpu (default), cuda, auto")
     parser.add_argument("--out", default="runs/bench-data.json", help="JSON report (default %(default)s)")
     args = parser.parse_args(argv)
+    args.device = devices.resolve_device(args.device)
     try:
         loaders, facts = make_loaders(load_recipe(args.recipe, args.overrides), args)
     except AccelError as err:
@@ -177,8 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"command": shlex.join(["python", "scripts/bench_data.py", *(argv or sys.argv[1:])]),
-                               "settings": {k: v for k, v in vars(args).items()}, "facts": facts, "rows": rows,
-                               "env": devices.environment(CPU)}, indent=1))
+                               "settings": {k: str(v) for k, v in vars(args).items()}, "facts": facts,
+                               "rows": rows, "env": devices.environment(args.device)}, indent=1))
     print(out)
     return 0
 

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,6 +41,13 @@ def write_recipe(tmp_path):
         return path
 
     return write
+
+
+def cuda_only(test):
+    """Mark `test` as needing CUDA; where there is none it is skipped, with that reason."""
+    test = pytest.mark.cuda(test)
+    return pytest.mark.skipif(not torch.cuda.is_available(),
+                              reason="needs CUDA: torch.cuda.is_available() is False on this machine")(test)
 
 
 def wait_for_first_checkpoint(run_dir: Path, process: subprocess.Popen, timeout: float = 240) -> None:

@@ -11,6 +11,7 @@ from accel.data import dali
 from accel.data.dali import DaliLoader
 from accel.errors import DataError
 from accel.recipe import validate_recipe
+from conftest import cuda_only
 
 try:
     HAVE_DALI = importlib.util.find_spec("nvidia.dali") is not None
@@ -111,3 +112,15 @@ def test_dali_refuses_what_only_the_torch_loader_does(tmp_path, tiny):
     tiny["data"]["cache"] = {"enabled": True, "dir": str(tmp_path)}
     with pytest.raises(DataError, match="data.cache.enabled"):
         build_trainer(validate_recipe(tiny))
+
+
+@needs_dali
+@cuda_only
+def test_mixed_decoding_on_the_gpu_gives_the_cpu_pipelines_batches(tmp_path):
+    samples = write_folder(tmp_path)
+    on_gpu, on_cpu = loader(samples, train=False, device=torch.device("cuda")), loader(samples, train=False)
+    for (gpu_images, gpu_labels), (cpu_images, cpu_labels) in zip(on_gpu, on_cpu, strict=True):
+        assert gpu_images.is_cuda  # nvJPEG decoded it on the GPU, and it stayed there
+        assert torch.equal(gpu_labels.cpu(), cpu_labels)
+        assert file_index(gpu_images.cpu()) == file_index(cpu_images)
+        torch.testing.assert_close(gpu_images.cpu(), cpu_images, atol=4 / 255, rtol=0)  # two JPEG decoders

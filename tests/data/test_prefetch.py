@@ -17,13 +17,12 @@ from accel.data.sampler import EpochSampler
 from accel.errors import DataError
 from accel.recipe import validate_recipe
 from accel.run import build_trainer
+from conftest import cuda_only
 
 from .test_datasets import write_images
 from .test_loaders import memory_dataset
 
 CPU = torch.device("cpu")
-cuda_only = pytest.mark.skipif(not torch.cuda.is_available(),
-                               reason="needs CUDA: torch.cuda.is_available() is False on this machine")
 
 
 def loader_and_sampler(num_workers: int = 0):
@@ -124,7 +123,6 @@ def test_suggestions_fit_the_recipe_and_device(tiny):
 
 
 @cuda_only
-@pytest.mark.cuda
 def test_cuda_side_stream_gives_the_same_batches():
     cuda = torch.device("cuda")
     loader, sampler = loader_and_sampler()

@@ -86,10 +86,3 @@ def _isolate_globals():
     torch.set_num_threads(threads)
     torch.set_float32_matmul_precision(precision)
     torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = cudnn
-
-
-def cuda_only(test):
-    """Mark `test` as needing CUDA; where there is none it is skipped, with that reason."""
-    test = pytest.mark.cuda(test)
-    return pytest.mark.skipif(not torch.cuda.is_available(),
-                              reason="needs CUDA: torch.cuda.is_available() is False on this machine")(test)

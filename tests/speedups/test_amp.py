@@ -11,8 +11,7 @@ from torch import nn
 from accel import devices
 from accel.errors import SpeedupUnavailable
 from accel.speedups import amp
-
-from .conftest import cuda_only
+from conftest import cuda_only
 
 
 def params(trainer) -> list[torch.Tensor]:

@@ -8,8 +8,9 @@ from accel.callbacks import Callback
 from accel.errors import RecipeError
 from accel.recipe import validate_recipe
 from accel.speedups.cudnn import Cudnn, apply_flags, read_flags, requested_flags, restore_flags
+from conftest import cuda_only
 
-from .conftest import RECIPE, cuda_only
+from .conftest import RECIPE
 
 
 class FlagsDuringTraining(Callback):

@@ -1,0 +1,260 @@
+#!/usr/bin/env python
+"""Every CUDA path of accel run for real on a GPU machine, with the figures, into one JSON file of raw results.
+
+Steps (default: all, in this order; name some to run only those):
+  env         device, driver, torch / CUDA / cuDNN versions
+  peaks       measured matmul rate per dtype and copy bandwidth (the MFU denominators): scripts/peak_rates.py
+  tests       the `cuda`-marked tests, every outcome
+  plain-loop  ResNet-18 batch 512: accel with no speed-ups vs a plain fp32 loop (loop overhead)
+  ablate      accel bench --ablate of recipes/cifar10-resnet18-cuda.yaml (fast-cuda preset vs fp32 eager),
+              with FLOPs per step counted and MFU for every variant; `ablate-remove` (baseline, all, -NAME)
+              and `ablate-add` (baseline, +NAME) run its two halves, to fit a machine's time limit per command
+  transformer GPT-2-small shape in plain PyTorch: precisions, attention kernels, compile
+  jpeg        a real JPEG folder fed to the GPU: plain ImageFolder, tuned loader, decoded cache, DALI `mixed`
+
+Each step runs its commands as subprocesses and adds {command, rc, seconds, output tail, result} to
+OUT/gpu-check.json, rewritten after every step (a step that runs out of time leaves the others' results);
+a later run with the same OUT adds its steps to the same file.
+Raw outputs (bench folders, logs) are packed into OUT/raw.tar.gz. `--quick` shrinks every figure to a few
+steps, to check the script itself on any machine (`--device cpu`).
+
+    bash scripts/gpu-check OUT [STEP ...]             # on the GPU machine: wheels from .whl/ first
+    python scripts/gpu_check.py --out /tmp/gc --device cpu --quick env tests plain-loop
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import shlex
+import subprocess
+import sys
+import tarfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from accel import devices  # noqa: E402
+
+STEPS = ["env", "peaks", "tests", "plain-loop", "ablate", "transformer", "jpeg"]
+HALVES = {"ablate-remove": "all,-amp,-channels_last,-compile,-cudnn,-optim",
+          "ablate-add": "+amp,+channels_last,+compile,+cudnn,+optim"}
+TAIL = 4000  # characters of each command's output kept in the JSON
+RESNET_RECIPE = "recipes/cifar10-resnet18-cuda.yaml"
+DATASHEET_DENSE_TFLOPS = {  # vendor figures without sparsity, for comparison with the measured rates
+    "H100 80GB HBM3": {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
+    "H200": {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
+}
+
+
+class Check:
+    def __init__(self, args: argparse.Namespace):
+        self.args, self.out, self.work = args, args.out, args.out / "work"
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.path = self.out / "gpu-check.json"
+        self.results: dict = self.load(self.path) or {
+            "started": datetime.datetime.now().isoformat(timespec="seconds"), "quick": args.quick, "steps": {}}
+
+    def sh(self, step: str, command: list[str], timeout: float = 600) -> dict:
+        """Run `command` from the repository root; record it under `step` and return the record."""
+        start = time.perf_counter()
+        try:
+            done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+            rc, output = done.returncode, done.stdout + done.stderr
+        except subprocess.TimeoutExpired as err:
+            rc, output = "timeout", f"{err.stdout or ''}{err.stderr or ''}"
+        record = {"command": shlex.join(command), "rc": rc, "seconds": round(time.perf_counter() - start, 1),
+                  "output_tail": output[-TAIL:] if isinstance(output, str) else str(output)[-TAIL:]}
+        (self.work / f"{step}.log").open("a").write(f"$ {record['command']}\n{output}\n")
+        self.results["steps"].setdefault(step, {}).setdefault("commands", []).append(record)
+        print(f"[{step}] rc={rc} {record['seconds']} s: {record['command']}\n{record['output_tail'][-1500:]}",
+              flush=True)
+        return record
+
+    def save(self) -> None:
+        self.results["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
+        self.path.write_text(json.dumps(self.results, indent=1, default=str))
+
+    def put(self, step: str, **values) -> None:
+        self.results["steps"].setdefault(step, {}).update(values)
+
+    def load(self, path: Path) -> dict | None:
+        return json.loads(path.read_text()) if path.is_file() else None
+
+
+# ---- steps ------------------------------------------------------------------------------------------------
+def step_env(check: Check) -> None:
+    device = devices.resolve_device(check.args.device)
+    smi = check.sh("env", ["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit",
+                           "--format=csv,noheader"]) if device.type == "cuda" else None
+    info = devices.environment(device)
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info |= {"capability": list(torch.cuda.get_device_capability(device)), "multiprocessors":
+                 props.multi_processor_count, "memory_gb": round(props.total_memory / 1e9, 1),
+                 "nvidia_smi": smi["output_tail"].strip() if smi else None}
+    check.put("env", result=info)
+
+
+def step_peaks(check: Check) -> None:
+    path = check.work / "peaks.json"
+    size = ["--size", "512", "--repeats", "3"] if check.args.quick else []
+    check.sh("peaks", [sys.executable, "scripts/peak_rates.py", "--device", check.args.device, "--json", str(path),
+                       *size])
+    peaks = check.load(path)
+    name = (peaks or {}).get("env", {}).get("gpus", [""])[0] if peaks else ""
+    check.put("peaks", result=peaks, datasheet_dense_tflops=DATASHEET_DENSE_TFLOPS.get(name))
+
+
+def step_tests(check: Check) -> None:
+    xml = check.work / "cuda-tests.xml"
+    check.sh("tests", [sys.executable, "-m", "pytest", "-m", "cuda", "-p", "no:cacheprovider", "-q", "-rs",
+                       f"--junitxml={xml}", "tests"], timeout=900)
+    check.put("tests", outcomes=junit_outcomes(xml))
+
+
+def junit_outcomes(xml: Path) -> dict[str, str]:
+    """test id -> passed / failed: first line / skipped: reason, from a JUnit XML report."""
+    if not xml.is_file():
+        return {}
+    outcomes = {}
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        name = f"{case.get('classname')}::{case.get('name')}"
+        outcome = "passed"
+        for kind in ("failure", "error", "skipped"):
+            found = case.find(kind)
+            if found is not None:
+                outcome = f"{'failed' if kind != 'skipped' else kind}: {(found.get('message') or '')[:300]}"
+        outcomes[name] = outcome
+    return outcomes
+
+
+def step_plain_loop(check: Check) -> None:
+    path = check.work / "plain-loop.json"
+    size = (["--model", "small_cnn", "--shape", "1", "16", "16", "--batch-size", "16", "--steps", "3", "--rounds",
+             "2"] if check.args.quick else ["--model", "resnet18_cifar", "--batch-size", "512", "--steps", "30",
+                                             "--rounds", "10"])
+    check.sh("plain-loop", [sys.executable, "scripts/compare_plain_loop.py", "--device", check.args.device,
+                            "--json", str(path), *size])
+    check.put("plain-loop", result=check.load(path))
+
+
+def step_ablate(check: Check, step: str = "ablate") -> None:
+    out = check.work / f"bench-{step}"
+    size = (["--steps", "2", "--warmup", "1", "--trials", "1", "--set", "data.batch_size=16", "--set",
+             "model.name=small_cnn", "--set", "data.dataset.num_samples=64"]
+            if check.args.quick else ["--steps", "30", "--warmup", "10", "--trials", "2"])
+    only = ["--only", HALVES[step]] if step in HALVES else []
+    check.sh(step, [sys.executable, "-m", "accel.cli", "bench", RESNET_RECIPE, "--ablate", "--warm-cache",
+                    "--set", f"device={check.args.device}", "--out", str(out), *size, *only], timeout=3000)
+    report = check.load(out / "report.json")
+    flops = step_flops(RESNET_RECIPE, check.args.device, quick=check.args.quick)
+    check.put(step, report=report, flops_per_step=flops, mfu=mfu_table(report, flops, check))
+
+
+def step_flops(recipe_path: str, device_spec: str, quick: bool) -> dict:
+    """FLOPs of one training step (forward + backward) at the recipe's batch size, counted by torch."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from accel.models import build_model
+    from accel.recipe import load_recipe
+
+    recipe = load_recipe(recipe_path, ["model.name=small_cnn"] if quick else [])
+    device = devices.resolve_device(device_spec)
+    shape = recipe.data.dataset.shape
+    model = build_model(recipe.model, num_classes=recipe.data.dataset.num_classes, in_channels=shape[0]).to(device)
+    batch = 2  # FLOPs are linear in the batch: count a small one, scale up
+    inputs = torch.randn(batch, *shape, device=device)
+    counter = FlopCounterMode(display=False)
+    with counter:
+        model(inputs).sum().backward()
+    per_sample = counter.get_total_flops() / batch
+    return {"per_sample": per_sample, "per_step": per_sample * recipe.data.batch_size,
+            "batch_size": recipe.data.batch_size, "model": recipe.model.name}
+
+
+def mfu_table(report: dict | None, flops: dict, check: Check) -> list[dict]:
+    """Achieved TFLOP/s of each variant and its share of the measured and datasheet peaks of its precision."""
+    if not report:
+        return []
+    peaks = (check.results["steps"].get("peaks", {}).get("result") or {}).get("matmul_tflops", {})
+    sheet = check.results["steps"].get("peaks", {}).get("datasheet_dense_tflops") or {}
+    rows = []
+    for variant in report["variants"]:
+        rate = (variant.get("samples_per_s") or {}).get("median")
+        if not rate:
+            continue
+        achieved = rate * flops["per_sample"] / 1e12
+        name = variant["name"]
+        precision = "bf16" if _active(name, "amp") else "tf32" if _active(name, "cudnn") else "fp32"
+        rows.append({"variant": name, "tflops": round(achieved, 2), "precision": precision,
+                     "mfu_measured_peak": achieved / peaks[precision] if peaks.get(precision) else None,
+                     "mfu_datasheet": achieved / sheet[precision] if sheet.get(precision) else None})
+    return rows
+
+
+def _active(variant: str, speedup: str) -> bool:
+    """Whether ablation variant `variant` (baseline, all, +NAME, -NAME) has `speedup` on."""
+    if variant in ("baseline", "all"):
+        return variant == "all"
+    return (variant[1:] == speedup) == (variant[0] == "+")
+
+
+def step_transformer(check: Check) -> None:
+    path = check.work / "transformer.json"
+    peak = ((check.results["steps"].get("peaks", {}).get("result") or {}).get("matmul_tflops") or {}).get("bf16")
+    size = (["--layers", "2", "--width", "64", "--heads", "2", "--context", "64", "--batch", "4", "--vocab", "256",
+             "--steps", "2", "--warmup", "1", "--variants", "fp32,bf16"] if check.args.quick else [])
+    check.sh("transformer", [sys.executable, "scripts/transformer_probe.py", "--device", check.args.device,
+                             "--json", str(path), *(["--peak-tflops", str(peak)] if peak else []), *size])
+    check.put("transformer", result=check.load(path))
+
+
+def step_jpeg(check: Check) -> None:
+    folder, path = check.work / "jpeg-folder", check.work / "bench-data.json"
+    per_class = ["--per-class", "20"] if check.args.quick else []
+    check.sh("jpeg", [sys.executable, "scripts/make_jpeg_folder.py", str(folder), *per_class])
+    rounds = ["--batches", "3", "--rounds", "1"] if check.args.quick else ["--batches", "40", "--rounds", "5"]
+    check.sh("jpeg", [sys.executable, "scripts/bench_data.py", "recipes/imagefolder-jpeg.yaml", "--set",
+                      f"data.dataset.root={folder}", "--cache-dir", str(check.work / "cache"), "--device",
+                      check.args.device, "--out", str(path), *rounds])
+    check.put("jpeg", result=check.load(path))
+
+
+RUNNERS = {"env": step_env, "peaks": step_peaks, "tests": step_tests, "plain-loop": step_plain_loop,
+           "ablate": step_ablate, "transformer": step_transformer, "jpeg": step_jpeg,
+           **{half: lambda check, half=half: step_ablate(check, half) for half in HALVES}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("steps", nargs="*", choices=STEPS + list(HALVES) + [[]], default=[], metavar="STEP")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: check the script, not the GPU")
+    args = parser.parse_args(argv)
+    check = Check(args)
+    for step in args.steps or STEPS:
+        started = time.perf_counter()
+        try:
+            RUNNERS[step](check)
+        except Exception as err:  # one broken step must not lose the others' results
+            check.put(step, error=f"{type(err).__name__}: {err}")
+            print(f"[{step}] error: {err}", flush=True)
+        check.put(step, seconds=round(time.perf_counter() - started, 1))
+        check.save()
+    with tarfile.open(args.out / "raw.tar.gz", "w:gz") as tar:
+        tar.add(check.work, arcname="raw", filter=lambda info: None if info.name.endswith((".pt", ".jpg")) or
+                "/cache" in info.name or "jpeg-folder" in info.name else info)
+    print(f"wrote {check.path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
