@@ -60,6 +60,8 @@ class GPT(nn.Module):
         self.ln = nn.LayerNorm(width)
         self.head = nn.Linear(width, vocab, bias=False)
         self.head.weight = self.tokens.weight  # tied, as in GPT-2
+        for table in (self.tokens, self.positions):  # GPT-2's scale: unit-variance logits would start at loss ~80
+            nn.init.normal_(table.weight, std=0.02)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         x = self.tokens(idx) + self.positions(torch.arange(idx.shape[1], device=idx.device))
@@ -109,7 +111,7 @@ def run_variant(variant: str, args, device: torch.device) -> dict:
     achieved = flops_per_token(model, args) * tokens_per_s / 1e12
     return {"variant": variant, "step_s": step_s, "tokens_per_s": tokens_per_s, "tflops": achieved,
             "mfu": achieved / args.peak_tflops if args.peak_tflops else None, "warmup_s": sum(times[:args.warmup]),
-            "loss": float(loss), "peak_memory_mb": devices.peak_memory_mb(device)}
+            "loss": float(loss.detach()), "peak_memory_mb": devices.peak_memory_mb(device)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peak-tflops", type=float, default=None, help="the device's bf16 matmul rate, for MFU")
     parser.add_argument("--json", type=Path, default=Path("runs/transformer_probe.json"))
     args = parser.parse_args(argv)
+    unknown = [v for v in args.variants if v not in VARIANTS]
+    if unknown:
+        parser.error(f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
     device = devices.resolve_device(args.device)
     rows = []
     for variant in args.variants:

@@ -29,3 +29,33 @@ def test_compare_plain_loop_reports_a_ratio_and_a_verdict(tmp_path):
     result = json.loads(report.read_text())
     assert result["verdict"] in {"within", "not within", "inconclusive"}
     assert len(result["rounds"]) == 2 and result["ratio_accel_over_plain"]["median"] > 0
+
+
+def test_peak_rates_measures_each_precision_the_device_has(tmp_path):
+    out = tmp_path / "peaks.json"
+    _script("scripts/peak_rates.py", "--device", "cpu", "--size", "64", "--repeats", "2", "--json", str(out))
+    result = json.loads(out.read_text())
+    assert set(result["matmul_tflops"]) | set(result["errors"]) == {"fp32", "bf16"}
+    assert result["matmul_tflops"]["fp32"] > 0 and result["env"]["cuda_available"] is not None
+
+
+def test_transformer_probe_reports_tokens_per_second_and_a_row_per_variant(tmp_path):
+    out = tmp_path / "probe.json"
+    _script("scripts/transformer_probe.py", "--device", "cpu", "--layers", "1", "--width", "32", "--heads", "2",
+            "--context", "16", "--batch", "2", "--vocab", "64", "--steps", "2", "--warmup", "1", "--variants",
+            "fp32,bf16+math", "--peak-tflops", "1", "--json", str(out))
+    rows = {row["variant"]: row for row in json.loads(out.read_text())["rows"]}
+    assert rows["fp32"]["tokens_per_s"] > 0 and 0 < rows["fp32"]["mfu"] < 1
+    assert rows["bf16+math"]["loss"] < 5  # ln(64) = 4.2 at a sane initialisation
+    typo = subprocess.run([sys.executable, "scripts/transformer_probe.py", "--variants", "bf16+flsh"], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert typo.returncode == 2 and "unknown variant(s) bf16+flsh" in typo.stderr
+
+
+def test_gpu_check_writes_one_json_that_later_runs_add_to(tmp_path):
+    for step in ("env", "peaks"):
+        _script("scripts/gpu_check.py", "--out", str(tmp_path), "--device", "cpu", "--quick", step)
+    result = json.loads((tmp_path / "gpu-check.json").read_text())
+    assert set(result["steps"]) == {"env", "peaks"}
+    assert result["steps"]["peaks"]["commands"][0]["rc"] == 0 and result["steps"]["peaks"]["result"]["matmul_tflops"]
+    assert (tmp_path / "raw.tar.gz").is_file()
