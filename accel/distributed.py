@@ -5,6 +5,7 @@ launchers work unchanged because only the standard RANK / WORLD_SIZE / LOCAL_RAN
 """
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import sys
@@ -73,12 +74,19 @@ def init_process_group(world: World, device: torch.device) -> torch.device:
 
 
 def destroy_process_group(wait_for_others: bool) -> None:
-    """Leave the group; after a run that ended well, together: a rank that tears its connections down while
-    another still writes its checkpoint can abort the other at exit (gloo: "terminate called without an
-    active exception"). After a failure nobody waits: the other ranks may never reach the barrier."""
+    """Leave the group; after a run that ended well, together (after a failure nobody waits: the other ranks
+    may never reach the barrier).
+
+    The group's C++ object must die here, not at interpreter exit: gloo's threads (`gloo_tcp_loop`,
+    `pt_gloo_runloop`) that are still running when the process exits end it with "terminate called without an
+    active exception" (SIGABRT), now and then. Destroying the group frees it only once nothing else refers to
+    it, so the caller drops the trainer (DDP and FSDP modules hold the group) and garbage in cycles is collected
+    first.
+    """
     if dist.is_initialized():
         if wait_for_others:
             dist.barrier()
+        gc.collect()
         dist.destroy_process_group()
 
 

@@ -107,18 +107,24 @@ def run_recipe(recipe: Recipe, out: str | Path | None = None, resume: bool = Fal
                               "or point --out at the run directory that has checkpoints/last.pt.")
     ended_well = False
     try:
-        trainer = build_trainer(recipe, run_dir)
-        if trainer.world.is_main:
-            run_dir.write_text("recipe.yaml", recipe.dump_yaml())
-            run_dir.write_json("env.json", devices.environment(trainer.device))
-        if resume:  # every rank loads the same file
-            _resume(trainer, run_dir.last_checkpoint, recipe.seed)
-        summary = trainer.fit()
+        summary = _train(recipe, run_dir, resume)
         ended_well = True
     finally:
+        # the trainer is gone by now (it lived in _train): nothing holds the process group but torch's registry,
+        # so destroying it joins gloo's threads instead of leaving them to die with the interpreter
         destroy_process_group(wait_for_others=ended_well)
     summary["run_dir"] = str(run_dir.path)
     return summary
+
+
+def _train(recipe: Recipe, run_dir: RunDir, resume: bool) -> dict[str, Any]:
+    trainer = build_trainer(recipe, run_dir)
+    if trainer.world.is_main:
+        run_dir.write_text("recipe.yaml", recipe.dump_yaml())
+        run_dir.write_json("env.json", devices.environment(trainer.device))
+    if resume:  # every rank loads the same file
+        _resume(trainer, run_dir.last_checkpoint, recipe.seed)
+    return trainer.fit()
 
 
 def _resume(trainer: Trainer, path: Path, seed: int) -> None:

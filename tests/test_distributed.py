@@ -126,3 +126,23 @@ def test_a_signal_to_one_process_stops_every_rank_at_the_same_step(recipe, tmp_p
     resumed = _train(recipe, tmp_path / "run", "--nproc", "2", "--resume", *longer)
     assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
     assert _summary(tmp_path / "run")["steps"] == 40 * 16
+
+
+def test_no_gloo_thread_outlives_a_finished_run(recipe, tmp_path):
+    """gloo threads still running at interpreter exit abort the process now and then ("terminate called without
+    an active exception"): after run_recipe returns, the process group and its threads must be gone."""
+    script = tmp_path / "run_and_list_threads.py"
+    script.write_text(
+        "import json, os, sys\n"
+        "from accel.recipe import load_recipe\n"
+        "from accel.run import run_recipe\n"
+        f"run_recipe(load_recipe({str(recipe)!r}, ['train.epochs=1']), out={str(tmp_path / 'run')!r})\n"
+        "names = sorted(open(f'/proc/self/task/{t}/comm').read().strip() for t in os.listdir('/proc/self/task'))\n"
+        "print(json.dumps({'rank': os.environ['RANK'], 'threads': names}))\n")
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                           str(script)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    reports = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert len(reports) == 2
+    for report in reports:
+        assert not [name for name in report["threads"] if "gloo" in name], report
