@@ -34,7 +34,35 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # truncated or foreign files, or objects weights_only refuses
-        raise CheckpointError(f"Cannot read checkpoint {path}: {err}") from None
+        raise CheckpointError(unreadable_message(path, err)) from None
+
+
+def unreadable_message(path: Path, err: Exception) -> str:
+    """Why `path` cannot be loaded, without torch's advice to load it unsafely, and the newest file that can."""
+    text = str(err)
+    if "Unsupported global" in text:  # a pickle that would import and call something: refused, as it should be
+        why = (f"Refused to load {path}: it holds Python objects other than tensors and plain data, and accel "
+               "loads checkpoints with weights_only=True, so it never runs code from a file.")
+    else:  # torch's own first lines advise loading the file unsafely: keep only the reason it gives
+        reason = text.split("WeightsUnpickler error:", 1)[-1].strip().splitlines()
+        why = f"Checkpoint {path} is damaged or not a checkpoint ({reason[0] if reason else type(err).__name__})."
+    intact = newest_intact(path)
+    if intact is None:
+        return why + " No intact epoch-NNN.pt checkpoint is beside it."
+    return why + f" The newest intact checkpoint beside it is {intact}: copy it over {path} to continue from there."
+
+
+def newest_intact(path: Path) -> Path | None:
+    """The newest epoch-NNN.pt next to `path` (other than it) that loads."""
+    for candidate in sorted(path.parent.glob("epoch-*.pt"), reverse=True):
+        if candidate == path:
+            continue
+        try:
+            torch.load(candidate, map_location="cpu", weights_only=True)
+            return candidate
+        except Exception:  # damaged too: try the one before
+            continue
+    return None
 
 
 def model_signature(module: torch.nn.Module) -> dict[str, Any]:
@@ -50,3 +78,28 @@ def check_same_model(saved: dict[str, Any], module: torch.nn.Module, path: Path)
             f"Checkpoint {path} was written for a different model ({saved['class']}, {saved['params']:,} parameters) "
             f"than this recipe builds ({current['class']}, {current['params']:,} parameters). Resume with the "
             "recipe that wrote it, or start a new run directory (a different --out).")
+
+
+SCHEDULE_LENGTHS = ("total_steps", "T_max", "total_iters", "step_size")  # torch schedulers' length settings
+
+
+def schedule_lengths(state: Any) -> list[tuple[str, Any]]:
+    """The length settings found anywhere in a scheduler's state dict (SequentialLR nests its parts)."""
+    if isinstance(state, dict):
+        found = [(key, state[key]) for key in SCHEDULE_LENGTHS if key in state]
+        return found + [item for key, value in state.items() if key not in SCHEDULE_LENGTHS
+                        for item in schedule_lengths(value)]
+    if isinstance(state, (list, tuple)):
+        return [item for value in state for item in schedule_lengths(value)]
+    return []
+
+
+def check_same_schedule(saved: dict[str, Any], current: dict[str, Any], path: Any) -> None:
+    """A checkpoint's learning-rate schedule was planned for a run of its length; another length cannot continue it."""
+    before, now = schedule_lengths(saved), schedule_lengths(current)
+    if before != now:
+        lengths = lambda items: ", ".join(f"{k} {v}" for k, v in items) or "none"  # noqa: E731
+        raise CheckpointError(
+            f"Checkpoint {path} continues a learning-rate schedule planned as {lengths(before)}, but this recipe plans "
+            f"{lengths(now)} (train.epochs, train.max_steps, data.batch_size or train.grad_accum differ). Resume with "
+            "the run's own recipe, RUN_DIR/recipe.yaml, or start a new run directory.")

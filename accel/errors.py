@@ -29,3 +29,14 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """' (did you mean `x`?)' for the closest choice, or '' when nothing is close."""
     close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
     return f" (did you mean `{close[0]}`?)" if close else ""
+
+
+def user_message(err: BaseException) -> str:
+    """The error's own words. An error re-raised from a DataLoader worker carries the worker's whole traceback
+    ("Caught DataError in DataLoader worker process 0. Original Traceback ..."): keep only its last message."""
+    text = str(err)
+    if "Original Traceback" not in text:
+        return text
+    marker = f"{type(err).__module__}.{type(err).__qualname__}: "
+    where = text.rfind(marker)
+    return text[where + len(marker):].strip() if where >= 0 else text.strip().splitlines()[-1]

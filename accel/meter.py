@@ -19,10 +19,23 @@ class Meter:
         self.data_s = self.compute_s = 0.0
         self.first_step_s: float | None = None
         self.window: dict[str, Any] = {}
+        self._resumed: dict[str, Any] | None = None  # a checkpoint's unfinished window, continued by the next one
 
     def start_window(self, device: torch.device) -> None:
-        self.window = {"loss": torch.zeros((), device=device), "batches": 0, "samples": 0, "data_s": 0.0,
-                       "compute_s": 0.0}
+        resumed, self._resumed = self._resumed or {}, None
+        # throughput counts restart (the time before the interruption is not ours to measure); the loss continues
+        self.window = {"loss": torch.tensor(resumed.get("loss", 0.0), device=device),
+                       "batches": resumed.get("batches", 0), "samples": 0, "data_s": 0.0, "compute_s": 0.0}
+
+    def state_dict(self, mid_epoch: bool) -> dict[str, Any]:
+        """This process's loss window when the epoch is unfinished, so a resumed run ends on the same train_loss
+        (each process keeps its own window, so this is exact for one process)."""
+        if not mid_epoch or not self.window or not self.window["batches"]:
+            return {}
+        return {"loss": self.window["loss"].item(), "batches": self.window["batches"]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._resumed = dict(state) if state and not self.world.distributed else None
 
     def add(self, info: BatchInfo) -> None:
         window = self.window

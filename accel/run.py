@@ -105,6 +105,11 @@ def run_recipe(recipe: Recipe, out: str | Path | None = None, resume: bool = Fal
     if resume and not run_dir.last_checkpoint.is_file():
         raise CheckpointError(f"--resume: no checkpoint at {run_dir.last_checkpoint}. Run without --resume first, "
                               "or point --out at the run directory that has checkpoints/last.pt.")
+    if world_from_env().is_main:
+        if resume:
+            run_dir.remove_stale_temp_files()
+        else:
+            run_dir.check_new()
     ended_well = False
     try:
         summary = _train(recipe, run_dir, resume)
@@ -118,12 +123,12 @@ def run_recipe(recipe: Recipe, out: str | Path | None = None, resume: bool = Fal
 
 
 def _train(recipe: Recipe, run_dir: RunDir, resume: bool) -> dict[str, Any]:
-    trainer = build_trainer(recipe, run_dir)
+    trainer = build_trainer(recipe, run_dir)  # writes nothing into the run directory
+    if resume:  # every rank loads the same file; a checkpoint that does not fit is refused before any write
+        _resume(trainer, run_dir.last_checkpoint, recipe.seed)
     if trainer.world.is_main:
         run_dir.write_text("recipe.yaml", recipe.dump_yaml())
         run_dir.write_json("env.json", devices.environment(trainer.device))
-    if resume:  # every rank loads the same file
-        _resume(trainer, run_dir.last_checkpoint, recipe.seed)
     return trainer.fit()
 
 

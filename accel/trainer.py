@@ -13,7 +13,7 @@ from torch import nn
 
 from . import devices, fsdp
 from .callbacks.base import BatchInfo, Callback
-from .checkpoint import check_same_model, model_signature
+from .checkpoint import check_same_model, check_same_schedule, model_signature
 from .distributed import World
 from .errors import AccelError
 from .meter import Meter
@@ -58,6 +58,7 @@ class Trainer:
         self.should_stop = False
         self.stop_signal: int | None = None  # a signal this process received
         self.interrupted = False  # every process agreed to stop for it
+        self.diverged_at: int | None = None  # the optimizer step at which a non-finite loss was seen
         self.last_eval: dict[str, float] = {}
         self._eval_step = -1  # the optimizer step at which last_eval was measured
         self.meter = Meter(self.world)
@@ -79,7 +80,7 @@ class Trainer:
                 while not self._budget_spent():
                     if self._train_epoch():
                         self._end_epoch()
-            status = "interrupted" if self.interrupted else "completed"
+            status = "interrupted" if self.interrupted else "diverged" if self.diverged_at is not None else "completed"
             if status == "completed" and self._eval_step != self.step:
                 self._run_eval()
         finally:
@@ -256,10 +257,14 @@ class Trainer:
                 "lr": self.optimizer.param_groups[0]["lr"], **self.meter.window_stats()}
 
     def _end_epoch(self) -> None:
+        stats = self._window_stats()
+        if not math.isfinite(stats["loss"]):  # no evaluation, and no checkpoint of non-finite weights
+            self._log({"kind": "epoch", "train_loss": stats.pop("loss"), **stats})
+            return
         every = self.cfg.eval_every_epochs
         if every and self.epoch % every == 0:
             self._run_eval()
-        record = {"kind": "epoch", **self._window_stats(), **(self.last_eval if self._eval_step == self.step else {})}
+        record = {"kind": "epoch", **stats, **(self.last_eval if self._eval_step == self.step else {})}
         record["train_loss"] = record.pop("loss")
         for speedup in self.speedups:
             record.update({f"{speedup.name}/{k}": v for k, v in speedup.metrics().items()})
@@ -267,6 +272,11 @@ class Trainer:
         self._emit("on_epoch_end", record)
 
     def _log(self, record: dict[str, Any]) -> None:
+        """Every logged record passes here: the one place a diverged loss is noticed, with no extra device sync
+        (the window's loss is read for the record anyway). Every rank sees the same all-reduced loss."""
+        loss = record.get("loss", record.get("train_loss"))
+        if loss is not None and not math.isfinite(loss) and self.diverged_at is None:
+            self.diverged_at, self.should_stop = self.step, True
         self._emit("on_log", record)
 
     def _emit(self, hook: str, *args: Any) -> None:
@@ -280,7 +290,7 @@ class Trainer:
             "metrics": {"val_accuracy": self.last_eval.get("val_accuracy"), "val_loss": self.last_eval.get("val_loss"),
                         "train_loss": totals.pop("train_loss")},
             **totals, "wall_s": wall_s, "steps": self.step, "epochs": self.epoch,
-            "device": devices.device_name(self.device),
+            "device": devices.device_name(self.device), "diverged_at_step": self.diverged_at,
             "speedups": [s.name for s in self.speedups], "skipped_speedups": self.skipped_speedups,
             "speedup_metrics": {s.name: s.metrics() for s in self.speedups},
         }
@@ -299,6 +309,7 @@ class Trainer:
             "speedups": {s.name: s.state_dict() for s in self.speedups},
             "callbacks": {type(c).__name__: c.state_dict() for c in self.callbacks},
             "rng": rng_state(), "epoch": self.epoch, "step": self.step, "batch_in_epoch": self.batch_in_epoch,
+            "meter": self.meter.state_dict(mid_epoch=self.batch_in_epoch > 0),
         }
 
     def load_state_dict(self, state: dict[str, Any], source: Any = "checkpoint") -> None:
@@ -309,6 +320,7 @@ class Trainer:
             self.module.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None and state["scheduler"] is not None:
+            check_same_schedule(state["scheduler"], self.scheduler.state_dict(), source)
             self.scheduler.load_state_dict(state["scheduler"])
         for speedup in self.speedups:
             speedup.load_state_dict(state["speedups"].get(speedup.name, {}))
@@ -316,6 +328,7 @@ class Trainer:
             callback.load_state_dict(state["callbacks"].get(type(callback).__name__, {}))
         set_rng_state(state["rng"])
         self.epoch, self.step, self.batch_in_epoch = state["epoch"], state["step"], state["batch_in_epoch"]
+        self.meter.load_state_dict(state.get("meter", {}))
 
     def _request_stop(self, signum: int) -> None:
         self.stop_signal = signum

@@ -135,8 +135,13 @@ def _recommend_speedups(ups: dict, rows: dict[str, dict]) -> dict:
 
 
 def _recommend(report: dict) -> dict:
-    """Ablation: the speed-ups that helped; --vary: the fastest combination that helped, else the baseline."""
+    """Ablation: the speed-ups that helped; --vary: the fastest combination that helped, else the baseline.
+    A variant whose trials failed is never recommended."""
     rows = {r["name"]: r for r in report["variants"]}
+    if not rows[report["baseline"]]["ok_trials"]:
+        return {"overrides": {}, "text": "none: every variant's trials failed, so nothing could be compared "
+                "(see Failed trials)" if not any(r["ok_trials"] for r in rows.values()) else
+                "none: the baseline's trials failed, so nothing could be compared with it (see Failed trials)"}
     if report.get("speedups"):
         return _recommend_speedups(report["speedups"], rows)
     helped = [r for r in report["variants"] if r["verdict"] == "helped" and not r["errors"]]
@@ -161,9 +166,11 @@ def summarize(trials: list[dict], variants: list[Variant], baseline: str, *,
         if t.get("variant") not in by_name:
             raise ValueError(f"trial for unknown variant `{t.get('variant')}`; variants: {', '.join(names)}")
         by_name[t["variant"]].append(t)
+    ablation = baseline == "baseline" and any(n[:1] == "+" for n in names)
+    if not ablation and not _ok(by_name[baseline]):  # --vary: ratios against the first variant that ran
+        baseline = next((n for n in names if _ok(by_name[n])), baseline)
     base_ok = _ok(by_name[baseline])
     rows = {v.name: _summarize_variant(v, by_name[v.name], base_ok, v.name == baseline) for v in variants}
-    ablation = baseline == "baseline" and any(n[:1] == "+" for n in names)
     report = {"baseline": baseline, "variants": list(rows.values()), "env": dict(env or {}),
               "speedups": _speedup_readings(rows) if ablation else {}}
     report["recommended"] = _recommend(report)

@@ -3,11 +3,16 @@
 Without a directory it writes nothing but still takes part in gathering a sharded model's state."""
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from ..checkpoint import save_checkpoint
 from .base import Callback
+
+log = logging.getLogger("accel")
 
 
 class Checkpointer(Callback):
@@ -15,17 +20,22 @@ class Checkpointer(Callback):
         self.directory = Path(directory) if directory is not None else None
         self.every_epochs, self.keep = every_epochs, keep
 
-    def save(self, trainer) -> dict[str, Any]:
+    def save(self, trainer) -> dict[str, Any] | None:
+        """Write last.pt, unless the weights are no longer finite: the last finite checkpoint is worth keeping."""
         state = trainer.state_dict()
-        if self.directory is not None:
-            save_checkpoint(state, self.directory / "last.pt")
+        if self.directory is None:
+            return state
+        if not all(torch.isfinite(t).all() for t in state["model"].values() if t.is_floating_point()):
+            log.warning("not saving a checkpoint at step %d: the weights hold NaN or infinity", trainer.step)
+            return None
+        save_checkpoint(state, self.directory / "last.pt")
         return state
 
     def on_epoch_end(self, trainer, record: dict[str, Any]) -> None:
         if not self.every_epochs or trainer.epoch % self.every_epochs:
             return
         state = self.save(trainer)
-        if self.keep and self.directory is not None:
+        if state is not None and self.keep and self.directory is not None:
             save_checkpoint(state, self.directory / f"epoch-{trainer.epoch:03d}.pt")
             for old in sorted(self.directory.glob("epoch-*.pt"))[:-self.keep]:
                 old.unlink()

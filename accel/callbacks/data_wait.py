@@ -49,7 +49,8 @@ class DataWaitWarning(Callback):
         self._check(trainer, record.get("data_wait_fraction"))
 
     def on_fit_end(self, trainer: Trainer, summary: dict[str, Any]) -> None:
-        self._check(trainer, summary.get("data_wait_fraction"))
+        if summary["status"] != "failed":  # a loader that raised was not slow: its error is the message
+            self._check(trainer, summary.get("data_wait_fraction"))
 
     def _check(self, trainer: Trainer, fraction: float | None) -> None:
         if self.warned or fraction is None or fraction <= self.threshold:

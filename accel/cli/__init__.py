@@ -9,7 +9,7 @@ import argparse
 import logging
 import sys
 
-from ..errors import AccelError
+from ..errors import AccelError, user_message
 from . import bench, cache, export, info, train
 
 GROUPS = (train, info, bench, cache, export)  # in the order `accel --help` lists them
@@ -30,5 +30,5 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(args)
     except AccelError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {user_message(err)}", file=sys.stderr)
         return 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+from pathlib import Path
 
 from ..errors import AccelError
 from .options import add_sets
@@ -31,6 +32,10 @@ def run(args: argparse.Namespace) -> int:
     if args.resume and not args.out:
         raise AccelError("--resume needs --out RUN_DIR: the run directory whose checkpoints/last.pt to continue.")
     recipe = load_recipe(args.recipe, args.overrides)  # validated here, before any process is started
+    if args.out and not args.resume and world_from_env().is_main:  # one clear refusal, before torchrun starts
+        from ..rundir import RunDir
+
+        RunDir(args.out).check_new()
     if args.nproc:
         if recipe.strategy == "fsdp" and args.nproc * args.nnodes > 1:  # one clear error, not one per rank
             from ..fsdp import check_compatible
@@ -42,8 +47,12 @@ def run(args: argparse.Namespace) -> int:
     if not world_from_env().is_main:
         return 0
     print(summary["run_dir"])
-    if summary["status"] == "interrupted":
-        print(f"interrupted; continue with: accel train {args.recipe} --out {summary['run_dir']} --resume",
+    if summary["status"] == "diverged":
+        print(diverged_message(summary, recipe), file=sys.stderr)
+        return 3
+    if summary["status"] == "interrupted":  # the run's own resolved recipe: every --set is in it
+        run_dir = summary["run_dir"]
+        print(f"interrupted; continue with: accel train {run_dir}/recipe.yaml --out {run_dir} --resume",
               file=sys.stderr)
         return 130
     return 0
@@ -59,3 +68,17 @@ def _torchrun(args: argparse.Namespace, name: str) -> int:
     argv += ["--resume"] if args.resume else []
     command = torchrun_command(argv, args.nproc, args.nnodes, args.node_rank, args.master_addr, args.master_port)
     return subprocess.call(command)
+
+
+def diverged_message(summary: dict, recipe) -> str:
+    """What happened, what is kept, and what to try: a diverged run is a result to act on, not a crash."""
+    last = Path(summary["run_dir"]) / "checkpoints" / "last.pt"
+    kept = f"the last checkpoint with finite weights is {last}" if last.is_file() else "no checkpoint was kept"
+    amp = recipe.speedups.get("amp")
+    tips = [f"a lower learning rate (optim.lr is {recipe.optim.lr:g})"]
+    if recipe.train.clip_grad_norm is None:
+        tips.append("gradient clipping (train.clip_grad_norm: 1.0)")
+    if amp is not None and amp.enabled and getattr(amp, "dtype", None) == "fp16":
+        tips.append("bf16 instead of fp16 (speedups.amp.dtype: bf16), where the hardware has it")
+    return (f"error: training diverged: the loss became NaN or infinite by step {summary['diverged_at_step']}. "
+            f"{kept[0].upper() + kept[1:]}. Try {'; '.join(tips)}.")

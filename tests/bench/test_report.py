@@ -125,7 +125,8 @@ def test_everything_failed_still_writes_reports(tmp_path):
     rep = summarize([crashed(v.name, 0) for v in variants], variants, "baseline")
     assert all(r["samples_per_s"]["median"] is None and r["verdict"] is None for r in rep["variants"])
     assert rep["speedups"]["amp"]["verdict"] is None
-    assert rep["recommended"]["overrides"] == {"speedups.amp.enabled": False}
+    assert rep["recommended"]["overrides"] == {}  # not even the baseline: it failed too
+    assert rep["recommended"]["text"].startswith("none: every variant's trials failed")
     ok = summarize([trial(v.name, 0, 100.0) for v in variants], variants, "baseline")
     write_reports(ok, tmp_path)
     assert (tmp_path / "throughput.png").exists()
@@ -168,3 +169,19 @@ def test_bad_inputs_are_rejected(ablation):
         summarize(trials + [crashed("ghost", 0)], variants, "baseline")
     with pytest.raises(ValueError, match="overwrite"):
         summarize(trials, variants, "baseline", extra={"variants": []})
+
+
+def test_a_failed_variant_is_never_recommended_nor_the_baseline_for_ratios():
+    variants = vary_variants(["data.batch_size=5000,64,128"])
+    big, small, mid = (v.name for v in variants)
+    trials = [crashed(big, i) for i in range(2)]
+    trials += [trial(small, i, 100.0 + i) for i in range(2)] + [trial(mid, i, 101.0 + i) for i in range(2)]
+    rep = summarize(trials, variants, big)
+    assert rep["baseline"] == small  # ratios against the first variant that ran
+    rows = {r["name"]: r for r in rep["variants"]}
+    assert rows[small]["ratio_vs_baseline"]["median"] == 1.0 and rows[big]["ratio_vs_baseline"]["median"] is None
+    assert rep["recommended"]["overrides"] != {"data.batch_size": 5000}
+    assert "5000" not in rep["recommended"]["text"]
+    everything = summarize([crashed(v.name, 0) for v in variants], variants, big)
+    assert everything["recommended"] == {"overrides": {}, "text": everything["recommended"]["text"]}
+    assert everything["recommended"]["text"].startswith("none: every variant's trials failed")

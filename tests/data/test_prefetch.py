@@ -132,3 +132,11 @@ def test_cuda_side_stream_gives_the_same_batches():
     fetched = [tuple(t.cpu() for t in b) for b in
                epochs(DevicePrefetcher(loader, cuda, Normalize([0.5], [0.25])), sampler, n=1)]
     assert all(torch.equal(a, c) and torch.equal(b, d) for (a, b), (c, d) in zip(plain, fetched))
+
+
+def test_a_failed_run_gets_no_data_bound_warning(tiny, caplog):
+    recipe = validate_recipe(tiny)
+    trainer = build_trainer(recipe, extra_callbacks=[DataWaitWarning(recipe.data, threshold=0.0)])
+    with caplog.at_level(logging.WARNING, logger="accel"):
+        trainer.callbacks[-1].on_fit_end(trainer, {"status": "failed", "data_wait_fraction": 0.9})
+    assert "data-bound" not in caplog.text
