@@ -88,7 +88,7 @@ def measure(device: torch.device, n: int, repeats: int) -> dict:
     rates, errors = {}, {}
     for kind in kinds:
         try:
-            rates[kind] = round(matmul_rate(kind, n, device, repeats), 3)
+            rates[kind] = float(f"{matmul_rate(kind, n, device, repeats):.4g}")
         except Exception as err:  # a dtype this build or device lacks is a row with its reason
             errors[kind] = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
     result = {"device": devices.device_name(device), "size": n, "repeats": repeats,

@@ -33,7 +33,7 @@ def test_compare_plain_loop_reports_a_ratio_and_a_verdict(tmp_path):
 
 def test_peak_rates_measures_each_precision_the_device_has(tmp_path):
     out = tmp_path / "peaks.json"
-    _script("scripts/peak_rates.py", "--device", "cpu", "--size", "64", "--repeats", "2", "--json", str(out))
+    _script("scripts/peak_rates.py", "--device", "cpu", "--size", "128", "--repeats", "2", "--json", str(out))
     result = json.loads(out.read_text())
     assert set(result["matmul_tflops"]) | set(result["errors"]) == {"fp32", "bf16"}
     assert result["matmul_tflops"]["fp32"] > 0 and result["env"]["cuda_available"] is not None
