@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_map_only
 
 from . import devices, fsdp
 from .callbacks.base import BatchInfo, Callback
@@ -21,6 +22,7 @@ from .recipe import TrainConfig
 from .rng import rng_state, set_rng_state
 from .signals import stop_requests
 from .speedups import Speedup, select_available
+from .tasks import Task, as_task
 
 Transform = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 PLAIN_STEP = Speedup()  # backward and optimizer step when no speed-up owns them
@@ -29,12 +31,16 @@ PLAIN_STEP = Speedup()  # backward and optimizer step when no speed-up owns them
 class Trainer:
     """Fits `model` with `optimizer` on `train_loader`, evaluating on `val_loader`.
 
-    `train_transform` / `eval_transform` run on the device on each (inputs, targets) batch (normalisation,
-    batch augmentation). Speed-ups that cannot run on the device are skipped with a logged reason.
+    `task` says what a step needs from a batch (accel.tasks): a Task, or a function `(model, batch) -> loss`;
+    without one, `(inputs, targets)` batches are scored by `loss_fn` (default: cross-entropy), for any output
+    and target shapes. Batches may be any nesting of tensors. `train_transform` / `eval_transform` run on the
+    device on each (inputs, targets) batch (normalisation, batch augmentation). Speed-ups that cannot run on the
+    device are skipped with a logged reason.
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, train_loader: Iterable, *,
-                 val_loader: Iterable | None = None, loss_fn: Callable | None = None, scheduler: Any = None,
+                 val_loader: Iterable | None = None, loss_fn: Callable | None = None,
+                 task: Task | Callable | None = None, scheduler: Any = None,
                  config: TrainConfig | None = None, speedups: Iterable[Speedup] = (),
                  callbacks: Iterable[Callback] = (), device: str | torch.device = "auto",
                  train_transform: Transform | None = None, eval_transform: Transform | None = None,
@@ -45,7 +51,7 @@ class Trainer:
         self.optimizer, self.scheduler = optimizer, scheduler
         _check_optimizer_owns(self.module, optimizer)
         self.train_loader, self.val_loader = train_loader, val_loader
-        self.loss_fn = loss_fn or nn.CrossEntropyLoss()
+        self.task = as_task(task, loss_fn)
         self.cfg = config or TrainConfig()
         self.speedups, self.skipped_speedups = select_available(list(speedups), self.device, strict)
         self.callbacks = list(callbacks)
@@ -53,6 +59,7 @@ class Trainer:
         self.log_every_steps = log_every_steps
         self.world = world or World()
         self._owner = next((s for s in self.speedups if s.owns_step), PLAIN_STEP)
+        self._prepares = [s for s in self.speedups if type(s).prepare_batch is not Speedup.prepare_batch]
         self.forward_loss = self._forward_loss  # forward + loss; whole-step compilation replaces it
         self.epoch = self.step = self.batch_in_epoch = 0  # completed epochs / optimizer steps / batches this epoch
         self.should_stop = False
@@ -153,21 +160,34 @@ class Trainer:
         accum = self.cfg.grad_accum
         self.batch_in_epoch += 1
         boundary = self.batch_in_epoch % accum == 0 or self.batch_in_epoch == batches
-        inputs, targets = devices.to_device(batch, self.device, non_blocking=True)
-        if self.train_transform is not None:
-            inputs, targets = self.train_transform(inputs, targets)
-        for speedup in self.speedups:
-            inputs = speedup.prepare_batch(inputs)
+        batch = self._on_device(batch, self.train_transform)
         with self._grad_sync(boundary):
             with self._step_contexts():
-                loss = self.forward_loss(inputs, targets)
+                loss = self.forward_loss(batch)
             self._owner.backward(loss / accum, self)
         if boundary:
             self._optimizer_step()
-        return boundary, loss.detach(), len(targets)
+        return boundary, loss.detach(), self.task.samples(batch)
 
-    def _forward_loss(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return self.loss_fn(self.model(inputs), targets)
+    def _forward_loss(self, batch: Any) -> torch.Tensor:
+        return self.task.loss(self.model, batch)
+
+    def _on_device(self, batch: Any, transform: Transform | None) -> Any:
+        """The batch on the device, through the (inputs, targets) transform, with every image-shaped tensor
+        prepared by the speed-ups (memory format); other tensors (targets, token ids, masks) pass untouched."""
+        batch = devices.to_device(batch, self.device, non_blocking=True)
+        if transform is not None:
+            batch = transform(*batch)
+        if self._prepares:
+            batch = tree_map_only(torch.Tensor, self._prepare_images, batch)
+        return batch
+
+    def _prepare_images(self, tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.dim() != 4 or not tensor.is_floating_point():
+            return tensor
+        for speedup in self._prepares:
+            tensor = speedup.prepare_batch(tensor)
+        return tensor
 
     def _optimizer_step(self) -> None:
         applied = self._owner.optimizer_step(self)
@@ -196,39 +216,34 @@ class Trainer:
 
     # ---- evaluation -----------------------------------------------------------------------------------
     def evaluate(self) -> dict[str, Any]:
+        """The task's metrics over the validation set (`val_loss` always), summed on the device, then across
+        processes: one sync for the whole pass."""
         if self.val_loader is None:
             return {}
         self.model.eval()
-        loss_sum = torch.zeros((), device=self.device, dtype=torch.float64)
-        correct = torch.zeros((), device=self.device, dtype=torch.int64)
-        count = 0
+        sums: dict[str, torch.Tensor] = {}
+        count, batch = 0, None
         short = self._eval_batches_short()
         with ExitStack() as stack:
             for speedup in self.speedups:  # outside inference mode: a context may change weights in place (EMA)
                 stack.enter_context(speedup.eval_context())
             stack.enter_context(devices.inference_mode(self.device))
-            inputs = None
             for batch in self.val_loader:
-                inputs, targets = devices.to_device(batch, self.device, non_blocking=True)
-                if self.eval_transform is not None:
-                    inputs, targets = self.eval_transform(inputs, targets)
-                logits = self._eval_forward(inputs)
-                loss_sum += nn.functional.cross_entropy(logits.float(), targets, reduction="sum")
-                correct += (logits.argmax(1) == targets).sum()
-                count += len(targets)
+                batch = self._on_device(batch, self.eval_transform)
+                for name, value in self._eval_sums(batch).items():
+                    sums[name] = sums[name] + value if name in sums else value.double()
+                count += self.task.samples(batch)
             for _ in range(short):  # results unused: the forward only takes part in the weight gathering
-                self._eval_forward(inputs)
+                self._eval_sums(batch)
         self.model.train()
-        totals = self.world.all_reduce_sum(torch.stack([loss_sum, correct.double(),
-                                                        torch.tensor(count, dtype=torch.float64, device=self.device)]))
-        loss_sum, correct, count = totals.tolist()
-        return {"val_loss": loss_sum / max(count, 1), "val_accuracy": correct / max(count, 1)}
+        names = sorted(sums)
+        values = torch.stack([sums[n] for n in names] + [torch.tensor(count, dtype=torch.float64, device=self.device)])
+        totals = dict(zip(names + ["count"], self.world.all_reduce_sum(values).tolist()))
+        return self.task.metrics(totals)
 
-    def _eval_forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        for speedup in self.speedups:
-            inputs = speedup.prepare_batch(inputs)
+    def _eval_sums(self, batch: Any) -> dict[str, torch.Tensor]:
         with self._step_contexts():
-            return self.model(inputs)
+            return self.task.eval_sums(self.model, batch)
 
     def _eval_batches_short(self) -> int:
         """How many fewer evaluation batches this rank has than the rank with the most. A sharded model
@@ -287,7 +302,7 @@ class Trainer:
         totals = self.meter.totals()
         return {
             "status": status,
-            "metrics": {"val_accuracy": self.last_eval.get("val_accuracy"), "val_loss": self.last_eval.get("val_loss"),
+            "metrics": {"val_accuracy": None, "val_loss": None, **self.last_eval,  # the task's metric names
                         "train_loss": totals.pop("train_loss")},
             **totals, "wall_s": wall_s, "steps": self.step, "epochs": self.epoch,
             "device": devices.device_name(self.device), "diverged_at_step": self.diverged_at,

@@ -72,7 +72,7 @@ def time_accel(recipe: Recipe) -> tuple[float, Trainer]:
 
 def time_plain(trainer: Trainer, steps: int) -> float:
     """Seconds for the loop a user would write by hand, over the same model, optimizer, loader and transform."""
-    model, optimizer, loss_fn, device = trainer.module, trainer.optimizer, trainer.loss_fn, trainer.device
+    model, optimizer, loss_fn, device = trainer.module, trainer.optimizer, trainer.task.loss_fn, trainer.device
     normalize = trainer.train_transform  # uint8 -> normalised float on the device, as accel does
     model.train()
     devices.synchronize(device)

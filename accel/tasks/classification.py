@@ -1,0 +1,43 @@
+"""Classification: `(inputs, targets)` batches, a loss function of `(outputs, targets)`, accuracy when it fits."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from .base import Task
+
+
+class Classification(Task):
+    """`loss_fn(model(inputs), targets)`. With cross-entropy (the default), evaluation reports the plain
+    cross-entropy and accuracy; with a user's `loss_fn`, that loss, plus accuracy where outputs are class
+    scores `[N, C]` for integer targets `[N]`. Any output and target shapes work (sequences, regression)."""
+
+    name = "classification"
+
+    def __init__(self, loss_fn: Callable | None = None):
+        self.loss_fn = loss_fn if loss_fn is not None else nn.CrossEntropyLoss()
+        # eval ignores training-only settings such as label smoothing: the plain cross-entropy of the predictions
+        self.cross_entropy = isinstance(self.loss_fn, nn.CrossEntropyLoss)
+
+    def loss(self, model: Any, batch: Any) -> torch.Tensor:
+        inputs, targets = batch
+        return self.loss_fn(model(inputs), targets)
+
+    def samples(self, batch: Any) -> int:
+        return len(batch[1])
+
+    def eval_sums(self, model: Any, batch: Any) -> dict[str, torch.Tensor]:
+        inputs, targets = batch
+        outputs = model(inputs)
+        n = len(targets)
+        if self.cross_entropy:
+            loss = nn.functional.cross_entropy(outputs.float(), targets, reduction="sum")
+        else:
+            loss = self.loss_fn(outputs, targets).detach().float() * n
+        sums = {"loss": loss}
+        if outputs.dim() == 2 and targets.dim() == 1 and not targets.is_floating_point():
+            sums["accuracy"] = (outputs.argmax(1) == targets).sum().float()
+        return sums
