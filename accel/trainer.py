@@ -236,6 +236,9 @@ class Trainer:
             for _ in range(short):  # results unused: the forward only takes part in the weight gathering
                 self._eval_sums(batch)
         self.model.train()
+        if not sums and self.world.distributed:  # the others would wait for sums this rank cannot name
+            raise AccelError(f"rank {self.world.rank} has no validation samples: give the validation split at "
+                             "least one sample per process, or use fewer processes")
         names = sorted(sums)
         values = torch.stack([sums[n] for n in names] + [torch.tensor(count, dtype=torch.float64, device=self.device)])
         totals = dict(zip(names + ["count"], self.world.all_reduce_sum(values).tolist()))
