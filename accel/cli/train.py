@@ -32,11 +32,11 @@ def run(args: argparse.Namespace) -> int:
     if args.resume and not args.out:
         raise AccelError("--resume needs --out RUN_DIR: the run directory whose checkpoints/last.pt to continue.")
     recipe = load_recipe(args.recipe, args.overrides)  # validated here, before any process is started
-    if args.out and not args.resume and world_from_env().is_main:  # one clear refusal, before torchrun starts
-        from ..rundir import RunDir
-
-        RunDir(args.out).check_new()
     if args.nproc:
+        if args.out and not args.resume:  # one clear refusal before torchrun starts (run_recipe checks one process)
+            from ..rundir import RunDir
+
+            RunDir(args.out).check_new()
         if recipe.strategy == "fsdp" and args.nproc * args.nnodes > 1:  # one clear error, not one per rank
             from ..fsdp import check_compatible
             from ..speedups import from_configs
@@ -73,7 +73,7 @@ def _torchrun(args: argparse.Namespace, name: str) -> int:
 def diverged_message(summary: dict, recipe) -> str:
     """What happened, what is kept, and what to try: a diverged run is a result to act on, not a crash."""
     last = Path(summary["run_dir"]) / "checkpoints" / "last.pt"
-    kept = f"the last checkpoint with finite weights is {last}" if last.is_file() else "no checkpoint was kept"
+    kept = f"The last checkpoint with finite weights is {last}" if last.is_file() else "No checkpoint was kept"
     amp = recipe.speedups.get("amp")
     tips = [f"a lower learning rate (optim.lr is {recipe.optim.lr:g})"]
     if recipe.train.clip_grad_norm is None:
@@ -81,4 +81,4 @@ def diverged_message(summary: dict, recipe) -> str:
     if amp is not None and amp.enabled and getattr(amp, "dtype", None) == "fp16":
         tips.append("bf16 instead of fp16 (speedups.amp.dtype: bf16), where the hardware has it")
     return (f"error: training diverged: the loss became NaN or infinite by step {summary['diverged_at_step']}. "
-            f"{kept[0].upper() + kept[1:]}. Try {'; '.join(tips)}.")
+            f"{kept}. Try {'; '.join(tips)}.")
