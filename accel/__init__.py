@@ -1,9 +1,22 @@
-"""accel: composable PyTorch training speed-ups, driven by YAML recipes, with A/B speed reports."""
-from . import speedups
-from .errors import AccelError
-from .recipe import Recipe, load_recipe
-from .run import build_trainer, run_recipe
-from .trainer import Trainer
+"""accel: composable PyTorch training speed-ups, driven by YAML recipes, with A/B speed reports.
 
-__all__ = ["AccelError", "Recipe", "Trainer", "build_trainer", "load_recipe", "run_recipe", "speedups"]
+The names below load on first use, so `import accel.trainer` (bring your own model and data) does not import
+the recipe machinery with every model and dataset it can name.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_WHERE = {"AccelError": "errors", "Recipe": "recipe", "load_recipe": "recipe", "build_trainer": "run",
+          "run_recipe": "run", "Trainer": "trainer", "speedups": None, "tasks": None}
+
+__all__ = sorted(_WHERE)
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'accel' has no attribute {name!r}")
+    module = importlib.import_module(f".{_WHERE[name] or name}", __name__)
+    return module if _WHERE[name] is None else getattr(module, name)

@@ -4,6 +4,7 @@ Everything else asks this module, so tests patch hardware facts here and nowhere
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import platform
@@ -11,6 +12,7 @@ from typing import Any
 
 import torch
 
+from .batches import map_tensors
 from .errors import AccelError
 
 
@@ -83,7 +85,31 @@ def peak_memory_mb(device: torch.device) -> float:
 def supports_bf16(device: torch.device) -> bool:
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
-    return device.type in {"cpu", "xla"}
+    if device.type == "cpu":
+        return cpu_has_native_bf16()
+    return device.type == "xla"
+
+
+@functools.cache
+def cpu_has_native_bf16() -> bool:
+    """Whether the CPU computes in bf16 natively (AVX512-BF16 or AMX-BF16). Without it torch emulates bf16
+    matmuls, 13x slower than fp32 on a 2-core AVX2 EPYC (docs/benchmarks.md). True where the flags cannot be
+    read (not Linux): unknown is not refused; and with ACCEL_CPU_BF16=1, to use bf16 anyway (the tests do, to
+    check its numbers on any machine)."""
+    if os.environ.get("ACCEL_CPU_BF16") == "1":
+        return True
+    flags = _cpu_flags()
+    return flags is None or bool({"avx512_bf16", "amx_bf16"} & flags)
+
+
+def _cpu_flags() -> set[str] | None:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return None
 
 
 def supports_fp16_scaler(device: torch.device) -> bool:
@@ -109,8 +135,8 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "PJRT_DEVICE",
-            "TORCHINDUCTOR_CACHE_DIR", "CUBLAS_WORKSPACE_CONFIG", "WORLD_SIZE", "RANK", "LOCAL_RANK")
+ENV_VARS = ("ACCEL_CPU_BF16", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
+            "PJRT_DEVICE", "TORCHINDUCTOR_CACHE_DIR", "CUBLAS_WORKSPACE_CONFIG", "WORLD_SIZE", "RANK", "LOCAL_RANK")
 
 
 def environment(device: torch.device | None = None) -> dict[str, Any]:
@@ -123,6 +149,7 @@ def environment(device: torch.device | None = None) -> dict[str, Any]:
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "cuda_available": cuda_available(),
         "cpu": _cpu_model(),
+        "cpu_native_bf16": cpu_has_native_bf16(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "torch_interop_threads": torch.get_num_interop_threads(),
@@ -136,14 +163,8 @@ def environment(device: torch.device | None = None) -> dict[str, Any]:
 
 
 def to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> Any:
-    """Move tensors in a (nested) batch to the device."""
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=non_blocking)
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(to_device(item, device, non_blocking) for item in batch)
-    if isinstance(batch, dict):
-        return {key: to_device(value, device, non_blocking) for key, value in batch.items()}
-    return batch
+    """Move the tensors of a batch of any nesting to the device."""
+    return map_tensors(lambda tensor: tensor.to(device, non_blocking=non_blocking), batch)
 
 
 def inference_mode(device: torch.device):

@@ -1,21 +1,33 @@
-"""Throughput bookkeeping for the loop: a window since the last epoch start, and totals for the run.
+"""The loop's per-batch record, and throughput bookkeeping: a window since the last epoch start, and totals.
 
 Losses stay device tensors until a figure is read, so counting never forces a device sync.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from .callbacks.base import BatchInfo
 from .distributed import World
+
+
+@dataclass
+class BatchInfo:
+    """One micro-batch, as the loop saw it. `loss` stays a device tensor: reading it would force a sync."""
+
+    loss: torch.Tensor
+    samples: int
+    data_s: float
+    compute_s: float
+    optimizer_stepped: bool
+    tokens: int | None = None  # for tasks on sequences
 
 
 class Meter:
     def __init__(self, world: World | None = None):
         self.world = world or World()
-        self.samples = self.batches = 0
+        self.samples = self.batches = self.tokens = 0
         self.data_s = self.compute_s = 0.0
         self.first_step_s: float | None = None
         self.window: dict[str, Any] = {}
@@ -25,7 +37,7 @@ class Meter:
         resumed, self._resumed = self._resumed or {}, None
         # throughput counts restart (the time before the interruption is not ours to measure); the loss continues
         self.window = {"loss": torch.tensor(resumed.get("loss", 0.0), device=device),
-                       "batches": resumed.get("batches", 0), "samples": 0, "data_s": 0.0, "compute_s": 0.0}
+                       "batches": resumed.get("batches", 0), "samples": 0, "tokens": 0, "data_s": 0.0, "compute_s": 0.0}
 
     def state_dict(self, mid_epoch: bool) -> dict[str, Any]:
         """This process's loss window when the epoch is unfinished, so a resumed run ends on the same train_loss
@@ -42,6 +54,8 @@ class Meter:
         window["loss"] += info.loss.float()
         window["batches"] += 1
         window["samples"] += info.samples
+        window["tokens"] += info.tokens or 0
+        self.tokens += info.tokens or 0
         window["data_s"] += info.data_s
         window["compute_s"] += info.compute_s
         self.samples += info.samples
@@ -56,10 +70,13 @@ class Meter:
         elapsed = max(window["data_s"] + window["compute_s"], 1e-9)
         loss = self.world.all_reduce_sum(window["loss"] / max(window["batches"], 1)).item() / self.world.size
         return {"loss": loss, "samples_per_s": window["samples"] / elapsed,
+                **({"tokens_per_s": window["tokens"] / elapsed} if window["tokens"] else {}),
                 "data_wait_fraction": window["data_s"] / elapsed}
 
     def totals(self) -> dict[str, Any]:
         train_s = self.data_s + self.compute_s
         return {"train_loss": self.window_stats()["loss"] if self.window.get("batches") else None,
-                "samples_per_s": self.samples / train_s if train_s else None, "train_s": train_s,
+                "samples_per_s": self.samples / train_s if train_s else None,
+                **({"tokens_per_s": self.tokens / train_s if train_s else None} if self.tokens else {}),
+                "train_s": train_s,
                 "first_step_s": self.first_step_s, "data_wait_fraction": self.data_s / train_s if train_s else None}

@@ -21,8 +21,9 @@ from .data.prefetch import PrefetchConfig
 from .errors import RecipeError, did_you_mean
 from .models import ModelConfig
 from .recipe_yaml import Origins, apply_overrides, load_with_bases
-from .registry import DATASETS, LOSSES, OPTIMIZERS, SCHEDULERS, SPEEDUPS, Registry
+from .registry import DATASETS, LOSSES, OPTIMIZERS, SCHEDULERS, SPEEDUPS, TASKS, Registry
 from .schema import StrictModel
+from .train_config import TrainConfig
 
 
 class DataConfig(StrictModel):
@@ -40,24 +41,6 @@ class DataConfig(StrictModel):
                                "memory-mapped cache")
     prefetch: PrefetchConfig = Field(default_factory=PrefetchConfig, description="copy and normalise the next "
                                      "batch on the device while the current one computes")
-
-
-class EarlyStoppingConfig(StrictModel):
-    monitor: str = Field("val_loss", description="epoch metric to watch")
-    mode: Literal["min", "max"] = Field("min", description="whether smaller or larger is better")
-    patience: int = Field(3, ge=1, description="epochs without improvement before stopping")
-    min_delta: float = Field(0.0, ge=0, description="smallest change that counts as an improvement")
-
-
-class TrainConfig(StrictModel):
-    epochs: int = Field(1, ge=1, description="passes over the training data")
-    max_steps: int | None = Field(None, ge=1, description="stop after this many optimizer steps (wins over epochs)")
-    grad_accum: int = Field(1, ge=1, description="micro-batches accumulated per optimizer step")
-    clip_grad_norm: float | None = Field(None, gt=0, description="clip the global gradient norm to this value")
-    eval_every_epochs: int = Field(1, ge=0, description="evaluate every N epochs (0: only at the end)")
-    sync_every_step: bool = Field(False, description="synchronise the device after every step so per-step times "
-                                                     "are exact (the bench does this)")
-    early_stopping: EarlyStoppingConfig | None = Field(None, description="stop when a metric stops improving")
 
 
 class LogConfig(StrictModel):
@@ -80,8 +63,12 @@ class Recipe(StrictModel):
     optim: SerializeAsAny[StrictModel] = Field(description="`name` of an optimizer plus its options")
     schedule: SerializeAsAny[StrictModel] = Field(default_factory=lambda: SCHEDULERS.get("none").Config(name="none"),
                                                   description="learning-rate schedule, stepped per optimizer step")
+    task: SerializeAsAny[StrictModel] = Field(
+        default_factory=lambda: TASKS.get("classification").Config(),
+        description="what a step computes from a batch: classification | language_model | regression | "
+        "model_loss (the model returns its loss) | package.module:attribute (your own Task or function)")
     loss: SerializeAsAny[StrictModel] = Field(default_factory=lambda: LOSSES.get("cross_entropy").Config(),
-                                              description="training loss")
+                                              description="the cross-entropy of classification and language_model")
     train: TrainConfig = Field(default_factory=TrainConfig)
     speedups: dict[str, SerializeAsAny[StrictModel]] = Field(default_factory=dict,
                                                              description="speed-up name -> its options")
@@ -113,6 +100,7 @@ class Recipe(StrictModel):
 # (path, registry): sections validated against the registered builder's own Config.
 NAMED_SECTIONS: list[tuple[tuple[str, ...], Registry]] = [
     (("data", "dataset"), DATASETS), (("optim",), OPTIMIZERS), (("schedule",), SCHEDULERS), (("loss",), LOSSES),
+    (("task",), TASKS),
 ]
 
 

@@ -46,3 +46,19 @@ OPTIMIZERS = Registry("optimizer")
 SCHEDULERS = Registry("scheduler")
 LOSSES = Registry("loss")
 SPEEDUPS = Registry("speed-up")
+
+
+class TaskRegistry(Registry):
+    """Tasks by name, and a user's own by import string (`my_pkg.tasks:Segmentation`)."""
+
+    def get(self, name: str) -> Any:
+        if ":" in name:
+            return self._entries[IMPORTED]
+        return super().get(name)
+
+    def names(self) -> list[str]:
+        return [name for name in super().names() if name != IMPORTED]
+
+
+IMPORTED = "package.module:attribute"
+TASKS = TaskRegistry("task")

@@ -22,6 +22,7 @@ from .registry import DATASETS
 from .rng import seed_everything
 from .rundir import RunDir, RunDirWriter
 from .speedups import from_configs
+from .tasks import Classification, Task, build_task
 from .trainer import Trainer, steps_per_epoch
 
 log = logging.getLogger("accel")
@@ -34,7 +35,9 @@ def build_trainer(recipe: Recipe, run_dir: RunDir | None = None, extra_callbacks
     seed_everything(recipe.seed)  # the same on every rank: the model starts identical everywhere
     splits = DATASETS.get(recipe.data.dataset.name).build(recipe.data.dataset, recipe.seed)
     # on the device before the optimizer sees it: moving to XLA replaces parameter objects
-    model = build_model(recipe.model, num_classes=splits.num_classes, in_channels=splits.sample_shape[0]).to(device)
+    task = build_task(recipe.task, build_loss(recipe.loss))
+    _check_task_fits(recipe, task)
+    model = build_model(recipe.model, **splits.model_args()).to(device)
     speedups = from_configs(recipe.speedups)
     sharded = _use_fsdp(recipe, world, device)
     if sharded:  # before the optimizer is built: sharding replaces the parameters
@@ -53,12 +56,21 @@ def build_trainer(recipe: Recipe, run_dir: RunDir | None = None, extra_callbacks
         speedups.append(DataParallel())
     if device.type == "xla":
         train_loader, val_loader, speedups = _on_xla(train_loader, val_loader, speedups, device)
-    return Trainer(model, optimizer, train_loader, val_loader=val_loader, loss_fn=build_loss(recipe.loss),
+    return Trainer(model, optimizer, train_loader, val_loader=val_loader, task=task,
                    scheduler=scheduler, config=recipe.train, speedups=speedups,
                    callbacks=_callbacks(recipe, run_dir, world.is_main, sharded) + data.callbacks
                    + list(extra_callbacks),
                    device=device, train_transform=data.train_transform, eval_transform=data.eval_transform,
                    log_every_steps=recipe.log.every_steps, strict=recipe.strict, world=world)
+
+
+def _check_task_fits(recipe: Recipe, task: Task) -> None:
+    """Mixing samples mixes their labels as class distributions: that means something for classification only."""
+    mixing = sorted({name for entry in recipe.data.augment.ops if getattr(entry.op, "mixes_labels", False)
+                     for name in entry.model_fields_set})
+    if mixing and not isinstance(task, Classification):
+        raise AccelError(f"data.augment: {' and '.join(mixing)} mix class labels, so they need `task: "
+                         f"classification`, not `{task.name}`; remove them from the recipe")
 
 
 def _use_fsdp(recipe: Recipe, world, device: torch.device) -> bool:

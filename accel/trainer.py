@@ -10,19 +10,19 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_map_only
 
 from . import devices, fsdp
-from .callbacks.base import BatchInfo, Callback
+from .batches import map_tensors
+from .callbacks.base import Callback
 from .checkpoint import check_same_model, check_same_schedule, model_signature
 from .distributed import World
 from .errors import AccelError
-from .meter import Meter
-from .recipe import TrainConfig
+from .meter import BatchInfo, Meter
 from .rng import rng_state, set_rng_state
 from .signals import stop_requests
 from .speedups import Speedup, select_available
 from .tasks import Task, as_task
+from .train_config import TrainConfig
 
 Transform = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 PLAIN_STEP = Speedup()  # backward and optimizer step when no speed-up owns them
@@ -69,11 +69,14 @@ class Trainer:
         self.last_eval: dict[str, float] = {}
         self._eval_step = -1  # the optimizer step at which last_eval was measured
         self.meter = Meter(self.world)
+        self._set_up = False  # the speed-ups' setup has run and their teardown has not
 
     # ---- the loop -------------------------------------------------------------------------------------
-    def fit(self) -> dict[str, Any]:
-        """Train until the epoch or step budget is spent, a callback stops it, or a signal interrupts it."""
-        start, status = time.perf_counter(), "failed"
+    def setup(self) -> None:
+        """Set up the speed-ups, once: fit() calls it, and so does loading a checkpoint first, so a speed-up's
+        saved state (the GradScaler's scale, the EMA weights) is loaded into the objects that will use it."""
+        if self._set_up:
+            return
         for i, speedup in enumerate(self.speedups):
             try:
                 speedup.setup(self)
@@ -81,6 +84,12 @@ class Trainer:
                 for done in reversed(self.speedups[:i]):
                     done.teardown()
                 raise
+        self._set_up = True
+
+    def fit(self) -> dict[str, Any]:
+        """Train until the epoch or step budget is spent, a callback stops it, or a signal interrupts it."""
+        start, status = time.perf_counter(), "failed"
+        self.setup()
         self._emit("on_fit_start")
         try:
             with stop_requests(self._request_stop):
@@ -95,6 +104,7 @@ class Trainer:
             self._emit("on_fit_end", summary)
             for speedup in reversed(self.speedups):
                 speedup.teardown()
+            self._set_up = False
         return summary
 
     def _budget_spent(self) -> bool:
@@ -120,11 +130,12 @@ class Trainer:
         tick = time.perf_counter()
         for batch in iterator:
             fetched = time.perf_counter()
-            stepped, loss, samples = self._train_batch(batch, batches)
+            stepped, loss, batch = self._train_batch(batch, batches)
             if self.cfg.sync_every_step:
                 devices.synchronize(self.device)
             done = time.perf_counter()
-            self._account(BatchInfo(loss, samples, fetched - tick, done - fetched, stepped))
+            self._account(BatchInfo(loss, self.task.samples(batch), fetched - tick, done - fetched, stepped,
+                                    self.task.tokens(batch)))
             tick = time.perf_counter()
             if stepped and self._budget_spent():
                 break
@@ -156,7 +167,8 @@ class Trainer:
             next(iterator, None)
         return iterator, batches
 
-    def _train_batch(self, batch: Any, batches: int | None) -> tuple[bool, torch.Tensor, int]:
+    def _train_batch(self, batch: Any, batches: int | None) -> tuple[bool, torch.Tensor, Any]:
+        """(whether the optimizer stepped, the loss, the batch on the device)."""
         accum = self.cfg.grad_accum
         self.batch_in_epoch += 1
         boundary = self.batch_in_epoch % accum == 0 or self.batch_in_epoch == batches
@@ -167,7 +179,7 @@ class Trainer:
             self._owner.backward(loss / accum, self)
         if boundary:
             self._optimizer_step()
-        return boundary, loss.detach(), self.task.samples(batch)
+        return boundary, loss.detach(), batch
 
     def _forward_loss(self, batch: Any) -> torch.Tensor:
         return self.task.loss(self.model, batch)
@@ -179,7 +191,7 @@ class Trainer:
         if transform is not None:
             batch = transform(*batch)
         if self._prepares:
-            batch = tree_map_only(torch.Tensor, self._prepare_images, batch)
+            batch = map_tensors(self._prepare_images, batch)
         return batch
 
     def _prepare_images(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -325,7 +337,7 @@ class Trainer:
             "model": model, "model_signature": model_signature(self.module), "optimizer": optim,
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
             "speedups": {s.name: s.state_dict() for s in self.speedups},
-            "callbacks": {type(c).__name__: c.state_dict() for c in self.callbacks},
+            "callbacks": {_state_name(c): c.state_dict() for c in self.callbacks},
             "rng": rng_state(), "epoch": self.epoch, "step": self.step, "batch_in_epoch": self.batch_in_epoch,
             "meter": self.meter.state_dict(mid_epoch=self.batch_in_epoch > 0),
         }
@@ -340,10 +352,11 @@ class Trainer:
         if self.scheduler is not None and state["scheduler"] is not None:
             check_same_schedule(state["scheduler"], self.scheduler.state_dict(), source)
             self.scheduler.load_state_dict(state["scheduler"])
+        self.setup()
         for speedup in self.speedups:
             speedup.load_state_dict(state["speedups"].get(speedup.name, {}))
         for callback in self.callbacks:
-            callback.load_state_dict(state["callbacks"].get(type(callback).__name__, {}))
+            callback.load_state_dict(state["callbacks"].get(_state_name(callback), {}))
         set_rng_state(state["rng"])
         self.epoch, self.step, self.batch_in_epoch = state["epoch"], state["step"], state["batch_in_epoch"]
         self.meter.load_state_dict(state.get("meter", {}))
@@ -357,6 +370,10 @@ def _check_optimizer_owns(module: nn.Module, optimizer: torch.optim.Optimizer) -
     if any(id(p) not in mine for group in optimizer.param_groups for p in group["params"]):
         raise AccelError("the optimizer holds tensors that are not the model's parameters. Moving a model to some "
                          "devices (XLA) replaces its parameters: create the optimizer after `model.to(device)`.")
+
+
+def _state_name(callback: Callback) -> str:
+    return callback.state_name or type(callback).__name__
 
 
 def _length(loader: Iterable) -> int | None:

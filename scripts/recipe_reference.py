@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from accel.recipe import Recipe
-from accel.registry import DATASETS, LOSSES, OPTIMIZERS, SCHEDULERS, SPEEDUPS
+from accel.registry import DATASETS, IMPORTED, LOSSES, OPTIMIZERS, SCHEDULERS, SPEEDUPS, TASKS
 
 TARGET = Path(__file__).resolve().parent.parent / "docs" / "recipe-reference.md"
 
@@ -63,9 +63,9 @@ def _section(title: str, model: type[BaseModel], prefix: str) -> list[str]:
     return lines
 
 
-def _named(title: str, key: str, registry) -> list[str]:
+def _named(title: str, key: str, registry, extra: tuple[str, ...] = ()) -> list[str]:
     lines = [f"## {title}: `{key}`", ""]
-    for name in registry.names():
+    for name in [*registry.names(), *extra]:
         lines += _section(f"`{name}`", registry.get(name).Config, f"{key}.")
     return lines
 
@@ -75,6 +75,7 @@ def render() -> str:
              "Generated from the code by `python scripts/recipe_reference.py`; every key, its default and meaning.",
              "See docs/recipes.md for how recipes, `base:` and `--set` work.", "",
              "## Top level and fixed sections", "", *_section("recipe", Recipe, "")]
+    lines += _named("Tasks", "task", TASKS, extra=(IMPORTED,))
     lines += _named("Datasets", "data.dataset", DATASETS)
     lines += _named("Optimizers", "optim", OPTIMIZERS)
     lines += _named("Schedules", "schedule", SCHEDULERS)

@@ -13,6 +13,9 @@ import torch
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+# bf16 autocast runs on every CPU in the tests, including those that only emulate it (the tests check numbers,
+# not speed); subprocesses inherit this. tests/speedups/test_amp.py checks the refusal without it.
+os.environ["ACCEL_CPU_BF16"] = "1"
 
 TINY = {
     "name": "tiny",

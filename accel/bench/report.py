@@ -3,12 +3,13 @@
 `summarize` is pure: trials in, report dict out; `write_reports` only renders it, so report.md and
 report.html never say anything report.json does not hold. Besides the section 6 keys, each variant carries
 `step_time_p50_s`, `step_time_p90_s`, `data_wait_fraction` (median), `peak_memory_mb` (max over trials),
-`warmup_s`, `break_even_steps` (only when the variant helped), `val_accuracy`, `result_changed` (final loss
-or accuracy differs from baseline beyond noise; None when there is nothing to compare), `errors` (failed
-trials) and `ok_trials`. The report adds `speedups` (ablation only: each speed-up read as added to baseline
-and as all vs -NAME, with an overall verdict that is "mixed" when the two readings disagree) and
-`recommended` ({"overrides", "text"}). The caller passes `env` and any top-level `extra` keys (`recipes`,
-`command`, ...) to `summarize`.
+`warmup_s`, `break_even_steps` (only when the variant helped), `tokens_per_s` (median, tasks on sequences),
+`val_accuracy`, `val_metric` with `val_metric_name` (the task's main metric: accuracy for classification,
+val_loss for a language model), `result_changed` (final loss or the main metric differs from baseline beyond
+noise; None when there is nothing to compare), `errors` (failed trials) and `ok_trials`. The report adds
+`speedups` (ablation only: each speed-up read as added to baseline and as all vs -NAME, with an overall verdict
+that is "mixed" when the two readings disagree) and `recommended` ({"overrides", "text"}). The caller passes
+`env` and any top-level `extra` keys (`recipes`, `command`, ...) to `summarize`.
 """
 from __future__ import annotations
 
@@ -85,12 +86,15 @@ def _summarize_variant(variant: Variant, trials: list[dict], base_ok: list[dict]
     return {
         "name": variant.name, "overrides": dict(variant.overrides),
         "samples_per_s": _interval(*bootstrap_median_ci(sps)) if sps else _interval(None, None),
+        "tokens_per_s": _median(_values(ok, "tokens_per_s")),
         "ratio_vs_baseline": ratio, "verdict": said,
         "step_time_p50_s": steps["p50"], "step_time_p90_s": steps["p90"],
         "data_wait_fraction": _median(_values(ok, "data_wait_fraction")),
         "peak_memory_mb": max(peaks) if peaks else None,
         "first_step_s": first, "warmup_s": _median(_values(ok, "warmup_s")), "break_even_steps": even,
         "final_loss": _median(_values(ok, "final_loss")), "val_accuracy": _median(_values(ok, "val_accuracy")),
+        "val_metric_name": next((t["val_metric_name"] for t in ok if t.get("val_metric_name")), None),
+        "val_metric": _median(_values(ok, "val_metric")),
         "result_changed": _result_changed(ok, base_ok, is_base),
         "errors": len(trials) - len(ok), "ok_trials": len(ok), "trials": list(trials),
     }
@@ -99,7 +103,7 @@ def _summarize_variant(variant: Variant, trials: list[dict], base_ok: list[dict]
 def _result_changed(ok: list[dict], base_ok: list[dict], is_base: bool) -> bool | None:
     if is_base:
         return False
-    pairs = [(_values(ok, k), _values(base_ok, k)) for k in ("final_loss", "val_accuracy")]
+    pairs = [(_values(ok, k), _values(base_ok, k)) for k in ("final_loss", "val_metric")]
     pairs = [(v, b) for v, b in pairs if v and b]
     return any(differs_beyond_noise(v, b) for v, b in pairs) if pairs else None
 
@@ -202,20 +206,28 @@ def _row(r: dict, is_base: bool) -> list[str]:
     sps, ratio = r["samples_per_s"], r["ratio_vs_baseline"]
     flags = (["results changed"] if r["result_changed"] else []) + ([f"{r['errors']} failed"] if r["errors"] else [])
     return [
-        r["name"], _with_ci(sps, "{:.1f}", ""), _with_ci(ratio),
+        r["name"], _with_ci(sps, "{:.1f}", "") + _tokens(r), _with_ci(ratio),
         "baseline" if is_base else SAY[r["verdict"]], _step_ms(r),
         _f(r["data_wait_fraction"], "{:.0%}"), _f(r["peak_memory_mb"], "{:.0f}"), _f(r["first_step_s"], "{:.2f}"),
         "" if is_base else _f(r["break_even_steps"], "{:.0f}"),
-        _f(r["final_loss"], "{:.4f}"), _f(r["val_accuracy"], "{:.3f}"), "; ".join(flags),
+        _f(r["final_loss"], "{:.4f}"), _f(r.get("val_metric"), "{:.4f}"), "; ".join(flags),
     ]
 
 
 def table(report: dict) -> tuple[list[str], list[list[str]]]:
     """Header and rows of the ranked table (fastest median samples/s first, failed variants last)."""
     header = ["variant", "samples/s [95% CI]", "ratio [95% CI]", "verdict vs baseline", "step p50/p90 ms", "data wait",
-              "peak MB", "first step s", "break-even steps", "final loss", "val acc", "flag"]
+              "peak MB", "first step s", "break-even steps", "final loss", _metric_name(report), "flag"]
     ranked = sorted(report["variants"], key=lambda r: -(r["samples_per_s"]["median"] or -math.inf))
     return header, [_row(r, r["name"] == report["baseline"]) for r in ranked]
+
+
+def _tokens(r: dict) -> str:
+    return f" ({r['tokens_per_s']:.0f} tokens/s)" if r.get("tokens_per_s") else ""
+
+
+def _metric_name(report: dict) -> str:
+    return next((r["val_metric_name"] for r in report["variants"] if r.get("val_metric_name")), "val metric")
 
 
 def _step_ms(r: dict) -> str:

@@ -38,7 +38,7 @@ class StepTimer(Callback):
 
     @staticmethod
     def _new() -> dict[str, Any]:
-        return {"s": 0.0, "data_s": 0.0, "samples": 0, "losses": []}
+        return {"s": 0.0, "data_s": 0.0, "samples": 0, "tokens": 0, "losses": []}
 
     def on_fit_start(self, trainer) -> None:
         self.fit_started = time.perf_counter()  # after speed-up setup (jit, compile wrapping)
@@ -48,6 +48,7 @@ class StepTimer(Callback):
         step["s"] += info.data_s + info.compute_s
         step["data_s"] += info.data_s
         step["samples"] += info.samples
+        step["tokens"] += info.tokens or 0
         step["losses"].append(info.loss)  # a device tensor: reading it here would add a sync
         if info.optimizer_stepped:
             self.steps.append(step)
@@ -69,8 +70,10 @@ def measure(timer: StepTimer, warmup: int, setup_s: float) -> dict[str, Any]:
     if not timed:
         raise AccelError(f"no timed steps: only {len(timer.steps)} optimizer steps ran, all of them warm-up.")
     total_s = sum(s["s"] for s in timed)
+    tokens = sum(s["tokens"] for s in timed)
     return {
         "samples_per_s": sum(s["samples"] for s in timed) / total_s if total_s > 0 else None,
+        "tokens_per_s": tokens / total_s if tokens and total_s > 0 else None,
         "step_times_s": [s["s"] for s in timed],
         "data_wait_fraction": sum(s["data_s"] for s in timed) / total_s if total_s > 0 else None,
         "setup_s": setup_s,
@@ -108,6 +111,9 @@ def run_trial(recipe_path: Path, steps: int, warmup: int, trial: int = 0) -> dic
     return result | {
         "peak_memory_mb": devices.peak_memory_mb(trainer.device),
         "val_accuracy": summary["metrics"].get("val_accuracy"),
+        # the task's main metric guards the results: accuracy for classification, val_loss for most others
+        "val_metric_name": trainer.task.main_metric[0],
+        "val_metric": summary["metrics"].get(trainer.task.main_metric[0]),
         "batch_size": recipe.data.batch_size, "grad_accum": recipe.train.grad_accum,
         "build_s": built - started, "wall_s": time.perf_counter() - started,
         "skipped_speedups": summary.get("skipped_speedups") or {},

@@ -1,27 +1,17 @@
 """The callback hooks. Each does nothing by default; a callback overrides the ones it needs."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import torch
+from ..meter import BatchInfo
 
 if TYPE_CHECKING:
     from ..trainer import Trainer
 
 
-@dataclass
-class BatchInfo:
-    """One micro-batch, as the loop saw it. `loss` stays a device tensor: reading it would force a sync."""
-
-    loss: torch.Tensor
-    samples: int
-    data_s: float
-    compute_s: float
-    optimizer_stepped: bool
-
-
 class Callback:
+    state_name = ""  # the key of its state in a checkpoint: a stable name (default: the class name)
+
     def on_fit_start(self, trainer: "Trainer") -> None: ...
 
     def on_epoch_start(self, trainer: "Trainer", batches: int | None) -> None: ...

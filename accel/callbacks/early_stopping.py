@@ -5,12 +5,15 @@ import logging
 import math
 from typing import Any
 
+from ..errors import AccelError, did_you_mean
 from .base import Callback
 
 log = logging.getLogger("accel")
 
 
 class EarlyStopping(Callback):
+    state_name = "early_stopping"
+
     def __init__(self, monitor: str = "val_loss", mode: str = "min", patience: int = 3, min_delta: float = 0.0):
         self.monitor, self.mode, self.patience, self.min_delta = monitor, mode, patience, min_delta
         self.best = math.inf if mode == "min" else -math.inf
@@ -19,6 +22,10 @@ class EarlyStopping(Callback):
     def on_epoch_end(self, trainer, record: dict[str, Any]) -> None:
         value = record.get(self.monitor)
         if value is None:
+            if "val_loss" in record:  # an evaluated epoch without the metric: a name the task does not report
+                metrics = ", ".join(k for k in record if k.startswith("val_") or k == "train_loss")
+                raise AccelError(f"train.early_stopping.monitor: `{self.monitor}` is not a metric of this run's task"
+                                 f"{did_you_mean(self.monitor, list(record))}. Its metrics: {metrics}.")
             return
         better = value < self.best - self.min_delta if self.mode == "min" else value > self.best + self.min_delta
         if better:

@@ -1,4 +1,5 @@
-"""A rich progress bar with samples/s on a terminal, and one line per epoch everywhere."""
+"""A rich progress bar with samples/s on a terminal, and one line per epoch everywhere (with every metric the
+task reports)."""
 from __future__ import annotations
 
 import time
@@ -41,8 +42,10 @@ class ProgressBar(Callback):
 
     def on_epoch_end(self, trainer, record: dict[str, Any]) -> None:
         parts = [f"epoch {record['epoch']}", f"train_loss {record['train_loss']:.4f}"]
-        parts += [f"{k} {record[k]:.4f}" for k in ("val_loss", "val_accuracy") if k in record]
+        parts += [f"{k} {value:.4f}" for k, value in record.items() if k.startswith("val_")]  # the task's metrics
         parts.append(f"{record['samples_per_s']:.0f} samples/s")
+        if "tokens_per_s" in record:
+            parts.append(f"{record['tokens_per_s']:.0f} tokens/s")
         parts.append(f"data wait {100 * record['data_wait_fraction']:.0f}%")
         self.console.print("  ".join(parts), highlight=False, soft_wrap=True)
 

@@ -262,6 +262,8 @@ class AugmentState(Callback):
     Only rank 0 writes checkpoints, so other ranks keep their own (rank-offset) stream instead of adopting it.
     """
 
+    state_name = "augment"
+
     def __init__(self, augment: BatchAugment, rank: int = 0):
         self.augment, self.rank = augment, rank
 

@@ -13,7 +13,7 @@ from pydantic import Field
 from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
 from ..schema import StrictModel
-from .datasets.memory import GatheredBatch
+from .datasets.memory import GatheredBatch, GatheredDict
 
 MAX_AUTO_WORKERS = 4
 
@@ -53,7 +53,7 @@ def resolve_num_workers(cfg: LoaderConfig, dataset: Dataset) -> int:
     """Worker count for `dataset`: the configured number, or the `auto` choice described on the field."""
     if cfg.num_workers != "auto":
         return cfg.num_workers
-    if getattr(dataset, "images", None) is not None:
+    if getattr(dataset, "in_memory", False):
         return 0
     # One core stays with the main process, which runs the step (and, on CPU, the model itself).
     return max(1, min(MAX_AUTO_WORKERS, available_cpus() - 1))
@@ -88,10 +88,12 @@ def worker_init(worker_id: int) -> None:
         cv2.setNumThreads(0)  # 0 = OpenCV runs its own functions single-threaded
 
 
-def collate(samples: list | GatheredBatch) -> Any:
+def collate(samples: list | GatheredBatch | GatheredDict) -> Any:
     """torch's default_collate, except for a batch an in-memory dataset already gathered in one piece."""
     if isinstance(samples, GatheredBatch):
-        return [samples.images, samples.labels]  # what default_collate makes of (image, label) samples
+        return [samples.inputs, samples.targets]  # what default_collate makes of (input, target) samples
+    if isinstance(samples, GatheredDict):
+        return dict(samples)
     return default_collate(samples)
 
 

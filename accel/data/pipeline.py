@@ -77,6 +77,9 @@ def build_data_pipeline(data: Any, splits: Splits, *, device: torch.device, seed
                         world_size: int = 1) -> DataPipeline:
     """Loaders and batch transforms for a recipe's `data` section (a DataConfig) over `splits`."""
     _check_combination(data)
+    if splits.tokens and (data.augment.ops or not data.transforms.empty or data.cache.enabled):
+        raise DataError(f"data.augment, data.transforms and data.cache work on images, but dataset "
+                        f"`{data.dataset.name}` serves token ids: remove them from the recipe")
     splits = prepare_splits(data, splits)
     augment: BatchAugment | None = None
     if data.augment.ops:
@@ -89,9 +92,13 @@ def build_data_pipeline(data: Any, splits: Splits, *, device: torch.device, seed
     # With the prefetcher, normalisation happens while the batch is copied; the trainer's Normalize then sees a
     # float batch and passes it through. Each loader gets its own Normalize: the thread caches device tensors.
     if data.loader.backend != "dali":  # DALI keeps its own queue of batches ready on the device
-        train_loader = wrap_loader(train_loader, data.prefetch, device, Normalize(splits.mean, splits.std))
-        val_loader = wrap_loader(val_loader, data.prefetch, device, Normalize(splits.mean, splits.std))
+        train_loader = wrap_loader(train_loader, data.prefetch, device, _normalize(splits))
+        val_loader = wrap_loader(val_loader, data.prefetch, device, _normalize(splits))
     on_device = augment if augment is not None and not on_loader else None
-    normalize = Normalize(splits.mean, splits.std)
+    normalize = _normalize(splits)
     return DataPipeline(train_loader, val_loader, train_transform=on_device or normalize, eval_transform=normalize,
                         callbacks=[AugmentState(on_device, rank)] if on_device is not None else [])
+
+
+def _normalize(splits: Splits) -> Normalize | None:
+    return None if splits.tokens else Normalize(splits.mean, splits.std)

@@ -17,6 +17,7 @@ import torch
 from pydantic import Field
 
 from .. import devices
+from ..batches import tensors
 from ..schema import StrictModel
 
 Transform = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -57,17 +58,17 @@ class DevicePrefetcher:
             raise AttributeError(name)
         return getattr(self.loader, name)
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def __iter__(self) -> Iterator[Any]:
         if self.device.type == "cuda" and devices.cuda_available():
             return self._cuda_batches()
         return self._thread_batches()
 
-    def _prepare(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        inputs, targets = devices.to_device(batch, self.device, non_blocking=True)
-        return self.transform(inputs, targets) if self.transform is not None else (inputs, targets)
+    def _prepare(self, batch: Any) -> Any:
+        batch = devices.to_device(batch, self.device, non_blocking=True)  # any nesting of tensors
+        return self.transform(*batch) if self.transform is not None else batch
 
     # ---- CUDA: side stream ----------------------------------------------------------------------------
-    def _cuda_batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _cuda_batches(self) -> Iterator[Any]:
         stream = torch.cuda.Stream(self.device)
         pending = None
         for batch in self.loader:
@@ -81,17 +82,17 @@ class DevicePrefetcher:
         if pending is not None:
             yield self._hand_over(*pending)
 
-    def _hand_over(self, batch: tuple[torch.Tensor, ...], copied: torch.cuda.Event) -> tuple[torch.Tensor, ...]:
+    def _hand_over(self, batch: Any, copied: torch.cuda.Event) -> Any:
         main = torch.cuda.current_stream(self.device)
         main.wait_event(copied)  # kernels queued from here on see the finished copy, nothing else waits
-        for tensor in batch:
+        for tensor in tensors(batch):
             # allocated on the side stream, used on the main one: keep the allocator from reusing the memory
             # for the side stream's next copy while the main stream may still read it
             tensor.record_stream(main)
         return batch
 
     # ---- everywhere else: a background thread ---------------------------------------------------------
-    def _thread_batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _thread_batches(self) -> Iterator[Any]:
         ready: queue.Queue = queue.Queue(maxsize=self.depth)
         stop = threading.Event()
         source = iter(self.loader)  # here, not in the thread: the sampler's epoch is already set

@@ -10,8 +10,9 @@ from torch.utils.data import Dataset
 class Splits:
     """A train/val pair plus what the trainer needs to know about the samples.
 
-    Samples are `(image, label)`: image a uint8 CxHxW tensor (normalised on the device, where it is
-    cheap) or any float tensor (used as is); label an int.
+    Image samples are `(image, label)`: image a uint8 CxHxW tensor (normalised on the device, where it is
+    cheap) or any float tensor (used as is); label an int. Token samples (`vocab_size` set) are
+    `(inputs, targets)` id windows of `sample_shape == (context,)`, with nothing to normalise.
     """
 
     train: Dataset
@@ -20,3 +21,14 @@ class Splits:
     sample_shape: tuple[int, ...]
     mean: tuple[float, ...] = (0.5,)
     std: tuple[float, ...] = (0.5,)
+    vocab_size: int | None = None
+
+    @property
+    def tokens(self) -> bool:
+        return self.vocab_size is not None
+
+    def model_args(self) -> dict[str, int]:
+        """What the data says about the model's shape, for the builders that take it."""
+        if self.tokens:
+            return {"num_classes": self.num_classes, "vocab_size": self.vocab_size, "context": self.sample_shape[0]}
+        return {"num_classes": self.num_classes, "in_channels": self.sample_shape[0]}

@@ -99,6 +99,10 @@ def load_source(path: str | Path) -> Source:
         raise ExportError(f"No recipe.yaml next to {checkpoint}: expected {recipe_path}. Export needs the run's "
                           "recipe to rebuild the model and its data; pass the run directory that holds both.")
     trained = load_recipe(recipe_path)
+    if trained.task.name != "classification":
+        raise ExportError(f"`accel export` exports image classifiers (task: classification); the run in {run_dir} "
+                          f"trained task `{trained.task.name}`. Its weights are in {checkpoint} (`model` holds the "
+                          "state_dict) for torch.onnx.export or torch.export with your own example input.")
     trainer = build_trainer(cpu_recipe(trained))
     state = load_checkpoint(checkpoint)
     check_same_model(state["model_signature"], trainer.module, checkpoint)

@@ -68,13 +68,15 @@ class Amp(Speedup):
         self.scaler: torch.amp.GradScaler | None = None
         self.device = torch.device("cpu")
         self.skipped_steps = 0
-        self._pending: dict[str, Any] = {}  # state loaded before setup (a resume) waits for the scaler
 
     def unavailable(self, device: torch.device) -> str | None:
         if self.cfg.dtype == "fp16" and not devices.supports_fp16_scaler(device):
             return (f"fp16 needs a GradScaler, which accel supports on CUDA only (device here: {device.type}); "
                     "use `dtype: bf16`")
         if self.cfg.dtype == "bf16" and not devices.supports_bf16(device):
+            if device.type == "cpu":
+                return ("this CPU has no native bf16 (AVX512-BF16 or AMX): torch would emulate it, many times "
+                        "slower than fp32, so fp32 it is")
             return f"bf16 autocast is not supported on {devices.device_name(device)}; use `dtype: fp16` on CUDA"
         return None
 
@@ -87,8 +89,6 @@ class Amp(Speedup):
         self.device = trainer.device
         if self.owns_step and self.scaler is None:  # a second fit() keeps the scaler it has
             self.scaler = make_scaler(self.device, self.cfg.init_scale, self.cfg.growth_interval)
-            self.load_state_dict(self._pending)
-            self._pending = {}
 
     def step_context(self) -> AbstractContextManager:
         return autocast(self.device, self.cfg.dtype)
@@ -110,17 +110,12 @@ class Amp(Speedup):
         return {"skipped_steps": self.skipped_steps, "loss_scale": self.scaler.get_scale()}
 
     def state_dict(self) -> dict[str, Any]:
-        if not self.owns_step:
+        if not self.owns_step or self.scaler is None:
             return {}
-        if self.scaler is None:
-            return dict(self._pending)
         return {"scaler": self.scaler.state_dict(), "skipped_steps": self.skipped_steps}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if not state or not self.owns_step:
-            return
-        if self.scaler is None:
-            self._pending = dict(state)
             return
         self.scaler.load_state_dict(state["scaler"])
         self.skipped_steps = state["skipped_steps"]

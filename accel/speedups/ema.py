@@ -75,7 +75,6 @@ class Ema(Speedup):
         self.shadow: dict[str, torch.Tensor] | None = None
         self.updates = 0
         self._live: dict[str, torch.Tensor] = {}
-        self._pending: dict[str, Any] | None = None  # a checkpoint loaded before setup (resume)
         self._handle: Any = None
         self._steps = 0
 
@@ -85,8 +84,6 @@ class Ema(Speedup):
     def setup(self, trainer) -> None:
         self._live = live_tensors(trainer.module)
         self.shadow = {name: tensor.detach().clone() for name, tensor in self._live.items()}
-        if self._pending is not None:
-            self.load_state_dict(self._pending)
         self._steps = 0
         self._handle = trainer.optimizer.register_step_post_hook(self._after_step)
 
@@ -113,13 +110,10 @@ class Ema(Speedup):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if not state:  # a checkpoint from a run without ema: start averaging from the loaded weights
             return
-        if self.shadow is None:
-            self._pending = state
-            return
         with torch.no_grad():
             for name, tensor in self.shadow.items():
                 tensor.copy_(state["shadow"][name])
-        self.updates, self._pending = state["updates"], None
+        self.updates = state["updates"]
 
     def teardown(self) -> None:
         if self._handle is not None:

@@ -5,14 +5,15 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_leaves
+
+from ..batches import tensors
 
 
 def leading_size(batch: Any) -> int:
     """Samples in a batch of any nesting: the leading dimension of its first tensor that has one."""
-    for leaf in tree_leaves(batch):
-        if isinstance(leaf, torch.Tensor) and leaf.dim() > 0:
-            return len(leaf)
+    for tensor in tensors(batch):
+        if tensor.dim() > 0:
+            return len(tensor)
     return 1
 
 
@@ -24,6 +25,7 @@ class Task(ABC):
     """
 
     name = "task"
+    main_metric = ("val_loss", "min")  # what "better results" means: a metric and whether to minimise it
 
     @abstractmethod
     def loss(self, model: Any, batch: Any) -> torch.Tensor:
@@ -31,6 +33,10 @@ class Task(ABC):
 
     def samples(self, batch: Any) -> int:
         return leading_size(batch)
+
+    def tokens(self, batch: Any) -> int | None:
+        """Tokens in a batch, for tasks on sequences (tokens/s); None where the word means nothing."""
+        return None
 
     def eval_sums(self, model: Any, batch: Any) -> dict[str, torch.Tensor]:
         """The evaluation loss summed over the batch's samples; `count` is added by the trainer."""

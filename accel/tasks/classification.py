@@ -2,20 +2,31 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
+from ..registry import TASKS
+from ..schema import StrictModel
 from .base import Task
 
 
+@TASKS.register("classification")
 class Classification(Task):
     """`loss_fn(model(inputs), targets)`. With cross-entropy (the default), evaluation reports the plain
     cross-entropy and accuracy; with a user's `loss_fn`, that loss, plus accuracy where outputs are class
     scores `[N, C]` for integer targets `[N]`. Any output and target shapes work (sequences, regression)."""
 
     name = "classification"
+    main_metric = ("val_accuracy", "max")
+
+    class Config(StrictModel):
+        name: Literal["classification"] = "classification"
+
+    @classmethod
+    def from_config(cls, cfg: Config, loss: nn.Module) -> Classification:
+        return cls(loss)
 
     def __init__(self, loss_fn: Callable | None = None):
         self.loss_fn = loss_fn if loss_fn is not None else nn.CrossEntropyLoss()

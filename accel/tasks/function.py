@@ -1,12 +1,18 @@
 """Tasks defined by a function, and models that compute their own loss (the Hugging Face convention)."""
 from __future__ import annotations
 
+import importlib
+import inspect
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import torch
+from pydantic import Field
+from torch import nn
 
 from ..errors import AccelError
+from ..registry import IMPORTED, TASKS
+from ..schema import StrictModel
 from .base import Task
 
 
@@ -37,11 +43,23 @@ class FunctionTask(Task):
                    for name, value in extra.items()}}
 
 
+@TASKS.register("model_loss")
 class ModelLoss(FunctionTask):
     """The model's forward returns its loss, or a dict or object holding `loss`: `model(**batch)` for a dict
     batch, `model(*batch)` for a tuple, `model(batch)` otherwise."""
 
     name = "model_loss"
+
+    class Config(StrictModel):
+        name: Literal["model_loss"] = "model_loss"
+
+    @classmethod
+    def from_config(cls, cfg: Config, loss: nn.Module) -> ModelLoss:
+        return cls()
+
+    def tokens(self, batch: Any) -> int | None:
+        ids = batch.get("input_ids") if isinstance(batch, Mapping) else None
+        return ids.numel() if isinstance(ids, torch.Tensor) else None
 
     def __init__(self):
         super().__init__(model_loss)
@@ -57,3 +75,35 @@ def model_loss(model: Any, batch: Any) -> torch.Tensor:
     if isinstance(out, Mapping):
         return out["loss"]
     return getattr(out, "loss", out)
+
+
+@TASKS.register(IMPORTED)
+class ImportedTask:
+    """A user's task named by import string: a Task subclass (built with `args`) or a function
+    `(model, batch) -> loss`."""
+
+    class Config(StrictModel):
+        name: str = Field(pattern=r"^[\w.]+:[\w.]+$", description="`package.module:attribute`")
+        args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for a Task class")
+
+    @staticmethod
+    def from_config(cfg: Config, loss: nn.Module) -> Task:
+        target = import_attribute(cfg.name)
+        if inspect.isclass(target) and issubclass(target, Task):
+            return target(**cfg.args)
+        if callable(target) and not inspect.isclass(target) and not cfg.args:
+            return FunctionTask(target)
+        raise AccelError(f"task `{cfg.name}` must be a subclass of accel.tasks.Task (args are passed to it) or a "
+                         "function (model, batch) -> loss without args")
+
+
+def import_attribute(target: str) -> Any:
+    module_name, _, attr = target.partition(":")
+    try:
+        value = importlib.import_module(module_name)
+        for part in attr.split("."):
+            value = getattr(value, part)
+    except (ImportError, AttributeError) as err:
+        raise AccelError(f"Cannot import `{target}`: {err}. Use `package.module:attribute`, with the package "
+                         "importable (installed, or on PYTHONPATH).") from None
+    return value

@@ -9,7 +9,8 @@ from accel.bench.variants import Variant, ablation_variants, vary_variants
 TRACE = 'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\nRuntimeError: compile exploded\n'
 VARIANT_KEYS = {"name", "overrides", "samples_per_s", "ratio_vs_baseline", "verdict", "first_step_s", "final_loss",
                 "trials", "step_time_p50_s", "step_time_p90_s", "data_wait_fraction", "peak_memory_mb",
-                "break_even_steps", "val_accuracy", "result_changed", "errors", "ok_trials", "warmup_s"}
+                "break_even_steps", "val_accuracy", "result_changed", "errors", "ok_trials", "warmup_s",
+                "tokens_per_s", "val_metric", "val_metric_name"}
 
 
 def trial(variant, i, sps, *, first=1.0, loss=0.5, wait=0.1, bs=32):
@@ -17,7 +18,7 @@ def trial(variant, i, sps, *, first=1.0, loss=0.5, wait=0.1, bs=32):
     return {"variant": variant, "trial": i, "error": None, "samples_per_s": sps,
             "step_times_s": [step * f for f in (0.98, 1.0, 1.0, 1.1)], "data_wait_fraction": wait,
             "peak_memory_mb": 500.0 + i, "first_step_s": first, "warmup_s": 2 * first, "final_loss": loss,
-            "val_accuracy": 0.9, "wall_s": 10.0, "batch_size": bs}
+            "val_accuracy": 0.9, "val_metric_name": "val_accuracy", "val_metric": 0.9, "wall_s": 10.0, "batch_size": bs}
 
 
 def crashed(variant, i):

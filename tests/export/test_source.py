@@ -77,3 +77,14 @@ def test_a_run_that_evaluated_ema_weights_exports_them(recipe_data, tmp_path):
     assert torch.equal(source.model.state_dict()[name], shadow[name])
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert evaluate(eager_runner(source.classifier()), source.val_loader).accuracy == summary["metrics"]["val_accuracy"]
+
+
+def test_a_run_of_another_task_is_refused_with_where_its_weights_are(tiny_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    recipe = yaml.safe_load((run / "recipe.yaml").read_text())
+    recipe["task"] = {"name": "regression", "loss": "mse"}
+    (run / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    with pytest.raises(ExportError, match=r"exports image classifiers .* trained task `regression`\. Its weights "
+                       r"are in .*last\.pt"):
+        load_source(run)

@@ -1,7 +1,8 @@
 """Dataset builders. Importing this package registers every dataset in `accel.registry.DATASETS`.
 
 Each registered class has a pydantic `Config` (extending `DatasetConfig`) and `build(cfg, seed) -> Splits`.
-Samples are `(uint8 CxHxW tensor, int label)`; normalisation happens later, on the device.
+Image samples are `(uint8 CxHxW tensor, int label)`, normalised later, on the device; token datasets serve
+`(inputs, targets)` windows of int64 ids.
 """
 from .base import DatasetConfig, channel_stats, split_indices
 from .cifar10 import Cifar10
@@ -10,8 +11,10 @@ from .imagefolder import ImageFileDataset, ImageFolder
 from .memory import TensorImageDataset, split_tensor_dataset
 from .mnist import Mnist5k
 from .synthetic import Synthetic
+from .text import TextFiles, TokenChunks, TokenFile
 
 __all__ = [
     "Cifar10", "DatasetConfig", "Digits", "ImageFileDataset", "ImageFolder", "Mnist5k", "Synthetic",
-    "TensorImageDataset", "channel_stats", "split_indices", "split_tensor_dataset",
+    "TensorImageDataset", "TextFiles", "TokenChunks", "TokenFile", "channel_stats", "split_indices",
+    "split_tensor_dataset",
 ]

@@ -13,12 +13,18 @@ from .base import split_indices
 class GatheredBatch(NamedTuple):
     """A batch an in-memory dataset gathered in one piece; the loader's `collate` passes it through."""
 
-    images: torch.Tensor
-    labels: torch.Tensor
+    inputs: torch.Tensor
+    targets: torch.Tensor
+
+
+class GatheredDict(dict):
+    """A dict batch an in-memory dataset gathered in one piece; `collate` passes it through as a plain dict."""
 
 
 class TensorImageDataset(Dataset):
     """uint8 NCHW `images` with int64 `labels`; samples are `(CxHxW uint8 tensor, int label)`."""
+
+    in_memory = True  # indexing is a copy-free view: no loader workers needed
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor):
         if images.dtype != torch.uint8 or images.dim() != 4:

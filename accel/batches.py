@@ -1,0 +1,40 @@
+"""Batches of any nesting: tuples, lists, dicts, namedtuples and dataclasses of tensors, walked with torch's
+own pytree utilities. Dataclasses are registered with pytree the first time one is seen."""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+_registered: set[type] = set()
+
+
+def map_tensors(fn: Callable[[torch.Tensor], Any], batch: Any) -> Any:
+    """`batch` with `fn` applied to every tensor in it; everything else is kept as it is."""
+    _register_dataclasses(batch)
+    return pytree.tree_map_only(torch.Tensor, fn, batch)
+
+
+def tensors(batch: Any) -> list[torch.Tensor]:
+    _register_dataclasses(batch)
+    return [leaf for leaf in pytree.tree_leaves(batch) if isinstance(leaf, torch.Tensor)]
+
+
+def _register_dataclasses(obj: Any) -> None:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        kind = type(obj)
+        if kind not in _registered and pytree.tree_is_leaf(obj):
+            pytree.register_dataclass(kind)
+        _registered.add(kind)
+        children = [getattr(obj, f.name) for f in dataclasses.fields(obj)]
+    elif isinstance(obj, dict):
+        children = list(obj.values())
+    elif isinstance(obj, (list, tuple)):
+        children = list(obj)
+    else:
+        return
+    for child in children:
+        _register_dataclasses(child)

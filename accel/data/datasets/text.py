@@ -1,0 +1,136 @@
+"""Token streams for language models: `text_files` (a folder of text files, read as bytes) and `token_file` (a
+flat memory-mapped array of token ids, the layout nanoGPT's prepare scripts write). Both are served as fixed
+windows without padding; the validation split is the stream's tail, so it never depends on a seed."""
+from __future__ import annotations
+
+import sysconfig
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from pydantic import Field
+from torch.utils.data import Dataset
+
+from ...errors import DataError
+from ...registry import DATASETS
+from ..splits import Splits
+from .base import DatasetConfig
+from .memory import GatheredBatch, GatheredDict
+
+STDLIB = "stdlib"  # `root: stdlib`: the running Python's standard library, real text on every machine
+
+
+class TokenChunks(Dataset):
+    """Non-overlapping windows of a 1-D token array: sample i is `(tokens[i*c : i*c+c], tokens[i*c+1 : i*c+c+1])`
+    as int64, c = context. The array may be a memory map; only the requested windows are read.
+
+    `layout="hf"` serves `{"input_ids": w, "labels": w}` for w = tokens[i*c : i*c+c] instead, the Hugging Face
+    convention: the model shifts the labels itself (so each window scores c-1 next tokens, not c)."""
+
+    in_memory = True  # indexing is a cheap gather: no loader workers needed
+
+    def __init__(self, tokens: np.ndarray, context: int, layout: str = "pairs"):
+        if len(tokens) < context + 1:
+            raise DataError(f"{len(tokens)} tokens cannot fill one window of context {context} plus its target")
+        self.tokens, self.context, self.layout = tokens, context, layout
+        self._offsets = np.arange(context + 1)
+
+    def __len__(self) -> int:
+        return (len(self.tokens) - 1) // self.context
+
+    def __getitem__(self, index: int) -> Any:
+        batch = self.__getitems__([index])
+        return {k: v[0] for k, v in batch.items()} if self.layout == "hf" else (batch.inputs[0], batch.targets[0])
+
+    def __getitems__(self, indices: list[int]) -> GatheredBatch | GatheredDict:
+        starts = np.asarray(indices, dtype=np.int64) * self.context
+        window = torch.from_numpy(self.tokens[starts[:, None] + self._offsets].astype(np.int64))
+        if self.layout == "hf":
+            return GatheredDict(input_ids=window[:, :-1], labels=window[:, :-1])
+        return GatheredBatch(window[:, :-1], window[:, 1:])
+
+
+def split_tail(tokens: np.ndarray, cfg: TextConfig) -> tuple[TokenChunks, TokenChunks | None]:
+    """The first (1 - val_fraction) of the stream trains, the rest validates."""
+    n_val = int(len(tokens) * cfg.val_fraction)
+    train = TokenChunks(tokens[: len(tokens) - n_val], cfg.context, cfg.layout)
+    return train, TokenChunks(tokens[len(tokens) - n_val :], cfg.context, cfg.layout) if n_val else None
+
+
+def token_splits(train: TokenChunks, val: TokenChunks | None, vocab_size: int, context: int) -> Splits:
+    return Splits(train, val, num_classes=vocab_size, sample_shape=(context,), vocab_size=vocab_size)
+
+
+class TextConfig(DatasetConfig):
+    context: int = Field(128, ge=1, description="tokens per training window (the model sees this many at once)")
+    val_fraction: float = Field(0.1, ge=0.0, lt=1.0, description="share of the stream, taken from its end, held "
+                                "out for validation")
+    layout: Literal["pairs", "hf"] = Field("pairs", description="`pairs`: (inputs, targets shifted by one) for task "
+                                           "language_model; `hf`: dicts of input_ids and labels for models that "
+                                           "compute their own loss (task model_loss, Hugging Face)")
+
+
+def find_text_files(root: str, pattern: str) -> list[Path]:
+    folder = Path(sysconfig.get_paths()["stdlib"]) if root == STDLIB else Path(root).expanduser()
+    if not folder.is_dir():
+        raise DataError(f"text_files: no folder at {folder}. Point `root` at a folder of text files, or use "
+                        f"`root: {STDLIB}` for the Python standard library's own sources.")
+    files = sorted(path for path in folder.glob(pattern) if path.is_file())
+    if not files:
+        raise DataError(f"text_files: no file in {folder} matches `{pattern}`; change `glob` or `root`.")
+    return files
+
+
+@DATASETS.register("text_files")
+class TextFiles:
+    """Every file under `root` matching `glob`, sorted by path and joined, as bytes (vocabulary 256)."""
+
+    class Config(TextConfig):
+        root: str = Field(STDLIB, description=f"a folder of text files; `{STDLIB}`: this Python's standard library")
+        glob: str = Field("*.py", description="which files of the folder, e.g. `*.py`, `**/*.txt`")
+
+    @staticmethod
+    def build(cfg: TextFiles.Config, seed: int) -> Splits:
+        data = b"".join(path.read_bytes() for path in find_text_files(cfg.root, cfg.glob))
+        tokens = np.frombuffer(data, dtype=np.uint8)
+        return token_splits(*split_tail(tokens, cfg), vocab_size=256, context=cfg.context)
+
+
+@DATASETS.register("token_file")
+class TokenFile:
+    """A flat binary file of token ids (uint16 or uint32), memory-mapped: bring your own tokenizer's output."""
+
+    class Config(TextConfig):
+        path: str = Field(description="the training tokens, e.g. `data/train.bin`")
+        val_path: str | None = Field(None, description="validation tokens in a file of their own (`val.bin`); "
+                                     "default: the tail of `path`, by val_fraction")
+        dtype: Literal["uint16", "uint32"] = Field("uint16", description="how each token id is stored")
+        vocab_size: int | None = Field(None, ge=1, description="the tokenizer's vocabulary; default: the largest "
+                                       "id in the files plus one (a pass over them)")
+
+    @staticmethod
+    def build(cfg: TokenFile.Config, seed: int) -> Splits:
+        tokens = map_tokens(cfg.path, cfg.dtype)
+        if cfg.val_path is None:
+            train, val = split_tail(tokens, cfg)
+        else:
+            val_tokens = map_tokens(cfg.val_path, cfg.dtype)
+            train, val = TokenChunks(tokens, cfg.context, cfg.layout), TokenChunks(val_tokens, cfg.context, cfg.layout)
+        largest = max(int(part.tokens.max()) for part in (train, val) if part is not None)
+        vocab = cfg.vocab_size or largest + 1
+        if largest >= vocab:
+            raise DataError(f"token_file: token id {largest} is outside vocab_size {vocab}")
+        return token_splits(train, val, vocab_size=vocab, context=cfg.context)
+
+
+def map_tokens(path: str, dtype: str) -> np.ndarray:
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise DataError(f"token_file: no file at {file}. Write your tokenizer's ids as a flat {dtype} array "
+                        f"(e.g. `np.array(ids, dtype=np.{dtype}).tofile(path)`).")
+    itemsize = np.dtype(dtype).itemsize
+    if file.stat().st_size % itemsize:
+        raise DataError(f"token_file: {file} is {file.stat().st_size} bytes, not a whole number of {dtype} ids: "
+                        "is `dtype` right?")
+    return np.memmap(file, dtype=dtype, mode="r")

@@ -1,0 +1,64 @@
+"""Models by name: accel's own (small vision models, a GPT), `torchvision:NAME`, or any `package.module:callable`.
+
+A builder receives what the data says about the model's shape, for each keyword it names: `num_classes`,
+`in_channels` (images), `vocab_size`, `context` (token sequences); `model.args` adds or overrides options.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from pydantic import Field
+from torch import nn
+
+from ..errors import AccelError
+from ..registry import MODELS
+from ..schema import StrictModel
+from ..tasks.function import import_attribute
+from . import hf  # noqa: F401  (registers hf_causal_lm; transformers is imported only when it is built)
+from .gpt import GPT, gpt
+from .vision import resnet18_cifar, small_cnn
+
+__all__ = ["GPT", "ModelConfig", "build_model", "gpt", "resnet18_cifar", "small_cnn"]
+
+
+class ModelConfig(StrictModel):
+    name: str = Field(description="small_cnn | resnet18_cifar | torchvision:NAME | package.module:callable")
+    num_classes: int | None = Field(None, ge=1, description="output classes (vocabulary size for a language "
+                                    "model); default: the dataset's")
+    args: dict[str, Any] = Field(default_factory=dict, description="extra keyword arguments for the builder")
+
+
+def build_model(cfg: ModelConfig, **data_args: Any) -> nn.Module:
+    """Build the model a recipe names. `data_args` (num_classes, in_channels, vocab_size, context) reach the
+    builders that name them. Unknown names list what exists."""
+    if cfg.num_classes is not None:
+        data_args["num_classes"] = cfg.num_classes
+        if "vocab_size" in data_args:
+            data_args["vocab_size"] = cfg.num_classes
+    if cfg.name.startswith("torchvision:"):
+        return _torchvision_model(cfg.name.split(":", 1)[1], data_args["num_classes"], cfg.args)
+    builder = import_attribute(cfg.name) if ":" in cfg.name else MODELS.get(cfg.name)
+    return builder(**{**_accepted(builder, data_args), **cfg.args})
+
+
+def _accepted(builder: Any, data_args: dict[str, Any]) -> dict[str, Any]:
+    """The data arguments the builder's signature names."""
+    try:
+        names = inspect.signature(builder).parameters
+    except (TypeError, ValueError):  # some builtins and C callables have no signature
+        return {"num_classes": data_args["num_classes"]}
+    return {name: value for name, value in data_args.items() if name in names and value is not None}
+
+
+def _torchvision_model(name: str, num_classes: int, args: dict) -> nn.Module:
+    import torchvision
+
+    available = torchvision.models.list_models(module=torchvision.models)
+    if name not in available:
+        from ..errors import did_you_mean
+
+        raise AccelError(f"Unknown torchvision model `{name}`{did_you_mean(name, available)}. "
+                         f"Classification models: {', '.join(available)}.")
+    # weights=None: nothing is downloaded at run time; pass `args: {weights: ...}` when the files are cached.
+    return torchvision.models.get_model(name, num_classes=num_classes, **{"weights": None, **args})
