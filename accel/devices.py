@@ -121,11 +121,11 @@ def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return f"cuda ({torch.cuda.get_device_name(device)})"
     if device.type == "cpu":
-        return f"cpu ({_cpu_model()}, {torch.get_num_threads()} threads)"
+        return f"cpu ({cpu_model()}, {torch.get_num_threads()} threads)"
     return str(device)
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         for line in open("/proc/cpuinfo"):
             if line.startswith("model name"):
@@ -148,7 +148,7 @@ def environment(device: torch.device | None = None) -> dict[str, Any]:
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "cuda_available": cuda_available(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cpu_native_bf16": cpu_has_native_bf16(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),

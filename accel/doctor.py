@@ -108,10 +108,27 @@ def collect(recipe: Any = None) -> dict[str, Any]:
                   "cudnn_deterministic": torch.backends.cudnn.deterministic,
                   "deterministic_algorithms": torch.are_deterministic_algorithms_enabled()},
     }
+    info["peaks"] = _peaks(device)
     if recipe is not None:
         info["recipe"] = _recipe_facts(recipe)
     info["warnings"] = find_traps(info)
     return info
+
+
+def _peaks(device: torch.device) -> dict[str, str]:
+    """The peak FLOP/s each compute dtype's MFU would be measured against on `device` (a CPU's are measured
+    now, once, and cached)."""
+    from . import peaks
+
+    if device.type == "cuda":
+        dtypes = ["fp32", "tf32", "bf16", "fp16", "fp8"]
+    else:
+        dtypes = ["fp32", "bf16"] if devices.supports_bf16(device) else ["fp32"]
+    out = {}
+    for dtype in dtypes:
+        peak = peaks.run_peak(device, dtype)
+        out[dtype] = f"{peak.flop_per_s / 1e12:.3g} TFLOP/s ({peak.source})" if peak else "unknown: no MFU reported"
+    return out
 
 
 def _recipe_facts(recipe: Any) -> dict[str, Any]:
@@ -188,6 +205,7 @@ def _rows(info: dict[str, Any]) -> list[tuple[str, str, str]]:
     rows += [("backends", k, f"{b['version'] or 'yes'}" if b["installed"] else "not installed")
              for k, b in info["backends"].items()]
     rows += [("flags", k, _fmt(v)) for k, v in info["flags"].items()]
+    rows += [("peak (MFU)", k, v) for k, v in info.get("peaks", {}).items()]
     rows += [("recipe", k, _fmt(v)) for k, v in (info.get("recipe") or {}).items()]
     return rows
 

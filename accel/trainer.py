@@ -17,6 +17,7 @@ from .callbacks.base import Callback
 from .checkpoint import check_same_model, check_same_schedule, model_signature
 from .distributed import World
 from .errors import AccelError
+from .flops import Utilisation
 from .meter import BatchInfo, Meter
 from .rng import rng_state, set_rng_state
 from .signals import stop_requests
@@ -69,6 +70,8 @@ class Trainer:
         self.last_eval: dict[str, float] = {}
         self._eval_step = -1  # the optimizer step at which last_eval was measured
         self.meter = Meter(self.world)
+        self.utilisation = Utilisation()
+        self._uncounted_s = 0.0  # time inside the loop that is not training (counting FLOPs)
         self._set_up = False  # the speed-ups' setup has run and their teardown has not
 
     # ---- the loop -------------------------------------------------------------------------------------
@@ -133,9 +136,13 @@ class Trainer:
             stepped, loss, batch = self._train_batch(batch, batches)
             if self.cfg.sync_every_step:
                 devices.synchronize(self.device)
-            done = time.perf_counter()
+            done = time.perf_counter() - self._uncounted_s
+            self._uncounted_s = 0.0
             self._account(BatchInfo(loss, self.task.samples(batch), fetched - tick, done - fetched, stepped,
                                     self.task.tokens(batch)))
+            if stepped and self.cfg.eval_every_steps and self.step % self.cfg.eval_every_steps == 0:
+                self._run_eval()  # between batches: its time is neither data wait nor training
+                self._log({"kind": "eval", "epoch": self.epoch, "step": self.step, **self.last_eval})
             tick = time.perf_counter()
             if stepped and self._budget_spent():
                 break
@@ -173,6 +180,8 @@ class Trainer:
         self.batch_in_epoch += 1
         boundary = self.batch_in_epoch % accum == 0 or self.batch_in_epoch == batches
         batch = self._on_device(batch, self.train_transform)
+        if not self.utilisation.counted:
+            self._uncounted_s = self.utilisation.count(self, batch)
         with self._grad_sync(boundary):
             with self._step_contexts():
                 loss = self.forward_loss(batch)
@@ -283,8 +292,10 @@ class Trainer:
             self._log({"kind": "step", **self._window_stats()})
 
     def _window_stats(self) -> dict[str, Any]:
+        stats = self.meter.window_stats()
         return {"epoch": self.epoch + (self.batch_in_epoch > 0), "step": self.step,
-                "lr": self.optimizer.param_groups[0]["lr"], **self.meter.window_stats()}
+                "lr": self.optimizer.param_groups[0]["lr"], **stats,
+                **self.utilisation.stats(stats["samples_per_s"])}
 
     def _end_epoch(self) -> None:
         stats = self._window_stats()
@@ -315,11 +326,15 @@ class Trainer:
 
     def _summary(self, status: str, wall_s: float) -> dict[str, Any]:
         totals = self.meter.totals()
+        per_batch, peak = self.utilisation.flops_per_batch, self.utilisation.peak
         return {
             "status": status,
             "metrics": {"val_accuracy": None, "val_loss": None, **self.last_eval,  # the task's metric names
                         "train_loss": totals.pop("train_loss")},
             **totals, "wall_s": wall_s, "steps": self.step, "epochs": self.epoch,
+            "flops_per_step": per_batch * self.cfg.grad_accum if per_batch else None, "flop_per_s": None, "mfu": None,
+            **self.utilisation.stats(totals["samples_per_s"]),
+            "peak_flop_per_s": peak.flop_per_s if peak else None, "peak_source": peak.source if peak else None,
             "device": devices.device_name(self.device), "diverged_at_step": self.diverged_at,
             "speedups": [s.name for s in self.speedups], "skipped_speedups": self.skipped_speedups,
             "speedup_metrics": {s.name: s.metrics() for s in self.speedups},

@@ -5,6 +5,7 @@ import copy
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -16,6 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # bf16 autocast runs on every CPU in the tests, including those that only emulate it (the tests check numbers,
 # not speed); subprocesses inherit this. tests/speedups/test_amp.py checks the refusal without it.
 os.environ["ACCEL_CPU_BF16"] = "1"
+# the measured CPU peaks (MFU) go to a file of the test session's, not the user's cache
+os.environ.setdefault("ACCEL_PEAKS_CACHE", os.path.join(tempfile.mkdtemp(prefix="accel-peaks-"), "peaks.json"))
 
 TINY = {
     "name": "tiny",

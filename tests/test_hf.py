@@ -47,3 +47,19 @@ def test_a_transformers_model_trains_from_python_with_dict_batches():
     summary = trainer.fit()
     assert summary["status"] == "completed" and math.isfinite(summary["metrics"]["val_loss"])
     assert summary["tokens_per_s"] > 0
+
+
+def test_the_attention_speedup_switches_a_transformers_model_to_sdpa_and_back():
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from accel.speedups.attention import Attention
+
+    config = AutoConfig.for_model(vocab_size=32, n_positions=8, bos_token_id=None, eos_token_id=None, **TINY_GPT2)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    seen = []
+    model.register_forward_pre_hook(lambda module, args: seen.append(module.config._attn_implementation))
+    ids = torch.randint(0, 32, (4, 8))
+    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), [{"input_ids": ids, "labels": ids}],
+                      task=ModelLoss(), speedups=[Attention(Attention.Config(backend="math"))], device="cpu")
+    trainer.fit()
+    assert seen and set(seen) == {"sdpa"} and model.config._attn_implementation == "eager"

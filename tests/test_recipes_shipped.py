@@ -63,11 +63,13 @@ def test_resnet_recipe_trains_two_steps():
 
 
 def test_lm_recipe_trains_a_few_steps_on_the_standard_library():
-    overrides = ["train.max_steps=3", "data.dataset.val_fraction=0.01", "log.progress=false", "log.tensorboard=false"]
+    # amp off: the tests let bf16 run on any CPU, and where it is emulated it makes this minutes instead of seconds
+    overrides = ["train.max_steps=3", "data.dataset.val_fraction=0.01", "speedups.amp.enabled=false",
+                 "log.progress=false", "log.tensorboard=false"]
     recipe = load_recipe(ROOT / "recipes" / "lm-bytes.yaml", overrides)
     assert recipe.task.name == "language_model" and recipe.data.dataset.root == "stdlib"
     trainer = build_trainer(recipe)
     assert sum(p.numel() for p in trainer.module.parameters()) == 1_846_656  # the 1.9M-parameter GPT of the docs
     summary = trainer.fit()
     assert summary["status"] == "completed" and summary["tokens_per_s"] > 0
-    assert 4.0 < summary["metrics"]["val_loss"] < math.log(256) + 0.5  # bytes: near uniform after 3 steps
+    assert 2.0 < summary["metrics"]["val_loss"] < math.log(256)  # below uniform bytes, far from trained

@@ -2,7 +2,9 @@
 regression with a user's loss, and a loss on sequence-shaped outputs; each trains and evaluates."""
 from __future__ import annotations
 
+import dataclasses
 import math
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -10,10 +12,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from accel import Trainer
+from accel import Trainer, devices
 from accel.recipe import TrainConfig
 from accel.speedups.channels_last import ChannelsLast
 from accel.tasks import ModelLoss, Task
+from accel.tasks.base import leading_size
 
 torch.manual_seed(0)
 
@@ -113,10 +116,40 @@ def test_speed_ups_prepare_image_tensors_only():
     trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), DataLoader(images, batch_size=4),
                       task=Images(), speedups=[ChannelsLast()], device="cpu", config=TrainConfig(epochs=1))
     trainer.fit()
-    assert seen == [(True, 2), (True, 2)]  # the image went channels-last; the token ids were left alone
+    # the image went channels-last, the token ids were left alone: in the FLOP count and the two steps
+    assert seen == [(True, 2)] * 3
 
 
 def test_task_and_loss_fn_together_are_refused():
     model = nn.Linear(3, 1)
     with pytest.raises(TypeError, match="either task= or loss_fn="):
         Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), [], task=ModelLoss(), loss_fn=F.mse_loss)
+
+
+@dataclasses.dataclass
+class Pair:
+    x: torch.Tensor
+    y: torch.Tensor
+    note: str = "kept as it is"
+
+
+class Named(NamedTuple):
+    pair: Pair
+    weight: torch.Tensor
+
+
+def test_namedtuple_and_dataclass_batches_move_to_the_device_whole():
+    batch = Named(Pair(torch.ones(2, 3), torch.zeros(2)), torch.full((2,), 0.5))
+    moved = devices.to_device(batch, torch.device("meta"))
+    assert type(moved) is Named and type(moved.pair) is Pair and moved.pair.note == "kept as it is"
+    assert {t.device.type for t in (moved.pair.x, moved.pair.y, moved.weight)} == {"meta"}
+    assert leading_size(batch) == 2
+
+    def step(model, batch):
+        return ((model(batch.pair.x).squeeze(1) - batch.pair.y) ** 2 * batch.weight).mean()
+
+    batches = [batch] * 3
+    model = nn.Linear(3, 1)
+    summary = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), batches, val_loader=batches, task=step,
+                      device="cpu", config=TrainConfig(epochs=1)).fit()
+    assert summary["status"] == "completed" and math.isfinite(summary["metrics"]["val_loss"])

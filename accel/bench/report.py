@@ -4,6 +4,7 @@
 report.html never say anything report.json does not hold. Besides the section 6 keys, each variant carries
 `step_time_p50_s`, `step_time_p90_s`, `data_wait_fraction` (median), `peak_memory_mb` (max over trials),
 `warmup_s`, `break_even_steps` (only when the variant helped), `tokens_per_s` (median, tasks on sequences),
+`flop_per_s` and `mfu` (medians; MFU against the dense GPU datasheet peak or the CPU's measured matmul peak),
 `val_accuracy`, `val_metric` with `val_metric_name` (the task's main metric: accuracy for classification,
 val_loss for a language model), `result_changed` (final loss or the main metric differs from baseline beyond
 noise; None when there is nothing to compare), `errors` (failed trials) and `ok_trials`. The report adds
@@ -87,6 +88,10 @@ def _summarize_variant(variant: Variant, trials: list[dict], base_ok: list[dict]
         "name": variant.name, "overrides": dict(variant.overrides),
         "samples_per_s": _interval(*bootstrap_median_ci(sps)) if sps else _interval(None, None),
         "tokens_per_s": _median(_values(ok, "tokens_per_s")),
+        "flop_per_s": _median(_values(ok, "flop_per_s")), "mfu": _median(_values(ok, "mfu")),
+        # --target: the median over the trials that reached it; `target_reached` says how many did
+        "time_to_target_s": _median(_values(ok, "time_to_target_s")),
+        "target_reached": sum(t.get("time_to_target_s") is not None for t in ok) if _targeted(ok) else None,
         "ratio_vs_baseline": ratio, "verdict": said,
         "step_time_p50_s": steps["p50"], "step_time_p90_s": steps["p90"],
         "data_wait_fraction": _median(_values(ok, "data_wait_fraction")),
@@ -98,6 +103,10 @@ def _summarize_variant(variant: Variant, trials: list[dict], base_ok: list[dict]
         "result_changed": _result_changed(ok, base_ok, is_base),
         "errors": len(trials) - len(ok), "ok_trials": len(ok), "trials": list(trials),
     }
+
+
+def _targeted(trials: list[dict]) -> bool:
+    return any("target_evals" in t for t in trials)
 
 
 def _result_changed(ok: list[dict], base_ok: list[dict], is_base: bool) -> bool | None:
@@ -202,24 +211,35 @@ def _reading(d: dict | None) -> str:
     return f"{SAY[d['verdict']]}, {_with_ci(d)}"
 
 
-def _row(r: dict, is_base: bool) -> list[str]:
+def _target_cell(r: dict, target: str | None) -> list[str]:
+    if not target:
+        return []
+    if not r.get("target_reached"):
+        return ["never reached"]
+    return [f"{r['time_to_target_s']:.1f} ({r['target_reached']}/{r['ok_trials']} trials)"]
+
+
+def _row(r: dict, is_base: bool, target: str | None = None) -> list[str]:
     sps, ratio = r["samples_per_s"], r["ratio_vs_baseline"]
     flags = (["results changed"] if r["result_changed"] else []) + ([f"{r['errors']} failed"] if r["errors"] else [])
     return [
         r["name"], _with_ci(sps, "{:.1f}", "") + _tokens(r), _with_ci(ratio),
         "baseline" if is_base else SAY[r["verdict"]], _step_ms(r),
-        _f(r["data_wait_fraction"], "{:.0%}"), _f(r["peak_memory_mb"], "{:.0f}"), _f(r["first_step_s"], "{:.2f}"),
+        _f(r.get("mfu"), "{:.1%}"), _f(r["data_wait_fraction"], "{:.0%}"), _f(r["peak_memory_mb"], "{:.0f}"),
+        _f(r["first_step_s"], "{:.2f}"),
         "" if is_base else _f(r["break_even_steps"], "{:.0f}"),
-        _f(r["final_loss"], "{:.4f}"), _f(r.get("val_metric"), "{:.4f}"), "; ".join(flags),
+        _f(r["final_loss"], "{:.4f}"), _f(r.get("val_metric"), "{:.4f}"), *_target_cell(r, target), "; ".join(flags),
     ]
 
 
 def table(report: dict) -> tuple[list[str], list[list[str]]]:
     """Header and rows of the ranked table (fastest median samples/s first, failed variants last)."""
-    header = ["variant", "samples/s [95% CI]", "ratio [95% CI]", "verdict vs baseline", "step p50/p90 ms", "data wait",
-              "peak MB", "first step s", "break-even steps", "final loss", _metric_name(report), "flag"]
+    header = ["variant", "samples/s [95% CI]", "ratio [95% CI]", "verdict vs baseline", "step p50/p90 ms", "MFU",
+              "data wait", "peak MB", "first step s", "break-even steps", "final loss", _metric_name(report)]
+    target = (report.get("settings") or {}).get("target")
+    header += [f"time to {target} s"] if target else []
     ranked = sorted(report["variants"], key=lambda r: -(r["samples_per_s"]["median"] or -math.inf))
-    return header, [_row(r, r["name"] == report["baseline"]) for r in ranked]
+    return header + ["flag"], [_row(r, r["name"] == report["baseline"], target) for r in ranked]
 
 
 def _tokens(r: dict) -> str:

@@ -223,13 +223,17 @@ class TrialSettings:
     warmup: int
     timeout: float | None = None
     warm_cache: bool = False
+    target: str | None = None  # METRIC=VALUE: time each trial until the metric reaches VALUE
+    eval_every: int | None = None
 
 
 def trial_argv(recipe: Path, settings: TrialSettings, json_path: Path, variant: str, trial: int) -> list[str]:
     """The command line of one trial process."""
     return [sys.executable, "-m", "accel.bench.trial", str(recipe), "--steps", str(settings.steps),
             "--warmup", str(settings.warmup), "--json", str(json_path),
-            f"--variant={variant}", "--trial", str(trial)]  # `=`: a name like -amp is not an option
+            f"--variant={variant}", "--trial", str(trial),  # `=`: a name like -amp is not an option
+            *(["--target", settings.target] if settings.target else []),
+            *(["--eval-every", str(settings.eval_every)] if settings.eval_every else [])]
 
 
 def _run_job(index: int, trial: int, variant: str, recipe: Path, out: Path, settings: TrialSettings) -> dict:
@@ -304,7 +308,8 @@ def run_bench(plan: BenchPlan, out: str | Path, settings: TrialSettings, trials:
              "interrupted": len(results) < len(jobs),
              "settings": {"steps": settings.steps, "warmup": settings.warmup, "trials": trials,
                           "timeout_s": settings.timeout,
-                          "compile_cache": "warm (shared)" if settings.warm_cache else "cold (fresh per trial)"},
+                          "compile_cache": "warm (shared)" if settings.warm_cache else "cold (fresh per trial)",
+                          "target": settings.target, "eval_every": settings.eval_every},
              "recipes": {name: recipe.dump() for name, recipe in plan.recipes.items()}}
     if command:
         extra["command"] = command

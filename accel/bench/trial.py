@@ -3,7 +3,8 @@
 The recipe is already resolved (the runner wrote it); this only adds the bench's own settings: a step budget of
 warmup + steps, a device sync after every step so step times are exact, no progress bar, TensorBoard,
 run directory, early stopping or mid-run evaluation (evaluation still runs once at the end, so a recipe with a
-validation split reports its accuracy). The raw trial dict it writes is what `accel.bench.report` reads.
+validation split reports its accuracy; with --target it also runs every --eval-every steps, timed from the
+process start until the metric reaches the target). The raw trial dict it writes is what `accel.bench.report` reads.
 On any exception the JSON holds `error` (the traceback) and the process exits with code 1.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 from .. import devices
 from ..callbacks.base import BatchInfo, Callback
 from ..errors import AccelError
+from .target import Target, TargetClock, parse_target
 
 LAST_LOSS_STEPS = 5  # final_loss averages this many last timed steps: one step's loss is too noisy to compare
 
@@ -84,7 +86,8 @@ def measure(timer: StepTimer, warmup: int, setup_s: float) -> dict[str, Any]:
     }
 
 
-def run_trial(recipe_path: Path, steps: int, warmup: int, trial: int = 0) -> dict[str, Any]:
+def run_trial(recipe_path: Path, steps: int, warmup: int, trial: int = 0, target: Target | None = None,
+              eval_every: int | None = None) -> dict[str, Any]:
     """Build and fit the recipe under the bench settings; the measured figures of one trial.
 
     Trial k trains with the recipe's seed + k, in every variant. Runs are otherwise deterministic, so without
@@ -96,10 +99,11 @@ def run_trial(recipe_path: Path, steps: int, warmup: int, trial: int = 0) -> dic
     from ..run import build_trainer
 
     started = time.perf_counter()
-    recipe = load_recipe(recipe_path, [f"train.max_steps={warmup + steps}", *BENCH_SETTINGS])
+    evals = [f"train.eval_every_steps={eval_every or max((warmup + steps) // 10, 1)}"] if target else []
+    recipe = load_recipe(recipe_path, [f"train.max_steps={warmup + steps}", *BENCH_SETTINGS, *evals])
     recipe.seed += trial
-    timer = StepTimer()
-    trainer = build_trainer(recipe, run_dir=None, extra_callbacks=[timer])
+    timer, clock = StepTimer(), TargetClock(target) if target else None
+    trainer = build_trainer(recipe, run_dir=None, extra_callbacks=[timer] + ([clock] if clock else []))
     built = time.perf_counter()
     devices.reset_peak_memory(trainer.device)
     summary = trainer.fit()
@@ -110,6 +114,8 @@ def run_trial(recipe_path: Path, steps: int, warmup: int, trial: int = 0) -> dic
     result = measure(timer, warmup, setup_s=(timer.fit_started or built) - built)
     return result | {
         "peak_memory_mb": devices.peak_memory_mb(trainer.device),
+        "flops_per_step": summary.get("flops_per_step"), "flop_per_s": None, "mfu": None,
+        **trainer.utilisation.stats(result["samples_per_s"]),  # over the timed steps, as samples_per_s
         "val_accuracy": summary["metrics"].get("val_accuracy"),
         # the task's main metric guards the results: accuracy for classification, val_loss for most others
         "val_metric_name": trainer.task.main_metric[0],
@@ -118,6 +124,7 @@ def run_trial(recipe_path: Path, steps: int, warmup: int, trial: int = 0) -> dic
         "build_s": built - started, "wall_s": time.perf_counter() - started,
         "skipped_speedups": summary.get("skipped_speedups") or {},
         "env": devices.environment(trainer.device),
+        **(clock.result() if clock else {}),
     }
 
 
@@ -129,6 +136,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", type=Path, required=True, help="where to write the trial dict")
     parser.add_argument("--variant", default=None, help="variant name recorded in the result")
     parser.add_argument("--trial", type=int, default=0, help="trial number recorded in the result")
+    parser.add_argument("--target", type=parse_target, default=None, metavar="METRIC=VALUE",
+                        help="evaluate every --eval-every steps; record when METRIC first reaches VALUE")
+    parser.add_argument("--eval-every", type=int, default=None, help="steps between evaluations (with --target)")
     return parser
 
 
@@ -139,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.steps < 1 or args.warmup < 0:
             raise AccelError(f"--steps must be >= 1 and --warmup >= 0, got {args.steps} and {args.warmup}.")
-        result, code = head | run_trial(args.recipe, args.steps, args.warmup, args.trial), 0
+        result, code = head | run_trial(args.recipe, args.steps, args.warmup, args.trial, args.target,
+                                               args.eval_every), 0
     except BaseException:  # KeyboardInterrupt too: the runner still gets a readable record
         result, code = head | {"error": traceback.format_exc()}, 1
         traceback.print_exc()

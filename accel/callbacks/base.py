@@ -19,7 +19,7 @@ class Callback:
     def on_batch_end(self, trainer: "Trainer", info: BatchInfo) -> None: ...
 
     def on_log(self, trainer: "Trainer", record: dict[str, Any]) -> None:
-        """Every record also written to metrics.jsonl: kind 'step' or 'epoch'."""
+        """Every record also written to metrics.jsonl: kind 'step', 'epoch' or 'eval'."""
 
     def on_epoch_end(self, trainer: "Trainer", record: dict[str, Any]) -> None: ...
 

@@ -46,6 +46,9 @@ class ProgressBar(Callback):
         parts.append(f"{record['samples_per_s']:.0f} samples/s")
         if "tokens_per_s" in record:
             parts.append(f"{record['tokens_per_s']:.0f} tokens/s")
+        if record.get("flop_per_s"):
+            mfu = f" (MFU {100 * record['mfu']:.1f}%)" if record.get("mfu") is not None else ""
+            parts.append(f"{record['flop_per_s'] / 1e9:.1f} GFLOP/s{mfu}")
         parts.append(f"data wait {100 * record['data_wait_fraction']:.0f}%")
         self.console.print("  ".join(parts), highlight=False, soft_wrap=True)
 

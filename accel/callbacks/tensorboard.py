@@ -20,7 +20,7 @@ class TensorBoard(Callback):
     def on_log(self, trainer, record: dict[str, Any]) -> None:
         if self.writer is None:
             return
-        prefix = "train" if record["kind"] == "step" else "epoch"
+        prefix = {"step": "train"}.get(record["kind"], record["kind"])  # train/, epoch/, eval/
         for key, value in record.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in {"step", "epoch"}:
                 self.writer.add_scalar(f"{prefix}/{key}", value, record["step"])

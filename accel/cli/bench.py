@@ -19,6 +19,11 @@ def add(commands) -> None:
     bench_parser.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2",
                               help="compare values of any recipe key; several --vary give their cartesian product")
     add_trial_options(bench_parser, steps=20, warmup=3, trials=3)
+    bench_parser.add_argument("--target", metavar="METRIC=VALUE",
+                              help="also time each trial from its process start until a validation metric reaches "
+                              "VALUE (e.g. val_accuracy=0.97, val_loss=1.5; losses count down, accuracies up)")
+    bench_parser.add_argument("--eval-every", type=int, metavar="N",
+                              help="with --target: evaluate every N steps (default: a tenth of the trial's steps)")
     bench_parser.add_argument("--out", help="output folder (default: runs/bench-<name>-<timestamp>)")
     bench_parser.add_argument("--list", action="store_true", help="print the variants and exit without running them")
     bench_parser.add_argument("--only", type=lambda text: text.split(","), default=None, metavar="NAME,NAME",
@@ -52,8 +57,14 @@ def bench(args: argparse.Namespace) -> int:
         print(describe(plan.variants))
         return 0
     check_trial_options(args)
+    if args.target:
+        from ..bench.target import parse_target
+
+        parse_target(args.target)  # a malformed target fails now, not in every trial
+    if args.eval_every is not None and (args.eval_every < 1 or not args.target):
+        raise AccelError("--eval-every N needs N >= 1 and a --target")
     out = Path(args.out) if args.out else default_out(plan.name)
-    settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache)
+    settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache, args.target, args.eval_every)
     report, paths = run_bench(plan, out, settings, args.trials, command=shlex.join(["accel", *args.argv]))
     print(out)
     md = paths["md"].read_text().splitlines()

@@ -14,6 +14,7 @@ import torch
 from pydantic import Field, field_validator, model_validator
 
 from ..errors import did_you_mean
+from ..models.blocks import repeated_blocks
 from ..registry import SPEEDUPS
 from .base import Speedup, SpeedupConfig
 
@@ -33,6 +34,19 @@ def apply_compile(fn: Any, cfg: Compile.Config) -> Any:
     """`torch.compile(fn)` with the config's options (a module or any callable; compiles lazily, on first call)."""
     return torch.compile(fn, backend=cfg.backend, mode=None if cfg.mode == "default" else cfg.mode,
                          fullgraph=cfg.fullgraph, dynamic=cfg.dynamic)
+
+
+def compile_blocks(model: torch.nn.Module, cfg: Compile.Config) -> list[torch.nn.Module]:
+    """Compile each repeated block of `model` in place (nn.Module.compile); blocks of one class share the code,
+    so dynamo compiles it once. None found: a warning, and the model runs eagerly."""
+    blocks = repeated_blocks(model)
+    if not blocks:
+        log.warning("compile: regional found no repeated blocks (a ModuleList or Sequential of same-class "
+                    "modules) to compile; the model runs eagerly. Use `regional: false` to compile it whole")
+    for block in blocks:
+        block.compile(backend=cfg.backend, mode=None if cfg.mode == "default" else cfg.mode,
+                      fullgraph=cfg.fullgraph, dynamic=cfg.dynamic)
+    return blocks
 
 
 class DynamoStats:
@@ -118,6 +132,10 @@ class Compile(Speedup):
         whole_step: bool = Field(
             False, description="compile forward and loss as one graph (`trainer.forward_loss`) instead of the "
             "model alone; evaluation then runs the model eagerly")
+        regional: bool = Field(
+            False, description="compile each repeated block (a transformer's layers: the members of a ModuleList "
+            "or Sequential of same-class modules) instead of the whole model: blocks share one compiled graph, "
+            "so compiling costs about one block's time; the code between blocks runs eagerly")
         recompile_limit: int | None = Field(
             None, ge=1, description="recompilations of one function before dynamo falls back to eager for it; "
             "null keeps torch's default (8). Restored after the run")
@@ -139,6 +157,12 @@ class Compile(Speedup):
             return value
 
         @model_validator(mode="after")
+        def _one_scope(self) -> "Compile.Config":
+            if self.regional and self.whole_step:
+                raise ValueError("`regional` compiles blocks and `whole_step` the whole forward and loss: choose one")
+            return self
+
+        @model_validator(mode="after")
         def _mode_needs_inductor(self) -> "Compile.Config":
             if self.mode != "default" and self.backend != "inductor":
                 raise ValueError(f"mode `{self.mode}` only applies to the inductor backend (backend `{self.backend}` "
@@ -151,6 +175,7 @@ class Compile(Speedup):
         self._stats: DynamoStats | None = None
         self._final: dict[str, Any] = {}
         self._warned: set[str] = set()
+        self._blocks: list[torch.nn.Module] = []  # compiled in place (regional)
 
     def sharding_conflict(self) -> str | None:
         # FSDP2's hooks split the graph at every sharded block, so dynamo compiles each block's forward on its
@@ -183,6 +208,8 @@ class Compile(Speedup):
         self._stats, self._final = DynamoStats(), {}
         if self.cfg.whole_step:
             trainer.forward_loss = apply_compile(trainer.forward_loss, self.cfg)
+        elif self.cfg.regional:
+            self._blocks = compile_blocks(trainer.module, self.cfg)
         else:
             trainer.model = apply_compile(trainer.model, self.cfg)
 
@@ -217,5 +244,8 @@ class Compile(Speedup):
         self._stats = None
         model, forward_loss, limit = self._saved
         self._trainer.model, self._trainer.forward_loss = model, forward_loss
+        for block in self._blocks:
+            block._compiled_call_impl = None  # what nn.Module.compile set: calls go to forward again
+        self._blocks = []
         torch._dynamo.config.recompile_limit = limit
         torch._dynamo.reset()  # drop compiled code and guards so the next run in this process starts clean

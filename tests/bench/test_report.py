@@ -10,7 +10,8 @@ TRACE = 'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\
 VARIANT_KEYS = {"name", "overrides", "samples_per_s", "ratio_vs_baseline", "verdict", "first_step_s", "final_loss",
                 "trials", "step_time_p50_s", "step_time_p90_s", "data_wait_fraction", "peak_memory_mb",
                 "break_even_steps", "val_accuracy", "result_changed", "errors", "ok_trials", "warmup_s",
-                "tokens_per_s", "val_metric", "val_metric_name"}
+                "tokens_per_s", "val_metric", "val_metric_name", "flop_per_s", "mfu",
+                "time_to_target_s", "target_reached"}
 
 
 def trial(variant, i, sps, *, first=1.0, loss=0.5, wait=0.1, bs=32):

@@ -32,7 +32,7 @@ def test_bench_end_to_end_interleaves_and_reports_a_crashing_variant(tiny, write
     assert report["baseline"] == "data.batch_size=8" and report["env"]["torch"]
     assert report["interrupted"] is False
     assert report["settings"] == {"steps": 3, "warmup": 1, "trials": 2, "timeout_s": 120.0,
-                                       "compile_cache": "cold (fresh per trial)"}
+                                  "compile_cache": "cold (fresh per trial)", "target": None, "eval_every": None}
     assert report["recipes"]["data.batch_size=4096"]["data"]["batch_size"] == 4096
     good, bad = report["variants"]
     assert good["overrides"] == {"data.batch_size": 8} and good["ok_trials"] == 2

@@ -187,3 +187,33 @@ def test_inductor_compiles_a_tiny_model():
     assert summary["steps"] == 2 and math.isfinite(summary["metrics"]["train_loss"])
     assert summary["speedup_metrics"]["compile"]["seconds"] > 0
     assert summary["speedup_metrics"]["compile"]["graphs"] >= 1
+
+
+def test_regional_compiles_each_repeated_block_once_and_trains_like_eager():
+    from accel.models import GPT
+    from accel.tasks import LanguageModel
+
+    def fit(cfg):
+        torch.manual_seed(0)
+        model = GPT(vocab_size=16, context=8, width=16, depth=3, heads=2)
+        tokens = torch.randint(0, 16, (4, 9))
+        batches = [(tokens[:, :-1], tokens[:, 1:])] * 3
+        compiled = []
+        model.blocks[1].register_forward_pre_hook(lambda m, a: compiled.append(m._compiled_call_impl is not None))
+        speedups = [Compile(Compile.Config(**cfg))] if cfg is not None else []
+        trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), batches, val_loader=batches,
+                          task=LanguageModel(), speedups=speedups, device="cpu", config=TrainConfig(epochs=1))
+        return trainer, trainer.fit(), compiled
+
+    _, plain, _ = fit(None)
+    trainer, summary, compiled = fit({"backend": "eager", "regional": True})
+    assert trainer.model is trainer.module and compiled and all(compiled)  # the blocks, not the model, compiled
+    assert trainer.module.blocks[1]._compiled_call_impl is None  # teardown: plain calls again
+    assert summary["metrics"] == pytest.approx(plain["metrics"], rel=1e-6)
+    assert summary["speedup_metrics"]["compile"]["graphs"] <= 2  # one graph for 3 blocks (train; eval may add one)
+
+
+def test_regional_and_whole_step_are_refused_together(tiny):
+    tiny["speedups"] = {"compile": {"regional": True, "whole_step": True}}
+    with pytest.raises(RecipeError, match="choose one"):
+        validate_recipe(tiny)

@@ -1,0 +1,23 @@
+"""Finding a model's repeated blocks (a transformer's layers): what activation checkpointing and regional
+compilation work on."""
+from __future__ import annotations
+
+from torch import nn
+
+
+def repeated_blocks(model: nn.Module, classes: list[str] = ()) -> list[nn.Module]:
+    """The modules of the named classes, or else the members of every container of same-class modules
+    (outermost first; blocks inside a chosen block are not chosen again)."""
+    if classes:
+        return [m for m in model.modules() if type(m).__name__ in classes]
+    chosen: list[nn.Module] = []
+    inside: set[int] = set()
+    for module in model.modules():
+        if id(module) in inside or not isinstance(module, (nn.ModuleList, nn.Sequential)):
+            continue
+        children = list(module.children())
+        same_class = len(children) >= 2 and len({type(child) for child in children}) == 1
+        if same_class and any(True for _ in children[0].parameters()):  # blocks with weights, not a row of ReLUs
+            chosen += children
+            inside.update(id(m) for c in children for m in c.modules())
+    return chosen

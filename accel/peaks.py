@@ -1,0 +1,102 @@
+"""The peak FLOP/s that MFU divides by: a table of dense GPU peaks, or a CPU's matmul rate measured once.
+
+GPU figures are the datasheets' **dense** tensor-core peaks (the sparse "with sparsity" figures are twice as
+high, and MFU against them reads 2x too low). A GPU not in the table has no peak, so no MFU. A CPU's peak is
+measured by a matrix-multiply probe at the run's compute dtype and thread count, and cached per CPU model and
+torch version, so MFU on a CPU is a fraction of what this machine's matmul reaches, not of a datasheet.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from . import devices
+
+TERA = 1e12
+# dense TFLOP/s by dtype: NVIDIA datasheets (H100 SXM5/PCIe, H200 SXM, A100 SXM/PCIe, L4)
+GPU_PEAKS: dict[str, dict[str, float]] = {
+    "H100 PCIe": {"fp32": 51, "tf32": 378, "bf16": 756, "fp16": 756, "fp8": 1513},
+    "H100 NVL": {"fp32": 60, "tf32": 417, "bf16": 835, "fp16": 835, "fp8": 1671},
+    "H100": {"fp32": 67, "tf32": 495, "bf16": 989, "fp16": 989, "fp8": 1979},  # SXM5 (HBM3)
+    "H200": {"fp32": 67, "tf32": 495, "bf16": 989, "fp16": 989, "fp8": 1979},
+    "A100": {"fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312},
+    "L4": {"fp32": 30.3, "tf32": 60, "bf16": 121, "fp16": 121, "fp8": 242.5},
+}
+PROBE_SIZE = 1024  # square matmul: large enough to reach the BLAS's steady rate on a CPU core pair
+PROBE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class Peak:
+    flop_per_s: float
+    dtype: str
+    source: str  # "datasheet (dense): NVIDIA H100 ..." or "measured: matmul probe ..."
+
+
+def gpu_peak(name: str, dtype: str) -> Peak | None:
+    """The dense peak of the GPU called `name` (torch.cuda.get_device_name) at `dtype`, or None if unknown."""
+    for key, peaks in GPU_PEAKS.items():  # the more specific names come first
+        if key in name and dtype in peaks:
+            return Peak(peaks[dtype] * TERA, dtype, f"datasheet, dense: {name}")
+    return None
+
+
+def cpu_peak(dtype: str, cache: Path | None = None) -> Peak:
+    """This CPU's matmul FLOP/s at `dtype` with the current thread count: measured once, then read from the cache."""
+    cache = cache or cache_path()
+    key = f"{devices.cpu_model()}|torch {torch.__version__}|{torch.get_num_threads()} threads|{dtype}"
+    cached = _read(cache)
+    if key not in cached:
+        cached[key] = asdict(Peak(measure_matmul(PROBE_DTYPES[dtype]), dtype,
+                                  f"measured: {PROBE_SIZE}x{PROBE_SIZE} matmul probe, {key}"))
+        _write(cache, cached)
+    return Peak(**cached[key])
+
+
+def measure_matmul(dtype: torch.dtype, size: int = PROBE_SIZE, seconds: float = 0.5) -> float:
+    """The best FLOP/s of repeated `size`-square matmuls over about `seconds`."""
+    a, b = torch.randn(size, size).to(dtype), torch.randn(size, size).to(dtype)
+    a @ b  # warm-up: thread pool, BLAS dispatch
+    best, deadline = float("inf"), time.perf_counter() + seconds
+    while time.perf_counter() < deadline or best == float("inf"):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best
+
+
+def run_peak(device: torch.device, compute_dtype: str) -> Peak | None:
+    """The peak a run on `device` computing in `compute_dtype` is measured against; None where none is known."""
+    if device.type == "cuda":
+        return gpu_peak(torch.cuda.get_device_name(device), compute_dtype)
+    if device.type == "cpu" and compute_dtype in PROBE_DTYPES:
+        return cpu_peak(compute_dtype)
+    return None
+
+
+def cache_path() -> Path:
+    if os.environ.get("ACCEL_PEAKS_CACHE"):
+        return Path(os.environ["ACCEL_PEAKS_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "accel" / "peaks.json"
+
+
+def _read(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _write(path: Path, data: dict) -> None:
+    try:  # a read-only home costs a re-measurement next time, not the run
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.replace(path)
+    except OSError:
+        pass

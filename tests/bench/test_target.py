@@ -1,0 +1,49 @@
+"""Time to target: losses count down, accuracies up; each trial is timed from its process start."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from accel.bench.target import Target, parse_target
+from accel.cli import main
+from accel.errors import AccelError
+
+
+def test_targets_know_which_way_is_better():
+    loss, accuracy = parse_target("val_loss=1.5"), parse_target("val_accuracy=0.97")
+    assert loss == Target("val_loss", 1.5) and loss.minimise and loss.reached(1.4) and not loss.reached(1.6)
+    assert not accuracy.minimise and accuracy.reached(0.98) and not accuracy.reached(0.9)
+    assert str(loss) == "val_loss<=1.5" and parse_target("val_perplexity=4").minimise
+    with pytest.raises(AccelError, match="METRIC=VALUE"):
+        parse_target("accuracy")
+
+
+def test_bench_reports_the_time_to_a_target_and_who_never_reached_it(tiny, write_recipe, tmp_path, capsys):
+    out = tmp_path / "bench"
+    # accuracy 0.0 is reached at the first evaluation, 1.01 never
+    argv = ["bench", str(write_recipe(tiny)), "--set", "data.batch_size=4", "--vary", "optim.lr=0.05,0.1",
+            "--steps", "4", "--warmup", "1", "--trials", "1", "--out", str(out), "--target", "val_accuracy=0.0",
+            "--eval-every", "2"]
+    assert main(argv) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["settings"]["target"] == "val_accuracy=0.0"
+    for variant in report["variants"]:
+        trial = variant["trials"][0]
+        assert [e["step"] for e in trial["target_evals"]] == [2, 4]
+        assert variant["time_to_target_s"] == trial["target_evals"][0]["wall_s"] > 0  # from the process start
+        assert variant["target_reached"] == 1
+    assert "time to val_accuracy=0.0 s" in capsys.readouterr().out
+
+    argv[argv.index("val_accuracy=0.0")] = "val_accuracy=1.01"
+    assert main(argv[:-2] + ["--out", str(tmp_path / "never")]) == 0
+    assert "never reached" in capsys.readouterr().out
+
+
+def test_a_metric_the_task_does_not_report_fails_the_trial(tiny, write_recipe, tmp_path):
+    out = tmp_path / "bench"
+    argv = ["bench", str(write_recipe(tiny)), "--vary", "data.batch_size=8", "--steps", "2", "--warmup", "0",
+            "--trials", "1", "--out", str(out), "--target", "val_perplexity=3"]
+    assert main(argv) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert "the task reports no `val_perplexity`" in report["variants"][0]["trials"][0]["error"]

@@ -1,0 +1,52 @@
+"""activation_checkpointing: repeated blocks recompute their forward in the backward, with the same gradients."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from accel import Trainer
+from accel.models import GPT
+from accel.speedups.activation_checkpointing import ActivationCheckpointing, repeated_blocks
+from accel.tasks import LanguageModel
+from accel.train_config import TrainConfig
+
+
+def test_the_repeated_blocks_are_found_in_a_gpt_and_by_class_name():
+    model = GPT(vocab_size=16, context=8, width=16, depth=3, heads=2)
+    assert repeated_blocks(model) == list(model.blocks)
+    assert repeated_blocks(model, ["LayerNorm"]) == [m for m in model.modules() if isinstance(m, nn.LayerNorm)]
+    assert repeated_blocks(nn.Sequential(nn.Linear(2, 2), nn.ReLU())) == []
+
+
+def fit(speedups) -> tuple[list[torch.Tensor], int]:
+    torch.manual_seed(0)
+    model = GPT(vocab_size=16, context=8, width=16, depth=3, heads=2)
+    calls = []
+    for block in model.blocks:
+        block.attn.register_forward_hook(lambda *_: calls.append(1))
+    tokens = torch.randint(0, 16, (4, 9))
+    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), [(tokens[:, :-1], tokens[:, 1:])] * 2,
+                      task=LanguageModel(), speedups=speedups, device="cpu", config=TrainConfig(epochs=1))
+    trainer.fit()
+    return [p.detach().clone() for p in model.parameters()], len(calls)
+
+
+def test_checkpointed_blocks_run_their_forward_twice_and_train_identically():
+    plain, plain_calls = fit([])
+    every, every_calls = fit([ActivationCheckpointing()])
+    second, second_calls = fit([ActivationCheckpointing(ActivationCheckpointing.Config(every=2))])
+    steps = 2 + 1  # and the first batch's FLOP count, a forward and backward of its own
+    assert plain_calls == steps * 3 and every_calls == steps * 3 * 2 and second_calls == steps * (3 + 2)  # 0 and 2
+    for a, b, c in zip(plain, every, second):
+        torch.testing.assert_close(a, b)
+        torch.testing.assert_close(a, c)
+
+
+def test_teardown_restores_the_blocks_forward():
+    model = GPT(vocab_size=16, context=8, width=16, depth=2, heads=2)
+    speedup = ActivationCheckpointing()
+    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), [], task=LanguageModel(), device="cpu")
+    speedup.setup(trainer)
+    assert "forward" in vars(model.blocks[0]) and speedup.metrics() == {"blocks": 2}
+    speedup.teardown()
+    assert "forward" not in vars(model.blocks[0])
