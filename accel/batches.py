@@ -9,8 +9,6 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-_registered: set[type] = set()
-
 
 def map_tensors(fn: Callable[[torch.Tensor], Any], batch: Any) -> Any:
     """`batch` with `fn` applied to every tensor in it; everything else is kept as it is."""
@@ -25,10 +23,8 @@ def tensors(batch: Any) -> list[torch.Tensor]:
 
 def _register_dataclasses(obj: Any) -> None:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        kind = type(obj)
-        if kind not in _registered and pytree.tree_is_leaf(obj):
-            pytree.register_dataclass(kind)
-        _registered.add(kind)
+        if type(obj) not in pytree.SUPPORTED_NODES:
+            pytree.register_dataclass(type(obj))
         children = [getattr(obj, f.name) for f in dataclasses.fields(obj)]
     elif isinstance(obj, dict):
         children = list(obj.values())

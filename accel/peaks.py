@@ -27,7 +27,9 @@ GPU_PEAKS: dict[str, dict[str, float]] = {
     "A100": {"fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312},
     "L4": {"fp32": 30.3, "tf32": 60, "bf16": 121, "fp16": 121, "fp8": 242.5},
 }
-PROBE_SIZE = 1024  # square matmul: large enough to reach the BLAS's steady rate on a CPU core pair
+# (M, K, N) of the probe's matmuls, 2.1 GFLOP each: square, and the tall-skinny shapes of a transformer's layers
+# (a token batch times a weight), which a CPU's BLAS may run faster than a square one (1.5x on a 2-core AVX2 EPYC)
+PROBE_SHAPES = ((1024, 1024, 1024), (4096, 256, 1024), (4096, 1024, 256), (16384, 256, 256))
 PROBE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -53,21 +55,25 @@ def cpu_peak(dtype: str, cache: Path | None = None) -> Peak:
     cached = _read(cache)
     if key not in cached:
         cached[key] = asdict(Peak(measure_matmul(PROBE_DTYPES[dtype]), dtype,
-                                  f"measured: {PROBE_SIZE}x{PROBE_SIZE} matmul probe, {key}"))
+                                  f"measured: best of {len(PROBE_SHAPES)} matmul shapes, {key}"))
         _write(cache, cached)
     return Peak(**cached[key])
 
 
-def measure_matmul(dtype: torch.dtype, size: int = PROBE_SIZE, seconds: float = 0.5) -> float:
-    """The best FLOP/s of repeated `size`-square matmuls over about `seconds`."""
-    a, b = torch.randn(size, size).to(dtype), torch.randn(size, size).to(dtype)
+def measure_matmul(dtype: torch.dtype, seconds: float = 0.25) -> float:
+    """The best FLOP/s over the probe shapes, each repeated for about `seconds`."""
+    return max(_matmul_rate(m, k, n, dtype, seconds) for m, k, n in PROBE_SHAPES)
+
+
+def _matmul_rate(m: int, k: int, n: int, dtype: torch.dtype, seconds: float) -> float:
+    a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
     a @ b  # warm-up: thread pool, BLAS dispatch
     best, deadline = float("inf"), time.perf_counter() + seconds
     while time.perf_counter() < deadline or best == float("inf"):
         start = time.perf_counter()
         a @ b
         best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best
+    return 2 * m * k * n / best
 
 
 def run_peak(device: torch.device, compute_dtype: str) -> Peak | None:

@@ -57,7 +57,7 @@ def test_every_run_reports_flops_and_mfu_against_the_measured_cpu_peak():
                       config=TrainConfig(epochs=1, grad_accum=2)).fit()
     assert summary["flops_per_step"] == 2 * 3 * 2 * 8 * (16 * 32 + 32 * 3) - 2 * 2 * 8 * 16 * 32
     assert summary["flop_per_s"] > 0 and 0 < summary["mfu"] < 1
-    assert summary["peak_source"].startswith("measured: 1024x1024 matmul probe")
+    assert summary["peak_source"].startswith("measured: best of 4 matmul shapes")
 
 
 def test_gpu_peaks_are_dense_and_unknown_gpus_have_none():
