@@ -103,10 +103,16 @@ def cpu_has_native_bf16() -> bool:
 
 
 def _cpu_flags() -> set[str] | None:
+    flags = _cpuinfo("flags")
+    return None if flags is None else set(flags.split())
+
+
+def _cpuinfo(field: str) -> str | None:
+    """The first value of `field` in /proc/cpuinfo (Linux), or None."""
     try:
         for line in open("/proc/cpuinfo"):
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
+            if line.startswith(field):
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
     return None
@@ -126,13 +132,7 @@ def device_name(device: torch.device) -> str:
 
 
 def cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 ENV_VARS = ("ACCEL_CPU_BF16", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "CUDA_VISIBLE_DEVICES",

@@ -16,6 +16,7 @@ import torch
 from torch.func import functional_call
 from torch.utils import flop_counter
 
+from . import fsdp, peaks
 from .batches import map_tensors
 
 log = logging.getLogger("accel")
@@ -53,18 +54,6 @@ def count_step_flops(module: torch.nn.Module, task: Any, batch: Any, contexts: A
     return counter.get_total_flops()
 
 
-def try_count_step_flops(module: torch.nn.Module, task: Any, batch: Any,
-                         contexts: AbstractContextManager) -> tuple[int | None, float]:
-    """(FLOPs or None, seconds spent). A model or task the counter cannot follow costs the figure, not the run."""
-    start = time.perf_counter()
-    try:
-        flops = count_step_flops(module, task, batch, contexts)
-    except Exception as err:  # noqa: BLE001 - any failure only loses the figure
-        log.info("FLOPs not counted: %s: %s", type(err).__name__, err)
-        flops = None
-    return flops or None, time.perf_counter() - start
-
-
 def compute_dtype(speedups: list, device: torch.device) -> str:
     """The dtype the step's matmuls and convolutions run in: amp's, else TF32 where CUDA allows it, else fp32."""
     amp = next((s for s in speedups if s.name == "amp"), None)
@@ -95,16 +84,18 @@ class Utilisation:
 
     def count(self, trainer: Any, batch: Any) -> float:
         """Count once, on the batch's first few samples (not on sharded or XLA models); the seconds it took,
-        which are not training time."""
-        from . import fsdp, peaks
-
+        which are not training time. A model or task the counter cannot follow costs the figure, not the run."""
         self.counted, start = True, time.perf_counter()
         if trainer.device.type == "xla" or fsdp.is_sharded(trainer.module):
             return 0.0
         samples = max(trainer.task.samples(batch), 1)
         few = min(samples, COUNT_SAMPLES)
-        flops, _ = try_count_step_flops(trainer.module, trainer.task, first_samples(batch, samples, few),
-                                        trainer._step_contexts())
+        try:
+            flops = count_step_flops(trainer.module, trainer.task, first_samples(batch, samples, few),
+                                     trainer._step_contexts())
+        except Exception as err:  # noqa: BLE001 - any failure only loses the figure
+            log.info("FLOPs not counted: %s: %s", type(err).__name__, err)
+            flops = None
         if flops:
             self.flops_per_sample = flops / few
             self.flops_per_batch = round(self.flops_per_sample * samples)

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from . import devices
+from .rundir import write_atomic
 
 TERA = 1e12
 # dense TFLOP/s by dtype: NVIDIA datasheets (H100 SXM5/PCIe, H200 SXM, A100 SXM/PCIe, L4)
@@ -101,8 +102,6 @@ def _read(path: Path) -> dict:
 def _write(path: Path, data: dict) -> None:
     try:  # a read-only home costs a re-measurement next time, not the run
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1))
-        tmp.replace(path)
+        write_atomic(path, json.dumps(data, indent=1))
     except OSError:
         pass

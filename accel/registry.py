@@ -5,6 +5,7 @@ unknown name into an error that lists the valid ones.
 """
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -62,3 +63,15 @@ class TaskRegistry(Registry):
 
 IMPORTED = "package.module:attribute"
 TASKS = TaskRegistry("task")
+
+
+def import_attribute(target: str) -> Any:
+    module_name, _, attr = target.partition(":")
+    try:
+        value = importlib.import_module(module_name)
+        for part in attr.split("."):
+            value = getattr(value, part)
+    except (ImportError, AttributeError) as err:
+        raise AccelError(f"Cannot import `{target}`: {err}. Use `package.module:attribute`, with the package "
+                         "importable (installed, or on PYTHONPATH).") from None
+    return value

@@ -68,15 +68,18 @@ class RunDir:
         return stale
 
     def write_text(self, name: str, text: str) -> Path:
-        """Atomic: a reader never sees half a file."""
-        target = self.path / name
-        tmp = target.with_name(f".{target.name}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, target)
-        return target
+        return write_atomic(self.path / name, text)
 
     def write_json(self, name: str, data: Any) -> Path:
         return self.write_text(name, strict_json(data, indent=2) + "\n")
+
+
+def write_atomic(target: Path, text: str) -> Path:
+    """Write `text` to `target` through a temporary file and a rename: a reader never sees half a file."""
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, target)
+    return target
 
 
 def strict_json(data: Any, **kwargs: Any) -> str:

@@ -12,9 +12,8 @@ from pydantic import Field
 from torch import nn
 
 from ..errors import AccelError
-from ..registry import MODELS
+from ..registry import MODELS, import_attribute
 from ..schema import StrictModel
-from ..tasks.function import import_attribute
 from . import hf  # noqa: F401  (registers hf_causal_lm; transformers is imported only when it is built)
 from .gpt import GPT, gpt
 from .vision import resnet18_cifar, small_cnn

@@ -1,7 +1,6 @@
 """Tasks defined by a function, and models that compute their own loss (the Hugging Face convention)."""
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
@@ -11,7 +10,7 @@ from pydantic import Field
 from torch import nn
 
 from ..errors import AccelError
-from ..registry import IMPORTED, TASKS
+from ..registry import IMPORTED, TASKS, import_attribute
 from ..schema import StrictModel
 from .base import Task
 
@@ -95,15 +94,3 @@ class ImportedTask:
             return FunctionTask(target)
         raise AccelError(f"task `{cfg.name}` must be a subclass of accel.tasks.Task (args are passed to it) or a "
                          "function (model, batch) -> loss without args")
-
-
-def import_attribute(target: str) -> Any:
-    module_name, _, attr = target.partition(":")
-    try:
-        value = importlib.import_module(module_name)
-        for part in attr.split("."):
-            value = getattr(value, part)
-    except (ImportError, AttributeError) as err:
-        raise AccelError(f"Cannot import `{target}`: {err}. Use `package.module:attribute`, with the package "
-                         "importable (installed, or on PYTHONPATH).") from None
-    return value
