@@ -98,11 +98,11 @@ def cpu_has_native_bf16() -> bool:
     check its numbers on any machine)."""
     if os.environ.get("ACCEL_CPU_BF16") == "1":
         return True
-    flags = _cpu_flags()
+    flags = cpu_flags()
     return flags is None or bool({"avx512_bf16", "amx_bf16"} & flags)
 
 
-def _cpu_flags() -> set[str] | None:
+def cpu_flags() -> set[str] | None:
     flags = _cpuinfo("flags")
     return None if flags is None else set(flags.split())
 

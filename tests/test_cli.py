@@ -114,3 +114,25 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path):
     a = json.loads((whole / "summary.json").read_text())
     b = json.loads((killed / "summary.json").read_text())
     assert a["metrics"] == b["metrics"] and a["steps"] == b["steps"] == b["epochs"] * 31
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["recipes"], ["speedups"], ["train", "--help"], ["bench", "--help"]])
+def test_quick_commands_answer_without_importing_torch(argv):
+    """What makes them answer in well under a second on 2 cores: torch alone takes seconds to import there
+    (the timings: python scripts/time_cli.py)."""
+    probe = ("import sys\nfrom accel.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+             "print('torch imported' if 'torch' in sys.modules else 'torch not imported', file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=60)
+    assert done.stderr.strip().endswith("torch not imported"), done.stderr
+
+
+def test_the_speedup_catalogue_read_from_source_matches_the_registry(capsys):
+    from accel import builtins  # noqa: F401
+    from accel.cli.info import catalogue
+    from accel.registry import SPEEDUPS
+
+    listed = catalogue()
+    assert sorted(listed) == SPEEDUPS.names()
+    assert all(doc == SPEEDUPS.get(name).__doc__.strip().splitlines()[0] for name, doc in listed.items())
+    assert main(["speedups", "--here"]) == 0
+    assert "amp" in capsys.readouterr().out

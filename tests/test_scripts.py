@@ -59,3 +59,9 @@ def test_gpu_check_writes_one_json_that_later_runs_add_to(tmp_path):
     assert set(result["steps"]) == {"env", "peaks"}
     assert result["steps"]["peaks"]["commands"][0]["rc"] == 0 and result["steps"]["peaks"]["result"]["matmul_tflops"]
     assert (tmp_path / "raw.tar.gz").is_file()
+
+
+def test_time_cli_times_each_quick_command_in_a_fresh_process():
+    lines = _script("scripts/time_cli.py", "--repeat", "1").splitlines()
+    assert [line.split(" median ")[0].strip() for line in lines] == [
+        "accel --help", "accel recipes", "accel speedups", "python -c 'import torch'"]

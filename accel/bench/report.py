@@ -101,6 +101,7 @@ def _summarize_variant(variant: Variant, trials: list[dict], base_ok: list[dict]
         "val_metric_name": next((t["val_metric_name"] for t in ok if t.get("val_metric_name")), None),
         "val_metric": _median(_values(ok, "val_metric")),
         "result_changed": _result_changed(ok, base_ok, is_base),
+        "lint": list({f["code"]: f for t in ok for f in t.get("lint") or []}.values()),  # once per finding
         "errors": len(trials) - len(ok), "ok_trials": len(ok), "trials": list(trials),
     }
 
@@ -286,6 +287,15 @@ def failed_lines(report: dict) -> list[str]:
     return out
 
 
+def lint_lines(report: dict) -> list[str]:
+    """Each speed-lint finding once, with the variants it was found in."""
+    found: dict[str, tuple[dict, list[str]]] = {}
+    for r in report["variants"]:
+        for f in r.get("lint") or []:
+            found.setdefault(f["code"], (f, []))[1].append(r["name"])
+    return [f"{f['found']} Fix: {f['fix']} ({', '.join(names)})" for f, names in found.values()]
+
+
 def render_markdown(report: dict) -> str:
     """report.md: title, command/env, ranked table, verdicts, recommended configuration, failed trials."""
     out = ["# accel bench report", ""]
@@ -299,6 +309,9 @@ def render_markdown(report: dict) -> str:
     out += ["| " + " | ".join(row) + " |" for row in rows]
     out += ["", "## Verdicts", ""] + [f"- {ln}" for ln in verdict_lines(report)]
     out += ["", "## Recommended configuration", "", report["recommended"]["text"]]
+    lint = lint_lines(report)
+    if lint:
+        out += ["", "## Speed lint", ""] + [f"- {ln}" for ln in lint]
     failed = failed_lines(report)
     if failed:
         out += ["", "## Failed trials", ""] + [f"- {ln}" for ln in failed]

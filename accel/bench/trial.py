@@ -123,6 +123,7 @@ def run_trial(recipe_path: Path, steps: int, warmup: int, trial: int = 0, target
         "batch_size": recipe.data.batch_size, "grad_accum": recipe.train.grad_accum,
         "build_s": built - started, "wall_s": time.perf_counter() - started,
         "skipped_speedups": summary.get("skipped_speedups") or {},
+        "lint": summary.get("lint") or [],
         "env": devices.environment(trainer.device),
         **(clock.result() if clock else {}),
     }

@@ -2,17 +2,21 @@
 from __future__ import annotations
 
 import argparse
+import ast
 from pathlib import Path
 
 from .options import add_sets
 
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
+SPEEDUPS_DIR = Path(__file__).resolve().parents[1] / "speedups"
 
 
 def add(commands) -> None:
     commands.add_parser("recipes", help="list the shipped recipes").set_defaults(run=recipes)
-    commands.add_parser("speedups", help="list the speed-ups and whether each can run here").set_defaults(
-        run=speedups)
+    speedups_parser = commands.add_parser("speedups", help="list the speed-ups (--here: whether each runs here)")
+    speedups_parser.add_argument("--here", action="store_true",
+                                 help="also check whether each can run on this machine (imports torch: seconds)")
+    speedups_parser.set_defaults(run=speedups)
     doctor_parser = commands.add_parser("doctor", help="versions, devices, threads, backends and known speed traps")
     doctor_parser.add_argument("recipe", nargs="?", help="also check this recipe's loader and speed-up settings")
     add_sets(doctor_parser)
@@ -27,19 +31,49 @@ def recipes(args: argparse.Namespace) -> int:
     return 0
 
 
+def catalogue() -> dict[str, str]:
+    """Each speed-up's recipe name and the first line of its class docstring, read from the source of
+    accel/speedups without importing it: importing the speed-ups imports torch, seconds on a small machine."""
+    found = {}
+    for path in sorted(SPEEDUPS_DIR.glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            name = next((_registered_name(d) for d in getattr(node, "decorator_list", []) if _registered_name(d)),
+                        None)
+            if name:
+                found[name] = (ast.get_docstring(node) or "").strip().splitlines()[0:1]
+    return {name: doc[0] if doc else "" for name, doc in sorted(found.items())}
+
+
+def _registered_name(decorator: ast.expr) -> str | None:
+    """"amp" for a decorator written `@SPEEDUPS.register("amp")`, else None."""
+    call = decorator if isinstance(decorator, ast.Call) else None
+    if call is None or not isinstance(call.func, ast.Attribute) or call.func.attr != "register":
+        return None
+    if getattr(call.func.value, "id", None) != "SPEEDUPS" or not call.args:
+        return None
+    return getattr(call.args[0], "value", None)
+
+
 def speedups(args: argparse.Namespace) -> int:
+    reasons = _reasons() if args.here else {}
+    for name, doc in catalogue().items():
+        status = ""
+        if args.here:
+            status = "  [available]" if reasons.get(name) is None else f"  [unavailable here: {reasons[name]}]"
+        print(f"{name:24s} {doc}{status}")
+    if not args.here:
+        print("\nWhether each can run on this machine: accel speedups --here")
+    return 0
+
+
+def _reasons() -> dict[str, str | None]:
+    """Why each registered speed-up cannot run on this machine's default device (None: it can)."""
     from .. import builtins  # noqa: F401
     from ..devices import resolve_device
     from ..registry import SPEEDUPS
 
     device = resolve_device("auto")
-    for name in SPEEDUPS.names():
-        speedup = SPEEDUPS.get(name)()
-        reason = speedup.unavailable(device)
-        doc = (type(speedup).__doc__ or "").strip().splitlines()[0] if type(speedup).__doc__ else ""
-        status = "available" if reason is None else f"unavailable here: {reason}"
-        print(f"{name:14s} {doc}  [{status}]")
-    return 0
+    return {name: SPEEDUPS.get(name)().unavailable(device) for name in SPEEDUPS.names()}
 
 
 def doctor(args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ VARIANT_KEYS = {"name", "overrides", "samples_per_s", "ratio_vs_baseline", "verd
                 "trials", "step_time_p50_s", "step_time_p90_s", "data_wait_fraction", "peak_memory_mb",
                 "break_even_steps", "val_accuracy", "result_changed", "errors", "ok_trials", "warmup_s",
                 "tokens_per_s", "val_metric", "val_metric_name", "flop_per_s", "mfu",
-                "time_to_target_s", "target_reached"}
+                "time_to_target_s", "target_reached", "lint"}
 
 
 def trial(variant, i, sps, *, first=1.0, loss=0.5, wait=0.1, bs=32):
@@ -187,3 +187,16 @@ def test_a_failed_variant_is_never_recommended_nor_the_baseline_for_ratios():
     everything = summarize([crashed(v.name, 0) for v in variants], variants, big)
     assert everything["recommended"] == {"overrides": {}, "text": everything["recommended"]["text"]}
     assert everything["recommended"]["text"].startswith("none: every variant's trials failed")
+
+
+def test_speed_lint_findings_are_reported_once_with_their_variants(tmp_path):
+    finding = {"code": "workers-compete", "found": "1 loader worker(s) + 2 compute threads on 2 cores.",
+               "fix": "data.loader.num_workers: 0"}
+    base, more = Variant("baseline"), Variant("workers=1", {"data.loader.num_workers": 1})
+    trials = [trial("baseline", i, 100.0) for i in range(2)]
+    trials += [trial("workers=1", i, 90.0) | {"lint": [finding]} for i in range(2)]
+    rep = summarize(trials, [base, more], "baseline")
+    assert rep["variants"][1]["lint"] == [finding] and rep["variants"][0]["lint"] == []
+    md = write_reports(rep, tmp_path)["md"].read_text()
+    assert "## Speed lint\n\n- 1 loader worker(s) + 2 compute threads on 2 cores. Fix: data.loader.num_workers: 0 " \
+           "(workers=1)" in md

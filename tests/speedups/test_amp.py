@@ -50,12 +50,12 @@ def test_fp16_is_skipped_on_cpu_with_a_reason_or_refused_in_strict_mode(make_tra
 
 def test_bf16_is_skipped_on_a_cpu_that_only_emulates_it(make_trainer, monkeypatch):
     monkeypatch.delenv("ACCEL_CPU_BF16")
-    monkeypatch.setattr(devices, "_cpu_flags", lambda: {"avx2", "fma"})  # a 2-core AVX2 EPYC: 13x slower in bf16
+    monkeypatch.setattr(devices, "cpu_flags", lambda: {"avx2", "fma"})  # a 2-core AVX2 EPYC: 13x slower in bf16
     devices.cpu_has_native_bf16.cache_clear()
     try:
         trainer = make_trainer({"amp": {"dtype": "bf16"}})
         assert trainer.speedups == [] and "no native bf16" in trainer.skipped_speedups["amp"]
-        monkeypatch.setattr(devices, "_cpu_flags", lambda: {"avx512f", "avx512_bf16"})
+        monkeypatch.setattr(devices, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
         devices.cpu_has_native_bf16.cache_clear()
         assert [s.name for s in make_trainer({"amp": {"dtype": "bf16"}}).speedups] == ["amp"]
     finally:
