@@ -12,10 +12,10 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import nn
 
 from . import devices
 from .data.loaders import available_cpus
+from .models.blocks import model_traits
 
 if TYPE_CHECKING:
     from .trainer import Trainer
@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 DATA_WAIT = 0.10  # above this share of step time waiting for batches, the loader is what to speed up
 CODES = ("anomaly-detection", "deterministic", "channels-last-without-conv", "pin-memory-off", "optimizer-not-fused",
          "fp32-with-fast-bf16", "threads-over-cores", "workers-compete", "data-wait", "recompiles")
-CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 
 
 @dataclass(frozen=True)
@@ -54,7 +53,7 @@ def facts(trainer: Trainer) -> dict[str, Any]:
         "optimizer": type(optimizer).__name__, "fused": bool(optimizer.defaults.get("fused")),
         "fused_exists": "fused" in inspect.signature(type(optimizer).__init__).parameters,
         "channels_last": "channels_last" in names,
-        "has_conv": any(isinstance(m, CONV) for m in trainer.module.modules()),
+        "has_conv": model_traits(trainer.module)["has_conv"],
         "amp": "amp" in names, "fast_bf16": _fast_bf16(device),
     }
 

@@ -98,7 +98,7 @@ def test_tune_command_for_real(tiny, write_recipe, tmp_path, capsys):
     out, work = tmp_path / "tuned.yaml", tmp_path / "work"
     # 4096 is more than the training set holds, so it fails and bounds the search: 8192 is never run.
     argv = ["tune", str(write_recipe(tiny)), "--batch-sizes", "16,4096,8192", "--workers=", "--threads=",
-            "--steps", "2", "--warmup", "1", "--trials", "1", "--out", str(out), "--work", str(work)]
+            "--no-speedups", "--steps", "2", "--warmup", "1", "--trials", "1", "--out", str(out), "--work", str(work)]
     assert main(argv) == 0
     captured = capsys.readouterr()
     assert captured.out.strip().splitlines()[-1] == str(out)
@@ -111,6 +111,66 @@ def test_tune_command_for_real(tiny, write_recipe, tmp_path, capsys):
 
 
 def test_tune_rejects_nothing_to_do(tiny, write_recipe, capsys):
-    argv = ["tune", str(write_recipe(tiny)), "--batch-sizes=", "--workers=", "--threads="]
+    argv = ["tune", str(write_recipe(tiny)), "--batch-sizes=", "--workers=", "--threads=", "--no-speedups"]
     assert main(argv) == 2
     assert "nothing to tune" in capsys.readouterr().err
+
+
+def simulated_speedups(seen: list):
+    """amp bf16 2x; channels_last noise; compile 1.5x per step but 100 s to compile; every trial takes 10 s."""
+    def run_trials(jobs, out, settings, console=None, skip=None):
+        results = []
+        for trial, name, path in jobs:
+            speedups = yaml.safe_load(path.read_text())["speedups"]
+            on = {k for k, v in speedups.items() if v.get("enabled", True)}
+            seen.append((name, tuple(sorted(on))))
+            sps = 100.0 * (2 if "amp" in on else 1) * (1.5 if "compile" in on else 1) * (1 + 0.001 * trial)
+            sps *= 1 + 0.002 * ("channels_last" in on) * (-1) ** trial
+            step = 16 / sps
+            results.append({"variant": name, "trial": trial, "error": None, "samples_per_s": sps, "wall_s": 10.0,
+                            "step_times_s": [step] * 4, "first_step_s": 100.0 if "compile" in on else 1.0,
+                            "model_traits": {"has_conv": True, "has_attention": False, "repeated_blocks": False},
+                            "steps_per_epoch": 10, "env": {"device": "cpu (simulated)", "torch": "2.x"}})
+        return results
+
+    return run_trials
+
+
+def test_speedups_are_kept_only_when_they_help_and_repay_their_start_up(monkeypatch, tiny, tmp_path):
+    seen: list = []
+    monkeypatch.setattr(tune_module, "run_trials", simulated_speedups(seen))
+    monkeypatch.setenv("ACCEL_CPU_BF16", "1")
+    tiny["speedups"] = {"channels_last": {}}  # the recipe has it on; it measures as noise, so off wins
+    base = validate_recipe(tiny)
+    knobs = [k for k in build_knobs(base, speedups=True) if k.speedup]
+    assert [k.key for k in knobs] == ["speedups.amp", "speedups.channels_last", "speedups.attention",
+                                      "speedups.optim", "speedups.compile"]
+    assert knobs[2].labels == ["off", "backend=flash"]  # the CUDA-only kernels are not candidates on a CPU
+    assert knobs[4].labels == ["off", "on", "regional=true"]  # max-autotune: GPUs only
+    result = tune(base, knobs, tmp_path, TrialSettings(5, 1), trials=3, final_check=True)
+    assert result.labels["speedups.amp"] == "dtype=bf16" and result.chosen["speedups.amp"]["dtype"] == "bf16"
+    assert result.labels["speedups.channels_last"] == "off"
+    # compile: 1.5x, but 99 s more start-up is repaid after ~1,500 steps and the recipe runs 2 epochs x 10
+    assert result.labels["speedups.compile"] == "off"
+    notes = {(r["knob"], r["label"]): r["note"] for r in result.rows}
+    assert notes[("speedups.compile", "on")].startswith("repays its start-up after") and "the run has 20" in notes[
+        ("speedups.compile", "on")]
+    assert notes[("speedups.compile", "regional=true")] == "not tried: the model has no repeated blocks"
+    assert notes[("speedups.attention", "backend=flash")] == "not tried: the model has no attention modules"
+    assert not any("regional" in name or "attention" in name for name, _ in seen)
+    assert result.final["verdict"] == "helped" and result.final["ratio"]["median"] == pytest.approx(2.0, rel=0.01)
+    settings = TrialSettings(5, 1)
+    text = write_fragment(result, tmp_path / "tuned.yaml", base, "accel tune r.yaml", settings, 3).read_text()
+    assert yaml.safe_load(text)["speedups"]["channels_last"]["enabled"] is False
+    assert "speedups.amp: dtype=bf16 (2.00x" in text and "Tuned vs the recipe as given" in text
+
+
+def test_a_budget_leaves_the_knobs_that_do_not_fit(monkeypatch, tiny, tmp_path):
+    seen: list = []
+    monkeypatch.setattr(tune_module, "run_trials", simulated_speedups(seen))
+    knobs = [Knob("speedups.compile", [{"enabled": False}, {"enabled": True}], speedup=True, labels=["off", "on"]),
+             Knob(BATCH_KEY, [16, 32], bounded=True)]
+    result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=2, budget_s=50)
+    assert len(seen) == 4  # the compile stage (4 trials of 10 s) ran; the batch stage's 2 new trials would not fit
+    assert [r["note"] for r in result.rows if r["knob"] == BATCH_KEY] == ["not measured: over the --budget"]
+    assert BATCH_KEY not in result.chosen

@@ -95,6 +95,7 @@ def run_trial(recipe_path: Path, steps: int, warmup: int, trial: int = 0, target
     (bf16, a fused kernel) would look like a changed result; with it, the trials' spread shows how far results
     move by chance, and a variant's result is flagged only when it moves further.
     """
+    from ..models.blocks import model_traits
     from ..recipe import load_recipe
     from ..run import build_trainer
 
@@ -124,9 +125,20 @@ def run_trial(recipe_path: Path, steps: int, warmup: int, trial: int = 0, target
         "build_s": built - started, "wall_s": time.perf_counter() - started,
         "skipped_speedups": summary.get("skipped_speedups") or {},
         "lint": summary.get("lint") or [],
+        "model_traits": model_traits(trainer.module),
+        "steps_per_epoch": _steps_per_epoch(trainer),
         "env": devices.environment(trainer.device),
         **(clock.result() if clock else {}),
     }
+
+
+def _steps_per_epoch(trainer) -> int | None:
+    from ..trainer import steps_per_epoch
+
+    try:
+        return steps_per_epoch(len(trainer.train_loader), trainer.cfg.grad_accum)
+    except TypeError:  # a loader without a length
+        return None
 
 
 def _parser() -> argparse.ArgumentParser:

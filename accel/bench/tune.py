@@ -1,11 +1,15 @@
-"""`accel tune`: measure the cheap knobs (batch size, DataLoader workers, threads) and write the best as YAML.
+"""`accel tune`: choose speed-ups and the cheap knobs (batch size, workers, threads) by measurement; write YAML.
 
-One knob at a time, in order, each starting from the best values found so far (coordinate descent, one pass).
-Every candidate runs through the bench's trial runner: fresh processes, interleaved trials, warm-up excluded.
-A candidate replaces the current value only when its throughput ratio's interval says "helped", over at least
-two trials, none of which failed; a noise-level win keeps the current value. Batch sizes are tried in ascending
-order and the first one that fails (out of memory, or no full batch left) bounds the search: larger ones are
-not run.
+One knob at a time, in order, each starting from the best values found so far (coordinate descent, one pass;
+accel/bench/knobs.py says which knobs, which candidates, and why in that order). That order is how the search
+handles interactions: each knob is judged in the configuration the earlier ones chose (layout and kernels in
+the chosen dtype, compile over all of them, batch size with compile on, workers and threads with the final
+compute), at the cost of not revisiting an earlier knob. Every candidate runs through the bench's trial runner:
+fresh processes, interleaved trials, warm-up excluded. A candidate replaces the reference (the recipe's value;
+off for a speed-up, since the simpler setting should win a tie) only when its throughput ratio's interval says
+"helped", over at least two trials, none of which failed, and when its start-up cost (compilation) is repaid
+within the recipe's planned steps. Batch sizes are tried in ascending order and the first one that fails (out
+of memory, or no full batch left) bounds the search. A budget skips the knobs whose trials would not fit.
 """
 from __future__ import annotations
 
@@ -19,26 +23,12 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from ..data.loaders import available_cpus
 from ..errors import AccelError
 from ..recipe import Recipe
-from ..recipe_yaml import parse_value
-from ..registry import SPEEDUPS
+from .knobs import BATCH_KEY, WORKERS_KEY, Knob, build_knobs, threads_key, usable  # noqa: F401 (tune's API)
 from .report import MIN_TRIALS, summarize
 from .runner import TrialSettings, resolve_variant, run_trials, write_recipes
-from .variants import Variant, format_value, interleave, vary_variants
-
-BATCH_KEY, WORKERS_KEY = "data.batch_size", "data.loader.num_workers"
-THREAD_FIELDS = ("num_threads", "threads", "intra_op_threads", "intra_op")  # how a `threads` speed-up may name it
-
-
-@dataclass
-class Knob:
-    """A recipe key and the values to try; `bounded`: ascending, and the first failure ends the search."""
-
-    key: str
-    values: list[Any]
-    bounded: bool = False
+from .variants import Variant, format_value, interleave
 
 
 @dataclass
@@ -48,6 +38,8 @@ class TuneResult:
     chosen: dict[str, Any] = field(default_factory=dict)
     rows: list[dict[str, Any]] = field(default_factory=list)
     env: dict[str, Any] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)  # dotted key -> the chosen value's label
+    final: dict[str, Any] | None = None  # the tuned configuration against the recipe as given, measured last
 
 
 def lookup(data: dict, key: str) -> Any:
@@ -59,46 +51,20 @@ def lookup(data: dict, key: str) -> Any:
     return data
 
 
-def threads_key() -> str | None:
-    """The recipe key of the `threads` speed-up's thread count, or None when no such speed-up is registered."""
-    if "threads" not in SPEEDUPS:
-        return None
-    fields = getattr(SPEEDUPS.get("threads").Config, "model_fields", {})
-    return next((f"speedups.threads.{name}" for name in THREAD_FIELDS if name in fields), None)
-
-
-def _listed(text: str | None, default: list[Any]) -> list[Any]:
-    # None: the flag was not given, use the default; "" (e.g. --threads=): skip this knob.
-    if text is None:
-        return default
-    return [parse_value(part) for part in text.split(",") if part.strip()]
-
-
-def build_knobs(base: Recipe, batch_sizes: str | None = None, workers: str | None = None,
-                threads: str | None = None, tries: list[str] = ()) -> list[Knob]:
-    """The knobs to search, with default candidates derived from the recipe and this machine's cores."""
-    b, cpus = base.data.batch_size, available_cpus()
-    knobs = [Knob(BATCH_KEY, _listed(batch_sizes, [max(1, b // 2), b, 2 * b, 4 * b]), bounded=True),
-             Knob(WORKERS_KEY, _listed(workers, [n for n in (0, 1, 2, 4) if n <= cpus]))]
-    key = threads_key()
-    counts = sorted({n for n in (1, 2, 4, 8, 16, 32) if n <= cpus} | {cpus})
-    if key is not None:
-        knobs.append(Knob(key, _listed(threads, counts)))
-    elif threads:
-        raise AccelError("--threads needs a registered `threads` speed-up with a thread-count option; "
-                         "none is installed. Use --try KEY=V1,V2 for the key your setup uses.")
-    for item in tries:
-        variants = vary_variants([item])
-        knobs.append(Knob(next(iter(variants[0].overrides)), [v.overrides[k] for v in variants for k in v.overrides]))
-    for knob in knobs:
-        if knob.bounded and not all(isinstance(v, int) and v > 0 for v in knob.values):
-            raise AccelError(f"{knob.key} candidates must be positive integers, got {knob.values}.")
-    return [k for k in knobs if k.values]
-
-
-def _candidates(knob: Knob, current: Any) -> list[Any]:
-    values = list(dict.fromkeys([current, *knob.values]))
+def _candidates(knob: Knob, current: Any, traits: dict[str, bool]) -> list[Any]:
+    if knob.speedup:  # off is the reference; the recipe's own setting is one of the candidates
+        return usable(knob, traits)
+    values = list(dict.fromkeys([current, *knob.values])) if _hashable(current, knob.values) else \
+        [current, *[v for v in knob.values if v != current]]
     return sorted(values) if knob.bounded else values
+
+
+def _hashable(*values: Any) -> bool:
+    try:
+        hash(tuple(v if not isinstance(v, list) else tuple(v) for v in values))
+    except TypeError:
+        return False
+    return True
 
 
 def _config_key(base: dict, overrides: dict[str, Any]) -> str:
@@ -119,54 +85,152 @@ def _failed_bound(knob: Knob, names: dict[str, Any], current: Any):
     return skip
 
 
+@dataclass
+class Stage:
+    """One knob's measurements: its variants, every trial of them, and the reference variant's name."""
+
+    knob: Knob
+    variants: list[Variant]
+    trials: list[dict]
+    reference: str
+    new_trials: int
+
+
+def _reference(knob: Knob, chosen: dict[str, Any], plain: dict) -> Any:
+    return knob.values[0] if knob.speedup else chosen.get(knob.key, lookup(plain, knob.key))
+
+
+def _variants(knob: Knob, chosen: dict[str, Any], plain: dict, traits: dict[str, bool]) -> list[Variant]:
+    reference = _reference(knob, chosen, plain)
+    return [Variant(f"{knob.key}={knob.label(v) if v in knob.values else format_value(v)}", {**chosen, knob.key: v})
+            for v in _candidates(knob, reference, traits)]
+
+
 def _run_stage(base: Recipe, knob: Knob, chosen: dict[str, Any], cache: dict[str, list[dict]], out: Path,
-               settings: TrialSettings, trials: int, console: Console) -> tuple[list[Variant], list[dict], str]:
-    """Measure every candidate of `knob` not measured before: the stage's variants, all their trials (earlier
-    measurements of the same configuration reused) and the name of the current value's variant."""
+               settings: TrialSettings, trials: int, console: Console, traits: dict[str, bool]) -> Stage:
+    """Measure every candidate of `knob` not measured before (earlier measurements of the same configuration
+    are reused)."""
     plain = base.dump()
-    current = chosen.get(knob.key, lookup(plain, knob.key))
-    variants = [Variant(f"{knob.key}={format_value(v)}", {**chosen, knob.key: v}) for v in _candidates(knob, current)]
+    reference = _reference(knob, chosen, plain)
+    variants = _variants(knob, chosen, plain, traits)
     new = [v for v in variants if _config_key(plain, v.overrides) not in cache]
     files = write_recipes({v.name: resolve_variant(base, v) for v in new}, out)
     names = {v.name: v.overrides[knob.key] for v in variants}
     jobs = [(t, v.name, files[v.name]) for t, v in interleave(new, trials)] if new else []
-    results = run_trials(jobs, out, settings, console, skip=_failed_bound(knob, names, current)) if jobs else []
+    results = run_trials(jobs, out, settings, console, skip=_failed_bound(knob, names, reference)) if jobs else []
     for v in new:
         cache[_config_key(plain, v.overrides)] = [r for r in results if r["variant"] == v.name]
     trials_of = [r | {"variant": v.name} for v in variants for r in cache[_config_key(plain, v.overrides)]]
-    return variants, trials_of, variants[[names[v.name] for v in variants].index(current)].name
+    ref_name = next(v.name for v in variants if v.overrides[knob.key] == reference)
+    return Stage(knob, variants, trials_of, ref_name, len(results))
 
 
-def _pick(report: dict, baseline: str) -> dict:
+def _pick(report: dict, baseline: str, planned_steps: int | None) -> tuple[dict, dict[str, str]]:
+    """The fastest variant that measurably helped and repays its start-up within the planned run, else the
+    baseline; and why each faster one was passed over."""
+    passed: dict[str, str] = {}
     rows = [r for r in report["variants"] if r["verdict"] == "helped" and not r["errors"]]
+    for r in rows:
+        even = r.get("break_even_steps")
+        if planned_steps and even is not None and even > planned_steps:
+            passed[r["name"]] = f"repays its start-up after {even:.0f} steps; the run has {planned_steps}"
+    rows = [r for r in rows if r["name"] not in passed]
     best = max(rows, key=lambda r: r["samples_per_s"]["median"], default=None)
-    return best or next(r for r in report["variants"] if r["name"] == baseline)
+    return best or next(r for r in report["variants"] if r["name"] == baseline), passed
+
+
+def planned_steps(base: Recipe, trials: list[dict]) -> int | None:
+    """Optimizer steps the recipe will run, from its budget and the steps per epoch a trial reported."""
+    if base.train.max_steps:
+        return base.train.max_steps
+    per_epoch = next((t["steps_per_epoch"] for t in trials if t.get("steps_per_epoch")), None)
+    return per_epoch * base.train.epochs if per_epoch else None
+
+
+class Budget:
+    """Wall-clock budget: a stage runs only when its trials, at the mean duration seen so far, fit in what is left."""
+
+    def __init__(self, seconds: float | None):
+        self.seconds, self.start, self.walls = seconds, time.perf_counter(), []
+
+    def record(self, trials: list[dict]) -> None:
+        self.walls += [t["wall_s"] for t in trials if t.get("wall_s")]
+
+    def allows(self, runs: int) -> bool:
+        if self.seconds is None or not self.walls or runs == 0:
+            return True
+        spent = max(time.perf_counter() - self.start, sum(self.walls))  # trials run one after another
+        return spent + runs * sum(self.walls) / len(self.walls) <= self.seconds
 
 
 def tune(base: Recipe, knobs: list[Knob], work: str | Path, settings: TrialSettings, trials: int = 2,
-         console: Console | None = None) -> TuneResult:
-    """Search `knobs` in order by measurement (trials under `work`); the chosen values and every measurement."""
+         console: Console | None = None, budget_s: float | None = None, final_check: bool = False) -> TuneResult:
+    """Search `knobs` in order by measurement (trials under `work`); the chosen values and every measurement.
+    A knob whose trials would overrun `budget_s` is left as the recipe has it. With `final_check`, the tuned
+    configuration then runs against the recipe as given (when the budget allows)."""
     work, console = Path(work), console or Console(stderr=True)
-    result, cache = TuneResult(), {}
+    result, cache, budget, traits = TuneResult(), {}, Budget(budget_s), {}
+    plain = base.dump()
     for i, knob in enumerate(knobs):
-        variants, trials_of, current = _run_stage(base, knob, result.chosen, cache, work / f"{i}-{knob.key}",
-                                                  settings, trials, console)
-        if not any(t.get("error") is None for t in trials_of if t["variant"] == current):
-            raise AccelError(f"tune: the starting configuration ({current}) failed; fix the recipe first "
+        variants = _variants(knob, result.chosen, plain, traits)
+        unmeasured = [v for v in variants if _config_key(plain, v.overrides) not in cache]
+        result.rows += _unusable_rows(knob, traits)
+        if len(variants) < 2:
+            continue
+        if not budget.allows(len(unmeasured) * trials):
+            result.rows += [_skipped_row(knob.key, v.overrides[knob.key], v.name, "not measured: over the --budget")
+                            for v in variants[1:]]
+            continue
+        stage = _run_stage(base, knob, result.chosen, cache, work / f"{i}-{knob.key}", settings, trials, console,
+                           traits)
+        budget.record(stage.trials[-stage.new_trials:] if stage.new_trials else [])
+        if not any(t.get("error") is None for t in stage.trials if t["variant"] == stage.reference):
+            raise AccelError(f"tune: the starting configuration ({stage.reference}) failed; fix the recipe first "
                              f"(trial logs under {work}).")
-        report = summarize(trials_of, variants, current)
-        best = _pick(report, current)
+        traits = traits or next((t["model_traits"] for t in stage.trials if t.get("model_traits")), {})
+        report = summarize(stage.trials, stage.variants, stage.reference)
+        best, passed = _pick(report, stage.reference, planned_steps(base, stage.trials))
         result.chosen[knob.key] = best["overrides"][knob.key]
-        result.env = result.env or next((t["env"] for t in trials_of if t.get("env")), {})
-        result.rows += [_row(knob.key, r, current, best["name"]) for r in report["variants"]]
-    record = {"chosen": result.chosen, "rows": result.rows, "env": result.env}
+        result.labels[knob.key] = best["name"].partition("=")[2]
+        result.env = result.env or next((t["env"] for t in stage.trials if t.get("env")), {})
+        result.rows += [_row(knob.key, r, stage.reference, best["name"], passed) for r in report["variants"]]
+    if final_check and _config_key(plain, result.chosen) != "{}":  # something changed: measure what it bought
+        result.final = _final_check(base, result, work / "final", settings, trials, console, budget)
+    record = {"chosen": result.chosen, "rows": result.rows, "env": result.env, "final": result.final}
     (work / "tune.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
     return result
 
 
-def _row(key: str, r: dict, current: str, best: str) -> dict[str, Any]:
+def _final_check(base: Recipe, result: TuneResult, out: Path, settings: TrialSettings, trials: int,
+                 console: Console, budget: Budget) -> dict[str, Any] | None:
+    """The tuned configuration against the recipe as given, interleaved: what tuning bought, in one run."""
+    if not budget.allows(2 * trials):
+        return None
+    variants = [Variant("recipe as given"), Variant("tuned", dict(result.chosen))]
+    files = write_recipes({v.name: resolve_variant(base, v) for v in variants}, out)
+    done = run_trials([(t, v.name, files[v.name]) for t, v in interleave(variants, trials)], out, settings, console)
+    row = summarize(done, variants, "recipe as given")["variants"][1]
+    return {"samples_per_s": row["samples_per_s"], "ratio": row["ratio_vs_baseline"], "verdict": row["verdict"]}
+
+
+def _skipped_row(key: str, value: Any, name: str, note: str) -> dict[str, Any]:
+    return {"knob": key, "value": value, "label": name.partition("=")[2], "samples_per_s": {"median": None},
+            "ratio": {"median": None}, "verdict": None, "note": note}
+
+
+def _unusable_rows(knob: Knob, traits: dict[str, bool]) -> list[dict[str, Any]]:
+    """A row for each value the model cannot use (a trait it lacks), saying which."""
+    gone = [(v, need) for v, need in zip(knob.values, knob.needs) if need and not traits.get(need, True)]
+    return [_skipped_row(knob.key, v, f"{knob.key}={knob.label(v)}", f"not tried: the model has no {need}"
+                         .replace("has_conv", "convolutions").replace("has_attention", "attention modules")
+                         .replace("repeated_blocks", "repeated blocks")) for v, need in gone]
+
+
+def _row(key: str, r: dict, current: str, best: str, passed: dict[str, str]) -> dict[str, Any]:
     failed = [t["error"] for t in r["trials"] if t.get("error")]
-    note = "chosen" if r["name"] == best else "current" if r["name"] == current else ""
+    note = "chosen" if r["name"] == best else "reference" if r["name"] == current else passed.get(r["name"], "")
+    if r["name"] == current and r["name"] != best:
+        note = "current" if not key.startswith("speedups.") else "reference (off)"
     faster = (r["ratio_vs_baseline"]["median"] or 0) > 1
     if r["verdict"] is None and faster and r["name"] not in (best, current) and r["ok_trials"] < MIN_TRIALS:
         note = f"not trusted: fewer than {MIN_TRIALS} trials"
@@ -175,8 +239,9 @@ def _row(key: str, r: dict, current: str, best: str) -> dict[str, Any]:
     elif failed:
         last = [ln for ln in str(failed[0]).strip().splitlines() if ln.strip()] or ["?"]
         note = (note + "; " if note else "") + f"{len(failed)} failed: {last[-1][:120]}"
-    return {"knob": key, "value": r["overrides"][key], "samples_per_s": r["samples_per_s"],
-            "ratio": r["ratio_vs_baseline"], "verdict": r["verdict"], "note": note}
+    return {"knob": key, "value": r["overrides"][key], "label": r["name"].partition("=")[2],
+            "samples_per_s": r["samples_per_s"], "ratio": r["ratio_vs_baseline"], "verdict": r["verdict"],
+            "note": note}
 
 
 def _ci(d: dict, fmt: str, unit: str = "") -> str:
@@ -188,12 +253,15 @@ def _ci(d: dict, fmt: str, unit: str = "") -> str:
 
 def table(result: TuneResult) -> Table:
     """The measurements as a rich table, one row per candidate, grouped by knob."""
-    out = Table(title="accel tune: samples/s per candidate (ratio vs the current value)")
+    out = Table(title="accel tune: samples/s per candidate (ratio vs the recipe's value; vs off for speed-ups)")
     for column in ("knob", "value", "samples/s [95% CI]", "ratio [95% CI]", "verdict", "note"):
         out.add_column(column)
     for r in result.rows:
-        out.add_row(r["knob"], format_value(r["value"]), _ci(r["samples_per_s"], "{:.1f}"),
+        out.add_row(r["knob"], r["label"], _ci(r["samples_per_s"], "{:.1f}"),
                     _ci(r["ratio"], "{:.2f}", "x"), r["verdict"] or "", r["note"])
+    if result.final:
+        out.add_row("final check", "tuned vs recipe", _ci(result.final["samples_per_s"], "{:.1f}"),
+                    _ci(result.final["ratio"], "{:.2f}", "x"), result.final["verdict"] or "", "")
     return out
 
 
@@ -217,9 +285,17 @@ def _comment(result: TuneResult, base: Recipe, command: str, settings: TrialSett
     plain = base.dump()
     for key, value in result.chosen.items():
         row = next(r for r in result.rows if r["knob"] == key and r["value"] == value)
+        ratio, label = _ci(row["ratio"], "{:.2f}", "x"), result.labels.get(key, format_value(value))
+        if key.startswith("speedups."):
+            said = "nothing measurably beat off" if label == "off" else f"{ratio} samples/s vs off"
+            lines.append(f"{key}: {label} ({said})")
+            continue
         was = lookup(plain, key)
-        said = f"{_ci(row['ratio'], '{:.2f}', 'x')} samples/s vs the previous choice" if was != value else "kept"
+        said = f"{ratio} samples/s vs the previous choice" if was != value else "kept"
         lines.append(f"{key}: {format_value(value)} (recipe had {format_value(was)}; {said})")
+    if result.final:
+        lines.append(f"Tuned vs the recipe as given, measured last: {_ci(result.final['ratio'], '{:.2f}', 'x')} "
+                     f"samples/s ({result.final['verdict'] or 'too few trials for a verdict'}).")
     if result.chosen.get(BATCH_KEY, base.data.batch_size) != base.data.batch_size:
         lines.append("The batch size changed: it changes optimisation, so re-check the learning rate and accuracy.")
     lines.append("Use: `base: <this file>` in a recipe; keys the recipe sets itself win over a base file.")

@@ -30,7 +30,8 @@ def add(commands) -> None:
                               help="run only these variants (the baseline is always run), e.g. --only all")
     bench_parser.set_defaults(run=bench)
 
-    tune_parser = commands.add_parser("tune", help="measure batch size, workers and threads; write the best as YAML")
+    tune_parser = commands.add_parser("tune", help="choose speed-ups, batch size, workers and threads by "
+                                      "measurement; write the best as YAML")
     tune_parser.add_argument("recipe", help="path to a recipe YAML file")
     add_sets(tune_parser)
     tune_parser.add_argument("--batch-sizes", metavar="B1,B2", help="candidates, tried ascending until one fails "
@@ -39,6 +40,12 @@ def add(commands) -> None:
                              "the cores); an empty value skips the knob")
     tune_parser.add_argument("--threads", metavar="N1,N2", help="torch thread counts, via the `threads` speed-up "
                              "(default: powers of two up to the cores); an empty value skips the knob")
+    tune_parser.add_argument("--no-speedups", dest="speedups", action="store_false",
+                             help="leave the speed-ups as the recipe has them (default: try amp, channels_last, "
+                             "attention, fused optimizer and compile, each kept only if it measurably helps)")
+    tune_parser.add_argument("--budget", type=parse_duration, default=parse_duration("15m"), metavar="15m",
+                             help="wall-clock budget (s, m or h): knobs whose trials would not fit are left as "
+                             "the recipe has them (default 15m)")
     tune_parser.add_argument("--try", dest="tries", action="append", default=[], metavar="KEY=V1,V2",
                              help="also search any other recipe key (repeatable)")
     add_trial_options(tune_parser, steps=10, warmup=3, trials=2)
@@ -73,6 +80,18 @@ def bench(args: argparse.Namespace) -> int:
     return 130 if report["interrupted"] else 0
 
 
+def parse_duration(text: str) -> float:
+    """Seconds in `90`, `90s`, `15m` or `1.5h`."""
+    scale = {"s": 1, "m": 60, "h": 3600}.get(text.strip()[-1:].lower())
+    try:
+        seconds = float(text.strip()[:-1] if scale else text) * (scale or 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"`{text}` is not a duration: use e.g. 900, 90s, 15m or 1.5h") from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"the budget must be positive, got `{text}`")
+    return seconds
+
+
 def tune(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -83,12 +102,15 @@ def tune(args: argparse.Namespace) -> int:
 
     check_trial_options(args)
     base = load_recipe(args.recipe, args.overrides)
-    knobs = build_knobs(base, args.batch_sizes, args.workers, args.threads, args.tries)
+    from ..devices import resolve_device
+
+    knobs = build_knobs(base, args.batch_sizes, args.workers, args.threads, args.tries, speedups=args.speedups,
+                        device=resolve_device(base.device))
     if not knobs:
         raise AccelError("nothing to tune: every knob was given an empty list.")
     work = Path(args.work) if args.work else default_out(base.name, kind="tune")
     settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache)
-    result = run_tune(base, knobs, work, settings, args.trials)
+    result = run_tune(base, knobs, work, settings, args.trials, budget_s=args.budget, final_check=True)
     Console().print(table(result))
     path = write_fragment(result, args.out or work / "tuned.yaml", base, shlex.join(["accel", *args.argv]),
                           settings, args.trials)

@@ -5,6 +5,7 @@ import logging
 import re
 import warnings
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +26,12 @@ _NO_ONNX_FUNCTION = re.compile(r"No ONNX function found for <OpOverload\(op='([\
 _NODE_TARGET = re.compile(r"target=torch\.ops\.([\w.]+)")
 
 
-def export_model(module: nn.Module, example: torch.Tensor, fmt: str, path: Path) -> dict[str, Any]:
-    """Write `module` (eval mode, taking `example`-like batches of any size) to `path`; returns format facts."""
-    exporters = {"onnx": _export_onnx, "torchscript": _export_torchscript, "exported": _export_exported}
+def export_model(module: nn.Module, example: torch.Tensor, fmt: str, path: Path,
+                 input_name: str = "images") -> dict[str, Any]:
+    """Write `module` (eval mode, taking `example`-like batches of any size) to `path`; returns format facts.
+    `input_name` names the ONNX graph's input."""
+    exporters = {"onnx": partial(_export_onnx, input_name=input_name), "torchscript": _export_torchscript,
+                 "exported": _export_exported}
     try:
         return exporters[fmt](module, example, path)
     except ExportError:
@@ -36,13 +40,14 @@ def export_model(module: nn.Module, example: torch.Tensor, fmt: str, path: Path)
         raise _explain(err, fmt) from err
 
 
-def _batch_dim() -> dict[str, dict[int, Any]]:
-    return {"images": {0: torch.export.Dim("batch")}}
+def _batch_dim() -> tuple[dict[int, Any]]:
+    # positional, so it fits any forward's argument name (images, idx, input_ids)
+    return ({0: torch.export.Dim("batch")},)
 
 
-def _export_onnx(module: nn.Module, example: torch.Tensor, path: Path) -> dict[str, Any]:
+def _export_onnx(module: nn.Module, example: torch.Tensor, path: Path, input_name: str) -> dict[str, Any]:
     with quiet_logs("onnxscript", "onnx_ir"):  # per-pass optimizer notes at INFO
-        program = torch.onnx.export(module, (example,), dynamo=True, input_names=["images"],
+        program = torch.onnx.export(module, (example,), dynamo=True, input_names=[input_name],
                                     output_names=["logits"], dynamic_shapes=_batch_dim(), verbose=False)
     for node in program.model.graph:
         # source file paths and lines of the exporting machine: nothing a shipped model should carry

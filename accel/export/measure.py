@@ -16,6 +16,7 @@ from torch import nn
 from .formats import Runner
 
 Batch = tuple[torch.Tensor, torch.Tensor]
+IGNORE = -100  # the target cross-entropy skips (accel.tasks.language_model)
 SETTLE_S = 0.02
 
 
@@ -48,13 +49,15 @@ class Evaluation:
 
 
 def evaluate(run: Runner, batches: Iterable[Batch]) -> Evaluation:
-    """Run the validation batches through `run`; accuracy is top-1, as the trainer's evaluation counts it."""
+    """Run the validation batches through `run`; accuracy is top-1 (per position for a language model), as the
+    trainer's evaluation counts it."""
     logits, targets = [], []
     for images, labels in batches:
         logits.append(run(images).detach().float().cpu())
         targets.append(labels)
     logits_t, targets_t = torch.cat(logits), torch.cat(targets)
-    accuracy = (logits_t.argmax(1) == targets_t).sum().item() / max(len(targets_t), 1)
+    counted = targets_t != IGNORE  # a language model's padding positions count for nothing
+    accuracy = ((logits_t.argmax(-1) == targets_t) & counted).sum().item() / max(int(counted.sum()), 1)
     return Evaluation(logits_t, accuracy)
 
 

@@ -86,18 +86,18 @@ def default_out(run_dir: Path, config: ExportConfig) -> Path:
 
 def _variants(source: Source, config: ExportConfig, out: Path, threads: int) -> tuple[list[Variant], dict]:
     """The original, the pruned model (if asked), the export, and its int8 variants, each ready to run."""
-    original = source.classifier()
+    original = source.servable()
     variants = [Variant("eager", "pytorch", eager_runner(original), state_dict_size(original))]
     extras: dict[str, Any] = {}
     model = source.model
     if config.prune:
         model, extras["prune"] = _prune(source, config)
-        pruned = source.classifier(model)
+        pruned = source.servable(model)
         variants.append(Variant("eager-pruned", "pytorch", eager_runner(pruned), state_dict_size(pruned),
                                 reference="eager"))
     artifact = out / f"model{SUFFIX[config.format]}"
     log.info("exporting to %s", artifact)
-    info = export_model(source.classifier(model), source.example, config.format, artifact)
+    info = export_model(source.servable(model), source.example, config.format, artifact, source.input_name)
     variants.append(Variant(config.format, RUNTIME[config.format], load_runner(config.format, artifact, threads),
                             file_size(artifact), artifact, reference=variants[-1].name, info=info))
     if config.quantize:

@@ -26,7 +26,7 @@ def build_report(source, config, variants, evaluations, latencies, extras: dict[
         "source": {"run_dir": str(source.run_dir), "checkpoint": str(source.checkpoint),
                    "recipe": source.recipe.name, "model": source.recipe.model.name, "weights": source.weights},
         "format": config.format, "options": config.model_dump(mode="json"), "out": extras["out"],
-        "input": source.input_spec(), "output": {"name": "logits", "shape": ["batch", original.logits.shape[1]]},
+        "input": source.input_spec(), "output": {"name": "logits", "shape": ["batch", *original.logits.shape[1:]]},
         "prune": extras.get("prune"),
         "validation": {"samples": len(original.logits), "accuracy_reported_by_training": _trained_accuracy(source)},
         "timing": {"threads": extras["threads"], "runs": config.runs, "warmup": config.warmup,

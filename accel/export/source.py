@@ -1,4 +1,7 @@
-"""What gets exported: a run's trained model, wrapped to take the images a user feeds in production.
+"""What gets exported: a run's trained model, wrapped to take what a user feeds in production.
+
+A language model takes token ids as the validation loader yields them and returns logits per position; an
+image classifier is wrapped as below.
 
 The exported graph takes exactly what the validation loader yields, normally uint8 NCHW images, and does the
 `(x / 255 - mean) / std` normalisation inside, as training did. A user then ships one file and feeds decoded
@@ -54,16 +57,30 @@ class Source:
     val_loader: Any
     mean: tuple[float, ...]
     std: tuple[float, ...]
-    example: torch.Tensor = field(repr=False)  # a few real validation images, as the loader yields them
+    example: torch.Tensor = field(repr=False)  # a few real validation inputs, as the loader yields them
     weights: str = "trained"  # or "ema": the averaged weights the run evaluated
 
-    def classifier(self, model: nn.Module | None = None) -> ImageClassifier:
-        """`model` (default: the trained one) wrapped to take loader images; in eval mode, on the CPU."""
-        wrapped = ImageClassifier(model or self.model, self.mean, self.std, self.example.dtype == torch.uint8)
-        return wrapped.eval().cpu()
+    @property
+    def tokens(self) -> bool:
+        return self.recipe.task.name == "language_model"
+
+    @property
+    def input_name(self) -> str:
+        return "tokens" if self.tokens else "images"
+
+    def servable(self, model: nn.Module | None = None) -> nn.Module:
+        """`model` (default: the trained one) taking what the loader yields: an image classifier wrapped to
+        normalise loader images, a language model as it is; in eval mode, on the CPU."""
+        model = model or self.model
+        if not self.tokens:
+            model = ImageClassifier(model, self.mean, self.std, self.example.dtype == torch.uint8)
+        return model.eval().cpu()
 
     def input_spec(self) -> dict[str, Any]:
         """What the exported graph takes, for export.json and the docs."""
+        if self.tokens:
+            return {"name": "tokens", "dtype": str(self.example.dtype).removeprefix("torch."),
+                    "shape": ["batch", *self.example.shape[1:]], "normalisation": "none: token ids"}
         folded = self.example.dtype == torch.uint8
         return {"name": "images", "dtype": str(self.example.dtype).removeprefix("torch."),
                 "shape": ["batch", *self.example.shape[1:]],
@@ -99,10 +116,7 @@ def load_source(path: str | Path) -> Source:
         raise ExportError(f"No recipe.yaml next to {checkpoint}: expected {recipe_path}. Export needs the run's "
                           "recipe to rebuild the model and its data; pass the run directory that holds both.")
     trained = load_recipe(recipe_path)
-    if trained.task.name != "classification":
-        raise ExportError(f"`accel export` exports image classifiers (task: classification); the run in {run_dir} "
-                          f"trained task `{trained.task.name}`. Its weights are in {checkpoint} (`model` holds the "
-                          "state_dict) for torch.onnx.export or torch.export with your own example input.")
+    _check_exportable(trained, run_dir, checkpoint)
     trainer = build_trainer(cpu_recipe(trained))
     state = load_checkpoint(checkpoint)
     check_same_model(state["model_signature"], trainer.module, checkpoint)
@@ -111,11 +125,26 @@ def load_source(path: str | Path) -> Source:
     if trainer.val_loader is None:
         raise ExportError(f"The recipe in {run_dir} has no validation split (`data.dataset.val_fraction: 0`), "
                           "so the export cannot be checked against the original. Export a run with validation data.")
-    normalize = trainer.eval_transform
-    images = next(iter(trainer.val_loader))[0]
-    example = torch.cat([images[:2], images[:2]])[:2]  # two samples: a batch of 1 would fix the batch size
+    normalize = trainer.eval_transform  # None for token data
+    inputs = next(iter(trainer.val_loader))[0]
+    example = torch.cat([inputs[:2], inputs[:2]])[:2]  # two samples: a batch of 1 would fix the batch size
+    mean, std = (_constants(normalize.mean), _constants(normalize.std)) if normalize is not None else ((), ())
     return Source(run_dir, checkpoint, trained, trainer.module.eval(), trainer.train_loader, trainer.val_loader,
-                  _constants(normalize.mean), _constants(normalize.std), example, which)
+                  mean, std, example, which)
+
+
+def _check_exportable(recipe: Recipe, run_dir: Path, checkpoint: Path) -> None:
+    """Image classifiers and language models on token tensors export; anything else is refused, saying where
+    the weights are."""
+    where = (f"Its weights are in {checkpoint} (`model` holds the state_dict) for torch.onnx.export or "
+             "torch.export with your own example input.")
+    task = recipe.task.name
+    if task not in ("classification", "language_model"):
+        raise ExportError(f"`accel export` exports image classifiers and language models; the run in {run_dir} "
+                          f"trained task `{task}`. {where}")
+    if task == "language_model" and getattr(recipe.data.dataset, "layout", "pairs") != "pairs":
+        raise ExportError(f"`accel export` exports language models that take a tensor of token ids; the run in "
+                          f"{run_dir} feeds dict batches (`layout: hf`), whose models return output objects. {where}")
 
 
 def _evaluated_weights(state: dict[str, Any], recipe: Recipe) -> tuple[dict[str, Any], str]:

@@ -1,5 +1,5 @@
-"""Finding a model's repeated blocks (a transformer's layers): what activation checkpointing and regional
-compilation work on."""
+"""What a model is made of: its repeated blocks (a transformer's layers), what activation checkpointing and
+regional compilation work on, and the traits that say which speed-ups can help it."""
 from __future__ import annotations
 
 from torch import nn
@@ -21,3 +21,16 @@ def repeated_blocks(model: nn.Module, classes: list[str] = ()) -> list[nn.Module
             chosen += children
             inside.update(id(m) for c in children for m in c.modules())
     return chosen
+
+
+CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
+
+
+def model_traits(model: nn.Module) -> dict[str, bool]:
+    """Convolutions (channels_last), attention modules (an attention kernel), repeated blocks (regional
+    compile, activation checkpointing)."""
+    modules = list(model.modules())
+    return {"has_conv": any(isinstance(m, CONV) for m in modules),
+            "has_attention": any(isinstance(m, nn.MultiheadAttention) or type(m).__name__.endswith("Attention")
+                                 for m in modules),
+            "repeated_blocks": bool(repeated_blocks(model))}

@@ -41,7 +41,7 @@ def source(tiny_run):
 
 @pytest.mark.parametrize("fmt", ["onnx", "torchscript", "exported"])
 def test_export_reloads_and_matches_eager_for_any_batch_size(source, fmt, tmp_path, caplog):
-    classifier = source.classifier()
+    classifier = source.servable()
     path = tmp_path / f"model.{fmt}"
     with warnings.catch_warnings():
         warnings.simplefilter("error", FutureWarning)  # deprecations are logged once, never leaked as warnings

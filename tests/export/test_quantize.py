@@ -22,7 +22,7 @@ def exported(tiny_run, tmp_path_factory):
     """(source, fp32 ONNX path, validation images) for the tiny run."""
     source = load_source(tiny_run)
     path = tmp_path_factory.mktemp("q") / "model.onnx"
-    export_model(source.classifier(), source.example, "onnx", path)
+    export_model(source.servable(), source.example, "onnx", path)
     images = torch.cat([images for images, _ in source.val_loader])
     return source, path, images
 

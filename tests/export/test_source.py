@@ -19,7 +19,7 @@ from accel.run import run_recipe
 
 def test_exported_module_takes_loader_images_and_reproduces_training_evaluation(tiny_run):
     source = load_source(tiny_run)
-    classifier = source.classifier()
+    classifier = source.servable()
     images, _ = next(iter(source.val_loader))
     assert images.dtype == torch.uint8 and source.example.dtype == torch.uint8 and len(source.example) == 2
     normalised = (images.float() / 255 - torch.tensor(source.mean).view(1, -1, 1, 1)) / torch.tensor(
@@ -76,7 +76,7 @@ def test_a_run_that_evaluated_ema_weights_exports_them(recipe_data, tmp_path):
     assert source.weights == "ema" and not torch.equal(shadow[name], raw[name])
     assert torch.equal(source.model.state_dict()[name], shadow[name])
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert evaluate(eager_runner(source.classifier()), source.val_loader).accuracy == summary["metrics"]["val_accuracy"]
+    assert evaluate(eager_runner(source.servable()), source.val_loader).accuracy == summary["metrics"]["val_accuracy"]
 
 
 def test_a_run_of_another_task_is_refused_with_where_its_weights_are(tiny_run, tmp_path):
@@ -85,6 +85,6 @@ def test_a_run_of_another_task_is_refused_with_where_its_weights_are(tiny_run, t
     recipe = yaml.safe_load((run / "recipe.yaml").read_text())
     recipe["task"] = {"name": "regression", "loss": "mse"}
     (run / "recipe.yaml").write_text(yaml.safe_dump(recipe))
-    with pytest.raises(ExportError, match=r"exports image classifiers .* trained task `regression`\. Its weights "
-                       r"are in .*last\.pt"):
+    with pytest.raises(ExportError, match=r"exports image classifiers and language models; .* trained task "
+                       r"`regression`\. Its weights are in .*last\.pt"):
         load_source(run)
