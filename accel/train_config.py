@@ -22,6 +22,8 @@ class TrainConfig(StrictModel):
     grad_accum: int = Field(1, ge=1, description="micro-batches accumulated per optimizer step")
     clip_grad_norm: float | None = Field(None, gt=0, description="clip the global gradient norm to this value")
     eval_every_epochs: int = Field(1, ge=0, description="evaluate every N epochs (0: only at the end)")
+    eval_max_batches: int | None = Field(None, ge=1, description="evaluate on at most this many validation "
+                                         "batches (the bench's trials: the same subset for every variant)")
     eval_every_steps: int | None = Field(None, ge=1, description="also evaluate every N optimizer steps, logged as "
                                          "`eval` records (time to a target, long single-epoch runs)")
     sync_every_step: bool = Field(False, description="synchronise the device after every step so per-step times "

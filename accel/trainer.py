@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+import itertools
 import logging
 import math
 import time
@@ -261,7 +262,7 @@ class Trainer:
             for speedup in self.speedups:  # outside inference mode: a context may change weights in place (EMA)
                 stack.enter_context(speedup.eval_context())
             stack.enter_context(devices.inference_mode(self.device))
-            for batch in self.val_loader:
+            for batch in itertools.islice(self.val_loader, self.cfg.eval_max_batches):
                 batch = self._on_device(batch, self.eval_transform)
                 for name, value in self._eval_sums(batch).items():
                     sums[name] = sums[name] + value if name in sums else value.double()
@@ -286,7 +287,7 @@ class Trainer:
         gathers its weights collectively in every forward, so each rank must run as many forwards."""
         if not (self.world.distributed and fsdp.is_sharded(self.module)):
             return 0
-        mine = len(self.val_loader)
+        mine = min(len(self.val_loader), self.cfg.eval_max_batches or len(self.val_loader))
         short = self.world.max(mine, self.device) - mine
         if short and mine == 0:
             raise AccelError(f"rank {self.world.rank} has no validation samples: with strategy fsdp, every "

@@ -166,3 +166,24 @@ def test_a_loader_without_batches_is_an_error_not_a_hang(tiny):
     tiny["train"]["max_steps"] = 3
     with pytest.raises(AccelError, match="no batches"):
         build_trainer(validate_recipe(tiny)).fit()
+
+
+def test_eval_max_batches_evaluates_only_the_first_batches():
+    from accel.train_config import TrainConfig
+
+    class Counting(list):
+        served = 0
+
+        def __iter__(self):
+            for batch in super().__iter__():
+                Counting.served += 1
+                yield batch
+
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3)
+    val = Counting([(torch.randn(5, 4), torch.randint(0, 3, (5,))) for _ in range(6)])
+    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), val[:2], val_loader=val, device="cpu",
+                      config=TrainConfig(eval_max_batches=2))
+    whole = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), val[:2], val_loader=val[:2], device="cpu")
+    assert trainer.evaluate() == whole.evaluate()  # the first two batches, and nothing else
+    assert Counting.served == 2

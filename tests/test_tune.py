@@ -116,7 +116,7 @@ def test_tune_rejects_nothing_to_do(tiny, write_recipe, capsys):
     assert "nothing to tune" in capsys.readouterr().err
 
 
-def simulated_speedups(seen: list):
+def simulated_speedups(seen: list, has_conv: bool = True):
     """amp bf16 2x; channels_last noise; compile 1.5x per step but 100 s to compile; every trial takes 10 s."""
     def run_trials(jobs, out, settings, console=None, skip=None):
         results = []
@@ -129,7 +129,7 @@ def simulated_speedups(seen: list):
             step = 16 / sps
             results.append({"variant": name, "trial": trial, "error": None, "samples_per_s": sps, "wall_s": 10.0,
                             "step_times_s": [step] * 4, "first_step_s": 100.0 if "compile" in on else 1.0,
-                            "model_traits": {"has_conv": True, "has_attention": False, "repeated_blocks": False},
+                            "model_traits": {"has_conv": has_conv, "has_attention": False, "repeated_blocks": False},
                             "steps_per_epoch": 10, "env": {"device": "cpu (simulated)", "torch": "2.x"}})
         return results
 
@@ -174,3 +174,24 @@ def test_a_budget_leaves_the_knobs_that_do_not_fit(monkeypatch, tiny, tmp_path):
     assert len(seen) == 4  # the compile stage (4 trials of 10 s) ran; the batch stage's 2 new trials would not fit
     assert [r["note"] for r in result.rows if r["knob"] == BATCH_KEY] == ["not measured: over the --budget"]
     assert BATCH_KEY not in result.chosen
+
+
+def test_a_model_without_convolutions_never_runs_channels_last(monkeypatch, tiny, tmp_path):
+    seen: list = []
+    monkeypatch.setattr(tune_module, "run_trials", simulated_speedups(seen, has_conv=False))
+    knobs = [Knob("speedups.channels_last", [{"enabled": False}, {"enabled": True}], speedup=True,
+                  labels=["off", "on"], needs=[None, "has_conv"])]
+    result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=2)
+    assert {name for name, _ in seen} == {"speedups.channels_last=off"}  # the reference, to learn the traits
+    assert [r["note"] for r in result.rows] == ["not tried: the model has no convolutions"]
+
+
+def test_a_knob_the_recipe_does_not_set_starts_from_its_absence(monkeypatch, tiny, tmp_path):
+    seen: list = []
+    monkeypatch.setattr(tune_module, "run_trials", simulated(seen))
+    base = validate_recipe(tiny)  # no `threads` speed-up: the reference is the recipe without one
+    result = tune(base, [Knob("speedups.threads.intra_op", [1, 2])], tmp_path, TrialSettings(5, 1), trials=2)
+    assert [r["label"] for r in result.rows] == ["null", "1", "2"]
+    assert result.chosen == {"speedups.threads.intra_op": None}  # the simulated threads change nothing
+    fragment = write_fragment(result, tmp_path / "tuned.yaml", base, "accel tune r.yaml", TrialSettings(5, 1), 2)
+    assert yaml.safe_load(fragment.read_text()) == {}  # nothing changed, and no invalid `intra_op: null`

@@ -26,6 +26,7 @@ from .target import Target, TargetClock, parse_target
 
 LAST_LOSS_STEPS = 5  # final_loss averages this many last timed steps: one step's loss is too noisy to compare
 
+GUARD_BATCHES = 8  # validation batches a trial evaluates for the result guard (no --target)
 BENCH_SETTINGS = ("train.sync_every_step=true", "train.eval_every_epochs=0", "train.early_stopping=null",
                   "log.progress=false", "log.tensorboard=false")
 
@@ -100,7 +101,10 @@ def run_trial(recipe_path: Path, steps: int, warmup: int, trial: int = 0, target
     from ..run import build_trainer
 
     started = time.perf_counter()
-    evals = [f"train.eval_every_steps={eval_every or max((warmup + steps) // 10, 1)}"] if target else []
+    # Time to a target needs the whole validation set; otherwise the result guard compares every variant on
+    # the same first batches, and evaluating a large validation set does not dominate the trial.
+    evals = [f"train.eval_every_steps={eval_every or max((warmup + steps) // 10, 1)}"] if target else \
+        [f"train.eval_max_batches={GUARD_BATCHES}"]
     recipe = load_recipe(recipe_path, [f"train.max_steps={warmup + steps}", *BENCH_SETTINGS, *evals])
     recipe.seed += trial
     timer, clock = StepTimer(), TargetClock(target) if target else None

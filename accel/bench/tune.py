@@ -67,10 +67,18 @@ def _hashable(*values: Any) -> bool:
     return True
 
 
-def _config_key(base: dict, overrides: dict[str, Any]) -> str:
-    # Overrides equal to the recipe's own value change nothing: such configurations share measurements.
-    real = {k: v for k, v in overrides.items() if lookup(base, k) != v}
-    return json.dumps(real, sort_keys=True, default=str)
+def _effective(base: Recipe, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The overrides that change the recipe (one that repeats the recipe's value, or its absence, does not)."""
+    plain = base.dump()
+    return {k: v for k, v in overrides.items() if lookup(plain, k) != v}
+
+
+def _config_key(base: Recipe, overrides: dict[str, Any]) -> str:
+    """The configuration the overrides make, however they say it: an override equal to the recipe's value, or a
+    speed-up turned off rather than absent, changes nothing, and such configurations share measurements."""
+    data = resolve_variant(base, Variant("key", _effective(base, overrides))).dump()
+    data["speedups"] = {name: cfg for name, cfg in data["speedups"].items() if cfg.get("enabled", True)}
+    return json.dumps(data, sort_keys=True, default=str)
 
 
 def _failed_bound(knob: Knob, names: dict[str, Any], current: Any):
@@ -93,7 +101,7 @@ class Stage:
     variants: list[Variant]
     trials: list[dict]
     reference: str
-    new_trials: int
+    new_trials: list[dict]  # the trials this stage ran (the others were measured by an earlier stage)
 
 
 def _reference(knob: Knob, chosen: dict[str, Any], plain: dict) -> Any:
@@ -113,16 +121,17 @@ def _run_stage(base: Recipe, knob: Knob, chosen: dict[str, Any], cache: dict[str
     plain = base.dump()
     reference = _reference(knob, chosen, plain)
     variants = _variants(knob, chosen, plain, traits)
-    new = [v for v in variants if _config_key(plain, v.overrides) not in cache]
-    files = write_recipes({v.name: resolve_variant(base, v) for v in new}, out)
+    new = [v for v in variants if _config_key(base, v.overrides) not in cache]
+    files = write_recipes({v.name: resolve_variant(base, Variant(v.name, _effective(base, v.overrides)))
+                           for v in new}, out)
     names = {v.name: v.overrides[knob.key] for v in variants}
     jobs = [(t, v.name, files[v.name]) for t, v in interleave(new, trials)] if new else []
     results = run_trials(jobs, out, settings, console, skip=_failed_bound(knob, names, reference)) if jobs else []
     for v in new:
-        cache[_config_key(plain, v.overrides)] = [r for r in results if r["variant"] == v.name]
-    trials_of = [r | {"variant": v.name} for v in variants for r in cache[_config_key(plain, v.overrides)]]
+        cache[_config_key(base, v.overrides)] = [r for r in results if r["variant"] == v.name]
+    trials_of = [r | {"variant": v.name} for v in variants for r in cache[_config_key(base, v.overrides)]]
     ref_name = next(v.name for v in variants if v.overrides[knob.key] == reference)
-    return Stage(knob, variants, trials_of, ref_name, len(results))
+    return Stage(knob, variants, trials_of, ref_name, results)
 
 
 def _pick(report: dict, baseline: str, planned_steps: int | None) -> tuple[dict, dict[str, str]]:
@@ -171,9 +180,11 @@ def tune(base: Recipe, knobs: list[Knob], work: str | Path, settings: TrialSetti
     work, console = Path(work), console or Console(stderr=True)
     result, cache, budget, traits = TuneResult(), {}, Budget(budget_s), {}
     plain = base.dump()
+    if any(need for knob in knobs for need in knob.needs):  # the reference's trials report the model's traits
+        traits = _reference_traits(base, knobs[0], cache, work / "reference", settings, trials, console, budget)
     for i, knob in enumerate(knobs):
         variants = _variants(knob, result.chosen, plain, traits)
-        unmeasured = [v for v in variants if _config_key(plain, v.overrides) not in cache]
+        unmeasured = [v for v in variants if _config_key(base, v.overrides) not in cache]
         result.rows += _unusable_rows(knob, traits)
         if len(variants) < 2:
             continue
@@ -183,7 +194,7 @@ def tune(base: Recipe, knobs: list[Knob], work: str | Path, settings: TrialSetti
             continue
         stage = _run_stage(base, knob, result.chosen, cache, work / f"{i}-{knob.key}", settings, trials, console,
                            traits)
-        budget.record(stage.trials[-stage.new_trials:] if stage.new_trials else [])
+        budget.record(stage.new_trials)
         if not any(t.get("error") is None for t in stage.trials if t["variant"] == stage.reference):
             raise AccelError(f"tune: the starting configuration ({stage.reference}) failed; fix the recipe first "
                              f"(trial logs under {work}).")
@@ -194,11 +205,23 @@ def tune(base: Recipe, knobs: list[Knob], work: str | Path, settings: TrialSetti
         result.labels[knob.key] = best["name"].partition("=")[2]
         result.env = result.env or next((t["env"] for t in stage.trials if t.get("env")), {})
         result.rows += [_row(knob.key, r, stage.reference, best["name"], passed) for r in report["variants"]]
-    if final_check and _config_key(plain, result.chosen) != "{}":  # something changed: measure what it bought
+    if final_check and _config_key(base, result.chosen) != _config_key(base, {}):  # measure what tuning bought
         result.final = _final_check(base, result, work / "final", settings, trials, console, budget)
     record = {"chosen": result.chosen, "rows": result.rows, "env": result.env, "final": result.final}
     (work / "tune.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
     return result
+
+
+def _reference_traits(base: Recipe, first: Knob, cache: dict[str, list[dict]], out: Path, settings: TrialSettings,
+                      trials: int, console: Console, budget: Budget) -> dict[str, bool]:
+    """Measure the first knob's reference configuration (its stage reuses these trials) and return the model
+    traits they report, so no stage tries a candidate the model cannot use."""
+    reference = Knob(first.key, first.values[:1], speedup=first.speedup, labels=first.labels[:1])
+    if not first.speedup:
+        reference = Knob(first.key, [lookup(base.dump(), first.key)])
+    stage = _run_stage(base, reference, {}, cache, out, settings, trials, console, {})
+    budget.record(stage.new_trials)
+    return next((t["model_traits"] for t in stage.trials if t.get("model_traits")), {})
 
 
 def _final_check(base: Recipe, result: TuneResult, out: Path, settings: TrialSettings, trials: int,
@@ -308,5 +331,6 @@ def write_fragment(result: TuneResult, path: str | Path, base: Recipe, command: 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     header = "".join(f"# {line}\n" for line in _comment(result, base, command, settings, trials))
-    path.write_text(header + yaml.safe_dump(_nested(result.chosen), sort_keys=False))
+    changed = {k: v for k, v in result.chosen.items() if not (v is None and lookup(base.dump(), k) is None)}
+    path.write_text(header + yaml.safe_dump(_nested(changed), sort_keys=False))
     return path
