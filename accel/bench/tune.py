@@ -168,8 +168,9 @@ class Budget:
     def allows(self, runs: int) -> bool:
         if self.seconds is None or not self.walls or runs == 0:
             return True
-        spent = max(time.perf_counter() - self.start, sum(self.walls))  # trials run one after another
-        return spent + runs * sum(self.walls) / len(self.walls) <= self.seconds
+        # Trials run one after another; the elapsed time also holds each trial process's start-up.
+        spent = max(time.perf_counter() - self.start, sum(self.walls))
+        return spent + runs * spent / len(self.walls) <= self.seconds
 
 
 def tune(base: Recipe, knobs: list[Knob], work: str | Path, settings: TrialSettings, trials: int = 2,
