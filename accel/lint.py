@@ -8,6 +8,7 @@ its report.
 from __future__ import annotations
 
 import inspect
+import logging
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -15,11 +16,13 @@ import torch
 
 from . import devices
 from .data.loaders import available_cpus
+from .errors import AccelError
 from .models.blocks import model_traits
 
 if TYPE_CHECKING:
     from .trainer import Trainer
 
+log = logging.getLogger("accel")
 DATA_WAIT = 0.10  # above this share of step time waiting for batches, the loader is what to speed up
 CODES = ("anomaly-detection", "deterministic", "channels-last-without-conv", "pin-memory-off", "optimizer-not-fused",
          "fp32-with-fast-bf16", "threads-over-cores", "workers-compete", "data-wait", "recompiles")
@@ -35,6 +38,37 @@ class Finding:
 
     def __str__(self) -> str:
         return f"{self.found} Fix: {self.fix}"
+
+
+class SpeedLint:
+    """One run's lint: the facts read when fit() starts, each finding said once (on the first process), the
+    codes in `ignore` never."""
+
+    def __init__(self, ignore: list[str], say: bool = True):
+        unknown = sorted(set(ignore) - set(CODES))
+        if unknown:
+            raise AccelError(f"train.lint_ignore: unknown speed-lint code(s) {', '.join(unknown)}; the codes are "
+                             f"{', '.join(CODES)}.")
+        self.ignore, self.say, self.facts = set(ignore), say, {}
+
+    def start(self, trainer: Trainer) -> None:
+        self.facts = facts(trainer)
+        self._say(self._findings())
+
+    def end(self, summary: dict[str, Any]) -> list[dict[str, str]]:
+        """Every finding of the run as records; those only the run revealed (data wait, recompiles) said now."""
+        if not self.facts:  # fit() failed before the lint read anything
+            return []
+        found = self._findings(summary)
+        self._say(found[len(self._findings()):])  # the start findings come first and were said already
+        return as_records(found)
+
+    def _findings(self, summary: dict[str, Any] | None = None) -> list[Finding]:
+        return [f for f in findings(self.facts, summary) if f.code not in self.ignore]
+
+    def _say(self, found: list[Finding]) -> None:
+        for finding in found if self.say else ():
+            log.warning("speed lint: %s", finding)
 
 
 def facts(trainer: Trainer) -> dict[str, Any]:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import inspect
 import itertools
-import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -29,7 +28,6 @@ from .train_config import TrainConfig
 
 Transform = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 PLAIN_STEP = Speedup()  # backward and optimizer step when no speed-up owns them
-log = logging.getLogger("accel")
 
 
 class Trainer:
@@ -57,12 +55,12 @@ class Trainer:
         self.train_loader, self.val_loader = train_loader, val_loader
         self.task = as_task(task, loss_fn)
         self.cfg = config or TrainConfig()
-        _check_lint_codes(self.cfg.lint_ignore)
         self.speedups, self.skipped_speedups = select_available(list(speedups), self.device, strict)
         self.callbacks = list(callbacks)
         self.train_transform, self.eval_transform = train_transform, eval_transform
         self.log_every_steps = log_every_steps
         self.world = world or World()
+        self.lint = lint.SpeedLint(self.cfg.lint_ignore, say=self.world.is_main)
         self._owner = next((s for s in self.speedups if s.owns_step), PLAIN_STEP)
         self._prepares = [s for s in self.speedups if type(s).prepare_batch is not Speedup.prepare_batch]
         self.forward_loss = self._forward_loss  # forward + loss; whole-step compilation replaces it
@@ -77,7 +75,6 @@ class Trainer:
         self.utilisation = Utilisation()
         self._uncounted_s = 0.0  # time inside the loop that is not training (counting FLOPs)
         self._set_up = False  # the speed-ups' setup has run and their teardown has not
-        self.lint_facts: dict[str, Any] = {}  # what the speed lint read at the start of fit()
 
     # ---- the loop -------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -98,7 +95,7 @@ class Trainer:
         """Train until the epoch or step budget is spent, a callback stops it, or a signal interrupts it."""
         start, status = time.perf_counter(), "failed"
         self.setup()
-        self._lint_start()
+        self.lint.start(self)
         self._emit("on_fit_start")
         try:
             with stop_requests(self._request_stop):
@@ -115,13 +112,6 @@ class Trainer:
                 speedup.teardown()
             self._set_up = False
         return summary
-
-    def _lint_start(self) -> None:
-        """Read the speed lint's facts and say each trap once, on the first process."""
-        self.lint_facts = lint.facts(self)
-        if self.world.is_main:
-            for finding in self._findings():
-                log.warning("speed lint: %s", finding)
 
     def _budget_spent(self) -> bool:
         over_steps = self.cfg.max_steps is not None and self.step >= self.cfg.max_steps
@@ -352,21 +342,8 @@ class Trainer:
             "speedups": [s.name for s in self.speedups], "skipped_speedups": self.skipped_speedups,
             "speedup_metrics": {s.name: s.metrics() for s in self.speedups},
         }
-        summary["lint"] = self._lint_end(summary)
+        summary["lint"] = self.lint.end(summary)
         return summary
-
-    def _lint_end(self, summary: dict[str, Any]) -> list[dict[str, str]]:
-        """Every finding of the run, those only the run revealed (data wait, recompiles) logged now."""
-        if not self.lint_facts:  # fit() failed before the lint read anything
-            return []
-        start, found = self._findings(), self._findings(summary)
-        if self.world.is_main:
-            for finding in found[len(start):]:
-                log.warning("speed lint: %s", finding)
-        return lint.as_records(found)
-
-    def _findings(self, summary: dict[str, Any] | None = None) -> list[lint.Finding]:
-        return [f for f in lint.findings(self.lint_facts, summary) if f.code not in self.cfg.lint_ignore]
 
     # ---- checkpoints and signals -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -413,13 +390,6 @@ def _check_optimizer_owns(module: nn.Module, optimizer: torch.optim.Optimizer) -
     if any(id(p) not in mine for group in optimizer.param_groups for p in group["params"]):
         raise AccelError("the optimizer holds tensors that are not the model's parameters. Moving a model to some "
                          "devices (XLA) replaces its parameters: create the optimizer after `model.to(device)`.")
-
-
-def _check_lint_codes(codes: list[str]) -> None:
-    unknown = sorted(set(codes) - set(lint.CODES))
-    if unknown:
-        raise AccelError(f"train.lint_ignore: unknown speed-lint code(s) {', '.join(unknown)}; the codes are "
-                         f"{', '.join(lint.CODES)}.")
 
 
 def _state_name(callback: Callback) -> str:

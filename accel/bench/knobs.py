@@ -35,6 +35,7 @@ SPEEDUP_CANDIDATES: list[tuple[str, list[dict], str | None]] = [
     ("compile", [{}, {"regional": True}, {"mode": "max-autotune"}], None),
 ]
 NEEDS_OF_VALUE = {("compile", "regional"): "repeated_blocks"}
+TRAITS = {"has_conv": "convolutions", "has_attention": "attention modules", "repeated_blocks": "repeated blocks"}
 CUDA_ONLY = {("compile", "mode")}  # max-autotune's kernel search pays off on GPUs; on CPUs it only costs time
 
 

@@ -25,7 +25,7 @@ from rich.table import Table
 
 from ..errors import AccelError
 from ..recipe import Recipe
-from .knobs import BATCH_KEY, WORKERS_KEY, Knob, build_knobs, threads_key, usable  # noqa: F401 (tune's API)
+from .knobs import BATCH_KEY, TRAITS, WORKERS_KEY, Knob, build_knobs, threads_key, usable  # noqa: F401 (API)
 from .report import MIN_TRIALS, summarize
 from .runner import TrialSettings, resolve_variant, run_trials, write_recipes
 from .variants import Variant, format_value, interleave
@@ -38,8 +38,13 @@ class TuneResult:
     chosen: dict[str, Any] = field(default_factory=dict)
     rows: list[dict[str, Any]] = field(default_factory=list)
     env: dict[str, Any] = field(default_factory=dict)
-    labels: dict[str, str] = field(default_factory=dict)  # dotted key -> the chosen value's label
     final: dict[str, Any] | None = None  # the tuned configuration against the recipe as given, measured last
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """Dotted key -> the label of the value chosen for it."""
+        return {r["knob"]: r["label"] for r in self.rows if r["knob"] in self.chosen
+                and r["value"] == self.chosen[r["knob"]]}
 
 
 def lookup(data: dict, key: str) -> Any:
@@ -54,17 +59,11 @@ def lookup(data: dict, key: str) -> Any:
 def _candidates(knob: Knob, current: Any, traits: dict[str, bool]) -> list[Any]:
     if knob.speedup:  # off is the reference; the recipe's own setting is one of the candidates
         return usable(knob, traits)
-    values = list(dict.fromkeys([current, *knob.values])) if _hashable(current, knob.values) else \
-        [current, *[v for v in knob.values if v != current]]
+    values: list[Any] = []
+    for value in [current, *knob.values]:  # distinct, by equality: --try values may be lists
+        if value not in values:
+            values.append(value)
     return sorted(values) if knob.bounded else values
-
-
-def _hashable(*values: Any) -> bool:
-    try:
-        hash(tuple(v if not isinstance(v, list) else tuple(v) for v in values))
-    except TypeError:
-        return False
-    return True
 
 
 def _effective(base: Recipe, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -121,15 +120,16 @@ def _run_stage(base: Recipe, knob: Knob, chosen: dict[str, Any], cache: dict[str
     plain = base.dump()
     reference = _reference(knob, chosen, plain)
     variants = _variants(knob, chosen, plain, traits)
-    new = [v for v in variants if _config_key(base, v.overrides) not in cache]
+    keys = {v.name: _config_key(base, v.overrides) for v in variants}
+    new = [v for v in variants if keys[v.name] not in cache]
     files = write_recipes({v.name: resolve_variant(base, Variant(v.name, _effective(base, v.overrides)))
                            for v in new}, out)
     names = {v.name: v.overrides[knob.key] for v in variants}
     jobs = [(t, v.name, files[v.name]) for t, v in interleave(new, trials)] if new else []
     results = run_trials(jobs, out, settings, console, skip=_failed_bound(knob, names, reference)) if jobs else []
     for v in new:
-        cache[_config_key(base, v.overrides)] = [r for r in results if r["variant"] == v.name]
-    trials_of = [r | {"variant": v.name} for v in variants for r in cache[_config_key(base, v.overrides)]]
+        cache[keys[v.name]] = [r for r in results if r["variant"] == v.name]
+    trials_of = [r | {"variant": v.name} for v in variants for r in cache[keys[v.name]]]
     ref_name = next(v.name for v in variants if v.overrides[knob.key] == reference)
     return Stage(knob, variants, trials_of, ref_name, results)
 
@@ -199,11 +199,9 @@ def tune(base: Recipe, knobs: list[Knob], work: str | Path, settings: TrialSetti
         if not any(t.get("error") is None for t in stage.trials if t["variant"] == stage.reference):
             raise AccelError(f"tune: the starting configuration ({stage.reference}) failed; fix the recipe first "
                              f"(trial logs under {work}).")
-        traits = traits or next((t["model_traits"] for t in stage.trials if t.get("model_traits")), {})
         report = summarize(stage.trials, stage.variants, stage.reference)
         best, passed = _pick(report, stage.reference, planned_steps(base, stage.trials))
         result.chosen[knob.key] = best["overrides"][knob.key]
-        result.labels[knob.key] = best["name"].partition("=")[2]
         result.env = result.env or next((t["env"] for t in stage.trials if t.get("env")), {})
         result.rows += [_row(knob.key, r, stage.reference, best["name"], passed) for r in report["variants"]]
     if final_check and _config_key(base, result.chosen) != _config_key(base, {}):  # measure what tuning bought
@@ -217,9 +215,7 @@ def _reference_traits(base: Recipe, first: Knob, cache: dict[str, list[dict]], o
                       trials: int, console: Console, budget: Budget) -> dict[str, bool]:
     """Measure the first knob's reference configuration (its stage reuses these trials) and return the model
     traits they report, so no stage tries a candidate the model cannot use."""
-    reference = Knob(first.key, first.values[:1], speedup=first.speedup, labels=first.labels[:1])
-    if not first.speedup:
-        reference = Knob(first.key, [lookup(base.dump(), first.key)])
+    reference = Knob(first.key, [_reference(first, {}, base.dump())], speedup=first.speedup, labels=first.labels[:1])
     stage = _run_stage(base, reference, {}, cache, out, settings, trials, console, {})
     budget.record(stage.new_trials)
     return next((t["model_traits"] for t in stage.trials if t.get("model_traits")), {})
@@ -245,16 +241,15 @@ def _skipped_row(key: str, value: Any, name: str, note: str) -> dict[str, Any]:
 def _unusable_rows(knob: Knob, traits: dict[str, bool]) -> list[dict[str, Any]]:
     """A row for each value the model cannot use (a trait it lacks), saying which."""
     gone = [(v, need) for v, need in zip(knob.values, knob.needs) if need and not traits.get(need, True)]
-    return [_skipped_row(knob.key, v, f"{knob.key}={knob.label(v)}", f"not tried: the model has no {need}"
-                         .replace("has_conv", "convolutions").replace("has_attention", "attention modules")
-                         .replace("repeated_blocks", "repeated blocks")) for v, need in gone]
+    return [_skipped_row(knob.key, v, f"{knob.key}={knob.label(v)}", f"not tried: the model has no {TRAITS[need]}")
+            for v, need in gone]
 
 
 def _row(key: str, r: dict, current: str, best: str, passed: dict[str, str]) -> dict[str, Any]:
     failed = [t["error"] for t in r["trials"] if t.get("error")]
-    note = "chosen" if r["name"] == best else "reference" if r["name"] == current else passed.get(r["name"], "")
+    note = "chosen" if r["name"] == best else passed.get(r["name"], "")
     if r["name"] == current and r["name"] != best:
-        note = "current" if not key.startswith("speedups.") else "reference (off)"
+        note = "reference (off)" if key.startswith("speedups.") else "current"
     faster = (r["ratio_vs_baseline"]["median"] or 0) > 1
     if r["verdict"] is None and faster and r["name"] not in (best, current) and r["ok_trials"] < MIN_TRIALS:
         note = f"not trusted: fewer than {MIN_TRIALS} trials"
@@ -309,7 +304,7 @@ def _comment(result: TuneResult, base: Recipe, command: str, settings: TrialSett
     plain = base.dump()
     for key, value in result.chosen.items():
         row = next(r for r in result.rows if r["knob"] == key and r["value"] == value)
-        ratio, label = _ci(row["ratio"], "{:.2f}", "x"), result.labels.get(key, format_value(value))
+        ratio, label = _ci(row["ratio"], "{:.2f}", "x"), row["label"]
         if key.startswith("speedups."):
             said = "nothing measurably beat off" if label == "off" else f"{ratio} samples/s vs off"
             lines.append(f"{key}: {label} ({said})")

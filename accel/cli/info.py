@@ -37,11 +37,9 @@ def catalogue() -> dict[str, str]:
     found = {}
     for path in sorted(SPEEDUPS_DIR.glob("*.py")):
         for node in ast.parse(path.read_text()).body:
-            name = next((_registered_name(d) for d in getattr(node, "decorator_list", []) if _registered_name(d)),
-                        None)
-            if name:
-                found[name] = (ast.get_docstring(node) or "").strip().splitlines()[0:1]
-    return {name: doc[0] if doc else "" for name, doc in sorted(found.items())}
+            for name in filter(None, map(_registered_name, getattr(node, "decorator_list", []))):
+                found[name] = ((ast.get_docstring(node) or "").strip().splitlines() or [""])[0]
+    return dict(sorted(found.items()))
 
 
 def _registered_name(decorator: ast.expr) -> str | None:

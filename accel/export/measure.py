@@ -13,10 +13,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..tasks.language_model import IGNORE
 from .formats import Runner
 
 Batch = tuple[torch.Tensor, torch.Tensor]
-IGNORE = -100  # the target cross-entropy skips (accel.tasks.language_model)
 SETTLE_S = 0.02
 
 
