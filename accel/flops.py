@@ -3,7 +3,7 @@
 The count runs forward, loss and backward of the task on the plain module over a real batch, without side
 effects: the parameters are used as they are but gradients are returned, not accumulated; buffers (BatchNorm's
 running statistics) are copies; the RNG streams are forked. The optimizer's own arithmetic is not counted (the
-usual convention for MFU).
+usual convention for MFU), nor activation checkpointing's recomputed forward (extra hardware work, not model work).
 """
 from __future__ import annotations
 
@@ -45,9 +45,12 @@ def count_step_flops(module: torch.nn.Module, task: Any, batch: Any, contexts: A
     def model(*args: Any, **kwargs: Any) -> Any:
         return functional_call(module, state, args, kwargs)
 
+    from .speedups.activation_checkpointing import without_recompute
+
     cuda = sorted({p.device.index or 0 for p in trainable if p.device.type == "cuda"})
     # compiled parts (regional compile) run eagerly here: counting must not trigger a compile of its own
-    with torch.random.fork_rng(devices=cuda), torch.compiler.set_stance("force_eager"), contexts:
+    with torch.random.fork_rng(devices=cuda), torch.compiler.set_stance("force_eager"), without_recompute(), \
+            contexts:
         with flop_counter.FlopCounterMode(display=False, custom_mapping=EXTRA_FORMULAS) as counter:
             loss = task.loss(model, batch)
             torch.autograd.grad(loss, trainable, allow_unused=True)

@@ -11,6 +11,10 @@ Steps (default: all, in this order; name some to run only those):
               and `ablate-add` (baseline, +NAME) run its two halves, to fit a machine's time limit per command;
               `preset` runs baseline, all and -compile only
   transformer GPT-2-small shape in plain PyTorch: precisions, attention kernels, compile
+  lm          accel bench of recipes/lm-bytes-cuda.yaml (a 101M-parameter GPT): `lm-remove` (baseline, all,
+              -NAME), `lm-add` (+NAME), `lm-vary` (whole vs regional compile, float8, activation checkpointing),
+              MFU per variant from accel's own FLOP count
+  profile     where a step of the ResNet preset goes, compiled and eager: scripts/profile_step.py
   jpeg        a real JPEG folder fed to the GPU: plain ImageFolder, tuned loader, decoded cache, DALI `mixed`
 
 Each step runs its commands as subprocesses and adds {command, rc, seconds, output tail, result} to
@@ -42,11 +46,18 @@ import torch  # noqa: E402
 
 from accel import devices  # noqa: E402
 
-STEPS = ["env", "peaks", "tests", "plain-loop", "ablate", "transformer", "jpeg"]
+STEPS = ["env", "peaks", "tests", "plain-loop", "ablate", "transformer", "lm", "profile", "jpeg"]
 HALVES = {"ablate-remove": "all,-amp,-channels_last,-compile,-cudnn,-optim",
           "ablate-add": "+amp,+channels_last,+compile,+cudnn,+optim", "preset": "all,-compile"}
-TAIL = 4000  # characters of each command's output kept in the JSON
+TAIL = 8000  # characters of each command's output kept in the JSON
 RESNET_RECIPE = "recipes/cifar10-resnet18-cuda.yaml"
+LM_RECIPE = "recipes/lm-bytes-cuda.yaml"
+LM_HALVES = {"lm-remove": ["--ablate", "--only", "all,-amp,-attention,-compile,-cudnn,-optim"],
+             "lm-add": ["--ablate", "--only", "+amp,+attention,+compile,+cudnn,+optim"]}
+LM_VARY = {"regional": "speedups.compile.regional=false,true", "float8": "speedups.float8.enabled=false,true",
+           "checkpointing": "speedups.activation_checkpointing.enabled=false,true"}
+LM_QUICK = ["--set", "model.args.width=64", "--set", "model.args.depth=2", "--set", "model.args.heads=2",
+            "--set", "data.dataset.context=64", "--set", "data.batch_size=4"]
 DATASHEET_DENSE_TFLOPS = {  # vendor figures without sparsity, for comparison with the measured rates
     "H100 80GB HBM3": {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
     "H200": {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
@@ -221,6 +232,31 @@ def step_transformer(check: Check) -> None:
     check.put("transformer", result=check.load(path))
 
 
+def step_lm(check: Check, step: str = "lm") -> None:
+    """accel bench of the GPU language-model recipe; `lm` runs all three parts, each its own bench folder."""
+    parts = {"lm": ["lm-remove", "lm-add", "lm-vary"]}.get(step, [step])
+    size = (["--steps", "2", "--warmup", "1", "--trials", "1", "--set", f"device={check.args.device}", *LM_QUICK]
+            if check.args.quick else ["--steps", "60", "--warmup", "10", "--trials", "2"])
+    runs = [(part, LM_HALVES[part]) for part in parts if part in LM_HALVES]
+    if "lm-vary" in parts:
+        runs += [(f"lm-{name}", ["--vary", vary]) for name, vary in LM_VARY.items()]
+    for name, how in runs:
+        out = check.work / f"bench-{name}"
+        check.sh(step, [sys.executable, "-m", "accel.cli", "bench", LM_RECIPE, *how, "--warm-cache", "--out",
+                        str(out), *size], timeout=3000)
+        check.put(step, **{name: check.load(out / "report.json")})
+
+
+def step_profile(check: Check) -> None:
+    size = ["--set", "model.name=small_cnn", "--set", "data.batch_size=16", "--set",
+            "data.dataset.num_samples=64", "--warmup", "1", "--steps", "1"] if check.args.quick else \
+        ["--warmup", "30", "--steps", "5"]
+    for how in ([], ["--set", "speedups.compile.enabled=false"]):  # compiled, then eager
+        check.sh("profile", [sys.executable, "scripts/profile_step.py", RESNET_RECIPE, "--set",
+                             f"device={check.args.device}", *how, *size, "--rows", "25",
+                             *(["--sync-debug"] if check.args.device.startswith("cuda") else [])])
+
+
 def step_jpeg(check: Check) -> None:
     folder, path = check.work / "jpeg-folder", check.work / "bench-data.json"
     per_class = ["--per-class", "20"] if check.args.quick else []
@@ -233,14 +269,16 @@ def step_jpeg(check: Check) -> None:
 
 
 RUNNERS = {"env": step_env, "peaks": step_peaks, "tests": step_tests, "plain-loop": step_plain_loop,
-           "ablate": step_ablate, "transformer": step_transformer, "jpeg": step_jpeg,
-           **{half: lambda check, half=half: step_ablate(check, half) for half in HALVES}}
+           "ablate": step_ablate, "transformer": step_transformer, "lm": step_lm, "profile": step_profile,
+           "jpeg": step_jpeg, **{half: lambda check, half=half: step_ablate(check, half) for half in HALVES},
+           **{part: lambda check, part=part: step_lm(check, part) for part in [*LM_HALVES, "lm-vary"]}}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    parser.add_argument("steps", nargs="*", choices=STEPS + list(HALVES) + [[]], default=[], metavar="STEP")
+    parts = list(HALVES) + list(LM_HALVES) + ["lm-vary"]
+    parser.add_argument("steps", nargs="*", choices=STEPS + parts + [[]], default=[], metavar="STEP")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: check the script, not the GPU")

@@ -39,6 +39,14 @@ def select_available(speedups: list[Speedup], device: torch.device, strict: bool
         else:
             log.warning("skipping speed-up %s: %s", speedup.name, reason)
             skipped[speedup.name] = reason
+    for speedup in list(active):  # then what one speed-up needs of the others (attention kernels of amp)
+        reason = speedup.unavailable_beside(device, [s for s in active if s is not speedup])
+        if reason is not None:
+            if strict:
+                raise SpeedupUnavailable(f"speed-up `{speedup.name}` cannot run here: {reason} (strict mode).")
+            log.warning("skipping speed-up %s: %s", speedup.name, reason)
+            skipped[speedup.name] = reason
+            active.remove(speedup)
     owners = [s.name for s in active if s.owns_step]
     if len(owners) > 1:
         raise AccelError(f"speed-ups {', '.join(owners)} each want to own backward/optimizer step; enable one.")

@@ -8,7 +8,9 @@ more modules of one class (a transformer's layers), or the modules of the classe
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
@@ -25,8 +27,24 @@ if TYPE_CHECKING:
 log = logging.getLogger("accel")
 
 
+_RECOMPUTE = ContextVar("accel_recompute", default=True)
+
+
+@contextmanager
+def without_recompute() -> Iterator[None]:
+    """Checkpointed blocks run plainly inside: counting a step's model FLOPs must not count the recomputed
+    forward, which is extra hardware work, not model work (MFU, not hardware FLOPs utilisation)."""
+    token = _RECOMPUTE.set(False)
+    try:
+        yield
+    finally:
+        _RECOMPUTE.reset(token)
+
+
 def checkpointed(forward: Callable) -> Callable:
     def run(*args: Any, **kwargs: Any) -> Any:
+        if not _RECOMPUTE.get():
+            return forward(*args, **kwargs)
         return checkpoint(forward, *args, use_reentrant=False, **kwargs)
 
     return run

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
             "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
 CUDA_ONLY = {"efficient", "cudnn"}  # torch's CPU kernels: flash (fused) and math
+HALF_ONLY_ON_CUDA = {"flash", "cudnn"}
 
 
 def attention_context(backend: str) -> AbstractContextManager:
@@ -49,6 +50,13 @@ class Attention(Speedup):
     def unavailable(self, device: torch.device) -> str | None:
         if self.cfg.backend in CUDA_ONLY and device.type != "cuda":
             return f"the {self.cfg.backend} attention kernel needs CUDA (device here: {device.type})"
+        return None
+
+    def unavailable_beside(self, device: torch.device, others: list[Speedup]) -> str | None:
+        half = any(s.name == "amp" for s in others)  # amp computes in bf16 or fp16
+        if device.type == "cuda" and self.cfg.backend in HALF_ONLY_ON_CUDA and not half:
+            return (f"the {self.cfg.backend} attention kernel runs fp16/bf16 only on CUDA, and without amp the "
+                    "inputs are fp32: enable amp, or choose backend efficient or math")
         return None
 
     def setup(self, trainer: "Trainer") -> None:

@@ -36,6 +36,10 @@ class Speedup:
         """Why this speed-up cannot run on `device`, or None when it can."""
         return None
 
+    def unavailable_beside(self, device: torch.device, others: list["Speedup"]) -> str | None:
+        """Why this speed-up cannot run on `device` beside the `others` that will, or None when it can."""
+        return None
+
     def sharding_conflict(self) -> str | None:
         """Why this speed-up cannot run on a model sharded with `strategy: fsdp`, or None when it can."""
         return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Literal
 
 import torch
@@ -91,6 +92,12 @@ class DynamoStats:
         return per_frame
 
 
+def _graph_count() -> int:
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
 def _compile_seconds() -> float:
     from torch._dynamo.utils import calculate_time_spent
 
@@ -139,6 +146,10 @@ class Compile(Speedup):
         recompile_limit: int | None = Field(
             None, ge=1, description="recompilations of one function before dynamo falls back to eager for it; "
             "null keeps torch's default (8). Restored after the run")
+        release_workers: bool = Field(
+            True, description="stop inductor's compile-worker processes after each compilation (the first step, an "
+            "evaluation's graphs) instead of torch's 60 s: on a GPU host they competed with the loop for the CPU. "
+            "A recompilation starts them again")
         warn_recompiles: int = Field(
             4, ge=1, description="warn, with dynamo's reasons, once one function has been recompiled more than "
             "this many times (the train/eval switch and one batch-size change account for about 3)")
@@ -176,6 +187,7 @@ class Compile(Speedup):
         self._final: dict[str, Any] = {}
         self._warned: set[str] = set()
         self._blocks: list[torch.nn.Module] = []  # compiled in place (regional)
+        self._graphs_seen = 0
 
     def sharding_conflict(self) -> str | None:
         # FSDP2's hooks split the graph at every sharded block, so dynamo compiles each block's forward on its
@@ -206,12 +218,29 @@ class Compile(Speedup):
         if self.cfg.recompile_limit is not None:
             torch._dynamo.config.recompile_limit = self.cfg.recompile_limit
         self._stats, self._final = DynamoStats(), {}
+        self._graphs_seen = _graph_count()
         if self.cfg.whole_step:
             trainer.forward_loss = apply_compile(trainer.forward_loss, self.cfg)
         elif self.cfg.regional:
             self._blocks = compile_blocks(trainer.module, self.cfg)
         else:
             trainer.model = apply_compile(trainer.model, self.cfg)
+
+    def step_context(self) -> AbstractContextManager:
+        if self.cfg.release_workers and self.cfg.backend == "inductor":
+            self._release_workers()
+        return nullcontext()
+
+    def _release_workers(self) -> None:
+        """Once dynamo made new graphs (since the last step: their compilation is over), stop inductor's pool of
+        compile workers; torch would keep them 60 s, the first minute of training."""
+        graphs = _graph_count()
+        if graphs == self._graphs_seen:
+            return
+        self._graphs_seen = graphs
+        from torch._inductor.async_compile import shutdown_compile_workers
+
+        shutdown_compile_workers()
 
     def metrics(self) -> dict[str, Any]:
         if self._stats is None:

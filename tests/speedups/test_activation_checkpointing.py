@@ -18,7 +18,7 @@ def test_the_repeated_blocks_are_found_in_a_gpt_and_by_class_name():
     assert repeated_blocks(nn.Sequential(nn.Linear(2, 2), nn.ReLU())) == []
 
 
-def fit(speedups) -> tuple[list[torch.Tensor], int]:
+def fit(speedups) -> tuple[list[torch.Tensor], int, dict]:
     torch.manual_seed(0)
     model = GPT(vocab_size=16, context=8, width=16, depth=3, heads=2)
     calls = []
@@ -27,19 +27,22 @@ def fit(speedups) -> tuple[list[torch.Tensor], int]:
     tokens = torch.randint(0, 16, (4, 9))
     trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), [(tokens[:, :-1], tokens[:, 1:])] * 2,
                       task=LanguageModel(), speedups=speedups, device="cpu", config=TrainConfig(epochs=1))
-    trainer.fit()
-    return [p.detach().clone() for p in model.parameters()], len(calls)
+    summary = trainer.fit()
+    return [p.detach().clone() for p in model.parameters()], len(calls), summary
 
 
 def test_checkpointed_blocks_run_their_forward_twice_and_train_identically():
-    plain, plain_calls = fit([])
-    every, every_calls = fit([ActivationCheckpointing()])
-    second, second_calls = fit([ActivationCheckpointing(ActivationCheckpointing.Config(every=2))])
-    steps = 2 + 1  # and the first batch's FLOP count, a forward and backward of its own
-    assert plain_calls == steps * 3 and every_calls == steps * 3 * 2 and second_calls == steps * (3 + 2)  # 0 and 2
+    plain, plain_calls, plain_summary = fit([])
+    every, every_calls, every_summary = fit([ActivationCheckpointing()])
+    second, second_calls, _ = fit([ActivationCheckpointing(ActivationCheckpointing.Config(every=2))])
+    steps, count = 2, 3  # and the first batch's FLOP count: a forward of its own, never recomputed
+    assert plain_calls == steps * 3 + count and every_calls == steps * 3 * 2 + count
+    assert second_calls == steps * (3 + 2) + count  # blocks 0 and 2
     for a, b, c in zip(plain, every, second):
         torch.testing.assert_close(a, b)
         torch.testing.assert_close(a, c)
+    # MFU counts the model's FLOPs: the recomputed forward is the hardware's extra work, not the model's
+    assert every_summary["flops_per_step"] == plain_summary["flops_per_step"] > 0
 
 
 def test_teardown_restores_the_blocks_forward():

@@ -34,3 +34,18 @@ def test_math_runs_the_unfused_reference_and_flash_the_fused_kernel():
 @pytest.mark.parametrize("backend", ["efficient", "cudnn"])
 def test_cuda_kernels_are_skipped_on_a_cpu_with_a_reason(backend):
     assert "needs CUDA" in Attention(Attention.Config(backend=backend)).unavailable(torch.device("cpu"))
+
+
+@pytest.mark.parametrize("backend", ["flash", "cudnn"])
+def test_half_precision_kernels_need_amp_on_cuda(backend):
+    """torch's flash and cuDNN kernels take no fp32 on CUDA: without amp they are skipped with why, not crashed."""
+    from accel.speedups import select_available
+    from accel.speedups.amp import Amp
+
+    cuda, attention = torch.device("cuda"), Attention(Attention.Config(backend=backend))
+    active, skipped = select_available([attention], cuda)
+    assert active == [] and "fp16/bf16 only on CUDA" in skipped["attention"]
+    amp = Amp(Amp.Config(dtype="bf16"))
+    assert attention.unavailable_beside(cuda, [amp]) is None
+    assert attention.unavailable_beside(torch.device("cpu"), []) is None  # the CPU's flash kernel takes fp32
+    assert Attention(Attention.Config(backend="efficient")).unavailable_beside(cuda, []) is None

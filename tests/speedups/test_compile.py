@@ -189,6 +189,20 @@ def test_inductor_compiles_a_tiny_model():
     assert summary["speedup_metrics"]["compile"]["graphs"] >= 1
 
 
+@pytest.mark.parametrize("release", [True, False])
+def test_compile_workers_are_released_once_compilation_is_over(monkeypatch, release):
+    """Inductor keeps its compile-worker processes 60 s after a compilation; accel stops them at the next step."""
+    import torch._inductor.async_compile as async_compile
+
+    released = []
+    monkeypatch.setattr(async_compile, "shutdown_compile_workers", lambda: released.append(1))
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), batches([8, 8, 8]), device="cpu",
+                      config=TrainConfig(max_steps=3), speedups=[Compile(Compile.Config(release_workers=release))])
+    trainer.fit()
+    assert released == ([1] if release else [])  # compiled in step 1, released entering step 2, not again
+
+
 def test_regional_compiles_each_repeated_block_once_and_trains_like_eager():
     from accel.models import GPT
     from accel.tasks import LanguageModel
