@@ -176,6 +176,32 @@ def test_a_budget_leaves_the_knobs_that_do_not_fit(monkeypatch, tiny, tmp_path):
     assert BATCH_KEY not in result.chosen
 
 
+def test_the_budget_keeps_back_the_final_checks_trials(monkeypatch, tiny, tmp_path):
+    seen: list = []
+    monkeypatch.setattr(tune_module, "run_trials", simulated_speedups(seen))
+    knobs = [Knob("speedups.amp", [{"enabled": False}, {"dtype": "bf16"}], speedup=True, labels=["off", "bf16"]),
+             Knob(BATCH_KEY, [16, 32], bounded=True)]
+    # 85 s: after amp's 4 trials (40 s) the batch stage's 2 would fit, but not with the final check's 4 after it
+    result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=2, budget_s=85,
+                  final_check=True)
+    assert [r["note"] for r in result.rows if r["knob"] == BATCH_KEY] == ["not measured: over the --budget"]
+    assert result.final["verdict"] == "helped" and len(seen) == 4 + 4
+
+
+def test_a_tuned_configuration_slower_than_the_recipe_is_not_written(monkeypatch, tiny, tmp_path):
+    monkeypatch.setattr(tune_module, "run_trials", simulated_speedups([]))
+    hurt = {"samples_per_s": {"median": 90.0, "ci95": [88.0, 92.0]}, "verdict": "hurt",
+            "ratio": {"median": 0.9, "ci95": [0.88, 0.92]}}
+    monkeypatch.setattr(tune_module, "_final_check", lambda *args: dict(hurt))
+    knobs = [Knob("speedups.amp", [{"enabled": False}, {"dtype": "bf16"}], speedup=True, labels=["off", "bf16"])]
+    base = validate_recipe(tiny)
+    result = tune(base, knobs, tmp_path, TrialSettings(5, 1), trials=2, final_check=True)
+    assert result.chosen == {} and result.final["reverted"] == {"speedups.amp": {"dtype": "bf16"}}
+    text = write_fragment(result, tmp_path / "tuned.yaml", base, "accel tune r.yaml", TrialSettings(5, 1),
+                          2).read_text()
+    assert yaml.safe_load(text) == {} and "the recipe stays as it is" in text
+
+
 def test_a_model_without_convolutions_never_runs_channels_last(monkeypatch, tiny, tmp_path):
     seen: list = []
     monkeypatch.setattr(tune_module, "run_trials", simulated_speedups(seen, has_conv=False))

@@ -157,10 +157,11 @@ def planned_steps(base: Recipe, trials: list[dict]) -> int | None:
 
 
 class Budget:
-    """Wall-clock budget: a stage runs only when its trials, at the mean duration seen so far, fit in what is left."""
+    """Wall-clock budget: a stage runs only when its trials, at the mean duration seen so far, fit in what is left
+    beside the `reserve` trials kept back for the final check."""
 
-    def __init__(self, seconds: float | None):
-        self.seconds, self.start, self.walls = seconds, time.perf_counter(), []
+    def __init__(self, seconds: float | None, reserve: int = 0):
+        self.seconds, self.start, self.walls, self.reserve = seconds, time.perf_counter(), [], reserve
 
     def record(self, trials: list[dict]) -> None:
         self.walls += [t["wall_s"] for t in trials if t.get("wall_s")]
@@ -170,16 +171,18 @@ class Budget:
             return True
         # Trials run one after another; the elapsed time also holds each trial process's start-up.
         spent = max(time.perf_counter() - self.start, sum(self.walls))
-        return spent + runs * spent / len(self.walls) <= self.seconds
+        return spent + (runs + self.reserve) * spent / len(self.walls) <= self.seconds
 
 
 def tune(base: Recipe, knobs: list[Knob], work: str | Path, settings: TrialSettings, trials: int = 2,
          console: Console | None = None, budget_s: float | None = None, final_check: bool = False) -> TuneResult:
     """Search `knobs` in order by measurement (trials under `work`); the chosen values and every measurement.
     A knob whose trials would overrun `budget_s` is left as the recipe has it. With `final_check`, the tuned
-    configuration then runs against the recipe as given (when the budget allows)."""
+    configuration then runs against the recipe as given, in time kept back from the budget for it; measured
+    slower, the recipe as given is the result: tuning never leaves a user below where they started."""
     work, console = Path(work), console or Console(stderr=True)
-    result, cache, budget, traits = TuneResult(), {}, Budget(budget_s), {}
+    result, cache, traits = TuneResult(), {}, {}
+    budget = Budget(budget_s, reserve=2 * trials if final_check else 0)
     plain = base.dump()
     if any(need for knob in knobs for need in knob.needs):  # the reference's trials report the model's traits
         traits = _reference_traits(base, knobs[0], cache, work / "reference", settings, trials, console, budget)
@@ -205,7 +208,10 @@ def tune(base: Recipe, knobs: list[Knob], work: str | Path, settings: TrialSetti
         result.env = result.env or next((t["env"] for t in stage.trials if t.get("env")), {})
         result.rows += [_row(knob.key, r, stage.reference, best["name"], passed) for r in report["variants"]]
     if final_check and _config_key(base, result.chosen) != _config_key(base, {}):  # measure what tuning bought
+        budget.reserve = 0
         result.final = _final_check(base, result, work / "final", settings, trials, console, budget)
+        if result.final and result.final["verdict"] == "hurt":  # knobs chosen one by one, slower together
+            result.final["reverted"], result.chosen = dict(result.chosen), {}
     record = {"chosen": result.chosen, "rows": result.rows, "env": result.env, "final": result.final}
     (work / "tune.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
     return result
@@ -315,6 +321,9 @@ def _comment(result: TuneResult, base: Recipe, command: str, settings: TrialSett
     if result.final:
         lines.append(f"Tuned vs the recipe as given, measured last: {_ci(result.final['ratio'], '{:.2f}', 'x')} "
                      f"samples/s ({result.final['verdict'] or 'too few trials for a verdict'}).")
+    if result.final and "reverted" in result.final:
+        lines.append("Slower than the recipe as given, so nothing is changed: the recipe stays as it is (the "
+                     f"measured choice was {result.final['reverted']}).")
     if result.chosen.get(BATCH_KEY, base.data.batch_size) != base.data.batch_size:
         lines.append("The batch size changed: it changes optimisation, so re-check the learning rate and accuracy.")
     lines.append("Use: `base: <this file>` in a recipe; keys the recipe sets itself win over a base file.")
