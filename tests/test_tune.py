@@ -221,3 +221,8 @@ def test_a_knob_the_recipe_does_not_set_starts_from_its_absence(monkeypatch, tin
     assert result.chosen == {"speedups.threads.intra_op": None}  # the simulated threads change nothing
     fragment = write_fragment(result, tmp_path / "tuned.yaml", base, "accel tune r.yaml", TrialSettings(5, 1), 2)
     assert yaml.safe_load(fragment.read_text()) == {}  # nothing changed, and no invalid `intra_op: null`
+    # with another knob chosen, the final check runs the tuned configuration without the absent one's null
+    knobs = [Knob("speedups.threads.intra_op", [1, 2]), Knob(WORKERS_KEY, [0, 1])]
+    result = tune(base, knobs, tmp_path / "again", TrialSettings(5, 1), trials=2, final_check=True)
+    assert result.chosen == {"speedups.threads.intra_op": None, WORKERS_KEY: 1}
+    assert result.final["verdict"] == "helped"

@@ -232,7 +232,7 @@ def _final_check(base: Recipe, result: TuneResult, out: Path, settings: TrialSet
     """The tuned configuration against the recipe as given, interleaved: what tuning bought, in one run."""
     if not budget.allows(2 * trials):
         return None
-    variants = [Variant("recipe as given"), Variant("tuned", dict(result.chosen))]
+    variants = [Variant("recipe as given"), Variant("tuned", _effective(base, result.chosen))]  # no `key: null`
     files = write_recipes({v.name: resolve_variant(base, v) for v in variants}, out)
     done = run_trials([(t, v.name, files[v.name]) for t, v in interleave(variants, trials)], out, settings, console)
     row = summarize(done, variants, "recipe as given")["variants"][1]
