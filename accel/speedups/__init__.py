@@ -28,25 +28,20 @@ def from_configs(configs: dict[str, SpeedupConfig]) -> list[Speedup]:
 
 def select_available(speedups: list[Speedup], device: torch.device, strict: bool = False
                      ) -> tuple[list[Speedup], dict[str, str]]:
-    """Keep the speed-ups that can run on `device`, in setup order; the others are skipped with a reason."""
-    active, skipped = [], {}
-    for speedup in speedups:
-        reason = speedup.unavailable(device)
-        if reason is None:
-            active.append(speedup)
-        elif strict:
+    """Keep the speed-ups that can run on `device`, and then beside each other (attention kernels need amp), in
+    setup order; the others are skipped with a reason."""
+    skipped: dict[str, str] = {}
+
+    def keep(speedup: Speedup, reason: str | None) -> bool:
+        if reason is not None and strict:
             raise SpeedupUnavailable(f"speed-up `{speedup.name}` cannot run here: {reason} (strict mode).")
-        else:
-            log.warning("skipping speed-up %s: %s", speedup.name, reason)
-            skipped[speedup.name] = reason
-    for speedup in list(active):  # then what one speed-up needs of the others (attention kernels of amp)
-        reason = speedup.unavailable_beside(device, [s for s in active if s is not speedup])
         if reason is not None:
-            if strict:
-                raise SpeedupUnavailable(f"speed-up `{speedup.name}` cannot run here: {reason} (strict mode).")
             log.warning("skipping speed-up %s: %s", speedup.name, reason)
             skipped[speedup.name] = reason
-            active.remove(speedup)
+        return reason is None
+
+    active = [s for s in speedups if keep(s, s.unavailable(device))]
+    active = [s for s in active if keep(s, s.unavailable_beside(device, [o for o in active if o is not s]))]
     owners = [s.name for s in active if s.owns_step]
     if len(owners) > 1:
         raise AccelError(f"speed-ups {', '.join(owners)} each want to own backward/optimizer step; enable one.")
