@@ -18,6 +18,7 @@ from torch.utils import flop_counter
 
 from . import fsdp, peaks
 from .batches import map_tensors
+from .speedups.activation_checkpointing import without_recompute
 
 log = logging.getLogger("accel")
 aten = torch.ops.aten
@@ -44,8 +45,6 @@ def count_step_flops(module: torch.nn.Module, task: Any, batch: Any, contexts: A
 
     def model(*args: Any, **kwargs: Any) -> Any:
         return functional_call(module, state, args, kwargs)
-
-    from .speedups.activation_checkpointing import without_recompute
 
     cuda = sorted({p.device.index or 0 for p in trainable if p.device.type == "cuda"})
     # compiled parts (regional compile) run eagerly here: counting must not trigger a compile of its own

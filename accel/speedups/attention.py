@@ -53,7 +53,9 @@ class Attention(Speedup):
         return None
 
     def unavailable_beside(self, device: torch.device, others: list[Speedup]) -> str | None:
-        half = any(s.name == "amp" for s in others)  # amp computes in bf16 or fp16
+        from ..flops import compute_dtype  # here: accel.flops imports the speed-ups
+
+        half = compute_dtype(others, device) in ("bf16", "fp16")
         if device.type == "cuda" and self.cfg.backend in HALF_ONLY_ON_CUDA and not half:
             return (f"the {self.cfg.backend} attention kernel runs fp16/bf16 only on CUDA, and without amp the "
                     "inputs are fp32: enable amp, or choose backend efficient or math")

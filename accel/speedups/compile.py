@@ -59,7 +59,7 @@ class DynamoStats:
         self._since_us = time.time_ns() // 1000
         self._compile_s = _compile_seconds()
         self._breaks = Counter(counters["graph_break"])
-        self._graphs = counters["stats"]["unique_graphs"]
+        self._graphs = _graph_count()
 
     def read(self) -> dict[str, Any]:
         """Totals since creation, plus `break_reasons` and per-function `recompile_reasons` for messages."""
@@ -72,7 +72,7 @@ class DynamoStats:
             "seconds": now_s - self._compile_s if now_s >= self._compile_s else now_s,  # reset() zeroes dynamo's sum
             "graph_breaks": sum(breaks.values()),
             "recompiles": sum(len(reasons) for reasons in per_frame.values()),
-            "graphs": max(counters["stats"]["unique_graphs"] - self._graphs, 0),
+            "graphs": max(_graph_count() - self._graphs, 0),
             "break_reasons": list(breaks),
             "recompile_reasons": per_frame,
         }
