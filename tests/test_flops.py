@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from accel import Trainer, peaks
-from accel.flops import count_step_flops
+from accel.flops import Utilisation, count_step_flops
 from accel.models import GPT, resnet18_cifar
 from accel.tasks import Classification, LanguageModel
 from accel.train_config import TrainConfig
@@ -73,6 +73,29 @@ def test_the_cpu_peak_is_measured_once_and_cached(tmp_path, monkeypatch):
     cache = tmp_path / "peaks.json"
     assert peaks.cpu_peak("fp32", cache).flop_per_s == peaks.cpu_peak("fp32", cache).flop_per_s == 1e11
     assert calls == [torch.float32] and cache.is_file()
+
+
+def test_a_cpu_peak_below_a_reached_rate_is_measured_again_and_the_higher_kept(tmp_path, monkeypatch):
+    probes = iter([4.5e10, 6.8e10, 3e10])  # the first probe ran on a slowed machine
+    monkeypatch.setattr(peaks, "measure_matmul", lambda dtype: next(probes))
+    cache = tmp_path / "peaks.json"
+    assert peaks.cpu_peak("fp32", cache).flop_per_s == 4.5e10
+    assert peaks.cpu_peak("fp32", cache, at_least=4.9e10).flop_per_s == 6.8e10
+    assert peaks.cpu_peak("fp32", cache).flop_per_s == 6.8e10  # cached
+    assert peaks.cpu_peak("fp32", cache, at_least=7e10).flop_per_s == 6.8e10  # a lower probe never lowers it
+
+
+def test_mfu_over_one_on_a_cpu_measures_the_peak_again_once(monkeypatch):
+    asked = []
+    monkeypatch.setattr(peaks, "cpu_peak", lambda dtype, at_least: asked.append(at_least) or
+                        peaks.Peak(2e10, dtype, "measured: again"))
+    util = Utilisation()
+    util.flops_per_sample, util.peak = 1e8, peaks.Peak(1e10, "fp32", "measured: best of 4 matmul shapes")
+    assert util.stats(150.0)["mfu"] == 0.75  # 1.5e10 FLOP/s against the peak measured again
+    assert util.stats(300.0)["mfu"] == 1.5 and asked == [1.5e10]  # only once per run
+    gpu = Utilisation()
+    gpu.flops_per_sample, gpu.peak = 1e8, peaks.Peak(1e10, "bf16", "datasheet, dense: some GPU")
+    assert gpu.stats(300.0)["mfu"] == 3.0 and len(asked) == 1  # a datasheet figure is never measured
 
 
 def test_a_task_the_counter_cannot_follow_costs_the_figure_not_the_run():

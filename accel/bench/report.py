@@ -96,6 +96,7 @@ def _summarize_variant(variant: Variant, trials: list[dict], base_ok: list[dict]
         "step_time_p50_s": steps["p50"], "step_time_p90_s": steps["p90"],
         "data_wait_fraction": _median(_values(ok, "data_wait_fraction")),
         "peak_memory_mb": max(peaks) if peaks else None,
+        "compile_s": _median(_values(ok, "compile_s")),
         "first_step_s": first, "warmup_s": _median(_values(ok, "warmup_s")), "break_even_steps": even,
         "final_loss": _median(_values(ok, "final_loss")), "val_accuracy": _median(_values(ok, "val_accuracy")),
         "val_metric_name": next((t["val_metric_name"] for t in ok if t.get("val_metric_name")), None),
@@ -220,14 +221,14 @@ def _target_cell(r: dict, target: str | None) -> list[str]:
     return [f"{r['time_to_target_s']:.1f} ({r['target_reached']}/{r['ok_trials']} trials)"]
 
 
-def _row(r: dict, is_base: bool, target: str | None = None) -> list[str]:
+def _row(r: dict, is_base: bool, target: str | None = None, compiled: bool = False) -> list[str]:
     sps, ratio = r["samples_per_s"], r["ratio_vs_baseline"]
     flags = (["results changed"] if r["result_changed"] else []) + ([f"{r['errors']} failed"] if r["errors"] else [])
     return [
         r["name"], _with_ci(sps, "{:.1f}", "") + _tokens(r), _with_ci(ratio),
         "baseline" if is_base else SAY[r["verdict"]], _step_ms(r),
         _f(r.get("mfu"), "{:.1%}"), _f(r["data_wait_fraction"], "{:.0%}"), _f(r["peak_memory_mb"], "{:.0f}"),
-        _f(r["first_step_s"], "{:.2f}"),
+        _f(r["first_step_s"], "{:.2f}"), *([_f(r.get("compile_s"), "{:.1f}")] if compiled else []),
         "" if is_base else _f(r["break_even_steps"], "{:.0f}"),
         _f(r["final_loss"], "{:.4f}"), _f(r.get("val_metric"), "{:.4f}"), *_target_cell(r, target), "; ".join(flags),
     ]
@@ -236,11 +237,14 @@ def _row(r: dict, is_base: bool, target: str | None = None) -> list[str]:
 def table(report: dict) -> tuple[list[str], list[list[str]]]:
     """Header and rows of the ranked table (fastest median samples/s first, failed variants last)."""
     header = ["variant", "samples/s [95% CI]", "ratio [95% CI]", "verdict vs baseline", "step p50/p90 ms", "MFU",
-              "data wait", "peak MB", "first step s", "break-even steps", "final loss", _metric_name(report)]
+              "data wait", "peak MB", "first step s"]
+    compiled = any(r.get("compile_s") is not None for r in report["variants"])  # a column only when one compiled
+    header += ["compile s"] if compiled else []
+    header += ["break-even steps", "final loss", _metric_name(report)]
     target = (report.get("settings") or {}).get("target")
     header += [f"time to {target} s"] if target else []
     ranked = sorted(report["variants"], key=lambda r: -(r["samples_per_s"]["median"] or -math.inf))
-    return header + ["flag"], [_row(r, r["name"] == report["baseline"], target) for r in ranked]
+    return header + ["flag"], [_row(r, r["name"] == report["baseline"], target, compiled) for r in ranked]
 
 
 def _tokens(r: dict) -> str:

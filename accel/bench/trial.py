@@ -129,11 +129,21 @@ def run_trial(recipe_path: Path, steps: int, warmup: int, trial: int = 0, target
         "build_s": built - started, "wall_s": time.perf_counter() - started,
         "skipped_speedups": summary.get("skipped_speedups") or {},
         "lint": summary.get("lint") or [],
+        **_compile_figures(summary),
         "model_traits": model_traits(trainer.module),
         "steps_per_epoch": _steps_per_epoch(trainer),
         "env": devices.environment(trainer.device),
         **(clock.result() if clock else {}),
     }
+
+
+def _compile_figures(summary: dict) -> dict[str, Any]:
+    """What torch.compile cost this trial (dynamo's own compile seconds, apart from the first step's run time)."""
+    compiled = (summary.get("speedup_metrics") or {}).get("compile")
+    if not compiled:
+        return {}
+    return {"compile_s": compiled.get("seconds"), "graph_breaks": compiled.get("graph_breaks"),
+            "recompiles": compiled.get("recompiles")}
 
 
 def _steps_per_epoch(trainer) -> int | None:

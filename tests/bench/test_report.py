@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from accel.bench.report import summarize, write_reports
+from accel.bench.report import summarize, table, write_reports
 from accel.bench.variants import Variant, ablation_variants, vary_variants
 
 TRACE = 'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\nRuntimeError: compile exploded\n'
@@ -11,7 +11,7 @@ VARIANT_KEYS = {"name", "overrides", "samples_per_s", "ratio_vs_baseline", "verd
                 "trials", "step_time_p50_s", "step_time_p90_s", "data_wait_fraction", "peak_memory_mb",
                 "break_even_steps", "val_accuracy", "result_changed", "errors", "ok_trials", "warmup_s",
                 "tokens_per_s", "val_metric", "val_metric_name", "flop_per_s", "mfu",
-                "time_to_target_s", "target_reached", "lint"}
+                "time_to_target_s", "target_reached", "lint", "compile_s"}
 
 
 def trial(variant, i, sps, *, first=1.0, loss=0.5, wait=0.1, bs=32):
@@ -200,3 +200,17 @@ def test_speed_lint_findings_are_reported_once_with_their_variants(tmp_path):
     md = write_reports(rep, tmp_path)["md"].read_text()
     assert "## Speed lint\n\n- 1 loader worker(s) + 2 compute threads on 2 cores. Fix: data.loader.num_workers: 0 " \
            "(workers=1)" in md
+
+
+def test_compile_seconds_get_a_column_only_when_a_variant_compiled():
+    variants = ablation_variants({"compile": {}})
+    plain = [trial("baseline", i, 100.0) for i in range(2)]
+    compiled = [trial("+compile", i, 110.0) | {"compile_s": 20.0 + i} for i in range(2)]
+    rep = summarize(plain + compiled, variants, "baseline")
+    rows = {r["name"]: r for r in rep["variants"]}
+    assert rows["+compile"]["compile_s"] == 20.5 and rows["baseline"]["compile_s"] is None
+    header, body = table(rep)
+    column = header.index("compile s")
+    cells = {row[0]: row[column] for row in body}
+    assert (cells["+compile"], cells["baseline"]) == ("20.5", "n/a")
+    assert "compile s" not in table(summarize(plain, variants[:1], "baseline"))[0]

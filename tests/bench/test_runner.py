@@ -148,8 +148,18 @@ def test_trial_entry_point_in_process(tiny, write_recipe, tmp_path):
     assert result["samples_per_s"] == pytest.approx(40 / sum(result["step_times_s"]))
     assert result["warmup_s"] >= result["first_step_s"] > 0 and 0 <= result["data_wait_fraction"] < 1
     assert result["peak_memory_mb"] > 0 and result["final_loss"] > 0 and result["val_accuracy"] is not None
+    assert "compile_s" not in result  # nothing compiled
     assert trial_main([str(tmp_path / "missing.yaml"), "--steps", "1", "--warmup", "0", "--json", str(out)]) == 1
     assert "Recipe file not found" in json.loads(out.read_text())["error"]
+
+
+def test_trial_records_what_compiling_cost(tiny, write_recipe, tmp_path):
+    tiny["speedups"] = {"compile": {"backend": "eager"}}  # dynamo traces and counts; no C++ build
+    out = tmp_path / "t.json"
+    assert trial_main([str(write_recipe(tiny)), "--steps", "1", "--warmup", "1", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["error"] is None and result["compile_s"] > 0
+    assert result["graph_breaks"] == 0 and result["recompiles"] == 1  # the final evaluation: eval mode
 
 
 def test_only_narrows_the_variants_and_keeps_the_baseline(tiny, write_recipe):
