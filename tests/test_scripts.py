@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 
@@ -29,6 +31,14 @@ def test_compare_plain_loop_reports_a_ratio_and_a_verdict(tmp_path):
     result = json.loads(report.read_text())
     assert result["verdict"] in {"within", "not within", "inconclusive"}
     assert len(result["rounds"]) == 2 and result["ratio_accel_over_plain"]["median"] > 0
+    assert result["step_verdict"] in {"within", "not within", "inconclusive"}
+    assert all(r["accel_step_s"] > 0 and r["plain_step_s"] > 0 for r in result["rounds"])
+
+
+@pytest.mark.parametrize("mode", ["whole", "regional"])
+def test_compile_cost_times_a_compiled_first_step(mode):
+    out = _script("scripts/compile_cost.py", mode, "--warm", "--depth", "1", "--backend", "aot_eager")
+    assert f"{mode}, 1 blocks, warm toolchain" in out and "first step" in out
 
 
 def test_peak_rates_measures_each_precision_the_device_has(tmp_path):
