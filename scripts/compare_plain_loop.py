@@ -17,9 +17,15 @@ ignores stalls that hit fewer than half the steps, so it tells a per-step overhe
 around forward and loss; the model and each batch in channels_last), written as an expert would by hand. A
 speed-up accel skips on this machine (bf16 where the CPU has no native bf16) is left out of both loops.
 
+`--recipe FILE [--set KEY=VALUE ...]` compares on a recipe instead (an image classifier's: its model, data,
+optimizer, schedule, clipping and speed-ups; a tuned fragment's values as --set): accel trains the recipe as
+`accel train` would, its evaluation left out (the plain loop evaluates nothing either), and the plain loop
+writes the same speed-ups by hand, steps the same schedule and clips as the recipe says.
+
 Tiny check:  python scripts/compare_plain_loop.py --model small_cnn --shape 1 16 16 --batch-size 16 --steps 5 --rounds 2
 Real:        python scripts/compare_plain_loop.py --model resnet18_cifar --batch-size 128 --steps 15 --rounds 8
 Recipe's:    python scripts/compare_plain_loop.py --amp bf16 --channels-last --steps 15 --rounds 8
+A recipe:    python scripts/compare_plain_loop.py --recipe recipes/cifar10-resnet18.yaml --set KEY=VALUE
 """
 from __future__ import annotations
 
@@ -38,7 +44,8 @@ import torch
 from accel import devices
 from accel.bench.stats import bootstrap_median_ci
 from accel.callbacks.base import Callback
-from accel.recipe import Recipe, validate_recipe
+from accel.errors import AccelError
+from accel.recipe import Recipe, load_recipe, validate_recipe
 from accel.run import build_trainer
 from accel.trainer import Trainer
 
@@ -58,12 +65,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | ...")
     parser.add_argument("--amp", choices=["bf16", "fp16"], default=None, help="autocast dtype, in both loops")
     parser.add_argument("--channels-last", action="store_true", help="NHWC model and batches, in both loops")
+    parser.add_argument("--recipe", type=Path, default=None,
+                        help="compare on this recipe (--model, --shape, --batch-size, --amp, --channels-last and "
+                             "--device are then unused)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="recipe override (repeatable)")
     parser.add_argument("--json", type=Path, default=Path("runs/compare_plain_loop.json"), help="JSON output path")
     return parser.parse_args(argv)
 
 
 def make_recipe(args: argparse.Namespace) -> Recipe:
-    """A recipe with no speed-ups whose training set is exactly `steps` batches: one round is one epoch."""
+    """--recipe with --set, `steps` steps and no mid-run evaluation; else a synthetic recipe whose training set is
+    exactly `steps` batches (one round is one epoch) with the speed-ups of --amp and --channels-last."""
+    if args.recipe:
+        recipe = load_recipe(args.recipe, [*args.set, f"train.max_steps={args.steps}", "train.eval_every_epochs=0",
+                                           "train.early_stopping=null", "log.progress=false", "log.tensorboard=false"])
+        if recipe.train.grad_accum != 1:
+            raise AccelError("compare_plain_loop: the plain loop does not accumulate gradients; use grad_accum 1.")
+        return recipe
     return validate_recipe({
         "name": "compare-plain-loop", "seed": 0, "model": {"name": args.model},
         "data": {"dataset": {"name": "synthetic", "shape": args.shape, "num_classes": 10, "val_fraction": 0.0,
@@ -100,6 +118,7 @@ def time_accel(recipe: Recipe) -> tuple[float, float]:
     """Seconds for `Trainer.fit()` of a freshly built trainer (building it is not timed), and its median step."""
     clock = StepEnds()
     trainer = build_trainer(recipe, extra_callbacks=[clock])
+    trainer.val_loader = None  # a round times training: the plain loop evaluates nothing either
     devices.synchronize(trainer.device)
     start = time.perf_counter()
     trainer.fit()
@@ -111,6 +130,7 @@ def time_plain(trainer: Trainer, steps: int) -> tuple[float, float]:
     """Seconds for the loop a user would write by hand, over the same model, optimizer, loader and transform,
     and its median step."""
     model, optimizer, loss_fn, device = trainer.module, trainer.optimizer, trainer.task.loss_fn, trainer.device
+    scheduler, clip = trainer.scheduler, trainer.cfg.clip_grad_norm
     normalize = trainer.train_transform  # uint8 -> normalised float on the device, as accel does
     applied = {s.name: s for s in trainer.speedups}  # what accel applies here, after skipping what cannot run
     channels_last = "channels_last" in applied
@@ -133,12 +153,19 @@ def time_plain(trainer: Trainer, steps: int) -> tuple[float, float]:
                 loss = loss_fn(model(inputs), targets)
             if scaler is None:
                 loss.backward()
+                if clip is not None:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
                 optimizer.step()
             else:
                 scaler.scale(loss).backward()
+                if clip is not None:
+                    scaler.unscale_(optimizer)
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
                 scaler.step(optimizer)
                 scaler.update()
             optimizer.zero_grad(set_to_none=True)
+            if scheduler is not None:
+                scheduler.step()
             devices.synchronize(device)
             stamps.append(time.perf_counter())
             done += 1
@@ -195,7 +222,7 @@ def print_table(rounds: list[dict], summary: dict, args: argparse.Namespace) -> 
     for i, r in enumerate(rounds, 1):
         print(f"{i:>5}  {r['order']:<12} {r['accel_s']:>9.3f} {r['plain_s']:>9.3f} {r['ratio']:>12.4f} "
               f"{r['step_ratio']:>12.4f}")
-    print(f"\n{args.model}, batch {args.batch_size}, {args.steps} steps per round, {len(rounds)} rounds, "
+    print(f"\n{summary['model']}, batch {summary['batch_size']}, {args.steps} steps per round, {len(rounds)} rounds, "
           f"speed-ups in both loops: {', '.join(summary['speedups_applied']) or 'none'}"
           + (f" (skipped here: {summary['speedups_skipped']})" if summary["speedups_skipped"] else ""))
     print(f"samples/s: accel {summary['accel_samples_per_s']:.1f}, plain {summary['plain_samples_per_s']:.1f}")
@@ -215,11 +242,12 @@ def main(argv: list[str] | None = None) -> int:
     recipe = make_recipe(args)
     run_round(recipe, args.steps, accel_first=True)  # warm-up: allocator, kernels, caches; discarded
     rounds = [run_round(recipe, args.steps, accel_first=i % 2 == 0) for i in range(args.rounds + args.rounds % 2)]
-    summary = summarize(rounds, args.steps * args.batch_size)
+    summary = summarize(rounds, args.steps * recipe.data.batch_size)
     probe = build_trainer(recipe)
-    summary |= {"speedups_applied": [s.name for s in probe.speedups], "speedups_skipped": probe.skipped_speedups}
+    summary |= {"speedups_applied": [s.name for s in probe.speedups], "speedups_skipped": probe.skipped_speedups,
+                "model": recipe.model.name, "batch_size": recipe.data.batch_size}
     print_table(rounds, summary, args)
-    device = devices.resolve_device(args.device)
+    device = probe.device
     report = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
               "env": devices.environment(device), "target_ratio": TARGET, "rounds": rounds, **summary}
     args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -35,6 +35,16 @@ def test_compare_plain_loop_reports_a_ratio_and_a_verdict(tmp_path):
     assert all(r["accel_step_s"] > 0 and r["plain_step_s"] > 0 for r in result["rounds"])
 
 
+def test_compare_plain_loop_on_a_recipe_with_overrides(tiny, write_recipe, tmp_path):
+    report = tmp_path / "compare.json"
+    tiny |= {"schedule": {"name": "onecycle"}, "train": tiny["train"] | {"clip_grad_norm": 1.0}}
+    _script("scripts/compare_plain_loop.py", "--recipe", str(write_recipe(tiny)), "--set", "data.batch_size=8",
+            "--steps", "3", "--rounds", "2", "--json", str(report))
+    result = json.loads(report.read_text())
+    assert (result["model"], result["batch_size"]) == (tiny["model"]["name"], 8)
+    assert len(result["rounds"]) == 2 and result["step_verdict"] in {"within", "not within", "inconclusive"}
+
+
 @pytest.mark.parametrize("mode", ["whole", "regional"])
 def test_compile_cost_times_a_compiled_first_step(mode):
     out = _script("scripts/compile_cost.py", mode, "--warm", "--depth", "1", "--backend", "aot_eager")

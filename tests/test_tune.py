@@ -69,8 +69,8 @@ def test_search_picks_measured_best_bounds_batch_and_reuses(monkeypatch, tiny, t
     console = Console(file=io.StringIO(), width=250)
     console.print(table(result))
     rendered = " ".join(console.file.getvalue().replace("│", "|").split())
-    assert "| data.batch_size | 256 | n/a | n/a | | not run (a smaller value failed) |" in rendered
-    assert "| data.batch_size | 64 | 640.6 [640.0, 641.3] | 4.00x [3.99, 4.01] | helped | chosen |" in rendered
+    assert "| data.batch_size | 256 | n/a | n/a | n/a | | not run (a smaller value failed) |" in rendered
+    assert "| data.batch_size | 64 | 640.6 [640.0, 641.3] | 4.00x [3.99, 4.01] | n/a | helped | chosen |" in rendered
 
 
 def test_a_noise_level_win_keeps_the_current_value(monkeypatch, tiny, tmp_path):
@@ -226,3 +226,40 @@ def test_a_knob_the_recipe_does_not_set_starts_from_its_absence(monkeypatch, tin
     result = tune(base, knobs, tmp_path / "again", TrialSettings(5, 1), trials=2, final_check=True)
     assert result.chosen == {"speedups.threads.intra_op": None, WORKERS_KEY: 1}
     assert result.final["verdict"] == "helped"
+
+
+def test_a_gain_seen_only_in_the_mean_is_not_chosen(monkeypatch, tiny, tmp_path):
+    """The reference's trials each had a stalled step (mean 100 samples/s, median step 130); bf16 ran 130 in
+    both readings. Its mean says helped, its median step says no effect: a stall, not a speed-up."""
+    def run_trials(jobs, out, settings, console=None, skip=None):
+        results = []
+        for trial, name, path in jobs:
+            on = yaml.safe_load(path.read_text())["speedups"]["amp"].get("enabled", True)
+            mean = (130.0 if on else 100.0) + trial
+            results.append({"variant": name, "trial": trial, "error": None, "samples_per_s": mean,
+                            "median_step_samples_per_s": 130.0 + trial / 10, "wall_s": 10.0})
+        return results
+
+    monkeypatch.setattr(tune_module, "run_trials", run_trials)
+    tiny["speedups"] = {"amp": {"dtype": "bf16", "enabled": False}}
+    knobs = [Knob("speedups.amp", [{"dtype": "bf16", "enabled": False}, {"dtype": "bf16", "enabled": True}],
+                  speedup=True, labels=["off", "bf16"])]
+    result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=3)
+    assert result.labels["speedups.amp"] == "off"
+    bf16 = next(r for r in result.rows if r["label"] == "bf16")
+    assert bf16["verdict"] == "helped" and bf16["median_step_ratio"]["median"] == pytest.approx(1.0)
+    assert bf16["note"].startswith("faster on average but not by median step times (1.00x")
+
+
+def test_a_tuned_configuration_slower_by_its_median_step_is_not_written(monkeypatch, tiny, tmp_path):
+    monkeypatch.setattr(tune_module, "run_trials", simulated_speedups([]))
+    slower = {"samples_per_s": {"median": 100.0, "ci95": [95.0, 105.0]}, "verdict": "no effect",
+              "ratio": {"median": 1.0, "ci95": [0.95, 1.05]}, "median_step_verdict": "hurt",
+              "median_step_ratio": {"median": 0.9, "ci95": [0.88, 0.92]}}
+    monkeypatch.setattr(tune_module, "_final_check", lambda *args: dict(slower))
+    knobs = [Knob("speedups.amp", [{"enabled": False}, {"dtype": "bf16"}], speedup=True, labels=["off", "bf16"])]
+    result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=2, final_check=True)
+    assert result.chosen == {} and result.final["reverted"] == {"speedups.amp": {"dtype": "bf16"}}
+    console = Console(file=io.StringIO(), width=250)
+    console.print(table(result))
+    assert "by median steps: hurt" in console.file.getvalue()

@@ -1,9 +1,11 @@
 """Turn raw bench trials into the report dict (DESIGN.md section 6) and write report.json / .md / .html.
 
-`summarize` is pure: trials in, report dict out; `write_reports` only renders it, so report.md and
-report.html never say anything report.json does not hold. Besides the section 6 keys, each variant carries
-`step_time_p50_s`, `step_time_p90_s`, `data_wait_fraction` (median), `peak_memory_mb` (max over trials),
-`warmup_s`, `break_even_steps` (only when the variant helped), `tokens_per_s` (median, tasks on sequences),
+`summarize` is pure: trials in, report dict out; `write_reports` only renders it, so report.md and report.html
+never say anything report.json does not hold. Besides the section 6 keys, each variant carries `step_time_p50_s`,
+`step_time_p90_s`, `data_wait_fraction` (median), `peak_memory_mb` (max over trials), `warmup_s`,
+`break_even_steps` (only when the variant helped), `median_step_ratio` and `median_step_verdict` (the same
+comparison of each trial's samples/s at its median step, which a stall of a shared machine hitting a few steps
+leaves alone, while the mean counts every cost; both are shown), `tokens_per_s` (median, tasks on sequences),
 `flop_per_s` and `mfu` (medians; MFU against the dense GPU datasheet peak or the CPU's measured matmul peak),
 `val_accuracy`, `val_metric` with `val_metric_name` (the task's main metric: accuracy for classification,
 val_loss for a language model), `result_changed` (final loss or the main metric differs from baseline beyond
@@ -76,6 +78,8 @@ def _summarize_variant(variant: Variant, trials: list[dict], base_ok: list[dict]
     ok = _ok(trials)
     sps, base_sps = _values(ok, "samples_per_s"), _values(base_ok, "samples_per_s")
     ratio, said = _ratio(sps, base_sps, is_base)
+    steady, steady_said = _ratio(_values(ok, "median_step_samples_per_s"),
+                                 _values(base_ok, "median_step_samples_per_s"), is_base)
     steps = percentiles([s for t in ok for s in (t.get("step_times_s") or [])])
     first, base_first = _median(_values(ok, "first_step_s")), _median(_values(base_ok, "first_step_s"))
     even = None
@@ -93,6 +97,7 @@ def _summarize_variant(variant: Variant, trials: list[dict], base_ok: list[dict]
         "time_to_target_s": _median(_values(ok, "time_to_target_s")),
         "target_reached": sum(t.get("time_to_target_s") is not None for t in ok) if _targeted(ok) else None,
         "ratio_vs_baseline": ratio, "verdict": said,
+        "median_step_ratio": steady, "median_step_verdict": steady_said,
         "step_time_p50_s": steps["p50"], "step_time_p90_s": steps["p90"],
         "data_wait_fraction": _median(_values(ok, "data_wait_fraction")),
         "peak_memory_mb": max(peaks) if peaks else None,
@@ -226,6 +231,7 @@ def _row(r: dict, is_base: bool, target: str | None = None, compiled: bool = Fal
     flags = (["results changed"] if r["result_changed"] else []) + ([f"{r['errors']} failed"] if r["errors"] else [])
     return [
         r["name"], _with_ci(sps, "{:.1f}", "") + _tokens(r), _with_ci(ratio),
+        _with_ci(r.get("median_step_ratio") or {}),
         "baseline" if is_base else SAY[r["verdict"]], _step_ms(r),
         _f(r.get("mfu"), "{:.1%}"), _f(r["data_wait_fraction"], "{:.0%}"), _f(r["peak_memory_mb"], "{:.0f}"),
         _f(r["first_step_s"], "{:.2f}"), *([_f(r.get("compile_s"), "{:.1f}")] if compiled else []),
@@ -236,7 +242,8 @@ def _row(r: dict, is_base: bool, target: str | None = None, compiled: bool = Fal
 
 def table(report: dict) -> tuple[list[str], list[list[str]]]:
     """Header and rows of the ranked table (fastest median samples/s first, failed variants last)."""
-    header = ["variant", "samples/s [95% CI]", "ratio [95% CI]", "verdict vs baseline", "step p50/p90 ms", "MFU",
+    header = ["variant", "samples/s [95% CI]", "ratio [95% CI]", "median-step ratio", "verdict vs baseline",
+              "step p50/p90 ms", "MFU",
               "data wait", "peak MB", "first step s"]
     compiled = any(r.get("compile_s") is not None for r in report["variants"])  # a column only when one compiled
     header += ["compile s"] if compiled else []
@@ -272,8 +279,17 @@ def verdict_lines(report: dict) -> list[str]:
             lines.append(line + "." + (f" {failed} of its trials failed." if failed else ""))
         return lines
     return [f"{r['name']}: {_reading(r['ratio_vs_baseline'] | {'verdict': r['verdict']})} vs baseline"
-            + (" (results changed)" if r["result_changed"] else "")
+            + _steady_disagrees(r) + (" (results changed)" if r["result_changed"] else "")
             for r in report["variants"] if r["name"] != report["baseline"]]
+
+
+def _steady_disagrees(r: dict) -> str:
+    """The median-step reading, when its verdict differs from the mean's: stalls (or a cost that hits only some
+    steps) decided one of them, and the reader should know."""
+    steady = r.get("median_step_ratio") or {}
+    if steady.get("median") is None or r.get("median_step_verdict") in (None, r["verdict"]):
+        return ""
+    return f"; by median step times {_reading(steady | {'verdict': r['median_step_verdict']})}"
 
 
 def failed_lines(report: dict) -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 import traceback
@@ -63,6 +64,11 @@ def _final_loss(steps: list[dict[str, Any]]) -> float | None:
     return float(torch.stack(losses).mean()) if losses else None
 
 
+def _median_rate(steps: list[dict[str, Any]]) -> float | None:
+    rates = [s["samples"] / s["s"] for s in steps if s["s"] > 0]
+    return statistics.median(rates) if rates else None
+
+
 def measure(timer: StepTimer, warmup: int, setup_s: float) -> dict[str, Any]:
     """Throughput and timing figures from the timed steps (those after `warmup`); warm-up reported apart.
 
@@ -76,6 +82,8 @@ def measure(timer: StepTimer, warmup: int, setup_s: float) -> dict[str, Any]:
     tokens = sum(s["tokens"] for s in timed)
     return {
         "samples_per_s": sum(s["samples"] for s in timed) / total_s if total_s > 0 else None,
+        # robust to a shared machine's stalls: one stalled step moves the mean above 10-20%, not the median
+        "median_step_samples_per_s": _median_rate(timed),
         "tokens_per_s": tokens / total_s if tokens and total_s > 0 else None,
         "step_times_s": [s["s"] for s in timed],
         "data_wait_fraction": sum(s["data_s"] for s in timed) / total_s if total_s > 0 else None,

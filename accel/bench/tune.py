@@ -2,14 +2,16 @@
 
 One knob at a time, in order, each starting from the best values found so far (coordinate descent, one pass;
 accel/bench/knobs.py says which knobs, which candidates, and why in that order). That order is how the search
-handles interactions: each knob is judged in the configuration the earlier ones chose (layout and kernels in
-the chosen dtype, compile over all of them, batch size with compile on, workers and threads with the final
-compute), at the cost of not revisiting an earlier knob. Every candidate runs through the bench's trial runner:
-fresh processes, interleaved trials, warm-up excluded. A candidate replaces the reference (the recipe's value;
-off for a speed-up, since the simpler setting should win a tie) only when its throughput ratio's interval says
-"helped", over at least two trials, none of which failed, and when its start-up cost (compilation) is repaid
-within the recipe's planned steps. Batch sizes are tried in ascending order and the first one that fails (out
-of memory, or no full batch left) bounds the search. A budget skips the knobs whose trials would not fit.
+handles interactions: each knob is judged in the configuration the earlier ones chose (layout and kernels in the
+chosen dtype, compile over all of them, batch size with compile on, workers and threads with the final compute),
+at the cost of not revisiting an earlier knob. Every candidate runs through the bench's trial runner: fresh
+processes, interleaved trials, warm-up excluded. A candidate replaces the reference (the recipe's value; off for
+a speed-up, since the simpler setting should win a tie) only when its throughput ratio's interval says "helped",
+by mean samples/s and by the median step's both (a stall of a shared machine moves the one, a cost hitting only
+some steps hides from the other), over at least two trials, none of which failed, and when its start-up cost
+(compilation) is repaid within the recipe's planned steps. Batch sizes are tried in ascending order and the first
+one that fails (out of memory, or no full batch left) bounds the search. A budget skips the knobs whose trials
+would not fit.
 """
 from __future__ import annotations
 
@@ -135,11 +137,19 @@ def _run_stage(base: Recipe, knob: Knob, chosen: dict[str, Any], cache: dict[str
 
 
 def _pick(report: dict, baseline: str, planned_steps: int | None) -> tuple[dict, dict[str, str]]:
-    """The fastest variant that measurably helped and repays its start-up within the planned run, else the
-    baseline; and why each faster one was passed over."""
+    """The fastest variant that measurably helped, by its mean throughput and by its median step both, and
+    repays its start-up within the planned run, else the baseline; and why each faster one was passed over.
+
+    Both readings must agree because each misleads alone on a shared machine: one stalled step in a reference
+    trial makes any candidate's mean look faster (a CPU's default attention kernel once read 1.66x), while the
+    median step alone would miss a cost that hits only some steps (a loader falling behind now and then)."""
     passed: dict[str, str] = {}
     rows = [r for r in report["variants"] if r["verdict"] == "helped" and not r["errors"]]
     for r in rows:
+        if r.get("median_step_verdict") not in ("helped", None):
+            passed[r["name"]] = (f"faster on average but not by median step times "
+                                 f"({_ci(r['median_step_ratio'], '{:.2f}', 'x')}): the gain is in a few steps")
+            continue
         even = r.get("break_even_steps")
         if planned_steps and even is not None and even > planned_steps:
             passed[r["name"]] = f"repays its start-up after {even:.0f} steps; the run has {planned_steps}"
@@ -210,7 +220,8 @@ def tune(base: Recipe, knobs: list[Knob], work: str | Path, settings: TrialSetti
     if final_check and _config_key(base, result.chosen) != _config_key(base, {}):  # measure what tuning bought
         budget.reserve = 0
         result.final = _final_check(base, result, work / "final", settings, trials, console, budget)
-        if result.final and result.final["verdict"] == "hurt":  # knobs chosen one by one, slower together
+        if result.final and "hurt" in (result.final["verdict"], result.final.get("median_step_verdict")):
+            # knobs chosen one by one, slower together (by either reading: tuning must never cost speed)
             result.final["reverted"], result.chosen = dict(result.chosen), {}
     record = {"chosen": result.chosen, "rows": result.rows, "env": result.env, "final": result.final}
     (work / "tune.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
@@ -236,7 +247,8 @@ def _final_check(base: Recipe, result: TuneResult, out: Path, settings: TrialSet
     files = write_recipes({v.name: resolve_variant(base, v) for v in variants}, out)
     done = run_trials([(t, v.name, files[v.name]) for t, v in interleave(variants, trials)], out, settings, console)
     row = summarize(done, variants, "recipe as given")["variants"][1]
-    return {"samples_per_s": row["samples_per_s"], "ratio": row["ratio_vs_baseline"], "verdict": row["verdict"]}
+    return {"samples_per_s": row["samples_per_s"], "ratio": row["ratio_vs_baseline"], "verdict": row["verdict"],
+            "median_step_ratio": row["median_step_ratio"], "median_step_verdict": row["median_step_verdict"]}
 
 
 def _skipped_row(key: str, value: Any, name: str, note: str) -> dict[str, Any]:
@@ -266,7 +278,7 @@ def _row(key: str, r: dict, current: str, best: str, passed: dict[str, str]) -> 
         note = (note + "; " if note else "") + f"{len(failed)} failed: {last[-1][:120]}"
     return {"knob": key, "value": r["overrides"][key], "label": r["name"].partition("=")[2],
             "samples_per_s": r["samples_per_s"], "ratio": r["ratio_vs_baseline"], "verdict": r["verdict"],
-            "note": note}
+            "median_step_ratio": r["median_step_ratio"], "note": note}
 
 
 def _ci(d: dict, fmt: str, unit: str = "") -> str:
@@ -279,14 +291,17 @@ def _ci(d: dict, fmt: str, unit: str = "") -> str:
 def table(result: TuneResult) -> Table:
     """The measurements as a rich table, one row per candidate, grouped by knob."""
     out = Table(title="accel tune: samples/s per candidate (ratio vs the recipe's value; vs off for speed-ups)")
-    for column in ("knob", "value", "samples/s [95% CI]", "ratio [95% CI]", "verdict", "note"):
+    for column in ("knob", "value", "samples/s [95% CI]", "ratio [95% CI]", "median-step ratio", "verdict", "note"):
         out.add_column(column)
     for r in result.rows:
-        out.add_row(r["knob"], r["label"], _ci(r["samples_per_s"], "{:.1f}"),
-                    _ci(r["ratio"], "{:.2f}", "x"), r["verdict"] or "", r["note"])
+        out.add_row(r["knob"], r["label"], _ci(r["samples_per_s"], "{:.1f}"), _ci(r["ratio"], "{:.2f}", "x"),
+                    _ci(r.get("median_step_ratio") or {}, "{:.2f}", "x"), r["verdict"] or "", r["note"])
     if result.final:
-        out.add_row("final check", "tuned vs recipe", _ci(result.final["samples_per_s"], "{:.1f}"),
-                    _ci(result.final["ratio"], "{:.2f}", "x"), result.final["verdict"] or "", "")
+        final = result.final
+        out.add_row("final check", "tuned vs recipe", _ci(final["samples_per_s"], "{:.1f}"),
+                    _ci(final["ratio"], "{:.2f}", "x"), _ci(final.get("median_step_ratio") or {}, "{:.2f}", "x"),
+                    final["verdict"] or "", f"by median steps: {final['median_step_verdict']}"
+                    if final.get("median_step_verdict") not in (None, final["verdict"]) else "")
     return out
 
 
@@ -306,7 +321,7 @@ def _comment(result: TuneResult, base: Recipe, command: str, settings: TrialSett
              f"Measured on {env.get('device', 'this machine')}, torch {env.get('torch', '?')}: each candidate ran "
              f"{trials} trial(s) in fresh processes, {settings.steps} timed steps after {settings.warmup} warm-up.",
              f"A value replaced the previous choice only when measurably faster (its 95% interval above 1.0x, "
-             f"at least {MIN_TRIALS} trials, none failed)."]
+             f"by mean samples/s and by median step time both, at least {MIN_TRIALS} trials, none failed)."]
     plain = base.dump()
     for key, value in result.chosen.items():
         row = next(r for r in result.rows if r["knob"] == key and r["value"] == value)
@@ -319,8 +334,10 @@ def _comment(result: TuneResult, base: Recipe, command: str, settings: TrialSett
         said = f"{ratio} samples/s vs the previous choice" if was != value else "kept"
         lines.append(f"{key}: {format_value(value)} (recipe had {format_value(was)}; {said})")
     if result.final:
-        lines.append(f"Tuned vs the recipe as given, measured last: {_ci(result.final['ratio'], '{:.2f}', 'x')} "
-                     f"samples/s ({result.final['verdict'] or 'too few trials for a verdict'}).")
+        final = result.final
+        lines.append(f"Tuned vs the recipe as given, measured last: {_ci(final['ratio'], '{:.2f}', 'x')} "
+                     f"samples/s ({final['verdict'] or 'too few trials for a verdict'}); by median step times "
+                     f"{_ci(final.get('median_step_ratio') or {}, '{:.2f}', 'x')}.")
     if result.final and "reverted" in result.final:
         lines.append("Slower than the recipe as given, so nothing is changed: the recipe stays as it is (the "
                      f"measured choice was {result.final['reverted']}).")

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from accel.bench.report import summarize, table, write_reports
+from accel.bench.report import summarize, table, verdict_lines, write_reports
 from accel.bench.variants import Variant, ablation_variants, vary_variants
 
 TRACE = 'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\nRuntimeError: compile exploded\n'
@@ -11,7 +11,8 @@ VARIANT_KEYS = {"name", "overrides", "samples_per_s", "ratio_vs_baseline", "verd
                 "trials", "step_time_p50_s", "step_time_p90_s", "data_wait_fraction", "peak_memory_mb",
                 "break_even_steps", "val_accuracy", "result_changed", "errors", "ok_trials", "warmup_s",
                 "tokens_per_s", "val_metric", "val_metric_name", "flop_per_s", "mfu",
-                "time_to_target_s", "target_reached", "lint", "compile_s"}
+                "time_to_target_s", "target_reached", "lint", "compile_s", "median_step_ratio",
+                "median_step_verdict"}
 
 
 def trial(variant, i, sps, *, first=1.0, loss=0.5, wait=0.1, bs=32):
@@ -96,7 +97,7 @@ def test_reports_are_written_with_table_verdicts_and_plots(ablation, tmp_path):
     assert loaded["variants"][2]["trials"][0]["samples_per_s"] == trials[2]["samples_per_s"]
     md = paths["md"].read_text()
     table = [ln for ln in md.splitlines() if ln.startswith("| ")]
-    assert table[0].startswith("| variant | samples/s [95% CI] | ratio [95% CI] | verdict vs baseline |")
+    assert table[0].startswith("| variant | samples/s [95% CI] | ratio [95% CI] | median-step ratio | verdict vs")
     ranked = [ln.split("|")[1].strip() for ln in table[1:]]
     assert ranked[-1] == "+compile" and set(ranked[:4]) == {"all", "+amp", "-cudnn", "-compile"}
     assert "- amp: helped. Added to baseline: helped, 2.50x [" in md
@@ -214,3 +215,23 @@ def test_compile_seconds_get_a_column_only_when_a_variant_compiled():
     cells = {row[0]: row[column] for row in body}
     assert (cells["+compile"], cells["baseline"]) == ("20.5", "n/a")
     assert "compile s" not in table(summarize(plain, variants[:1], "baseline"))[0]
+
+
+def test_a_stalled_trial_moves_the_mean_but_not_the_median_step():
+    """One stalled step in each baseline trial makes a no-op variant look 1.2x faster on average; its median step
+    says no effect, and the report says both."""
+    def timed(variant, i, mean, steady):
+        return trial(variant, i, mean) | {"median_step_samples_per_s": steady}
+
+    trials = [timed("base", i, 100 + i, 120 + i / 10) for i in range(3)] + \
+             [timed("fast", i, 120 + i, 120 + i / 10) for i in range(3)]
+    rep = summarize(trials, [Variant("base"), Variant("fast")], "base")
+    fast = rep["variants"][1]
+    assert fast["verdict"] == "helped" and fast["median_step_verdict"] == "no effect"
+    assert fast["median_step_ratio"]["median"] == pytest.approx(1.0)
+    assert rep["variants"][0]["median_step_ratio"]["median"] == 1.0
+    (line,) = verdict_lines(rep)
+    assert line.startswith("fast: helped, 1.20x") and "; by median step times no measurable effect, 1.00x" in line
+    old = [{k: v for k, v in t.items() if k != "median_step_samples_per_s"} for t in trials]  # an older report
+    fast = summarize(old, [Variant("base"), Variant("fast")], "base")["variants"][1]
+    assert fast["median_step_verdict"] is None and fast["median_step_ratio"]["median"] is None

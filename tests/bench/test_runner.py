@@ -146,6 +146,8 @@ def test_trial_entry_point_in_process(tiny, write_recipe, tmp_path):
     assert len(result["step_times_s"]) == 2 and result["steps"] == 2 and result["grad_accum"] == 2
     # Each timed step is two micro-batches of 10: throughput counts samples, not batches.
     assert result["samples_per_s"] == pytest.approx(40 / sum(result["step_times_s"]))
+    median_rate = sorted(20 / s for s in result["step_times_s"])  # of 2 steps: their mean rate
+    assert result["median_step_samples_per_s"] == pytest.approx(sum(median_rate) / 2)
     assert result["warmup_s"] >= result["first_step_s"] > 0 and 0 <= result["data_wait_fraction"] < 1
     assert result["peak_memory_mb"] > 0 and result["final_loss"] > 0 and result["val_accuracy"] is not None
     assert "compile_s" not in result  # nothing compiled
