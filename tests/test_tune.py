@@ -105,9 +105,10 @@ def test_tune_command_for_real(tiny, write_recipe, tmp_path, capsys):
     table_text = captured.out.replace("│", " ")  # a narrow non-terminal console wraps cells: compare words
     assert "accel tune" in table_text and {"4096", "8192", "failed:", "smaller", "chosen"} <= set(table_text.split())
     assert "data.batch_size=8192 trial 0: skipped" in captured.err
-    assert yaml.safe_load(out.read_text()) == {"data": {"batch_size": 16}}
+    assert yaml.safe_load(out.read_text()) == {}  # the recipe's own batch size: nothing to change
     assert "data.batch_size: 16 (recipe had 16; kept)" in out.read_text()
-    assert len(list(work.rglob("trials/*.json"))) == 2
+    trials = [json.loads(path.read_text()) for path in work.rglob("trials/*.json")]
+    assert len(trials) == 2 and trials[0]["val_accuracy"] is None  # tune's trials evaluate nothing
 
 
 def test_tune_rejects_nothing_to_do(tiny, write_recipe, capsys):
@@ -263,3 +264,37 @@ def test_a_tuned_configuration_slower_by_its_median_step_is_not_written(monkeypa
     console = Console(file=io.StringIO(), width=250)
     console.print(table(result))
     assert "by median steps: hurt" in console.file.getvalue()
+
+
+def test_a_speed_up_that_moves_the_training_loss_is_not_chosen(monkeypatch, tiny, tmp_path):
+    """A 2x speed-up whose training loss went from 0.5 to 0.9 (a broken kernel, a dtype that diverges) is passed
+    over; a batch size that moves the loss as much is chosen: a larger batch trains differently by design."""
+    def run_trials(jobs, out, settings, console=None, skip=None):
+        results = []
+        for trial, name, path in jobs:
+            recipe = yaml.safe_load(path.read_text())
+            fast = recipe["speedups"]["amp"].get("enabled", True) or recipe["data"]["batch_size"] == 32
+            results.append({"variant": name, "trial": trial, "error": None, "wall_s": 10.0,
+                            "samples_per_s": (200.0 if fast else 100.0) + trial,
+                            "final_loss": (0.9 if fast else 0.5) + trial / 100})
+        return results
+
+    monkeypatch.setattr(tune_module, "run_trials", run_trials)
+    tiny["speedups"] = {"amp": {"dtype": "bf16", "enabled": False}}
+    knobs = [Knob("speedups.amp", [{"dtype": "bf16", "enabled": False}, {"dtype": "bf16", "enabled": True}],
+                  speedup=True, labels=["off", "bf16"]), Knob(BATCH_KEY, [16, 32], bounded=True)]
+    result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=3)
+    assert result.labels["speedups.amp"] == "off" and result.chosen[BATCH_KEY] == 32
+    bf16 = next(r for r in result.rows if r["label"] == "bf16")
+    assert bf16["verdict"] == "helped" and bf16["note"].startswith("faster, but its training loss moved beyond noise")
+
+
+def test_the_fragment_holds_only_what_differs_from_the_recipe(monkeypatch, tiny, tmp_path):
+    monkeypatch.setattr(tune_module, "run_trials", simulated_speedups([]))
+    tiny["speedups"] = {"compile": {"enabled": False}}  # off in the recipe, and found best off: nothing to write
+    base = validate_recipe(tiny)
+    knobs = [k for k in build_knobs(base, speedups=True) if k.key in ("speedups.compile", "speedups.optim")]
+    result = tune(base, knobs, tmp_path, TrialSettings(5, 1), trials=2)
+    assert set(result.chosen) == {"speedups.compile", "speedups.optim"}  # both off: optim as absent, compile as set
+    text = write_fragment(result, tmp_path / "tuned.yaml", base, "accel tune r.yaml", TrialSettings(5, 1), 2)
+    assert yaml.safe_load(text.read_text()) == {}

@@ -225,6 +225,7 @@ class TrialSettings:
     warm_cache: bool = False
     target: str | None = None  # METRIC=VALUE: time each trial until the metric reaches VALUE
     eval_every: int | None = None
+    evaluate: bool = True  # False: no evaluation at all (tune guards results by the training loss alone)
 
 
 def trial_argv(recipe: Path, settings: TrialSettings, json_path: Path, variant: str, trial: int) -> list[str]:
@@ -233,7 +234,8 @@ def trial_argv(recipe: Path, settings: TrialSettings, json_path: Path, variant: 
             "--warmup", str(settings.warmup), "--json", str(json_path),
             f"--variant={variant}", "--trial", str(trial),  # `=`: a name like -amp is not an option
             *(["--target", settings.target] if settings.target else []),
-            *(["--eval-every", str(settings.eval_every)] if settings.eval_every else [])]
+            *(["--eval-every", str(settings.eval_every)] if settings.eval_every else []),
+            *([] if settings.evaluate else ["--no-eval"])]
 
 
 def _run_job(index: int, trial: int, variant: str, recipe: Path, out: Path, settings: TrialSettings) -> dict:

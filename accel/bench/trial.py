@@ -1,11 +1,13 @@
 """One bench trial in its own process: `python -m accel.bench.trial RECIPE.yaml --steps N --warmup W --json OUT`.
 
 The recipe is already resolved (the runner wrote it); this only adds the bench's own settings: a step budget of
-warmup + steps, a device sync after every step so step times are exact, no progress bar, TensorBoard,
-run directory, early stopping or mid-run evaluation (evaluation still runs once at the end, so a recipe with a
+warmup + steps, a device sync after every step so step times are exact, no progress bar, TensorBoard, run
+directory, early stopping or mid-run evaluation (evaluation still runs once at the end, so a recipe with a
 validation split reports its accuracy; with --target it also runs every --eval-every steps, timed from the
-process start until the metric reaches the target). The raw trial dict it writes is what `accel.bench.report` reads.
-On any exception the JSON holds `error` (the traceback) and the process exits with code 1.
+process start until the metric reaches the target; with --no-eval never, which `accel tune` uses: its trials
+compare only speed and the training loss, and the evaluation was a fifth of a ResNet-18 trial on a CPU). The raw
+trial dict it writes is what `accel.bench.report` reads. On any exception the JSON holds `error` (the traceback)
+and the process exits with code 1.
 """
 from __future__ import annotations
 
@@ -96,7 +98,7 @@ def measure(timer: StepTimer, warmup: int, setup_s: float) -> dict[str, Any]:
 
 
 def run_trial(recipe_path: Path, steps: int, warmup: int, trial: int = 0, target: Target | None = None,
-              eval_every: int | None = None) -> dict[str, Any]:
+              eval_every: int | None = None, evaluate: bool = True) -> dict[str, Any]:
     """Build and fit the recipe under the bench settings; the measured figures of one trial.
 
     Trial k trains with the recipe's seed + k, in every variant. Runs are otherwise deterministic, so without
@@ -117,6 +119,8 @@ def run_trial(recipe_path: Path, steps: int, warmup: int, trial: int = 0, target
     recipe.seed += trial
     timer, clock = StepTimer(), TargetClock(target) if target else None
     trainer = build_trainer(recipe, run_dir=None, extra_callbacks=[timer] + ([clock] if clock else []))
+    if not evaluate:
+        trainer.val_loader = None
     built = time.perf_counter()
     devices.reset_peak_memory(trainer.device)
     summary = trainer.fit()
@@ -174,6 +178,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--target", type=parse_target, default=None, metavar="METRIC=VALUE",
                         help="evaluate every --eval-every steps; record when METRIC first reaches VALUE")
     parser.add_argument("--eval-every", type=int, default=None, help="steps between evaluations (with --target)")
+    parser.add_argument("--no-eval", dest="evaluate", action="store_false", help="evaluate nothing (not with --target)")
     return parser
 
 
@@ -184,8 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.steps < 1 or args.warmup < 0:
             raise AccelError(f"--steps must be >= 1 and --warmup >= 0, got {args.steps} and {args.warmup}.")
+        if args.target and not args.evaluate:
+            raise AccelError("--target needs evaluations; drop --no-eval.")
         result, code = head | run_trial(args.recipe, args.steps, args.warmup, args.trial, args.target,
-                                               args.eval_every), 0
+                                        args.eval_every, args.evaluate), 0
     except BaseException:  # KeyboardInterrupt too: the runner still gets a readable record
         result, code = head | {"error": traceback.format_exc()}, 1
         traceback.print_exc()

@@ -8,10 +8,11 @@ at the cost of not revisiting an earlier knob. Every candidate runs through the 
 processes, interleaved trials, warm-up excluded. A candidate replaces the reference (the recipe's value; off for
 a speed-up, since the simpler setting should win a tie) only when its throughput ratio's interval says "helped",
 by mean samples/s and by the median step's both (a stall of a shared machine moves the one, a cost hitting only
-some steps hides from the other), over at least two trials, none of which failed, and when its start-up cost
-(compilation) is repaid within the recipe's planned steps. Batch sizes are tried in ascending order and the first
-one that fails (out of memory, or no full batch left) bounds the search. A budget skips the knobs whose trials
-would not fit.
+some steps hides from the other), over at least two trials, none of which failed, when (a speed-up) its training
+loss stayed within noise of the reference's (trials evaluate nothing: speed and that loss are all tune compares),
+and when its start-up cost (compilation) is repaid within the recipe's planned steps. Batch sizes are tried in
+ascending order and the first one that fails (out of memory, or no full batch left) bounds the search. A budget
+skips the knobs whose trials would not fit.
 """
 from __future__ import annotations
 
@@ -136,9 +137,10 @@ def _run_stage(base: Recipe, knob: Knob, chosen: dict[str, Any], cache: dict[str
     return Stage(knob, variants, trials_of, ref_name, results)
 
 
-def _pick(report: dict, baseline: str, planned_steps: int | None) -> tuple[dict, dict[str, str]]:
-    """The fastest variant that measurably helped, by its mean throughput and by its median step both, and
-    repays its start-up within the planned run, else the baseline; and why each faster one was passed over.
+def _pick(report: dict, baseline: str, planned_steps: int | None, guard: bool) -> tuple[dict, dict[str, str]]:
+    """The fastest variant that measurably helped, by its mean throughput and by its median step both, left the
+    training loss as it was (within noise; with `guard`: a speed-up must not change results, a batch size does)
+    and repays its start-up within the planned run, else the baseline; and why each faster one was passed over.
 
     Both readings must agree because each misleads alone on a shared machine: one stalled step in a reference
     trial makes any candidate's mean look faster (a CPU's default attention kernel once read 1.66x), while the
@@ -146,6 +148,9 @@ def _pick(report: dict, baseline: str, planned_steps: int | None) -> tuple[dict,
     passed: dict[str, str] = {}
     rows = [r for r in report["variants"] if r["verdict"] == "helped" and not r["errors"]]
     for r in rows:
+        if guard and r.get("result_changed"):
+            passed[r["name"]] = "faster, but its training loss moved beyond noise: check it before using it"
+            continue
         if r.get("median_step_verdict") not in ("helped", None):
             passed[r["name"]] = (f"faster on average but not by median step times "
                                  f"({_ci(r['median_step_ratio'], '{:.2f}', 'x')}): the gain is in a few steps")
@@ -213,7 +218,7 @@ def tune(base: Recipe, knobs: list[Knob], work: str | Path, settings: TrialSetti
             raise AccelError(f"tune: the starting configuration ({stage.reference}) failed; fix the recipe first "
                              f"(trial logs under {work}).")
         report = summarize(stage.trials, stage.variants, stage.reference)
-        best, passed = _pick(report, stage.reference, planned_steps(base, stage.trials))
+        best, passed = _pick(report, stage.reference, planned_steps(base, stage.trials), guard=knob.speedup)
         result.chosen[knob.key] = best["overrides"][knob.key]
         result.env = result.env or next((t["env"] for t in stage.trials if t.get("env")), {})
         result.rows += [_row(knob.key, r, stage.reference, best["name"], passed) for r in report["variants"]]
@@ -353,6 +358,9 @@ def write_fragment(result: TuneResult, path: str | Path, base: Recipe, command: 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     header = "".join(f"# {line}\n" for line in _comment(result, base, command, settings, trials))
-    changed = {k: v for k, v in result.chosen.items() if not (v is None and lookup(base.dump(), k) is None)}
+    plain = base.dump()
+    # only what differs from the recipe: a value it already has, or a speed-up left off that it lacks, says nothing
+    changed = {k: v for k, v in result.chosen.items()
+               if lookup(plain, k) != v and not (lookup(plain, k) is None and v in (None, {"enabled": False}))}
     path.write_text(header + yaml.safe_dump(_nested(changed), sort_keys=False))
     return path

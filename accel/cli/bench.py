@@ -109,7 +109,7 @@ def tune(args: argparse.Namespace) -> int:
     if not knobs:
         raise AccelError("nothing to tune: every knob was given an empty list.")
     work = Path(args.work) if args.work else default_out(base.name, kind="tune")
-    settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache)
+    settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache, evaluate=False)
     result = run_tune(base, knobs, work, settings, args.trials, budget_s=args.budget, final_check=True)
     Console().print(table(result))
     path = write_fragment(result, args.out or work / "tuned.yaml", base, shlex.join(["accel", *args.argv]),

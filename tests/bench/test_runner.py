@@ -8,7 +8,7 @@ import sys
 import pytest
 from rich.console import Console
 
-from accel.bench.runner import TrialProgress, plan_bench, run_trial_process, trial_env
+from accel.bench.runner import TrialProgress, TrialSettings, plan_bench, run_trial_process, trial_argv, trial_env
 from accel.bench.trial import main as trial_main
 from accel.cli import main
 from accel.errors import AccelError, RecipeError
@@ -153,6 +153,19 @@ def test_trial_entry_point_in_process(tiny, write_recipe, tmp_path):
     assert "compile_s" not in result  # nothing compiled
     assert trial_main([str(tmp_path / "missing.yaml"), "--steps", "1", "--warmup", "0", "--json", str(out)]) == 1
     assert "Recipe file not found" in json.loads(out.read_text())["error"]
+
+
+def test_a_trial_without_evaluation_still_guards_by_its_training_loss(tiny, write_recipe, tmp_path):
+    out, recipe = tmp_path / "t.json", str(write_recipe(tiny))
+    assert trial_main([recipe, "--steps", "2", "--warmup", "1", "--no-eval", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["val_accuracy"] is None and result["val_metric"] is None and result["final_loss"] > 0
+    assert trial_main([recipe, "--steps", "2", "--warmup", "1", "--no-eval", "--target", "val_accuracy=0.9",
+                       "--json", str(out)]) == 1
+    assert "--target needs evaluations" in json.loads(out.read_text())["error"]
+    argv = trial_argv(tmp_path / "r.yaml", TrialSettings(2, 1, evaluate=False), out, "v", 0)
+    assert argv[-1] == "--no-eval" and "--no-eval" not in trial_argv(tmp_path / "r.yaml", TrialSettings(2, 1), out,
+                                                                     "v", 0)
 
 
 def test_trial_records_what_compiling_cost(tiny, write_recipe, tmp_path):
