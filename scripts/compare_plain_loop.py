@@ -20,7 +20,9 @@ speed-up accel skips on this machine (bf16 where the CPU has no native bf16) is 
 `--recipe FILE [--set KEY=VALUE ...]` compares on a recipe instead (an image classifier's: its model, data,
 optimizer, schedule, clipping and speed-ups; a tuned fragment's values as --set): accel trains the recipe as
 `accel train` would, its evaluation left out (the plain loop evaluates nothing either), and the plain loop
-writes the same speed-ups by hand, steps the same schedule and clips as the recipe says.
+writes the same speed-ups by hand, steps the same schedule and clips as the recipe says. `--plain-set KEY=VALUE`
+changes the plain loop's side only: accel with a tuned configuration against the best plain loop an expert wrote
+by hand (e.g. channels_last on), side by side. Ratios are then of time per sample, so batch sizes may differ.
 
 Tiny check:  python scripts/compare_plain_loop.py --model small_cnn --shape 1 16 16 --batch-size 16 --steps 5 --rounds 2
 Real:        python scripts/compare_plain_loop.py --model resnet18_cifar --batch-size 128 --steps 15 --rounds 8
@@ -69,15 +71,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="compare on this recipe (--model, --shape, --batch-size, --amp, --channels-last and "
                              "--device are then unused)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="recipe override (repeatable)")
+    parser.add_argument("--plain-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="recipe override for the plain loop's side only (repeatable; with --recipe)")
     parser.add_argument("--json", type=Path, default=Path("runs/compare_plain_loop.json"), help="JSON output path")
     return parser.parse_args(argv)
 
 
-def make_recipe(args: argparse.Namespace) -> Recipe:
-    """--recipe with --set, `steps` steps and no mid-run evaluation; else a synthetic recipe whose training set is
-    exactly `steps` batches (one round is one epoch) with the speed-ups of --amp and --channels-last."""
+def make_recipe(args: argparse.Namespace, plain_sets: list[str] = ()) -> Recipe:
+    """--recipe with --set (then `plain_sets`), `steps` steps and no mid-run evaluation; else a synthetic recipe
+    whose training set is exactly `steps` batches (one round is one epoch) with the speed-ups of --amp and
+    --channels-last."""
+    if plain_sets and not args.recipe:
+        raise AccelError("compare_plain_loop: --plain-set needs --recipe.")
     if args.recipe:
-        recipe = load_recipe(args.recipe, [*args.set, f"train.max_steps={args.steps}", "train.eval_every_epochs=0",
+        recipe = load_recipe(args.recipe, [*args.set, *plain_sets, f"train.max_steps={args.steps}",
+                                           "train.eval_every_epochs=0",
                                            "train.early_stopping=null", "log.progress=false", "log.tensorboard=false"])
         if recipe.train.grad_accum != 1:
             raise AccelError("compare_plain_loop: the plain loop does not accumulate gradients; use grad_accum 1.")
@@ -174,30 +182,32 @@ def time_plain(trainer: Trainer, steps: int) -> tuple[float, float]:
     return time.perf_counter() - start, median_step(start, stamps)
 
 
-def run_round(recipe: Recipe, steps: int, accel_first: bool) -> dict[str, Any]:
-    """One accel fit and one plain pass, in the given order, each on a freshly built model and optimizer.
+def run_round(recipe: Recipe, plain: Recipe, steps: int, accel_first: bool) -> dict[str, Any]:
+    """One accel fit of `recipe` and one plain pass of `plain`, in the given order, each on a freshly built model
+    and optimizer; ratios of time per sample.
 
     Both start fresh: a model that already trained has its optimizer state allocated and its memory touched,
     and would make whichever loop reuses it look faster.
     """
     if accel_first:
         accel_s, accel_step = time_accel(recipe)
-        plain_s, plain_step = time_plain(build_trainer(recipe), steps)
+        plain_s, plain_step = time_plain(build_trainer(plain), steps)
     else:
-        plain_s, plain_step = time_plain(build_trainer(recipe), steps)
+        plain_s, plain_step = time_plain(build_trainer(plain), steps)
         accel_s, accel_step = time_accel(recipe)
+    per_sample = plain.data.batch_size / recipe.data.batch_size  # 1 unless --plain-set changed the batch size
     return {"order": "accel,plain" if accel_first else "plain,accel", "accel_s": accel_s, "plain_s": plain_s,
-            "ratio": accel_s / plain_s, "accel_step_s": accel_step, "plain_step_s": plain_step,
-            "step_ratio": accel_step / plain_step}
+            "ratio": accel_s / plain_s * per_sample, "accel_step_s": accel_step, "plain_step_s": plain_step,
+            "step_ratio": accel_step / plain_step * per_sample}
 
 
-def summarize(rounds: list[dict], samples: int) -> dict[str, Any]:
+def summarize(rounds: list[dict], samples: int, plain_samples: int) -> dict[str, Any]:
     """Median order-balanced ratio with a bootstrap 95% interval and the range; samples/s of each side."""
     whole, step = paired_ratio(rounds, "ratio"), paired_ratio(rounds, "step_ratio")
     return {
         "ratio_accel_over_plain": whole, "step_ratio_accel_over_plain": step,
         "accel_samples_per_s": statistics.median(samples / r["accel_s"] for r in rounds),
-        "plain_samples_per_s": statistics.median(samples / r["plain_s"] for r in rounds),
+        "plain_samples_per_s": statistics.median(plain_samples / r["plain_s"] for r in rounds),
         "verdict": verdict(whole["ci95"]), "step_verdict": verdict(step["ci95"]),
     }
 
@@ -222,9 +232,14 @@ def print_table(rounds: list[dict], summary: dict, args: argparse.Namespace) -> 
     for i, r in enumerate(rounds, 1):
         print(f"{i:>5}  {r['order']:<12} {r['accel_s']:>9.3f} {r['plain_s']:>9.3f} {r['ratio']:>12.4f} "
               f"{r['step_ratio']:>12.4f}")
+    def named(speedups: list[str]) -> str:
+        return ", ".join(speedups) or "none"
+
+    sides = (f"speed-ups in both loops: {named(summary['speedups_applied'])}" if not args.plain_set else
+             f"speed-ups: accel {named(summary['speedups_applied'])}, plain {named(summary['plain_speedups'])} "
+             f"(plain batch {summary['plain_batch_size']}; ratios of time per sample)")
     print(f"\n{summary['model']}, batch {summary['batch_size']}, {args.steps} steps per round, {len(rounds)} rounds, "
-          f"speed-ups in both loops: {', '.join(summary['speedups_applied']) or 'none'}"
-          + (f" (skipped here: {summary['speedups_skipped']})" if summary["speedups_skipped"] else ""))
+          + sides + (f" (skipped here: {summary['speedups_skipped']})" if summary["speedups_skipped"] else ""))
     print(f"samples/s: accel {summary['accel_samples_per_s']:.1f}, plain {summary['plain_samples_per_s']:.1f}")
     for name, key, said in (("whole rounds", "ratio_accel_over_plain", "verdict"),
                             ("median steps", "step_ratio_accel_over_plain", "step_verdict")):
@@ -239,13 +254,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    recipe = make_recipe(args)
-    run_round(recipe, args.steps, accel_first=True)  # warm-up: allocator, kernels, caches; discarded
-    rounds = [run_round(recipe, args.steps, accel_first=i % 2 == 0) for i in range(args.rounds + args.rounds % 2)]
-    summary = summarize(rounds, args.steps * recipe.data.batch_size)
-    probe = build_trainer(recipe)
+    recipe, plain = make_recipe(args), make_recipe(args, args.plain_set)
+    run_round(recipe, plain, args.steps, accel_first=True)  # warm-up: allocator, kernels, caches; discarded
+    rounds = [run_round(recipe, plain, args.steps, accel_first=i % 2 == 0)
+              for i in range(args.rounds + args.rounds % 2)]
+    summary = summarize(rounds, args.steps * recipe.data.batch_size, args.steps * plain.data.batch_size)
+    probe, plain_probe = build_trainer(recipe), build_trainer(plain)
     summary |= {"speedups_applied": [s.name for s in probe.speedups], "speedups_skipped": probe.skipped_speedups,
-                "model": recipe.model.name, "batch_size": recipe.data.batch_size}
+                "plain_speedups": [s.name for s in plain_probe.speedups],
+                "model": recipe.model.name, "batch_size": recipe.data.batch_size,
+                "plain_batch_size": plain.data.batch_size}
     print_table(rounds, summary, args)
     device = probe.device
     report = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},

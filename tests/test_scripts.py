@@ -43,6 +43,16 @@ def test_compare_plain_loop_on_a_recipe_with_overrides(tiny, write_recipe, tmp_p
     result = json.loads(report.read_text())
     assert (result["model"], result["batch_size"]) == (tiny["model"]["name"], 8)
     assert len(result["rounds"]) == 2 and result["step_verdict"] in {"within", "not within", "inconclusive"}
+    assert result["speedups_applied"] == result["plain_speedups"] == []
+    # the plain side alone with channels_last and twice the batch: time per sample, whatever the batch
+    _script("scripts/compare_plain_loop.py", "--recipe", str(write_recipe(tiny)), "--set", "data.batch_size=8",
+            "--plain-set", "speedups.channels_last.enabled=true", "--plain-set", "data.batch_size=16",
+            "--steps", "2", "--rounds", "2", "--json", str(report))
+    result = json.loads(report.read_text())
+    assert result["plain_speedups"] == ["channels_last"] and result["speedups_applied"] == []
+    assert (result["batch_size"], result["plain_batch_size"]) == (8, 16)
+    r = result["rounds"][0]
+    assert r["ratio"] == pytest.approx(r["accel_s"] / r["plain_s"] * 2)
 
 
 @pytest.mark.parametrize("mode", ["whole", "regional"])
