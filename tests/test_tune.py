@@ -46,10 +46,11 @@ def test_search_picks_measured_best_bounds_batch_and_reuses(monkeypatch, tiny, t
     settings = TrialSettings(steps=5, warmup=1)
     result = tune(base, knobs, tmp_path / "work", settings, trials=3)
     assert result.chosen == {BATCH_KEY: 64, WORKERS_KEY: 1}
-    # 128 failed in the first round, so 256 never ran and 128 was not retried; the start of the workers
-    # stage (64, auto) reused the batch stage's measurement instead of running again.
+    # 128 failed in the first round, so 256 never ran and 128 was not retried; the workers stage measured its
+    # reference (64, auto) again beside its candidates instead of comparing with the batch stage's trials.
     assert set(seen) == {(16, "auto"), (32, "auto"), (64, "auto"), (128, "auto"), (64, 0), (64, 1)}
-    assert seen.count((128, "auto")) == 1 and seen.count((64, "auto")) == 3 and seen.count((64, 1)) == 3
+    assert seen.count((128, "auto")) == 1 and seen.count((64, "auto")) == 6 and seen.count((64, 1)) == 3
+    assert seen[-9:-6] == [(64, "auto"), (64, 0), (64, 1)]  # interleaved: reference and candidates by turns
     notes = {(r["knob"], r["value"]): r["note"] for r in result.rows}
     assert notes[(BATCH_KEY, 64)] == "chosen" and notes[(BATCH_KEY, 16)] == "current"
     assert notes[(BATCH_KEY, 128)].startswith("1 failed: torch.OutOfMemoryError")

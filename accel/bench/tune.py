@@ -5,14 +5,14 @@ accel/bench/knobs.py says which knobs, which candidates, and why in that order).
 handles interactions: each knob is judged in the configuration the earlier ones chose (layout and kernels in the
 chosen dtype, compile over all of them, batch size with compile on, workers and threads with the final compute),
 at the cost of not revisiting an earlier knob. Every candidate runs through the bench's trial runner: fresh
-processes, interleaved trials, warm-up excluded. A candidate replaces the reference (the recipe's value; off for
-a speed-up, since the simpler setting should win a tie) only when its throughput ratio's interval says "helped",
-by mean samples/s and by the median step's both (a stall of a shared machine moves the one, a cost hitting only
-some steps hides from the other), over at least two trials, none of which failed, when (a speed-up) its training
-loss stayed within noise of the reference's (trials evaluate nothing: speed and that loss are all tune compares),
-and when its start-up cost (compilation) is repaid within the recipe's planned steps. Batch sizes are tried in
-ascending order and the first one that fails (out of memory, or no full batch left) bounds the search. A budget
-skips the knobs whose trials would not fit.
+processes, interleaved trials, warm-up excluded, the reference measured again in every stage. A candidate
+replaces the reference (the recipe's value; off for a speed-up, since the simpler setting should win a tie) only
+when its throughput ratio's interval says "helped", by mean samples/s and by the median step's both (a stall of a
+shared machine moves the one, a cost hitting only some steps hides from the other), over at least two trials,
+none of which failed, when (a speed-up) its training loss stayed within noise of the reference's (trials evaluate
+nothing: speed and that loss are all tune compares), and when its start-up cost (compilation) is repaid within
+the recipe's planned steps. Batch sizes are tried in ascending order and the first one that fails (out of memory,
+or no full batch left) bounds the search. A budget skips the knobs whose trials would not fit.
 """
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ class Stage:
     variants: list[Variant]
     trials: list[dict]
     reference: str
-    new_trials: list[dict]  # the trials this stage ran (the others were measured by an earlier stage)
+    new_trials: list[dict]  # the trials this stage ran (variants equal in effect share them)
 
 
 def _reference(knob: Knob, chosen: dict[str, Any], plain: dict) -> Any:
@@ -116,23 +116,32 @@ def _variants(knob: Knob, chosen: dict[str, Any], plain: dict, traits: dict[str,
             for v in _candidates(knob, reference, traits)]
 
 
-def _run_stage(base: Recipe, knob: Knob, chosen: dict[str, Any], cache: dict[str, list[dict]], out: Path,
-               settings: TrialSettings, trials: int, console: Console, traits: dict[str, bool]) -> Stage:
-    """Measure every candidate of `knob` not measured before (earlier measurements of the same configuration
-    are reused)."""
+def _distinct(base: Recipe, variants: list[Variant]) -> dict[str, Variant]:
+    """Config key -> the first variant making that configuration: variants equal in effect run once."""
+    first: dict[str, Variant] = {}
+    for v in variants:
+        first.setdefault(_config_key(base, v.overrides), v)
+    return first
+
+
+def _run_stage(base: Recipe, knob: Knob, chosen: dict[str, Any], out: Path, settings: TrialSettings, trials: int,
+               console: Console, traits: dict[str, bool]) -> Stage:
+    """Measure every candidate of `knob` and its reference, interleaved, all in this stage.
+
+    The reference is measured again in every stage, never taken from an earlier one: a shared machine's speed
+    drifts from minute to minute, and only trials run side by side compare (a reference measured at a fast
+    moment, reused four stages later, made a worker setting equal to it in effect read 0.94x, "hurt")."""
     plain = base.dump()
     reference = _reference(knob, chosen, plain)
     variants = _variants(knob, chosen, plain, traits)
-    keys = {v.name: _config_key(base, v.overrides) for v in variants}
-    new = [v for v in variants if keys[v.name] not in cache]
+    runs = _distinct(base, variants)
     files = write_recipes({v.name: resolve_variant(base, Variant(v.name, _effective(base, v.overrides)))
-                           for v in new}, out)
+                           for v in runs.values()}, out)
     names = {v.name: v.overrides[knob.key] for v in variants}
-    jobs = [(t, v.name, files[v.name]) for t, v in interleave(new, trials)] if new else []
-    results = run_trials(jobs, out, settings, console, skip=_failed_bound(knob, names, reference)) if jobs else []
-    for v in new:
-        cache[keys[v.name]] = [r for r in results if r["variant"] == v.name]
-    trials_of = [r | {"variant": v.name} for v in variants for r in cache[keys[v.name]]]
+    jobs = [(t, v.name, files[v.name]) for t, v in interleave(list(runs.values()), trials)]
+    results = run_trials(jobs, out, settings, console, skip=_failed_bound(knob, names, reference))
+    measured = {key: [r for r in results if r["variant"] == v.name] for key, v in runs.items()}
+    trials_of = [r | {"variant": v.name} for v in variants for r in measured[_config_key(base, v.overrides)]]
     ref_name = next(v.name for v in variants if v.overrides[knob.key] == reference)
     return Stage(knob, variants, trials_of, ref_name, results)
 
@@ -196,23 +205,21 @@ def tune(base: Recipe, knobs: list[Knob], work: str | Path, settings: TrialSetti
     configuration then runs against the recipe as given, in time kept back from the budget for it; measured
     slower, the recipe as given is the result: tuning never leaves a user below where they started."""
     work, console = Path(work), console or Console(stderr=True)
-    result, cache, traits = TuneResult(), {}, {}
+    result, traits = TuneResult(), {}
     budget = Budget(budget_s, reserve=2 * trials if final_check else 0)
     plain = base.dump()
-    if any(need for knob in knobs for need in knob.needs):  # the reference's trials report the model's traits
-        traits = _reference_traits(base, knobs[0], cache, work / "reference", settings, trials, console, budget)
+    if any(need for knob in knobs for need in knob.needs):  # a trial of the recipe reports the model's traits
+        traits = _model_traits(base, knobs[0], work / "reference", settings, console, budget)
     for i, knob in enumerate(knobs):
         variants = _variants(knob, result.chosen, plain, traits)
-        unmeasured = [v for v in variants if _config_key(base, v.overrides) not in cache]
         result.rows += _unusable_rows(knob, traits)
         if len(variants) < 2:
             continue
-        if not budget.allows(len(unmeasured) * trials):
+        if not budget.allows(len(_distinct(base, variants)) * trials):
             result.rows += [_skipped_row(knob.key, v.overrides[knob.key], v.name, "not measured: over the --budget")
                             for v in variants[1:]]
             continue
-        stage = _run_stage(base, knob, result.chosen, cache, work / f"{i}-{knob.key}", settings, trials, console,
-                           traits)
+        stage = _run_stage(base, knob, result.chosen, work / f"{i}-{knob.key}", settings, trials, console, traits)
         budget.record(stage.new_trials)
         if not any(t.get("error") is None for t in stage.trials if t["variant"] == stage.reference):
             raise AccelError(f"tune: the starting configuration ({stage.reference}) failed; fix the recipe first "
@@ -233,12 +240,12 @@ def tune(base: Recipe, knobs: list[Knob], work: str | Path, settings: TrialSetti
     return result
 
 
-def _reference_traits(base: Recipe, first: Knob, cache: dict[str, list[dict]], out: Path, settings: TrialSettings,
-                      trials: int, console: Console, budget: Budget) -> dict[str, bool]:
-    """Measure the first knob's reference configuration (its stage reuses these trials) and return the model
-    traits they report, so no stage tries a candidate the model cannot use."""
+def _model_traits(base: Recipe, first: Knob, out: Path, settings: TrialSettings, console: Console,
+                  budget: Budget) -> dict[str, bool]:
+    """One trial of the first knob's reference configuration, for the model traits it reports, so no stage tries
+    a candidate the model cannot use (its speed is not compared with anything)."""
     reference = Knob(first.key, [_reference(first, {}, base.dump())], speedup=first.speedup, labels=first.labels[:1])
-    stage = _run_stage(base, reference, {}, cache, out, settings, trials, console, {})
+    stage = _run_stage(base, reference, {}, out, settings, 1, console, {})
     budget.record(stage.new_trials)
     return next((t["model_traits"] for t in stage.trials if t.get("model_traits")), {})
 
