@@ -216,8 +216,9 @@ def tune(base: Recipe, knobs: list[Knob], work: str | Path, settings: TrialSetti
         if len(variants) < 2:
             continue
         if not budget.allows(len(_distinct(base, variants)) * trials):
+            reference = _reference(knob, result.chosen, plain)
             result.rows += [_skipped_row(knob.key, v.overrides[knob.key], v.name, "not measured: over the --budget")
-                            for v in variants[1:]]
+                            for v in variants if v.overrides[knob.key] != reference]
             continue
         stage = _run_stage(base, knob, result.chosen, work / f"{i}-{knob.key}", settings, trials, console, traits)
         budget.record(stage.new_trials)
