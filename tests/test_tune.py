@@ -118,18 +118,22 @@ def test_tune_rejects_nothing_to_do(tiny, write_recipe, capsys):
     assert "nothing to tune" in capsys.readouterr().err
 
 
-def simulated_speedups(seen: list, has_conv: bool = True):
-    """amp bf16 2x; channels_last noise; compile 1.5x per step but 100 s to compile; every trial takes 10 s."""
+def simulated_speedups(seen: list, has_conv: bool = True, compile_wall_s: float = 10.0):
+    """amp bf16 2x; channels_last noise; compile 1.5x per step but 100 s to compile; every trial takes 10 s (one
+    that compiles `compile_wall_s`)."""
     def run_trials(jobs, out, settings, console=None, skip=None):
         results = []
         for trial, name, path in jobs:
+            if skip is not None and skip(name, results):
+                continue
             speedups = yaml.safe_load(path.read_text())["speedups"]
             on = {k for k, v in speedups.items() if v.get("enabled", True)}
             seen.append((name, tuple(sorted(on))))
             sps = 100.0 * (2 if "amp" in on else 1) * (1.5 if "compile" in on else 1) * (1 + 0.001 * trial)
             sps *= 1 + 0.002 * ("channels_last" in on) * (-1) ** trial
             step = 16 / sps
-            results.append({"variant": name, "trial": trial, "error": None, "samples_per_s": sps, "wall_s": 10.0,
+            wall = compile_wall_s if "compile" in on else 10.0
+            results.append({"variant": name, "trial": trial, "error": None, "samples_per_s": sps, "wall_s": wall,
                             "step_times_s": [step] * 4, "first_step_s": 100.0 if "compile" in on else 1.0,
                             "model_traits": {"has_conv": has_conv, "has_attention": False, "repeated_blocks": False},
                             "steps_per_epoch": 10, "env": {"device": "cpu (simulated)", "torch": "2.x"}})
@@ -177,6 +181,18 @@ def test_a_budget_leaves_the_knobs_that_do_not_fit(monkeypatch, tiny, tmp_path):
     skipped = [r for r in result.rows if r["knob"] == BATCH_KEY]  # every candidate but the recipe's own 16
     assert [(r["label"], r["note"]) for r in skipped] == [(b, "not measured: over the --budget") for b in ("8", "32")]
     assert BATCH_KEY not in result.chosen
+
+
+def test_a_stage_ends_when_its_first_trials_show_the_rest_would_overrun_the_budget(monkeypatch, tiny, tmp_path):
+    seen: list = []
+    monkeypatch.setattr(tune_module, "run_trials", simulated_speedups(seen, compile_wall_s=100.0))
+    knobs = [Knob("speedups.compile", [{"enabled": False}, {"enabled": True}], speedup=True, labels=["off", "on"])]
+    result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=2, budget_s=150)
+    # off (10 s) then on (100 s): the second round (10 + 100 s more) would end at 220 s, so it is not run
+    assert [name for name, _ in seen] == ["speedups.compile=off", "speedups.compile=on"]
+    assert "speedups.compile" not in result.chosen or result.chosen["speedups.compile"]["enabled"] is False
+    notes = [r["note"] for r in result.rows if r["knob"] == "speedups.compile"]
+    assert notes and all(n.endswith("stage ended early: over the --budget") for n in notes)
 
 
 def test_the_budget_keeps_back_the_final_checks_trials(monkeypatch, tiny, tmp_path):

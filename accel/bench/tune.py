@@ -12,7 +12,8 @@ shared machine moves the one, a cost hitting only some steps hides from the othe
 none of which failed, when (a speed-up) its training loss stayed within noise of the reference's (trials evaluate
 nothing: speed and that loss are all tune compares), and when its start-up cost (compilation) is repaid within
 the recipe's planned steps. Batch sizes are tried in ascending order and the first one that fails (out of memory,
-or no full batch left) bounds the search. A budget skips the knobs whose trials would not fit.
+or no full batch left) bounds the search. A budget skips the knobs whose trials would not fit, and ends a stage
+whose remaining trials no longer fit once its first trials show them slower than estimated (compile's minutes).
 """
 from __future__ import annotations
 
@@ -104,6 +105,7 @@ class Stage:
     trials: list[dict]
     reference: str
     new_trials: list[dict]  # the trials this stage ran (variants equal in effect share them)
+    cut: bool = False  # ended early: its remaining trials would have overrun the budget
 
 
 def _reference(knob: Knob, chosen: dict[str, Any], plain: dict) -> Any:
@@ -125,7 +127,7 @@ def _distinct(base: Recipe, variants: list[Variant]) -> dict[str, Variant]:
 
 
 def _run_stage(base: Recipe, knob: Knob, chosen: dict[str, Any], out: Path, settings: TrialSettings, trials: int,
-               console: Console, traits: dict[str, bool]) -> Stage:
+               console: Console, traits: dict[str, bool], budget: Budget | None = None) -> Stage:
     """Measure every candidate of `knob` and its reference, interleaved, all in this stage.
 
     The reference is measured again in every stage, never taken from an earlier one: a shared machine's speed
@@ -139,11 +141,14 @@ def _run_stage(base: Recipe, knob: Knob, chosen: dict[str, Any], out: Path, sett
                            for v in runs.values()}, out)
     names = {v.name: v.overrides[knob.key] for v in variants}
     jobs = [(t, v.name, files[v.name]) for t, v in interleave(list(runs.values()), trials)]
-    results = run_trials(jobs, out, settings, console, skip=_failed_bound(knob, names, reference))
+    within = _WithinBudget(budget, [name for _, name, _ in jobs])
+    failed_bound = _failed_bound(knob, names, reference)
+    results = run_trials(jobs, out, settings, console,
+                         skip=lambda variant, done: within(variant, done) or failed_bound(variant, done))
     measured = {key: [r for r in results if r["variant"] == v.name] for key, v in runs.items()}
     trials_of = [r | {"variant": v.name} for v in variants for r in measured[_config_key(base, v.overrides)]]
     ref_name = next(v.name for v in variants if v.overrides[knob.key] == reference)
-    return Stage(knob, variants, trials_of, ref_name, results)
+    return Stage(knob, variants, trials_of, ref_name, results, cut=within.cut)
 
 
 def _pick(report: dict, baseline: str, planned_steps: int | None, guard: bool) -> tuple[dict, dict[str, str]]:
@@ -181,8 +186,8 @@ def planned_steps(base: Recipe, trials: list[dict]) -> int | None:
 
 
 class Budget:
-    """Wall-clock budget: a stage runs only when its trials, at the mean duration seen so far, fit in what is left
-    beside the `reserve` trials kept back for the final check."""
+    """Wall-clock budget: trials run only when they fit in what is left beside the `reserve` trials kept back for
+    the final check, each estimated at the mean duration seen so far, or at its own variant's where measured."""
 
     def __init__(self, seconds: float | None, reserve: int = 0):
         self.seconds, self.start, self.walls, self.reserve = seconds, time.perf_counter(), [], reserve
@@ -191,11 +196,40 @@ class Budget:
         self.walls += [t["wall_s"] for t in trials if t.get("wall_s")]
 
     def allows(self, runs: int) -> bool:
-        if self.seconds is None or not self.walls or runs == 0:
+        return self.fits([None] * runs)
+
+    def fits(self, variants: list[str | None], done: list[dict] = ()) -> bool:
+        """Whether trials of `variants` fit, a variant with trials in `done` (its stage's so far) estimated by
+        them, any other at the mean trial."""
+        walls = self.walls + [t["wall_s"] for t in done if t.get("wall_s")]
+        if self.seconds is None or not walls or not variants:
             return True
         # Trials run one after another; the elapsed time also holds each trial process's start-up.
-        spent = max(time.perf_counter() - self.start, sum(self.walls))
-        return spent + (runs + self.reserve) * spent / len(self.walls) <= self.seconds
+        spent = max(time.perf_counter() - self.start, sum(walls))
+        start_up = spent / sum(walls)
+        own: dict[str, list[float]] = {}
+        for t in done:
+            if t.get("wall_s"):
+                own.setdefault(t["variant"], []).append(t["wall_s"] * start_up)
+        mean = spent / len(walls)
+        need = sum(sum(own[v]) / len(own[v]) if v in own else mean for v in variants)
+        return spent + need + self.reserve * mean <= self.seconds
+
+
+class _WithinBudget:
+    """A run_trials skip rule that ends a stage (skips every job left) once its remaining jobs no longer fit the
+    budget: a candidate much slower to run than the trials before it, a compile's minutes, shows it in its first
+    trial. Jobs are asked about in order, once each."""
+
+    def __init__(self, budget: Budget | None, jobs: list[str]):
+        self.budget, self.jobs, self.asked, self.cut = budget, jobs, 0, False
+
+    def __call__(self, variant: str, done: list[dict]) -> str | None:
+        left, self.asked = self.jobs[self.asked:], self.asked + 1
+        if not self.cut and self.budget is not None and not self.budget.fits(left, done):
+            self.cut = True
+        return "the stage's remaining trials would overrun the --budget" if self.cut else None
+
 
 
 def tune(base: Recipe, knobs: list[Knob], work: str | Path, settings: TrialSettings, trials: int = 2,
@@ -220,7 +254,8 @@ def tune(base: Recipe, knobs: list[Knob], work: str | Path, settings: TrialSetti
             result.rows += [_skipped_row(knob.key, v.overrides[knob.key], v.name, "not measured: over the --budget")
                             for v in variants if v.overrides[knob.key] != reference]
             continue
-        stage = _run_stage(base, knob, result.chosen, work / f"{i}-{knob.key}", settings, trials, console, traits)
+        stage = _run_stage(base, knob, result.chosen, work / f"{i}-{knob.key}", settings, trials, console, traits,
+                           budget)
         budget.record(stage.new_trials)
         if not any(t.get("error") is None for t in stage.trials if t["variant"] == stage.reference):
             raise AccelError(f"tune: the starting configuration ({stage.reference}) failed; fix the recipe first "
@@ -229,7 +264,11 @@ def tune(base: Recipe, knobs: list[Knob], work: str | Path, settings: TrialSetti
         best, passed = _pick(report, stage.reference, planned_steps(base, stage.trials), guard=knob.speedup)
         result.chosen[knob.key] = best["overrides"][knob.key]
         result.env = result.env or next((t["env"] for t in stage.trials if t.get("env")), {})
-        result.rows += [_row(knob.key, r, stage.reference, best["name"], passed) for r in report["variants"]]
+        rows = [_row(knob.key, r, stage.reference, best["name"], passed) for r in report["variants"]]
+        if stage.cut:
+            rows = [r | {"note": "; ".join(filter(None, [r["note"], "stage ended early: over the --budget"]))}
+                    for r in rows]
+        result.rows += rows
     if final_check and _config_key(base, result.chosen) != _config_key(base, {}):  # measure what tuning bought
         budget.reserve = 0
         result.final = _final_check(base, result, work / "final", settings, trials, console, budget)
