@@ -231,7 +231,6 @@ class _WithinBudget:
         return "the stage's remaining trials would overrun the --budget" if self.cut else None
 
 
-
 def tune(base: Recipe, knobs: list[Knob], work: str | Path, settings: TrialSettings, trials: int = 2,
          console: Console | None = None, budget_s: float | None = None, final_check: bool = False) -> TuneResult:
     """Search `knobs` in order by measurement (trials under `work`); the chosen values and every measurement.
