@@ -118,12 +118,9 @@ def _variants(knob: Knob, chosen: dict[str, Any], plain: dict, traits: dict[str,
             for v in _candidates(knob, reference, traits)]
 
 
-def _distinct(base: Recipe, variants: list[Variant]) -> dict[str, Variant]:
-    """Config key -> the first variant making that configuration: variants equal in effect run once."""
-    first: dict[str, Variant] = {}
-    for v in variants:
-        first.setdefault(_config_key(base, v.overrides), v)
-    return first
+def _config_keys(base: Recipe, variants: list[Variant]) -> dict[str, str]:
+    """Variant name -> the configuration it makes: variants equal in effect share one, and run once."""
+    return {v.name: _config_key(base, v.overrides) for v in variants}
 
 
 def _run_stage(base: Recipe, knob: Knob, chosen: dict[str, Any], out: Path, settings: TrialSettings, trials: int,
@@ -136,7 +133,10 @@ def _run_stage(base: Recipe, knob: Knob, chosen: dict[str, Any], out: Path, sett
     plain = base.dump()
     reference = _reference(knob, chosen, plain)
     variants = _variants(knob, chosen, plain, traits)
-    runs = _distinct(base, variants)
+    keys = _config_keys(base, variants)  # each resolves a recipe: computed once
+    runs: dict[str, Variant] = {}  # config key -> the first variant making it
+    for v in variants:
+        runs.setdefault(keys[v.name], v)
     files = write_recipes({v.name: resolve_variant(base, Variant(v.name, _effective(base, v.overrides)))
                            for v in runs.values()}, out)
     names = {v.name: v.overrides[knob.key] for v in variants}
@@ -146,7 +146,7 @@ def _run_stage(base: Recipe, knob: Knob, chosen: dict[str, Any], out: Path, sett
     results = run_trials(jobs, out, settings, console,
                          skip=lambda variant, done: within(variant, done) or failed_bound(variant, done))
     measured = {key: [r for r in results if r["variant"] == v.name] for key, v in runs.items()}
-    trials_of = [r | {"variant": v.name} for v in variants for r in measured[_config_key(base, v.overrides)]]
+    trials_of = [r | {"variant": v.name} for v in variants for r in measured[keys[v.name]]]
     ref_name = next(v.name for v in variants if v.overrides[knob.key] == reference)
     return Stage(knob, variants, trials_of, ref_name, results, cut=within.cut)
 
@@ -248,7 +248,7 @@ def tune(base: Recipe, knobs: list[Knob], work: str | Path, settings: TrialSetti
         result.rows += _unusable_rows(knob, traits)
         if len(variants) < 2:
             continue
-        if not budget.allows(len(_distinct(base, variants)) * trials):
+        if not budget.allows(len(set(_config_keys(base, variants).values())) * trials):
             reference = _reference(knob, result.chosen, plain)
             result.rows += [_skipped_row(knob.key, v.overrides[knob.key], v.name, "not measured: over the --budget")
                             for v in variants if v.overrides[knob.key] != reference]
