@@ -1,4 +1,5 @@
-"""Models by name: accel's own (small vision models, a GPT), `torchvision:NAME`, or any `package.module:callable`.
+"""Models by name: accel's own (small vision models, a GPT), `torchvision:NAME`, `timm:NAME`, Hugging Face
+builders, or any `package.module:callable`.
 
 A builder receives what the data says about the model's shape, for each keyword it names: `num_classes`,
 `in_channels` (images), `vocab_size`, `context` (token sequences); `model.args` adds or overrides options.
@@ -11,18 +12,19 @@ from typing import Any
 from pydantic import Field
 from torch import nn
 
-from ..errors import AccelError
 from ..registry import MODELS, import_attribute
 from ..schema import StrictModel
-from . import hf  # noqa: F401  (registers hf_causal_lm; transformers is imported only when it is built)
+from . import hf  # noqa: F401  (registers the hf_* builders; transformers is imported only when one is built)
 from .gpt import GPT, gpt
+from .libraries import is_library_model, library_model
 from .vision import resnet18_cifar, small_cnn
 
 __all__ = ["GPT", "ModelConfig", "build_model", "gpt", "resnet18_cifar", "small_cnn"]
 
 
 class ModelConfig(StrictModel):
-    name: str = Field(description="small_cnn | resnet18_cifar | torchvision:NAME | package.module:callable")
+    name: str = Field(description="small_cnn | resnet18_cifar | gpt | torchvision:NAME | timm:NAME | hf_causal_lm "
+                      "| package.module:callable")
     num_classes: int | None = Field(None, ge=1, description="output classes (vocabulary size for a language "
                                     "model); default: the dataset's")
     args: dict[str, Any] = Field(default_factory=dict, description="extra keyword arguments for the builder")
@@ -35,10 +37,12 @@ def build_model(cfg: ModelConfig, **data_args: Any) -> nn.Module:
         data_args["num_classes"] = cfg.num_classes
         if "vocab_size" in data_args:
             data_args["vocab_size"] = cfg.num_classes
-    if cfg.name.startswith("torchvision:"):
-        return _torchvision_model(cfg.name.split(":", 1)[1], data_args["num_classes"], cfg.args)
-    builder = import_attribute(cfg.name) if ":" in cfg.name else MODELS.get(cfg.name)
-    return builder(**{**_accepted(builder, data_args), **cfg.args})
+    if is_library_model(cfg.name):
+        model = library_model(cfg.name, data_args, cfg.args)
+    else:
+        builder = import_attribute(cfg.name) if ":" in cfg.name else MODELS.get(cfg.name)
+        model = builder(**{**_accepted(builder, data_args), **cfg.args})
+    return model
 
 
 def _accepted(builder: Any, data_args: dict[str, Any]) -> dict[str, Any]:
@@ -49,15 +53,3 @@ def _accepted(builder: Any, data_args: dict[str, Any]) -> dict[str, Any]:
         return {"num_classes": data_args["num_classes"]}
     return {name: value for name, value in data_args.items() if name in names and value is not None}
 
-
-def _torchvision_model(name: str, num_classes: int, args: dict) -> nn.Module:
-    import torchvision
-
-    available = torchvision.models.list_models(module=torchvision.models)
-    if name not in available:
-        from ..errors import did_you_mean
-
-        raise AccelError(f"Unknown torchvision model `{name}`{did_you_mean(name, available)}. "
-                         f"Classification models: {', '.join(available)}.")
-    # weights=None: nothing is downloaded at run time; pass `args: {weights: ...}` when the files are cached.
-    return torchvision.models.get_model(name, num_classes=num_classes, **{"weights": None, **args})
