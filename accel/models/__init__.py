@@ -3,13 +3,15 @@ builders, or any `package.module:callable`.
 
 A builder receives what the data says about the model's shape, for each keyword it names: `num_classes`,
 `in_channels` (images), `vocab_size`, `context` (token sequences); `model.args` adds or overrides options.
+`model.weights` then loads a local state dict into the built model.
 """
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from torch import nn
 
 from ..registry import MODELS, import_attribute
@@ -18,8 +20,9 @@ from . import hf  # noqa: F401  (registers the hf_* builders; transformers is im
 from .gpt import GPT, gpt
 from .libraries import is_library_model, library_model
 from .vision import resnet18_cifar, small_cnn
+from .weights import WeightsConfig, load_weights
 
-__all__ = ["GPT", "ModelConfig", "build_model", "gpt", "resnet18_cifar", "small_cnn"]
+__all__ = ["GPT", "ModelConfig", "WeightsConfig", "build_model", "gpt", "resnet18_cifar", "small_cnn"]
 
 
 class ModelConfig(StrictModel):
@@ -28,6 +31,13 @@ class ModelConfig(StrictModel):
     num_classes: int | None = Field(None, ge=1, description="output classes (vocabulary size for a language "
                                     "model); default: the dataset's")
     args: dict[str, Any] = Field(default_factory=dict, description="extra keyword arguments for the builder")
+    weights: WeightsConfig | None = Field(None, description="pretrained weights from a local state dict file, "
+                                          "loaded before the model moves to the device: a path, or {path, strict}")
+
+    @field_validator("weights", mode="before")
+    @classmethod
+    def _path_alone(cls, value: Any) -> Any:  # shorthand: `weights: resnet18.pth`
+        return {"path": value} if isinstance(value, (str, Path)) else value
 
 
 def build_model(cfg: ModelConfig, **data_args: Any) -> nn.Module:
@@ -42,6 +52,8 @@ def build_model(cfg: ModelConfig, **data_args: Any) -> nn.Module:
     else:
         builder = import_attribute(cfg.name) if ":" in cfg.name else MODELS.get(cfg.name)
         model = builder(**{**_accepted(builder, data_args), **cfg.args})
+    if cfg.weights is not None:
+        load_weights(model, cfg.weights)
     return model
 
 
