@@ -27,7 +27,7 @@ __all__ = ["GPT", "ModelConfig", "WeightsConfig", "build_model", "gpt", "resnet1
 
 class ModelConfig(StrictModel):
     name: str = Field(description="small_cnn | resnet18_cifar | gpt | torchvision:NAME | timm:NAME | hf_causal_lm "
-                      "| package.module:callable")
+                      "| hf_sequence_classifier | package.module:callable")
     num_classes: int | None = Field(None, ge=1, description="output classes (vocabulary size for a language "
                                     "model); default: the dataset's")
     args: dict[str, Any] = Field(default_factory=dict, description="extra keyword arguments for the builder")
