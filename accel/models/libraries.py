@@ -29,7 +29,7 @@ def _torchvision_names(torchvision: Any) -> list[str]:
 
 def _torchvision_create(torchvision: Any, name: str, data_args: dict[str, Any], args: dict[str, Any]) -> nn.Module:
     # weights=None: nothing is downloaded at run time; pass `args: {weights: ...}` when the files are cached.
-    return torchvision.models.get_model(name, num_classes=data_args["num_classes"], **{"weights": None, **args})
+    return torchvision.models.get_model(name, **{"num_classes": data_args["num_classes"], "weights": None, **args})
 
 
 def _timm_create(timm: Any, name: str, data_args: dict[str, Any], args: dict[str, Any]) -> nn.Module:
@@ -37,8 +37,10 @@ def _timm_create(timm: Any, name: str, data_args: dict[str, Any], args: dict[str
         raise AccelError(f"model `timm:{name}`: `model.args.pretrained` would download weights at run time; "
                          "accel builds timm models without them. Save the weights to a file and name it in "
                          "`model.weights` (a .safetensors or .pt state dict).")
-    shape = {"in_chans": data_args["in_channels"]} if data_args.get("in_channels") else {}
-    return timm.create_model(name, **{**shape, **args, "pretrained": False, "num_classes": data_args["num_classes"]})
+    data = {"num_classes": data_args["num_classes"]}
+    if data_args.get("in_channels"):
+        data["in_chans"] = data_args["in_channels"]
+    return timm.create_model(name, **{**data, **args, "pretrained": False})  # args: num_classes 0 = features only
 
 
 LIBRARIES: dict[str, Library] = {

@@ -63,3 +63,9 @@ def test_accel_train_with_a_misspelt_timm_name_exits_2_listing_close_names(tiny,
     result = run_cli("train", write_recipe(tiny), "--out", tmp_path / "run")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "Unknown timm model `resnet1B`" in result.stderr and "resnet18" in result.stderr
+
+
+def test_timm_args_override_what_the_data_says():
+    model = build_model(ModelConfig(name="timm:resnet18", args={"num_classes": 0, "in_chans": 3}), num_classes=10,
+                        in_channels=1)
+    assert model(torch.randn(2, 3, 32, 32)).shape == (2, 512)  # features: no classifier
