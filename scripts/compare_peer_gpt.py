@@ -56,7 +56,6 @@ def write_tokens(folder: Path, context: int, batch: int) -> None:
 def plain_main(args: argparse.Namespace) -> None:
     """The plain loop, in its own process (`compare_peer_gpt.py plain ...`)."""
     import torch
-
     from peer_gpt import PeerGPT
 
     size = SIZES[args.size]
