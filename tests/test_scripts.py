@@ -95,3 +95,15 @@ def test_time_cli_times_each_quick_command_in_a_fresh_process():
     lines = _script("scripts/time_cli.py", "--repeat", "1").splitlines()
     assert [line.split(" median ")[0].strip() for line in lines] == [
         "accel --help", "accel recipes", "accel speedups", "python -c 'import torch'"]
+
+
+def test_compare_peer_gpt_times_both_loops_at_two_lengths(tmp_path):
+    """A user's GPT file (its loss calls `.view()`) trains through `accel train` and a plain loop alike."""
+    report = tmp_path / "peer.json"
+    _script("scripts/compare_peer_gpt.py", "--steps", "1", "3", "--rounds", "2", "--json", str(report))
+    result = json.loads(report.read_text())
+    assert [r["order"] for r in result["rounds"]] == ["accel,plain", "plain,accel"]
+    assert all(r[f"{side}_{n}_s"] > 0 for r in result["rounds"] for side in ("accel", "plain")
+               for n in ("short", "long"))
+    assert result["verdict"] in {"accel faster", "accel slower", "no measurable difference"}
+    assert len(result["ratio_plain_over_accel"]["pairs"]) == 1

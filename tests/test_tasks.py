@@ -13,6 +13,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from accel import Trainer, devices
+from accel.errors import AccelError
 from accel.recipe import TrainConfig
 from accel.speedups.channels_last import ChannelsLast
 from accel.tasks import ModelLoss, Task
@@ -153,3 +154,48 @@ def test_namedtuple_and_dataclass_batches_move_to_the_device_whole():
     summary = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), batches, val_loader=batches, task=step,
                       device="cpu", config=TrainConfig(epochs=1)).fit()
     assert summary["status"] == "completed" and math.isfinite(summary["metrics"]["val_loss"])
+
+
+@dataclasses.dataclass
+class Scores:
+    logits: torch.Tensor
+    features: torch.Tensor
+
+
+class Wrapped(nn.Module):
+    """A classifier that returns its scores inside a dict, a dataclass or a tuple, as many models do."""
+
+    def __init__(self, kind: str):
+        super().__init__()
+        self.kind, self.linear = kind, nn.Linear(3, 2)
+
+    def forward(self, x):
+        logits = self.linear(x)
+        return {"dict": lambda: {"logits": logits, "features": x}, "dataclass": lambda: Scores(logits, x),
+                "tuple": lambda: (logits, x)}[self.kind]()
+
+
+def classes(n: int = 48):
+    x = torch.randn(n, 3)
+    return TensorDataset(x, (x[:, 0] > 0).long())
+
+
+@pytest.mark.parametrize("kind", ["dict", "dataclass", "tuple"])
+def test_classification_reads_the_scores_out_of_dicts_dataclasses_and_tuples(kind):
+    torch.manual_seed(0)
+    model, val = Wrapped(kind), classes(16)
+    summary = fit(model, classes(), val)
+    assert summary["status"] == "completed" and math.isfinite(summary["metrics"]["val_loss"])
+    x, y = val.tensors
+    expected = F.cross_entropy(model.linear(x), y).item()
+    assert summary["metrics"]["val_loss"] == pytest.approx(expected, rel=1e-5)
+    assert 0 <= summary["metrics"]["val_accuracy"] <= 1
+
+
+def test_a_dict_without_logits_is_named():
+    class Features(Wrapped):
+        def forward(self, x):
+            return {"features": self.linear(x)}
+
+    with pytest.raises(AccelError, match=r"dict without `logits` \(keys: features\)"):
+        fit(Features("dict"), classes(), classes(16))

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from ..batches import tensors
+from ..errors import AccelError
 
 
 def leading_size(batch: Any) -> int:
@@ -15,6 +17,25 @@ def leading_size(batch: Any) -> int:
         if tensor.dim() > 0:
             return len(tensor)
     return 1
+
+
+def logits_of(outputs: Any) -> torch.Tensor:
+    """A model's scores, however its forward returns them: a tensor, a dict or object holding `logits` (Hugging
+    Face outputs, a user's dataclass), or a tuple whose first element they are (`(logits, aux)`, torchvision's
+    GoogLeNet and Inception outputs)."""
+    if isinstance(outputs, torch.Tensor):
+        return outputs
+    if isinstance(outputs, Mapping):
+        if "logits" not in outputs:
+            raise AccelError(f"the model returned a dict without `logits` (keys: {', '.join(map(str, outputs))}); "
+                             "return the scores under `logits`, or give the recipe a task that reads them")
+        return outputs["logits"]
+    if hasattr(outputs, "logits"):
+        return outputs.logits
+    if isinstance(outputs, (tuple, list)) and outputs and isinstance(outputs[0], torch.Tensor):
+        return outputs[0]
+    raise AccelError(f"the model returned {type(outputs).__name__}, not scores: return a tensor, a dict or object "
+                     "with `logits`, or a tuple whose first element is the scores")
 
 
 class Task(ABC):

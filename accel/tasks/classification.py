@@ -9,14 +9,16 @@ from torch import nn
 
 from ..registry import TASKS
 from ..schema import StrictModel
-from .base import Task
+from .base import Task, logits_of
 
 
 @TASKS.register("classification")
 class Classification(Task):
-    """`loss_fn(model(inputs), targets)`. With cross-entropy (the default), evaluation reports the plain
-    cross-entropy and accuracy; with a user's `loss_fn`, that loss, plus accuracy where outputs are class
-    scores `[N, C]` for integer targets `[N]`. Any output and target shapes work (sequences, regression)."""
+    """`loss_fn(model(inputs), targets)`. With cross-entropy (the default), the scores are read from whatever the
+    model returns (`logits_of`: a tensor, a dict or object with `logits`, a tuple's first element) and evaluation
+    reports the plain cross-entropy and accuracy; a user's `loss_fn` gets the outputs as they are, and evaluation
+    reports that loss, plus accuracy where the outputs are class scores `[N, C]` for integer targets `[N]`. Any
+    output and target shapes work (sequences, regression)."""
 
     name = "classification"
     main_metric = ("val_accuracy", "max")
@@ -35,7 +37,8 @@ class Classification(Task):
 
     def loss(self, model: Any, batch: Any) -> torch.Tensor:
         inputs, targets = batch
-        return self.loss_fn(model(inputs), targets)
+        outputs = model(inputs)
+        return self.loss_fn(logits_of(outputs) if self.cross_entropy else outputs, targets)
 
     def samples(self, batch: Any) -> int:
         return len(batch[1])
@@ -45,10 +48,12 @@ class Classification(Task):
         outputs = model(inputs)
         n = len(targets)
         if self.cross_entropy:
+            outputs = logits_of(outputs)
             loss = nn.functional.cross_entropy(outputs.float(), targets, reduction="sum")
         else:
             loss = self.loss_fn(outputs, targets).detach().float() * n
         sums = {"loss": loss}
-        if outputs.dim() == 2 and targets.dim() == 1 and not targets.is_floating_point():
+        scores = isinstance(outputs, torch.Tensor) and outputs.dim() == 2
+        if scores and targets.dim() == 1 and not targets.is_floating_point():
             sums["accuracy"] = (outputs.argmax(1) == targets).sum().float()
         return sums

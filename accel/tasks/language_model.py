@@ -11,16 +11,9 @@ from torch import nn
 
 from ..registry import TASKS
 from ..schema import StrictModel
-from .base import Task
+from .base import Task, logits_of
 
 IGNORE = -100  # the target value that is not scored (padding), as in torch and Hugging Face
-
-
-def logits_of(outputs: Any) -> torch.Tensor:
-    """A model's logits, whether it returns them or an object or dict holding `logits` (Hugging Face)."""
-    if isinstance(outputs, dict):
-        return outputs["logits"]
-    return getattr(outputs, "logits", outputs)
 
 
 @TASKS.register("language_model")
