@@ -24,6 +24,16 @@ def test_profile_step_prints_where_a_step_goes(tiny, write_recipe):
     assert lines[-1].startswith("total (self_cpu_time)")
 
 
+def test_token_batch_cost_times_every_variant(tmp_path):
+    report = tmp_path / "cost.json"
+    out = _script("scripts/token_batch_cost.py", "--tokens", "100000", "--rounds", "2", "--per-round", "3",
+                  "--json", str(report))
+    assert "shipped us" in out.splitlines()[0]
+    results = json.loads(report.read_text())["results"]
+    assert [(r["batch"], r["context"]) for r in results] == [(12, 64), (32, 128), (16, 1024)]
+    assert all(r[name]["median_us"] > 0 for r in results for name in ("shipped", "views", "views+copy"))
+
+
 def test_compare_plain_loop_reports_a_ratio_and_a_verdict(tmp_path):
     report = tmp_path / "compare.json"
     _script("scripts/compare_plain_loop.py", "--model", "small_cnn", "--shape", "1", "16", "16", "--batch-size",

@@ -26,7 +26,9 @@ class TokenChunks(Dataset):
     as int64, c = context. The array may be a memory map; only the requested windows are read.
 
     `layout="hf"` serves `{"input_ids": w, "labels": w}` for w = tokens[i*c : i*c+c] instead, the Hugging Face
-    convention: the model shifts the labels itself (so each window scores c-1 next tokens, not c)."""
+    convention: the model shifts the labels itself (so each window scores c-1 next tokens, not c).
+
+    Every tensor of a batch is contiguous and has storage of its own, as `default_collate` would make it."""
 
     in_memory = True  # indexing is a cheap gather: no loader workers needed
 
@@ -44,11 +46,20 @@ class TokenChunks(Dataset):
         return {k: v[0] for k, v in batch.items()} if self.layout == "hf" else (batch.inputs[0], batch.targets[0])
 
     def __getitems__(self, indices: list[int]) -> GatheredBatch | GatheredDict:
-        starts = np.asarray(indices, dtype=np.int64) * self.context
-        window = torch.from_numpy(self.tokens[starts[:, None] + self._offsets].astype(np.int64))
+        starts = np.asarray(indices, dtype=np.int64)[:, None] * self.context
         if self.layout == "hf":
-            return GatheredDict(input_ids=window[:, :-1], labels=window[:, :-1])
-        return GatheredBatch(window[:, :-1], window[:, 1:])
+            ids = _int64(self.tokens[starts + self._offsets[:-1]])
+            return GatheredDict(input_ids=ids, labels=ids.clone())  # two tensors, as default_collate makes them
+        window = self.tokens[starts + self._offsets]  # one read of the stored ids (a memory map's pages)
+        # Inputs and targets each get their own contiguous int64 copy, made by the dtype conversion that runs
+        # anyway: as slices of one int64 window they were strided views, and model code that calls
+        # `targets.view(-1)` (every minimal GPT trainer's loss) fails on those.
+        return GatheredBatch(_int64(window[:, :-1]), _int64(window[:, 1:]))
+
+
+def _int64(ids: np.ndarray) -> torch.Tensor:
+    """A C-contiguous int64 tensor of `ids` (any stored dtype, any strides)."""
+    return torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64))
 
 
 def split_tail(tokens: np.ndarray, cfg: TextConfig) -> tuple[TokenChunks, TokenChunks | None]:
