@@ -41,16 +41,9 @@ class Registry:
         return name in self._entries
 
 
-MODELS = Registry("model")
-DATASETS = Registry("dataset")
-OPTIMIZERS = Registry("optimizer")
-SCHEDULERS = Registry("scheduler")
-LOSSES = Registry("loss")
-SPEEDUPS = Registry("speed-up")
-
-
-class TaskRegistry(Registry):
-    """Tasks by name, and a user's own by import string (`my_pkg.tasks:Segmentation`)."""
+class ImportingRegistry(Registry):
+    """Builders by name, and a user's own by import string (`my_pkg.tasks:Segmentation`, `my_pkg.data:build`):
+    every import string is served by the entry registered under IMPORTED."""
 
     def get(self, name: str) -> Any:
         if ":" in name:
@@ -61,8 +54,14 @@ class TaskRegistry(Registry):
         return [name for name in super().names() if name != IMPORTED]
 
 
-IMPORTED = "package.module:attribute"
-TASKS = TaskRegistry("task")
+IMPORTED = "package.module:attribute"  # the entry that serves every import string
+MODELS = Registry("model")
+DATASETS = ImportingRegistry("dataset")
+OPTIMIZERS = Registry("optimizer")
+SCHEDULERS = Registry("scheduler")
+LOSSES = Registry("loss")
+SPEEDUPS = Registry("speed-up")
+TASKS = ImportingRegistry("task")
 
 
 def import_attribute(target: str) -> Any:

@@ -1,1 +1,4 @@
 """Datasets, samplers, loaders and on-device batch transforms."""
+from .splits import Splits
+
+__all__ = ["Splits"]

@@ -101,4 +101,4 @@ def build_data_pipeline(data: Any, splits: Splits, *, device: torch.device, seed
 
 
 def _normalize(splits: Splits) -> Normalize | None:
-    return None if splits.tokens else Normalize(splits.mean, splits.std)
+    return Normalize(splits.mean, splits.std) if splits.images else None

@@ -27,6 +27,11 @@ class Splits:
     def tokens(self) -> bool:
         return self.vocab_size is not None
 
+    @property
+    def images(self) -> bool:
+        """CxHxW samples, normalised on the device; anything else (a user's own features, dicts) passes as is."""
+        return not self.tokens and len(self.sample_shape) == 3
+
     def model_args(self) -> dict[str, int]:
         """What the data says about the model's shape, for the builders that take it."""
         if self.tokens:

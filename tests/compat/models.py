@@ -14,6 +14,7 @@ way it fails in a user's model. Recipes name them by import string, with the rep
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -152,3 +153,29 @@ def loss(model: nn.Module, batch: Any) -> torch.Tensor:
         return model(**batch)["loss"]
     inputs, targets = batch
     return model(inputs, targets)[1]
+
+
+@dataclass
+class Scores:
+    """What a user's model may return instead of a tensor: an output object with `logits` (Hugging Face style)."""
+
+    logits: torch.Tensor
+    features: torch.Tensor
+
+
+class OutputCNN(ViewCNN):
+    """ViewCNN whose forward returns a dict (`{"logits", "features"}`) or a dataclass (`Scores`), as `returns` says;
+    `task: classification` reads the logits out of either."""
+
+    def __init__(self, num_classes: int, in_channels: int, returns: str = "dict", width: int = 8):
+        super().__init__(num_classes, in_channels, width)
+        self.returns = returns
+
+    def forward(self, x: torch.Tensor, targets: torch.Tensor | None = None) -> Any:
+        features = F.adaptive_avg_pool2d(F.relu(self.conv(x)), 1).flatten(1)
+        logits = self.fc(features)
+        return {"logits": logits, "features": features} if self.returns == "dict" else Scores(logits, features)
+
+
+def build_output_cnn(num_classes: int, in_channels: int, **kwargs: Any) -> OutputCNN:
+    return OutputCNN(num_classes, in_channels, **kwargs)

@@ -8,13 +8,14 @@ from .base import DatasetConfig, channel_stats, split_indices
 from .cifar10 import Cifar10
 from .digits import Digits
 from .imagefolder import ImageFileDataset, ImageFolder
+from .imported import ImportedDataset
 from .memory import TensorImageDataset, split_tensor_dataset
 from .mnist import Mnist5k
 from .synthetic import Synthetic
 from .text import TextFiles, TokenChunks, TokenFile
 
 __all__ = [
-    "Cifar10", "DatasetConfig", "Digits", "ImageFileDataset", "ImageFolder", "Mnist5k", "Synthetic",
+    "Cifar10", "DatasetConfig", "Digits", "ImageFileDataset", "ImageFolder", "ImportedDataset", "Mnist5k", "Synthetic",
     "TensorImageDataset", "TextFiles", "TokenChunks", "TokenFile", "channel_stats", "split_indices",
     "split_tensor_dataset",
 ]
