@@ -7,31 +7,31 @@ collective: every rank calls `full_state_dicts` and `load_full_state_dicts`, and
 """
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    get_optimizer_state_dict,
-    set_model_state_dict,
-    set_optimizer_state_dict,
-)
-from torch.distributed.fsdp import FSDPModule, fully_shard
 
 from .errors import AccelError
-from .speedups import Speedup
 
+if TYPE_CHECKING:
+    from torch.distributed.fsdp import FSDPModule
+
+    from .speedups import Speedup
+
+# FSDP and torch.distributed.checkpoint are imported by the functions that shard or gather, not here: importing
+# them pulls in DTensor and costs 1-3 s of start-up on 2 cores, which every one-process run would pay for nothing.
 CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
-GATHER = StateDictOptions(full_state_dict=True, cpu_offload=True)  # whole tensors, on rank 0 only
-SCATTER = StateDictOptions(full_state_dict=True)  # every rank reads the whole tensors and keeps its slice
 
 
 def is_sharded(module: nn.Module) -> bool:
-    return isinstance(module, FSDPModule)
+    """Whether fully_shard sharded `module`; answered without importing FSDP when nothing has imported it (then
+    nothing can have been sharded)."""
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    return fsdp is not None and isinstance(module, fsdp.FSDPModule)
 
 
 def unsharded_class(module: nn.Module) -> type:
@@ -55,6 +55,8 @@ def shard_model(model: nn.Module) -> nn.Module:
     sharded bottom-up and the model last, as FSDP2 requires. Build the optimizer afterwards: sharding
     replaces every parameter with a DTensor.
     """
+    from torch.distributed.fsdp import fully_shard
+
     for block in _blocks(model):
         fully_shard(block)
     fully_shard(model)
@@ -86,8 +88,11 @@ def _sync_off(module: FSDPModule) -> Iterator[None]:
 def full_state_dicts(module: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
     """Collective. On rank 0: the model's and optimizer's whole state on the CPU, in the layout
     `module.state_dict()` and `optimizer.state_dict()` of an unsharded model have. Other ranks get empty dicts."""
-    model_state = get_model_state_dict(module, options=GATHER)
-    optim_state = get_optimizer_state_dict(module, optimizer, options=GATHER)
+    from torch.distributed.checkpoint import state_dict as dcp
+
+    gather = dcp.StateDictOptions(full_state_dict=True, cpu_offload=True)  # whole tensors, on rank 0 only
+    model_state = dcp.get_model_state_dict(module, options=gather)
+    optim_state = dcp.get_optimizer_state_dict(module, optimizer, options=gather)
     if optim_state:  # keyed by parameter name; checkpoints key by position, as torch.optim does
         optim_state = _rekey(optim_state, {name: i for i, name in enumerate(_names(module, optimizer))})
     return model_state, optim_state
@@ -96,9 +101,12 @@ def full_state_dicts(module: nn.Module, optimizer: torch.optim.Optimizer) -> tup
 def load_full_state_dicts(module: nn.Module, optimizer: torch.optim.Optimizer, model_state: dict[str, Any],
                           optim_state: dict[str, Any]) -> None:
     """Collective: every rank passes the same whole state and keeps its own slice of it."""
-    set_model_state_dict(module, model_state, options=SCATTER)
+    from torch.distributed.checkpoint import state_dict as dcp
+
+    scatter = dcp.StateDictOptions(full_state_dict=True)  # every rank reads the whole tensors, keeps its slice
+    dcp.set_model_state_dict(module, model_state, options=scatter)
     by_name = _rekey(optim_state, dict(enumerate(_names(module, optimizer))))
-    set_optimizer_state_dict(module, optimizer, by_name, options=SCATTER)
+    dcp.set_optimizer_state_dict(module, optimizer, by_name, options=scatter)
 
 
 def _names(module: nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:

@@ -23,6 +23,7 @@ from .meter import BatchInfo, Meter
 from .rng import rng_state, set_rng_state
 from .signals import stop_requests
 from .speedups import Speedup, select_available
+from .startup import process_age_s
 from .tasks import Task, as_task
 from .train_config import TrainConfig
 
@@ -74,6 +75,7 @@ class Trainer:
         self.meter = Meter(self.world)
         self.utilisation = Utilisation()
         self._uncounted_s = 0.0  # time inside the loop that is not training (counting FLOPs)
+        self.startup_s: float | None = None  # from the process's start to its first training step
         self._set_up = False  # the speed-ups' setup has run and their teardown has not
 
     # ---- the loop -------------------------------------------------------------------------------------
@@ -136,6 +138,8 @@ class Trainer:
         tick = time.perf_counter()
         for batch in iterator:
             fetched = time.perf_counter()
+            if self.startup_s is None:  # everything before the first step's batch was in hand is start-up
+                self.startup_s = process_age_s()
             stepped, loss, batch = self._train_batch(batch, batches)
             if self.cfg.sync_every_step:
                 devices.synchronize(self.device)
@@ -334,7 +338,7 @@ class Trainer:
             "status": status,
             "metrics": {"val_accuracy": None, "val_loss": None, **self.last_eval,  # the task's metric names
                         "train_loss": totals.pop("train_loss")},
-            **totals, "wall_s": wall_s, "steps": self.step, "epochs": self.epoch,
+            **totals, "wall_s": wall_s, "startup_s": self.startup_s, "steps": self.step, "epochs": self.epoch,
             "flops_per_step": per_batch * self.cfg.grad_accum if per_batch else None, "flop_per_s": None, "mfu": None,
             **self.utilisation.stats(totals["samples_per_s"]),
             "peak_flop_per_s": peak.flop_per_s if peak else None, "peak_source": peak.source if peak else None,

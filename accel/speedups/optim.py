@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import inspect
 import logging
+import sys
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from pydantic import Field
-from torch.distributed.tensor import DTensor
 
 from ..errors import AccelError
 from ..registry import SPEEDUPS
@@ -50,7 +50,7 @@ def fused_works(optimizer: torch.optim.Optimizer) -> bool:
     if "fused" not in _accepted(type(optimizer)):
         return False
     like = optimizer.param_groups[0]["params"][0]
-    if isinstance(like, DTensor):  # FSDP2-sharded: no fused kernel has a sharding rule
+    if _is_dtensor(like):  # FSDP2-sharded: no fused kernel has a sharding rule
         return False
     probe = torch.zeros(1, device=like.device, dtype=like.dtype, requires_grad=True)
     probe.grad = torch.zeros_like(probe)
@@ -59,6 +59,12 @@ def fused_works(optimizer: torch.optim.Optimizer) -> bool:
     except (RuntimeError, ValueError, TypeError):
         return False
     return True
+
+
+def _is_dtensor(tensor: torch.Tensor) -> bool:
+    # DTensor is looked up, not imported: importing it costs seconds of start-up, and without it nothing is one
+    dtensor = sys.modules.get("torch.distributed.tensor")
+    return dtensor is not None and isinstance(tensor, dtensor.DTensor)
 
 
 def choose_impl(optimizer: torch.optim.Optimizer, impl: str) -> str | None:

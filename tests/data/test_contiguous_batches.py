@@ -3,6 +3,7 @@ model code that calls `.view()` on its inputs and targets (tests/compat/models.p
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 
 import numpy as np
@@ -15,6 +16,7 @@ from accel.data.pipeline import build_data_pipeline
 from accel.recipe import validate_recipe
 from accel.registry import DATASETS
 from accel.run import build_trainer
+from conftest import run_cli
 from tests.compat.models import ViewGPT, ViewMLP
 
 try:
@@ -149,3 +151,14 @@ def test_channels_last_batches_are_contiguous_in_that_format(tmp_path):
     for images, targets in seen:
         assert images.is_contiguous(memory_format=torch.channels_last) and not images.is_contiguous()
         assert targets.is_contiguous()
+
+
+@pytest.mark.slow
+def test_the_gpt_trains_from_the_command_line_by_import_string(tmp_path, write_recipe):
+    """The issue's case as a user meets it: `accel train`, the model and its loss named by import string (the
+    repository root is on sys.path because `python -m` runs from it), a token file in nanoGPT's layout."""
+    out = tmp_path / "run"
+    result = run_cli("train", write_recipe(recipe(KINDS["token_file pairs"](tmp_path))), "--out", out)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and math.isfinite(summary["metrics"]["val_loss"])
