@@ -1,11 +1,12 @@
 """accel against the loop a minimal GPT trainer ships, on that trainer's kind of model file and data.
 
-The model is a user's own file (scripts/peer_gpt.py: `forward(idx, targets)` returns `(logits, loss)` and calls
-`.view()`), the data a flat uint16 token file pair `train.bin`/`val.bin` (the bytes of Python's standard library,
-the layout such trainers' prepare scripts write). The plain loop is written the way those trainers write theirs:
-random windows cut from the memory-mapped file each step, the model's own AdamW groups, a cosine schedule set by
-hand each step, clipping, a loss printed every few steps, an evaluation and a checkpoint at the end. accel trains
-the same file through `accel train` (`model: peer_gpt:build`, `task: peer_gpt:loss`, a `token_file` dataset).
+The model is a user's own file written for such a trainer (tests/compat/models.py's ViewGPT: `forward(idx,
+targets)` returns `(logits, loss)` and calls `.view()`), the data a flat uint16 token file pair `train.bin` and
+`val.bin` (the bytes of Python's standard library, the layout such trainers' prepare scripts write). The plain
+loop is written the way those trainers write theirs: random windows cut from the memory-mapped file each step,
+AdamW with decay on matrices only, a cosine schedule set by hand each step, clipping, a loss printed every few
+steps, an evaluation and a checkpoint at the end. accel trains the same file through `accel train` (`model:
+tests.compat.models:build`, `task: tests.compat.models:loss`, a `token_file` dataset).
 
 Every run is a fresh process, timed from start to exit by this script. Each side runs at two lengths (`--steps
 SHORT LONG`): the marginal seconds per step, (T_long - T_short) / (LONG - SHORT), leaves out start-up, the final
@@ -14,15 +15,14 @@ side goes first; each pair of rounds (one of each order) gives the geometric mea
 effect cancels. Prints the table and the median pair ratio plain/accel of seconds per step (> 1: accel faster)
 with a bootstrap 95% interval, and the start-up difference; writes JSON.
 
-    python scripts/compare_peer_gpt.py --size small --rounds 8               # 4 layers, width 128, context 64, batch 12
-    python scripts/compare_peer_gpt.py --size lm-bytes --steps 10 40 --rounds 4   # the lm-bytes recipe's size
+    python scripts/compare_peer_gpt.py --size small --rounds 8   # 4 layers, width 128, context 64, batch 12
+    python scripts/compare_peer_gpt.py --size lm-bytes --steps 10 40 --rounds 4  # the lm-bytes recipe's size
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
-import os
 import statistics
 import subprocess
 import sys
@@ -36,11 +36,11 @@ import numpy as np
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = Path(__file__).resolve().parent
 SIZES = {  # model and batch of each size; the optimizer settings are those such trainers publish for a CPU
-    "small": {"n_layer": 4, "n_head": 4, "n_embd": 128, "context": 64, "batch": 12},
-    "lm-bytes": {"n_layer": 4, "n_head": 4, "n_embd": 192, "context": 128, "batch": 32},
+    "small": {"depth": 4, "heads": 4, "width": 128, "context": 64, "batch": 12},
+    "lm-bytes": {"depth": 4, "heads": 4, "width": 192, "context": 128, "batch": 32},
 }
+MODEL_ARGS = ("depth", "heads", "width")
 LR, MIN_LR, WARMUP, WEIGHT_DECAY, BETAS, CLIP, LOG_EVERY, EVAL_BATCHES = 1e-3, 1e-4, 10, 0.1, (0.9, 0.99), 1.0, 10, 8
 
 
@@ -56,7 +56,9 @@ def write_tokens(folder: Path, context: int, batch: int) -> None:
 def plain_main(args: argparse.Namespace) -> None:
     """The plain loop, in its own process (`compare_peer_gpt.py plain ...`)."""
     import torch
-    from peer_gpt import PeerGPT
+
+    sys.path.insert(0, str(ROOT))
+    from tests.compat.models import ViewGPT
 
     size = SIZES[args.size]
     block, batch = size["context"], size["batch"]
@@ -76,8 +78,11 @@ def plain_main(args: argparse.Namespace) -> None:
         return MIN_LR + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (LR - MIN_LR)
 
     torch.manual_seed(1337)
-    model = PeerGPT(256, block, size["n_layer"], size["n_head"], size["n_embd"])
-    optimizer = model.configure_optimizers(WEIGHT_DECAY, LR, BETAS)
+    model = ViewGPT(256, block, **{k: size[k] for k in MODEL_ARGS})
+    params = list(model.parameters())  # weight decay on matrices only, as those trainers configure AdamW
+    optimizer = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": WEIGHT_DECAY},
+                                   {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
+                                  lr=LR, betas=BETAS)
     x, y = get_batch(train_data)
     for it in range(args.max_steps):
         for group in optimizer.param_groups:
@@ -102,8 +107,8 @@ def accel_recipe(size: dict[str, int], data: Path) -> dict[str, Any]:
     """The same model, data and optimizer settings as an accel recipe a user would write."""
     return {
         "name": "peer-gpt", "seed": 1337, "device": "cpu",
-        "model": {"name": "peer_gpt:build", "args": {k: size[k] for k in ("n_layer", "n_head", "n_embd")}},
-        "task": {"name": "peer_gpt:loss"},
+        "model": {"name": "tests.compat.models:build", "args": {k: size[k] for k in MODEL_ARGS}},
+        "task": {"name": "tests.compat.models:loss"},
         "data": {"dataset": {"name": "token_file", "path": str(data / "train.bin"),
                              "val_path": str(data / "val.bin"), "context": size["context"], "vocab_size": 256},
                  "batch_size": size["batch"]},
@@ -117,9 +122,8 @@ def accel_recipe(size: dict[str, int], data: Path) -> dict[str, Any]:
 
 def timed(command: list[str]) -> float:
     """Seconds from starting `command` to its exit; a failure stops the comparison with the run's output."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SCRIPTS), os.environ.get("PYTHONPATH", "")])}
-    start = time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    start = time.perf_counter()  # run from the repository root: `tests.compat.models` imports from there
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     if done.returncode:
         sys.exit(f"failed ({done.returncode}): {' '.join(command)}\n{done.stdout[-2000:]}{done.stderr[-4000:]}")
@@ -146,22 +150,31 @@ def run_round(index: int, work: Path, args: argparse.Namespace) -> dict[str, Any
         step = (seconds[side, long] - seconds[side, short]) / (long - short)
         row |= {f"{side}_short_s": seconds[side, short], f"{side}_long_s": seconds[side, long],
                 f"{side}_step_s": step, f"{side}_once_s": seconds[side, short] - short * step}
-    row["ratio"] = row["plain_step_s"] / row["accel_step_s"]
+    # a negative marginal time means noise outweighed the extra steps: no ratio then
+    positive = row["plain_step_s"] > 0 and row["accel_step_s"] > 0
+    row["ratio"] = row["plain_step_s"] / row["accel_step_s"] if positive else -1.0
     row["startup_diff_s"] = row["accel_once_s"] - row["plain_once_s"]
     return row
 
 
 def summarize(rounds: list[dict]) -> dict[str, Any]:
+    """The median pair ratio and its interval; a pair whose marginal step times are not both positive (the
+    machine's noise outweighed the difference between the two lengths) is left out and counted."""
     from accel.bench.stats import bootstrap_median_ci
 
-    pairs = [math.sqrt(a["ratio"] * b["ratio"]) for a, b in zip(rounds[::2], rounds[1::2])]
+    pairs = [math.sqrt(a["ratio"] * b["ratio"]) for a, b in zip(rounds[::2], rounds[1::2])
+             if a["ratio"] > 0 and b["ratio"] > 0]
+    summary = {"accel_step_s": statistics.median(r["accel_step_s"] for r in rounds),
+               "plain_step_s": statistics.median(r["plain_step_s"] for r in rounds),
+               "startup_diff_s": statistics.median(r["startup_diff_s"] for r in rounds),
+               "pairs_left_out": len(rounds) // 2 - len(pairs)}
+    if not pairs:
+        return summary | {"ratio_plain_over_accel": None, "meets_target": None,
+                          "verdict": "too noisy: no pair had positive step times; lengthen --steps"}
     median, (lo, hi) = bootstrap_median_ci(pairs)
     verdict = "accel faster" if lo > 1 else "accel slower" if hi < 1 else "no measurable difference"
-    return {"ratio_plain_over_accel": {"median": median, "ci95": [lo, hi], "pairs": pairs}, "verdict": verdict,
-            "accel_step_s": statistics.median(r["accel_step_s"] for r in rounds),
-            "plain_step_s": statistics.median(r["plain_step_s"] for r in rounds),
-            "startup_diff_s": statistics.median(r["startup_diff_s"] for r in rounds),
-            "meets_target": hi >= 1.0}
+    return summary | {"ratio_plain_over_accel": {"median": median, "ci95": [lo, hi], "pairs": pairs},
+                      "verdict": verdict, "meets_target": hi >= 1.0}
 
 
 def print_table(rounds: list[dict], summary: dict, args: argparse.Namespace) -> None:
@@ -170,11 +183,13 @@ def print_table(rounds: list[dict], summary: dict, args: argparse.Namespace) -> 
     for i, r in enumerate(rounds, 1):
         print(f"{i:>5}  {r['order']:<12} {r['accel_step_s']:>12.4f} {r['plain_step_s']:>12.4f} "
               f"{r['ratio']:>11.3f} {r['startup_diff_s']:>15.2f}")
-    ratio = summary["ratio_plain_over_accel"]
     print(f"\nsize {args.size} {SIZES[args.size]}, steps {args.steps[0]} and {args.steps[1]}, {len(rounds)} rounds")
+    ratio = summary["ratio_plain_over_accel"]
+    interval = (f"plain/accel median of pairs {ratio['median']:.3f}, 95% CI [{ratio['ci95'][0]:.3f}, "
+                f"{ratio['ci95'][1]:.3f}]" if ratio else "no ratio")
     print(f"seconds per step: accel {summary['accel_step_s']:.4f}, plain {summary['plain_step_s']:.4f}; "
-          f"plain/accel median of pairs {ratio['median']:.3f}, 95% CI [{ratio['ci95'][0]:.3f}, "
-          f"{ratio['ci95'][1]:.3f}]: {summary['verdict']}")
+          f"{interval}: {summary['verdict']}" + (f" ({summary['pairs_left_out']} pair(s) left out: a step time "
+                                                 "not positive)" if summary["pairs_left_out"] else ""))
     print(f"start-up and the once-per-run work (accel - plain): {summary['startup_diff_s']:+.2f} s")
 
 

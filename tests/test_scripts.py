@@ -115,5 +115,9 @@ def test_compare_peer_gpt_times_both_loops_at_two_lengths(tmp_path):
     assert [r["order"] for r in result["rounds"]] == ["accel,plain", "plain,accel"]
     assert all(r[f"{side}_{n}_s"] > 0 for r in result["rounds"] for side in ("accel", "plain")
                for n in ("short", "long"))
-    assert result["verdict"] in {"accel faster", "accel slower", "no measurable difference"}
-    assert len(result["ratio_plain_over_accel"]["pairs"]) == 1
+    # two and four steps are within this machine's noise: a pair may have no positive step time, and says so
+    if result["ratio_plain_over_accel"] is None:
+        assert result["verdict"].startswith("too noisy") and result["pairs_left_out"] == 1
+    else:
+        assert result["verdict"] in {"accel faster", "accel slower", "no measurable difference"}
+        assert len(result["ratio_plain_over_accel"]["pairs"]) == 1
