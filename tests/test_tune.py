@@ -183,6 +183,20 @@ def test_a_budget_leaves_the_knobs_that_do_not_fit(monkeypatch, tiny, tmp_path):
     assert BATCH_KEY not in result.chosen
 
 
+def test_a_budget_that_fits_no_comparison_writes_a_fragment_saying_nothing_was_measured(monkeypatch, tiny, tmp_path):
+    monkeypatch.setattr(tune_module, "run_trials", simulated_speedups([]))
+    knobs = [Knob("speedups.channels_last", [{"enabled": False}, {"enabled": True}], speedup=True,
+                  labels=["off", "on"], needs=[None, "has_conv"]), Knob(BATCH_KEY, [8, 32], bounded=True)]
+    base = validate_recipe(tiny)
+    # the traits probe (one 10 s trial) is all that runs in 1 s, then every stage is over the budget
+    result = tune(base, knobs, tmp_path, TrialSettings(5, 1), trials=2, budget_s=1, final_check=True)
+    assert result.compared == [] and result.final is None
+    text = write_fragment(result, tmp_path / "tuned.yaml", base, "accel tune r.yaml --budget 1s", TrialSettings(5, 1),
+                          2).read_text()
+    assert "# Nothing was measured: no knob's candidates ran beside its reference within the --budget" in text
+    assert "trial(s) in fresh processes" not in text and yaml.safe_load(text) == {}
+
+
 def test_a_stage_ends_when_its_first_trials_show_the_rest_would_overrun_the_budget(monkeypatch, tiny, tmp_path):
     seen: list = []
     monkeypatch.setattr(tune_module, "run_trials", simulated_speedups(seen, compile_wall_s=100.0))

@@ -43,6 +43,7 @@ class TuneResult:
     rows: list[dict[str, Any]] = field(default_factory=list)
     env: dict[str, Any] = field(default_factory=dict)
     final: dict[str, Any] | None = None  # the tuned configuration against the recipe as given, measured last
+    compared: list[str] = field(default_factory=list)  # knobs with a candidate that ran beside the reference
 
     @property
     def labels(self) -> dict[str, str]:
@@ -262,6 +263,8 @@ def tune(base: Recipe, knobs: list[Knob], work: str | Path, settings: TrialSetti
         report = summarize(stage.trials, stage.variants, stage.reference)
         best, passed = _pick(report, stage.reference, planned_steps(base, stage.trials), guard=knob.speedup)
         result.chosen[knob.key] = best["overrides"][knob.key]
+        if any(t["variant"] != stage.reference for t in stage.trials):
+            result.compared.append(knob.key)
         result.env = result.env or next((t["env"] for t in stage.trials if t.get("env")), {})
         rows = [_row(knob.key, r, stage.reference, best["name"], passed) for r in report["variants"]]
         if stage.cut:
@@ -366,8 +369,14 @@ def _nested(chosen: dict[str, Any]) -> dict:
     return data
 
 
+NOTHING_MEASURED = ("Nothing was measured: no knob's candidates ran beside its reference within the --budget (or "
+                    "every candidate was skipped), so this fragment changes nothing. Give a larger --budget.")
+
+
 def _comment(result: TuneResult, base: Recipe, command: str, settings: TrialSettings, trials: int) -> list[str]:
     env = result.env
+    if not result.compared and result.final is None:
+        return [f"Written by `{command}` on {time.strftime('%Y-%m-%d %H:%M')}.", NOTHING_MEASURED]
     lines = [f"Written by `{command}` on {time.strftime('%Y-%m-%d %H:%M')}.",
              f"Measured on {env.get('device', 'this machine')}, torch {env.get('torch', '?')}: each candidate ran "
              f"{trials} trial(s) in fresh processes, {settings.steps} timed steps after {settings.warmup} warm-up.",

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 from pathlib import Path
 
 from ..errors import AccelError
@@ -98,7 +99,7 @@ def tune(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from ..bench.runner import TrialSettings, default_out
-    from ..bench.tune import build_knobs, table, write_fragment
+    from ..bench.tune import NOTHING_MEASURED, build_knobs, table, write_fragment
     from ..bench.tune import tune as run_tune
     from ..recipe import load_recipe
     from ..rundir import check_results_out
@@ -116,6 +117,8 @@ def tune(args: argparse.Namespace) -> int:
     settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache, evaluate=False)
     result = run_tune(base, knobs, work, settings, args.trials, budget_s=args.budget, final_check=True)
     Console().print(table(result))
+    if not result.compared and result.final is None:
+        print(f"warning: {NOTHING_MEASURED}", file=sys.stderr)
     path = write_fragment(result, args.out or work / "tuned.yaml", base, shlex.join(["accel", *args.argv]),
                           settings, args.trials)
     print(path)
