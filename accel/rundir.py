@@ -85,7 +85,7 @@ def check_results_out(path: str | Path, command: str) -> None:
     if held:
         what = "a run" if set(held) & set(RUN_FILES) else "a bench's results"
         raise AccelError(f"{path} already holds {what} ({', '.join(held)}); accel never overwrites one. Choose "
-                         f"another --out, or leave it out for a new folder under runs/.")
+                         "another --out.")
 
 
 def write_atomic(target: Path, text: str) -> Path:
