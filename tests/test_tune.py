@@ -9,7 +9,7 @@ import yaml
 from rich.console import Console
 
 from accel.bench import tune as tune_module
-from accel.bench.runner import TrialSettings
+from accel.bench.runner import TrialResults, TrialSettings
 from accel.bench.tune import BATCH_KEY, WORKERS_KEY, Knob, build_knobs, table, tune, write_fragment
 from accel.cli import main
 from accel.data.loaders import available_cpus
@@ -195,6 +195,25 @@ def test_a_budget_that_fits_no_comparison_writes_a_fragment_saying_nothing_was_m
                           2).read_text()
     assert "# Nothing was measured: no knob's candidates ran beside its reference within the --budget" in text
     assert "trial(s) in fresh processes" not in text and yaml.safe_load(text) == {}
+
+
+def test_an_interrupt_ends_the_whole_search_and_writes_no_fragment(monkeypatch, tiny, write_recipe, tmp_path, capsys):
+    stages = []
+
+    def interrupted(jobs, out, settings, console=None, skip=None):  # Ctrl-C or SIGTERM in the stage's first trial
+        stages.append(out)
+        results = TrialResults()
+        results.interrupted = True
+        return results
+
+    monkeypatch.setattr(tune_module, "run_trials", interrupted)
+    out = tmp_path / "tuned.yaml"
+    argv = ["tune", str(write_recipe(tiny)), "--batch-sizes", "8,16", "--workers", "0,1", "--threads=",
+            "--no-speedups", "--out", str(out), "--work", str(tmp_path / "work")]
+    assert main(argv) == 130
+    assert len(stages) == 1 and not out.exists()  # the workers stage never ran
+    assert f"interrupted: no fragment written (nothing chosen from a search cut short); the trials so far are " \
+           f"under {tmp_path / 'work'}" in capsys.readouterr().err
 
 
 def test_a_stage_ends_when_its_first_trials_show_the_rest_would_overrun_the_budget(monkeypatch, tiny, tmp_path):

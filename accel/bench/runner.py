@@ -277,8 +277,14 @@ def _sigterm_as_ctrl_c() -> Iterator[None]:
             signal.signal(signal.SIGTERM, previous)
 
 
+class TrialResults(list):
+    """The trials' results; `interrupted` when Ctrl-C or SIGTERM stopped them before every job ran."""
+
+    interrupted = False
+
+
 def run_trials(jobs: list[tuple[int, str, Path]], out: str | Path, settings: TrialSettings,
-               console: Console | None = None, skip: SkipRule | None = None) -> list[dict[str, Any]]:
+               console: Console | None = None, skip: SkipRule | None = None) -> TrialResults:
     """Run (trial, variant, recipe file) jobs in the given order, one process each; every result, failed too.
 
     `skip(variant, results so far)` may return a reason not to run a job (tune: sizes above one that failed).
@@ -287,7 +293,7 @@ def run_trials(jobs: list[tuple[int, str, Path]], out: str | Path, settings: Tri
     """
     out = Path(out)
     (out / "trials").mkdir(parents=True, exist_ok=True)
-    results: list[dict[str, Any]] = []
+    results = TrialResults()
     with TrialProgress(console or Console(stderr=True), len(jobs)) as progress, _sigterm_as_ctrl_c():
         try:
             for index, (trial, variant, recipe) in enumerate(jobs):
@@ -300,6 +306,7 @@ def run_trials(jobs: list[tuple[int, str, Path]], out: str | Path, settings: Tri
                 progress.finished(results[-1])
         except KeyboardInterrupt:
             progress.console.print(f"interrupted: keeping the {len(results)} finished trials", highlight=False)
+            results.interrupted = True
     return results
 
 

@@ -146,10 +146,18 @@ def _run_stage(base: Recipe, knob: Knob, chosen: dict[str, Any], out: Path, sett
     failed_bound = _failed_bound(knob, names, reference)
     results = run_trials(jobs, out, settings, console,
                          skip=lambda variant, done: within(variant, done) or failed_bound(variant, done))
+    _stop_if_interrupted(results)
     measured = {key: [r for r in results if r["variant"] == v.name] for key, v in runs.items()}
     trials_of = [r | {"variant": v.name} for v in variants for r in measured[keys[v.name]]]
     ref_name = next(v.name for v in variants if v.overrides[knob.key] == reference)
     return Stage(knob, variants, trials_of, ref_name, results, cut=within.cut)
+
+
+def _stop_if_interrupted(results: list[dict]) -> None:
+    """Ctrl-C or SIGTERM ends the whole search, not only the stage it came in: no later stage runs, and no
+    choice rests on a stage cut short."""
+    if getattr(results, "interrupted", False):
+        raise KeyboardInterrupt
 
 
 def _pick(report: dict, baseline: str, planned_steps: int | None, guard: bool) -> tuple[dict, dict[str, str]]:
@@ -300,6 +308,7 @@ def _final_check(base: Recipe, result: TuneResult, out: Path, settings: TrialSet
     variants = [Variant("recipe as given"), Variant("tuned", _effective(base, result.chosen))]  # no `key: null`
     files = write_recipes({v.name: resolve_variant(base, v) for v in variants}, out)
     done = run_trials([(t, v.name, files[v.name]) for t, v in interleave(variants, trials)], out, settings, console)
+    _stop_if_interrupted(done)
     row = summarize(done, variants, "recipe as given")["variants"][1]
     return {"samples_per_s": row["samples_per_s"], "ratio": row["ratio_vs_baseline"], "verdict": row["verdict"],
             "median_step_ratio": row["median_step_ratio"], "median_step_verdict": row["median_step_verdict"]}

@@ -115,7 +115,12 @@ def tune(args: argparse.Namespace) -> int:
     work = Path(args.work) if args.work else default_out(base.name, kind="tune")
     check_results_out(work, "tune")
     settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache, evaluate=False)
-    result = run_tune(base, knobs, work, settings, args.trials, budget_s=args.budget, final_check=True)
+    try:
+        result = run_tune(base, knobs, work, settings, args.trials, budget_s=args.budget, final_check=True)
+    except KeyboardInterrupt:
+        print(f"interrupted: no fragment written (nothing chosen from a search cut short); the trials so far are "
+              f"under {work}", file=sys.stderr)
+        return 130
     Console().print(table(result))
     if not result.compared and result.final is None:
         print(f"warning: {NOTHING_MEASURED}", file=sys.stderr)
