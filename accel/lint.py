@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("accel")
 DATA_WAIT = 0.10  # above this share of step time waiting for batches, the loader is what to speed up
 CODES = ("anomaly-detection", "deterministic", "channels-last-without-conv", "pin-memory-off", "optimizer-not-fused",
-         "fp32-with-fast-bf16", "threads-over-cores", "workers-compete", "data-wait", "recompiles")
+         "fp32-with-fast-bf16", "threads-over-cores", "processes-over-cores", "workers-compete", "data-wait",
+         "recompiles")
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,8 @@ def facts(trainer: Trainer) -> dict[str, Any]:
     names = {s.name for s in trainer.speedups}
     return {
         "device": device.type, "cores": available_cpus(), "torch_threads": torch.get_num_threads(),
+        # training processes on this machine: torchrun (`accel train --nproc N`) says how many it started
+        "processes": int(os.environ.get("LOCAL_WORLD_SIZE", 1)),
         "blas_threads": _blas_threads(), "workers": getattr(loader, "num_workers", None),
         "pin_memory": getattr(loader, "pin_memory", None),
         "in_memory": getattr(getattr(loader, "dataset", None), "in_memory", False),
@@ -156,6 +160,12 @@ def _thread_traps(f: dict[str, Any]) -> list[Finding]:
         out.append(Finding("threads-over-cores", f"{threads} BLAS/OpenMP threads on {cores} usable cores: threads "
                            "wait for each other and every op runs at the slowest one's pace.",
                            f"OMP_NUM_THREADS={cores}, or `speedups: {{threads: {{}}}}` (caps at the cores)."))
+    processes = f.get("processes", 1)
+    if f["device"] == "cpu" and processes > cores:
+        out.append(Finding("processes-over-cores", f"{processes} training processes on {cores} usable cores: each "
+                           "CPU process needs a core of its own at least, so they take turns and every step waits "
+                           "for the slowest.", f"--nproc {cores} or fewer (on a CPU, fewer processes with more "
+                           "threads each are usually faster)."))
     workers = f["workers"] or 0
     if f["device"] == "cpu" and workers and workers + f["torch_threads"] > cores:
         out.append(Finding("workers-compete", f"{workers} loader worker(s) + {f['torch_threads']} compute threads "

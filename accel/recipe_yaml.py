@@ -15,6 +15,9 @@ import yaml
 from .errors import RecipeError
 
 Path_ = tuple  # a key path inside the recipe, e.g. ("data", "batch_size")
+# Values a recipe may hold once its aliases are expanded: real recipes hold hundreds; an alias bomb (nine levels
+# of ten aliases) a billion, which the line tracking and validation below would expand without bound.
+MAX_VALUES = 100_000
 
 
 class _Loader(yaml.SafeLoader):
@@ -54,6 +57,35 @@ def parse_value(text: str) -> Any:
         return text
 
 
+def _check_size(root: yaml.Node, source: str) -> None:
+    """Refuse YAML that aliases make too large to expand, or that contains itself, in time and memory
+    proportional to the text: each node's expanded size is counted once, however often it is aliased."""
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        if id(node) in sizes:
+            return sizes[id(node)]
+        if id(node) in open_:
+            raise RecipeError(f"{source}, line {node.start_mark.line + 1}: an alias refers to itself (a value that "
+                              "contains itself); a recipe must be a finite tree of values.")
+        open_.add(id(node))
+        children = node.value if isinstance(node, yaml.SequenceNode) else \
+            [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else []
+        total = 1
+        for child in children:
+            total += size(child)
+            if total > MAX_VALUES:
+                raise RecipeError(f"{source}: the YAML expands to more than {MAX_VALUES} values through its "
+                                  "aliases (&anchor / *alias), so it is refused unread; a recipe holds far fewer. "
+                                  f"Look at the aliases near line {node.start_mark.line + 1}.")
+        open_.discard(id(node))
+        sizes[id(node)] = total
+        return total
+
+    size(root)
+
+
 def _record_lines(node: yaml.Node, path: Path_, source: str, origins: Origins) -> None:
     if isinstance(node, yaml.MappingNode):
         seen = set()
@@ -78,6 +110,8 @@ def read_yaml(path: Path) -> tuple[dict, Origins]:
     text = path.read_text()
     try:
         node = yaml.compose(text, Loader=_Loader)
+        if node is not None:
+            _check_size(node, str(path))
         data = yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)

@@ -6,10 +6,13 @@ unknown name into an error that lists the valid ones.
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from .errors import AccelError, did_you_mean
+
+log = logging.getLogger("accel")
 
 
 class Registry:
@@ -62,6 +65,23 @@ SCHEDULERS = Registry("scheduler")
 LOSSES = Registry("loss")
 SPEEDUPS = Registry("speed-up")
 TASKS = ImportingRegistry("task")
+
+
+def is_import_string(name: str) -> bool:
+    """`package.module:attribute`: the user's own code, as opposed to a registered name or `torchvision:NAME`."""
+    return ":" in name and not name.startswith("torchvision:")
+
+
+_announced: set[tuple[tuple[str, str], ...]] = set()
+
+
+def announce_user_code(names: dict[str, str]) -> None:
+    """Say (once per process) which of a recipe's `names` (what it is -> name) are import strings of user code:
+    a recipe is code, to be trusted like a script, and the log names what it imports."""
+    key = tuple((name, what) for what, name in names.items() if is_import_string(name))
+    if key and key not in _announced:
+        _announced.add(key)
+        log.info("importing user code: %s", ", ".join(f"{name} ({what})" for name, what in key))
 
 
 def import_attribute(target: str) -> Any:

@@ -13,6 +13,7 @@ from .callbacks.base import Callback
 from .errors import AccelError
 
 RUN_FILES = ("recipe.yaml", "summary.json", "metrics.jsonl", "checkpoints")  # any of them: the folder holds a run
+BENCH_FILES = ("report.json", "report.md", "trials", "recipes", "tune.json")  # any: a bench's or tune's results
 
 
 class RunDir:
@@ -72,6 +73,19 @@ class RunDir:
 
     def write_json(self, name: str, data: Any) -> Path:
         return self.write_text(name, strict_json(data, indent=2) + "\n")
+
+
+def check_results_out(path: str | Path, command: str) -> None:
+    """Refuse an --out for `accel bench` or `accel tune` that holds a run's or a bench's results (or is a file):
+    what the command writes would overwrite and mix with them, as `RunDir.check_new` refuses for `accel train`."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise AccelError(f"{path} is a file; `accel {command}` writes a folder there. Choose another --out.")
+    held = [name for name in RUN_FILES + BENCH_FILES if (path / name).exists()]
+    if held:
+        what = "a run" if set(held) & set(RUN_FILES) else "a bench's results"
+        raise AccelError(f"{path} already holds {what} ({', '.join(held)}); accel never overwrites one. Choose "
+                         "another --out.")
 
 
 def write_atomic(target: Path, text: str) -> Path:

@@ -93,6 +93,18 @@ def test_workers_competing_with_compute_are_found(monkeypatch):
     assert lint.findings(CLEAN | {"device": "cuda", "workers": 1, "pin_memory": True, "fused": True}) == []
 
 
+def test_more_cpu_processes_than_cores_are_found(monkeypatch):
+    found = lint.findings(CLEAN | {"processes": 4})  # `accel train --nproc 4` on 2 cores
+    assert [(f.code, f.fix) for f in found] == [("processes-over-cores", "--nproc 2 or fewer (on a CPU, fewer "
+                                                 "processes with more threads each are usually faster).")]
+    assert found[0].found.startswith("4 training processes on 2 usable cores")
+    assert lint.findings(CLEAN | {"processes": 2}) == []
+    assert lint.findings(CLEAN | {"processes": 4, "device": "cuda", "pin_memory": True, "fused": True}) == []
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")  # what torchrun tells each process it starts
+    monkeypatch.setattr(lint, "available_cpus", lambda: 2)
+    assert "processes-over-cores" in _found(_fit())
+
+
 class SlowDataset(Dataset):
     def __len__(self) -> int:
         return 16

@@ -1,12 +1,18 @@
 """Recipes: inheritance, overrides, validation messages that point at the file and line."""
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import yaml
 
 from accel.errors import RecipeError
 from accel.recipe import load_recipe, validate_recipe
-from accel.recipe_yaml import parse_value
+from accel.recipe_yaml import parse_value, read_yaml
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_tiny_recipe_validates_with_defaults(tiny):
@@ -127,3 +133,33 @@ def test_shipped_quickstart_loads():
 def test_yaml_12_booleans_keep_on_and_yes_as_words():
     assert parse_value("on") == "on" and parse_value("yes") == "yes"
     assert parse_value("true") is True and parse_value("False") is False
+
+
+BOMB = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 9))
+
+
+def test_an_alias_bomb_is_refused_in_bounded_memory(tmp_path):
+    # 9 levels of 10 aliases: 10^9 values once expanded. Under a 1 GiB address-space limit the refusal must come
+    # before any expansion (the line tracking used to expand every alias: 3 GB, then MemoryError).
+    path = tmp_path / "bomb.yaml"
+    path.write_text(BOMB + "model: {name: small_cnn}\n")
+    code = (f"import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
+            f"from accel.errors import RecipeError\nfrom accel.recipe_yaml import read_yaml\n"
+            f"try:\n    read_yaml(__import__('pathlib').Path({str(path)!r}))\n"
+            f"except RecipeError as err:\n    print(err)\nelse:\n    print('accepted')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "expands to more than 100000 values through its aliases" in done.stdout
+    assert "bomb.yaml" in done.stdout
+
+
+def test_aliases_of_an_ordinary_size_still_work(write_recipe, tiny):
+    text = "shape: &shape [1, 8, 8]\n" + yaml.safe_dump(tiny, sort_keys=False)
+    data, origins = read_yaml(write_recipe(text.replace("shape:\n    - 1\n    - 8\n    - 8", "shape: *shape")))
+    assert data["data"]["dataset"]["shape"] == [1, 8, 8] and origins[("shape",)].endswith("line 1")
+
+
+def test_a_self_referencing_alias_is_refused(write_recipe):
+    message = _error("a: &a\n  b: *a\n", write_recipe)
+    assert "refers to itself" in message

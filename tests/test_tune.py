@@ -9,7 +9,7 @@ import yaml
 from rich.console import Console
 
 from accel.bench import tune as tune_module
-from accel.bench.runner import TrialSettings
+from accel.bench.runner import TrialResults, TrialSettings
 from accel.bench.tune import BATCH_KEY, WORKERS_KEY, Knob, build_knobs, table, tune, write_fragment
 from accel.cli import main
 from accel.data.loaders import available_cpus
@@ -181,6 +181,39 @@ def test_a_budget_leaves_the_knobs_that_do_not_fit(monkeypatch, tiny, tmp_path):
     skipped = [r for r in result.rows if r["knob"] == BATCH_KEY]  # every candidate but the recipe's own 16
     assert [(r["label"], r["note"]) for r in skipped] == [(b, "not measured: over the --budget") for b in ("8", "32")]
     assert BATCH_KEY not in result.chosen
+
+
+def test_a_budget_that_fits_no_comparison_writes_a_fragment_saying_nothing_was_measured(monkeypatch, tiny, tmp_path):
+    monkeypatch.setattr(tune_module, "run_trials", simulated_speedups([]))
+    knobs = [Knob("speedups.channels_last", [{"enabled": False}, {"enabled": True}], speedup=True,
+                  labels=["off", "on"], needs=[None, "has_conv"]), Knob(BATCH_KEY, [8, 32], bounded=True)]
+    base = validate_recipe(tiny)
+    # the traits probe (one 10 s trial) is all that runs in 1 s, then every stage is over the budget
+    result = tune(base, knobs, tmp_path, TrialSettings(5, 1), trials=2, budget_s=1, final_check=True)
+    assert result.compared == [] and result.final is None
+    text = write_fragment(result, tmp_path / "tuned.yaml", base, "accel tune r.yaml --budget 1s", TrialSettings(5, 1),
+                          2).read_text()
+    assert "# Nothing was measured: no knob's candidates ran beside its reference within the --budget" in text
+    assert "trial(s) in fresh processes" not in text and yaml.safe_load(text) == {}
+
+
+def test_an_interrupt_ends_the_whole_search_and_writes_no_fragment(monkeypatch, tiny, write_recipe, tmp_path, capsys):
+    stages = []
+
+    def interrupted(jobs, out, settings, console=None, skip=None):  # Ctrl-C or SIGTERM in the stage's first trial
+        stages.append(out)
+        results = TrialResults()
+        results.interrupted = True
+        return results
+
+    monkeypatch.setattr(tune_module, "run_trials", interrupted)
+    out = tmp_path / "tuned.yaml"
+    argv = ["tune", str(write_recipe(tiny)), "--batch-sizes", "8,16", "--workers", "0,1", "--threads=",
+            "--no-speedups", "--out", str(out), "--work", str(tmp_path / "work")]
+    assert main(argv) == 130
+    assert len(stages) == 1 and not out.exists()  # the workers stage never ran
+    assert f"interrupted: no fragment written (nothing chosen from a search cut short); the trials so far are " \
+           f"under {tmp_path / 'work'}" in capsys.readouterr().err
 
 
 def test_a_stage_ends_when_its_first_trials_show_the_rest_would_overrun_the_budget(monkeypatch, tiny, tmp_path):

@@ -154,6 +154,10 @@ def _recommend_speedups(ups: dict, rows: dict[str, dict]) -> dict:
     return {"overrides": {f"speedups.{n}.enabled": n in chosen for n in ups}, "text": text}
 
 
+INTERRUPTED = {"overrides": {}, "text": "none: the bench was interrupted before all its trials ran, so nothing is "
+               "recommended from its partial figures; run it again to the end"}
+
+
 def _recommend(report: dict) -> dict:
     """Ablation: the speed-ups that helped; --vary: the fastest combination that helped, else the baseline.
     A variant whose trials failed is never recommended."""
@@ -193,7 +197,7 @@ def summarize(trials: list[dict], variants: list[Variant], baseline: str, *,
     rows = {v.name: _summarize_variant(v, by_name[v.name], base_ok, v.name == baseline) for v in variants}
     report = {"baseline": baseline, "variants": list(rows.values()), "env": dict(env or {}),
               "speedups": _speedup_readings(rows) if ablation else {}}
-    report["recommended"] = _recommend(report)
+    report["recommended"] = INTERRUPTED if (extra or {}).get("interrupted") else _recommend(report)
     clash = set(extra or {}) & set(report)
     if clash:
         raise ValueError(f"extra keys {sorted(clash)} would overwrite computed report keys")
@@ -323,6 +327,11 @@ def render_markdown(report: dict) -> str:
         out.append(f"Command: `{report['command']}`  ")
     if report.get("env"):
         out.append("Environment: " + ", ".join(f"{k}={format_value(v)}" for k, v in report["env"].items()))
+    if report.get("interrupted"):
+        done = sum(len(r["trials"]) for r in report["variants"])
+        planned = report.get("trials_planned", "?")
+        out += ["", f"**Interrupted** after {done} of {planned} trials: the figures below cover the finished trials "
+                "only, and nothing is recommended."]
     header, rows = table(report)
     out += ["", f"Baseline: `{report['baseline']}`. Ranked by median samples/s.", "",
             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

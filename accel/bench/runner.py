@@ -15,7 +15,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -257,18 +258,43 @@ def _run_job(index: int, trial: int, variant: str, recipe: Path, out: Path, sett
                      "process_s": time.perf_counter() - tick, "log": str(log_path)}
 
 
+@contextmanager
+def _sigterm_as_ctrl_c() -> Iterator[None]:
+    """SIGTERM (a `kill`, a job scheduler) stops the trials as Ctrl-C does: the running trial's process group is
+    killed and the finished trials are reported. Without this the parent died at once and left the trial (in its
+    own session) running, with no report."""
+    def interrupt(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: signals stay with the caller
+        previous = None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class TrialResults(list):
+    """The trials' results; `interrupted` when Ctrl-C or SIGTERM stopped them before every job ran."""
+
+    interrupted = False
+
+
 def run_trials(jobs: list[tuple[int, str, Path]], out: str | Path, settings: TrialSettings,
-               console: Console | None = None, skip: SkipRule | None = None) -> list[dict[str, Any]]:
+               console: Console | None = None, skip: SkipRule | None = None) -> TrialResults:
     """Run (trial, variant, recipe file) jobs in the given order, one process each; every result, failed too.
 
     `skip(variant, results so far)` may return a reason not to run a job (tune: sizes above one that failed).
-    Ctrl-C stops after killing the running trial and returns the finished ones, so an hour of work still
-    makes a report.
+    Ctrl-C or SIGTERM stops after killing the running trial and returns the finished ones, so an hour of work
+    still makes a report.
     """
     out = Path(out)
     (out / "trials").mkdir(parents=True, exist_ok=True)
-    results: list[dict[str, Any]] = []
-    with TrialProgress(console or Console(stderr=True), len(jobs)) as progress:
+    results = TrialResults()
+    with TrialProgress(console or Console(stderr=True), len(jobs)) as progress, _sigterm_as_ctrl_c():
         try:
             for index, (trial, variant, recipe) in enumerate(jobs):
                 reason = skip(variant, results) if skip is not None else None
@@ -280,6 +306,7 @@ def run_trials(jobs: list[tuple[int, str, Path]], out: str | Path, settings: Tri
                 progress.finished(results[-1])
         except KeyboardInterrupt:
             progress.console.print(f"interrupted: keeping the {len(results)} finished trials", highlight=False)
+            results.interrupted = True
     return results
 
 
@@ -299,7 +326,8 @@ def run_bench(plan: BenchPlan, out: str | Path, settings: TrialSettings, trials:
               command: str | None = None, console: Console | None = None) -> tuple[dict, dict[str, Path]]:
     """Run the plan's trials interleaved (A B C A B C ...), then write report.json/.md/.html into `out`.
 
-    The report has `interrupted: true` when Ctrl-C stopped the trials early (it covers the finished ones).
+    The report has `interrupted: true` when Ctrl-C or SIGTERM stopped the trials early: it covers the finished ones,
+    says so, and recommends nothing.
     """
     out = Path(out)
     files = write_recipes(plan.recipes, out)
@@ -307,7 +335,7 @@ def run_bench(plan: BenchPlan, out: str | Path, settings: TrialSettings, trials:
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     results = run_trials(jobs, out, settings, console)
     extra = {"recipe": str(plan.recipe_path), "started": started, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-             "interrupted": len(results) < len(jobs),
+             "interrupted": len(results) < len(jobs), "trials_planned": len(jobs),
              "settings": {"steps": settings.steps, "warmup": settings.warmup, "trials": trials,
                           "timeout_s": settings.timeout,
                           "compile_cache": "warm (shared)" if settings.warm_cache else "cold (fresh per trial)",

@@ -43,6 +43,7 @@ class TuneResult:
     rows: list[dict[str, Any]] = field(default_factory=list)
     env: dict[str, Any] = field(default_factory=dict)
     final: dict[str, Any] | None = None  # the tuned configuration against the recipe as given, measured last
+    compared: list[str] = field(default_factory=list)  # knobs with a candidate that ran beside the reference
 
     @property
     def labels(self) -> dict[str, str]:
@@ -145,10 +146,18 @@ def _run_stage(base: Recipe, knob: Knob, chosen: dict[str, Any], out: Path, sett
     failed_bound = _failed_bound(knob, names, reference)
     results = run_trials(jobs, out, settings, console,
                          skip=lambda variant, done: within(variant, done) or failed_bound(variant, done))
+    _stop_if_interrupted(results)
     measured = {key: [r for r in results if r["variant"] == v.name] for key, v in runs.items()}
     trials_of = [r | {"variant": v.name} for v in variants for r in measured[keys[v.name]]]
     ref_name = next(v.name for v in variants if v.overrides[knob.key] == reference)
     return Stage(knob, variants, trials_of, ref_name, results, cut=within.cut)
+
+
+def _stop_if_interrupted(results: list[dict]) -> None:
+    """Ctrl-C or SIGTERM ends the whole search, not only the stage it came in: no later stage runs, and no
+    choice rests on a stage cut short."""
+    if getattr(results, "interrupted", False):
+        raise KeyboardInterrupt
 
 
 def _pick(report: dict, baseline: str, planned_steps: int | None, guard: bool) -> tuple[dict, dict[str, str]]:
@@ -262,6 +271,8 @@ def tune(base: Recipe, knobs: list[Knob], work: str | Path, settings: TrialSetti
         report = summarize(stage.trials, stage.variants, stage.reference)
         best, passed = _pick(report, stage.reference, planned_steps(base, stage.trials), guard=knob.speedup)
         result.chosen[knob.key] = best["overrides"][knob.key]
+        if any(t["variant"] != stage.reference for t in stage.trials):
+            result.compared.append(knob.key)
         result.env = result.env or next((t["env"] for t in stage.trials if t.get("env")), {})
         rows = [_row(knob.key, r, stage.reference, best["name"], passed) for r in report["variants"]]
         if stage.cut:
@@ -297,6 +308,7 @@ def _final_check(base: Recipe, result: TuneResult, out: Path, settings: TrialSet
     variants = [Variant("recipe as given"), Variant("tuned", _effective(base, result.chosen))]  # no `key: null`
     files = write_recipes({v.name: resolve_variant(base, v) for v in variants}, out)
     done = run_trials([(t, v.name, files[v.name]) for t, v in interleave(variants, trials)], out, settings, console)
+    _stop_if_interrupted(done)
     row = summarize(done, variants, "recipe as given")["variants"][1]
     return {"samples_per_s": row["samples_per_s"], "ratio": row["ratio_vs_baseline"], "verdict": row["verdict"],
             "median_step_ratio": row["median_step_ratio"], "median_step_verdict": row["median_step_verdict"]}
@@ -366,8 +378,14 @@ def _nested(chosen: dict[str, Any]) -> dict:
     return data
 
 
+NOTHING_MEASURED = ("Nothing was measured: no knob's candidates ran beside its reference within the --budget (or "
+                    "every candidate was skipped), so this fragment changes nothing. Give a larger --budget.")
+
+
 def _comment(result: TuneResult, base: Recipe, command: str, settings: TrialSettings, trials: int) -> list[str]:
     env = result.env
+    if not result.compared and result.final is None:
+        return [f"Written by `{command}` on {time.strftime('%Y-%m-%d %H:%M')}.", NOTHING_MEASURED]
     lines = [f"Written by `{command}` on {time.strftime('%Y-%m-%d %H:%M')}.",
              f"Measured on {env.get('device', 'this machine')}, torch {env.get('torch', '?')}: each candidate ran "
              f"{trials} trial(s) in fresh processes, {settings.steps} timed steps after {settings.warmup} warm-up.",

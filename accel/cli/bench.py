@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 from pathlib import Path
 
 from ..errors import AccelError
@@ -58,6 +59,7 @@ def add(commands) -> None:
 def bench(args: argparse.Namespace) -> int:
     from ..bench.runner import TrialSettings, default_out, plan_bench, run_bench
     from ..bench.variants import describe
+    from ..rundir import check_results_out
 
     plan = plan_bench(args.recipe, args.overrides, args.ablate, args.vary, args.only)
     if args.list:
@@ -71,11 +73,12 @@ def bench(args: argparse.Namespace) -> int:
     if args.eval_every is not None and (args.eval_every < 1 or not args.target):
         raise AccelError("--eval-every N needs N >= 1 and a --target")
     out = Path(args.out) if args.out else default_out(plan.name)
+    check_results_out(out, "bench")
     settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache, args.target, args.eval_every)
     report, paths = run_bench(plan, out, settings, args.trials, command=shlex.join(["accel", *args.argv]))
     print(out)
     md = paths["md"].read_text().splitlines()
-    start = next((i for i, line in enumerate(md) if line.startswith("| variant")), 0)
+    start = next((i for i, line in enumerate(md) if line.startswith(("**Interrupted**", "| variant"))), 0)
     print("\n".join(md[start:]))
     return 130 if report["interrupted"] else 0
 
@@ -96,9 +99,10 @@ def tune(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from ..bench.runner import TrialSettings, default_out
-    from ..bench.tune import build_knobs, table, write_fragment
+    from ..bench.tune import NOTHING_MEASURED, build_knobs, table, write_fragment
     from ..bench.tune import tune as run_tune
     from ..recipe import load_recipe
+    from ..rundir import check_results_out
 
     check_trial_options(args)
     base = load_recipe(args.recipe, args.overrides)
@@ -109,9 +113,17 @@ def tune(args: argparse.Namespace) -> int:
     if not knobs:
         raise AccelError("nothing to tune: every knob was given an empty list.")
     work = Path(args.work) if args.work else default_out(base.name, kind="tune")
+    check_results_out(work, "tune")
     settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache, evaluate=False)
-    result = run_tune(base, knobs, work, settings, args.trials, budget_s=args.budget, final_check=True)
+    try:
+        result = run_tune(base, knobs, work, settings, args.trials, budget_s=args.budget, final_check=True)
+    except KeyboardInterrupt:
+        print(f"interrupted: no fragment written (nothing chosen from a search cut short); the trials so far are "
+              f"under {work}", file=sys.stderr)
+        return 130
     Console().print(table(result))
+    if not result.compared and result.final is None:
+        print(f"warning: {NOTHING_MEASURED}", file=sys.stderr)
     path = write_fragment(result, args.out or work / "tuned.yaml", base, shlex.join(["accel", *args.argv]),
                           settings, args.trials)
     print(path)

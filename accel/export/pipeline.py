@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from ..rundir import check_results_out
 from .config import ExportConfig
 from .errors import ExportError, QuantizeError
 from .formats import RUNTIME, SUFFIX, Runner, eager_runner, export_model, load_runner, ort_runner
@@ -44,6 +45,8 @@ def export_run(path: str | Path, config: ExportConfig | None = None) -> dict[str
     if config.quantize and config.format != "onnx":
         raise QuantizeError(f"--quantize makes int8 ONNX graphs run by onnxruntime; it needs `--format onnx`, "
                             f"not `--format {config.format}`.")
+    if config.out is not None:  # an explicit --out: never a file, a run or a bench (the default is the run's own)
+        check_results_out(config.out, "export")
     source = load_source(path)
     out = config.out or default_out(source.run_dir, config)
     out.mkdir(parents=True, exist_ok=True)
@@ -60,6 +63,8 @@ def export_run(path: str | Path, config: ExportConfig | None = None) -> dict[str
     report = build_report(source, config, variants, evaluations, latencies,
                           {**extras, "threads": threads, "out": str(out)})
     write_report(report, out)
+    if report["validation"]["note"]:
+        log.warning("%s", report["validation"]["note"])
     if not report["verified"]:
         raise ExportError(f"The {config.format} export's logits differ from PyTorch's by up to "
                           f"{report['verification']['max_abs_diff']:.3g} on the validation set, more than --atol "

@@ -28,7 +28,7 @@ def build_report(source, config, variants, evaluations, latencies, extras: dict[
         "format": config.format, "options": config.model_dump(mode="json"), "out": extras["out"],
         "input": source.input_spec(), "output": {"name": "logits", "shape": ["batch", *original.logits.shape[1:]]},
         "prune": extras.get("prune"),
-        "validation": {"samples": len(original.logits), "accuracy_reported_by_training": _trained_accuracy(source)},
+        "validation": {"samples": len(original.logits), **_trained_accuracy(source)},
         "timing": {"threads": extras["threads"], "runs": config.runs, "warmup": config.warmup,
                    "batch_sizes": [1, config.batch_size], "statistic": "median of per-call wall time",
                    "order": "after warm-up, variants take turns in 5 blocks of runs", "device": "cpu"},
@@ -47,12 +47,23 @@ def _row(variant, evaluations, latencies, original, original_bytes: int) -> dict
             "latency": latencies[variant.name], "details": variant.info or None}
 
 
-def _trained_accuracy(source) -> float | None:
-    """val_accuracy from the run's summary.json: the eager figure here must equal it (same data, same model)."""
+def _trained_accuracy(source) -> dict[str, Any]:
+    """val_accuracy from the run's summary.json, which the eager figure here must equal (same data, same model),
+    when the checkpoint holds the weights it was measured on: not so for a run that stopped before its end."""
     summary = source.run_dir / "summary.json"
     if not summary.is_file():
-        return None
-    return json.loads(summary.read_text()).get("metrics", {}).get("val_accuracy")
+        return {"accuracy_reported_by_training": None, "note": None}
+    try:
+        said = json.loads(summary.read_text())
+    except ValueError:
+        return {"accuracy_reported_by_training": None, "note": f"{summary} cannot be read; nothing to compare with"}
+    status = said.get("status", "completed")
+    if status != "completed":
+        return {"accuracy_reported_by_training": None,
+                "note": f"the run is {status}: {source.checkpoint.name} holds the weights of the step it stopped at, "
+                        "not those of its last evaluation, so training's val_accuracy is not compared with the "
+                        "export's. Resume the run to its end for that comparison"}
+    return {"accuracy_reported_by_training": said.get("metrics", {}).get("val_accuracy"), "note": None}
 
 
 def _versions() -> dict[str, str | None]:

@@ -219,6 +219,28 @@ def test_imagefolder_train_val_subfolders(tmp_path):
     assert image.shape == (3, 16, 16) == splits.sample_shape and image.dtype == torch.uint8 and label == 1
 
 
+def test_imagefolder_train_without_val_splits_train_not_one_class_called_train(tmp_path, caplog):
+    write_images(tmp_path / "train", {"cat": 5, "dog": 5})
+    with caplog.at_level(logging.WARNING):
+        splits = ImageFolder.build(imagefolder(tmp_path), 0)
+    assert splits.num_classes == 2 and splits.train.classes == ["cat", "dog"]
+    assert (len(splits.train), len(splits.val)) == (8, 2)
+    assert f"{tmp_path} has train/ but no val/: splitting train/ by val_fraction (0.2)" in caplog.text
+
+
+def test_imagefolder_a_single_class_is_warned_about(tmp_path, caplog):
+    write_images(tmp_path, {"only": 4})
+    with caplog.at_level(logging.WARNING):
+        splits = ImageFolder.build(imagefolder(tmp_path), 0)
+    assert splits.num_classes == 1
+    assert "holds one class folder (`only`): every label is 0, so a classification accuracy is 100%" in caplog.text
+    caplog.clear()
+    write_images(tmp_path, {"other": 1})
+    with caplog.at_level(logging.WARNING):
+        ImageFolder.build(imagefolder(tmp_path), 0)
+    assert "one class folder" not in caplog.text
+
+
 def test_imagefolder_fraction_split_is_seeded(tmp_path):
     write_images(tmp_path, {"a": 5, "b": 5})
     a, b, c = (ImageFolder.build(imagefolder(tmp_path), seed) for seed in (0, 0, 1))

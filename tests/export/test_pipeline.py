@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import shutil
 from pathlib import Path
 
 import pytest
@@ -83,3 +85,27 @@ def test_cli_exports_prints_the_table_and_refuses_bad_input_with_exit_2(tiny_run
     assert "has no checkpoint" in capsys.readouterr().err
     assert main(["export", str(tiny_run), "--prune", "1.5"]) == 2
     assert "`prune` = 1.5" in capsys.readouterr().err
+
+
+def test_an_interrupted_run_is_not_compared_with_its_last_evaluation(tiny_run, tmp_path, caplog):
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run, ignore=shutil.ignore_patterns("export"))
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps(summary | {"status": "interrupted"}))
+    with caplog.at_level(logging.WARNING, logger="accel"):
+        report = export_run(run, ExportConfig(**QUICK))
+    said = ("the run is interrupted: last.pt holds the weights of the step it stopped at, not those of its last "
+            "evaluation, so training's val_accuracy is not compared")
+    assert report["validation"]["accuracy_reported_by_training"] is None
+    assert report["validation"]["note"].startswith(said) and said in caplog.text
+
+
+def test_export_refuses_an_out_that_is_a_file_or_holds_a_run(tiny_run, tmp_path, capsys):
+    mine = tmp_path / "model.onnx"
+    mine.write_text("not yours")
+    assert main(["export", str(tiny_run), "--out", str(mine)]) == 2
+    assert f"error: {mine} is a file; `accel export` writes a folder there. Choose another --out." in \
+        capsys.readouterr().err
+    assert mine.read_text() == "not yours"
+    assert main(["export", str(tiny_run), "--out", str(tiny_run)]) == 2
+    assert f"error: {tiny_run} already holds a run (recipe.yaml, summary.json" in capsys.readouterr().err

@@ -92,6 +92,12 @@ def scan(folder: Path, classes: list[str], extensions: list[str]) -> list[tuple[
     return [(str(p), index[d.name]) for d, files in found.items() for p in files]
 
 
+def _is_split_without_val(root: Path) -> bool:
+    """ROOT/train holding class folders, with no ROOT/val: a fixed split whose validation half is missing, not a
+    class called `train`."""
+    return (root / "train").is_dir() and not (root / "val").exists() and bool(_class_dirs(root / "train"))
+
+
 def find_classes(root: Path) -> list[str]:
     """Sorted class folder names under root; a missing root or one without class folders is a DataError."""
     if not root.is_dir():
@@ -124,18 +130,28 @@ class ImageFolder:
 
     @staticmethod
     def build(cfg: ImageFolder.Config, seed: int) -> Splits:
-        """Use ROOT/train and ROOT/val when both exist (val_fraction unused), else split ROOT by val_fraction."""
+        """Use ROOT/train and ROOT/val when both exist (val_fraction unused), else split ROOT (or ROOT/train, when
+        it holds class folders but ROOT/val is missing) by val_fraction."""
         root = Path(cfg.root).expanduser()
         if (root / "train").is_dir() and (root / "val").is_dir():
             classes = find_classes(root / "train")
             train = scan(root / "train", classes, cfg.extensions)
             val: list[tuple[str, int]] | None = scan(root / "val", classes, cfg.extensions)
         else:
+            if _is_split_without_val(root):
+                log.warning("imagefolder: %s has train/ but no val/: splitting train/ by val_fraction (%g) for "
+                            "validation. Add %s with the same class folders for a fixed split.", root,
+                            cfg.val_fraction, root / "val")
+                root = root / "train"
             classes = find_classes(root)
             samples = scan(root, classes, cfg.extensions)
             train_idx, val_idx = split_indices(len(samples), cfg.val_fraction, seed)
             train = [samples[i] for i in train_idx.tolist()]
             val = [samples[i] for i in val_idx.tolist()] or None
+        if len(classes) == 1:
+            log.warning("imagefolder: %s holds one class folder (`%s`): every label is 0, so a classification "
+                        "accuracy is 100%% whatever the model learns. %s", root, classes[0], LAYOUT)
+
         def make(samples: list[tuple[str, int]]) -> ImageFileDataset:
             return ImageFileDataset(samples, classes, cfg.image_size, cfg.on_corrupt)
 

@@ -1,0 +1,102 @@
+"""`accel bench` stopped by Ctrl-C or SIGTERM, and pointed at a folder that already holds results."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from accel.cli import main
+from conftest import ROOT
+
+
+def _trial_pids(out: Path) -> list[int]:
+    """The bench trial processes writing under `out` (each runs in its own session, so only /proc finds them)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
+        except OSError:  # it ended while we looked
+            continue
+        if b"accel.bench.trial" in argv and any(str(out).encode() in arg for arg in argv):
+            found.append(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().split(") ")[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _running_trial(out: Path, bench: subprocess.Popen, timeout: float = 120) -> int:
+    """Wait until a trial has imported torch (well past its start), and return its pid."""
+    deadline = time.time() + timeout
+    while True:
+        assert bench.poll() is None and time.time() < deadline, "the bench ended before a trial was running"
+        for pid in _trial_pids(out):
+            try:
+                if b"libtorch" in (Path("/proc") / str(pid) / "maps").read_bytes():
+                    return pid
+            except OSError:
+                pass
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_the_running_trial_and_the_report_says_interrupted(signum, tiny, write_recipe, tmp_path):
+    out = tmp_path / "bench"
+    argv = [sys.executable, "-m", "accel.cli", "bench", str(write_recipe(tiny)), "--vary", "data.batch_size=8,16",
+            "--steps", "1000000", "--warmup", "0", "--trials", "1", "--out", str(out)]
+    bench = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        trial = _running_trial(out, bench)
+        bench.send_signal(signum)  # to the bench alone, as `kill` does; Ctrl-C in a terminal also reaches only it
+        stdout, stderr = bench.communicate(timeout=120)
+        assert bench.returncode == 130, stderr[-3000:]
+        assert not _alive(trial)
+        report = json.loads((out / "report.json").read_text())
+        assert report["interrupted"] is True and report["trials_planned"] == 2
+        assert report["recommended"] == {"overrides": {}, "text": "none: the bench was interrupted before all its "
+                                         "trials ran, so nothing is recommended from its partial figures; run it "
+                                         "again to the end"}
+        said = "**Interrupted** after 0 of 2 trials: the figures below cover the finished trials only, and nothing "
+        assert said in (out / "report.md").read_text() and said in stdout
+    finally:
+        for pid in _trial_pids(out):
+            os.kill(pid, signal.SIGKILL)
+        if bench.poll() is None:
+            os.killpg(bench.pid, signal.SIGKILL)
+            bench.wait()
+
+
+@pytest.mark.parametrize("held, said", [
+    ("recipe.yaml", "already holds a run (recipe.yaml)"),
+    ("report.json", "already holds a bench's results (report.json)"),
+    ("tune.json", "already holds a bench's results (tune.json)"),
+])
+def test_bench_and_tune_refuse_an_out_that_holds_results(held, said, tiny, write_recipe, tmp_path, capsys):
+    recipe = write_recipe(tiny)
+    out = tmp_path / "taken"
+    out.mkdir()
+    (out / held).write_text("{}")
+    for argv in (["bench", str(recipe), "--vary", "data.batch_size=8,16", "--out", str(out)],
+                 ["tune", str(recipe), "--no-speedups", "--workers=", "--threads=", "--work", str(out)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"error: {out} {said}; accel never overwrites one. Choose another --out" in err
+    assert sorted(p.name for p in out.iterdir()) == [held]  # nothing written beside it
+
+
+def test_bench_refuses_an_out_that_is_a_file(tiny, write_recipe, tmp_path, capsys):
+    (tmp_path / "file").write_text("mine")
+    assert main(["bench", str(write_recipe(tiny)), "--vary", "data.batch_size=8,16", "--out",
+                 str(tmp_path / "file")]) == 2
+    assert f"error: {tmp_path / 'file'} is a file; `accel bench` writes a folder there" in capsys.readouterr().err
