@@ -110,7 +110,8 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
     data, origins = load_with_bases(Path(path))
     data = apply_overrides(data, origins, overrides or [])
     recipe = validate_recipe(data, origins)
-    announce_user_code({"model": recipe.model.name, "task": recipe.task.name})  # the sections that take code
+    announce_user_code({"model": recipe.model.name, "task": recipe.task.name,  # the sections that take code
+                        "dataset": recipe.data.dataset.name})
     return recipe
 
 

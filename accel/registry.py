@@ -68,8 +68,11 @@ TASKS = ImportingRegistry("task")
 
 
 def is_import_string(name: str) -> bool:
-    """`package.module:attribute`: the user's own code, as opposed to a registered name or `torchvision:NAME`."""
-    return ":" in name and not name.startswith("torchvision:")
+    """`package.module:attribute`: the user's own code, as opposed to a registered name or a library's model
+    (`torchvision:NAME`, `timm:NAME`)."""
+    from .models.libraries import is_library_model
+
+    return ":" in name and not is_library_model(name)
 
 
 _announced: set[tuple[tuple[str, str], ...]] = set()

@@ -63,9 +63,17 @@ def test_export_names_the_user_code_of_the_run_directory(user_recipe, caplog, ca
     assert _said(caplog) == [SAID]
 
 
-def test_a_recipe_of_builtins_names_no_user_code(tiny, write_recipe, caplog, monkeypatch):
+@pytest.mark.parametrize("model", ["torchvision:resnet18", "timm:test_resnet"])
+def test_a_recipe_of_builtins_names_no_user_code(model, tiny, write_recipe, caplog, monkeypatch):
     monkeypatch.setattr(registry, "_announced", set())
-    tiny["model"] = {"name": "torchvision:resnet18"}
+    tiny["model"] = {"name": model}
     caplog.set_level(logging.INFO, logger="accel")
     main(["bench", str(write_recipe(tiny)), "--vary", "data.batch_size=8,16", "--list"])
     assert _said(caplog) == []
+
+
+def test_a_dataset_of_the_users_is_named_too(tiny, caplog, monkeypatch):
+    monkeypatch.setattr(registry, "_announced", set())
+    caplog.set_level(logging.INFO, logger="accel")
+    registry.announce_user_code({"model": "small_cnn", "dataset": "tests.compat.data:token_classes"})
+    assert _said(caplog) == ["importing user code: tests.compat.data:token_classes (dataset)"]
