@@ -109,3 +109,16 @@ def test_export_refuses_an_out_that_is_a_file_or_holds_a_run(tiny_run, tmp_path,
     assert mine.read_text() == "not yours"
     assert main(["export", str(tiny_run), "--out", str(tiny_run)]) == 2
     assert f"error: {tiny_run} already holds a run (recipe.yaml, summary.json" in capsys.readouterr().err
+
+
+def test_a_run_fine_tuned_from_a_weights_file_exports_without_it(tiny_run, tmp_path):
+    """The checkpoint holds the trained weights: the pretrained file the recipe names may be gone by now."""
+    import yaml
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run, ignore=shutil.ignore_patterns("export"))
+    recipe = yaml.safe_load((run / "recipe.yaml").read_text())
+    recipe["model"]["weights"] = {"path": str(tmp_path / "deleted.pt"), "strict": True}
+    (run / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    report = export_run(run, ExportConfig(**QUICK))
+    assert report["validation"]["accuracy_reported_by_training"] is not None
