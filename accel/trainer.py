@@ -102,9 +102,12 @@ class Trainer:
                 while not self._budget_spent():
                     if self._train_epoch():
                         self._end_epoch()
+                self._check_finite_at_end()
             status = "interrupted" if self.interrupted else "diverged" if self.diverged_at is not None else "completed"
             if status == "completed" and self._eval_step != self.step:
                 self._run_eval()
+            if status == "completed" and not math.isfinite(self.last_eval.get("val_loss") or 0.0):
+                status, self.diverged_at = "diverged", self.step  # finite weights whose outputs overflow
         finally:
             summary = self._summary(status, time.perf_counter() - start)
             self._emit("on_fit_end", summary)
@@ -323,6 +326,17 @@ class Trainer:
             self.diverged_at, self.should_stop = self.step, True
         self._emit("on_log", record)
 
+    def _check_finite_at_end(self) -> None:
+        """A run that stops between logging intervals has a window of losses no record read, and a last optimizer
+        step whose weights no loss has seen yet: read both once, so such a run is never reported "completed"."""
+        if self.diverged_at is not None:
+            return
+        loss_ok = not self.meter.window.get("batches") or math.isfinite(self.meter.window_stats()["loss"])
+        weights_ok = all(bool(torch.isfinite(_local(t)).all()) for t in self.module.state_dict().values()
+                         if t.is_floating_point())  # buffers too: batch norm's running variance overflows first
+        if self.world.any(not (loss_ok and weights_ok), self.device):  # every rank must agree on the status
+            self.diverged_at = self.step
+
     def _emit(self, hook: str, *args: Any) -> None:
         for callback in self.callbacks:
             getattr(callback, hook)(self, *args)
@@ -390,6 +404,11 @@ def _check_optimizer_owns(module: nn.Module, optimizer: torch.optim.Optimizer) -
     if any(id(p) not in mine for group in optimizer.param_groups for p in group["params"]):
         raise AccelError("the optimizer holds tensors that are not the model's parameters. Moving a model to some "
                          "devices (XLA) replaces its parameters: create the optimizer after `model.to(device)`.")
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """This process's part of a parameter (a sharded one is a DTensor)."""
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor.detach()
 
 
 def _state_name(callback: Callback) -> str:
