@@ -3,6 +3,7 @@ checkpoints/, summary.json."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import time
@@ -12,6 +13,7 @@ from typing import Any
 from .callbacks.base import Callback
 from .errors import AccelError
 
+log = logging.getLogger("accel")
 RUN_FILES = ("recipe.yaml", "summary.json", "metrics.jsonl", "checkpoints")  # any of them: the folder holds a run
 
 
@@ -82,6 +84,30 @@ def write_atomic(target: Path, text: str) -> Path:
     return target
 
 
+def cut_metrics(path: Path, step: int) -> None:
+    """Keep the records of `path` up to optimizer step `step`, the point a resumed run continues from, and drop
+    lines that are not JSON (a record cut by a killed process); rewritten atomically, and only when it changes."""
+    lines = path.read_text(errors="replace").splitlines()
+    kept = [line for line in lines if _record_step(line) is not None and _record_step(line) <= step]
+    if len(kept) == len(lines):
+        return
+    write_atomic(path, "".join(line + "\n" for line in kept))
+    log.info("metrics.jsonl: dropped %d record(s) after step %d or cut by the interruption; the resumed run "
+             "logs them again", len(lines) - len(kept), step)
+
+
+def _record_step(line: str) -> float | None:
+    """The record's optimizer step (0 for a record without one), or None for a line that is not a record."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    step = record.get("step", 0)
+    return step if isinstance(step, (int, float)) else 0
+
+
 def strict_json(data: Any, **kwargs: Any) -> str:
     """JSON that every parser reads: NaN and infinities (a diverged loss) become null."""
     return json.dumps(_finite(data), default=str, allow_nan=False, **kwargs)
@@ -103,9 +129,24 @@ class RunDirWriter(Callback):
     def __init__(self, run_dir: RunDir):
         self.run_dir = run_dir
 
+    @property
+    def metrics(self) -> Path:
+        return self.run_dir.path / "metrics.jsonl"
+
+    def on_fit_start(self, trainer) -> None:
+        """A resumed run logs again the steps after its checkpoint: what the file holds beyond it goes first."""
+        if self.metrics.is_file():
+            cut_metrics(self.metrics, trainer.step)
+
     def on_log(self, trainer, record: dict[str, Any]) -> None:
-        with (self.run_dir.path / "metrics.jsonl").open("a") as handle:
-            handle.write(strict_json(record) + "\n")
+        # one write of one whole line: a process killed mid-record leaves a cut line, never half of one glued
+        # to the next (buffered text I/O may split a long line into several writes)
+        line = (strict_json(record) + "\n").encode()
+        fd = os.open(self.metrics, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
 
     def on_fit_end(self, trainer, summary: dict[str, Any]) -> None:
         summary["run_dir"] = str(self.run_dir.path)

@@ -3,11 +3,15 @@ SIGKILL and a resume, a recipe edited between runs, thousands of epochs, a full 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
 
 from accel.cli import main
+from conftest import ROOT, wait_for_first_checkpoint
 
 
 def strict(text: str):
@@ -39,3 +43,52 @@ def test_a_non_finite_setting_is_refused_by_name(tiny, write_recipe, capsys):
     err = capsys.readouterr().err
     assert "`optim.lr` = inf: Input should be a finite number" in err
     assert "`train.clip_grad_norm` = nan: Input should be a finite number" in err
+
+
+def test_a_resume_after_sigkill_logs_each_step_once_in_strict_json(tiny, write_recipe, tmp_path):
+    tiny["data"]["dataset"]["num_samples"] = 640  # 32 steps an epoch: the kill lands inside the second
+    tiny["log"]["every_steps"] = 1
+    recipe, out = write_recipe(tiny), tmp_path / "run"
+    metrics = out / "metrics.jsonl"
+    run = subprocess.Popen([sys.executable, "-m", "accel.cli", "train", str(recipe), "--out", str(out), "--set",
+                            "train.epochs=30"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_first_checkpoint(out, run)
+        saved = torch.load(out / "checkpoints" / "last.pt", weights_only=True)["step"]
+        deadline = time.time() + 240
+        while _last_step(metrics) < saved + 2:  # steps logged after the checkpoint: the ones a resume repeats
+            assert run.poll() is None and time.time() < deadline, "the run ended before logging past its checkpoint"
+            time.sleep(0.02)
+    finally:
+        run.kill()
+        run.communicate(timeout=60)
+    saved = torch.load(out / "checkpoints" / "last.pt", weights_only=True)["step"]
+    assert _last_step(metrics) > saved  # records that the resumed run would write a second time
+    with metrics.open("a") as handle:
+        handle.write('{"kind": "step", "epoch": 2, "st')  # a record cut mid-write
+    assert main(["train", str(recipe), "--out", str(out), "--resume", "--set", "train.epochs=30", "--set",
+                 f"train.max_steps={saved + 3}"]) == 0
+    records = [strict(line) for line in metrics.read_text().splitlines()]
+    steps = [r["step"] for r in records if r["kind"] == "step"]
+    assert steps == list(range(1, saved + 4))
+
+
+def _last_step(metrics) -> int:
+    lines = metrics.read_text().splitlines() if metrics.is_file() else []
+    for line in reversed(lines):
+        try:
+            return json.loads(line)["step"]
+        except ValueError:  # the line being written
+            continue
+    return 0
+
+
+def test_cutting_metrics_keeps_the_records_up_to_the_checkpoint_step(tmp_path):
+    from accel.rundir import cut_metrics
+
+    metrics = tmp_path / "metrics.jsonl"
+    lines = [json.dumps({"kind": "step", "step": s}) for s in (1, 2, 3, 4)] + ['{"kind": "ep']
+    metrics.write_text("\n".join(lines))
+    cut_metrics(metrics, 2)
+    assert [json.loads(line)["step"] for line in metrics.read_text().splitlines()] == [1, 2]
+    assert not list(tmp_path.glob(".*.tmp"))
