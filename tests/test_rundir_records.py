@@ -92,3 +92,18 @@ def test_cutting_metrics_keeps_the_records_up_to_the_checkpoint_step(tmp_path):
     cut_metrics(metrics, 2)
     assert [json.loads(line)["step"] for line in metrics.read_text().splitlines()] == [1, 2]
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_checkpoint_keep_counts_epochs_past_999_by_number(tmp_path):
+    from types import SimpleNamespace
+
+    from accel.callbacks import Checkpointer
+    from accel.checkpoint import newest_intact
+
+    checkpointer = Checkpointer(tmp_path, every_epochs=1, keep=2)
+    trainer = SimpleNamespace(step=0, epoch=0, state_dict=lambda: {"model": {"w": torch.ones(1)}})
+    for epoch in (998, 999, 1000, 1001):
+        trainer.epoch = epoch
+        checkpointer.on_epoch_end(trainer, {})
+    assert sorted(p.name for p in tmp_path.glob("epoch-*.pt")) == ["epoch-1000.pt", "epoch-1001.pt"]
+    assert newest_intact(tmp_path / "last.pt") == tmp_path / "epoch-1001.pt"
