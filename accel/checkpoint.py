@@ -1,7 +1,9 @@
 """Checkpoint files: written atomically (temp file, fsync, rename), read with weights_only=True."""
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -22,9 +24,48 @@ def save_checkpoint(state: dict[str, Any], path: Path) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
+        if _disk_full(err):
+            raise CheckpointError(disk_full_message(state, path)) from None
         raise
+
+
+def _disk_full(err: BaseException | None) -> bool:
+    """ENOSPC or EDQUOT anywhere in the chain: torch's zip writer reports a failed write as a RuntimeError
+    ("unexpected pos ...") raised while handling the OSError that says why."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if "No space left on device" in str(err):  # torch's own writer, given a path, words it so
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def disk_full_message(state: Any, path: Path) -> str:
+    needed = _tensor_bytes(state)
+    try:
+        free = f", {shutil.disk_usage(path.parent).free / 1e6:,.1f} MB free"
+    except OSError:
+        free = ""
+    previous = (f"The previous checkpoint {path} is intact. Free space there (or lower checkpoint.keep), then "
+                "continue with --resume." if path.is_file() else f"No earlier checkpoint was at {path}. Free space "
+                "there (or lower checkpoint.keep) and run again.")
+    return (f"Disk full: could not write checkpoint {path} (about {needed / 1e6:,.1f} MB needed{free} in "
+            f"{path.parent}); the partial file was removed. {previous}")
+
+
+def _tensor_bytes(value: Any) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, dict):
+        return sum(_tensor_bytes(item) for item in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_tensor_bytes(item) for item in value)
+    return 0
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 SIGKILL and a resume, a recipe edited between runs, thousands of epochs, a full disk."""
 from __future__ import annotations
 
+import errno
 import json
 import subprocess
 import sys
@@ -107,3 +108,41 @@ def test_checkpoint_keep_counts_epochs_past_999_by_number(tmp_path):
         checkpointer.on_epoch_end(trainer, {})
     assert sorted(p.name for p in tmp_path.glob("epoch-*.pt")) == ["epoch-1000.pt", "epoch-1001.pt"]
     assert newest_intact(tmp_path / "last.pt") == tmp_path / "epoch-1001.pt"
+
+
+def _no_space(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def _torch_no_space(state, handle):
+    handle.write(b"PK partial")
+    try:
+        _no_space()
+    except OSError:  # what torch's zip writer raises on a failed write, the OSError only as its context
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598") from None
+
+
+@pytest.mark.parametrize("failure", [_no_space, _torch_no_space], ids=["oserror", "torch-runtimeerror"])
+def test_a_full_disk_during_a_checkpoint_is_a_clear_error(tmp_path, monkeypatch, failure):
+    from accel import checkpoint
+    from accel.errors import CheckpointError
+
+    last = tmp_path / "last.pt"
+    checkpoint.save_checkpoint({"model": {"w": torch.zeros(1000)}}, last)
+    before = last.read_bytes()
+    monkeypatch.setattr(checkpoint.torch, "save", failure)
+    with pytest.raises(CheckpointError) as caught:
+        checkpoint.save_checkpoint({"model": {"w": torch.zeros(250_000)}}, last)
+    message = str(caught.value)
+    assert f"Disk full: could not write checkpoint {last} (about 1.0 MB needed" in message
+    assert f"The previous checkpoint {last} is intact" in message and "--resume" in message
+    assert last.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]
+
+
+def test_other_write_errors_are_not_called_a_full_disk(tmp_path, monkeypatch):
+    from accel import checkpoint
+
+    monkeypatch.setattr(checkpoint.torch, "save", lambda *a: (_ for _ in ()).throw(OSError(errno.EIO, "I/O error")))
+    with pytest.raises(OSError, match="I/O error"):
+        checkpoint.save_checkpoint({}, tmp_path / "last.pt")
+    assert not list(tmp_path.iterdir())
