@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import errno
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -11,6 +13,8 @@ import time
 import pytest
 import torch
 
+from accel import run as run_module
+from accel.callbacks import Callback
 from accel.cli import main
 from conftest import ROOT, wait_for_first_checkpoint
 
@@ -146,3 +150,47 @@ def test_other_write_errors_are_not_called_a_full_disk(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="I/O error"):
         checkpoint.save_checkpoint({}, tmp_path / "last.pt")
     assert not list(tmp_path.iterdir())
+
+
+class _CtrlCAfterFirstEpoch(Callback):
+    def on_epoch_end(self, trainer, record):
+        if trainer.epoch == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+def _interrupted(tiny, write_recipe, tmp_path, capsys, monkeypatch, **changes):
+    """A run of 3 epochs stopped by Ctrl-C after its first: the run directory a resume continues."""
+    tiny.update(changes, train={"epochs": 3})
+    recipe, out = write_recipe(tiny), tmp_path / "run"
+    with monkeypatch.context() as patch:
+        callbacks = run_module._callbacks
+        patch.setattr(run_module, "_callbacks", lambda *a: callbacks(*a) + [_CtrlCAfterFirstEpoch()])
+        assert main(["train", str(recipe), "--out", str(out)]) == 130
+    capsys.readouterr()
+    return out
+
+
+def test_a_resume_takes_the_optimizer_settings_of_the_edited_recipe(tiny, write_recipe, tmp_path, capsys, caplog,
+                                                                    monkeypatch):
+    out = _interrupted(tiny, write_recipe, tmp_path, capsys, monkeypatch)
+    text = (out / "recipe.yaml").read_text()
+    assert "lr: 0.05" in text and "weight_decay: 0.0" in text
+    (out / "recipe.yaml").write_text(text.replace("lr: 0.05", "lr: 0.01").replace("weight_decay: 0.0",
+                                                                                   "weight_decay: 0.0001"))
+    caplog.set_level("INFO", logger="accel")
+    assert main(["train", str(out / "recipe.yaml"), "--out", str(out), "--resume"]) == 0
+    assert ("the recipe's optimizer settings replace the checkpoint's: optim.lr 0.05 -> 0.01, "
+            "optim.weight_decay 0.0 -> 0.0001") in caplog.text
+    group = torch.load(out / "checkpoints" / "last.pt", weights_only=True)["optimizer"]["param_groups"][0]
+    assert group["lr"] == 0.01 and group["weight_decay"] == 0.0001
+
+
+def test_a_new_learning_rate_under_a_schedule_is_refused_on_resume(tiny, write_recipe, tmp_path, capsys, monkeypatch):
+    out = _interrupted(tiny, write_recipe, tmp_path, capsys, monkeypatch, schedule={"name": "cosine"})
+    before = (out / "checkpoints" / "last.pt").read_bytes()
+    assert main(["train", str(out / "recipe.yaml"), "--out", str(out), "--resume", "--set", "optim.lr=0.01"]) == 2
+    err = capsys.readouterr().err
+    assert (f"optim.lr is 0.01 in the recipe but 0.05 in checkpoint {out / 'checkpoints' / 'last.pt'}, and the "
+            "learning-rate schedule in the checkpoint was planned around the old value") in err
+    assert "Resume with optim.lr: 0.05" in err
+    assert (out / "checkpoints" / "last.pt").read_bytes() == before
