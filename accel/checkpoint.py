@@ -73,9 +73,29 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"No checkpoint at {path}. `--resume` continues a run that saved one; start it "
                               "without `--resume` first (checkpoints are written every `checkpoint.every_epochs`).")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # truncated or foreign files, or objects weights_only refuses
         raise CheckpointError(unreadable_message(path, err)) from None
+    missing = [key for key in TRAINING_STATE if not isinstance(state, dict) or key not in state]
+    if missing:
+        intact = newest_intact(path)
+        tip = f" The newest intact checkpoint beside it is {intact}: copy it over {path}." if intact else ""
+        raise CheckpointError(f"{path} is not a checkpoint written by accel: it holds {_describe(state)}, without "
+                              f"{', '.join(missing)}. accel resumes and exports from its own checkpoints "
+                              f"(model, optimizer, schedule, RNG, epoch and step together).{tip}")
+    return state
+
+
+TRAINING_STATE = ("model", "model_signature", "optimizer", "scheduler", "epoch", "step")  # what every reader uses
+
+
+def _describe(state: Any) -> str:
+    if isinstance(state, dict) and state and all(isinstance(v, torch.Tensor) for v in state.values()):
+        return f"{len(state)} tensors by name (a model's state_dict?)"
+    if isinstance(state, dict):
+        return f"a dict of {', '.join(map(str, list(state)[:6]))}{', ...' if len(state) > 6 else ''}" if state \
+            else "an empty dict"
+    return f"a {type(state).__name__}"
 
 
 def unreadable_message(path: Path, err: Exception) -> str:

@@ -57,10 +57,7 @@ class RunDir:
                          f"overwrites one. {resume} (a different --out).")
 
     def _status(self) -> str | None:
-        try:
-            return json.loads((self.path / "summary.json").read_text()).get("status")
-        except (OSError, ValueError, AttributeError):
-            return None
+        return (read_summary(self.path) or {}).get("status")
 
     def remove_stale_temp_files(self) -> list[Path]:
         """Delete the temporary files of checkpoint writes that a killed process left behind."""
@@ -74,6 +71,23 @@ class RunDir:
 
     def write_json(self, name: str, data: Any) -> Path:
         return self.write_text(name, strict_json(data, indent=2) + "\n")
+
+
+def read_summary(folder: Path) -> dict[str, Any] | None:
+    """A run's summary.json; None, with a warning that names it, when it is missing, unreadable or not a summary
+    (a copy cut short, an edit): every command that reads one goes on without it."""
+    path = Path(folder) / "summary.json"
+    if not path.is_file():
+        return None
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        log.warning("%s is unreadable (%s); going on without it", path, err)
+        return None
+    if not isinstance(summary, dict):
+        log.warning("%s holds a %s, not a run summary; going on without it", path, type(summary).__name__)
+        return None
+    return summary
 
 
 def write_atomic(target: Path, text: str) -> Path:

@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from ..rundir import read_summary
+
 PACKAGES = ("torch", "onnx", "onnxruntime", "onnxscript")
 
 
@@ -49,10 +51,8 @@ def _row(variant, evaluations, latencies, original, original_bytes: int) -> dict
 
 def _trained_accuracy(source) -> float | None:
     """val_accuracy from the run's summary.json: the eager figure here must equal it (same data, same model)."""
-    summary = source.run_dir / "summary.json"
-    if not summary.is_file():
-        return None
-    return json.loads(summary.read_text()).get("metrics", {}).get("val_accuracy")
+    metrics = (read_summary(source.run_dir) or {}).get("metrics")
+    return metrics.get("val_accuracy") if isinstance(metrics, dict) else None
 
 
 def _versions() -> dict[str, str | None]:

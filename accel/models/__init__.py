@@ -32,13 +32,45 @@ def build_model(cfg: ModelConfig, **data_args: Any) -> nn.Module:
     """Build the model a recipe names. `data_args` (num_classes, in_channels, vocab_size, context) reach the
     builders that name them. Unknown names list what exists."""
     if cfg.num_classes is not None:
+        _check_outputs(cfg.num_classes, data_args)
         data_args["num_classes"] = cfg.num_classes
         if "vocab_size" in data_args:
             data_args["vocab_size"] = cfg.num_classes
     if cfg.name.startswith("torchvision:"):
         return _torchvision_model(cfg.name.split(":", 1)[1], data_args["num_classes"], cfg.args)
     builder = import_attribute(cfg.name) if ":" in cfg.name else MODELS.get(cfg.name)
+    _check_args(builder, cfg)
     return builder(**{**_accepted(builder, data_args), **cfg.args})
+
+
+def _check_outputs(num_classes: int, data_args: dict[str, Any]) -> None:
+    """A head smaller than the data's labels fails mid-run on the first label it cannot score: say so now."""
+    vocab, classes = data_args.get("vocab_size"), data_args.get("num_classes")
+    needed = vocab if vocab is not None else classes
+    if needed is None or num_classes >= needed:
+        return
+    what = (f"a vocabulary of {needed} tokens (ids 0 to {needed - 1})" if vocab is not None else
+            f"{needed} classes (labels 0 to {needed - 1})")
+    raise AccelError(f"model.num_classes is {num_classes}, but the data has {what}: set model.num_classes to at "
+                     f"least {needed}, or leave it out to take the data's.")
+
+
+def _check_args(builder: Any, cfg: ModelConfig) -> None:
+    """Every model.args key must be a keyword the builder takes (unless it takes **kwargs)."""
+    try:
+        parameters = inspect.signature(builder).parameters
+    except (TypeError, ValueError):  # no signature to check against: the builder's own error stands
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    accepted = [name for name, p in parameters.items()
+                if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+    unknown = [key for key in cfg.args if key not in accepted]
+    if unknown:
+        from ..errors import did_you_mean
+
+        raise AccelError(f"model.args.{unknown[0]}: model `{cfg.name}` takes no argument `{unknown[0]}`"
+                         f"{did_you_mean(unknown[0], accepted)}. Its arguments: {', '.join(accepted)}.")
 
 
 def _accepted(builder: Any, data_args: dict[str, Any]) -> dict[str, Any]:
@@ -60,4 +92,12 @@ def _torchvision_model(name: str, num_classes: int, args: dict) -> nn.Module:
         raise AccelError(f"Unknown torchvision model `{name}`{did_you_mean(name, available)}. "
                          f"Classification models: {', '.join(available)}.")
     # weights=None: nothing is downloaded at run time; pass `args: {weights: ...}` when the files are cached.
-    return torchvision.models.get_model(name, num_classes=num_classes, **{"weights": None, **args})
+    try:
+        return torchvision.models.get_model(name, num_classes=num_classes, **{"weights": None, **args})
+    except TypeError as err:  # the model class's own signature hides behind get_model's **kwargs
+        if "unexpected keyword argument" not in str(err):
+            raise
+        key = str(err).rsplit("argument", 1)[-1].strip(" '\"")
+        raise AccelError(f"model.args.{key}: torchvision model `{name}` takes no argument `{key}` ({err}). See "
+                         f"its arguments with `python -c \"import torchvision; help(torchvision.models.{name})\"`."
+                         ) from None
