@@ -93,6 +93,7 @@ class Trainer:
 
     def fit(self) -> dict[str, Any]:
         """Train until the epoch or step budget is spent, a callback stops it, or a signal interrupts it."""
+        self.check_budget_left()
         start, status = time.perf_counter(), "failed"
         self.setup()
         self.lint.start(self)
@@ -116,6 +117,22 @@ class Trainer:
             self._set_up = False
         return summary
 
+    def check_budget_left(self) -> None:
+        """fit() continues from where the trainer is; a trainer with nothing left to train says so instead of
+        "completing" again without a step (its budget is read live: raise it to train on)."""
+        cfg = self.cfg
+        if cfg.max_steps is not None and self.step >= cfg.max_steps:
+            budget = f"train.max_steps {cfg.max_steps}, {self.step} steps done"
+        elif cfg.max_steps is None and self.epoch >= cfg.epochs:
+            budget = f"train.epochs {cfg.epochs}, {self.epoch} done"
+        elif self.should_stop:
+            budget = "a callback or a diverged loss set trainer.should_stop"
+        else:
+            return
+        raise AccelError(f"nothing left to train: this trainer's budget is spent ({budget}). To train further, "
+                         "raise train.epochs or train.max_steps (trainer.cfg in Python, --set on the command line) "
+                         "and fit again; to start over, build a new Trainer.")
+
     def _budget_spent(self) -> bool:
         over_steps = self.cfg.max_steps is not None and self.step >= self.cfg.max_steps
         return self.should_stop or self._stop_agreed() or over_steps or (
@@ -136,9 +153,9 @@ class Trainer:
         iterator, batches = self._epoch_batches()
         self._emit("on_epoch_start", batches)
         self.meter.start_window(self.device)
-        tick = time.perf_counter()
+        tick, yielded = time.perf_counter(), False
         for batch in iterator:
-            fetched = time.perf_counter()
+            fetched, yielded = time.perf_counter(), True
             stepped, loss, batch = self._train_batch(batch, batches)
             if self.cfg.sync_every_step:
                 devices.synchronize(self.device)
@@ -154,11 +171,21 @@ class Trainer:
                 break
         else:
             batches = self.batch_in_epoch
+            if not yielded and not self.batch_in_epoch:
+                raise AccelError(self._no_batch_message())
         if self.batch_in_epoch < (batches or 0):
             return False
         self.batch_in_epoch = 0
         self.epoch += 1
         return True
+
+    def _no_batch_message(self) -> str:
+        if self.epoch == 0:
+            return "the training loader yielded no batch: it is empty"
+        return (f"the training loader yielded no batch in epoch {self.epoch + 1}, after {self.step} steps: it is "
+                "exhausted after one pass, like a generator, so every epoch after the first would train nothing. "
+                "Pass a loader that starts over each time it is iterated (a DataLoader, a list, or an object "
+                "whose __iter__ returns a new iterator), or set train.max_steps to stop within the first pass.")
 
     def _epoch_batches(self) -> tuple[Iterator, int | None]:
         """This epoch's batches from the resume point on, and the epoch's full batch count."""
