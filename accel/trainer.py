@@ -75,6 +75,7 @@ class Trainer:
         self.utilisation = Utilisation()
         self._uncounted_s = 0.0  # time inside the loop that is not training (counting FLOPs)
         self._set_up = False  # the speed-ups' setup has run and their teardown has not
+        self._fitted = False  # fit() has run on this trainer
 
     # ---- the loop -------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -93,7 +94,8 @@ class Trainer:
 
     def fit(self) -> dict[str, Any]:
         """Train until the epoch or step budget is spent, a callback stops it, or a signal interrupts it."""
-        self.check_budget_left()
+        if self._fitted:  # a trainer given a finished state (as a resume does) evaluates and reports it, as before
+            self.check_budget_left()
         start, status = time.perf_counter(), "failed"
         self.setup()
         self.lint.start(self)
@@ -111,6 +113,7 @@ class Trainer:
                 status, self.diverged_at = "diverged", self.step  # finite weights whose outputs overflow
         finally:
             summary = self._summary(status, time.perf_counter() - start)
+            self._fitted = True
             self._emit("on_fit_end", summary)
             for speedup in reversed(self.speedups):
                 speedup.teardown()
@@ -118,8 +121,8 @@ class Trainer:
         return summary
 
     def check_budget_left(self) -> None:
-        """fit() continues from where the trainer is; a trainer with nothing left to train says so instead of
-        "completing" again without a step (its budget is read live: raise it to train on)."""
+        """fit() again continues from where the trainer is; a trainer with nothing left to train says so instead
+        of "completing" again without a step (its budget is read live: raise it to train on)."""
         cfg = self.cfg
         if cfg.max_steps is not None and self.step >= cfg.max_steps:
             budget = f"train.max_steps {cfg.max_steps}, {self.step} steps done"
