@@ -59,16 +59,18 @@ def test_a_resume_after_sigkill_logs_each_step_once_in_strict_json(tiny, write_r
                             "train.epochs=30"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for_first_checkpoint(out, run)
-        saved = torch.load(out / "checkpoints" / "last.pt", weights_only=True)["step"]
         deadline = time.time() + 240
-        while _last_step(metrics) < saved + 2:  # steps logged after the checkpoint: the ones a resume repeats
+        while True:  # frozen, it is read as it stands: killed once it has logged steps after its checkpoint
             assert run.poll() is None and time.time() < deadline, "the run ended before logging past its checkpoint"
-            time.sleep(0.02)
+            run.send_signal(signal.SIGSTOP)
+            saved = torch.load(out / "checkpoints" / "last.pt", weights_only=True)["step"]
+            if _last_step(metrics) >= saved + 2:  # the records a resume would write a second time
+                break
+            run.send_signal(signal.SIGCONT)
+            time.sleep(0.05)
     finally:
         run.kill()
         run.communicate(timeout=60)
-    saved = torch.load(out / "checkpoints" / "last.pt", weights_only=True)["step"]
-    assert _last_step(metrics) > saved  # records that the resumed run would write a second time
     with metrics.open("a") as handle:
         handle.write('{"kind": "step", "epoch": 2, "st')  # a record cut mid-write
     assert main(["train", str(recipe), "--out", str(out), "--resume", "--set", "train.epochs=30", "--set",
