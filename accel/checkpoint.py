@@ -1,7 +1,6 @@
 """Checkpoint files: written atomically (temp file, fsync, rename), read with weights_only=True."""
 from __future__ import annotations
 
-import errno
 import os
 import shutil
 import tempfile
@@ -10,7 +9,7 @@ from typing import Any
 
 import torch
 
-from .errors import CheckpointError
+from .errors import CheckpointError, disk_full
 from .fsdp import unsharded_class
 
 
@@ -26,23 +25,9 @@ def save_checkpoint(state: dict[str, Any], path: Path) -> None:
         os.replace(tmp, path)
     except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
-        if _disk_full(err):
+        if disk_full(err):
             raise CheckpointError(disk_full_message(state, path)) from None
         raise
-
-
-def _disk_full(err: BaseException | None) -> bool:
-    """ENOSPC or EDQUOT anywhere in the chain: torch's zip writer reports a failed write as a RuntimeError
-    ("unexpected pos ...") raised while handling the OSError that says why."""
-    seen = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        if "No space left on device" in str(err):  # torch's own writer, given a path, words it so
-            return True
-        err = err.__cause__ or err.__context__
-    return False
 
 
 def disk_full_message(state: Any, path: Path) -> str:

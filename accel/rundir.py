@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .callbacks.base import Callback
-from .errors import AccelError
+from .errors import AccelError, disk_full
 
 log = logging.getLogger("accel")
 RUN_FILES = ("recipe.yaml", "summary.json", "metrics.jsonl", "checkpoints")  # any of them: the folder holds a run
@@ -93,8 +93,16 @@ def read_summary(folder: Path) -> dict[str, Any] | None:
 def write_atomic(target: Path, text: str) -> Path:
     """Write `text` to `target` through a temporary file and a rename: a reader never sees half a file."""
     tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, target)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, target)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        if disk_full(err):
+            kept = "its previous version is intact" if target.exists() else "nothing was written"
+            raise AccelError(f"Disk full: could not write {target} ({len(text.encode()):,} bytes); {kept}. Free "
+                             f"space in {target.parent}.") from None
+        raise
     return target
 
 
@@ -159,6 +167,11 @@ class RunDirWriter(Callback):
         fd = os.open(self.metrics, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line)
+        except OSError as err:
+            if disk_full(err):
+                raise AccelError(f"Disk full: could not append a record to {self.metrics}. Free space in "
+                                 f"{self.metrics.parent}.") from None
+            raise
         finally:
             os.close(fd)
 

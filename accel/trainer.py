@@ -361,7 +361,8 @@ class Trainer:
         step whose weights no loss has seen yet: read both once, so such a run is never reported "completed"."""
         if self.diverged_at is not None:
             return
-        loss_ok = not self.meter.window.get("batches") or math.isfinite(self.meter.window_stats()["loss"])
+        # every rank reads its window (a collective), even one without batches in it
+        loss_ok = not self.meter.window or math.isfinite(self.meter.window_stats()["loss"])
         weights_ok = all(bool(torch.isfinite(_local(t)).all()) for t in self.module.state_dict().values()
                          if t.is_floating_point())  # buffers too: batch norm's running variance overflows first
         if self.world.any(not (loss_ok and weights_ok), self.device):  # every rank must agree on the status

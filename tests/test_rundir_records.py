@@ -196,3 +196,22 @@ def test_a_new_learning_rate_under_a_schedule_is_refused_on_resume(tiny, write_r
             "learning-rate schedule in the checkpoint was planned around the old value") in err
     assert "Resume with optim.lr: 0.05" in err
     assert (out / "checkpoints" / "last.pt").read_bytes() == before
+
+
+def test_a_full_disk_writing_summary_or_metrics_is_a_clear_error(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from accel.errors import AccelError
+    from accel.rundir import RunDir, RunDirWriter
+
+    run_dir = RunDir(tmp_path)
+    run_dir.write_json("summary.json", {"status": "completed"})
+    monkeypatch.setattr("pathlib.Path.write_text", _no_space)
+    with pytest.raises(AccelError, match=rf"Disk full: could not write {tmp_path / 'summary.json'} \(\d+ bytes\); "
+                                         "its previous version is intact"):
+        run_dir.write_json("summary.json", {"status": "failed"})
+    assert strict((tmp_path / "summary.json").read_text()) == {"status": "completed"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]
+    monkeypatch.setattr("accel.rundir.os.write", _no_space)
+    with pytest.raises(AccelError, match=f"Disk full: could not append a record to {tmp_path / 'metrics.jsonl'}"):
+        RunDirWriter(run_dir).on_log(SimpleNamespace(), {"step": 1})

@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import Field
 from torch import nn
 
-from ..errors import AccelError
+from ..errors import AccelError, did_you_mean
 from ..registry import MODELS, import_attribute
 from ..schema import StrictModel
 from . import hf  # noqa: F401  (registers hf_causal_lm; transformers is imported only when it is built)
@@ -67,8 +67,6 @@ def _check_args(builder: Any, cfg: ModelConfig) -> None:
                 if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
     unknown = [key for key in cfg.args if key not in accepted]
     if unknown:
-        from ..errors import did_you_mean
-
         raise AccelError(f"model.args.{unknown[0]}: model `{cfg.name}` takes no argument `{unknown[0]}`"
                          f"{did_you_mean(unknown[0], accepted)}. Its arguments: {', '.join(accepted)}.")
 
@@ -87,8 +85,6 @@ def _torchvision_model(name: str, num_classes: int, args: dict) -> nn.Module:
 
     available = torchvision.models.list_models(module=torchvision.models)
     if name not in available:
-        from ..errors import did_you_mean
-
         raise AccelError(f"Unknown torchvision model `{name}`{did_you_mean(name, available)}. "
                          f"Classification models: {', '.join(available)}.")
     # weights=None: nothing is downloaded at run time; pass `args: {weights: ...}` when the files are cached.
