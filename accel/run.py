@@ -139,7 +139,6 @@ def _train(recipe: Recipe, run_dir: RunDir, resume: bool) -> dict[str, Any]:
     trainer = build_trainer(recipe, run_dir)  # writes nothing into the run directory
     if resume:  # every rank loads the same file; a checkpoint that does not fit is refused before any write
         _resume(trainer, run_dir.last_checkpoint, recipe)
-        trainer.check_budget_left()  # a finished run is refused before anything in it is rewritten
     if trainer.world.is_main:
         run_dir.write_text("recipe.yaml", recipe.dump_yaml())
         run_dir.write_json("env.json", devices.environment(trainer.device))

@@ -50,13 +50,3 @@ def test_fit_again_on_a_finished_trainer_says_so_and_trains_on_when_the_budget_g
     summary = trainer.fit()
     assert summary["status"] == "completed" and summary["epochs"] == 3 and trainer.step == 15
 
-
-def test_resuming_a_finished_run_is_refused_and_changes_nothing(tiny, write_recipe, tmp_path, capsys):
-    from accel.cli import main
-
-    recipe, out = write_recipe(tiny), tmp_path / "run"
-    assert main(["train", str(recipe), "--out", str(out)]) == 0
-    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    assert main(["train", str(recipe), "--out", str(out), "--resume"]) == 2
-    assert "nothing left to train: this trainer's budget is spent (train.epochs 2, 2 done)" in capsys.readouterr().err
-    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
