@@ -49,4 +49,3 @@ def test_fit_again_on_a_finished_trainer_says_so_and_trains_on_when_the_budget_g
     trainer.cfg.epochs = 3
     summary = trainer.fit()
     assert summary["status"] == "completed" and summary["epochs"] == 3 and trainer.step == 15
-
