@@ -12,6 +12,8 @@ import torch
 from .errors import CheckpointError, disk_full
 from .fsdp import unsharded_class
 
+TRAINING_STATE = ("model", "model_signature", "optimizer", "scheduler", "epoch", "step")  # what every reader uses
+
 
 def save_checkpoint(state: dict[str, Any], path: Path) -> None:
     """Write so that `path` is always either the old complete file or the new complete file."""
@@ -69,9 +71,6 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
                               f"{', '.join(missing)}. accel resumes and exports from its own checkpoints "
                               f"(model, optimizer, schedule, RNG, epoch and step together).{tip}")
     return state
-
-
-TRAINING_STATE = ("model", "model_signature", "optimizer", "scheduler", "epoch", "step")  # what every reader uses
 
 
 def _describe(state: Any) -> str:
