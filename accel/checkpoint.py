@@ -2,14 +2,17 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from .errors import CheckpointError
+from .errors import CheckpointError, disk_full
 from .fsdp import unsharded_class
+
+TRAINING_STATE = ("model", "model_signature", "optimizer", "scheduler", "epoch", "step")  # what every reader uses
 
 
 def save_checkpoint(state: dict[str, Any], path: Path) -> None:
@@ -22,9 +25,34 @@ def save_checkpoint(state: dict[str, Any], path: Path) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
+        if disk_full(err):
+            raise CheckpointError(disk_full_message(state, path)) from None
         raise
+
+
+def disk_full_message(state: Any, path: Path) -> str:
+    needed = _tensor_bytes(state)
+    try:
+        free = f", {shutil.disk_usage(path.parent).free / 1e6:,.1f} MB free"
+    except OSError:
+        free = ""
+    previous = (f"The previous checkpoint {path} is intact. Free space there (or lower checkpoint.keep), then "
+                "continue with --resume." if path.is_file() else f"No earlier checkpoint was at {path}. Free space "
+                "there (or lower checkpoint.keep) and run again.")
+    return (f"Disk full: could not write checkpoint {path} (about {needed / 1e6:,.1f} MB needed{free} in "
+            f"{path.parent}); the partial file was removed. {previous}")
+
+
+def _tensor_bytes(value: Any) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, dict):
+        return sum(_tensor_bytes(item) for item in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_tensor_bytes(item) for item in value)
+    return 0
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
@@ -32,9 +60,26 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"No checkpoint at {path}. `--resume` continues a run that saved one; start it "
                               "without `--resume` first (checkpoints are written every `checkpoint.every_epochs`).")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # truncated or foreign files, or objects weights_only refuses
         raise CheckpointError(unreadable_message(path, err)) from None
+    missing = [key for key in TRAINING_STATE if not isinstance(state, dict) or key not in state]
+    if missing:
+        intact = newest_intact(path)
+        tip = f" The newest intact checkpoint beside it is {intact}: copy it over {path}." if intact else ""
+        raise CheckpointError(f"{path} is not a checkpoint written by accel: it holds {_describe(state)}, without "
+                              f"{', '.join(missing)}. accel resumes and exports from its own checkpoints "
+                              f"(model, optimizer, schedule, RNG, epoch and step together).{tip}")
+    return state
+
+
+def _describe(state: Any) -> str:
+    if isinstance(state, dict) and state and all(isinstance(v, torch.Tensor) for v in state.values()):
+        return f"{len(state)} tensors by name (a model's state_dict?)"
+    if isinstance(state, dict):
+        return f"a dict of {', '.join(map(str, list(state)[:6]))}{', ...' if len(state) > 6 else ''}" if state \
+            else "an empty dict"
+    return f"a {type(state).__name__}"
 
 
 def unreadable_message(path: Path, err: Exception) -> str:
@@ -52,9 +97,19 @@ def unreadable_message(path: Path, err: Exception) -> str:
     return why + f" The newest intact checkpoint beside it is {intact}: copy it over {path} to continue from there."
 
 
+def epoch_files(directory: Path) -> list[Path]:
+    """The epoch-NNN.pt files in `directory`, oldest first, by epoch number: by name, epoch-1000.pt would sort
+    before epoch-999.pt (NNN has at least three digits, more past epoch 999)."""
+    def epoch(path: Path) -> int:
+        number = path.stem.removeprefix("epoch-")
+        return int(number) if number.isdigit() else -1
+
+    return sorted(directory.glob("epoch-*.pt"), key=lambda path: (epoch(path), path.name))
+
+
 def newest_intact(path: Path) -> Path | None:
     """The newest epoch-NNN.pt next to `path` (other than it) that loads."""
-    for candidate in sorted(path.parent.glob("epoch-*.pt"), reverse=True):
+    for candidate in reversed(epoch_files(path.parent)):
         if candidate == path:
             continue
         try:

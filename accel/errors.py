@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+import errno
 from collections.abc import Iterable
 
 
@@ -40,3 +41,17 @@ def user_message(err: BaseException) -> str:
     marker = f"{type(err).__module__}.{type(err).__qualname__}: "
     where = text.rfind(marker)
     return text[where + len(marker):].strip() if where >= 0 else text.strip().splitlines()[-1]
+
+
+def disk_full(err: BaseException | None) -> bool:
+    """ENOSPC or EDQUOT anywhere in the chain: torch's zip writer reports a failed write as a RuntimeError
+    ("unexpected pos ...") raised while handling the OSError that says why."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if "No space left on device" in str(err):  # torch's own writer, given a path, words it so
+            return True
+        err = err.__cause__ or err.__context__
+    return False

@@ -19,6 +19,7 @@ from .models import build_model
 from .optim import build_optimizer, build_scheduler
 from .recipe import Recipe
 from .registry import DATASETS
+from .resume import apply_recipe_values, optimizer_changes
 from .rng import seed_everything
 from .rundir import RunDir, RunDirWriter
 from .speedups import from_configs
@@ -137,15 +138,20 @@ def run_recipe(recipe: Recipe, out: str | Path | None = None, resume: bool = Fal
 def _train(recipe: Recipe, run_dir: RunDir, resume: bool) -> dict[str, Any]:
     trainer = build_trainer(recipe, run_dir)  # writes nothing into the run directory
     if resume:  # every rank loads the same file; a checkpoint that does not fit is refused before any write
-        _resume(trainer, run_dir.last_checkpoint, recipe.seed)
+        _resume(trainer, run_dir.last_checkpoint, recipe)
     if trainer.world.is_main:
         run_dir.write_text("recipe.yaml", recipe.dump_yaml())
         run_dir.write_json("env.json", devices.environment(trainer.device))
     return trainer.fit()
 
 
-def _resume(trainer: Trainer, path: Path, seed: int) -> None:
-    trainer.load_state_dict(load_checkpoint(path), path)
+def _resume(trainer: Trainer, path: Path, recipe: Recipe) -> None:
+    state = load_checkpoint(path)
+    # the recipe is the truth: its optimizer settings replace the checkpoint's (README, "Run directories")
+    changes = optimizer_changes(trainer.optimizer, state["optimizer"], recipe.optim, trainer.scheduler is not None,
+                                path)
+    trainer.load_state_dict(state, path)
+    apply_recipe_values(trainer.optimizer, changes)
     if trainer.world.rank:  # the file holds rank 0's RNG; other ranks need streams of their own
-        seed_everything(seed + 1_000_003 * trainer.world.rank + trainer.step)
+        seed_everything(recipe.seed + 1_000_003 * trainer.world.rank + trainer.step)
     log.info("resumed from %s at epoch %d, step %d", path, trainer.epoch, trainer.step)

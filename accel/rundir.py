@@ -3,6 +3,7 @@ checkpoints/, summary.json."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import time
@@ -10,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from .callbacks.base import Callback
-from .errors import AccelError
+from .errors import AccelError, disk_full
 
+log = logging.getLogger("accel")
 RUN_FILES = ("recipe.yaml", "summary.json", "metrics.jsonl", "checkpoints")  # any of them: the folder holds a run
 BENCH_FILES = ("report.json", "report.md", "trials", "recipes", "tune.json")  # any: a bench's or tune's results
 
@@ -56,10 +58,7 @@ class RunDir:
                          f"overwrites one. {resume} (a different --out).")
 
     def _status(self) -> str | None:
-        try:
-            return json.loads((self.path / "summary.json").read_text()).get("status")
-        except (OSError, ValueError, AttributeError):
-            return None
+        return (read_summary(self.path) or {}).get("status")
 
     def remove_stale_temp_files(self) -> list[Path]:
         """Delete the temporary files of checkpoint writes that a killed process left behind."""
@@ -88,12 +87,61 @@ def check_results_out(path: str | Path, command: str) -> None:
                          "another --out.")
 
 
+def read_summary(folder: Path) -> dict[str, Any] | None:
+    """A run's summary.json; None, with a warning that names it, when it is missing, unreadable or not a summary
+    (a copy cut short, an edit): every command that reads one goes on without it."""
+    path = Path(folder) / "summary.json"
+    if not path.is_file():
+        return None
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        log.warning("%s is unreadable (%s); going on without it", path, err)
+        return None
+    if not isinstance(summary, dict):
+        log.warning("%s holds a %s, not a run summary; going on without it", path, type(summary).__name__)
+        return None
+    return summary
+
+
 def write_atomic(target: Path, text: str) -> Path:
     """Write `text` to `target` through a temporary file and a rename: a reader never sees half a file."""
     tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, target)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, target)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        if disk_full(err):
+            kept = "its previous version is intact" if target.exists() else "nothing was written"
+            raise AccelError(f"Disk full: could not write {target} ({len(text.encode()):,} bytes); {kept}. Free "
+                             f"space in {target.parent}.") from None
+        raise
     return target
+
+
+def cut_metrics(path: Path, step: int) -> None:
+    """Keep the records of `path` up to optimizer step `step`, the point a resumed run continues from, and drop
+    lines that are not JSON (a record cut by a killed process); rewritten atomically, and only when it changes."""
+    lines = path.read_text(errors="replace").splitlines()
+    kept = [line for line in lines if _record_step(line) is not None and _record_step(line) <= step]
+    if len(kept) == len(lines):
+        return
+    write_atomic(path, "".join(line + "\n" for line in kept))
+    log.info("metrics.jsonl: dropped %d record(s) after step %d or cut by the interruption; the resumed run "
+             "logs them again", len(lines) - len(kept), step)
+
+
+def _record_step(line: str) -> float | None:
+    """The record's optimizer step (0 for a record without one), or None for a line that is not a record."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    step = record.get("step", 0)
+    return step if isinstance(step, (int, float)) else 0
 
 
 def strict_json(data: Any, **kwargs: Any) -> str:
@@ -117,9 +165,29 @@ class RunDirWriter(Callback):
     def __init__(self, run_dir: RunDir):
         self.run_dir = run_dir
 
+    @property
+    def metrics(self) -> Path:
+        return self.run_dir.path / "metrics.jsonl"
+
+    def on_fit_start(self, trainer) -> None:
+        """A resumed run logs again the steps after its checkpoint: what the file holds beyond it goes first."""
+        if self.metrics.is_file():
+            cut_metrics(self.metrics, trainer.step)
+
     def on_log(self, trainer, record: dict[str, Any]) -> None:
-        with (self.run_dir.path / "metrics.jsonl").open("a") as handle:
-            handle.write(strict_json(record) + "\n")
+        # one write of one whole line: a process killed mid-record leaves a cut line, never half of one glued
+        # to the next (buffered text I/O may split a long line into several writes)
+        line = (strict_json(record) + "\n").encode()
+        fd = os.open(self.metrics, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+        except OSError as err:
+            if disk_full(err):
+                raise AccelError(f"Disk full: could not append a record to {self.metrics}. Free space in "
+                                 f"{self.metrics.parent}.") from None
+            raise
+        finally:
+            os.close(fd)
 
     def on_fit_end(self, trainer, summary: dict[str, Any]) -> None:
         summary["run_dir"] = str(self.run_dir.path)

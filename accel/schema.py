@@ -5,6 +5,7 @@ from pydantic import BaseModel, ConfigDict
 
 
 class StrictModel(BaseModel):
-    """A config section: unknown keys are errors, values are checked on assignment too."""
+    """A config section: unknown keys are errors, values are checked on assignment too. No setting takes NaN or
+    infinity (`optim.lr: .inf` would pass a `gt=0` bound and train on nothing but NaN)."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)

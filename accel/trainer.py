@@ -77,6 +77,7 @@ class Trainer:
         self._uncounted_s = 0.0  # time inside the loop that is not training (counting FLOPs)
         self.startup_s: float | None = None  # from the process's start to its first training step
         self._set_up = False  # the speed-ups' setup has run and their teardown has not
+        self._fitted = False  # fit() has run on this trainer
 
     # ---- the loop -------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -95,6 +96,8 @@ class Trainer:
 
     def fit(self) -> dict[str, Any]:
         """Train until the epoch or step budget is spent, a callback stops it, or a signal interrupts it."""
+        if self._fitted:  # a trainer given a finished state (as a resume does) evaluates and reports it, as before
+            self.check_budget_left()
         start, status = time.perf_counter(), "failed"
         self.setup()
         self.lint.start(self)
@@ -104,16 +107,36 @@ class Trainer:
                 while not self._budget_spent():
                     if self._train_epoch():
                         self._end_epoch()
+                self._check_finite_at_end()
             status = "interrupted" if self.interrupted else "diverged" if self.diverged_at is not None else "completed"
             if status == "completed" and self._eval_step != self.step:
                 self._run_eval()
+            if status == "completed" and not math.isfinite(self.last_eval.get("val_loss") or 0.0):
+                status, self.diverged_at = "diverged", self.step  # finite weights whose outputs overflow
         finally:
             summary = self._summary(status, time.perf_counter() - start)
+            self._fitted = True
             self._emit("on_fit_end", summary)
             for speedup in reversed(self.speedups):
                 speedup.teardown()
             self._set_up = False
         return summary
+
+    def check_budget_left(self) -> None:
+        """fit() again continues from where the trainer is; a trainer with nothing left to train says so instead
+        of "completing" again without a step (its budget is read live: raise it to train on)."""
+        cfg = self.cfg
+        if cfg.max_steps is not None and self.step >= cfg.max_steps:
+            budget = f"train.max_steps {cfg.max_steps}, {self.step} steps done"
+        elif cfg.max_steps is None and self.epoch >= cfg.epochs:
+            budget = f"train.epochs {cfg.epochs}, {self.epoch} done"
+        elif self.should_stop:
+            budget = "a callback or a diverged loss set trainer.should_stop"
+        else:
+            return
+        raise AccelError(f"nothing left to train: this trainer's budget is spent ({budget}). To train further, "
+                         "raise train.epochs or train.max_steps (trainer.cfg in Python, --set on the command line) "
+                         "and fit again; to start over, build a new Trainer.")
 
     def _budget_spent(self) -> bool:
         over_steps = self.cfg.max_steps is not None and self.step >= self.cfg.max_steps
@@ -135,9 +158,9 @@ class Trainer:
         iterator, batches = self._epoch_batches()
         self._emit("on_epoch_start", batches)
         self.meter.start_window(self.device)
-        tick = time.perf_counter()
+        tick, yielded = time.perf_counter(), False
         for batch in iterator:
-            fetched = time.perf_counter()
+            fetched, yielded = time.perf_counter(), True
             if self.startup_s is None:  # everything before the first step's batch was in hand is start-up
                 self.startup_s = process_age_s()
             stepped, loss, batch = self._train_batch(batch, batches)
@@ -155,11 +178,21 @@ class Trainer:
                 break
         else:
             batches = self.batch_in_epoch
+            if not yielded and not self.batch_in_epoch:
+                raise AccelError(self._no_batch_message())
         if self.batch_in_epoch < (batches or 0):
             return False
         self.batch_in_epoch = 0
         self.epoch += 1
         return True
+
+    def _no_batch_message(self) -> str:
+        if self.epoch == 0:
+            return "the training loader yielded no batch: it is empty"
+        return (f"the training loader yielded no batch in epoch {self.epoch + 1}, after {self.step} steps: it is "
+                "exhausted after one pass, like a generator, so every epoch after the first would train nothing. "
+                "Pass a loader that starts over each time it is iterated (a DataLoader, a list, or an object "
+                "whose __iter__ returns a new iterator), or set train.max_steps to stop within the first pass.")
 
     def _epoch_batches(self) -> tuple[Iterator, int | None]:
         """This epoch's batches from the resume point on, and the epoch's full batch count."""
@@ -327,6 +360,18 @@ class Trainer:
             self.diverged_at, self.should_stop = self.step, True
         self._emit("on_log", record)
 
+    def _check_finite_at_end(self) -> None:
+        """A run that stops between logging intervals has a window of losses no record read, and a last optimizer
+        step whose weights no loss has seen yet: read both once, so such a run is never reported "completed"."""
+        if self.diverged_at is not None:
+            return
+        # every rank reads its window (a collective), even one without batches in it
+        loss_ok = not self.meter.window or math.isfinite(self.meter.window_stats()["loss"])
+        weights_ok = all(bool(torch.isfinite(_local(t)).all()) for t in self.module.state_dict().values()
+                         if t.is_floating_point())  # buffers too: batch norm's running variance overflows first
+        if self.world.any(not (loss_ok and weights_ok), self.device):  # every rank must agree on the status
+            self.diverged_at = self.step
+
     def _emit(self, hook: str, *args: Any) -> None:
         for callback in self.callbacks:
             getattr(callback, hook)(self, *args)
@@ -394,6 +439,11 @@ def _check_optimizer_owns(module: nn.Module, optimizer: torch.optim.Optimizer) -
     if any(id(p) not in mine for group in optimizer.param_groups for p in group["params"]):
         raise AccelError("the optimizer holds tensors that are not the model's parameters. Moving a model to some "
                          "devices (XLA) replaces its parameters: create the optimizer after `model.to(device)`.")
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """This process's part of a parameter (a sharded one is a DTensor)."""
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor.detach()
 
 
 def _state_name(callback: Callback) -> str:

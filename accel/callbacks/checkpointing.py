@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ..checkpoint import save_checkpoint
+from ..checkpoint import epoch_files, save_checkpoint
 from .base import Callback
 
 log = logging.getLogger("accel")
@@ -37,7 +37,7 @@ class Checkpointer(Callback):
         state = self.save(trainer)
         if state is not None and self.keep and self.directory is not None:
             save_checkpoint(state, self.directory / f"epoch-{trainer.epoch:03d}.pt")
-            for old in sorted(self.directory.glob("epoch-*.pt"))[:-self.keep]:
+            for old in epoch_files(self.directory)[:-self.keep]:
                 old.unlink()
 
     def on_fit_end(self, trainer, summary: dict[str, Any]) -> None:

@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from ..rundir import read_summary
+
 PACKAGES = ("torch", "onnx", "onnxruntime", "onnxscript")
 
 
@@ -50,20 +52,18 @@ def _row(variant, evaluations, latencies, original, original_bytes: int) -> dict
 def _trained_accuracy(source) -> dict[str, Any]:
     """val_accuracy from the run's summary.json, which the eager figure here must equal (same data, same model),
     when the checkpoint holds the weights it was measured on: not so for a run that stopped before its end."""
-    summary = source.run_dir / "summary.json"
-    if not summary.is_file():
+    said = read_summary(source.run_dir)  # None when missing or unreadable (the latter with a warning)
+    if said is None:
         return {"accuracy_reported_by_training": None, "note": None}
-    try:
-        said = json.loads(summary.read_text())
-    except ValueError:
-        return {"accuracy_reported_by_training": None, "note": f"{summary} cannot be read; nothing to compare with"}
     status = said.get("status", "completed")
     if status != "completed":
         return {"accuracy_reported_by_training": None,
                 "note": f"the run is {status}: {source.checkpoint.name} holds the weights of the step it stopped at, "
                         "not those of its last evaluation, so training's val_accuracy is not compared with the "
                         "export's. Resume the run to its end for that comparison"}
-    return {"accuracy_reported_by_training": said.get("metrics", {}).get("val_accuracy"), "note": None}
+    metrics = said.get("metrics")
+    return {"accuracy_reported_by_training": metrics.get("val_accuracy") if isinstance(metrics, dict) else None,
+            "note": None}
 
 
 def _versions() -> dict[str, str | None]:

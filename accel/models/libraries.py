@@ -68,7 +68,13 @@ def library_model(full_name: str, data_args: dict[str, Any], args: dict[str, Any
     available = library.names(module)
     if name.split(".")[0] not in available:  # timm also takes NAME.TAG (a pretrained tag, ignored without weights)
         raise AccelError(unknown_model_message(prefix, name, available, library.list_all))
-    return library.create(module, name, data_args, args)
+    try:
+        return library.create(module, name, data_args, args)
+    except TypeError as err:  # the model class's own signature hides behind the library's **kwargs
+        if "unexpected keyword argument" not in str(err):
+            raise
+        key = str(err).rsplit("argument", 1)[-1].strip(" '\"")
+        raise AccelError(f"model.args.{key}: {prefix} model `{name}` takes no argument `{key}` ({err}).") from None
 
 
 def unknown_model_message(library: str, name: str, available: list[str], list_all: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
+from ...errors import DataError
 from ...schema import StrictModel
 
 
@@ -26,6 +27,10 @@ def split_indices(n: int, val_fraction: float, seed: int) -> tuple[torch.Tensor,
     shuffling is the sampler's job."""
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     n_val = int(round(n * val_fraction))
+    if n_val >= n:
+        raise DataError(f"data.dataset.val_fraction {val_fraction:g} of {n} samples holds out {n_val} for "
+                        "validation and leaves no training sample: lower data.dataset.val_fraction (or use more "
+                        "samples).")
     return perm[n_val:].sort().values, perm[:n_val].sort().values
 
 

@@ -65,6 +65,11 @@ def _int64(ids: np.ndarray) -> torch.Tensor:
 def split_tail(tokens: np.ndarray, cfg: TextConfig) -> tuple[TokenChunks, TokenChunks | None]:
     """The first (1 - val_fraction) of the stream trains, the rest validates."""
     n_val = int(len(tokens) * cfg.val_fraction)
+    if len(tokens) - n_val < cfg.context + 1 <= len(tokens):
+        raise DataError(f"data.dataset.val_fraction {cfg.val_fraction:g} holds out {n_val} of {len(tokens)} tokens "
+                        f"for validation and leaves {len(tokens) - n_val}, too few for one training window of "
+                        f"context {cfg.context} plus its target: lower data.dataset.val_fraction (or "
+                        "data.dataset.context).")
     train = TokenChunks(tokens[: len(tokens) - n_val], cfg.context, cfg.layout)
     return train, TokenChunks(tokens[len(tokens) - n_val :], cfg.context, cfg.layout) if n_val else None
 
@@ -141,6 +146,9 @@ def map_tokens(path: str, dtype: str) -> np.ndarray:
         raise DataError(f"token_file: no file at {file}. Write your tokenizer's ids as a flat {dtype} array "
                         f"(e.g. `np.array(ids, dtype=np.{dtype}).tofile(path)`).")
     itemsize = np.dtype(dtype).itemsize
+    if file.stat().st_size == 0:
+        raise DataError(f"token_file: {file} is empty (0 bytes): it should hold your tokenizer's ids as a flat "
+                        f"{dtype} array; was it written completely?")
     if file.stat().st_size % itemsize:
         raise DataError(f"token_file: {file} is {file.stat().st_size} bytes, not a whole number of {dtype} ids: "
                         "is `dtype` right?")
