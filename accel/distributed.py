@@ -8,6 +8,8 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import signal
+import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -114,3 +116,54 @@ def torchrun_command(argv: list[str], nproc: int, nnodes: int, node_rank: int, m
     elif nnodes == 1:
         command.append("--standalone")  # picks a free port: two local runs do not collide
     return command + ["-m", "accel.cli", *argv]
+
+
+SAVE_GRACE_S = "300"  # how long torchrun lets the ranks save after a signal before it kills them (its default: 30)
+
+
+def run_torchrun(command: list[str]) -> tuple[int, bool]:
+    """Run torchrun and wait for it: (its exit code, whether this process passed it a signal).
+
+    torchrun starts in a session of its own, so a Ctrl-C in the terminal reaches it once, from here. The first
+    SIGINT or SIGTERM is passed on (torchrun passes it to every rank, and rank 0 saves); a second is
+    acknowledged; a third kills torchrun and the ranks at once (checkpoints are renamed into place, so the
+    previous one stays intact)."""
+    env = {**os.environ, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
+                                                                          SAVE_GRACE_S)}
+    process = subprocess.Popen(command, start_new_session=True, env=env)
+    received: list[int] = []
+
+    def forward(signum, _frame):
+        received.append(signum)
+        if len(received) == 1:
+            log.warning("received signal %d: passing it to torchrun and its ranks, which save a checkpoint", signum)
+            process.send_signal(signum)
+        elif len(received) == 2:
+            log.warning("received signal %d: saving, please wait (a third signal stops every process at once, "
+                        "without the final checkpoint; the previous one stays intact)", signum)
+        else:
+            log.warning("received signal %d again: stopping torchrun and every rank now", signum)
+            _kill_tree(process.pid)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = process.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return code, bool(received)
+
+
+def _kill_tree(pid: int) -> None:
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        tree = root.children(recursive=True) + [root]
+    except psutil.NoSuchProcess:
+        return
+    for process in tree:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:  # ended on its own meanwhile
+            pass

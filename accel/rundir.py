@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import time
 from pathlib import Path
 from typing import Any
 
 from .callbacks.base import Callback
 from .errors import AccelError
+from .runlock import RunDirLock
 
 RUN_FILES = ("recipe.yaml", "summary.json", "metrics.jsonl", "checkpoints")  # any of them: the folder holds a run
 
@@ -30,7 +32,7 @@ class RunDir:
 
     @classmethod
     def default_for(cls, name: str) -> "RunDir":
-        return cls(Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        return cls(default_path(name))
 
     @property
     def checkpoints(self) -> Path:
@@ -40,6 +42,10 @@ class RunDir:
     def last_checkpoint(self) -> Path:
         return self.checkpoints / "last.pt"
 
+    def lock(self) -> RunDirLock:
+        """Take the directory's lock for this process (refused, with the holder's PID, while another has it)."""
+        return RunDirLock(self.path).acquire()
+
     def holds_run(self) -> bool:
         return any((self.path / name).exists() for name in RUN_FILES)
 
@@ -48,17 +54,40 @@ class RunDir:
         if not self.holds_run():
             return
         status = self._status()
-        resume = (f"Continue it with `accel train {self.path / 'recipe.yaml'} --out {self.path} --resume`, or start "
-                  "a new run in another folder" if self.last_checkpoint.is_file() else "Start the new run in another "
-                  "folder")
+        resume = (f"Continue it with `{resume_command(self.path)}`, or start a new run in another folder"
+                  if self.last_checkpoint.is_file() else "Start the new run in another folder")
         raise AccelError(f"{self.path} already holds a run{f' ({status})' if status else ''}; accel never "
                          f"overwrites one. {resume} (a different --out).")
 
-    def _status(self) -> str | None:
+    def check_resumable(self, epochs: int, max_steps: int | None) -> None:
+        """Refuse a --resume that would rewrite a finished result: a completed run asked for no more training
+        than it did, or a diverged one (it would continue from the same weights and optimizer state)."""
+        summary = self._summary()
+        status, done = summary.get("status"), summary.get("steps" if max_steps else "epochs")
+        if status == "diverged":
+            raise AccelError(f"{self.path} holds a run that diverged at step {summary.get('diverged_at_step')}: "
+                             "resuming it would continue from the same weights and optimizer state (its learning "
+                             "rate included), so nothing in it was changed. Start a new run in another folder (a "
+                             "different --out) with a lower optim.lr or train.clip_grad_norm.")
+        wanted = max_steps or epochs
+        if status != "completed" or not isinstance(done, int) or wanted > done:
+            return
+        unit, key = ("steps", "train.max_steps") if max_steps else ("epochs", "train.epochs")
+        raise AccelError(
+            f"{self.path} holds a completed run ({done} {unit}), and this recipe asks for no more ({key} {wanted}): "
+            "--resume would train nothing and rewrite its results, so nothing in it was changed. To train it longer, "
+            f"resume with a larger budget (`{resume_command(self.path)} --set {key}={done * 2}`; a learning-rate "
+            "schedule planned for the old length cannot be continued), or start a new run in another folder.")
+
+    def _summary(self) -> dict[str, Any]:
         try:
-            return json.loads((self.path / "summary.json").read_text()).get("status")
-        except (OSError, ValueError, AttributeError):
-            return None
+            summary = json.loads((self.path / "summary.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        return summary if isinstance(summary, dict) else {}
+
+    def _status(self) -> str | None:
+        return self._summary().get("status")
 
     def remove_stale_temp_files(self) -> list[Path]:
         """Delete the temporary files of checkpoint writes that a killed process left behind."""
@@ -72,6 +101,16 @@ class RunDir:
 
     def write_json(self, name: str, data: Any) -> Path:
         return self.write_text(name, strict_json(data, indent=2) + "\n")
+
+
+def default_path(name: str) -> Path:
+    """Where a run goes without --out."""
+    return Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def resume_command(path: Path) -> str:
+    """The command that continues the run in `path` with its own resolved recipe, quoted for a shell."""
+    return f"accel train {shlex.quote(str(Path(path) / 'recipe.yaml'))} --out {shlex.quote(str(path))} --resume"
 
 
 def write_atomic(target: Path, text: str) -> Path:
