@@ -118,14 +118,16 @@ def run_recipe(recipe: Recipe, out: str | Path | None = None, resume: bool = Fal
     changes anything."""
     run_dir = RunDir(out) if out is not None else RunDir.default_for(recipe.name)
     is_main = world_from_env().is_main
-    lock = run_dir.lock() if is_main else None
+    lock = None
     try:
-        if is_main:
-            check_can_start(run_dir, recipe, resume)
-        elif resume and not run_dir.last_checkpoint.is_file():
-            raise CheckpointError(no_checkpoint_message(run_dir))
-        if is_main and resume:
-            run_dir.remove_stale_temp_files()
+        with signals.abort_on_signals():  # start-up writes nothing (_train says when that ends)
+            lock = run_dir.lock() if is_main else None
+            if is_main:
+                check_can_start(run_dir, recipe, resume)
+            elif resume and not run_dir.last_checkpoint.is_file():
+                raise CheckpointError(no_checkpoint_message(run_dir))
+            if is_main and resume:
+                run_dir.remove_stale_temp_files()
         ended_well = False
         try:
             summary = _train(recipe, run_dir, resume)

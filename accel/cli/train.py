@@ -5,6 +5,7 @@ import argparse
 import json
 import socket
 import sys
+import time
 from pathlib import Path
 
 from ..errors import AccelError
@@ -43,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         summary = run_recipe(recipe, out, resume=args.resume)
     except KeyboardInterrupt as stop:  # Ctrl-C in start-up, or the third signal
-        print(interrupted_message(out, stop), file=sys.stderr)
+        if world_from_env().is_main:
+            print(interrupted_message(out, stop), file=sys.stderr)
         return 130
     if not world_from_env().is_main:
         return 0
@@ -117,19 +119,24 @@ def _torchrun(args: argparse.Namespace, recipe, out: Path) -> int:
     argv = ["train", args.recipe, "--out", str(out), *(f"--set={item}" for item in args.overrides)]
     argv += ["--resume"] if args.resume else []
     command = torchrun_command(argv, args.nproc, args.nnodes, args.node_rank, args.master_addr, args.master_port)
+    started = time.time()
     code, signalled = run_torchrun(command)
     if not signalled:
         return code
-    status = _read_summary(out).get("status")
+    status = _read_summary(out, written_since=started).get("status")
     if status in EXIT_CODES:  # rank 0 printed the directory and, interrupted, the command that continues the run
         return EXIT_CODES[status]
     print(interrupted_message(out, KeyboardInterrupt()), file=sys.stderr)
     return 130
 
 
-def _read_summary(out: Path) -> dict:
+def _read_summary(out: Path, written_since: float) -> dict:
+    """summary.json if this run wrote it (an earlier part of a resumed run wrote one too)."""
+    path = out / "summary.json"
     try:
-        summary = json.loads((out / "summary.json").read_text())
+        if path.stat().st_mtime < written_since:
+            return {}
+        summary = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
     return summary if isinstance(summary, dict) else {}
