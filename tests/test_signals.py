@@ -9,16 +9,25 @@ import os
 import shlex
 import signal
 
+import pytest
 import torch
 
 from accel.callbacks import Checkpointer
-from accel.cli import main
+from accel.cli import main as cli_main
 from accel.rundir import RunDir
 
 
 def ctrl_c(times: int = 1) -> None:
     for _ in range(times):
         os.kill(os.getpid(), signal.SIGINT)  # the handler runs before os.kill returns
+
+
+def main(argv: list[str]) -> int:
+    """`accel ARGV` in this process; a signal escaping it fails the test instead of stopping pytest."""
+    try:
+        return cli_main(argv)
+    except KeyboardInterrupt as escaped:
+        pytest.fail(f"a signal escaped accel train as {type(escaped).__name__}")
 
 
 def run_files(out) -> set[str]:
