@@ -1,13 +1,16 @@
 """Multi-process training on torch.distributed, started by torchrun (or any launcher that sets its variables).
 
-accel launches nothing of its own: `accel train --nproc N` execs torchrun, and SLURM / Kubernetes / Ray
-launchers work unchanged because only the standard RANK / WORLD_SIZE / LOCAL_RANK variables are read.
+accel launches nothing of its own: `accel train --nproc N` runs torchrun (and passes it SIGINT/SIGTERM), and
+SLURM / Kubernetes / Ray launchers work unchanged because only the standard RANK / WORLD_SIZE / LOCAL_RANK
+variables are read.
 """
 from __future__ import annotations
 
 import gc
 import logging
 import os
+import signal
+import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -104,7 +107,7 @@ class DataParallel(Speedup):
 def torchrun_command(argv: list[str], nproc: int, nnodes: int, node_rank: int, master_addr: str | None,
                      master_port: int | None) -> list[str]:
     """The torchrun invocation that runs `accel ARGV` in each process."""
-    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", f"--nnodes={nnodes}"]
+    command = [sys.executable, "-m", "accel.torchrun", f"--nproc-per-node={nproc}", f"--nnodes={nnodes}"]
     if nnodes > 1:
         command.append(f"--node-rank={node_rank}")
     if master_addr:
@@ -114,3 +117,69 @@ def torchrun_command(argv: list[str], nproc: int, nnodes: int, node_rank: int, m
     elif nnodes == 1:
         command.append("--standalone")  # picks a free port: two local runs do not collide
     return command + ["-m", "accel.cli", *argv]
+
+
+SAVE_GRACE_S = "300"  # how long torchrun lets the ranks save after a signal before it kills them (its default: 30)
+
+
+def run_torchrun(command: list[str]) -> tuple[int, bool]:
+    """Run torchrun and wait for it: (its exit code, whether this process passed it a signal).
+
+    torchrun starts in a session of its own, so a Ctrl-C in the terminal reaches it once, from here. The first
+    SIGINT or SIGTERM is passed on (torchrun passes it to every rank, and rank 0 saves); a second is
+    acknowledged; a third kills torchrun and the ranks at once (checkpoints are renamed into place, so the
+    previous one stays intact)."""
+    env = {**os.environ, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
+                                                                          SAVE_GRACE_S)}
+    relay = _SignalRelay()
+    previous = {sig: signal.signal(sig, relay.handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        relay.process = subprocess.Popen(command, start_new_session=True, env=env)
+        relay.pass_on()  # a signal that came while it was starting
+        code = relay.process.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return code, bool(relay.received)
+
+
+class _SignalRelay:
+    """The signals received while torchrun runs: the first passed on, the second acknowledged, the third kills."""
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen | None = None
+        self.received: list[int] = []
+        self.passed_on = False
+
+    def handle(self, signum: int, _frame) -> None:
+        self.received.append(signum)
+        if len(self.received) == 1:
+            log.warning("received signal %d: passing it to torchrun and its ranks, which save a checkpoint", signum)
+            self.pass_on()
+        elif len(self.received) == 2:
+            log.warning("received signal %d: saving, please wait (a third signal stops every process at once, "
+                        "without the final checkpoint; the previous one stays intact)", signum)
+        else:
+            log.warning("received signal %d again: stopping torchrun and every rank now", signum)
+            if self.process is not None:
+                _kill_tree(self.process.pid)
+
+    def pass_on(self) -> None:
+        if self.process is not None and self.received and not self.passed_on:
+            self.passed_on = True
+            self.process.send_signal(self.received[0])
+
+
+def _kill_tree(pid: int) -> None:
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        tree = root.children(recursive=True) + [root]
+    except psutil.NoSuchProcess:
+        return
+    for process in tree:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:  # ended on its own meanwhile
+            pass

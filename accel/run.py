@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from . import devices, fsdp
+from . import devices, fsdp, signals
 from .callbacks import Callback, Checkpointer, EarlyStopping, ProgressBar, TensorBoard
 from .callbacks.data_wait import DataWaitWarning
 from .checkpoint import load_checkpoint
@@ -113,36 +113,64 @@ def _callbacks(recipe: Recipe, run_dir: RunDir | None, is_main: bool, sharded: b
 
 
 def run_recipe(recipe: Recipe, out: str | Path | None = None, resume: bool = False) -> dict[str, Any]:
-    """Train a recipe into a run directory and return its summary (also written to summary.json)."""
+    """Train a recipe into a run directory and return its summary (also written to summary.json).
+
+    The writing process (rank 0) holds the directory's lock throughout: a second writer is refused before it
+    changes anything."""
     run_dir = RunDir(out) if out is not None else RunDir.default_for(recipe.name)
-    if resume and not run_dir.last_checkpoint.is_file():
-        raise CheckpointError(f"--resume: no checkpoint at {run_dir.last_checkpoint}. Run without --resume first, "
-                              "or point --out at the run directory that has checkpoints/last.pt.")
-    if world_from_env().is_main:
-        if resume:
-            run_dir.remove_stale_temp_files()
-        else:
-            run_dir.check_new()
-    ended_well = False
+    is_main = world_from_env().is_main
+    lock = None
     try:
-        summary = _train(recipe, run_dir, resume)
-        ended_well = True
+        with signals.abort_on_signals():  # start-up writes nothing (_train says when that ends)
+            lock = run_dir.lock() if is_main else None
+            if is_main:
+                check_can_start(run_dir, recipe, resume)
+            elif resume and not run_dir.last_checkpoint.is_file():
+                raise CheckpointError(no_checkpoint_message(run_dir))
+            if is_main and resume:
+                run_dir.remove_stale_temp_files()
+        ended_well = False
+        try:
+            summary = _train(recipe, run_dir, resume)
+            ended_well = True
+        finally:
+            # the trainer is gone by now (it lived in _train): nothing holds the process group but torch's
+            # registry, so destroying it joins gloo's threads instead of leaving them to die with the interpreter
+            destroy_process_group(wait_for_others=ended_well)
     finally:
-        # the trainer is gone by now (it lived in _train): nothing holds the process group but torch's registry,
-        # so destroying it joins gloo's threads instead of leaving them to die with the interpreter
-        destroy_process_group(wait_for_others=ended_well)
+        if lock is not None:
+            lock.release()
     summary["run_dir"] = str(run_dir.path)
     return summary
 
 
+def check_can_start(run_dir: RunDir, recipe: Recipe, resume: bool) -> None:
+    """Refuse, before anything is written, a run that would overwrite another or a resume with nothing to do."""
+    if not resume:
+        run_dir.check_new()
+        return
+    run_dir.check_resumable(recipe.train.epochs, recipe.train.max_steps)
+    if not run_dir.last_checkpoint.is_file():
+        raise CheckpointError(no_checkpoint_message(run_dir))
+
+
+def no_checkpoint_message(run_dir: RunDir) -> str:
+    return (f"--resume: no checkpoint at {run_dir.last_checkpoint}. Run without --resume first, or point --out at "
+            "the run directory that has checkpoints/last.pt.")
+
+
 def _train(recipe: Recipe, run_dir: RunDir, resume: bool) -> dict[str, Any]:
-    trainer = build_trainer(recipe, run_dir)  # writes nothing into the run directory
-    if resume:  # every rank loads the same file; a checkpoint that does not fit is refused before any write
-        _resume(trainer, run_dir.last_checkpoint, recipe)
-    if trainer.world.is_main:
-        run_dir.write_text("recipe.yaml", recipe.dump_yaml())
-        run_dir.write_json("env.json", devices.environment(trainer.device))
-    return trainer.fit()
+    with signals.abort_on_signals():  # start-up writes nothing: a signal stops it and leaves the directory as it was
+        trainer = build_trainer(recipe, run_dir)
+        if resume:  # every rank loads the same file; a checkpoint that does not fit is refused before any write
+            _resume(trainer, run_dir.last_checkpoint, recipe)
+    # from the first write to the last, a signal asks the run to stop: it ends with a checkpoint (at step 0 if
+    # need be) and a summary, so the directory can always be resumed
+    with signals.stop_requests(trainer._request_stop):
+        if trainer.world.is_main:
+            run_dir.write_text("recipe.yaml", recipe.dump_yaml())
+            run_dir.write_json("env.json", devices.environment(trainer.device))
+        return trainer.fit()
 
 
 def _resume(trainer: Trainer, path: Path, recipe: Recipe) -> None:

@@ -6,12 +6,14 @@ import json
 import logging
 import math
 import os
+import shlex
 import time
 from pathlib import Path
 from typing import Any
 
 from .callbacks.base import Callback
 from .errors import AccelError, disk_full
+from .runlock import RunDirLock
 
 log = logging.getLogger("accel")
 RUN_FILES = ("recipe.yaml", "summary.json", "metrics.jsonl", "checkpoints")  # any of them: the folder holds a run
@@ -33,7 +35,7 @@ class RunDir:
 
     @classmethod
     def default_for(cls, name: str) -> "RunDir":
-        return cls(Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        return cls(default_path(name))
 
     @property
     def checkpoints(self) -> Path:
@@ -43,6 +45,10 @@ class RunDir:
     def last_checkpoint(self) -> Path:
         return self.checkpoints / "last.pt"
 
+    def lock(self) -> RunDirLock:
+        """Take the directory's lock for this process (refused, with the holder's PID, while another has it)."""
+        return RunDirLock(self.path).acquire()
+
     def holds_run(self) -> bool:
         return any((self.path / name).exists() for name in RUN_FILES)
 
@@ -51,11 +57,30 @@ class RunDir:
         if not self.holds_run():
             return
         status = self._status()
-        resume = (f"Continue it with `accel train {self.path / 'recipe.yaml'} --out {self.path} --resume`, or start "
-                  "a new run in another folder" if self.last_checkpoint.is_file() else "Start the new run in another "
-                  "folder")
+        resume = (f"Continue it with `{resume_command(self.path)}`, or start a new run in another folder"
+                  if self.last_checkpoint.is_file() else "Start the new run in another folder")
         raise AccelError(f"{self.path} already holds a run{f' ({status})' if status else ''}; accel never "
                          f"overwrites one. {resume} (a different --out).")
+
+    def check_resumable(self, epochs: int, max_steps: int | None) -> None:
+        """Refuse a --resume that would rewrite a finished result: a completed run asked for no more training
+        than it did, or a diverged one (it would continue from the same weights and optimizer state)."""
+        summary = read_summary(self.path) or {}
+        status, done = summary.get("status"), summary.get("steps" if max_steps else "epochs")
+        if status == "diverged":
+            raise AccelError(f"{self.path} holds a run that diverged at step {summary.get('diverged_at_step')}: "
+                             "resuming it would continue from the same weights and optimizer state (its learning "
+                             "rate included), so nothing in it was changed. Start a new run in another folder (a "
+                             "different --out) with a lower optim.lr or train.clip_grad_norm.")
+        wanted = max_steps or epochs
+        if status != "completed" or not isinstance(done, int) or wanted > done:
+            return
+        unit, key = ("steps", "train.max_steps") if max_steps else ("epochs", "train.epochs")
+        raise AccelError(
+            f"{self.path} holds a completed run ({done} {unit}), and this recipe asks for no more ({key} {wanted}): "
+            "--resume would train nothing and rewrite its results, so nothing in it was changed. To train it longer, "
+            f"resume with a larger budget (`{resume_command(self.path)} --set {key}={done * 2}`; a learning-rate "
+            "schedule planned for the old length cannot be continued), or start a new run in another folder.")
 
     def _status(self) -> str | None:
         return (read_summary(self.path) or {}).get("status")
@@ -102,6 +127,16 @@ def read_summary(folder: Path) -> dict[str, Any] | None:
         log.warning("%s holds a %s, not a run summary; going on without it", path, type(summary).__name__)
         return None
     return summary
+
+
+def default_path(name: str) -> Path:
+    """Where a run goes without --out."""
+    return Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def resume_command(path: Path) -> str:
+    """The command that continues the run in `path` with its own resolved recipe, quoted for a shell."""
+    return f"accel train {shlex.quote(str(Path(path) / 'recipe.yaml'))} --out {shlex.quote(str(path))} --resume"
 
 
 def write_atomic(target: Path, text: str) -> Path:

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import devices, fsdp, lint
+from . import devices, fsdp, lint, signals
 from .batches import map_tensors
 from .callbacks.base import Callback
 from .checkpoint import check_same_model, check_same_schedule, model_signature
@@ -21,7 +21,6 @@ from .errors import AccelError
 from .flops import Utilisation
 from .meter import BatchInfo, Meter
 from .rng import rng_state, set_rng_state
-from .signals import stop_requests
 from .speedups import Speedup, select_available
 from .startup import process_age_s
 from .tasks import Task, as_task
@@ -102,24 +101,26 @@ class Trainer:
         self.setup()
         self.lint.start(self)
         self._emit("on_fit_start")
-        try:
-            with stop_requests(self._request_stop):
+        with signals.stop_requests(self._request_stop):  # until the final checkpoint and summary are written
+            try:
                 while not self._budget_spent():
                     if self._train_epoch():
                         self._end_epoch()
                 self._check_finite_at_end()
-            status = "interrupted" if self.interrupted else "diverged" if self.diverged_at is not None else "completed"
-            if status == "completed" and self._eval_step != self.step:
-                self._run_eval()
-            if status == "completed" and not math.isfinite(self.last_eval.get("val_loss") or 0.0):
-                status, self.diverged_at = "diverged", self.step  # finite weights whose outputs overflow
-        finally:
-            summary = self._summary(status, time.perf_counter() - start)
-            self._fitted = True
-            self._emit("on_fit_end", summary)
-            for speedup in reversed(self.speedups):
-                speedup.teardown()
-            self._set_up = False
+                status = ("interrupted" if self.interrupted
+                          else "diverged" if self.diverged_at is not None else "completed")
+                if status == "completed" and self._eval_step != self.step:
+                    self._run_eval()
+                if status == "completed" and not math.isfinite(self.last_eval.get("val_loss") or 0.0):
+                    status, self.diverged_at = "diverged", self.step  # finite weights whose outputs overflow
+            finally:
+                signals.finishing()
+                summary = self._summary(status, time.perf_counter() - start)
+                self._fitted = True
+                self._emit("on_fit_end", summary)
+                for speedup in reversed(self.speedups):
+                    speedup.teardown()
+                self._set_up = False
         return summary
 
     def check_budget_left(self) -> None:

@@ -89,7 +89,7 @@ def test_resume_with_a_checkpoint_of_another_model(capsys, tiny, write_recipe, t
     assert main(["train", str(write_recipe(tiny)), "--out", out]) == 0
     capsys.readouterr()
     tiny["model"]["args"]["width"] = 8
-    err = _fails_cleanly(capsys, "train", str(write_recipe(tiny)), "--out", out, "--resume")
+    err = _fails_cleanly(capsys, "train", str(write_recipe(tiny)), "--out", out, "--resume", "--set", "train.epochs=3")
     assert "different model" in err
 
 

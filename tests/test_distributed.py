@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -12,6 +14,7 @@ import torch
 import yaml
 
 from accel.checkpoint import load_checkpoint
+from accel.cli import main
 from conftest import ROOT, wait_for_first_checkpoint
 
 RECIPE = {
@@ -102,7 +105,9 @@ def test_fsdp_trains_as_ddp_does_and_writes_the_same_checkpoint(recipe, tmp_path
     for index, state in a["optimizer"]["state"].items():
         torch.testing.assert_close(b["optimizer"]["state"][index]["momentum_buffer"], state["momentum_buffer"],
                                    rtol=1e-4, atol=TOLERANCE)
-    # the finished fsdp run, resumed under ddp: nothing left to train, and its final evaluation agrees
+    # the fsdp run as if stopped after its last step (a completed run is never resumed with no more to train),
+    # resumed under ddp: nothing left to train, and its final evaluation agrees
+    (tmp_path / "fsdp" / "summary.json").write_text(json.dumps({**fsdp, "status": "interrupted"}))
     resumed = _train(recipe, tmp_path / "fsdp", "--nproc", "2", "--resume", "--set", "strategy=ddp", *harder)
     assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
     again = _summary(tmp_path / "fsdp")
@@ -116,7 +121,7 @@ def test_a_signal_to_one_process_stops_every_rank_at_the_same_step(recipe, tmp_p
     run = _train(recipe, tmp_path / "run", "--nproc", "2", *longer)
     wait_for_first_checkpoint(tmp_path / "run", run)
     workers = [p for p in psutil.Process(run.pid).children(recursive=True)
-               if "accel.cli" in p.cmdline() and "torch.distributed.run" not in p.cmdline()]
+               if "accel.cli" in p.cmdline() and "accel.torchrun" not in p.cmdline()]
     assert len(workers) == 2
     workers[-1].send_signal(signal.SIGTERM)  # one rank only: the others learn of it at the next agreement
     run.wait(timeout=240)
@@ -126,6 +131,87 @@ def test_a_signal_to_one_process_stops_every_rank_at_the_same_step(recipe, tmp_p
     resumed = _train(recipe, tmp_path / "run", "--nproc", "2", "--resume", *longer)
     assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
     assert _summary(tmp_path / "run")["steps"] == 40 * 16
+
+
+def _kill(processes) -> None:
+    for process in processes:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:  # already gone
+            pass
+
+
+def test_sigterm_to_accel_train_reaches_every_rank_which_save_and_report(recipe, tmp_path):
+    run = _train(recipe, tmp_path / "run", "--nproc", "2", "--set", "train.epochs=40")
+    wait_for_first_checkpoint(tmp_path / "run", run)
+    tree = psutil.Process(run.pid).children(recursive=True)  # torchrun and both ranks
+    run.send_signal(signal.SIGTERM)  # as `kill` or a scheduler would, to the command the user started
+    try:
+        _, err = run.communicate(timeout=240)
+        _, alive = psutil.wait_procs(tree, timeout=30)
+    finally:
+        _kill(tree)
+    assert run.returncode == 130, err
+    assert not alive, f"still running after accel train ended: {alive}"
+    assert "passing it to torchrun and its ranks" in err
+    assert err.strip().splitlines()[-1].startswith("interrupted; continue with: accel train "), err
+    summary = _summary(tmp_path / "run")
+    assert summary["status"] == "interrupted" and 0 < summary["steps"] < 40 * 16
+
+
+FAKE_TORCHRUN = """
+import pathlib, signal, subprocess, sys, time
+folder = pathlib.Path(sys.argv[1])
+rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+signal.signal(signal.SIGTERM, lambda *_: (folder / "got-sigterm").touch())  # saving, as torchrun's ranks would
+(folder / "rank-pid").write_text(str(rank.pid))
+while True:
+    time.sleep(0.05)
+"""
+
+
+def _wait_for(condition, what: str, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while not condition():
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_the_torchrun_relay_passes_one_signal_acknowledges_the_second_and_kills_all_at_the_third(tmp_path):
+    (tmp_path / "torchrun.py").write_text(FAKE_TORCHRUN)
+    err = tmp_path / "err.txt"
+    relay = subprocess.Popen(
+        [sys.executable, "-c", "import logging, sys\nfrom accel.distributed import run_torchrun\n"
+         "logging.basicConfig(level=logging.INFO, format='%(message)s')\n"
+         "print(run_torchrun(sys.argv[1:]), flush=True)", sys.executable, str(tmp_path / "torchrun.py"),
+         str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, stderr=err.open("w"), text=True)
+    try:
+        _wait_for(lambda: (tmp_path / "rank-pid").exists() and (tmp_path / "rank-pid").read_text(), "torchrun")
+        rank = psutil.Process(int((tmp_path / "rank-pid").read_text()))
+        relay.send_signal(signal.SIGTERM)
+        _wait_for(lambda: (tmp_path / "got-sigterm").exists(), "the signal passed on")
+        relay.send_signal(signal.SIGTERM)
+        _wait_for(lambda: "saving, please wait" in err.read_text(), "the second signal acknowledged")
+        assert relay.poll() is None and rank.is_running()
+        relay.send_signal(signal.SIGTERM)
+        out, _ = relay.communicate(timeout=60)
+        _, alive = psutil.wait_procs([rank], timeout=30)
+    finally:
+        _kill([psutil.Process(relay.pid)] if relay.poll() is None else [])
+    assert out.strip() == f"({-signal.SIGKILL}, True)" and not alive
+    assert "stopping torchrun and every rank now" in err.read_text()
+
+
+def test_a_master_port_in_use_is_refused_before_torchrun_starts(recipe, tmp_path, capsys):
+    with socket.socket() as taken:
+        taken.bind(("", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = main(["train", str(recipe), "--out", str(tmp_path / "run"), "--nproc", "2", "--master-port", str(port)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"error: --master-port {port} is already in use on this machine" in err and "Traceback" not in err
+    assert "leave out --master-port" in err
 
 
 def test_no_gloo_thread_outlives_a_finished_run(recipe, tmp_path):

@@ -56,13 +56,35 @@ def test_a_finished_run_is_never_overwritten(finished, capsys):
     assert snapshot(out) == before
 
 
+def test_a_resume_of_a_completed_run_changes_nothing_and_says_what_to_do(finished, capsys):
+    recipe, out = finished
+    before = snapshot(out)
+    err = refused(capsys, "train", str(recipe), "--out", str(out), "--resume")
+    assert f"{out} holds a completed run (2 epochs), and this recipe asks for no more (train.epochs 2)" in err
+    assert "nothing in it was changed" in err and "--set train.epochs=4" in err and "another folder" in err
+    assert snapshot(out) == before
+
+
+def test_a_resume_of_a_diverged_run_is_refused(tiny, write_recipe, tmp_path, capsys):
+    tiny["optim"] = {"name": "adamw", "lr": 1e6}
+    recipe, out = write_recipe(tiny), tmp_path / "run"
+    assert main(["train", str(recipe), "--out", str(out)]) == 3
+    capsys.readouterr()
+    before = snapshot(out)
+    for extra in ([], ["--set", "train.epochs=4", "--set", "optim.lr=0.001"]):
+        err = refused(capsys, "train", str(recipe), "--out", str(out), "--resume", *extra)
+        assert f"{out} holds a run that diverged at step" in err and "nothing in it was changed" in err
+        assert "Start a new run in another folder" in err
+    assert snapshot(out) == before
+
+
 def test_a_refused_resume_changes_nothing_in_the_run(finished, tiny, write_recipe, capsys):
     _, out = finished
     before = snapshot(out)
     tiny["model"]["args"]["width"] = 8
     tiny["log"]["tensorboard"] = True
     assert "different model" in refused(capsys, "train", str(write_recipe(tiny, "other.yaml")), "--out", str(out),
-                                        "--resume")
+                                        "--resume", "--set", "train.epochs=3")
     assert snapshot(out) == before  # no rewritten recipe.yaml, no new TensorBoard file
 
 
@@ -128,7 +150,7 @@ def test_a_damaged_checkpoint_is_named_with_the_newest_intact_one(finished, caps
     recipe, out = finished
     last = out / "checkpoints" / "last.pt"
     last.write_bytes(bytes(range(256)) * 64)
-    err = refused(capsys, "train", str(recipe), "--out", str(out), "--resume")
+    err = refused(capsys, "train", str(recipe), "--out", str(out), "--resume", "--set", "train.epochs=3")
     assert f"Checkpoint {last} is damaged or not a checkpoint" in err
     assert f"newest intact checkpoint beside it is {out / 'checkpoints' / 'epoch-002.pt'}" in err
     assert "weights_only=False" not in err  # torch's advice to load it unsafely is not passed on
@@ -140,7 +162,7 @@ def test_a_resume_removes_what_a_killed_checkpoint_write_left(finished, capsys):
     recipe, out = finished
     stale = out / "checkpoints" / ".last.pt.abc123.tmp"
     stale.write_bytes(b"half a checkpoint")
-    assert main(["train", str(recipe), "--out", str(out), "--resume"]) == 0
+    assert main(["train", str(recipe), "--out", str(out), "--resume", "--set", "train.epochs=3"]) == 0
     assert not stale.exists()
 
 
@@ -183,5 +205,5 @@ class _Anything:  # a checkpoint holding an object: loading it would import and 
 def test_a_checkpoint_with_code_in_it_is_refused_as_such(finished, capsys):
     recipe, out = finished
     torch.save({"model": _Anything()}, out / "checkpoints" / "last.pt")
-    err = refused(capsys, "train", str(recipe), "--out", str(out), "--resume")
+    err = refused(capsys, "train", str(recipe), "--out", str(out), "--resume", "--set", "train.epochs=3")
     assert "Refused to load" in err and "never runs code from a file" in err and "epoch-002.pt" in err

@@ -2,12 +2,16 @@
 from __future__ import annotations
 
 import argparse
-import subprocess
+import json
+import socket
 import sys
+import time
 from pathlib import Path
 
 from ..errors import AccelError
 from .options import add_sets
+
+EXIT_CODES = {"completed": 0, "diverged": 3, "interrupted": 130}
 
 
 def add(commands) -> None:
@@ -28,46 +32,114 @@ def run(args: argparse.Namespace) -> int:
     from ..distributed import world_from_env
     from ..recipe import load_recipe
     from ..run import run_recipe
+    from ..rundir import default_path
 
     if args.resume and not args.out:
         raise AccelError("--resume needs --out RUN_DIR: the run directory whose checkpoints/last.pt to continue.")
     recipe = load_recipe(args.recipe, args.overrides)  # validated here, before any process is started
+    out = Path(args.out) if args.out else default_path(recipe.name)  # named once: every rank, every message
     if args.nproc:
-        if args.out and not args.resume:  # one clear refusal before torchrun starts (run_recipe checks one process)
-            from ..rundir import RunDir
-
-            RunDir(args.out).check_new()
-        if recipe.strategy == "fsdp" and args.nproc * args.nnodes > 1:  # one clear error, not one per rank
-            from ..fsdp import check_compatible
-            from ..speedups import from_configs
-
-            check_compatible(from_configs(recipe.speedups))
-        return _torchrun(args, recipe.name)
-    summary = run_recipe(recipe, args.out, resume=args.resume)
+        _check_before_torchrun(args, recipe, out)
+        return _torchrun(args, recipe, out)
+    try:
+        summary = run_recipe(recipe, out, resume=args.resume)
+    except KeyboardInterrupt as stop:  # Ctrl-C in start-up, or the third signal
+        if world_from_env().is_main:
+            print(interrupted_message(out, stop), file=sys.stderr)
+        return 130
     if not world_from_env().is_main:
         return 0
+    return report(summary, recipe)
+
+
+def report(summary: dict, recipe) -> int:
+    """Print the run directory and how the run ended; return the exit code that says it."""
+    from ..rundir import resume_command
+
     print(summary["run_dir"])
     if summary["status"] == "diverged":
         print(diverged_message(summary, recipe), file=sys.stderr)
         return 3
     if summary["status"] == "interrupted":  # the run's own resolved recipe: every --set is in it
-        run_dir = summary["run_dir"]
-        print(f"interrupted; continue with: accel train {run_dir}/recipe.yaml --out {run_dir} --resume",
-              file=sys.stderr)
+        print(f"interrupted; continue with: {resume_command(summary['run_dir'])}", file=sys.stderr)
         return 130
     return 0
 
 
-def _torchrun(args: argparse.Namespace, name: str) -> int:
-    """Re-run this same command in --nproc processes under torchrun, all writing to one run directory."""
-    from ..distributed import torchrun_command
-    from ..rundir import RunDir
+def interrupted_message(out: Path, stop: BaseException) -> str:
+    from ..rundir import resume_command
+    from ..signals import StartupInterrupted
 
-    out = args.out or str(RunDir.default_for(name).path)  # one name for all ranks, not one timestamp each
-    argv = ["train", args.recipe, "--out", out, *(f"--set={item}" for item in args.overrides)]
+    if isinstance(stop, StartupInterrupted):
+        return (f"interrupted during start-up, before anything was written to {out}; run the same command again "
+                "to start it")
+    if (out / "checkpoints" / "last.pt").is_file():
+        return ("stopped at once, without the final checkpoint and summary; checkpoints/last.pt is the previous "
+                f"checkpoint, intact; continue with: {resume_command(out)}")
+    return f"stopped at once, before the run's first checkpoint: nothing to resume in {out}"
+
+
+def _check_before_torchrun(args: argparse.Namespace, recipe, out: Path) -> None:
+    """One clear refusal before torchrun starts, instead of one per rank (rank 0 checks again, holding the lock)."""
+    from ..run import check_can_start
+    from ..rundir import RunDir
+    from ..runlock import RunDirLock
+
+    if recipe.strategy == "fsdp" and args.nproc * args.nnodes > 1:
+        from ..fsdp import check_compatible
+        from ..speedups import from_configs
+
+        check_compatible(from_configs(recipe.speedups))
+    if args.master_port and (args.nnodes == 1 or args.node_rank == 0):
+        check_port_free(args.master_port)
+    run_dir = RunDir(out)
+    with RunDirLock(run_dir.path):  # released before torchrun starts: rank 0 takes it, and must not find it held
+        check_can_start(run_dir, recipe, args.resume)
+
+
+def check_port_free(port: int) -> None:
+    """torchrun's own error for a port in use is a page of tracebacks from every rank; say it before it starts."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is free to torchrun too
+        try:
+            probe.bind(("", port))
+        except OSError as err:
+            raise AccelError(f"--master-port {port} is already in use on this machine ({err.strerror or err}): "
+                             "choose a free port, or leave out --master-port (with one machine, torchrun then "
+                             "picks a free one).") from None
+
+
+def _torchrun(args: argparse.Namespace, recipe, out: Path) -> int:
+    """Re-run this same command in --nproc processes under torchrun, all writing to one run directory.
+
+    SIGINT and SIGTERM are passed on to torchrun, which passes them to every rank; this process waits for them
+    to save and then reports how the run ended, as one process would."""
+    from ..distributed import run_torchrun, torchrun_command
+
+    argv = ["train", args.recipe, "--out", str(out), *(f"--set={item}" for item in args.overrides)]
     argv += ["--resume"] if args.resume else []
     command = torchrun_command(argv, args.nproc, args.nnodes, args.node_rank, args.master_addr, args.master_port)
-    return subprocess.call(command)
+    started = time.time()
+    code, signalled = run_torchrun(command)
+    if not signalled:
+        return code
+    status = _read_summary(out, written_since=started).get("status")
+    if status in EXIT_CODES:  # rank 0 printed the directory and, interrupted, the command that continues the run
+        return EXIT_CODES[status]
+    print(interrupted_message(out, KeyboardInterrupt()), file=sys.stderr)
+    return 130
+
+
+def _read_summary(out: Path, written_since: float) -> dict:
+    """summary.json if this run wrote it (an earlier part of a resumed run wrote one too)."""
+    path = out / "summary.json"
+    try:
+        if path.stat().st_mtime < written_since:
+            return {}
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return summary if isinstance(summary, dict) else {}
 
 
 def diverged_message(summary: dict, recipe) -> str:

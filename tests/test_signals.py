@@ -1,0 +1,117 @@
+"""Signals from the first byte a run writes to its last: start-up, the loop, the final checkpoint and summary.
+
+Each test sends SIGINT to its own process at one moment of an in-process `accel train`, as a Ctrl-C would."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import signal
+
+import pytest
+import torch
+
+from accel.callbacks import Checkpointer
+from accel.cli import main as cli_main
+from accel.rundir import RunDir
+
+
+def ctrl_c(times: int = 1) -> None:
+    for _ in range(times):
+        os.kill(os.getpid(), signal.SIGINT)  # the handler runs before os.kill returns
+
+
+def main(argv: list[str]) -> int:
+    """`accel ARGV` in this process; a signal escaping it fails the test instead of stopping pytest."""
+    try:
+        return cli_main(argv)
+    except KeyboardInterrupt as escaped:
+        pytest.fail(f"a signal escaped accel train as {type(escaped).__name__}")
+
+
+def run_files(out) -> set[str]:
+    return {p.name for p in out.iterdir()}
+
+
+def test_a_signal_in_start_up_leaves_a_directory_a_new_run_can_use(tiny, write_recipe, tmp_path, capsys,
+                                                                   monkeypatch):
+    import accel.run
+
+    build = accel.run.build_trainer
+    monkeypatch.setattr(accel.run, "build_trainer", lambda *a, **k: (ctrl_c(), build(*a, **k))[1])
+    recipe, out = write_recipe(tiny), tmp_path / "run"
+    assert main(["train", str(recipe), "--out", str(out)]) == 130
+    err = capsys.readouterr().err
+    assert f"interrupted during start-up, before anything was written to {out}; run the same command again" in err
+    assert "Traceback" not in err and not RunDir(out).holds_run()
+    monkeypatch.setattr(accel.run, "build_trainer", build)
+    assert main(["train", str(recipe), "--out", str(out)]) == 0
+
+
+def test_a_signal_before_the_first_step_ends_with_a_checkpoint_and_the_quoted_resume_command(
+        tiny, write_recipe, tmp_path, capsys, monkeypatch):
+    from accel.trainer import Trainer
+
+    fit = Trainer.fit
+    monkeypatch.setattr(Trainer, "fit", lambda self: (ctrl_c(), fit(self))[1])  # recipe.yaml is written by now
+    out = tmp_path / "a run dir"  # spaces: the printed command must still work in a shell
+    assert main(["train", str(write_recipe(tiny)), "--out", str(out)]) == 130
+    printed = capsys.readouterr().err.strip().splitlines()[-1]
+    assert printed == f"interrupted; continue with: accel train '{out}/recipe.yaml' --out '{out}' --resume"
+    assert json.loads((out / "summary.json").read_text())["status"] == "interrupted"
+    assert torch.load(out / "checkpoints" / "last.pt", weights_only=True)["step"] == 0
+    monkeypatch.setattr(Trainer, "fit", fit)
+    argv = shlex.split(printed.split("continue with: accel ", 1)[1])
+    assert main(argv) == 0
+    resumed = json.loads((out / "summary.json").read_text())
+    assert resumed["status"] == "completed" and resumed["epochs"] == 2
+
+
+def test_a_second_signal_during_the_final_save_is_acknowledged_and_the_save_completes(
+        tiny, write_recipe, tmp_path, caplog, monkeypatch):
+    end = Checkpointer.on_fit_end
+
+    def signalled_end(self, trainer, summary):
+        ctrl_c(2)  # the loop is over: both are acknowledged, neither stops the save
+        end(self, trainer, summary)
+
+    monkeypatch.setattr(Checkpointer, "on_fit_end", signalled_end)
+    out = tmp_path / "run"
+    assert main(["train", str(write_recipe(tiny)), "--out", str(out)]) == 0  # it completed: the signals came late
+    assert caplog.text.count("saving, please wait") == 2
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed"
+    assert torch.load(out / "checkpoints" / "last.pt", weights_only=True)["step"] == summary["steps"] > 0
+
+
+def test_a_third_signal_stops_at_once_and_leaves_the_previous_checkpoint_intact(
+        tiny, write_recipe, tmp_path, capsys, monkeypatch):
+    out, final = tmp_path / "run", []
+    save, end = torch.save, Checkpointer.on_fit_end
+    last = out / "checkpoints" / "last.pt"
+
+    def signalled_end(self, trainer, summary):
+        final.append(hashlib.sha256(last.read_bytes()).hexdigest())
+        end(self, trainer, summary)
+
+    def interrupted_save(obj, handle, *args, **kwargs):
+        if final:  # half of the final checkpoint written when the signals come
+            handle.write(b"half a checkpoint")
+            ctrl_c(3)
+        return save(obj, handle, *args, **kwargs)
+
+    monkeypatch.setattr(Checkpointer, "on_fit_end", signalled_end)
+    monkeypatch.setattr(torch, "save", interrupted_save)
+    recipe = write_recipe(tiny)
+    assert main(["train", str(recipe), "--out", str(out)]) == 130
+    err = capsys.readouterr().err
+    assert "stopped at once, without the final checkpoint and summary; checkpoints/last.pt is the previous " \
+           f"checkpoint, intact; continue with: accel train {out}/recipe.yaml --out {out} --resume" in err
+    assert hashlib.sha256(last.read_bytes()).hexdigest() == final[0]
+    assert run_files(out / "checkpoints") == {"last.pt", "epoch-001.pt", "epoch-002.pt"}  # no temporary file
+    assert not (out / "summary.json").exists()
+    monkeypatch.setattr(torch, "save", save)
+    monkeypatch.setattr(Checkpointer, "on_fit_end", end)
+    assert main(["train", str(recipe), "--out", str(out), "--resume"]) == 0
+    assert json.loads((out / "summary.json").read_text())["status"] == "completed"
