@@ -161,7 +161,9 @@ def no_checkpoint_message(run_dir: RunDir) -> str:
 
 def _train(recipe: Recipe, run_dir: RunDir, resume: bool) -> dict[str, Any]:
     with signals.abort_on_signals():  # start-up writes nothing: a signal stops it and leaves the directory as it was
-        trainer = build_trainer(recipe, run_dir)
+        # a resume takes the weights from its checkpoint: the recipe's pretrained file is not read again
+        built = recipe.model_copy(update={"model": recipe.model.without_weights()}) if resume else recipe
+        trainer = build_trainer(built, run_dir)
         if resume:  # every rank loads the same file; a checkpoint that does not fit is refused before any write
             _resume(trainer, run_dir.last_checkpoint, recipe)
     # from the first write to the last, a signal asks the run to stop: it ends with a checkpoint (at step 0 if

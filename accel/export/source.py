@@ -166,5 +166,5 @@ def _constants(values: torch.Tensor) -> tuple[float, ...]:
 def cpu_recipe(recipe: Recipe) -> Recipe:
     """The recipe on the CPU without speed-ups: export and its measurements are plain CPU inference. The model's
     pretrained `weights` file is not read: the checkpoint holds the trained weights (and the file may be gone)."""
-    model = recipe.model.model_copy(update={"weights": None})
-    return recipe.model_copy(update={"device": "cpu", "speedups": {}, "strict": False, "model": model})
+    return recipe.model_copy(update={"device": "cpu", "speedups": {}, "strict": False,
+                                     "model": recipe.model.without_weights()})

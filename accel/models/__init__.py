@@ -40,6 +40,11 @@ class ModelConfig(StrictModel):
     def _path_alone(cls, value: Any) -> Any:  # shorthand: `weights: resnet18.pth`
         return {"path": value} if isinstance(value, (str, Path)) else value
 
+    def without_weights(self) -> ModelConfig:
+        """This model for loading a checkpoint into (resume, export): the checkpoint holds the trained weights, so
+        the pretrained file is not read, and may be gone by then."""
+        return self.model_copy(update={"weights": None})
+
 
 def build_model(cfg: ModelConfig, **data_args: Any) -> nn.Module:
     """Build the model a recipe names. `data_args` (num_classes, in_channels, vocab_size, context) reach the

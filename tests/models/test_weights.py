@@ -134,3 +134,13 @@ def test_accel_train_fine_tunes_from_local_weights(tiny, write_recipe, tmp_path)
     assert result.returncode == 0, result.stderr
     assert "head re-initialised: 1000 -> 4 classes" in result.stderr
     assert f"loaded 120 of the model's 122 tensors from {tmp_path / 'imagenet.pth'}" in result.stderr
+
+
+def test_a_resume_takes_the_weights_from_its_checkpoint_not_the_pretrained_file(tiny, tmp_path):
+    pretrained = tmp_path / "pretrained.pt"
+    torch.save(build_model(ModelConfig(**tiny["model"]), num_classes=4, in_channels=1).state_dict(), pretrained)
+    recipe = {**tiny, "model": {**tiny["model"], "weights": str(pretrained)}, "train": {"epochs": 1}}
+    run_recipe(validate_recipe(recipe), out=tmp_path / "run")
+    pretrained.unlink()  # gone since: the checkpoint has what the run needs
+    summary = run_recipe(validate_recipe({**recipe, "train": {"epochs": 2}}), out=tmp_path / "run", resume=True)
+    assert summary["status"] == "completed" and summary["epochs"] == 2
