@@ -7,6 +7,7 @@ variables are read.
 from __future__ import annotations
 
 import gc
+import importlib
 import logging
 import os
 import signal
@@ -71,6 +72,11 @@ def init_process_group(world: World, device: torch.device) -> torch.device:
         device = torch.device("cuda", world.local_rank)
         torch.cuda.set_device(device)
     if not dist.is_initialized():
+        # FSDP (and the DTensor it brings) first: imported after the group exists, as torch.optim's first
+        # add_param_group does through dynamo, it keeps a reference to the group, whose gloo threads then outlive
+        # destroy_process_group (and abort the interpreter now and then); one-process runs never import it
+        importlib.import_module("torch.distributed.fsdp")
+
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo",
                                 device_id=device if device.type == "cuda" else None)
     return device
