@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import socket
 import sys
 import time
@@ -132,14 +131,14 @@ def _torchrun(args: argparse.Namespace, recipe, out: Path) -> int:
 
 def _read_summary(out: Path, written_since: float) -> dict:
     """summary.json if this run wrote it (an earlier part of a resumed run wrote one too)."""
-    path = out / "summary.json"
+    from ..rundir import read_summary
+
     try:
-        if path.stat().st_mtime < written_since:
+        if (out / "summary.json").stat().st_mtime < written_since:
             return {}
-        summary = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except OSError:
         return {}
-    return summary if isinstance(summary, dict) else {}
+    return read_summary(out) or {}
 
 
 def diverged_message(summary: dict, recipe) -> str:
