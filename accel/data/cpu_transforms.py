@@ -30,6 +30,7 @@ def _library(kind: str) -> tuple[Any, tuple[type, ...]]:
         from torchvision.transforms import v2
 
         return v2, (v2.Transform,)
+    os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")  # its import would otherwise ask PyPI for a newer version
     try:
         import albumentations as A
     except ImportError as err:
@@ -126,8 +127,7 @@ def build_cpu_pipeline(cfg: CpuTransformsConfig) -> ImageFn | None:
 
         steps.append(v2.Compose([build_transform("torchvision", e) for e in cfg.torchvision]))
     if cfg.albumentations:
-        import albumentations as A
-
+        A, _ = _library("albumentations")
         steps.append(_Albumentations(A.Compose([build_transform("albumentations", e) for e in cfg.albumentations])))
     if not steps:
         return None

@@ -1,6 +1,7 @@
 """DataLoader construction: worker count, pinning and per-worker setup chosen once, here, with reasons."""
 from __future__ import annotations
 
+import faulthandler
 import importlib.util
 import os
 import random
@@ -65,11 +66,13 @@ def resolve_pin_memory(cfg: LoaderConfig, device: torch.device) -> bool:
 
 
 def worker_init(worker_id: int) -> None:
-    """Seed Python and NumPy RNGs from the worker's torch seed, and limit every thread pool to one thread.
+    """Seed Python and NumPy RNGs from the worker's torch seed, limit every thread pool to one thread, and have a
+    crash in native code print where it happened (torch's own handler only says that the worker died).
 
     N workers each starting a BLAS/OpenMP/OpenCV pool sized to all cores oversubscribe the CPU and slow
     decoding down instead of up; one thread per worker process is the parallelism that is wanted.
     """
+    faulthandler.enable()  # a worker that crashes in native code (a decoder, OpenCV) prints its Python stack
     seed = torch.initial_seed() % 2**32  # torch gives each worker base_seed + worker_id
     random.seed(seed)
     np.random.seed(seed)

@@ -1,17 +1,21 @@
 """CPU transforms from YAML: names and arguments validated with the recipe; they run in workers on uint8 images."""
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
 from accel.data.cpu_transforms import CpuTransformsConfig, TransformedDataset, apply_cpu_transforms, build_transform
-from accel.data.loaders import LoaderConfig, build_loader
 from accel.errors import DataError, RecipeError
 from accel.recipe import load_recipe
 
 from .test_loaders import memory_dataset
 
 CPU = torch.device("cpu")
+ROOT = Path(__file__).resolve().parents[2]
 pytest.importorskip("albumentations", reason="albumentations is not installed (the `data` extra)")
 
 
@@ -61,17 +65,31 @@ def test_a_shape_or_dtype_change_is_a_data_error_naming_the_sample():
             wrapped[0]
 
 
+# Run in a fresh interpreter, as `accel train` runs: forked workers inherit every earlier test's state (threads,
+# pools, objects pending collection) from the long-lived pytest process, which no training process carries.
+SEEDED_WORKERS = """
+import sys, torch
+from accel.data.cpu_transforms import CpuTransformsConfig, apply_cpu_transforms
+from accel.data.loaders import LoaderConfig, build_loader
+from tests.data.test_loaders import memory_dataset
+
+data = memory_dataset()
+cfg = CpuTransformsConfig(albumentations=[{"HorizontalFlip": {"p": 0.5}}],
+                          torchvision=[{"RandomVerticalFlip": {"p": 0.5}}])
+
+def run(seed):
+    loader = build_loader(apply_cpu_transforms(data, cfg), LoaderConfig(num_workers=2, persistent_workers=False),
+                          batch_size=4, sampler=None, drop_last=False, seed=seed, device=torch.device("cpu"))
+    return torch.cat([images for images, _ in loader])
+
+first, again, other = run(0), run(0), run(1)
+print(torch.equal(first, again), torch.equal(first, other), torch.equal(first, data.images))
+"""
+
+
 def test_random_transforms_in_workers_repeat_with_the_seed():
-    data = memory_dataset()
-    cfg = CpuTransformsConfig(albumentations=[{"HorizontalFlip": {"p": 0.5}}],
-                              torchvision=[{"RandomVerticalFlip": {"p": 0.5}}])
-    loader_cfg = LoaderConfig(num_workers=2, persistent_workers=False)
-
-    def run(seed):
-        loader = build_loader(apply_cpu_transforms(data, cfg), loader_cfg, batch_size=4, sampler=None,
-                              drop_last=False, seed=seed, device=CPU)
-        return torch.cat([images for images, _ in loader])
-
-    first, again, other = run(0), run(0), run(1)
-    assert torch.equal(first, again) and not torch.equal(first, other)
-    assert not torch.equal(first, data.images)
+    done = subprocess.run([sys.executable, "-c", SEEDED_WORKERS], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    same_seed, other_seed, untouched = done.stdout.split()
+    assert (same_seed, other_seed, untouched) == ("True", "False", "False")

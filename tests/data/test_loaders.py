@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -111,3 +114,30 @@ def test_corrupt_image_in_a_worker_is_still_a_data_error(tmp_path):
     cfg = LoaderConfig(num_workers=1, persistent_workers=False)
     with pytest.raises(DataError, match="1.jpg"):
         list(build_loader(data, cfg, batch_size=2, sampler=None, drop_last=False, seed=0, device=CPU))
+
+
+CRASHING_WORKER = """
+import ctypes, torch
+from accel.data.loaders import LoaderConfig, build_loader
+
+class Crashes(torch.utils.data.Dataset):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, index):
+        return decode_in_native_code()
+
+def decode_in_native_code():
+    return ctypes.string_at(0)  # reads address 0: a segmentation fault, as a broken native decoder gives
+
+list(build_loader(Crashes(), LoaderConfig(num_workers=1), batch_size=2, sampler=None, drop_last=False, seed=0,
+                  device=torch.device("cpu")))
+"""
+
+
+def test_a_worker_that_crashes_in_native_code_prints_where():
+    """torch reports only that a worker died; accel's workers also print the Python stack of the crash."""
+    done = subprocess.run([sys.executable, "-c", CRASHING_WORKER], cwd=Path(__file__).resolve().parents[2],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "Segmentation fault" in done.stderr
+    assert "decode_in_native_code" in done.stderr and "__getitem__" in done.stderr, done.stderr
