@@ -9,6 +9,7 @@ import yaml
 from rich.console import Console
 
 from accel.bench import tune as tune_module
+from accel.bench.records import Trial, Verdict
 from accel.bench.runner import TrialResults, TrialSettings
 from accel.bench.tune import BATCH_KEY, WORKERS_KEY, Knob, build_knobs, table, tune, write_fragment
 from accel.cli import main
@@ -28,30 +29,30 @@ def simulated(seen: list):
             batch, workers = data["batch_size"], data["loader"]["num_workers"]
             seen.append((batch, workers))
             if batch > 64:
-                results.append({"variant": name, "trial": trial, "error": "torch.OutOfMemoryError: out of memory"})
+                results.append(Trial(variant=name, trial=trial, error="torch.OutOfMemoryError: out of memory"))
                 continue
             sps = batch * 10 * (1.5 if workers == 1 else 1.0) * (1 + 0.001 * trial)
-            results.append({"variant": name, "trial": trial, "error": None, "samples_per_s": sps,
-                            "env": {"device": "cpu (simulated)", "torch": "2.x"}})
+            results.append(Trial(variant=name, trial=trial, error=None, samples_per_s=sps,
+                                 env={"device": "cpu (simulated)", "torch": "2.x"}))
         return results
 
     return run_trials
 
 
-def test_search_picks_measured_best_bounds_batch_and_reuses(monkeypatch, tiny, tmp_path):
+def test_search_picks_measured_best_bounds_batch_and_reuses(tiny, tmp_path):
     seen: list = []
-    monkeypatch.setattr(tune_module, "run_trials", simulated(seen))
+    fake = simulated(seen)
     base = validate_recipe(tiny)  # batch_size 16, num_workers auto
     knobs = [Knob(BATCH_KEY, [16, 32, 64, 128, 256], bounded=True), Knob(WORKERS_KEY, [0, 1])]
     settings = TrialSettings(steps=5, warmup=1)
-    result = tune(base, knobs, tmp_path / "work", settings, trials=3)
+    result = tune(base, knobs, tmp_path / "work", settings, trials=3, run_trials=fake)
     assert result.chosen == {BATCH_KEY: 64, WORKERS_KEY: 1}
     # 128 failed in the first round, so 256 never ran and 128 was not retried; the workers stage measured its
     # reference (64, auto) again beside its candidates instead of comparing with the batch stage's trials.
     assert set(seen) == {(16, "auto"), (32, "auto"), (64, "auto"), (128, "auto"), (64, 0), (64, 1)}
     assert seen.count((128, "auto")) == 1 and seen.count((64, "auto")) == 6 and seen.count((64, 1)) == 3
     assert seen[-9:-6] == [(64, "auto"), (64, 0), (64, 1)]  # interleaved: reference and candidates by turns
-    notes = {(r["knob"], r["value"]): r["note"] for r in result.rows}
+    notes = {(r.knob, r.value): r.note for r in result.rows}
     assert notes[(BATCH_KEY, 64)] == "chosen" and notes[(BATCH_KEY, 16)] == "current"
     assert notes[(BATCH_KEY, 128)].startswith("1 failed: torch.OutOfMemoryError")
     assert notes[(BATCH_KEY, 256)] == "not run (a smaller value failed)"
@@ -74,13 +75,15 @@ def test_search_picks_measured_best_bounds_batch_and_reuses(monkeypatch, tiny, t
     assert "| data.batch_size | 64 | 640.6 [640.0, 641.3] | 4.00x [3.99, 4.01] | n/a | helped | chosen |" in rendered
 
 
-def test_a_noise_level_win_keeps_the_current_value(monkeypatch, tiny, tmp_path):
-    monkeypatch.setattr(tune_module, "run_trials", simulated([]))
-    result = tune(validate_recipe(tiny), [Knob(WORKERS_KEY, [0])], tmp_path, TrialSettings(5, 1), trials=3)
+def test_a_noise_level_win_keeps_the_current_value(tiny, tmp_path):
+    fake = simulated([])
+    result = tune(validate_recipe(tiny), [Knob(WORKERS_KEY, [0])], tmp_path, TrialSettings(5, 1), trials=3,
+                  run_trials=fake)
     assert result.chosen == {WORKERS_KEY: "auto"}  # 0 measured the same as auto: no reason to change
-    one = tune(validate_recipe(tiny), [Knob(BATCH_KEY, [64], bounded=True)], tmp_path, TrialSettings(5, 1), trials=1)
+    one = tune(validate_recipe(tiny), [Knob(BATCH_KEY, [64], bounded=True)], tmp_path, TrialSettings(5, 1), trials=1,
+               run_trials=fake)
     assert one.chosen == {BATCH_KEY: 16}  # 4x faster, but one trial cannot tell a gain from a noisy moment
-    assert [r["note"] for r in one.rows] == ["chosen", "not trusted: fewer than 2 trials"]
+    assert [r.note for r in one.rows] == ["chosen", "not trusted: fewer than 2 trials"]
 
 
 def test_default_knobs(tiny):
@@ -118,9 +121,11 @@ def test_tune_rejects_nothing_to_do(tiny, write_recipe, capsys):
     assert "nothing to tune" in capsys.readouterr().err
 
 
-def simulated_speedups(seen: list, has_conv: bool = True, compile_wall_s: float = 10.0):
+def simulated_speedups(seen: list, has_conv: bool = True, compile_wall_s: float = 10.0, final_mean: float = 1.0,
+                       final_median_step: float = 1.0):
     """amp bf16 2x; channels_last noise; compile 1.5x per step but 100 s to compile; every trial takes 10 s (one
-    that compiles `compile_wall_s`)."""
+    that compiles `compile_wall_s`). In the final check, the tuned configuration runs `final_mean` times as fast by
+    mean samples/s and `final_median_step` times by its median step (where they interact, not one by one)."""
     def run_trials(jobs, out, settings, console=None, skip=None):
         results = []
         for trial, name, path in jobs:
@@ -131,12 +136,18 @@ def simulated_speedups(seen: list, has_conv: bool = True, compile_wall_s: float 
             seen.append((name, tuple(sorted(on))))
             sps = 100.0 * (2 if "amp" in on else 1) * (1.5 if "compile" in on else 1) * (1 + 0.001 * trial)
             sps *= 1 + 0.002 * ("channels_last" in on) * (-1) ** trial
+            steady = None
+            if out.name == "final":
+                tuned = name == "tuned"
+                steady = sps * (final_median_step if tuned else 1.0)
+                sps *= final_mean if tuned else 1.0
             step = 16 / sps
             wall = compile_wall_s if "compile" in on else 10.0
-            results.append({"variant": name, "trial": trial, "error": None, "samples_per_s": sps, "wall_s": wall,
-                            "step_times_s": [step] * 4, "first_step_s": 100.0 if "compile" in on else 1.0,
-                            "model_traits": {"has_conv": has_conv, "has_attention": False, "repeated_blocks": False},
-                            "steps_per_epoch": 10, "env": {"device": "cpu (simulated)", "torch": "2.x"}})
+            results.append(Trial(variant=name, trial=trial, error=None, samples_per_s=sps, wall_s=wall,
+                                 median_step_samples_per_s=steady,
+                                 step_times_s=[step] * 4, first_step_s=100.0 if "compile" in on else 1.0,
+                                 model_traits={"has_conv": has_conv, "has_attention": False, "repeated_blocks": False},
+                                 steps_per_epoch=10, env={"device": "cpu (simulated)", "torch": "2.x"}))
         return results
 
     return run_trials
@@ -144,7 +155,7 @@ def simulated_speedups(seen: list, has_conv: bool = True, compile_wall_s: float 
 
 def test_speedups_are_kept_only_when_they_help_and_repay_their_start_up(monkeypatch, tiny, tmp_path):
     seen: list = []
-    monkeypatch.setattr(tune_module, "run_trials", simulated_speedups(seen))
+    fake = simulated_speedups(seen)
     monkeypatch.setenv("ACCEL_CPU_BF16", "1")
     tiny["speedups"] = {"channels_last": {}}  # the recipe has it on; it measures as noise, so off wins
     base = validate_recipe(tiny)
@@ -153,43 +164,43 @@ def test_speedups_are_kept_only_when_they_help_and_repay_their_start_up(monkeypa
                                       "speedups.optim", "speedups.compile"]
     assert knobs[2].labels == ["off", "backend=flash"]  # the CUDA-only kernels are not candidates on a CPU
     assert knobs[4].labels == ["off", "on", "regional=true"]  # max-autotune: GPUs only
-    result = tune(base, knobs, tmp_path, TrialSettings(5, 1), trials=3, final_check=True)
+    result = tune(base, knobs, tmp_path, TrialSettings(5, 1), trials=3, final_check=True, run_trials=fake)
     assert result.labels["speedups.amp"] == "dtype=bf16" and result.chosen["speedups.amp"]["dtype"] == "bf16"
     assert result.labels["speedups.channels_last"] == "off"
     # compile: 1.5x, but 99 s more start-up is repaid after ~1,500 steps and the recipe runs 2 epochs x 10
     assert result.labels["speedups.compile"] == "off"
-    notes = {(r["knob"], r["label"]): r["note"] for r in result.rows}
+    notes = {(r.knob, r.label): r.note for r in result.rows}
     assert notes[("speedups.compile", "on")].startswith("repays its start-up after") and "the run has 20" in notes[
         ("speedups.compile", "on")]
     assert notes[("speedups.compile", "regional=true")] == "not tried: the model has no repeated blocks"
     assert notes[("speedups.attention", "backend=flash")] == "not tried: the model has no attention modules"
     assert not any("regional" in name or "attention" in name for name, _ in seen)
-    assert result.final["verdict"] == "helped" and result.final["ratio"]["median"] == pytest.approx(2.0, rel=0.01)
+    assert result.final.verdict == Verdict.HELPED and result.final.ratio.median == pytest.approx(2.0, rel=0.01)
     settings = TrialSettings(5, 1)
     text = write_fragment(result, tmp_path / "tuned.yaml", base, "accel tune r.yaml", settings, 3).read_text()
     assert yaml.safe_load(text)["speedups"]["channels_last"]["enabled"] is False
     assert "speedups.amp: dtype=bf16 (2.00x" in text and "Tuned vs the recipe as given" in text
 
 
-def test_a_budget_leaves_the_knobs_that_do_not_fit(monkeypatch, tiny, tmp_path):
+def test_a_budget_leaves_the_knobs_that_do_not_fit(tiny, tmp_path):
     seen: list = []
-    monkeypatch.setattr(tune_module, "run_trials", simulated_speedups(seen))
+    fake = simulated_speedups(seen)
     knobs = [Knob("speedups.compile", [{"enabled": False}, {"enabled": True}], speedup=True, labels=["off", "on"]),
              Knob(BATCH_KEY, [8, 32], bounded=True)]
-    result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=2, budget_s=50)
+    result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=2, budget_s=50, run_trials=fake)
     assert len(seen) == 4  # the compile stage (4 trials of 10 s) ran; the batch stage's 6 trials would not fit
-    skipped = [r for r in result.rows if r["knob"] == BATCH_KEY]  # every candidate but the recipe's own 16
-    assert [(r["label"], r["note"]) for r in skipped] == [(b, "not measured: over the --budget") for b in ("8", "32")]
+    skipped = [r for r in result.rows if r.knob == BATCH_KEY]  # every candidate but the recipe's own 16
+    assert [(r.label, r.note) for r in skipped] == [(b, "not measured: over the --budget") for b in ("8", "32")]
     assert BATCH_KEY not in result.chosen
 
 
-def test_a_budget_that_fits_no_comparison_writes_a_fragment_saying_nothing_was_measured(monkeypatch, tiny, tmp_path):
-    monkeypatch.setattr(tune_module, "run_trials", simulated_speedups([]))
+def test_a_budget_that_fits_no_comparison_writes_a_fragment_saying_nothing_was_measured(tiny, tmp_path):
+    fake = simulated_speedups([])
     knobs = [Knob("speedups.channels_last", [{"enabled": False}, {"enabled": True}], speedup=True,
                   labels=["off", "on"], needs=[None, "has_conv"]), Knob(BATCH_KEY, [8, 32], bounded=True)]
     base = validate_recipe(tiny)
     # the traits probe (one 10 s trial) is all that runs in 1 s, then every stage is over the budget
-    result = tune(base, knobs, tmp_path, TrialSettings(5, 1), trials=2, budget_s=1, final_check=True)
+    result = tune(base, knobs, tmp_path, TrialSettings(5, 1), trials=2, budget_s=1, final_check=True, run_trials=fake)
     assert result.compared == [] and result.final is None
     text = write_fragment(result, tmp_path / "tuned.yaml", base, "accel tune r.yaml --budget 1s", TrialSettings(5, 1),
                           2).read_text()
@@ -197,7 +208,7 @@ def test_a_budget_that_fits_no_comparison_writes_a_fragment_saying_nothing_was_m
     assert "trial(s) in fresh processes" not in text and yaml.safe_load(text) == {}
 
 
-def test_an_interrupt_ends_the_whole_search_and_writes_no_fragment(monkeypatch, tiny, write_recipe, tmp_path, capsys):
+def test_an_interrupt_ends_the_whole_search(tiny, tmp_path):
     stages = []
 
     def interrupted(jobs, out, settings, console=None, skip=None):  # Ctrl-C or SIGTERM in the stage's first trial
@@ -206,146 +217,151 @@ def test_an_interrupt_ends_the_whole_search_and_writes_no_fragment(monkeypatch, 
         results.interrupted = True
         return results
 
-    monkeypatch.setattr(tune_module, "run_trials", interrupted)
+    knobs = [Knob(BATCH_KEY, [8, 16], bounded=True), Knob(WORKERS_KEY, [0, 1])]
+    with pytest.raises(KeyboardInterrupt):
+        tune(validate_recipe(tiny), knobs, tmp_path / "work", TrialSettings(5, 1), trials=2, run_trials=interrupted)
+    assert len(stages) == 1 and not (tmp_path / "work" / "tune.json").exists()  # the workers stage never ran
+
+
+def test_an_interrupted_tune_command_writes_no_fragment(monkeypatch, tiny, write_recipe, tmp_path, capsys):
+    def interrupted(*args, **kwargs):  # the search, stopped by Ctrl-C or SIGTERM (the test above)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tune_module, "tune", interrupted)  # the command's entry into the search, not the runner
     out = tmp_path / "tuned.yaml"
     argv = ["tune", str(write_recipe(tiny)), "--batch-sizes", "8,16", "--workers", "0,1", "--threads=",
             "--no-speedups", "--out", str(out), "--work", str(tmp_path / "work")]
     assert main(argv) == 130
-    assert len(stages) == 1 and not out.exists()  # the workers stage never ran
+    assert not out.exists()
     assert f"interrupted: no fragment written (nothing chosen from a search cut short); the trials so far are " \
            f"under {tmp_path / 'work'}" in capsys.readouterr().err
 
 
-def test_a_stage_ends_when_its_first_trials_show_the_rest_would_overrun_the_budget(monkeypatch, tiny, tmp_path):
+def test_a_stage_ends_when_its_first_trials_show_the_rest_would_overrun_the_budget(tiny, tmp_path):
     seen: list = []
-    monkeypatch.setattr(tune_module, "run_trials", simulated_speedups(seen, compile_wall_s=100.0))
+    fake = simulated_speedups(seen, compile_wall_s=100.0)
     knobs = [Knob("speedups.compile", [{"enabled": False}, {"enabled": True}], speedup=True, labels=["off", "on"])]
-    result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=2, budget_s=150)
+    result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=2, budget_s=150, run_trials=fake)
     # off (10 s) then on (100 s): the second round (10 + 100 s more) would end at 220 s, so it is not run
     assert [name for name, _ in seen] == ["speedups.compile=off", "speedups.compile=on"]
     assert "speedups.compile" not in result.chosen or result.chosen["speedups.compile"]["enabled"] is False
-    notes = [r["note"] for r in result.rows if r["knob"] == "speedups.compile"]
+    notes = [r.note for r in result.rows if r.knob == "speedups.compile"]
     assert notes and all(n.endswith("stage ended early: over the --budget") for n in notes)
 
 
-def test_the_budget_keeps_back_the_final_checks_trials(monkeypatch, tiny, tmp_path):
+def test_the_budget_keeps_back_the_final_checks_trials(tiny, tmp_path):
     seen: list = []
-    monkeypatch.setattr(tune_module, "run_trials", simulated_speedups(seen))
     knobs = [Knob("speedups.amp", [{"enabled": False}, {"dtype": "bf16"}], speedup=True, labels=["off", "bf16"]),
              Knob(BATCH_KEY, [16, 32], bounded=True)]
     # 85 s: after amp's 4 trials (40 s) the batch stage's 2 would fit, but not with the final check's 4 after it
     result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=2, budget_s=85,
-                  final_check=True)
-    assert [r["note"] for r in result.rows if r["knob"] == BATCH_KEY] == ["not measured: over the --budget"]
-    assert result.final["verdict"] == "helped" and len(seen) == 4 + 4
+                  final_check=True, run_trials=simulated_speedups(seen))
+    assert [r.note for r in result.rows if r.knob == BATCH_KEY] == ["not measured: over the --budget"]
+    assert result.final.verdict == Verdict.HELPED and len(seen) == 4 + 4
 
 
-def test_a_tuned_configuration_slower_than_the_recipe_is_not_written(monkeypatch, tiny, tmp_path):
-    monkeypatch.setattr(tune_module, "run_trials", simulated_speedups([]))
-    hurt = {"samples_per_s": {"median": 90.0, "ci95": [88.0, 92.0]}, "verdict": "hurt",
-            "ratio": {"median": 0.9, "ci95": [0.88, 0.92]}}
-    monkeypatch.setattr(tune_module, "_final_check", lambda *args: dict(hurt))
+def test_a_tuned_configuration_slower_than_the_recipe_is_not_written(tiny, tmp_path):
+    fake = simulated_speedups([], final_mean=0.45)  # amp's 2x, but 0.9x the recipe once measured in the final check
     knobs = [Knob("speedups.amp", [{"enabled": False}, {"dtype": "bf16"}], speedup=True, labels=["off", "bf16"])]
     base = validate_recipe(tiny)
-    result = tune(base, knobs, tmp_path, TrialSettings(5, 1), trials=2, final_check=True)
-    assert result.chosen == {} and result.final["reverted"] == {"speedups.amp": {"dtype": "bf16"}}
+    result = tune(base, knobs, tmp_path, TrialSettings(5, 1), trials=2, final_check=True, run_trials=fake)
+    assert result.final.verdict == Verdict.HURT and result.final.ratio.median == pytest.approx(0.9, rel=0.01)
+    assert result.chosen == {} and result.final.reverted == {"speedups.amp": {"dtype": "bf16"}}
     text = write_fragment(result, tmp_path / "tuned.yaml", base, "accel tune r.yaml", TrialSettings(5, 1),
                           2).read_text()
     assert yaml.safe_load(text) == {} and "the recipe stays as it is" in text
 
 
-def test_a_model_without_convolutions_never_runs_channels_last(monkeypatch, tiny, tmp_path):
+def test_a_model_without_convolutions_never_runs_channels_last(tiny, tmp_path):
     seen: list = []
-    monkeypatch.setattr(tune_module, "run_trials", simulated_speedups(seen, has_conv=False))
+    fake = simulated_speedups(seen, has_conv=False)
     knobs = [Knob("speedups.channels_last", [{"enabled": False}, {"enabled": True}], speedup=True,
                   labels=["off", "on"], needs=[None, "has_conv"])]
-    result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=2)
+    result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=2, run_trials=fake)
     assert {name for name, _ in seen} == {"speedups.channels_last=off"}  # the reference, to learn the traits
-    assert [r["note"] for r in result.rows] == ["not tried: the model has no convolutions"]
+    assert [r.note for r in result.rows] == ["not tried: the model has no convolutions"]
 
 
-def test_a_knob_the_recipe_does_not_set_starts_from_its_absence(monkeypatch, tiny, tmp_path):
+def test_a_knob_the_recipe_does_not_set_starts_from_its_absence(tiny, tmp_path):
     seen: list = []
-    monkeypatch.setattr(tune_module, "run_trials", simulated(seen))
+    fake = simulated(seen)
     base = validate_recipe(tiny)  # no `threads` speed-up: the reference is the recipe without one
-    result = tune(base, [Knob("speedups.threads.intra_op", [1, 2])], tmp_path, TrialSettings(5, 1), trials=2)
-    assert [r["label"] for r in result.rows] == ["null", "1", "2"]
+    result = tune(base, [Knob("speedups.threads.intra_op", [1, 2])], tmp_path, TrialSettings(5, 1), trials=2,
+                  run_trials=fake)
+    assert [r.label for r in result.rows] == ["null", "1", "2"]
     assert result.chosen == {"speedups.threads.intra_op": None}  # the simulated threads change nothing
     fragment = write_fragment(result, tmp_path / "tuned.yaml", base, "accel tune r.yaml", TrialSettings(5, 1), 2)
     assert yaml.safe_load(fragment.read_text()) == {}  # nothing changed, and no invalid `intra_op: null`
     # with another knob chosen, the final check runs the tuned configuration without the absent one's null
     knobs = [Knob("speedups.threads.intra_op", [1, 2]), Knob(WORKERS_KEY, [0, 1])]
-    result = tune(base, knobs, tmp_path / "again", TrialSettings(5, 1), trials=2, final_check=True)
+    result = tune(base, knobs, tmp_path / "again", TrialSettings(5, 1), trials=2, final_check=True, run_trials=fake)
     assert result.chosen == {"speedups.threads.intra_op": None, WORKERS_KEY: 1}
-    assert result.final["verdict"] == "helped"
+    assert result.final.verdict == Verdict.HELPED
 
 
-def test_a_gain_seen_only_in_the_mean_is_not_chosen(monkeypatch, tiny, tmp_path):
+def test_a_gain_seen_only_in_the_mean_is_not_chosen(tiny, tmp_path):
     """The reference's trials each had a stalled step (mean 100 samples/s, median step 130); bf16 ran 130 in
     both readings. Its mean says helped, its median step says no effect: a stall, not a speed-up."""
-    def run_trials(jobs, out, settings, console=None, skip=None):
+    def fake(jobs, out, settings, console=None, skip=None):
         results = []
         for trial, name, path in jobs:
             on = yaml.safe_load(path.read_text())["speedups"]["amp"].get("enabled", True)
             mean = (130.0 if on else 100.0) + trial
-            results.append({"variant": name, "trial": trial, "error": None, "samples_per_s": mean,
-                            "median_step_samples_per_s": 130.0 + trial / 10, "wall_s": 10.0})
+            results.append(Trial(variant=name, trial=trial, error=None, samples_per_s=mean,
+                                 median_step_samples_per_s=130.0 + trial / 10, wall_s=10.0))
         return results
 
-    monkeypatch.setattr(tune_module, "run_trials", run_trials)
     tiny["speedups"] = {"amp": {"dtype": "bf16", "enabled": False}}
     knobs = [Knob("speedups.amp", [{"dtype": "bf16", "enabled": False}, {"dtype": "bf16", "enabled": True}],
                   speedup=True, labels=["off", "bf16"])]
-    result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=3)
+    result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=3, run_trials=fake)
     assert result.labels["speedups.amp"] == "off"
-    bf16 = next(r for r in result.rows if r["label"] == "bf16")
-    assert bf16["verdict"] == "helped" and bf16["median_step_ratio"]["median"] == pytest.approx(1.0)
-    assert bf16["note"].startswith("faster on average but not by median step times (1.00x")
+    bf16 = next(r for r in result.rows if r.label == "bf16")
+    assert bf16.verdict == Verdict.HELPED and bf16.median_step_ratio.median == pytest.approx(1.0)
+    assert bf16.note.startswith("faster on average but not by median step times (1.00x")
 
 
-def test_a_tuned_configuration_slower_by_its_median_step_is_not_written(monkeypatch, tiny, tmp_path):
-    monkeypatch.setattr(tune_module, "run_trials", simulated_speedups([]))
-    slower = {"samples_per_s": {"median": 100.0, "ci95": [95.0, 105.0]}, "verdict": "no effect",
-              "ratio": {"median": 1.0, "ci95": [0.95, 1.05]}, "median_step_verdict": "hurt",
-              "median_step_ratio": {"median": 0.9, "ci95": [0.88, 0.92]}}
-    monkeypatch.setattr(tune_module, "_final_check", lambda *args: dict(slower))
+def test_a_tuned_configuration_slower_by_its_median_step_is_not_written(tiny, tmp_path):
+    # in the final check the tuned configuration's mean equals the recipe's, its median step is 0.9x
+    fake = simulated_speedups([], final_mean=0.5, final_median_step=0.45)
     knobs = [Knob("speedups.amp", [{"enabled": False}, {"dtype": "bf16"}], speedup=True, labels=["off", "bf16"])]
-    result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=2, final_check=True)
-    assert result.chosen == {} and result.final["reverted"] == {"speedups.amp": {"dtype": "bf16"}}
+    result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=2, final_check=True,
+                  run_trials=fake)
+    assert result.final.verdict == Verdict.NO_EFFECT and result.final.median_step_verdict == Verdict.HURT
+    assert result.chosen == {} and result.final.reverted == {"speedups.amp": {"dtype": "bf16"}}
     console = Console(file=io.StringIO(), width=250)
     console.print(table(result))
     assert "by median steps: hurt" in console.file.getvalue()
 
 
-def test_a_speed_up_that_moves_the_training_loss_is_not_chosen(monkeypatch, tiny, tmp_path):
+def test_a_speed_up_that_moves_the_training_loss_is_not_chosen(tiny, tmp_path):
     """A 2x speed-up whose training loss went from 0.5 to 0.9 (a broken kernel, a dtype that diverges) is passed
     over; a batch size that moves the loss as much is chosen: a larger batch trains differently by design."""
-    def run_trials(jobs, out, settings, console=None, skip=None):
+    def fake(jobs, out, settings, console=None, skip=None):
         results = []
         for trial, name, path in jobs:
             recipe = yaml.safe_load(path.read_text())
             fast = recipe["speedups"]["amp"].get("enabled", True) or recipe["data"]["batch_size"] == 32
-            results.append({"variant": name, "trial": trial, "error": None, "wall_s": 10.0,
-                            "samples_per_s": (200.0 if fast else 100.0) + trial,
-                            "final_loss": (0.9 if fast else 0.5) + trial / 100})
+            results.append(Trial(variant=name, trial=trial, error=None, wall_s=10.0,
+                                 samples_per_s=(200.0 if fast else 100.0) + trial,
+                                 final_loss=(0.9 if fast else 0.5) + trial / 100))
         return results
 
-    monkeypatch.setattr(tune_module, "run_trials", run_trials)
     tiny["speedups"] = {"amp": {"dtype": "bf16", "enabled": False}}
     knobs = [Knob("speedups.amp", [{"dtype": "bf16", "enabled": False}, {"dtype": "bf16", "enabled": True}],
                   speedup=True, labels=["off", "bf16"]), Knob(BATCH_KEY, [16, 32], bounded=True)]
-    result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=3)
+    result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=3, run_trials=fake)
     assert result.labels["speedups.amp"] == "off" and result.chosen[BATCH_KEY] == 32
-    bf16 = next(r for r in result.rows if r["label"] == "bf16")
-    assert bf16["verdict"] == "helped" and bf16["note"].startswith("faster, but its training loss moved beyond noise")
+    bf16 = next(r for r in result.rows if r.label == "bf16")
+    assert bf16.verdict == Verdict.HELPED and bf16.note.startswith("faster, but its training loss moved beyond noise")
 
 
-def test_the_fragment_holds_only_what_differs_from_the_recipe(monkeypatch, tiny, tmp_path):
-    monkeypatch.setattr(tune_module, "run_trials", simulated_speedups([]))
+def test_the_fragment_holds_only_what_differs_from_the_recipe(tiny, tmp_path):
+    fake = simulated_speedups([])
     tiny["speedups"] = {"compile": {"enabled": False}}  # off in the recipe, and found best off: nothing to write
     base = validate_recipe(tiny)
     knobs = [k for k in build_knobs(base, speedups=True) if k.key in ("speedups.compile", "speedups.optim")]
-    result = tune(base, knobs, tmp_path, TrialSettings(5, 1), trials=2)
+    result = tune(base, knobs, tmp_path, TrialSettings(5, 1), trials=2, run_trials=fake)
     assert set(result.chosen) == {"speedups.compile", "speedups.optim"}  # both off: optim as absent, compile as set
     text = write_fragment(result, tmp_path / "tuned.yaml", base, "accel tune r.yaml", TrialSettings(5, 1), 2)
     assert yaml.safe_load(text.read_text()) == {}

@@ -12,6 +12,8 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from .records import Report
+
 PNGS = {"throughput": "throughput.png", "step_times": "step_times.png", "data_wait": "data_wait.png"}
 
 
@@ -26,30 +28,30 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
-def plot_throughput(report: dict, path: Path) -> Path | None:
+def plot_throughput(report: Report, path: Path) -> Path | None:
     """Median samples/s per variant with its 95% interval as error bars; None when no variant has data."""
-    rows = [r for r in report["variants"] if r["samples_per_s"]["median"] is not None]
+    rows = [r for r in report.variants if r.samples_per_s.median is not None]
     if not rows:
         return None
     fig, ax = _figure(len(rows))
-    med = [r["samples_per_s"]["median"] for r in rows]
-    lo = [m - r["samples_per_s"]["ci95"][0] for m, r in zip(med, rows)]
-    hi = [r["samples_per_s"]["ci95"][1] - m for m, r in zip(med, rows)]
-    colors = ["tab:gray" if r["name"] == report["baseline"] else "tab:blue" for r in rows]
-    ax.bar([r["name"] for r in rows], med, yerr=[lo, hi], capsize=4, color=colors)
+    med = [r.samples_per_s.median for r in rows]
+    lo = [m - r.samples_per_s.ci95[0] for m, r in zip(med, rows)]
+    hi = [r.samples_per_s.ci95[1] - m for m, r in zip(med, rows)]
+    colors = ["tab:gray" if r.name == report.baseline else "tab:blue" for r in rows]
+    ax.bar([r.name for r in rows], med, yerr=[lo, hi], capsize=4, color=colors)
     ax.set_ylabel("samples/s (median, 95% CI)")
     ax.set_title("Throughput per variant")
     ax.tick_params(axis="x", labelrotation=30)
     return _save(fig, path)
 
 
-def plot_step_times(report: dict, path: Path) -> Path | None:
+def plot_step_times(report: Report, path: Path) -> Path | None:
     """Box plot of timed step durations (all successful trials pooled) per variant."""
     data = {}
-    for r in report["variants"]:
-        ms = [s * 1000 for t in r["trials"] if t.get("error") is None for s in (t.get("step_times_s") or [])]
+    for r in report.variants:
+        ms = [s * 1000 for t in r.trials if t.error is None for s in (t.step_times_s or [])]
         if ms:
-            data[r["name"]] = ms
+            data[r.name] = ms
     if not data:
         return None
     fig, ax = _figure(len(data))
@@ -62,14 +64,14 @@ def plot_step_times(report: dict, path: Path) -> Path | None:
     return _save(fig, path)
 
 
-def plot_data_wait(report: dict, path: Path) -> Path | None:
+def plot_data_wait(report: Report, path: Path) -> Path | None:
     """Stacked bars: the fraction of step time spent waiting for data vs computing, per variant."""
-    rows = [r for r in report["variants"] if r["data_wait_fraction"] is not None]
+    rows = [r for r in report.variants if r.data_wait_fraction is not None]
     if not rows:
         return None
     fig, ax = _figure(len(rows))
-    names = [r["name"] for r in rows]
-    wait = [min(max(r["data_wait_fraction"], 0.0), 1.0) for r in rows]
+    names = [r.name for r in rows]
+    wait = [min(max(r.data_wait_fraction, 0.0), 1.0) for r in rows]
     ax.bar(names, wait, color="tab:orange", label="data wait")
     ax.bar(names, [1 - w for w in wait], bottom=wait, color="tab:blue", label="compute")
     ax.set_ylim(0, 1)
@@ -95,7 +97,7 @@ STYLE = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}
          "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}td:first-child{text-align:left}")
 
 
-def write_html(report: dict, out_dir: Path, table: tuple[list[str], list[list[str]]],
+def write_html(report: Report, out_dir: Path, table: tuple[list[str], list[list[str]]],
                notes: list[str], failed: list[str]) -> Path:
     """Write the three PNGs and report.html into `out_dir`; returns the HTML path.
 
@@ -104,9 +106,9 @@ def write_html(report: dict, out_dir: Path, table: tuple[list[str], list[list[st
     """
     out_dir = Path(out_dir)
     makers = {"throughput": plot_throughput, "step_times": plot_step_times, "data_wait": plot_data_wait}
-    parts = [f"<h1>accel bench report</h1><p>Baseline: <code>{html.escape(report['baseline'])}</code></p>"]
-    if report.get("command"):
-        parts.append(f"<p>Command: <code>{html.escape(str(report['command']))}</code></p>")
+    parts = [f"<h1>accel bench report</h1><p>Baseline: <code>{html.escape(report.baseline)}</code></p>"]
+    if report.command:
+        parts.append(f"<p>Command: <code>{html.escape(report.command)}</code></p>")
     parts += [_html_table(table), "<h2>Verdicts</h2>", _html_list(notes), "<h2>Plots</h2>"]
     for key, make in makers.items():
         png = make(report, out_dir / PNGS[key])

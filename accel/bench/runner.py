@@ -27,7 +27,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from ..errors import AccelError, RecipeError
 from ..recipe import Recipe, load_recipe, validate_recipe
 from ..recipe_yaml import Origins, apply_overrides
-from .report import summarize, write_reports
+from .records import Report, Trial
+from .report import write_reports
+from .summary import summarize
 from .variants import Variant, ablation_variants, interleave, vary_variants
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding `accel/`, for the children's imports
@@ -135,18 +137,17 @@ def _exit_reason(code: int) -> str:
     return f"exited with code {code}"
 
 
-def _read_result(path: Path) -> dict | None:
+def _read_result(path: Path) -> Trial | None:
     try:
-        result = json.loads(path.read_text())
-    except (OSError, ValueError):
+        return Trial.model_validate_json(path.read_text())
+    except (OSError, ValueError):  # pydantic's ValidationError is a ValueError
         return None
-    return result if isinstance(result, dict) else None
 
 
 def run_trial_process(argv: list[str], json_path: Path, log_path: Path, timeout: float | None,
-                      env: dict[str, str]) -> dict[str, Any]:
-    """Run one trial command; its result dict, or {"error": ...} with the output tail when it crashed,
-    timed out or wrote no readable JSON. Output goes to `log_path`."""
+                      env: dict[str, str]) -> Trial:
+    """Run one trial command; its record, or one holding only `error` with the output tail when it crashed,
+    timed out or wrote no readable record. Output goes to `log_path`."""
     json_path.unlink(missing_ok=True)
     with log_path.open("w") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -154,32 +155,32 @@ def run_trial_process(argv: list[str], json_path: Path, log_path: Path, timeout:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
-            return {"error": f"timed out after {timeout:g} s (--timeout); last output:\n{_tail(log_path)}"}
+            return Trial(error=f"timed out after {timeout:g} s (--timeout); last output:\n{_tail(log_path)}")
         except BaseException:  # Ctrl-C reaches only us (new session): take the trial down with us
             _kill_group(proc)
             raise
     result = _read_result(json_path)
     if result is None:
-        return {"error": f"trial process {_exit_reason(code)} without a readable result; "
-                         f"last output:\n{_tail(log_path)}"}
-    if code != 0 and result.get("error") is None:
-        result["error"] = f"trial process {_exit_reason(code)} after writing its result; last output:\n" \
-                          f"{_tail(log_path)}"
+        return Trial(error=f"trial process {_exit_reason(code)} without a readable result; "
+                           f"last output:\n{_tail(log_path)}")
+    if code != 0 and result.error is None:
+        result = result.updated(error=f"trial process {_exit_reason(code)} after writing its result; last output:\n"
+                                f"{_tail(log_path)}")
     return result
 
 
-def trial_line(result: dict[str, Any], done: int, total: int) -> str:
+def trial_line(result: Trial, done: int, total: int) -> str:
     """One progress line for a finished trial: its throughput, or why it failed."""
-    head = f"[{done}/{total}] {result['variant']} trial {result['trial']}"
-    if result.get("error"):
-        lines = [ln for ln in str(result["error"]).strip().splitlines() if ln.strip()] or ["?"]
+    head = f"[{done}/{total}] {result.variant} trial {result.trial}"
+    if result.error:
+        lines = [ln for ln in result.error.strip().splitlines() if ln.strip()] or ["?"]
         said = lines[-1] if lines[0].startswith("Traceback") else lines[0]
         return f"{head}: FAILED: {said}"
-    sps, first = result.get("samples_per_s"), result.get("first_step_s")
-    line = f"{head}: {sps:.1f} samples/s" if isinstance(sps, (int, float)) else f"{head}: no throughput"
-    if isinstance(first, (int, float)):
+    sps, first = result.samples_per_s, result.first_step_s
+    line = f"{head}: {sps:.1f} samples/s" if sps is not None else f"{head}: no throughput"
+    if first is not None:
         line += f", first step {first:.2f} s"
-    skipped = result.get("skipped_speedups") or {}
+    skipped = result.skipped_speedups or {}
     return line + (f" (skipped here: {', '.join(skipped)})" if skipped else "")
 
 
@@ -203,7 +204,7 @@ class TrialProgress:
     def started(self, variant: str, trial: int) -> None:
         self.progress.update(self.task, description=f"{variant} trial {trial}")
 
-    def finished(self, result: dict[str, Any]) -> None:
+    def finished(self, result: Trial) -> None:
         self.done += 1
         self._say(trial_line(result, self.done, self.total))
 
@@ -239,7 +240,7 @@ def trial_argv(recipe: Path, settings: TrialSettings, json_path: Path, variant: 
             *([] if settings.evaluate else ["--no-eval"])]
 
 
-def _run_job(index: int, trial: int, variant: str, recipe: Path, out: Path, settings: TrialSettings) -> dict:
+def _run_job(index: int, trial: int, variant: str, recipe: Path, out: Path, settings: TrialSettings) -> Trial:
     stem = _slug(index, f"{variant}-t{trial}")
     json_path, log_path = out / "trials" / f"{stem}.json", out / "trials" / f"{stem}.log"
     if settings.warm_cache:
@@ -254,8 +255,8 @@ def _run_job(index: int, trial: int, variant: str, recipe: Path, out: Path, sett
         if not settings.warm_cache:
             shutil.rmtree(cache, ignore_errors=True)
     # The runner's own bookkeeping wins over anything the child wrote.
-    return result | {"variant": variant, "trial": trial, "index": index, "started_at": started,
-                     "process_s": time.perf_counter() - tick, "log": str(log_path)}
+    return result.updated(variant=variant, trial=trial, index=index, started_at=started,
+                          process_s=time.perf_counter() - tick, log=str(log_path))
 
 
 @contextmanager
@@ -310,11 +311,9 @@ def run_trials(jobs: list[tuple[int, str, Path]], out: str | Path, settings: Tri
     return results
 
 
-def _environment(results: list[dict[str, Any]]) -> dict[str, Any]:
+def _environment(results: list[Trial]) -> dict[str, Any]:
     # The environment as a trial saw it (its device, its threads); the parent's only if every trial failed early.
-    envs = [r.pop("env") for r in results if isinstance(r.get("env"), dict)]
-    for r in results:
-        r.pop("env", None)
+    envs = [r.env for r in results if r.env is not None]
     if envs:
         return envs[0]
     from .. import devices
@@ -323,7 +322,7 @@ def _environment(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_bench(plan: BenchPlan, out: str | Path, settings: TrialSettings, trials: int,
-              command: str | None = None, console: Console | None = None) -> tuple[dict, dict[str, Path]]:
+              command: str | None = None, console: Console | None = None) -> tuple[Report, dict[str, Path]]:
     """Run the plan's trials interleaved (A B C A B C ...), then write report.json/.md/.html into `out`.
 
     The report has `interrupted: true` when Ctrl-C or SIGTERM stopped the trials early: it covers the finished ones,
@@ -343,5 +342,7 @@ def run_bench(plan: BenchPlan, out: str | Path, settings: TrialSettings, trials:
              "recipes": {name: recipe.dump() for name, recipe in plan.recipes.items()}}
     if command:
         extra["command"] = command
-    report = summarize(results, plan.variants, plan.baseline, env=_environment(results), extra=extra)
+    # the report holds the environment once, not in every trial
+    trials = [r.without("env") for r in results]
+    report = summarize(trials, plan.variants, plan.baseline, env=_environment(results), extra=extra)
     return report, write_reports(report, out)

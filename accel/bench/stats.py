@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-VERDICTS = ("helped", "no effect", "hurt")
+from .records import Verdict
 
 
 def _as_array(xs: Sequence[float], what: str) -> np.ndarray:
@@ -75,8 +75,8 @@ def percentiles(xs: Sequence[float], qs: Sequence[float] = (50, 90)) -> dict:
     return {k: float(v) for k, v in zip(keys, np.percentile(arr, list(qs)))}
 
 
-def verdict(ratio_median: float, ci: Sequence[float], *, min_effect: float = 0.02) -> str:
-    """"helped", "hurt" or "no effect" for a throughput ratio vs baseline, decided by its interval.
+def verdict(ratio_median: float, ci: Sequence[float], *, min_effect: float = 0.02) -> Verdict:
+    """Helped, hurt or no effect for a throughput ratio vs baseline, decided by its interval.
 
     The interval must exclude 1.0 *and* the point estimate must clear `min_effect`. The margin exists because
     3-trial bootstraps are coarse: the interval is about [min(v)/max(b), max(v)/min(b)], so a change that does
@@ -85,10 +85,10 @@ def verdict(ratio_median: float, ci: Sequence[float], *, min_effect: float = 0.0
     """
     lo, hi = float(ci[0]), float(ci[1])
     if lo > 1.0 and ratio_median >= 1.0 + min_effect:
-        return "helped"
+        return Verdict.HELPED
     if hi < 1.0 and ratio_median <= 1.0 - min_effect:
-        return "hurt"
-    return "no effect"
+        return Verdict.HURT
+    return Verdict.NO_EFFECT
 
 
 def break_even_steps(

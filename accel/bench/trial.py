@@ -5,14 +5,13 @@ warmup + steps, a device sync after every step so step times are exact, no progr
 directory, early stopping or mid-run evaluation (evaluation still runs once at the end, so a recipe with a
 validation split reports its accuracy; with --target it also runs every --eval-every steps, timed from the
 process start until the metric reaches the target; with --no-eval never, which `accel tune` uses: its trials
-compare only speed and the training loss, and the evaluation was a fifth of a ResNet-18 trial on a CPU). The raw
-trial dict it writes is what `accel.bench.report` reads. On any exception the JSON holds `error` (the traceback)
-and the process exits with code 1.
+compare only speed and the training loss, and the evaluation was a fifth of a ResNet-18 trial on a CPU). It
+writes a `Trial` record (accel/bench/records.py) as JSON, which the runner reads back. On any exception the
+record holds `error` (the traceback) and the process exits with code 1.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -25,6 +24,7 @@ import torch
 from .. import devices
 from ..callbacks.base import BatchInfo, Callback
 from ..errors import AccelError
+from .records import Trial
 from .target import Target, TargetClock, parse_target
 
 LAST_LOSS_STEPS = 5  # final_loss averages this many last timed steps: one step's loss is too noisy to compare
@@ -98,7 +98,7 @@ def measure(timer: StepTimer, warmup: int, setup_s: float) -> dict[str, Any]:
 
 
 def run_trial(recipe_path: Path, steps: int, warmup: int, trial: int = 0, target: Target | None = None,
-              eval_every: int | None = None, evaluate: bool = True) -> dict[str, Any]:
+              eval_every: int | None = None, evaluate: bool = True) -> Trial:
     """Build and fit the recipe under the bench settings; the measured figures of one trial.
 
     Trial k trains with the recipe's seed + k, in every variant. Runs are otherwise deterministic, so without
@@ -129,7 +129,7 @@ def run_trial(recipe_path: Path, steps: int, warmup: int, trial: int = 0, target
     if len(timer.steps) < warmup + steps:
         raise AccelError(f"only {len(timer.steps)} of {warmup + steps} steps ran.")
     result = measure(timer, warmup, setup_s=(timer.fit_started or built) - built)
-    return result | {
+    return Trial(**result, **{
         "peak_memory_mb": devices.peak_memory_mb(trainer.device),
         "flops_per_step": summary.get("flops_per_step"), "flop_per_s": None, "mfu": None,
         **trainer.utilisation.stats(result["samples_per_s"]),  # over the timed steps, as samples_per_s
@@ -146,7 +146,7 @@ def run_trial(recipe_path: Path, steps: int, warmup: int, trial: int = 0, target
         "steps_per_epoch": _steps_per_epoch(trainer),
         "env": devices.environment(trainer.device),
         **(clock.result() if clock else {}),
-    }
+    })
 
 
 def _compile_figures(summary: dict) -> dict[str, Any]:
@@ -183,7 +183,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one trial and write its JSON; exit code 1 (with `error` in the JSON) when it raised."""
+    """Run one trial and write its record; exit code 1 (with `error` in the record) when it raised."""
     args = _parser().parse_args(argv)
     head = {"variant": args.variant or args.recipe.stem, "trial": args.trial, "error": None}
     try:
@@ -191,14 +191,15 @@ def main(argv: list[str] | None = None) -> int:
             raise AccelError(f"--steps must be >= 1 and --warmup >= 0, got {args.steps} and {args.warmup}.")
         if args.target and not args.evaluate:
             raise AccelError("--target needs evaluations; drop --no-eval.")
-        result, code = head | run_trial(args.recipe, args.steps, args.warmup, args.trial, args.target,
-                                        args.eval_every, args.evaluate), 0
+        measured = run_trial(args.recipe, args.steps, args.warmup, args.trial, args.target, args.eval_every,
+                             args.evaluate)
+        result, code = Trial(**head, **measured.model_dump(exclude_unset=True)), 0
     except BaseException:  # KeyboardInterrupt too: the runner still gets a readable record
-        result, code = head | {"error": traceback.format_exc()}, 1
+        result, code = Trial(**head | {"error": traceback.format_exc()}), 1
         traceback.print_exc()
     args.json.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.json.with_name(args.json.name + ".tmp")
-    tmp.write_text(json.dumps(result, default=str))  # NaN stays NaN: a diverged loss must read as diverged
+    tmp.write_text(result.to_json())  # NaN stays NaN: a diverged loss must read as diverged
     tmp.replace(args.json)  # the runner never reads half a file
     return code
 

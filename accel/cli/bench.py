@@ -57,6 +57,7 @@ def add(commands) -> None:
 
 
 def bench(args: argparse.Namespace) -> int:
+    from ..bench.report import summary_text
     from ..bench.runner import TrialSettings, default_out, plan_bench, run_bench
     from ..bench.variants import describe
     from ..rundir import check_results_out
@@ -75,12 +76,10 @@ def bench(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else default_out(plan.name)
     check_results_out(out, "bench")
     settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache, args.target, args.eval_every)
-    report, paths = run_bench(plan, out, settings, args.trials, command=shlex.join(["accel", *args.argv]))
+    report, _ = run_bench(plan, out, settings, args.trials, command=shlex.join(["accel", *args.argv]))
     print(out)
-    md = paths["md"].read_text().splitlines()
-    start = next((i for i, line in enumerate(md) if line.startswith(("**Interrupted**", "| variant"))), 0)
-    print("\n".join(md[start:]))
-    return 130 if report["interrupted"] else 0
+    print(summary_text(report))
+    return 130 if report.interrupted else 0
 
 
 def parse_duration(text: str) -> float:

@@ -3,7 +3,9 @@ import math
 
 import pytest
 
-from accel.bench.report import summarize, table, verdict_lines, write_reports
+from accel.bench.records import Trial, Verdict
+from accel.bench.report import table, verdict_lines, write_reports
+from accel.bench.summary import summarize
 from accel.bench.variants import Variant, ablation_variants, vary_variants
 
 TRACE = 'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\nRuntimeError: compile exploded\n'
@@ -17,14 +19,14 @@ VARIANT_KEYS = {"name", "overrides", "samples_per_s", "ratio_vs_baseline", "verd
 
 def trial(variant, i, sps, *, first=1.0, loss=0.5, wait=0.1, bs=32):
     step = bs / sps
-    return {"variant": variant, "trial": i, "error": None, "samples_per_s": sps,
-            "step_times_s": [step * f for f in (0.98, 1.0, 1.0, 1.1)], "data_wait_fraction": wait,
-            "peak_memory_mb": 500.0 + i, "first_step_s": first, "warmup_s": 2 * first, "final_loss": loss,
-            "val_accuracy": 0.9, "val_metric_name": "val_accuracy", "val_metric": 0.9, "wall_s": 10.0, "batch_size": bs}
+    return Trial(variant=variant, trial=i, error=None, samples_per_s=sps,
+                 step_times_s=[step * f for f in (0.98, 1.0, 1.0, 1.1)], data_wait_fraction=wait,
+                 peak_memory_mb=500.0 + i, first_step_s=first, warmup_s=2 * first, final_loss=loss,
+                 val_accuracy=0.9, val_metric_name="val_accuracy", val_metric=0.9, wall_s=10.0, batch_size=bs)
 
 
 def crashed(variant, i):
-    return {"variant": variant, "trial": i, "error": TRACE}
+    return Trial(variant=variant, trial=i, error=TRACE)
 
 
 # samples/s of 3 trials: amp makes everything 2.5x, cudnn does nothing, compile crashes every time.
@@ -47,44 +49,44 @@ def ablation():
 def test_summary_schema_and_verdicts(ablation):
     variants, trials = ablation
     rep = summarize(trials, variants, "baseline", env={"torch": "2.14"}, extra={"command": "accel bench r.yaml"})
-    assert rep["baseline"] == "baseline" and rep["env"] == {"torch": "2.14"} and rep["command"] == "accel bench r.yaml"
-    rows = {r["name"]: r for r in rep["variants"]}
+    assert rep.baseline == "baseline" and rep.env == {"torch": "2.14"} and rep.command == "accel bench r.yaml"
+    rows = rep.by_name
     assert list(rows) == [v.name for v in variants]
     for r in rows.values():
-        assert set(r) == VARIANT_KEYS
-        assert len(r["trials"]) == 3
-    assert rows["+amp"]["verdict"] == "helped" and rows["+amp"]["ratio_vs_baseline"]["ci95"][0] > 1.0
-    assert rows["+cudnn"]["verdict"] == "no effect"
-    assert rows["baseline"]["verdict"] is None and rows["baseline"]["ratio_vs_baseline"]["median"] == 1.0
-    assert rows["+amp"]["samples_per_s"]["median"] == pytest.approx(250.0)
-    assert rows["+amp"]["step_time_p90_s"] > rows["+amp"]["step_time_p50_s"]
-    assert rows["+amp"]["peak_memory_mb"] == 502.0
-    assert rows["+amp"]["break_even_steps"] == 0.0  # faster, no extra start-up
-    assert rows["+cudnn"]["break_even_steps"] is None  # not measurably faster: no break-even to speak of
-    assert rep["speedups"]["amp"]["verdict"] == "helped"
-    assert rep["speedups"]["amp"]["removed"]["verdict"] == "helped"  # all vs -amp
-    assert rep["speedups"]["cudnn"]["verdict"] == "no effect"
-    assert rep["recommended"]["overrides"] == {"speedups.amp.enabled": True, "speedups.cudnn.enabled": False,
+        assert set(r.to_data()) == VARIANT_KEYS  # every key written, even when its value is null
+        assert len(r.trials) == 3
+    assert rows["+amp"].verdict == Verdict.HELPED and rows["+amp"].ratio_vs_baseline.ci95[0] > 1.0
+    assert rows["+cudnn"].verdict == Verdict.NO_EFFECT
+    assert rows["baseline"].verdict is None and rows["baseline"].ratio_vs_baseline.median == 1.0
+    assert rows["+amp"].samples_per_s.median == pytest.approx(250.0)
+    assert rows["+amp"].step_time_p90_s > rows["+amp"].step_time_p50_s
+    assert rows["+amp"].peak_memory_mb == 502.0
+    assert rows["+amp"].break_even_steps == 0.0  # faster, no extra start-up
+    assert rows["+cudnn"].break_even_steps is None  # not measurably faster: no break-even to speak of
+    assert rep.speedups["amp"].verdict == Verdict.HELPED
+    assert rep.speedups["amp"].removed.verdict == Verdict.HELPED  # all vs -amp
+    assert rep.speedups["cudnn"].verdict == Verdict.NO_EFFECT
+    assert rep.recommended.overrides == {"speedups.amp.enabled": True, "speedups.cudnn.enabled": False,
                                               "speedups.compile.enabled": False}
 
 
 def test_crashed_variant_is_recorded_with_nulls(ablation):
     variants, trials = ablation
-    row = next(r for r in summarize(trials, variants, "baseline")["variants"] if r["name"] == "+compile")
-    assert row["errors"] == 3 and row["ok_trials"] == 0
-    assert row["samples_per_s"] == {"median": None, "ci95": None}
-    assert row["ratio_vs_baseline"]["median"] is None and row["verdict"] is None
-    assert row["first_step_s"] is None and row["final_loss"] is None and row["break_even_steps"] is None
-    assert all(t["error"] == TRACE for t in row["trials"])
+    row = summarize(trials, variants, "baseline").variant("+compile")
+    assert row.errors == 3 and row.ok_trials == 0
+    assert row.samples_per_s.to_data() == {"median": None, "ci95": None}
+    assert row.ratio_vs_baseline.median is None and row.verdict is None
+    assert row.first_step_s is None and row.final_loss is None and row.break_even_steps is None
+    assert all(t.error == TRACE for t in row.trials)
 
 
 def test_trial_without_usable_throughput_counts_as_failed():
     base = Variant("baseline")
     trials = [trial("baseline", 0, 100.0), trial("baseline", 1, math.nan),
-              trial("baseline", 2, 100.0) | {"samples_per_s": None}]
-    row = summarize(trials, [base], "baseline")["variants"][0]
-    assert (row["ok_trials"], row["errors"]) == (1, 2)
-    assert row["samples_per_s"]["median"] == 100.0
+              trial("baseline", 2, 100.0).updated(samples_per_s=None)]
+    row = summarize(trials, [base], "baseline").variants[0]
+    assert (row.ok_trials, row.errors) == (1, 2)
+    assert row.samples_per_s.median == 100.0
 
 
 def test_reports_are_written_with_table_verdicts_and_plots(ablation, tmp_path):
@@ -94,7 +96,7 @@ def test_reports_are_written_with_table_verdicts_and_plots(ablation, tmp_path):
     assert set(paths) == {"json", "md", "html"}
     loaded = json.loads(paths["json"].read_text())
     assert set(loaded) >= {"baseline", "variants", "env", "command", "speedups", "recommended"}
-    assert loaded["variants"][2]["trials"][0]["samples_per_s"] == trials[2]["samples_per_s"]
+    assert loaded["variants"][2]["trials"][0]["samples_per_s"] == trials[2].samples_per_s
     md = paths["md"].read_text()
     table = [ln for ln in md.splitlines() if ln.startswith("| ")]
     assert table[0].startswith("| variant | samples/s [95% CI] | ratio [95% CI] | median-step ratio | verdict vs")
@@ -118,18 +120,18 @@ def test_speedup_that_helped_but_crashed_once_is_not_recommended():
     variants = ablation_variants({"amp": {}})
     trials = [trial("baseline", i, 100.0 + i) for i in range(3)] + [trial("+amp", i, 250.0 + i) for i in range(3)]
     rep = summarize(trials + [crashed("+amp", 3)], variants, "baseline")
-    assert rep["speedups"]["amp"]["verdict"] == "helped"
-    assert rep["recommended"]["overrides"] == {"speedups.amp.enabled": False}
-    assert "left out because trials failed: amp" in rep["recommended"]["text"]
+    assert rep.speedups["amp"].verdict == Verdict.HELPED
+    assert rep.recommended.overrides == {"speedups.amp.enabled": False}
+    assert "left out because trials failed: amp" in rep.recommended.text
 
 
 def test_everything_failed_still_writes_reports(tmp_path):
     variants = ablation_variants({"amp": {}})
     rep = summarize([crashed(v.name, 0) for v in variants], variants, "baseline")
-    assert all(r["samples_per_s"]["median"] is None and r["verdict"] is None for r in rep["variants"])
-    assert rep["speedups"]["amp"]["verdict"] is None
-    assert rep["recommended"]["overrides"] == {}  # not even the baseline: it failed too
-    assert rep["recommended"]["text"].startswith("none: every variant's trials failed")
+    assert all(r.samples_per_s.median is None and r.verdict is None for r in rep.variants)
+    assert rep.speedups["amp"].verdict is None
+    assert rep.recommended.overrides == {}  # not even the baseline: it failed too
+    assert rep.recommended.text.startswith("none: every variant's trials failed")
     ok = summarize([trial(v.name, 0, 100.0) for v in variants], variants, "baseline")
     write_reports(ok, tmp_path)
     assert (tmp_path / "throughput.png").exists()
@@ -145,10 +147,10 @@ def test_result_change_break_even_and_nan_are_reported(tmp_path):
     trials += [trial("+compile", i, 200.0, first=11.0, loss=2.0) for i in range(2)]
     trials.append(trial("+compile", 2, 200.0, first=11.0, loss=math.nan))
     rep = summarize(trials, [base, fast], "baseline")
-    row = rep["variants"][1]
+    row = rep.variants[1]
     # 10 s extra start-up; a variant step (0.16 s) would take the baseline 0.32 s: repaid after 62.5 steps.
-    assert row["break_even_steps"] == pytest.approx(10.0 / 0.16)
-    assert row["result_changed"] is True
+    assert row.break_even_steps == pytest.approx(10.0 / 0.16)
+    assert row.result_changed is True
     assert "results changed" in write_reports(rep, tmp_path)["md"].read_text()
     text = (tmp_path / "report.json").read_text()
     assert "NaN" not in text and json.loads(text)["variants"][1]["trials"][2]["final_loss"] is None
@@ -159,9 +161,9 @@ def test_vary_report_recommends_fastest_helped_combination():
     speeds = {32: 100.0, 64: 180.0, 128: 181.0}
     trials = [trial(v.name, i, speeds[v.overrides["data.batch_size"]] + i) for i in range(3) for v in variants]
     rep = summarize(trials, variants, variants[0].name)
-    assert rep["speedups"] == {}
-    assert rep["recommended"]["overrides"] == {"data.batch_size": 128}
-    assert rep["recommended"]["text"].startswith("data.batch_size=128 (1.8")
+    assert rep.speedups == {}
+    assert rep.recommended.overrides == {"data.batch_size": 128}
+    assert rep.recommended.text.startswith("data.batch_size=128 (1.8")
 
 
 def test_bad_inputs_are_rejected(ablation):
@@ -180,14 +182,14 @@ def test_a_failed_variant_is_never_recommended_nor_the_baseline_for_ratios():
     trials = [crashed(big, i) for i in range(2)]
     trials += [trial(small, i, 100.0 + i) for i in range(2)] + [trial(mid, i, 101.0 + i) for i in range(2)]
     rep = summarize(trials, variants, big)
-    assert rep["baseline"] == small  # ratios against the first variant that ran
-    rows = {r["name"]: r for r in rep["variants"]}
-    assert rows[small]["ratio_vs_baseline"]["median"] == 1.0 and rows[big]["ratio_vs_baseline"]["median"] is None
-    assert rep["recommended"]["overrides"] != {"data.batch_size": 5000}
-    assert "5000" not in rep["recommended"]["text"]
+    assert rep.baseline == small  # ratios against the first variant that ran
+    rows = rep.by_name
+    assert rows[small].ratio_vs_baseline.median == 1.0 and rows[big].ratio_vs_baseline.median is None
+    assert rep.recommended.overrides != {"data.batch_size": 5000}
+    assert "5000" not in rep.recommended.text
     everything = summarize([crashed(v.name, 0) for v in variants], variants, big)
-    assert everything["recommended"] == {"overrides": {}, "text": everything["recommended"]["text"]}
-    assert everything["recommended"]["text"].startswith("none: every variant's trials failed")
+    assert everything.recommended.overrides == {}
+    assert everything.recommended.text.startswith("none: every variant's trials failed")
 
 
 def test_speed_lint_findings_are_reported_once_with_their_variants(tmp_path):
@@ -195,9 +197,9 @@ def test_speed_lint_findings_are_reported_once_with_their_variants(tmp_path):
                "fix": "data.loader.num_workers: 0"}
     base, more = Variant("baseline"), Variant("workers=1", {"data.loader.num_workers": 1})
     trials = [trial("baseline", i, 100.0) for i in range(2)]
-    trials += [trial("workers=1", i, 90.0) | {"lint": [finding]} for i in range(2)]
+    trials += [trial("workers=1", i, 90.0).updated(lint=[finding]) for i in range(2)]
     rep = summarize(trials, [base, more], "baseline")
-    assert rep["variants"][1]["lint"] == [finding] and rep["variants"][0]["lint"] == []
+    assert rep.variants[1].lint == [finding] and rep.variants[0].lint == []
     md = write_reports(rep, tmp_path)["md"].read_text()
     assert "## Speed lint\n\n- 1 loader worker(s) + 2 compute threads on 2 cores. Fix: data.loader.num_workers: 0 " \
            "(workers=1)" in md
@@ -206,10 +208,10 @@ def test_speed_lint_findings_are_reported_once_with_their_variants(tmp_path):
 def test_compile_seconds_get_a_column_only_when_a_variant_compiled():
     variants = ablation_variants({"compile": {}})
     plain = [trial("baseline", i, 100.0) for i in range(2)]
-    compiled = [trial("+compile", i, 110.0) | {"compile_s": 20.0 + i} for i in range(2)]
+    compiled = [trial("+compile", i, 110.0).updated(compile_s=20.0 + i) for i in range(2)]
     rep = summarize(plain + compiled, variants, "baseline")
-    rows = {r["name"]: r for r in rep["variants"]}
-    assert rows["+compile"]["compile_s"] == 20.5 and rows["baseline"]["compile_s"] is None
+    rows = rep.by_name
+    assert rows["+compile"].compile_s == 20.5 and rows["baseline"].compile_s is None
     header, body = table(rep)
     column = header.index("compile s")
     cells = {row[0]: row[column] for row in body}
@@ -221,17 +223,17 @@ def test_a_stalled_trial_moves_the_mean_but_not_the_median_step():
     """One stalled step in each baseline trial makes a no-op variant look 1.2x faster on average; its median step
     says no effect, and the report says both."""
     def timed(variant, i, mean, steady):
-        return trial(variant, i, mean) | {"median_step_samples_per_s": steady}
+        return trial(variant, i, mean).updated(median_step_samples_per_s=steady)
 
     trials = [timed("base", i, 100 + i, 120 + i / 10) for i in range(3)] + \
              [timed("fast", i, 120 + i, 120 + i / 10) for i in range(3)]
     rep = summarize(trials, [Variant("base"), Variant("fast")], "base")
-    fast = rep["variants"][1]
-    assert fast["verdict"] == "helped" and fast["median_step_verdict"] == "no effect"
-    assert fast["median_step_ratio"]["median"] == pytest.approx(1.0)
-    assert rep["variants"][0]["median_step_ratio"]["median"] == 1.0
+    fast = rep.variants[1]
+    assert fast.verdict == Verdict.HELPED and fast.median_step_verdict == Verdict.NO_EFFECT
+    assert fast.median_step_ratio.median == pytest.approx(1.0)
+    assert rep.variants[0].median_step_ratio.median == 1.0
     (line,) = verdict_lines(rep)
     assert line.startswith("fast: helped, 1.20x") and "; by median step times no measurable effect, 1.00x" in line
-    old = [{k: v for k, v in t.items() if k != "median_step_samples_per_s"} for t in trials]  # an older report
-    fast = summarize(old, [Variant("base"), Variant("fast")], "base")["variants"][1]
-    assert fast["median_step_verdict"] is None and fast["median_step_ratio"]["median"] is None
+    old = [t.without("median_step_samples_per_s") for t in trials]  # an older report
+    fast = summarize(old, [Variant("base"), Variant("fast")], "base").variants[1]
+    assert fast.median_step_verdict is None and fast.median_step_ratio.median is None

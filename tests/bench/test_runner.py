@@ -8,6 +8,7 @@ import sys
 import pytest
 from rich.console import Console
 
+from accel.bench.records import Trial
 from accel.bench.runner import TrialProgress, TrialSettings, plan_bench, run_trial_process, trial_argv, trial_env
 from accel.bench.trial import main as trial_main
 from accel.cli import main
@@ -97,7 +98,7 @@ def test_plan_errors_are_accel_errors(tiny, write_recipe):
         plan_bench(write_recipe(tiny), [], ablate=False, vary=["data.batch_size"])
 
 
-def _py(tmp_path, code: str) -> dict:
+def _py(tmp_path, code: str) -> Trial:
     env = trial_env(tmp_path / "cache")
     return run_trial_process([sys.executable, "-c", code], tmp_path / "r.json", tmp_path / "r.log", 20, env)
 
@@ -106,18 +107,20 @@ def test_trial_process_failures_become_errors(tmp_path):
     out = str(tmp_path / "r.json")
     hung = run_trial_process([sys.executable, "-c", "import time; print('still here', flush=True); time.sleep(60)"],
                              tmp_path / "r.json", tmp_path / "r.log", 1.0, trial_env(tmp_path / "c"))
-    assert hung["error"].startswith("timed out after 1 s") and "still here" in hung["error"]
+    assert hung.error.startswith("timed out after 1 s") and "still here" in hung.error
     crashed = _py(tmp_path, "import os, signal; print('about to die', flush=True); "
                             "os.kill(os.getpid(), signal.SIGSEGV)")
-    assert "killed by SIGSEGV without a readable result" in crashed["error"] and "about to die" in crashed["error"]
+    assert "killed by SIGSEGV without a readable result" in crashed.error and "about to die" in crashed.error
     garbled = _py(tmp_path, f"open({out!r}, 'w').write('{{not json')")
-    assert "exited with code 0 without a readable result" in garbled["error"]
+    assert "exited with code 0 without a readable result" in garbled.error
+    unknown = _py(tmp_path, f"import json; json.dump({{'error': None, 'samples_per_sec': 1.0}}, open({out!r}, 'w'))")
+    assert "exited with code 0 without a readable result" in unknown.error  # not a trial record
     late = _py(tmp_path, f"import json, sys; json.dump({{'error': None, 'samples_per_s': 1.0}}, open({out!r}, 'w')); "
                          "sys.exit(3)")
-    assert late["samples_per_s"] == 1.0 and "exited with code 3 after writing its result" in late["error"]
-    env = _py(tmp_path, f"import json, os; json.dump({{'error': None, 'cache': os.environ['TORCHINDUCTOR_CACHE_DIR']}},"
+    assert late.samples_per_s == 1.0 and "exited with code 3 after writing its result" in late.error
+    env = _py(tmp_path, f"import json, os; json.dump({{'error': None, 'log': os.environ['TORCHINDUCTOR_CACHE_DIR']}},"
                         f" open({out!r}, 'w'))")
-    assert env == {"error": None, "cache": str(tmp_path / "cache")}
+    assert env.to_data() == {"error": None, "log": str(tmp_path / "cache")}
 
 
 def test_progress_prints_plain_lines_when_not_a_terminal():
@@ -125,10 +128,10 @@ def test_progress_prints_plain_lines_when_not_a_terminal():
     console = Console(file=buffer, force_terminal=False, width=200)
     with TrialProgress(console, 2) as progress:
         progress.started("+amp", 0)
-        progress.finished({"variant": "+amp", "trial": 0, "samples_per_s": 123.45, "first_step_s": 2.5,
-                           "skipped_speedups": {"amp": "fp16 GradScaler needs CUDA"}})
-        progress.finished({"variant": "-amp", "trial": 0, "error": "Traceback (most recent call last):\n  x\n"
-                                                                    "RuntimeError: boom [bad]\n"})
+        progress.finished(Trial(variant="+amp", trial=0, samples_per_s=123.45, first_step_s=2.5,
+                                skipped_speedups={"amp": "fp16 GradScaler needs CUDA"}))
+        progress.finished(Trial(variant="-amp", trial=0, error="Traceback (most recent call last):\n  x\n"
+                                                               "RuntimeError: boom [bad]\n"))
     assert buffer.getvalue().splitlines() == [
         "[1/2] +amp trial 0: 123.5 samples/s, first step 2.50 s (skipped here: amp)",
         "[2/2] -amp trial 0: FAILED: RuntimeError: boom [bad]"]

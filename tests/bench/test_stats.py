@@ -2,6 +2,7 @@ import math
 
 import pytest
 
+from accel.bench.records import Verdict
 from accel.bench.stats import (
     bootstrap_median_ci,
     bootstrap_ratio_ci,
@@ -42,7 +43,7 @@ def test_identical_groups_give_ratio_one_and_no_effect():
     ratio, ci = bootstrap_ratio_ci(xs, list(xs))
     assert ratio == 1.0
     assert ci[0] < 1.0 < ci[1]
-    assert verdict(ratio, ci) == "no effect"
+    assert verdict(ratio, ci) == Verdict.NO_EFFECT
 
 
 def test_twice_as_fast_group_helped_with_interval_excluding_one():
@@ -50,14 +51,14 @@ def test_twice_as_fast_group_helped_with_interval_excluding_one():
     ratio, ci = bootstrap_ratio_ci([2 * x for x in base], base)
     assert ratio == pytest.approx(2.0)
     assert 1.0 < ci[0] <= 2.0 <= ci[1]
-    assert verdict(ratio, ci) == "helped"
+    assert verdict(ratio, ci) == Verdict.HELPED
 
 
 def test_half_as_fast_group_hurt():
     base = [100.0, 102.0, 98.0]
     ratio, ci = bootstrap_ratio_ci([x / 2 for x in base], base)
     assert ci[1] < 1.0
-    assert verdict(ratio, ci) == "hurt"
+    assert verdict(ratio, ci) == Verdict.HURT
 
 
 def test_do_nothing_fluke_above_baseline_stays_no_effect():
@@ -65,15 +66,15 @@ def test_do_nothing_fluke_above_baseline_stays_no_effect():
     # but a 0.3% effect is below the margin, so it must not be called "helped".
     ratio, ci = bootstrap_ratio_ci([100.3, 100.4, 100.5], [100.0, 100.1, 100.2])
     assert ci[0] > 1.0
-    assert verdict(ratio, ci) == "no effect"
+    assert verdict(ratio, ci) == Verdict.NO_EFFECT
 
 
 @pytest.mark.parametrize("median, ci, expected", [
-    (1.10, (1.03, 1.20), "helped"),
-    (1.10, (0.99, 1.20), "no effect"),   # interval touches 1: not decided by the point estimate
-    (0.90, (0.80, 0.99), "hurt"),
-    (0.99, (0.985, 0.995), "no effect"),  # excludes 1 but inside the margin
-    (1.00, (1.00, 1.00), "no effect"),
+    (1.10, (1.03, 1.20), Verdict.HELPED),
+    (1.10, (0.99, 1.20), Verdict.NO_EFFECT),   # interval touches 1: not decided by the point estimate
+    (0.90, (0.80, 0.99), Verdict.HURT),
+    (0.99, (0.985, 0.995), Verdict.NO_EFFECT),  # excludes 1 but inside the margin
+    (1.00, (1.00, 1.00), Verdict.NO_EFFECT),
 ])
 def test_verdict_is_decided_by_the_interval(median, ci, expected):
     assert verdict(median, ci) == expected
@@ -106,7 +107,7 @@ def test_differs_beyond_noise_rule():
 
 
 def test_a_single_trial_per_side_gives_no_verdict():
-    from accel.bench.report import _ratio
+    from accel.bench.summary import _ratio
 
-    ratio, said = _ratio([200.0], [100.0], is_base=False)
-    assert ratio["median"] == 2.0 and said is None
+    reading = _ratio([200.0], [100.0], is_base=False)
+    assert reading.median == 2.0 and reading.verdict is None

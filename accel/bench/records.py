@@ -1,0 +1,222 @@
+"""The bench's records as types: a trial's result, an interval, a verdict, a variant's summary, a report.
+
+JSON appears only where a record crosses a process or a file: a trial process writes its `Trial`, the runner
+reads it back, the report is written as report.json (docs/bench.md names its fields). Everything between works
+on these objects. A record keeps the keys it was given and no others (`to_json` leaves unset fields out), so a
+failed trial stays `{"variant", "trial", "error", ...}` and report.json holds what it always held.
+"""
+from __future__ import annotations
+
+import json
+import math
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Verdict(StrEnum):
+    """What a throughput ratio's interval says about a variant against its baseline."""
+
+    HELPED = "helped"
+    NO_EFFECT = "no effect"
+    HURT = "hurt"
+    MIXED = "mixed"  # only for a speed-up whose two ablation readings disagree
+
+
+class Record(BaseModel):
+    """A record: unknown keys are errors (a misspelt field fails where it is written, not where it is read)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    def to_data(self) -> dict[str, Any]:
+        """Plain JSON-able data: the fields that were set, non-finite numbers as null (JSON has no NaN)."""
+        return _finite(self.model_dump(mode="json", exclude_unset=True))
+
+
+def _finite(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_finite(v) for v in x]
+    return x
+
+
+class Interval(Record):
+    """A median and its bootstrap 95% interval; both None when nothing was measured."""
+
+    median: float | None = None
+    ci95: tuple[float, float] | None = None
+
+    def text(self, fmt: str = "{:.2f}", unit: str = "x") -> str:
+        """`1.25x [1.10, 1.40]`; n/a when nothing was measured."""
+        if self.median is None:
+            return "n/a"
+        ci = " [{}, {}]".format(*(fmt.format(x) for x in self.ci95)) if self.ci95 is not None else ""
+        return fmt.format(self.median) + unit + ci
+
+
+class Reading(Interval):
+    """A ratio with the verdict its interval gives (None: too few trials, or nothing measured)."""
+
+    verdict: Verdict | None = None
+
+
+class Trial(Record):
+    """One trial's result: what the trial process measured (`accel.bench.trial`), then the runner's bookkeeping.
+    A failed trial holds `error` and whatever was measured before it failed."""
+
+    # NaN must survive the trial's JSON: a diverged loss reads as diverged, not as missing
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=True, ser_json_inf_nan="constants")
+
+    variant: str | None = None
+    trial: int | None = None
+    error: str | None = None
+    samples_per_s: float | None = None
+    median_step_samples_per_s: float | None = None
+    tokens_per_s: float | None = None
+    step_times_s: list[float] | None = None
+    data_wait_fraction: float | None = None
+    setup_s: float | None = None
+    first_step_s: float | None = None
+    warmup_s: float | None = None
+    final_loss: float | None = None
+    steps: int | None = None
+    peak_memory_mb: float | None = None
+    flops_per_step: int | float | None = None
+    flop_per_s: float | None = None
+    mfu: float | None = None
+    val_accuracy: float | None = None
+    val_metric_name: str | None = None
+    val_metric: float | None = None
+    batch_size: int | None = None
+    grad_accum: int | None = None
+    build_s: float | None = None
+    wall_s: float | None = None
+    skipped_speedups: dict[str, str] | None = None
+    lint: list[dict[str, Any]] | None = None
+    compile_s: float | None = None
+    graph_breaks: int | None = None
+    recompiles: int | None = None
+    model_traits: dict[str, bool] | None = None
+    steps_per_epoch: int | None = None
+    env: dict[str, Any] | None = None
+    time_to_target_s: float | None = None
+    target_evals: list[dict[str, Any]] | None = None
+    # the runner's, added in the parent process
+    index: int | None = None
+    started_at: float | None = None
+    process_s: float | None = None
+    log: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Ran and measured a usable throughput; anything else counts as failed."""
+        sps = self.samples_per_s
+        return self.error is None and sps is not None and math.isfinite(sps) and sps > 0
+
+    def updated(self, **fields: Any) -> Trial:
+        """A copy with `fields` set (and so written), validated like the rest."""
+        return Trial.model_validate(self.model_dump(exclude_unset=True) | fields)
+
+    def without(self, *names: str) -> Trial:
+        return Trial.model_validate(self.model_dump(exclude_unset=True, exclude=set(names)))
+
+    def to_json(self) -> str:
+        """The trial process's output: NaN stays NaN."""
+        return json.dumps(self.model_dump(exclude_unset=True), default=str)
+
+
+class VariantSummary(Record):
+    """One variant's figures over its trials (docs/bench.md says what each means)."""
+
+    name: str
+    overrides: dict[str, Any]
+    samples_per_s: Interval
+    tokens_per_s: float | None
+    flop_per_s: float | None
+    mfu: float | None
+    time_to_target_s: float | None
+    target_reached: int | None
+    ratio_vs_baseline: Interval
+    verdict: Verdict | None
+    median_step_ratio: Interval
+    median_step_verdict: Verdict | None
+    step_time_p50_s: float | None
+    step_time_p90_s: float | None
+    data_wait_fraction: float | None
+    peak_memory_mb: float | None
+    compile_s: float | None
+    first_step_s: float | None
+    warmup_s: float | None
+    break_even_steps: float | None
+    final_loss: float | None
+    val_accuracy: float | None
+    val_metric_name: str | None
+    val_metric: float | None
+    result_changed: bool | None
+    lint: list[dict[str, Any]]
+    errors: int
+    ok_trials: int
+    trials: list[Trial]
+
+    @property
+    def ratio_reading(self) -> Reading:
+        return Reading(**self.ratio_vs_baseline.model_dump(), verdict=self.verdict)
+
+    @property
+    def median_step_reading(self) -> Reading:
+        return Reading(**self.median_step_ratio.model_dump(), verdict=self.median_step_verdict)
+
+
+class SpeedupReadings(Record):
+    """An ablated speed-up read twice: +NAME vs baseline, and all vs -NAME; `verdict` is MIXED when they disagree."""
+
+    added: Reading
+    removed: Reading | None
+    verdict: Verdict | None
+
+
+class Recommendation(Record):
+    overrides: dict[str, Any]
+    text: str
+
+
+class BenchSettings(Record):
+    """How the bench's trials ran, as `accel bench` was asked."""
+
+    steps: int
+    warmup: int
+    trials: int
+    timeout_s: float | None
+    compile_cache: str
+    target: str | None
+    eval_every: int | None
+
+
+class Report(Record):
+    """report.json: the variants' summaries, with what ran and where. `accel bench` sets every field; a report
+    made for tune's own comparisons leaves the run's context (recipe, settings, command, ...) unset."""
+
+    baseline: str
+    variants: list[VariantSummary]
+    env: dict[str, Any]
+    speedups: dict[str, SpeedupReadings]
+    recommended: Recommendation
+    recipe: str | None = None
+    started: str | None = None
+    finished: str | None = None
+    interrupted: bool = False
+    trials_planned: int | None = None
+    settings: BenchSettings | None = None
+    recipes: dict[str, dict[str, Any]] | None = None
+    command: str | None = None
+
+    def variant(self, name: str) -> VariantSummary:
+        return next(v for v in self.variants if v.name == name)
+
+    @property
+    def by_name(self) -> dict[str, VariantSummary]:
+        return {v.name: v for v in self.variants}

@@ -1,0 +1,205 @@
+"""Raw trials in, a `Report` out (DESIGN.md section 6): medians and intervals, verdicts, the recommendation.
+
+Pure: nothing here runs or writes anything, so report.json, report.md and report.html all say what this
+computed. Besides the section 6 keys, each variant carries `step_time_p50_s`, `step_time_p90_s`,
+`data_wait_fraction` (median), `peak_memory_mb` (max over trials), `warmup_s`, `break_even_steps` (only when the
+variant helped), `median_step_ratio` and `median_step_verdict` (the same comparison of each trial's samples/s at
+its median step, which a stall of a shared machine hitting a few steps leaves alone, while the mean counts every
+cost; both are shown), `tokens_per_s` (median, tasks on sequences), `flop_per_s` and `mfu` (medians; MFU
+against the dense GPU datasheet peak or the CPU's measured matmul peak), `val_accuracy`, `val_metric` with
+`val_metric_name` (the task's main metric), `result_changed` (final loss or the main metric differs from
+baseline beyond noise; None when there is nothing to compare), `errors` (failed trials) and `ok_trials`. The
+report adds `speedups` (ablation only: each speed-up read as added to baseline and as all vs -NAME) and
+`recommended`. The caller passes `env` and the run's context (`recipes`, `command`, ...) as `extra`.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .records import Interval, Reading, Recommendation, Report, SpeedupReadings, Trial, VariantSummary, Verdict
+from .stats import (
+    bootstrap_median_ci,
+    bootstrap_ratio_ci,
+    break_even_steps,
+    differs_beyond_noise,
+    percentiles,
+    verdict,
+)
+from .variants import Variant
+
+MIN_TRIALS = 2  # one trial per side gives an interval of zero width: no verdict can rest on it
+
+
+def ok_trials(trials: list[Trial]) -> list[Trial]:
+    return [t for t in trials if t.ok]
+
+
+def _values(trials: list[Trial], key: str) -> list[float]:
+    values = (getattr(t, key) for t in trials)
+    return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+
+
+def _median(xs: list[float]) -> float | None:
+    return float(np.median(xs)) if xs else None
+
+
+def _ratio(sps: list[float], base_sps: list[float], is_base: bool) -> Reading:
+    """The ratio of medians with its interval, and a verdict when both sides have enough trials."""
+    if is_base and sps:
+        return Reading(median=1.0, ci95=(1.0, 1.0), verdict=None)
+    if not sps or not base_sps:
+        return Reading(median=None, ci95=None, verdict=None)
+    r, ci = bootstrap_ratio_ci(sps, base_sps)
+    enough = min(len(sps), len(base_sps)) >= MIN_TRIALS
+    return Reading(median=r, ci95=ci, verdict=verdict(r, ci) if enough else None)
+
+
+def _median_interval(xs: list[float]) -> Interval:
+    if not xs:
+        return Interval(median=None, ci95=None)
+    median, ci = bootstrap_median_ci(xs)
+    return Interval(median=median, ci95=ci)
+
+
+def _interval(reading: Reading) -> Interval:
+    return Interval(median=reading.median, ci95=reading.ci95)
+
+
+def _break_even(ok: list[Trial], base_ok: list[Trial], ratio: Reading, p50: float | None) -> float | None:
+    first, base_first = _median(_values(ok, "first_step_s")), _median(_values(base_ok, "first_step_s"))
+    # Only for a measurable speed-up: the break-even of a noise-level difference is noise.
+    if ratio.verdict != Verdict.HELPED or None in (first, base_first, p50):
+        return None
+    # The baseline's time for the same work as one variant step, so batch sizes may differ.
+    return break_even_steps(first, base_first, p50, p50 * ratio.median)
+
+
+def _summarize_variant(variant: Variant, trials: list[Trial], base_ok: list[Trial], is_base: bool) -> VariantSummary:
+    ok = ok_trials(trials)
+    sps = _values(ok, "samples_per_s")
+    ratio = _ratio(sps, _values(base_ok, "samples_per_s"), is_base)
+    steady = _ratio(_values(ok, "median_step_samples_per_s"), _values(base_ok, "median_step_samples_per_s"), is_base)
+    steps = percentiles([s for t in ok for s in (t.step_times_s or [])])
+    peaks = _values(ok, "peak_memory_mb")
+    return VariantSummary(
+        name=variant.name, overrides=dict(variant.overrides),
+        samples_per_s=_median_interval(sps),
+        tokens_per_s=_median(_values(ok, "tokens_per_s")),
+        flop_per_s=_median(_values(ok, "flop_per_s")), mfu=_median(_values(ok, "mfu")),
+        # --target: the median over the trials that reached it; `target_reached` says how many did
+        time_to_target_s=_median(_values(ok, "time_to_target_s")),
+        target_reached=sum(t.time_to_target_s is not None for t in ok) if _targeted(ok) else None,
+        ratio_vs_baseline=_interval(ratio), verdict=ratio.verdict,
+        median_step_ratio=_interval(steady), median_step_verdict=steady.verdict,
+        step_time_p50_s=steps["p50"], step_time_p90_s=steps["p90"],
+        data_wait_fraction=_median(_values(ok, "data_wait_fraction")),
+        peak_memory_mb=max(peaks) if peaks else None,
+        compile_s=_median(_values(ok, "compile_s")),
+        first_step_s=_median(_values(ok, "first_step_s")), warmup_s=_median(_values(ok, "warmup_s")),
+        break_even_steps=_break_even(ok, base_ok, ratio, steps["p50"]),
+        final_loss=_median(_values(ok, "final_loss")), val_accuracy=_median(_values(ok, "val_accuracy")),
+        val_metric_name=next((t.val_metric_name for t in ok if t.val_metric_name), None),
+        val_metric=_median(_values(ok, "val_metric")),
+        result_changed=_result_changed(ok, base_ok, is_base),
+        lint=list({f["code"]: f for t in ok for f in t.lint or []}.values()),  # once per finding
+        errors=len(trials) - len(ok), ok_trials=len(ok), trials=list(trials),
+    )
+
+
+def _targeted(trials: list[Trial]) -> bool:
+    return any("target_evals" in t.model_fields_set for t in trials)
+
+
+def _result_changed(ok: list[Trial], base_ok: list[Trial], is_base: bool) -> bool | None:
+    if is_base:
+        return False
+    pairs = [(_values(ok, k), _values(base_ok, k)) for k in ("final_loss", "val_metric")]
+    pairs = [(v, b) for v, b in pairs if v and b]
+    return any(differs_beyond_noise(v, b) for v, b in pairs) if pairs else None
+
+
+def _speedup_readings(rows: dict[str, VariantSummary]) -> dict[str, SpeedupReadings]:
+    """Each ablated speed-up read twice: +NAME vs baseline, and all vs -NAME (its effect among the others)."""
+    out = {}
+    sps = {n: _values(ok_trials(r.trials), "samples_per_s") for n, r in rows.items()}
+    for name in (n[1:] for n in rows if n.startswith("+")):
+        added = rows[f"+{name}"].ratio_reading
+        removed = None
+        if sps.get("all") and sps.get(f"-{name}"):
+            removed = _ratio(sps["all"], sps[f"-{name}"], is_base=False)
+        said = {x.verdict for x in (added, removed) if x and x.verdict}
+        overall = None if not said else said.pop() if len(said) == 1 else Verdict.MIXED
+        out[name] = SpeedupReadings(added=added, removed=removed, verdict=overall)
+    return out
+
+
+def _recommend_speedups(ups: dict[str, SpeedupReadings], rows: dict[str, VariantSummary]) -> Recommendation:
+    # Helped in at least one reading and hurt in none; a speed-up with any failed trial is never recommended.
+    said = {n: {x.verdict for x in (s.added, s.removed) if x} for n, s in ups.items()}
+    failed = [n for n in ups if rows[f"+{n}"].errors or (f"-{n}" in rows and rows[f"-{n}"].errors)]
+    chosen = [n for n, v in said.items() if Verdict.HELPED in v and Verdict.HURT not in v and n not in failed]
+    changed = [n for n in chosen if rows[f"+{n}"].result_changed]
+    text = ", ".join(chosen) if chosen else "baseline (no speed-up helped measurably)"
+    if failed:
+        text += f"; left out because trials failed: {', '.join(failed)}"
+    if changed:
+        text += f"; check results: {', '.join(changed)} changed final loss or accuracy beyond noise"
+    return Recommendation(overrides={f"speedups.{n}.enabled": n in chosen for n in ups}, text=text)
+
+
+INTERRUPTED = Recommendation(overrides={}, text="none: the bench was interrupted before all its trials ran, so "
+                             "nothing is recommended from its partial figures; run it again to the end")
+
+
+def _recommend(baseline: str, rows: dict[str, VariantSummary], ups: dict[str, SpeedupReadings]) -> Recommendation:
+    """Ablation: the speed-ups that helped; --vary: the fastest combination that helped, else the baseline.
+    A variant whose trials failed is never recommended."""
+    if not rows[baseline].ok_trials:
+        return Recommendation(overrides={}, text="none: every variant's trials failed, so nothing could be compared "
+                              "(see Failed trials)" if not any(r.ok_trials for r in rows.values()) else
+                              "none: the baseline's trials failed, so nothing could be compared with it (see "
+                              "Failed trials)")
+    if ups:
+        return _recommend_speedups(ups, rows)
+    helped = [r for r in rows.values() if r.verdict == Verdict.HELPED and not r.errors]
+    best = max(helped, key=lambda r: r.samples_per_s.median, default=rows[baseline])
+    if best.name == baseline:
+        return Recommendation(overrides=dict(best.overrides), text=f"{best.name} (nothing was measurably faster)")
+    return Recommendation(overrides=dict(best.overrides), text=f"{best.name} ({best.ratio_vs_baseline.text()} vs "
+                          "baseline)")
+
+
+def _by_variant(trials: list[Trial], names: list[str]) -> dict[str, list[Trial]]:
+    by_name: dict[str, list[Trial]] = {n: [] for n in names}
+    for t in trials:
+        if t.variant not in by_name:
+            raise ValueError(f"trial for unknown variant `{t.variant}`; variants: {', '.join(names)}")
+        by_name[t.variant].append(t)
+    return by_name
+
+
+def summarize(trials: list[Trial], variants: list[Variant], baseline: str, *,
+              env: dict | None = None, extra: dict[str, Any] | None = None) -> Report:
+    """The report of DESIGN.md section 6 from the trials; failed trials are kept and counted.
+
+    `env` becomes `report.env`; `extra` sets the run's context fields (`command`, `recipes`, ...).
+    """
+    names = [v.name for v in variants]
+    if baseline not in names:
+        raise ValueError(f"baseline `{baseline}` is not one of the variants: {', '.join(names)}")
+    by_name = _by_variant(trials, names)
+    ablation = baseline == "baseline" and any(n[:1] == "+" for n in names)
+    if not ablation and not ok_trials(by_name[baseline]):  # --vary: ratios against the first variant that ran
+        baseline = next((n for n in names if ok_trials(by_name[n])), baseline)
+    base_ok = ok_trials(by_name[baseline])
+    rows = {v.name: _summarize_variant(v, by_name[v.name], base_ok, v.name == baseline) for v in variants}
+    ups = _speedup_readings(rows) if ablation else {}
+    extra = dict(extra or {})
+    recommended = INTERRUPTED if extra.get("interrupted") else _recommend(baseline, rows, ups)
+    clash = set(extra) & {"baseline", "variants", "env", "speedups", "recommended"}
+    if clash:
+        raise ValueError(f"extra keys {sorted(clash)} would overwrite computed report keys")
+    return Report(baseline=baseline, variants=list(rows.values()), env=dict(env or {}), speedups=ups,
+                  recommended=recommended, **extra)

@@ -1,0 +1,79 @@
+"""tune's result rows: one per candidate measured, skipped or left out, and the final check's reading."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..knobs import TRAITS, Knob
+from ..records import Interval, Record, VariantSummary, Verdict
+from ..summary import MIN_TRIALS
+
+
+class TuneRow(Record):
+    """One candidate of one knob, as tune.json and the table show it. A candidate that never ran has only
+    medians of None and no median-step ratio."""
+
+    knob: str
+    value: Any
+    label: str
+    samples_per_s: Interval
+    ratio: Interval
+    verdict: Verdict | None
+    median_step_ratio: Interval | None = None
+    note: str
+
+
+class FinalCheck(Record):
+    """The tuned configuration against the recipe as given, measured last; `reverted` holds the choice that was
+    undone when it measured slower."""
+
+    samples_per_s: Interval
+    ratio: Interval
+    verdict: Verdict | None
+    median_step_ratio: Interval
+    median_step_verdict: Verdict | None
+    reverted: dict[str, Any] | None = None
+
+    @property
+    def slower(self) -> bool:
+        """Hurt by either reading: tuning must never cost speed."""
+        return Verdict.HURT in (self.verdict, self.median_step_verdict)
+
+
+def final_check(tuned: VariantSummary) -> FinalCheck:
+    return FinalCheck(samples_per_s=tuned.samples_per_s, ratio=tuned.ratio_vs_baseline, verdict=tuned.verdict,
+                      median_step_ratio=tuned.median_step_ratio, median_step_verdict=tuned.median_step_verdict)
+
+
+def skipped_row(key: str, value: Any, name: str, note: str) -> TuneRow:
+    return TuneRow(knob=key, value=value, label=name.partition("=")[2], samples_per_s=Interval(median=None),
+                   ratio=Interval(median=None), verdict=None, note=note)
+
+
+def unusable_rows(knob: Knob, traits: dict[str, bool]) -> list[TuneRow]:
+    """A row for each value the model cannot use (a trait it lacks), saying which."""
+    gone = [(v, need) for v, need in zip(knob.values, knob.needs) if need and not traits.get(need, True)]
+    return [skipped_row(knob.key, v, f"{knob.key}={knob.label(v)}", f"not tried: the model has no {TRAITS[need]}")
+            for v, need in gone]
+
+
+def _note(key: str, r: VariantSummary, current: str, best: str, passed: dict[str, str]) -> str:
+    note = "chosen" if r.name == best else passed.get(r.name, "")
+    if r.name == current and r.name != best:
+        note = "reference (off)" if key.startswith("speedups.") else "current"
+    faster = (r.ratio_vs_baseline.median or 0) > 1
+    if r.verdict is None and faster and r.name not in (best, current) and r.ok_trials < MIN_TRIALS:
+        note = f"not trusted: fewer than {MIN_TRIALS} trials"
+    failed = [t.error for t in r.trials if t.error]
+    if not r.trials:
+        note = "not run (a smaller value failed)"
+    elif failed:
+        last = [ln for ln in failed[0].strip().splitlines() if ln.strip()] or ["?"]
+        note = (note + "; " if note else "") + f"{len(failed)} failed: {last[-1][:120]}"
+    return note
+
+
+def measured_row(key: str, r: VariantSummary, current: str, best: str, passed: dict[str, str]) -> TuneRow:
+    """The row of a candidate that was in a stage: its figures and why it was (not) chosen."""
+    return TuneRow(knob=key, value=r.overrides[key], label=r.name.partition("=")[2], samples_per_s=r.samples_per_s,
+                   ratio=r.ratio_vs_baseline, verdict=r.verdict, median_step_ratio=r.median_step_ratio,
+                   note=_note(key, r, current, best, passed))

@@ -1,0 +1,259 @@
+"""tune's search: one knob at a time, each stage measuring its candidates beside its reference, then a final check.
+
+The trial runner is a parameter (`run_trials`, accel.bench.runner's by default), so the search can be driven by
+simulated measurements.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from rich.console import Console
+
+from ...errors import AccelError
+from ...recipe import Recipe
+from .. import runner
+from ..knobs import Knob, usable
+from ..records import Report, Trial, VariantSummary, Verdict
+from ..runner import SkipRule, TrialSettings, resolve_variant, write_recipes
+from ..summary import summarize
+from ..variants import Variant, format_value, interleave
+from .budget import Budget, WithinBudget
+from .configs import config_key, config_keys, effective, lookup
+from .rows import FinalCheck, TuneRow, final_check, measured_row, skipped_row, unusable_rows
+
+
+class TrialRunner(Protocol):
+    """Runs (trial, variant, recipe file) jobs in order and returns every result (accel.bench.runner.run_trials)."""
+
+    def __call__(self, jobs: list[tuple[int, str, Path]], out: Path, settings: TrialSettings,
+                 console: Console | None = None, skip: SkipRule | None = None) -> list[Trial]: ...
+
+
+@dataclass
+class TuneResult:
+    """What tune measured (`rows`, one per candidate) and chose (`chosen`: dotted key -> value)."""
+
+    chosen: dict[str, Any] = field(default_factory=dict)
+    rows: list[TuneRow] = field(default_factory=list)
+    env: dict[str, Any] = field(default_factory=dict)
+    final: FinalCheck | None = None  # the tuned configuration against the recipe as given, measured last
+    compared: list[str] = field(default_factory=list)  # knobs with a candidate that ran beside the reference
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """Dotted key -> the label of the value chosen for it."""
+        return {r.knob: r.label for r in self.rows if r.knob in self.chosen and r.value == self.chosen[r.knob]}
+
+    def to_data(self) -> dict[str, Any]:
+        """tune.json."""
+        return {"chosen": self.chosen, "rows": [r.to_data() for r in self.rows], "env": self.env,
+                "final": self.final.to_data() if self.final else None}
+
+
+@dataclass
+class Measure:
+    """How every stage runs its trials: one recipe, settings, trial count, console, budget and runner."""
+
+    base: Recipe
+    settings: TrialSettings
+    trials: int
+    console: Console
+    budget: Budget | None
+    run_trials: TrialRunner
+
+    def run(self, jobs: list[tuple[int, str, Path]], out: Path, skip: SkipRule | None = None) -> list[Trial]:
+        results = self.run_trials(jobs, out, self.settings, self.console, skip=skip)
+        # Ctrl-C or SIGTERM ends the whole search, not only the stage it came in: no later stage runs, and no
+        # choice rests on a stage cut short.
+        if getattr(results, "interrupted", False):
+            raise KeyboardInterrupt
+        return results
+
+
+@dataclass
+class Stage:
+    """One knob's measurements: its variants, every trial of them, and the reference variant's name."""
+
+    knob: Knob
+    variants: list[Variant]
+    trials: list[Trial]
+    reference: str
+    new_trials: list[Trial]  # the trials this stage ran (variants equal in effect share them)
+    cut: bool = False  # ended early: its remaining trials would have overrun the budget
+
+
+def _candidates(knob: Knob, current: Any, traits: dict[str, bool]) -> list[Any]:
+    if knob.speedup:  # off is the reference; the recipe's own setting is one of the candidates
+        return usable(knob, traits)
+    values: list[Any] = []
+    for value in [current, *knob.values]:  # distinct, by equality: --try values may be lists
+        if value not in values:
+            values.append(value)
+    return sorted(values) if knob.bounded else values
+
+
+def _reference(knob: Knob, chosen: dict[str, Any], plain: dict) -> Any:
+    return knob.values[0] if knob.speedup else chosen.get(knob.key, lookup(plain, knob.key))
+
+
+def _variants(knob: Knob, chosen: dict[str, Any], plain: dict, traits: dict[str, bool]) -> list[Variant]:
+    reference = _reference(knob, chosen, plain)
+    return [Variant(f"{knob.key}={knob.label(v) if v in knob.values else format_value(v)}", {**chosen, knob.key: v})
+            for v in _candidates(knob, reference, traits)]
+
+
+def _failed_bound(knob: Knob, names: dict[str, Any], current: Any) -> SkipRule:
+    """A skip rule for run_trials: skip values at or above the smallest value that has failed (never the
+    current value: it is what every other candidate is compared with)."""
+    def skip(variant: str, results: list[Trial]) -> str | None:
+        failed = [names[r.variant] for r in results if r.error and r.variant in names]
+        if knob.bounded and failed and names[variant] >= min(failed) and names[variant] != current:
+            return f"{knob.key}={min(failed)} failed, so larger values are not tried"
+        return None
+
+    return skip
+
+
+def _run_stage(m: Measure, knob: Knob, chosen: dict[str, Any], out: Path, traits: dict[str, bool]) -> Stage:
+    """Measure every candidate of `knob` and its reference, interleaved, all in this stage.
+
+    The reference is measured again in every stage, never taken from an earlier one: a shared machine's speed
+    drifts from minute to minute, and only trials run side by side compare (a reference measured at a fast
+    moment, reused four stages later, made a worker setting equal to it in effect read 0.94x, "hurt")."""
+    plain = m.base.dump()
+    reference = _reference(knob, chosen, plain)
+    variants = _variants(knob, chosen, plain, traits)
+    keys = config_keys(m.base, variants)  # each resolves a recipe: computed once
+    runs: dict[str, Variant] = {}  # config key -> the first variant making it
+    for v in variants:
+        runs.setdefault(keys[v.name], v)
+    files = write_recipes({v.name: resolve_variant(m.base, Variant(v.name, effective(m.base, v.overrides)))
+                           for v in runs.values()}, out)
+    names = {v.name: v.overrides[knob.key] for v in variants}
+    jobs = [(t, v.name, files[v.name]) for t, v in interleave(list(runs.values()), m.trials)]
+    within = WithinBudget(m.budget, [name for _, name, _ in jobs])
+    failed_bound = _failed_bound(knob, names, reference)
+    results = m.run(jobs, out, skip=lambda variant, done: within(variant, done) or failed_bound(variant, done))
+    measured = {key: [r for r in results if r.variant == v.name] for key, v in runs.items()}
+    trials_of = [r.updated(variant=v.name) for v in variants for r in measured[keys[v.name]]]
+    ref_name = next(v.name for v in variants if v.overrides[knob.key] == reference)
+    return Stage(knob, variants, trials_of, ref_name, results, cut=within.cut)
+
+
+def _passed_over(r: VariantSummary, planned_steps: int | None, guard: bool) -> str | None:
+    """Why a variant that measurably helped is still not chosen, or None."""
+    if guard and r.result_changed:
+        return "faster, but its training loss moved beyond noise: check it before using it"
+    if r.median_step_verdict not in (Verdict.HELPED, None):
+        return (f"faster on average but not by median step times "
+                f"({r.median_step_ratio.text('{:.2f}', 'x')}): the gain is in a few steps")
+    even = r.break_even_steps
+    if planned_steps and even is not None and even > planned_steps:
+        return f"repays its start-up after {even:.0f} steps; the run has {planned_steps}"
+    return None
+
+
+def _pick(report: Report, baseline: str, planned_steps: int | None,
+          guard: bool) -> tuple[VariantSummary, dict[str, str]]:
+    """The fastest variant that measurably helped, by its mean throughput and by its median step both, left the
+    training loss as it was (within noise; with `guard`: a speed-up must not change results, a batch size does)
+    and repays its start-up within the planned run, else the baseline; and why each faster one was passed over.
+
+    Both readings must agree because each misleads alone on a shared machine: one stalled step in a reference
+    trial makes any candidate's mean look faster (a CPU's default attention kernel once read 1.66x), while the
+    median step alone would miss a cost that hits only some steps (a loader falling behind now and then)."""
+    helped = [r for r in report.variants if r.verdict == Verdict.HELPED and not r.errors]
+    passed = {r.name: why for r in helped if (why := _passed_over(r, planned_steps, guard))}
+    best = max((r for r in helped if r.name not in passed), key=lambda r: r.samples_per_s.median, default=None)
+    return best or report.variant(baseline), passed
+
+
+def planned_steps(base: Recipe, trials: list[Trial]) -> int | None:
+    """Optimizer steps the recipe will run, from its budget and the steps per epoch a trial reported."""
+    if base.train.max_steps:
+        return base.train.max_steps
+    per_epoch = next((t.steps_per_epoch for t in trials if t.steps_per_epoch), None)
+    return per_epoch * base.train.epochs if per_epoch else None
+
+
+def _stage_rows(stage: Stage, report: Report, best: str, passed: dict[str, str]) -> list[TuneRow]:
+    rows = [measured_row(stage.knob.key, r, stage.reference, best, passed) for r in report.variants]
+    if stage.cut:
+        rows = [r.model_copy(update={"note": "; ".join(filter(None, [r.note, "stage ended early: over the --budget"]))})
+                for r in rows]
+    return rows
+
+
+def _search_knob(m: Measure, result: TuneResult, knob: Knob, out: Path, traits: dict[str, bool]) -> None:
+    """One stage: measure `knob`'s candidates (unless they would overrun the budget) and record the choice."""
+    plain = m.base.dump()
+    variants = _variants(knob, result.chosen, plain, traits)
+    result.rows += unusable_rows(knob, traits)
+    if len(variants) < 2:
+        return
+    if not m.budget.allows(len(set(config_keys(m.base, variants).values())) * m.trials):
+        reference = _reference(knob, result.chosen, plain)
+        result.rows += [skipped_row(knob.key, v.overrides[knob.key], v.name, "not measured: over the --budget")
+                        for v in variants if v.overrides[knob.key] != reference]
+        return
+    stage = _run_stage(m, knob, result.chosen, out, traits)
+    m.budget.record(stage.new_trials)
+    if not any(t.error is None for t in stage.trials if t.variant == stage.reference):
+        raise AccelError(f"tune: the starting configuration ({stage.reference}) failed; fix the recipe first "
+                         f"(trial logs under {out.parent}).")
+    report = summarize(stage.trials, stage.variants, stage.reference)
+    best, passed = _pick(report, stage.reference, planned_steps(m.base, stage.trials), guard=knob.speedup)
+    result.chosen[knob.key] = best.overrides[knob.key]
+    if any(t.variant != stage.reference for t in stage.trials):
+        result.compared.append(knob.key)
+    result.env = result.env or next((t.env for t in stage.trials if t.env), {})
+    result.rows += _stage_rows(stage, report, best.name, passed)
+
+
+def tune(base: Recipe, knobs: list[Knob], work: str | Path, settings: TrialSettings, trials: int = 2,
+         console: Console | None = None, budget_s: float | None = None, final_check: bool = False,
+         run_trials: TrialRunner = runner.run_trials) -> TuneResult:
+    """Search `knobs` in order by measurement (trials under `work`, run by `run_trials`); the chosen values and
+    every measurement. A knob whose trials would overrun `budget_s` is left as the recipe has it. With
+    `final_check`, the tuned configuration then runs against the recipe as given, in time kept back from the
+    budget for it; measured slower, the recipe as given is the result: tuning never leaves a user below where
+    they started."""
+    work = Path(work)
+    budget = Budget(budget_s, reserve=2 * trials if final_check else 0)
+    m = Measure(base, settings, trials, console or Console(stderr=True), budget, run_trials)
+    result, traits = TuneResult(), {}
+    if any(need for knob in knobs for need in knob.needs):  # a trial of the recipe reports the model's traits
+        traits = _model_traits(m, knobs[0], work / "reference")
+    for i, knob in enumerate(knobs):
+        _search_knob(m, result, knob, work / f"{i}-{knob.key}", traits)
+    if final_check and config_key(base, result.chosen) != config_key(base, {}):  # measure what tuning bought
+        budget.reserve = 0
+        result.final = _final_check(m, result, work / "final")
+        if result.final and result.final.slower:
+            # knobs chosen one by one, slower together (by either reading: tuning must never cost speed)
+            result.final.reverted, result.chosen = dict(result.chosen), {}
+    (work / "tune.json").write_text(json.dumps(result.to_data(), indent=2, default=str) + "\n")
+    return result
+
+
+def _model_traits(m: Measure, first: Knob, out: Path) -> dict[str, bool]:
+    """One trial of the first knob's reference configuration, for the model traits it reports, so no stage tries
+    a candidate the model cannot use (its speed is not compared with anything)."""
+    reference = Knob(first.key, [_reference(first, {}, m.base.dump())], speedup=first.speedup,
+                     labels=first.labels[:1])
+    stage = _run_stage(replace(m, trials=1, budget=None), reference, {}, out, {})
+    m.budget.record(stage.new_trials)
+    return next((t.model_traits for t in stage.trials if t.model_traits), {})
+
+
+def _final_check(m: Measure, result: TuneResult, out: Path) -> FinalCheck | None:
+    """The tuned configuration against the recipe as given, interleaved: what tuning bought, in one run."""
+    if not m.budget.allows(2 * m.trials):
+        return None
+    variants = [Variant("recipe as given"), Variant("tuned", effective(m.base, result.chosen))]  # no `key: null`
+    files = write_recipes({v.name: resolve_variant(m.base, v) for v in variants}, out)
+    done = m.run([(t, v.name, files[v.name]) for t, v in interleave(variants, m.trials)], out)
+    return final_check(summarize(done, variants, "recipe as given").variants[1])
