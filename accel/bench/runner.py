@@ -343,6 +343,6 @@ def run_bench(plan: BenchPlan, out: str | Path, settings: TrialSettings, trials:
     if command:
         extra["command"] = command
     # the report holds the environment once, not in every trial
-    trials = [r.without("env") for r in results]
-    report = summarize(trials, plan.variants, plan.baseline, env=_environment(results), extra=extra)
+    records = [r.without("env") for r in results]
+    report = summarize(records, plan.variants, plan.baseline, env=_environment(results), extra=extra)
     return report, write_reports(report, out)

@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
             raise AccelError("--target needs evaluations; drop --no-eval.")
         measured = run_trial(args.recipe, args.steps, args.warmup, args.trial, args.target, args.eval_every,
                              args.evaluate)
-        result, code = Trial(**head, **measured.model_dump(exclude_unset=True)), 0
+        result, code = measured.updated(**head), 0
     except BaseException:  # KeyboardInterrupt too: the runner still gets a readable record
         result, code = Trial(**head | {"error": traceback.format_exc()}), 1
         traceback.print_exc()
