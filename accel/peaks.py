@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from . import devices
-from .rundir import write_atomic
+from .io import write_atomic
 
 TERA = 1e12
 # dense TFLOP/s by dtype: NVIDIA datasheets (H100 SXM5/PCIe, H200 SXM, A100 SXM/PCIe, L4)

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import shlex
-import time
 from pathlib import Path
 from typing import Any
 
 from .callbacks.base import Callback
 from .errors import AccelError, disk_full
+from .io import default_out, strict_json, write_atomic
 from .runlock import RunDirLock
 
 log = logging.getLogger("accel")
@@ -35,7 +34,7 @@ class RunDir:
 
     @classmethod
     def default_for(cls, name: str) -> "RunDir":
-        return cls(default_path(name))
+        return cls(default_out(name))
 
     @property
     def checkpoints(self) -> Path:
@@ -129,30 +128,9 @@ def read_summary(folder: Path) -> dict[str, Any] | None:
     return summary
 
 
-def default_path(name: str) -> Path:
-    """Where a run goes without --out."""
-    return Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
 def resume_command(path: Path) -> str:
     """The command that continues the run in `path` with its own resolved recipe, quoted for a shell."""
     return f"accel train {shlex.quote(str(Path(path) / 'recipe.yaml'))} --out {shlex.quote(str(path))} --resume"
-
-
-def write_atomic(target: Path, text: str) -> Path:
-    """Write `text` to `target` through a temporary file and a rename: a reader never sees half a file."""
-    tmp = target.with_name(f".{target.name}.tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, target)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        if disk_full(err):
-            kept = "its previous version is intact" if target.exists() else "nothing was written"
-            raise AccelError(f"Disk full: could not write {target} ({len(text.encode()):,} bytes); {kept}. Free "
-                             f"space in {target.parent}.") from None
-        raise
-    return target
 
 
 def cut_metrics(path: Path, step: int) -> None:
@@ -177,21 +155,6 @@ def _record_step(line: str) -> float | None:
         return None
     step = record.get("step", 0)
     return step if isinstance(step, (int, float)) else 0
-
-
-def strict_json(data: Any, **kwargs: Any) -> str:
-    """JSON that every parser reads: NaN and infinities (a diverged loss) become null."""
-    return json.dumps(_finite(data), default=str, allow_nan=False, **kwargs)
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(item) for item in value]
-    return value
 
 
 class RunDirWriter(Callback):

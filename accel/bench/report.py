@@ -16,13 +16,13 @@ that is "mixed" when the two readings disagree) and `recommended` ({"overrides",
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..io import strict_json, write_atomic
 from . import plots
 from .stats import (
     bootstrap_median_ci,
@@ -347,17 +347,6 @@ def render_markdown(report: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def _clean(x: Any) -> Any:
-    # JSON has no NaN/inf; a diverged loss becomes null rather than an unreadable file.
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    return x
-
-
 def write_reports(report: dict, out_dir: Path) -> dict[str, Path]:
     """Write report.json, report.md and report.html (with PNG plots) into `out_dir`; returns their paths.
 
@@ -366,7 +355,7 @@ def write_reports(report: dict, out_dir: Path) -> dict[str, Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"json": out_dir / "report.json", "md": out_dir / "report.md"}
-    paths["json"].write_text(json.dumps(_clean(report), indent=2, default=str) + "\n")
+    write_atomic(paths["json"], strict_json(report, indent=2) + "\n")
     paths["md"].write_text(render_markdown(report))
     notes = verdict_lines(report) + ["Recommended configuration: " + report["recommended"]["text"]]
     paths["html"] = plots.write_html(report, out_dir, table(report), notes, failed_lines(report))

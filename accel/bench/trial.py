@@ -25,6 +25,7 @@ import torch
 from .. import devices
 from ..callbacks.base import BatchInfo, Callback
 from ..errors import AccelError
+from ..io import write_atomic
 from .target import Target, TargetClock, parse_target
 
 LAST_LOSS_STEPS = 5  # final_loss averages this many last timed steps: one step's loss is too noisy to compare
@@ -197,9 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         result, code = head | {"error": traceback.format_exc()}, 1
         traceback.print_exc()
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.json.with_name(args.json.name + ".tmp")
-    tmp.write_text(json.dumps(result, default=str))  # NaN stays NaN: a diverged loss must read as diverged
-    tmp.replace(args.json)  # the runner never reads half a file
+    write_atomic(args.json, json.dumps(result, default=str))  # NaN stays NaN: a diverged loss must read as diverged
     return code
 
 

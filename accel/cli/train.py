@@ -29,14 +29,14 @@ def add(commands) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..distributed import world_from_env
+    from ..io import default_out
     from ..recipe import load_recipe
     from ..run import run_recipe
-    from ..rundir import default_path
 
     if args.resume and not args.out:
         raise AccelError("--resume needs --out RUN_DIR: the run directory whose checkpoints/last.pt to continue.")
     recipe = load_recipe(args.recipe, args.overrides)  # validated here, before any process is started
-    out = Path(args.out) if args.out else default_path(recipe.name)  # named once: every rank, every message
+    out = Path(args.out) if args.out else default_out(recipe.name)  # named once: every rank, every message
     if args.nproc:
         _check_before_torchrun(args, recipe, out)
         return _torchrun(args, recipe, out)
