@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from . import devices
-from .data.loaders import available_cpus
+from .devices import available_cpus
 
 # module -> distributions that may provide it (DALI's wheel name carries the CUDA major version).
 BACKENDS = {

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from . import devices
-from .data.loaders import available_cpus
+from .devices import available_cpus
 from .errors import AccelError
 from .models.blocks import model_traits
 

@@ -8,7 +8,7 @@ import pytest
 
 from accel import devices
 from accel.cli import main
-from accel.data.loaders import available_cpus
+from accel.devices import available_cpus
 from accel.doctor import collect, find_traps
 
 CLEAN = {

@@ -12,7 +12,7 @@ from accel.bench import tune as tune_module
 from accel.bench.runner import TrialResults, TrialSettings
 from accel.bench.tune import BATCH_KEY, WORKERS_KEY, Knob, build_knobs, table, tune, write_fragment
 from accel.cli import main
-from accel.data.loaders import available_cpus
+from accel.devices import available_cpus
 from accel.errors import AccelError
 from accel.recipe import load_recipe, validate_recipe
 
