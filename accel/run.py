@@ -108,7 +108,7 @@ def _callbacks(recipe: Recipe, run_dir: RunDir | None, is_main: bool, sharded: b
         callbacks.append(RunDirWriter(run_dir))
         callbacks.append(DataWaitWarning(recipe.data))
         if recipe.log.tensorboard:
-            callbacks.append(TensorBoard(run_dir.path / "tb"))
+            callbacks.append(TensorBoard(run_dir.tensorboard))
     return callbacks
 
 
@@ -170,8 +170,7 @@ def _train(recipe: Recipe, run_dir: RunDir, resume: bool) -> dict[str, Any]:
     # need be) and a summary, so the directory can always be resumed
     with signals.stop_requests(trainer._request_stop):
         if trainer.world.is_main:
-            run_dir.write_text("recipe.yaml", recipe.dump_yaml())
-            run_dir.write_json("env.json", devices.environment(trainer.device))
+            run_dir.write_start(recipe.dump_yaml(), devices.environment(trainer.device))
         return trainer.fit()
 
 
