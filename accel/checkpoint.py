@@ -1,9 +1,7 @@
 """Checkpoint files: written atomically (temp file, fsync, rename), read with weights_only=True."""
 from __future__ import annotations
 
-import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +9,7 @@ import torch
 
 from .errors import CheckpointError, disk_full
 from .fsdp import unsharded_class
+from .io import atomic_file
 
 TRAINING_STATE = ("model", "model_signature", "optimizer", "scheduler", "epoch", "step")  # what every reader uses
 
@@ -18,15 +17,10 @@ TRAINING_STATE = ("model", "model_signature", "optimizer", "scheduler", "epoch",
 def save_checkpoint(state: dict[str, Any], path: Path) -> None:
     """Write so that `path` is always either the old complete file or the new complete file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "wb") as handle:
+        with atomic_file(path) as handle:
             torch.save(state, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
     except BaseException as err:
-        Path(tmp).unlink(missing_ok=True)
         if disk_full(err):
             raise CheckpointError(disk_full_message(state, path)) from None
         raise

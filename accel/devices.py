@@ -16,6 +16,14 @@ from .batches import map_tensors
 from .errors import AccelError
 
 
+def available_cpus() -> int:
+    """CPU cores this process may run on (respects taskset/cgroup affinity, unlike os.cpu_count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
 def cuda_available() -> bool:
     return torch.cuda.is_available()
 

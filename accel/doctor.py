@@ -1,9 +1,10 @@
 """`accel doctor`: what this machine offers for training, and the traps that quietly cost speed.
 
 `collect()` gathers plain facts (versions, devices, CPU, BLAS and thread settings, optional backends); the
-device facts come from `accel.devices`. `find_traps()` is a pure function of those facts, so each warning
-is tested on made-up machines. Optional backends are probed with `importlib.util.find_spec` and package
-metadata, never imported: importing DALI or torch_xla costs seconds and may grab a device.
+device facts come from `accel.devices`. `find_traps()` applies `accel.traps`' rules, the speed lint's own, to
+those facts (a recipe's train.lint_ignore applies here too), so each warning is tested on made-up machines.
+Optional backends are probed with `importlib.util.find_spec` and package metadata, never imported: importing
+DALI or torch_xla costs seconds and may grab a device.
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from typing import Any
 import torch
 
 from . import devices
-from .data.loaders import available_cpus
+from .devices import available_cpus
+from .traps import machine_findings
 
 # module -> distributions that may provide it (DALI's wheel name carries the CUDA major version).
 BACKENDS = {
@@ -29,7 +31,6 @@ BACKENDS = {
     "tensorboard": ("tensorboard",),
 }
 THREAD_ENV = re.compile(r"^(OMP_|MKL_|KMP_|GOMP_|OPENBLAS_|TORCH_|PYTORCH_|CUDA_|NCCL_|CUBLAS_|TORCHINDUCTOR_)")
-MANY_CORES = 8  # above this, an unset OMP_NUM_THREADS makes every process start a thread per core
 
 
 def _version(*dists: str) -> str | None:
@@ -138,46 +139,33 @@ def _recipe_facts(recipe: Any) -> dict[str, Any]:
     loader = recipe.data.loader
     return {"name": recipe.name, "num_workers": loader.num_workers, "pin_memory": loader.pin_memory,
             "speedups": sorted(n for n, o in speedups.items() if (o or {}).get("enabled", True)),
-            "benchmark": "benchmark" in flags, "deterministic": "deterministic" in flags}
-
-
-def _thread_traps(info: dict[str, Any]) -> list[str]:
-    cores, threads = info["cpu"]["usable_cores"], info["threads"]["torch"]
-    out = []
-    if threads > cores:
-        out.append(f"torch uses {threads} threads on {cores} usable cores: threads compete for cores and every "
-                   f"op waits for the slowest. Set OMP_NUM_THREADS (or torch.set_num_threads) to at most {cores}.")
-    workers = (info.get("recipe") or {}).get("num_workers")
-    # accel's workers run one thread each (worker_init); on CPU the main process computes with `threads` more.
-    on_cpu = str(info.get("device") or "").startswith("cpu")
-    busy = (threads if on_cpu else 0) + (workers if isinstance(workers, int) else 0)
-    if isinstance(workers, int) and workers > 0 and busy > cores:
-        main = f"{threads} torch threads + " if on_cpu else ""
-        out.append(f"oversubscribed: {main}{workers} DataLoader workers want {busy} cores, {cores} are usable. "
-                   "Lower data.loader.num_workers (or use `auto`) or the torch threads; `accel tune` measures both.")
-    if "OMP_NUM_THREADS" not in info["env"] and cores > MANY_CORES:
-        out.append(f"OMP_NUM_THREADS is unset on a {cores}-core machine: every process (each DDP rank, any "
-                   "worker pool not started by accel) starts a thread per core. Set it to cores per process.")
-    return out
+            "benchmark": "benchmark" in flags, "deterministic": "deterministic" in flags,
+            "lint_ignore": list(recipe.train.lint_ignore)}
 
 
 def find_traps(info: dict[str, Any]) -> list[str]:
-    """Plain-language warnings for known speed traps in `collect()`'s facts; empty when none applies."""
-    out = _thread_traps(info)
-    recipe = info.get("recipe") or {}
-    accelerator = info["cuda_available"]
-    if recipe.get("pin_memory") is True and not accelerator:
-        out.append("data.loader.pin_memory is true but there is no CUDA device: pinning costs a copy and buys "
-                   "nothing here (torch only warns). Use `auto`.")
-    flags = info["flags"]
-    deterministic = flags["cudnn_deterministic"] or flags["deterministic_algorithms"] or recipe.get("deterministic")
-    if deterministic and (flags["cudnn_benchmark"] or recipe.get("benchmark")):
-        out.append("deterministic mode and cudnn.benchmark are both on: benchmark's algorithm search is "
-                   "non-deterministic, so one of the two settings is not doing what you expect. Pick one.")
-    if info["versions"]["cuda"] and not info["cuda_available"]:
-        out.append(f"torch is a CUDA {info['versions']['cuda']} build but no CUDA device or driver is usable: "
-                   "everything runs on the CPU. Check `nvidia-smi`, or install the smaller CPU wheel.")
-    return out
+    """Plain-language warnings for known speed traps in `collect()`'s facts, less the codes the recipe's
+    train.lint_ignore names; empty when none applies."""
+    ignore = set((info.get("recipe") or {}).get("lint_ignore") or ())
+    return [str(found) for found in machine_findings(trap_facts(info)) if found.code not in ignore]
+
+
+def trap_facts(info: dict[str, Any]) -> dict[str, Any]:
+    """`collect()`'s facts as the facts `accel.traps` rules read."""
+    recipe, flags = info.get("recipe") or {}, info["flags"]
+    workers = recipe.get("num_workers")
+    pools = (info.get("blas") or {}).get("threadpools") or []
+    return {
+        "device": str(info.get("device") or "cpu").split()[0].split(":")[0], "cores": info["cpu"]["usable_cores"],
+        "torch_threads": info["threads"]["torch"],
+        "blas_threads": max((pool.get("num_threads") or 0 for pool in pools), default=0),
+        "workers": workers if isinstance(workers, int) else None, "pin_memory": recipe.get("pin_memory"),
+        "omp_unset": "OMP_NUM_THREADS" not in info["env"], "cuda_available": info["cuda_available"],
+        "cuda_build": info["versions"]["cuda"],
+        "deterministic": bool(flags["cudnn_deterministic"] or flags["deterministic_algorithms"]
+                              or recipe.get("deterministic")),
+        "benchmark": bool(flags["cudnn_benchmark"] or recipe.get("benchmark")),
+    }
 
 
 def _fmt(value: Any) -> str:

@@ -10,36 +10,21 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from . import devices
-from .data.loaders import available_cpus
+from .devices import available_cpus
 from .errors import AccelError
 from .models.blocks import model_traits
+from .traps import CODES, Finding, findings
 
 if TYPE_CHECKING:
     from .trainer import Trainer
 
 log = logging.getLogger("accel")
-DATA_WAIT = 0.10  # above this share of step time waiting for batches, the loader is what to speed up
-CODES = ("anomaly-detection", "deterministic", "channels-last-without-conv", "pin-memory-off", "optimizer-not-fused",
-         "fp32-with-fast-bf16", "threads-over-cores", "processes-over-cores", "workers-compete", "data-wait",
-         "recompiles")
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One speed trap: a stable `code`, what was found, and the change that removes it."""
-
-    code: str
-    found: str
-    fix: str
-
-    def __str__(self) -> str:
-        return f"{self.found} Fix: {self.fix}"
 
 
 class SpeedLint:
@@ -111,85 +96,6 @@ def _fast_bf16(device: torch.device) -> bool:
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
     return device.type == "cpu" and "amx_bf16" in (devices.cpu_flags() or set())
-
-
-def findings(facts: dict[str, Any], summary: dict[str, Any] | None = None) -> list[Finding]:
-    """The traps `facts` show; with a run's `summary`, also those only the run itself reveals."""
-    out = _process_traps(facts) + _device_traps(facts) + _thread_traps(facts)
-    if summary is not None:
-        out += _run_traps(facts, summary)
-    return out
-
-
-def _process_traps(f: dict[str, Any]) -> list[Finding]:
-    out = []
-    if f["anomaly_detection"]:
-        out.append(Finding("anomaly-detection", "autograd anomaly detection is on: every op records its stack and "
-                           "backward checks every result for NaN, several times slower.",
-                           "torch.autograd.set_detect_anomaly(False) once the NaN is found."))
-    if f["deterministic"]:
-        out.append(Finding("deterministic", "deterministic algorithms are on: torch picks slower kernels (and "
-                           "cudnn.benchmark cannot search).",
-                           "torch.use_deterministic_algorithms(False) unless bit-exact reruns are the point."))
-    if f["channels_last"] and not f["has_conv"]:
-        out.append(Finding("channels-last-without-conv", "speed-up channels_last is on, but the model has no "
-                           "convolutions: the layout change only adds copies.", "remove `speedups.channels_last`."))
-    return out
-
-
-def _device_traps(f: dict[str, Any]) -> list[Finding]:
-    out = []
-    if f["device"] == "cuda" and f["pin_memory"] is False:
-        out.append(Finding("pin-memory-off", "pin_memory is off with a CUDA device: each batch is copied twice "
-                           "and the copy cannot overlap compute.", "data.loader.pin_memory: auto"))
-    if f["device"] == "cuda" and f["fused_exists"] and not f["fused"]:
-        out.append(Finding("optimizer-not-fused", f"{f['optimizer']} runs its unfused implementation on CUDA: "
-                           "several kernels per parameter group instead of one.",
-                           "speedups: {optim: {impl: fused}}"))
-    if f["fast_bf16"] and not f["amp"]:
-        where = "this GPU" if f["device"] == "cuda" else "this CPU (AMX)"
-        out.append(Finding("fp32-with-fast-bf16", f"training in fp32 on {where}, whose bf16 matmuls are several "
-                           "times faster.", "speedups: {amp: {dtype: bf16}} (check accuracy with `accel bench`)."))
-    return out
-
-
-def _thread_traps(f: dict[str, Any]) -> list[Finding]:
-    out, cores = [], f["cores"]
-    threads = max(f["torch_threads"], f["blas_threads"])
-    if threads > cores:
-        out.append(Finding("threads-over-cores", f"{threads} BLAS/OpenMP threads on {cores} usable cores: threads "
-                           "wait for each other and every op runs at the slowest one's pace.",
-                           f"OMP_NUM_THREADS={cores}, or `speedups: {{threads: {{}}}}` (caps at the cores)."))
-    processes = f.get("processes", 1)
-    if f["device"] == "cpu" and processes > cores:
-        out.append(Finding("processes-over-cores", f"{processes} training processes on {cores} usable cores: each "
-                           "CPU process needs a core of its own at least, so they take turns and every step waits "
-                           "for the slowest.", f"--nproc {cores} or fewer (on a CPU, fewer processes with more "
-                           "threads each are usually faster)."))
-    workers = f["workers"] or 0
-    if f["device"] == "cpu" and workers and workers + f["torch_threads"] > cores:
-        out.append(Finding("workers-compete", f"{workers} loader worker(s) + {f['torch_threads']} compute threads "
-                           f"on {cores} cores: the workers take cores from the training step.",
-                           "data.loader.num_workers: 0 for in-memory data, else fewer compute threads "
-                           "(speedups.threads.intra_op); `accel tune` measures both."))
-    return out
-
-
-def _run_traps(f: dict[str, Any], summary: dict[str, Any]) -> list[Finding]:
-    out = []
-    wait, workers = summary.get("data_wait_fraction"), f["workers"] or 0
-    # In-memory tensors are gathered in one index per batch: workers would only add copies.
-    if wait is not None and wait > DATA_WAIT and workers < f["cores"] and not f["in_memory"]:
-        out.append(Finding("data-wait", f"{wait:.0%} of step time waited for batches with {workers} loader "
-                           "worker(s).", "more data.loader.num_workers, data.cache for decoded images, or "
-                           "augmentation on the device (`accel tune` measures workers)."))
-    compiled = (summary.get("speedup_metrics") or {}).get("compile") or {}
-    epochs = summary.get("epochs") or 0
-    if epochs >= 2 and (compiled.get("recompiles") or 0) >= epochs:
-        out.append(Finding("recompiles", f"torch.compile recompiled {compiled['recompiles']} times in {epochs} "
-                           "epochs: a shape or value changes every epoch (often the last, smaller batch).",
-                           "data.drop_last: true, or `speedups.compile.dynamic: true`."))
-    return out
 
 
 def as_records(found: list[Finding]) -> list[dict[str, str]]:

@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
 from . import devices
-from .rundir import write_atomic
+from .io import write_atomic
 
 TERA = 1e12
 # dense TFLOP/s by dtype: NVIDIA datasheets (H100 SXM5/PCIe, H200 SXM, A100 SXM/PCIe, L4)
@@ -31,6 +32,7 @@ GPU_PEAKS: dict[str, dict[str, float]] = {
 # (M, K, N) of the probe's matmuls, 2.1 GFLOP each: square, and the tall-skinny shapes of a transformer's layers
 # (a token batch times a weight), which a CPU's BLAS may run faster than a square one (1.5x on a 2-core AVX2 EPYC)
 PROBE_SHAPES = ((1024, 1024, 1024), (4096, 256, 1024), (4096, 1024, 256), (16384, 256, 256))
+CPU = torch.device("cpu")
 PROBE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -74,13 +76,23 @@ def measure_matmul(dtype: torch.dtype, seconds: float = 0.25) -> float:
 
 def _matmul_rate(m: int, k: int, n: int, dtype: torch.dtype, seconds: float) -> float:
     a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
-    a @ b  # warm-up: thread pool, BLAS dispatch
-    best, deadline = float("inf"), time.perf_counter() + seconds
-    while time.perf_counter() < deadline or best == float("inf"):
+    return 2 * m * k * n / best_seconds(lambda: a @ b, seconds=seconds)
+
+
+def best_seconds(fn: Callable[[], object], device: torch.device = CPU, seconds: float = 0.25,
+                 repeats: int = 1) -> float:
+    """The fastest of `fn()`'s calls over about `seconds` and at least `repeats` calls, after one warm-up call
+    (thread pool, BLAS dispatch, kernel choice). The fastest, not the median: a peak is what the hardware
+    reaches when nothing else gets in the way."""
+    fn()
+    best, done, deadline = float("inf"), 0, time.perf_counter() + seconds
+    while time.perf_counter() < deadline or done < repeats:
+        devices.synchronize(device)
         start = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - start)
-    return 2 * m * k * n / best
+        fn()
+        devices.synchronize(device)
+        best, done = min(best, time.perf_counter() - start), done + 1
+    return best
 
 
 def run_peak(device: torch.device, compute_dtype: str) -> Peak | None:

@@ -7,6 +7,14 @@ from typing import Any
 import numpy as np
 import torch
 
+RANK_SEED_STRIDE = 1_000_003  # a prime: rank r's seeds never meet rank r+1's within a million steps or trials
+
+
+def rank_seed(seed: int, rank: int) -> int:
+    """The seed of process `rank` in a run seeded `seed`: rank 0 keeps `seed`, the others draw streams of their
+    own (identical random augmentation on every rank would waste the data parallelism)."""
+    return seed + RANK_SEED_STRIDE * rank
+
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)

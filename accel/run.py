@@ -20,7 +20,7 @@ from .optim import build_optimizer, build_scheduler
 from .recipe import Recipe
 from .registry import DATASETS
 from .resume import apply_recipe_values, optimizer_changes
-from .rng import seed_everything
+from .rng import rank_seed, seed_everything
 from .rundir import RunDir, RunDirWriter
 from .speedups import from_configs
 from .tasks import Classification, Task, build_task
@@ -45,7 +45,7 @@ def build_trainer(recipe: Recipe, run_dir: RunDir | None = None, extra_callbacks
         fsdp.check_compatible(speedups)
         fsdp.shard_model(model)
     if world.rank:  # random augmentation must differ between ranks (DDP copies rank 0's weights anyway)
-        seed_everything(recipe.seed + 1_000_003 * world.rank)
+        seed_everything(rank_seed(recipe.seed, world.rank))
     data = build_data_pipeline(recipe.data, splits, device=device, seed=recipe.seed, rank=world.rank,
                                world_size=world.size)
     train_loader, val_loader = data.train_loader, data.val_loader
@@ -108,7 +108,7 @@ def _callbacks(recipe: Recipe, run_dir: RunDir | None, is_main: bool, sharded: b
         callbacks.append(RunDirWriter(run_dir))
         callbacks.append(DataWaitWarning(recipe.data))
         if recipe.log.tensorboard:
-            callbacks.append(TensorBoard(run_dir.path / "tb"))
+            callbacks.append(TensorBoard(run_dir.tensorboard))
     return callbacks
 
 
@@ -170,8 +170,7 @@ def _train(recipe: Recipe, run_dir: RunDir, resume: bool) -> dict[str, Any]:
     # need be) and a summary, so the directory can always be resumed
     with signals.stop_requests(trainer._request_stop):
         if trainer.world.is_main:
-            run_dir.write_text("recipe.yaml", recipe.dump_yaml())
-            run_dir.write_json("env.json", devices.environment(trainer.device))
+            run_dir.write_start(recipe.dump_yaml(), devices.environment(trainer.device))
         return trainer.fit()
 
 
@@ -183,5 +182,5 @@ def _resume(trainer: Trainer, path: Path, recipe: Recipe) -> None:
     trainer.load_state_dict(state, path)
     apply_recipe_values(trainer.optimizer, changes)
     if trainer.world.rank:  # the file holds rank 0's RNG; other ranks need streams of their own
-        seed_everything(recipe.seed + 1_000_003 * trainer.world.rank + trainer.step)
+        seed_everything(rank_seed(recipe.seed, trainer.world.rank) + trainer.step)
     log.info("resumed from %s at epoch %d, step %d", path, trainer.epoch, trainer.step)

@@ -4,27 +4,35 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import shlex
-import time
 from pathlib import Path
 from typing import Any
 
 from .callbacks.base import Callback
 from .errors import AccelError, disk_full
+from .io import default_out, strict_json, write_atomic
 from .runlock import RunDirLock
 
 log = logging.getLogger("accel")
-RUN_FILES = ("recipe.yaml", "summary.json", "metrics.jsonl", "checkpoints")  # any of them: the folder holds a run
+# the layout (README.md, "Run directories"): only RunDir joins these names; everything else asks it for paths
+RECIPE, ENV, METRICS, SUMMARY, TENSORBOARD, CHECKPOINTS = ("recipe.yaml", "env.json", "metrics.jsonl",
+                                                            "summary.json", "tb", "checkpoints")
+LAST_CHECKPOINT = "last.pt"
+RUN_FILES = (RECIPE, SUMMARY, METRICS, CHECKPOINTS)  # any of them: the folder holds a run
 BENCH_FILES = ("report.json", "report.md", "trials", "recipes", "tune.json")  # any: a bench's or tune's results
 
 
 class RunDir:
-    """A run's folder. Creating one makes the folder (and nothing in it); what a run writes goes through here."""
+    """A run's folder. Creating one makes the folder (and nothing in it); what a run writes goes through here.
+    `create=False` only names the paths of a run that is read (export, a message about an existing run)."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, create: bool = True):
         self.path = Path(path)
+        if create:
+            self._make()
+
+    def _make(self) -> None:
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as err:  # a file in the way, no permission, read-only file system
@@ -35,15 +43,35 @@ class RunDir:
 
     @classmethod
     def default_for(cls, name: str) -> "RunDir":
-        return cls(default_path(name))
+        return cls(default_out(name))
+
+    @property
+    def recipe(self) -> Path:
+        return self.path / RECIPE
+
+    @property
+    def env(self) -> Path:
+        return self.path / ENV
+
+    @property
+    def metrics(self) -> Path:
+        return self.path / METRICS
+
+    @property
+    def summary(self) -> Path:
+        return self.path / SUMMARY
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.path / TENSORBOARD
 
     @property
     def checkpoints(self) -> Path:
-        return self.path / "checkpoints"
+        return self.path / CHECKPOINTS
 
     @property
     def last_checkpoint(self) -> Path:
-        return self.checkpoints / "last.pt"
+        return self.checkpoints / LAST_CHECKPOINT
 
     def lock(self) -> RunDirLock:
         """Take the directory's lock for this process (refused, with the holder's PID, while another has it)."""
@@ -98,6 +126,14 @@ class RunDir:
     def write_json(self, name: str, data: Any) -> Path:
         return self.write_text(name, strict_json(data, indent=2) + "\n")
 
+    def write_start(self, recipe_yaml: str, env: dict[str, Any]) -> None:
+        """What a run writes before training: its resolved recipe and its environment."""
+        self.write_text(RECIPE, recipe_yaml)
+        self.write_json(ENV, env)
+
+    def write_summary(self, summary: dict[str, Any]) -> Path:
+        return self.write_json(SUMMARY, summary)
+
 
 def check_results_out(path: str | Path, command: str) -> None:
     """Refuse an --out for `accel bench` or `accel tune` that holds a run's or a bench's results (or is a file):
@@ -115,7 +151,7 @@ def check_results_out(path: str | Path, command: str) -> None:
 def read_summary(folder: Path) -> dict[str, Any] | None:
     """A run's summary.json; None, with a warning that names it, when it is missing, unreadable or not a summary
     (a copy cut short, an edit): every command that reads one goes on without it."""
-    path = Path(folder) / "summary.json"
+    path = RunDir(folder, create=False).summary
     if not path.is_file():
         return None
     try:
@@ -129,30 +165,10 @@ def read_summary(folder: Path) -> dict[str, Any] | None:
     return summary
 
 
-def default_path(name: str) -> Path:
-    """Where a run goes without --out."""
-    return Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
 def resume_command(path: Path) -> str:
     """The command that continues the run in `path` with its own resolved recipe, quoted for a shell."""
-    return f"accel train {shlex.quote(str(Path(path) / 'recipe.yaml'))} --out {shlex.quote(str(path))} --resume"
-
-
-def write_atomic(target: Path, text: str) -> Path:
-    """Write `text` to `target` through a temporary file and a rename: a reader never sees half a file."""
-    tmp = target.with_name(f".{target.name}.tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, target)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        if disk_full(err):
-            kept = "its previous version is intact" if target.exists() else "nothing was written"
-            raise AccelError(f"Disk full: could not write {target} ({len(text.encode()):,} bytes); {kept}. Free "
-                             f"space in {target.parent}.") from None
-        raise
-    return target
+    recipe = RunDir(path, create=False).recipe
+    return f"accel train {shlex.quote(str(recipe))} --out {shlex.quote(str(path))} --resume"
 
 
 def cut_metrics(path: Path, step: int) -> None:
@@ -179,21 +195,6 @@ def _record_step(line: str) -> float | None:
     return step if isinstance(step, (int, float)) else 0
 
 
-def strict_json(data: Any, **kwargs: Any) -> str:
-    """JSON that every parser reads: NaN and infinities (a diverged loss) become null."""
-    return json.dumps(_finite(data), default=str, allow_nan=False, **kwargs)
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(item) for item in value]
-    return value
-
-
 class RunDirWriter(Callback):
     """Appends every logged record to metrics.jsonl and writes summary.json when the run ends, however it ends."""
 
@@ -202,7 +203,7 @@ class RunDirWriter(Callback):
 
     @property
     def metrics(self) -> Path:
-        return self.run_dir.path / "metrics.jsonl"
+        return self.run_dir.metrics
 
     def on_fit_start(self, trainer) -> None:
         """A resumed run logs again the steps after its checkpoint: what the file holds beyond it goes first."""
@@ -226,4 +227,4 @@ class RunDirWriter(Callback):
 
     def on_fit_end(self, trainer, summary: dict[str, Any]) -> None:
         summary["run_dir"] = str(self.run_dir.path)
-        self.run_dir.write_json("summary.json", summary)
+        self.run_dir.write_summary(summary)

@@ -30,4 +30,5 @@ class TrainConfig(StrictModel):
                                                      "are exact (the bench does this)")
     early_stopping: EarlyStoppingConfig | None = Field(None, description="stop when a metric stops improving")
     lint_ignore: list[str] = Field([], description="speed-lint findings (by code, e.g. fp32-with-fast-bf16) this "
-                                   "run should not report: for a setting chosen on purpose")
+                                   "run, and `accel doctor` with this recipe, should not report: for a setting "
+                                   "chosen on purpose")

@@ -95,7 +95,7 @@ def _cache_loader(train, recipe, args, facts: dict):
 
 def _dali_loader(train, recipe, device: torch.device):
     from accel.data.dali import dali_loader
-    from accel.data.loaders import available_cpus
+    from accel.devices import available_cpus
 
     return dali_loader(train, batch_size=recipe.data.batch_size, train=True, drop_last=False, seed=recipe.seed,
                        device=device, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225),

@@ -3,8 +3,8 @@
 
 MFU is only as honest as its denominator. A datasheet peak assumes boost clocks and ideal data; this measures
 what one large `a @ b` reaches here (fp32 exact, fp32 through TF32, bf16, fp16, and float8 through
-`torch._scaled_mm` on GPUs that have it), timed as the median of repeats after warm-up, on random inputs
-(zeros run faster than real data), rotating among several input sets so no product reads the cache warm.
+`torch._scaled_mm` on GPUs that have it), on random inputs (zeros run faster than real data), timed as MFU's
+own CPU probe times it (`accel.peaks.best_seconds`: the fastest of the repeats after a warm-up call).
 On CUDA, bandwidth is a large device-to-device copy, counting bytes read plus bytes written.
 
     python scripts/peak_rates.py                       # this machine's default device, JSON to runs/
@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,22 +23,11 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from accel import devices  # noqa: E402
+from accel.peaks import best_seconds  # noqa: E402
 
-SETS = 3  # input sets rotated through, so repeated products do not find their operands in cache
 
-
-def timed(fn: Callable[[int], object], device: torch.device, repeats: int, warmup: int = 3) -> float:
-    """Median seconds of `fn(i)` over `repeats` calls after `warmup` calls."""
-    for i in range(warmup):
-        fn(i)
-    times = []
-    for i in range(repeats):
-        devices.synchronize(device)
-        start = time.perf_counter()
-        fn(i)
-        devices.synchronize(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def timed(fn, device: torch.device, repeats: int) -> float:
+    return best_seconds(fn, device, seconds=0, repeats=repeats)  # --repeats, not a time budget, sets the length
 
 
 def matmul_rate(dtype_name: str, n: int, device: torch.device, repeats: int) -> float:
@@ -49,25 +35,24 @@ def matmul_rate(dtype_name: str, n: int, device: torch.device, repeats: int) -> 
     tf32 = dtype_name == "tf32"
     dtype = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(
         dtype_name, torch.bfloat16)
-    pairs = [(torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype))
-             for _ in range(SETS)]
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
     if dtype_name == "fp8":
-        return _fp8_rate(pairs, device, repeats)
+        return _fp8_rate(a, b, device, repeats)
     previous = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = tf32
     try:
-        seconds = timed(lambda i: pairs[i % SETS][0] @ pairs[i % SETS][1], device, repeats)
+        seconds = timed(lambda: a @ b, device, repeats)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = previous
     return 2 * n**3 / seconds / 1e12
 
 
-def _fp8_rate(pairs: list, device: torch.device, repeats: int) -> float:
+def _fp8_rate(a: torch.Tensor, b: torch.Tensor, device: torch.device, repeats: int) -> float:
     """float8 e4m3 operands, bf16 output, per-tensor scales: the tensor-core path of float8 training."""
-    n = pairs[0][0].shape[0]
+    n = a.shape[0]
     one = torch.ones((), device=device)
-    fp8 = [(a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn).t().contiguous().t()) for a, b in pairs]
-    seconds = timed(lambda i: torch._scaled_mm(*fp8[i % SETS], scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
+    a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn).t().contiguous().t()
+    seconds = timed(lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
                     device, repeats)
     return 2 * n**3 / seconds / 1e12
 
@@ -76,7 +61,7 @@ def copy_bandwidth(device: torch.device, gigabytes: float, repeats: int) -> floa
     """GB/s of a device-to-device copy, bytes read plus bytes written."""
     count = int(gigabytes * 1e9 / 4)
     src, dst = torch.randn(count, device=device), torch.empty(count, device=device)
-    seconds = timed(lambda i: dst.copy_(src), device, repeats)
+    seconds = timed(lambda: dst.copy_(src), device, repeats)
     return 2 * count * 4 / seconds / 1e9
 
 

@@ -206,7 +206,7 @@ def test_a_full_disk_writing_summary_or_metrics_is_a_clear_error(tmp_path, monke
 
     run_dir = RunDir(tmp_path)
     run_dir.write_json("summary.json", {"status": "completed"})
-    monkeypatch.setattr("pathlib.Path.write_text", _no_space)
+    monkeypatch.setattr("accel.io.os.fsync", _no_space)  # where a full disk surfaces when the data is flushed
     with pytest.raises(AccelError, match=rf"Disk full: could not write {tmp_path / 'summary.json'} \(\d+ bytes\); "
                                          "its previous version is intact"):
         run_dir.write_json("summary.json", {"status": "failed"})

@@ -13,7 +13,7 @@ from accel.bench.records import Trial, Verdict
 from accel.bench.runner import TrialResults, TrialSettings
 from accel.bench.tune import BATCH_KEY, WORKERS_KEY, Knob, build_knobs, table, tune, write_fragment
 from accel.cli import main
-from accel.data.loaders import available_cpus
+from accel.devices import available_cpus
 from accel.errors import AccelError
 from accel.recipe import load_recipe, validate_recipe
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from ..data.loaders import available_cpus
+from ..devices import available_cpus
 from ..errors import AccelError
 from ..recipe import Recipe
 from ..recipe_yaml import parse_value

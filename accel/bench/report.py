@@ -5,10 +5,10 @@ not hold.
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
+from ..io import strict_json, write_atomic
 from . import plots
 from .records import Reading, Report, VariantSummary, Verdict
 from .variants import format_value
@@ -176,7 +176,7 @@ def write_reports(report: Report, out_dir: Path) -> dict[str, Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"json": out_dir / "report.json", "md": out_dir / "report.md"}
-    paths["json"].write_text(json.dumps(report.to_data(), indent=2, default=str) + "\n")
+    write_atomic(paths["json"], strict_json(report.to_data(), indent=2) + "\n")
     paths["md"].write_text(render_markdown(report))
     notes = verdict_lines(report) + ["Recommended configuration: " + report.recommended.text]
     paths["html"] = plots.write_html(report, out_dir, table(report), notes, failed_lines(report))

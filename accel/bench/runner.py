@@ -83,11 +83,6 @@ def _only(variants: list[Variant], names: list[str]) -> list[Variant]:
     return [v for i, v in enumerate(variants) if i == 0 or v.name in names]
 
 
-def default_out(name: str, kind: str = "bench") -> Path:
-    """runs/<kind>-<name>-<timestamp>."""
-    return Path("runs") / f"{kind}-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
 def _slug(index: int, name: str) -> str:
     safe = "".join(c if c.isalnum() or c in "._=-" else "_" for c in name)
     return f"{index:02d}-{safe[:80]}"

@@ -24,6 +24,7 @@ import torch
 from .. import devices
 from ..callbacks.base import BatchInfo, Callback
 from ..errors import AccelError
+from ..io import write_atomic
 from .records import Trial
 from .target import Target, TargetClock, parse_target
 
@@ -198,9 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         result, code = Trial(**head | {"error": traceback.format_exc()}), 1
         traceback.print_exc()
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.json.with_name(args.json.name + ".tmp")
-    tmp.write_text(result.to_json())  # NaN stays NaN: a diverged loss must read as diverged
-    tmp.replace(args.json)  # the runner never reads half a file
+    write_atomic(args.json, result.to_json())  # NaN stays NaN: a diverged loss must read as diverged
     return code
 
 

@@ -58,8 +58,9 @@ def add(commands) -> None:
 
 def bench(args: argparse.Namespace) -> int:
     from ..bench.report import summary_text
-    from ..bench.runner import TrialSettings, default_out, plan_bench, run_bench
+    from ..bench.runner import TrialSettings, plan_bench, run_bench
     from ..bench.variants import describe
+    from ..io import default_out
     from ..rundir import check_results_out
 
     plan = plan_bench(args.recipe, args.overrides, args.ablate, args.vary, args.only)
@@ -73,7 +74,7 @@ def bench(args: argparse.Namespace) -> int:
         parse_target(args.target)  # a malformed target fails now, not in every trial
     if args.eval_every is not None and (args.eval_every < 1 or not args.target):
         raise AccelError("--eval-every N needs N >= 1 and a --target")
-    out = Path(args.out) if args.out else default_out(plan.name)
+    out = Path(args.out) if args.out else default_out(plan.name, kind="bench")
     check_results_out(out, "bench")
     settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache, args.target, args.eval_every)
     report, _ = run_bench(plan, out, settings, args.trials, command=shlex.join(["accel", *args.argv]))
@@ -97,9 +98,10 @@ def parse_duration(text: str) -> float:
 def tune(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from ..bench.runner import TrialSettings, default_out
+    from ..bench.runner import TrialSettings
     from ..bench.tune import NOTHING_MEASURED, build_knobs, table, write_fragment
     from ..bench.tune import tune as run_tune
+    from ..io import default_out
     from ..recipe import load_recipe
     from ..rundir import check_results_out
 

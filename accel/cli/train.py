@@ -29,14 +29,14 @@ def add(commands) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..distributed import world_from_env
+    from ..io import default_out
     from ..recipe import load_recipe
     from ..run import run_recipe
-    from ..rundir import default_path
 
     if args.resume and not args.out:
         raise AccelError("--resume needs --out RUN_DIR: the run directory whose checkpoints/last.pt to continue.")
     recipe = load_recipe(args.recipe, args.overrides)  # validated here, before any process is started
-    out = Path(args.out) if args.out else default_path(recipe.name)  # named once: every rank, every message
+    out = Path(args.out) if args.out else default_out(recipe.name)  # named once: every rank, every message
     if args.nproc:
         _check_before_torchrun(args, recipe, out)
         return _torchrun(args, recipe, out)
@@ -66,13 +66,13 @@ def report(summary: dict, recipe) -> int:
 
 
 def interrupted_message(out: Path, stop: BaseException) -> str:
-    from ..rundir import resume_command
+    from ..rundir import RunDir, resume_command
     from ..signals import StartupInterrupted
 
     if isinstance(stop, StartupInterrupted):
         return (f"interrupted during start-up, before anything was written to {out}; run the same command again "
                 "to start it")
-    if (out / "checkpoints" / "last.pt").is_file():
+    if RunDir(out, create=False).last_checkpoint.is_file():
         return ("stopped at once, without the final checkpoint and summary; checkpoints/last.pt is the previous "
                 f"checkpoint, intact; continue with: {resume_command(out)}")
     return f"stopped at once, before the run's first checkpoint: nothing to resume in {out}"
@@ -131,10 +131,10 @@ def _torchrun(args: argparse.Namespace, recipe, out: Path) -> int:
 
 def _read_summary(out: Path, written_since: float) -> dict:
     """summary.json if this run wrote it (an earlier part of a resumed run wrote one too)."""
-    from ..rundir import read_summary
+    from ..rundir import RunDir, read_summary
 
     try:
-        if (out / "summary.json").stat().st_mtime < written_since:
+        if RunDir(out, create=False).summary.stat().st_mtime < written_since:
             return {}
     except OSError:
         return {}
@@ -143,7 +143,9 @@ def _read_summary(out: Path, written_since: float) -> dict:
 
 def diverged_message(summary: dict, recipe) -> str:
     """What happened, what is kept, and what to try: a diverged run is a result to act on, not a crash."""
-    last = Path(summary["run_dir"]) / "checkpoints" / "last.pt"
+    from ..rundir import RunDir
+
+    last = RunDir(summary["run_dir"], create=False).last_checkpoint
     kept = f"The last checkpoint with finite weights is {last}" if last.is_file() else "No checkpoint was kept"
     amp = recipe.speedups.get("amp")
     tips = [f"a lower learning rate (optim.lr is {recipe.optim.lr:g})"]

@@ -16,11 +16,11 @@ from pydantic import Field, model_serializer, model_validator
 
 from ..callbacks.base import Callback
 from ..errors import DataError
+from ..rng import rank_seed
 from ..schema import StrictModel
 from .normalize import Normalize
 
 Batch = tuple[torch.Tensor, torch.Tensor]
-RANK_SEED_STRIDE = 1_000_003
 
 
 # ---- the ops as pure functions ----------------------------------------------------------------------------
@@ -230,7 +230,7 @@ def build_augment(cfg: AugmentConfig, normalize: Normalize | None, num_classes: 
     """The configured ops behind `normalize`; `seed` is used when the config sets none, offset per rank
     (identical draws on every rank would waste the data parallelism)."""
     base = cfg.seed if cfg.seed is not None else seed
-    return BatchAugment([entry.op for entry in cfg.ops], normalize, num_classes, base + RANK_SEED_STRIDE * rank)
+    return BatchAugment([entry.op for entry in cfg.ops], normalize, num_classes, rank_seed(base, rank))
 
 
 class CollateAugment:

@@ -22,10 +22,11 @@ import torch
 from pydantic import Field
 from torch.utils.data import DataLoader, Dataset
 
+from ..devices import available_cpus
 from ..errors import DataError
 from ..schema import StrictModel
 from .datasets.memory import TensorImageDataset
-from .loaders import available_cpus, worker_init
+from .loaders import worker_init
 
 log = logging.getLogger("accel")
 FORMAT = 1  # bump when the entry layout changes: old entries then simply stop matching

@@ -13,6 +13,7 @@ import torch
 from pydantic import Field
 from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
+from ..devices import available_cpus
 from ..schema import StrictModel
 from .datasets.memory import GatheredBatch, GatheredDict
 
@@ -40,14 +41,6 @@ class LoaderConfig(StrictModel):
     backend: Literal["torch", "dali"] = Field(
         "torch", description="`torch`: a DataLoader over the dataset. `dali`: NVIDIA DALI reads, decodes (on the "
         "GPU with CUDA), resizes and normalises image files itself; image folders only, needs the `dali` extra.")
-
-
-def available_cpus() -> int:
-    """CPU cores this process may run on (respects taskset/cgroup affinity, unlike os.cpu_count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
 
 
 def resolve_num_workers(cfg: LoaderConfig, dataset: Dataset) -> int:

@@ -12,11 +12,12 @@ from typing import Any
 import torch
 
 from ..callbacks.base import Callback
+from ..devices import available_cpus
 from ..errors import DataError
 from .augment import AugmentState, BatchAugment, CollateAugment, build_augment
 from .cache import cached
 from .cpu_transforms import apply_cpu_transforms
-from .loaders import available_cpus, build_loader
+from .loaders import build_loader
 from .normalize import Normalize
 from .prefetch import wrap_loader
 from .sampler import EpochSampler

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from ..io import write_atomic
 from ..rundir import read_summary
 
 PACKAGES = ("torch", "onnx", "onnxruntime", "onnxscript")
@@ -79,11 +80,7 @@ def _versions() -> dict[str, str | None]:
 
 def write_report(report: dict[str, Any], out: Path) -> Path:
     """export.json in `out`, written whole or not at all."""
-    target = out / "export.json"
-    tmp = target.with_name(".export.json.tmp")
-    tmp.write_text(json.dumps(report, indent=2) + "\n")
-    tmp.replace(target)
-    return target
+    return write_atomic(out / "export.json", json.dumps(report, indent=2) + "\n")
 
 
 def render_table(report: dict[str, Any]) -> str:

@@ -21,6 +21,7 @@ from torch import nn
 
 from ..checkpoint import check_same_model, load_checkpoint
 from ..recipe import Recipe, load_recipe
+from ..rundir import CHECKPOINTS, RunDir
 from .errors import ExportError
 
 log = logging.getLogger("accel")
@@ -93,12 +94,12 @@ def locate(path: str | Path) -> tuple[Path, Path]:
     """(run directory, checkpoint) for a run directory or a checkpoint file inside one."""
     path = Path(path)
     if path.is_file():
-        run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+        run_dir = path.parent.parent if path.parent.name == CHECKPOINTS else path.parent
         return run_dir, path
     if not path.is_dir():
         raise ExportError(f"{path} does not exist. Give a run directory (from `accel train --out DIR`) or a "
                           "checkpoint file inside one (DIR/checkpoints/last.pt).")
-    checkpoint = path / "checkpoints" / "last.pt"
+    checkpoint = RunDir(path, create=False).last_checkpoint
     if not checkpoint.is_file():
         raise ExportError(f"Run directory {path} has no checkpoint ({checkpoint} is missing). Train it to the end "
                           "(`accel train RECIPE --out DIR`; checkpoints are written every `checkpoint.every_epochs`"
@@ -111,7 +112,7 @@ def load_source(path: str | Path) -> Source:
     from ..run import build_trainer
 
     run_dir, checkpoint = locate(path)
-    recipe_path = run_dir / "recipe.yaml"
+    recipe_path = RunDir(run_dir, create=False).recipe
     if not recipe_path.is_file():
         raise ExportError(f"No recipe.yaml next to {checkpoint}: expected {recipe_path}. Export needs the run's "
                           "recipe to rebuild the model and its data; pass the run directory that holds both.")

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import torch
 from pydantic import Field
 
-from ..data.loaders import available_cpus
+from ..devices import available_cpus
 from ..registry import SPEEDUPS
 from .base import Speedup, SpeedupConfig
 

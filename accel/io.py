@@ -1,0 +1,78 @@
+"""Files accel writes: atomically (a reader never sees half a file), as JSON every parser reads, and where
+output goes when no --out is given. Every writer in the package comes here."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+from .errors import AccelError, disk_full
+
+RUNS = Path("runs")  # where a run, a bench or a tune goes without --out, relative to the working directory
+
+
+@contextmanager
+def atomic_file(target: Path, mode: str = "wb") -> Iterator[IO]:
+    """A handle on a temporary file beside `target` that replaces it, flushed to disk, when the block ends; on any
+    error (Ctrl-C too) the temporary file is removed and `target` is untouched."""
+    target = Path(target)
+    # same directory: os.replace is atomic only within one file system; `.NAME.*.tmp` is what
+    # RunDir.remove_stale_temp_files finds after a killed process
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_atomic(target: Path, text: str) -> Path:
+    """Write `text` to `target` through a temporary file and a rename: a reader never sees half a file."""
+    target = Path(target)
+    try:
+        with atomic_file(target, "w") as handle:
+            handle.write(text)
+    except OSError as err:
+        if disk_full(err):
+            kept = "its previous version is intact" if target.exists() else "nothing was written"
+            raise AccelError(f"Disk full: could not write {target} ({len(text.encode()):,} bytes); {kept}. Free "
+                             f"space in {target.parent}.") from None
+        raise
+    return target
+
+
+def strict_json(data: Any, **kwargs: Any) -> str:
+    """JSON that every parser reads: NaN and infinities (a diverged loss) become null, other objects their str()."""
+    return json.dumps(finite(data), default=str, allow_nan=False, **kwargs)
+
+
+def finite(value: Any) -> Any:
+    """`value` with every non-finite float, however deeply nested, replaced by None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {_json_key(key): finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(item) for item in value]
+    return value
+
+
+def _json_key(key: Any) -> Any:
+    # json.dumps writes these key types itself and refuses others (a tuple): those become their str()
+    return key if key is None or isinstance(key, (str, int, float, bool)) else str(key)
+
+
+def default_out(name: str, kind: str | None = None) -> Path:
+    """runs/[<kind>-]<name>-<timestamp>: where `accel train` (no kind), `bench` or `tune` writes without --out."""
+    prefix = f"{kind}-" if kind else ""
+    return RUNS / f"{prefix}{name}-{time.strftime('%Y%m%d-%H%M%S')}"
