@@ -18,16 +18,27 @@ import torch
 from . import devices
 from .data.loaders import available_cpus
 from .errors import AccelError
-from .models.blocks import model_traits
+from .models.blocks import TRAITS, model_traits
+from .registry import SPEEDUPS
 
 if TYPE_CHECKING:
     from .trainer import Trainer
 
 log = logging.getLogger("accel")
 DATA_WAIT = 0.10  # above this share of step time waiting for batches, the loader is what to speed up
-CODES = ("anomaly-detection", "deterministic", "channels-last-without-conv", "pin-memory-off", "optimizer-not-fused",
-         "fp32-with-fast-bf16", "threads-over-cores", "processes-over-cores", "workers-compete", "data-wait",
-         "recompiles")
+CODES = ("anomaly-detection", "deterministic", "pin-memory-off", "optimizer-not-fused", "fp32-with-fast-bf16",
+         "threads-over-cores", "processes-over-cores", "workers-compete", "data-wait", "recompiles")
+
+
+def needless_code(speedup: str, trait: str) -> str:
+    """The code of a speed-up on a model without the trait it needs: `channels-last-without-conv`."""
+    return f"{speedup.replace('_', '-')}-without-{TRAITS[trait][1]}"
+
+
+def codes() -> tuple[str, ...]:
+    """Every code: the fixed ones and one per registered speed-up that declares the model trait it needs."""
+    needy = [SPEEDUPS.get(name) for name in SPEEDUPS.names()]
+    return CODES + tuple(needless_code(cls.name, cls.needs) for cls in needy if cls.needs)
 
 
 @dataclass(frozen=True)
@@ -47,10 +58,10 @@ class SpeedLint:
     codes in `ignore` never."""
 
     def __init__(self, ignore: list[str], say: bool = True):
-        unknown = sorted(set(ignore) - set(CODES))
+        unknown = sorted(set(ignore) - set(codes()))
         if unknown:
             raise AccelError(f"train.lint_ignore: unknown speed-lint code(s) {', '.join(unknown)}; the codes are "
-                             f"{', '.join(CODES)}.")
+                             f"{', '.join(codes())}.")
         self.ignore, self.say, self.facts = set(ignore), say, {}
 
     def start(self, trainer: Trainer) -> None:
@@ -77,7 +88,7 @@ def facts(trainer: Trainer) -> dict[str, Any]:
     """What the lint looks at, read from a trainer whose speed-ups are set up."""
     device, loader, optimizer = trainer.device, trainer.train_loader, trainer.optimizer
     loader = getattr(loader, "loader", loader)  # the device prefetcher wraps a DataLoader
-    names = {s.name for s in trainer.speedups}
+    traits = model_traits(trainer.module)
     return {
         "device": device.type, "cores": available_cpus(), "torch_threads": torch.get_num_threads(),
         # training processes on this machine: torchrun (`accel train --nproc N`) says how many it started
@@ -90,9 +101,9 @@ def facts(trainer: Trainer) -> dict[str, Any]:
             device.type == "cuda" and torch.backends.cudnn.deterministic),
         "optimizer": type(optimizer).__name__, "fused": bool(optimizer.defaults.get("fused")),
         "fused_exists": "fused" in inspect.signature(type(optimizer).__init__).parameters,
-        "channels_last": "channels_last" in names,
-        "has_conv": model_traits(trainer.module)["has_conv"],
-        "amp": "amp" in names, "fast_bf16": _fast_bf16(device),
+        # speed-ups on a model without the trait they need (channels_last without convolutions)
+        "needless": {s.name: s.needs for s in trainer.speedups if s.needs and not traits[s.needs]},
+        "amp": trainer.strategy.precision.name != "fp32", "fast_bf16": _fast_bf16(device),
     }
 
 
@@ -131,9 +142,9 @@ def _process_traps(f: dict[str, Any]) -> list[Finding]:
         out.append(Finding("deterministic", "deterministic algorithms are on: torch picks slower kernels (and "
                            "cudnn.benchmark cannot search).",
                            "torch.use_deterministic_algorithms(False) unless bit-exact reruns are the point."))
-    if f["channels_last"] and not f["has_conv"]:
-        out.append(Finding("channels-last-without-conv", "speed-up channels_last is on, but the model has no "
-                           "convolutions: the layout change only adds copies.", "remove `speedups.channels_last`."))
+    for name, trait in f["needless"].items():
+        out.append(Finding(needless_code(name, trait), f"speed-up {name} is on, but the model has no "
+                           f"{TRAITS[trait][0]}: it only adds work.", f"remove `speedups.{name}`."))
     return out
 
 
@@ -183,10 +194,11 @@ def _run_traps(f: dict[str, Any], summary: dict[str, Any]) -> list[Finding]:
         out.append(Finding("data-wait", f"{wait:.0%} of step time waited for batches with {workers} loader "
                            "worker(s).", "more data.loader.num_workers, data.cache for decoded images, or "
                            "augmentation on the device (`accel tune` measures workers)."))
-    compiled = (summary.get("speedup_metrics") or {}).get("compile") or {}
+    # whichever speed-up reports recompilations (torch.compile's)
+    recompiles = max((m.get("recompiles") or 0 for m in (summary.get("speedup_metrics") or {}).values()), default=0)
     epochs = summary.get("epochs") or 0
-    if epochs >= 2 and (compiled.get("recompiles") or 0) >= epochs:
-        out.append(Finding("recompiles", f"torch.compile recompiled {compiled['recompiles']} times in {epochs} "
+    if epochs >= 2 and recompiles >= epochs:
+        out.append(Finding("recompiles", f"torch.compile recompiled {recompiles} times in {epochs} "
                            "epochs: a shape or value changes every epoch (often the last, smaller batch).",
                            "data.drop_last: true, or `speedups.compile.dynamic: true`."))
     return out
