@@ -14,12 +14,9 @@ import signal
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.distributed as dist
-
-from .speedups.base import Speedup
 
 log = logging.getLogger("accel")
 
@@ -97,17 +94,6 @@ def destroy_process_group(wait_for_others: bool) -> None:
             dist.barrier()
         gc.collect()
         dist.destroy_process_group()
-
-
-class DataParallel(Speedup):
-    """Wraps the model in DistributedDataParallel: gradients are averaged across processes in buckets."""
-
-    name = "ddp"
-    order = 80  # after layout and precision changes, before compile
-
-    def setup(self, trainer: Any) -> None:
-        ids = [trainer.device.index] if trainer.device.type == "cuda" else None
-        trainer.model = torch.nn.parallel.DistributedDataParallel(trainer.model, device_ids=ids)
 
 
 def torchrun_command(argv: list[str], nproc: int, nnodes: int, node_rank: int, master_addr: str | None,

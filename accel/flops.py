@@ -3,13 +3,14 @@
 The count runs forward, loss and backward of the task on the plain module over a real batch, without side
 effects: the parameters are used as they are but gradients are returned, not accumulated; buffers (BatchNorm's
 running statistics) are copies; the RNG streams are forked. The optimizer's own arithmetic is not counted (the
-usual convention for MFU), nor activation checkpointing's recomputed forward (extra hardware work, not model work).
+usual convention for MFU), nor what a speed-up's `counting_context` leaves out (activation checkpointing's
+recomputed forward: extra hardware work, not model work).
 """
 from __future__ import annotations
 
 import logging
 import time
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, ExitStack
 from typing import Any
 
 import torch
@@ -18,7 +19,6 @@ from torch.utils import flop_counter
 
 from . import fsdp, peaks
 from .batches import map_tensors
-from .speedups.activation_checkpointing import without_recompute
 
 log = logging.getLogger("accel")
 aten = torch.ops.aten
@@ -48,19 +48,18 @@ def count_step_flops(module: torch.nn.Module, task: Any, batch: Any, contexts: A
 
     cuda = sorted({p.device.index or 0 for p in trainable if p.device.type == "cuda"})
     # compiled parts (regional compile) run eagerly here: counting must not trigger a compile of its own
-    with torch.random.fork_rng(devices=cuda), torch.compiler.set_stance("force_eager"), without_recompute(), \
-            contexts:
+    with torch.random.fork_rng(devices=cuda), torch.compiler.set_stance("force_eager"), contexts:
         with flop_counter.FlopCounterMode(display=False, custom_mapping=EXTRA_FORMULAS) as counter:
             loss = task.loss(model, batch)
             torch.autograd.grad(loss, trainable, allow_unused=True)
     return counter.get_total_flops()
 
 
-def compute_dtype(speedups: list, device: torch.device) -> str:
-    """The dtype the step's matmuls and convolutions run in: amp's, else TF32 where CUDA allows it, else fp32."""
-    amp = next((s for s in speedups if s.name == "amp"), None)
-    if amp is not None:
-        return amp.cfg.dtype
+def compute_dtype(precision: str, device: torch.device) -> str:
+    """The dtype the step's matmuls and convolutions run in: the precision's, else TF32 where CUDA allows it,
+    else fp32."""
+    if precision != "fp32":
+        return precision
     if device.type == "cuda" and (torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32):
         return "tf32"  # cuDNN convolutions default to TF32: a ResNet "in fp32" would read over 100% of the fp32 peak
     return "fp32"
@@ -72,6 +71,13 @@ COUNT_SAMPLES = 4  # FLOPs grow linearly with the batch: counting a few samples 
 def first_samples(batch: Any, samples: int, few: int) -> Any:
     """The batch cut to its first `few` samples: every tensor whose leading dimension is the sample count."""
     return map_tensors(lambda t: t[:few] if t.dim() and len(t) == samples else t, batch)
+
+
+def _counting_contexts(trainer: Any) -> ExitStack:
+    stack = trainer._step_contexts()
+    for speedup in trainer.speedups:
+        stack.enter_context(speedup.counting_context())
+    return stack
 
 
 class Utilisation:
@@ -95,7 +101,7 @@ class Utilisation:
         few = min(samples, COUNT_SAMPLES)
         try:
             flops = count_step_flops(trainer.module, trainer.task, first_samples(batch, samples, few),
-                                     trainer._step_contexts())
+                                     _counting_contexts(trainer))
         except Exception as err:  # noqa: BLE001 - any failure only loses the figure
             log.info("FLOPs not counted: %s: %s", type(err).__name__, err)
             flops = None
@@ -103,7 +109,8 @@ class Utilisation:
             self.flops_per_sample = flops / few
             self.flops_per_batch = round(self.flops_per_sample * samples)
             try:
-                self.peak = peaks.run_peak(trainer.device, compute_dtype(trainer.speedups, trainer.device))
+                self.peak = peaks.run_peak(trainer.device, compute_dtype(trainer.strategy.precision.name,
+                                                                         trainer.device))
             except Exception as err:  # noqa: BLE001 - a probe that fails costs the MFU, not the run
                 log.info("no peak FLOP/s for MFU: %s", err)
         return time.perf_counter() - start

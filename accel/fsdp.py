@@ -15,12 +15,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from .errors import AccelError
-
 if TYPE_CHECKING:
     from torch.distributed.fsdp import FSDPModule
-
-    from .speedups import Speedup
 
 # FSDP and torch.distributed.checkpoint are imported by the functions that shard or gather, not here: importing
 # them pulls in DTensor and costs 1-3 s of start-up on 2 cores, which every one-process run would pay for nothing.
@@ -37,14 +33,6 @@ def is_sharded(module: nn.Module) -> bool:
 def unsharded_class(module: nn.Module) -> type:
     """The model's own class: fully_shard swaps it for a subclass named FSDP<Name>."""
     return type(module).__bases__[-1] if is_sharded(module) else type(module)
-
-
-def check_compatible(speedups: list[Speedup]) -> None:
-    """Refuse, before any work, the speed-ups that cannot run on a sharded model."""
-    problems = [f"`speedups.{s.name}`: {reason}" for s in speedups if (reason := s.sharding_conflict())]
-    if problems:
-        raise AccelError("strategy: fsdp cannot run with\n" + "\n".join(f"  - {p}" for p in problems)
-                         + "\nDisable them (`--set speedups.NAME.enabled=false`) or use `strategy: ddp`.")
 
 
 def shard_model(model: nn.Module) -> nn.Module:

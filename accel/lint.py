@@ -19,7 +19,7 @@ from . import devices
 from .devices import available_cpus
 from .errors import AccelError
 from .models.blocks import model_traits
-from .traps import CODES, Finding, findings
+from .traps import Finding, codes, findings
 
 if TYPE_CHECKING:
     from .trainer import Trainer
@@ -32,10 +32,10 @@ class SpeedLint:
     codes in `ignore` never."""
 
     def __init__(self, ignore: list[str], say: bool = True):
-        unknown = sorted(set(ignore) - set(CODES))
+        unknown = sorted(set(ignore) - set(codes()))
         if unknown:
             raise AccelError(f"train.lint_ignore: unknown speed-lint code(s) {', '.join(unknown)}; the codes are "
-                             f"{', '.join(CODES)}.")
+                             f"{', '.join(codes())}.")
         self.ignore, self.say, self.facts = set(ignore), say, {}
 
     def start(self, trainer: Trainer) -> None:
@@ -62,7 +62,7 @@ def facts(trainer: Trainer) -> dict[str, Any]:
     """What the lint looks at, read from a trainer whose speed-ups are set up."""
     device, loader, optimizer = trainer.device, trainer.train_loader, trainer.optimizer
     loader = getattr(loader, "loader", loader)  # the device prefetcher wraps a DataLoader
-    names = {s.name for s in trainer.speedups}
+    traits = model_traits(trainer.module)
     return {
         "device": device.type, "cores": available_cpus(), "torch_threads": torch.get_num_threads(),
         # training processes on this machine: torchrun (`accel train --nproc N`) says how many it started
@@ -75,9 +75,9 @@ def facts(trainer: Trainer) -> dict[str, Any]:
             device.type == "cuda" and torch.backends.cudnn.deterministic),
         "optimizer": type(optimizer).__name__, "fused": bool(optimizer.defaults.get("fused")),
         "fused_exists": "fused" in inspect.signature(type(optimizer).__init__).parameters,
-        "channels_last": "channels_last" in names,
-        "has_conv": model_traits(trainer.module)["has_conv"],
-        "amp": "amp" in names, "fast_bf16": _fast_bf16(device),
+        # speed-ups on a model without the trait they need (channels_last without convolutions)
+        "needless": {s.name: s.needs for s in trainer.speedups if s.needs and not traits[s.needs]},
+        "amp": trainer.strategy.precision.name != "fp32", "fast_bf16": _fast_bf16(device),
     }
 
 

@@ -5,14 +5,12 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from . import devices, fsdp, signals
+from . import devices, signals
 from .callbacks import Callback, Checkpointer, EarlyStopping, ProgressBar, TensorBoard
 from .callbacks.data_wait import DataWaitWarning
 from .checkpoint import load_checkpoint
 from .data.pipeline import build_data_pipeline
-from .distributed import DataParallel, destroy_process_group, init_process_group, world_from_env
+from .distributed import destroy_process_group, init_process_group, world_from_env
 from .errors import AccelError, CheckpointError
 from .losses import build_loss
 from .models import build_model
@@ -22,7 +20,8 @@ from .registry import DATASETS
 from .resume import apply_recipe_values, optimizer_changes
 from .rng import rank_seed, seed_everything
 from .rundir import RunDir, RunDirWriter
-from .speedups import from_configs
+from .speedups import from_configs, refuse
+from .strategy import choose
 from .tasks import Classification, Task, build_task
 from .trainer import Trainer, steps_per_epoch
 
@@ -40,10 +39,10 @@ def build_trainer(recipe: Recipe, run_dir: RunDir | None = None, extra_callbacks
     _check_task_fits(recipe, task)
     model = build_model(recipe.model, **splits.model_args()).to(device)
     speedups = from_configs(recipe.speedups)
-    sharded = _use_fsdp(recipe, world, device)
-    if sharded:  # before the optimizer is built: sharding replaces the parameters
-        fsdp.check_compatible(speedups)
-        fsdp.shard_model(model)
+    strategy = choose(recipe.strategy, world, device)
+    if not strategy.follows_device:  # refused before sharding changes the model (the trainer checks the rest)
+        refuse(speedups, device, strategy)
+    model = strategy.prepare(model)  # before the optimizer is built: sharding replaces the parameters
     if world.rank:  # random augmentation must differ between ranks (DDP copies rank 0's weights anyway)
         seed_everything(rank_seed(recipe.seed, world.rank))
     data = build_data_pipeline(recipe.data, splits, device=device, seed=recipe.seed, rank=world.rank,
@@ -53,13 +52,10 @@ def build_trainer(recipe: Recipe, run_dir: RunDir | None = None, extra_callbacks
     per_epoch = steps_per_epoch(len(train_loader), recipe.train.grad_accum)
     total = recipe.train.max_steps or per_epoch * recipe.train.epochs
     scheduler = build_scheduler(recipe.schedule, optimizer, total_steps=total, steps_per_epoch=per_epoch)
-    if world.distributed and not sharded:
-        speedups.append(DataParallel())
-    if device.type == "xla":
-        train_loader, val_loader, speedups = _on_xla(train_loader, val_loader, speedups, device)
+    train_loader, val_loader = strategy.loaders(train_loader, val_loader)
     return Trainer(model, optimizer, train_loader, val_loader=val_loader, task=task,
-                   scheduler=scheduler, config=recipe.train, speedups=speedups,
-                   callbacks=_callbacks(recipe, run_dir, world.is_main, sharded) + data.callbacks
+                   scheduler=scheduler, config=recipe.train, speedups=speedups, strategy=strategy,
+                   callbacks=_callbacks(recipe, run_dir, world.is_main, strategy.name == "fsdp") + data.callbacks
                    + list(extra_callbacks),
                    device=device, train_transform=data.train_transform, eval_transform=data.eval_transform,
                    log_every_steps=recipe.log.every_steps, strict=recipe.strict, world=world)
@@ -72,24 +68,6 @@ def _check_task_fits(recipe: Recipe, task: Task) -> None:
     if mixing and not isinstance(task, Classification):
         raise AccelError(f"data.augment: {' and '.join(mixing)} mix class labels, so they need `task: "
                          f"classification`, not `{task.name}`; remove them from the recipe")
-
-
-def _use_fsdp(recipe: Recipe, world, device: torch.device) -> bool:
-    if recipe.strategy != "fsdp":
-        return False
-    if device.type == "xla":
-        raise AccelError("strategy: fsdp shards with torch.distributed's FSDP2 (CPU and CUDA); on XLA use "
-                         "`strategy: ddp` (torch_xla's own FSDP is not wired into accel)")
-    if not world.distributed:
-        log.info("strategy fsdp: one process has nothing to shard with; training unsharded")
-    return world.distributed
-
-
-def _on_xla(train_loader, val_loader, speedups: list, device: torch.device):
-    from .xla import XlaLoader, XlaStep
-
-    val_loader = XlaLoader(val_loader, device) if val_loader is not None else None
-    return XlaLoader(train_loader, device), val_loader, speedups + [XlaStep()]
 
 
 def _callbacks(recipe: Recipe, run_dir: RunDir | None, is_main: bool, sharded: bool) -> list[Callback]:

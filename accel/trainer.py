@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import devices, fsdp, lint, signals
+from . import devices, lint, signals
 from .batches import map_tensors
 from .callbacks.base import Callback
 from .checkpoint import check_same_model, check_same_schedule, model_signature
@@ -21,13 +21,13 @@ from .errors import AccelError
 from .flops import Utilisation
 from .meter import BatchInfo, Meter
 from .rng import rng_state, set_rng_state
-from .speedups import Speedup, select_available
+from .speedups import Speedup, precision_of, refuse, resolve, setup_order
 from .startup import process_age_s
+from .strategy import Strategy
 from .tasks import Task, as_task
 from .train_config import TrainConfig
 
 Transform = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
-PLAIN_STEP = Speedup()  # backward and optimizer step when no speed-up owns them
 
 
 class Trainer:
@@ -37,7 +37,9 @@ class Trainer:
     without one, `(inputs, targets)` batches are scored by `loss_fn` (default: cross-entropy), for any output
     and target shapes. Batches may be any nesting of tensors. `train_transform` / `eval_transform` run on the
     device on each (inputs, targets) batch (normalisation, batch augmentation). Speed-ups that cannot run on the
-    device are skipped with a logged reason.
+    device are skipped with a logged reason. `strategy` (accel.strategy, default plain) owns backward and the
+    optimizer step, with the precision the speed-ups give it (amp). A compiled or captured whole step replaces
+    `forward_loss` (forward + loss) or, for more, `step_batch` (forward, loss, backward and the step).
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, train_loader: Iterable, *,
@@ -46,7 +48,8 @@ class Trainer:
                  config: TrainConfig | None = None, speedups: Iterable[Speedup] = (),
                  callbacks: Iterable[Callback] = (), device: str | torch.device = "auto",
                  train_transform: Transform | None = None, eval_transform: Transform | None = None,
-                 log_every_steps: int = 20, strict: bool = False, world: World | None = None):
+                 log_every_steps: int = 20, strict: bool = False, world: World | None = None,
+                 strategy: Strategy | None = None):
         self.device = devices.resolve_device(device) if isinstance(device, str) else device
         self.module = model.to(self.device)  # the plain module: weights, checkpoints
         self.model: nn.Module = self.module  # what forward calls; speed-ups may wrap it (compile, DDP)
@@ -55,15 +58,17 @@ class Trainer:
         self.train_loader, self.val_loader = train_loader, val_loader
         self.task = as_task(task, loss_fn)
         self.cfg = config or TrainConfig()
-        self.speedups, self.skipped_speedups = select_available(list(speedups), self.device, strict)
+        self.strategy = strategy or Strategy()
+        self.speedups, self.skipped_speedups = resolve(list(speedups), self.device, self.strategy, strict)
+        self.strategy.use(precision_of(self.speedups), self.device)
         self.callbacks = list(callbacks)
         self.train_transform, self.eval_transform = train_transform, eval_transform
         self.log_every_steps = log_every_steps
         self.world = world or World()
         self.lint = lint.SpeedLint(self.cfg.lint_ignore, say=self.world.is_main)
-        self._owner = next((s for s in self.speedups if s.owns_step), PLAIN_STEP)
         self._prepares = [s for s in self.speedups if type(s).prepare_batch is not Speedup.prepare_batch]
         self.forward_loss = self._forward_loss  # forward + loss; whole-step compilation replaces it
+        self.step_batch = self._step_batch  # forward, loss, backward, step: what a captured step would replace
         self.epoch = self.step = self.batch_in_epoch = 0  # completed epochs / optimizer steps / batches this epoch
         self.should_stop = False
         self.stop_signal: int | None = None  # a signal this process received
@@ -80,15 +85,18 @@ class Trainer:
 
     # ---- the loop -------------------------------------------------------------------------------------
     def setup(self) -> None:
-        """Set up the speed-ups, once: fit() calls it, and so does loading a checkpoint first, so a speed-up's
-        saved state (the GradScaler's scale, the EMA weights) is loaded into the objects that will use it."""
+        """Set up the speed-ups and the strategy, once, phase by phase (accel.phases): fit() calls it, and so does
+        loading a checkpoint first, so a speed-up's saved state (the EMA weights) is loaded into the objects that
+        will use it. Speed-ups the recipe's other choices rule out are refused first (accel.speedups.refuse)."""
         if self._set_up:
             return
-        for i, speedup in enumerate(self.speedups):
+        refuse(self.speedups, self.device, self.strategy, self.strategy.precision.name)
+        parts = setup_order([*self.speedups, self.strategy])
+        for i, part in enumerate(parts):
             try:
-                speedup.setup(self)
+                part.setup(self)
             except BaseException:  # undo the ones already set up: their global flags must not leak
-                for done in reversed(self.speedups[:i]):
+                for done in reversed(parts[:i]):
                     done.teardown()
                 raise
         self._set_up = True
@@ -118,8 +126,8 @@ class Trainer:
                 summary = self._summary(status, time.perf_counter() - start)
                 self._fitted = True
                 self._emit("on_fit_end", summary)
-                for speedup in reversed(self.speedups):
-                    speedup.teardown()
+                for part in reversed(setup_order([*self.speedups, self.strategy])):
+                    part.teardown()
                 self._set_up = False
         return summary
 
@@ -223,13 +231,20 @@ class Trainer:
         batch = self._on_device(batch, self.train_transform)
         if not self.utilisation.counted:
             self._uncounted_s = self.utilisation.count(self, batch)
-        with self._grad_sync(boundary):
+        loss = self.step_batch(batch, boundary)
+        for speedup in self.speedups:
+            speedup.after_batch()
+        return boundary, loss.detach(), batch
+
+    def _step_batch(self, batch: Any, boundary: bool) -> torch.Tensor:
+        """Forward and loss under the step contexts, the strategy's backward and, at a boundary, its step."""
+        with nullcontext() if boundary else self.strategy.no_sync(self):
             with self._step_contexts():
                 loss = self.forward_loss(batch)
-            self._owner.backward(loss / accum, self)
+            self.strategy.backward(loss / self.cfg.grad_accum)
         if boundary:
             self._optimizer_step()
-        return boundary, loss.detach(), batch
+        return loss
 
     def _forward_loss(self, batch: Any) -> torch.Tensor:
         return self.task.loss(self.model, batch)
@@ -252,29 +267,23 @@ class Trainer:
         return tensor
 
     def _optimizer_step(self) -> None:
-        applied = self._owner.optimizer_step(self)
+        applied = self.strategy.optimizer_step(self)
         self.optimizer.zero_grad(set_to_none=True)
         if applied and self.scheduler is not None:  # a step the GradScaler skipped does not advance the schedule
             self.scheduler.step()
         self.step += 1
 
     def clip_gradients(self) -> None:
-        """Called by the step owner after unscaling and before the optimizer step."""
+        """Called by the strategy's precision after unscaling and before the optimizer step."""
         if self.cfg.clip_grad_norm is not None:
             nn.utils.clip_grad_norm_(self.module.parameters(), self.cfg.clip_grad_norm)
 
     def _step_contexts(self) -> ExitStack:
         stack = ExitStack()
+        stack.enter_context(self.strategy.precision.forward_context())
         for speedup in self.speedups:
             stack.enter_context(speedup.step_context())
         return stack
-
-    def _grad_sync(self, boundary: bool):
-        """Skip DDP's all-reduce or FSDP's reduce-scatter of gradients on micro-batches that do not step."""
-        if boundary:
-            return nullcontext()
-        no_sync = getattr(self.model, "no_sync", None)
-        return no_sync() if no_sync is not None else fsdp.no_gradient_sync(self.module)
 
     # ---- evaluation -----------------------------------------------------------------------------------
     def evaluate(self) -> dict[str, Any]:
@@ -285,7 +294,7 @@ class Trainer:
         self.model.eval()
         sums: dict[str, torch.Tensor] = {}
         count, batch = 0, None
-        short = self._eval_batches_short()
+        short = self.strategy.eval_forwards_short(self)
         with ExitStack() as stack:
             for speedup in self.speedups:  # outside inference mode: a context may change weights in place (EMA)
                 stack.enter_context(speedup.eval_context())
@@ -309,18 +318,6 @@ class Trainer:
     def _eval_sums(self, batch: Any) -> dict[str, torch.Tensor]:
         with self._step_contexts():
             return self.task.eval_sums(self.model, batch)
-
-    def _eval_batches_short(self) -> int:
-        """How many fewer evaluation batches this rank has than the rank with the most. A sharded model
-        gathers its weights collectively in every forward, so each rank must run as many forwards."""
-        if not (self.world.distributed and fsdp.is_sharded(self.module)):
-            return 0
-        mine = min(len(self.val_loader), self.cfg.eval_max_batches or len(self.val_loader))
-        short = self.world.max(mine, self.device) - mine
-        if short and mine == 0:
-            raise AccelError(f"rank {self.world.rank} has no validation samples: with strategy fsdp, every "
-                             "process needs at least one (a larger validation split, or fewer processes)")
-        return short
 
     def _run_eval(self) -> None:
         self.last_eval, self._eval_step = self.evaluate(), self.step
@@ -348,8 +345,10 @@ class Trainer:
             self._run_eval()
         record = {"kind": "epoch", **stats, **(self.last_eval if self._eval_step == self.step else {})}
         record["train_loss"] = record.pop("loss")
-        for speedup in self.speedups:
-            record.update({f"{speedup.name}/{k}": v for k, v in speedup.metrics().items()})
+        for part in [*self.speedups, self.strategy]:
+            part.end_epoch()
+        for name, metrics in self._part_metrics().items():
+            record.update({f"{name}/{k}": v for k, v in metrics.items()})
         self._log(record)
         self._emit("on_epoch_end", record)
 
@@ -390,19 +389,21 @@ class Trainer:
             "peak_flop_per_s": peak.flop_per_s if peak else None, "peak_source": peak.source if peak else None,
             "device": devices.device_name(self.device), "diverged_at_step": self.diverged_at,
             "speedups": [s.name for s in self.speedups], "skipped_speedups": self.skipped_speedups,
-            "speedup_metrics": {s.name: s.metrics() for s in self.speedups},
+            "strategy": self.strategy.name, "speedup_metrics": self._part_metrics(),
         }
         summary["lint"] = self.lint.end(summary)
         return summary
+
+    def _part_metrics(self) -> dict[str, dict[str, Any]]:
+        """Each speed-up's metrics, and the strategy's where it has any (XLA's compilations)."""
+        strategy = self.strategy.metrics()
+        return {s.name: s.metrics() for s in self.speedups} | ({self.strategy.name: strategy} if strategy else {})
 
     # ---- checkpoints and signals -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """The whole training state, on the CPU. With a sharded model this is collective: every rank calls
         it, and only rank 0's result holds the weights and optimizer state."""
-        if fsdp.is_sharded(self.module):
-            model, optim = fsdp.full_state_dicts(self.module, self.optimizer)
-        else:
-            model, optim = devices.to_cpu(self.module.state_dict()), devices.to_cpu(self.optimizer.state_dict())
+        model, optim = self.strategy.full_state_dicts(self.module, self.optimizer)
         return {
             "model": model, "model_signature": model_signature(self.module), "optimizer": optim,
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
@@ -414,11 +415,7 @@ class Trainer:
 
     def load_state_dict(self, state: dict[str, Any], source: Any = "checkpoint") -> None:
         check_same_model(state["model_signature"], self.module, source)
-        if fsdp.is_sharded(self.module):  # collective: every rank loads the same file
-            fsdp.load_full_state_dicts(self.module, self.optimizer, state["model"], state["optimizer"])
-        else:
-            self.module.load_state_dict(state["model"])
-            self.optimizer.load_state_dict(state["optimizer"])
+        self.strategy.load_full_state_dicts(self.module, self.optimizer, state["model"], state["optimizer"])
         if self.scheduler is not None and state["scheduler"] is not None:
             check_same_schedule(state["scheduler"], self.scheduler.state_dict(), source)
             self.scheduler.load_state_dict(state["scheduler"])

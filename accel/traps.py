@@ -1,21 +1,34 @@
 """Speed traps, each defined and worded once: a pure function of plain facts gives `Finding`s with a stable code.
 
 `accel.lint` reads the facts from a set-up trainer (and, at the end, the run's summary); `accel doctor` reads
-them from the machine and a recipe. `train.lint_ignore` names codes from `CODES`, and both leave those out.
+them from the machine and a recipe. `train.lint_ignore` names codes from `codes()`, and both leave those out.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from .models.blocks import TRAITS
+from .registry import SPEEDUPS
+
 DATA_WAIT = 0.10  # above this share of step time waiting for batches, the loader is what to speed up
 MANY_CORES = 8  # above this, an unset OMP_NUM_THREADS makes every process start a thread per core
-RUN_CODES = ("anomaly-detection", "deterministic", "channels-last-without-conv", "pin-memory-off",
-             "optimizer-not-fused", "fp32-with-fast-bf16", "threads-over-cores", "processes-over-cores",
-             "workers-compete", "data-wait", "recompiles")
+RUN_CODES = ("anomaly-detection", "deterministic", "pin-memory-off", "optimizer-not-fused", "fp32-with-fast-bf16",
+             "threads-over-cores", "processes-over-cores", "workers-compete", "data-wait", "recompiles")
 MACHINE_CODES = ("omp-threads-unset", "pin-memory-without-cuda", "deterministic-with-benchmark",
                  "cuda-build-without-gpu")  # found by `accel doctor` only: a running trainer has no need of them
 CODES = RUN_CODES + MACHINE_CODES
+
+
+def needless_code(speedup: str, trait: str) -> str:
+    """The code of a speed-up on a model without the trait it needs: `channels-last-without-conv`."""
+    return f"{speedup.replace('_', '-')}-without-{TRAITS[trait][1]}"
+
+
+def codes() -> tuple[str, ...]:
+    """Every code: the fixed ones and one per registered speed-up that declares the model trait it needs."""
+    needy = [SPEEDUPS.get(name) for name in SPEEDUPS.names()]
+    return CODES + tuple(needless_code(cls.name, cls.needs) for cls in needy if cls.needs)
 
 
 @dataclass(frozen=True)
@@ -48,9 +61,9 @@ def _process_traps(f: dict[str, Any]) -> list[Finding]:
         out.append(Finding("deterministic", "deterministic algorithms are on: torch picks slower kernels (and "
                            "cudnn.benchmark cannot search).",
                            "torch.use_deterministic_algorithms(False) unless bit-exact reruns are the point."))
-    if f["channels_last"] and not f["has_conv"]:
-        out.append(Finding("channels-last-without-conv", "speed-up channels_last is on, but the model has no "
-                           "convolutions: the layout change only adds copies.", "remove `speedups.channels_last`."))
+    for name, trait in f["needless"].items():
+        out.append(Finding(needless_code(name, trait), f"speed-up {name} is on, but the model has no "
+                           f"{TRAITS[trait][0]}: it only adds work.", f"remove `speedups.{name}`."))
     return out
 
 
@@ -107,10 +120,11 @@ def _run_traps(f: dict[str, Any], summary: dict[str, Any]) -> list[Finding]:
         out.append(Finding("data-wait", f"{wait:.0%} of step time waited for batches with {workers} loader "
                            "worker(s).", "more data.loader.num_workers, data.cache for decoded images, or "
                            "augmentation on the device (`accel tune` measures workers)."))
-    compiled = (summary.get("speedup_metrics") or {}).get("compile") or {}
+    # whichever speed-up reports recompilations (torch.compile's)
+    recompiles = max((m.get("recompiles") or 0 for m in (summary.get("speedup_metrics") or {}).values()), default=0)
     epochs = summary.get("epochs") or 0
-    if epochs >= 2 and (compiled.get("recompiles") or 0) >= epochs:
-        out.append(Finding("recompiles", f"torch.compile recompiled {compiled['recompiles']} times in {epochs} "
+    if epochs >= 2 and recompiles >= epochs:
+        out.append(Finding("recompiles", f"torch.compile recompiled {recompiles} times in {epochs} "
                            "epochs: a shape or value changes every epoch (often the last, smaller batch).",
                            "data.drop_last: true, or `speedups.compile.dynamic: true`."))
     return out

@@ -1,18 +1,13 @@
-"""The XLA path (TPUs, and XLA:CPU for testing): torch_xla's own loader, optimizer step and graph cuts.
+"""torch_xla's loader and compile counters, for the XLA strategy (accel.strategy.xla).
 
-Imported only when the device is `xla`, so torch_xla stays an optional extra.
+torch_xla is imported inside the functions, so it stays an optional extra.
 """
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from typing import Any
 
 import torch
-
-from .speedups.base import Speedup
-
-log = logging.getLogger("accel")
 
 
 class XlaLoader:
@@ -43,35 +38,3 @@ def compile_stats() -> dict[str, float]:
     data = met.metric_data("CompileTime")
     count, total_ns = (data[0], data[1]) if data else (0, 0)
     return {"compiles": int(count), "compile_s": total_ns / 1e9}
-
-
-class XlaStep(Speedup):
-    """Optimizer steps through xm.optimizer_step, a graph cut (torch_xla.sync) after each step."""
-
-    name = "xla"
-    order = 5
-    owns_step = True
-    RECOMPILE_WARNING = 2  # new graphs per epoch, after the first, that suggest shapes keep changing
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._compiles_at_epoch: list[int] = []
-
-    def optimizer_step(self, trainer: Any) -> bool:
-        import torch_xla
-        import torch_xla.core.xla_model as xm
-
-        trainer.clip_gradients()
-        xm.optimizer_step(trainer.optimizer)  # all-reduces gradients across replicas when there are several
-        torch_xla.sync()  # cut the graph here: one compiled program per step, reused every step
-        return True
-
-    def metrics(self) -> dict[str, Any]:
-        stats = compile_stats()
-        self._compiles_at_epoch.append(stats["compiles"])
-        if len(self._compiles_at_epoch) >= 3:
-            new = self._compiles_at_epoch[-1] - self._compiles_at_epoch[-2]
-            if new > self.RECOMPILE_WARNING:
-                log.warning("XLA compiled %d new graphs during the last epoch: shapes keep changing. Keep batch "
-                            "shapes fixed (data.drop_last: true; pad the evaluation batch).", new)
-        return stats

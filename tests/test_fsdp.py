@@ -3,12 +3,14 @@ across processes is tested in test_distributed.py."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from accel import fsdp
 from accel.errors import AccelError, RecipeError
 from accel.models import resnet18_cifar
 from accel.recipe import validate_recipe
-from accel.speedups import from_configs
+from accel.speedups import from_configs, refuse
+from accel.strategy import FullyShard
 from conftest import TINY
 
 
@@ -20,7 +22,7 @@ def test_speedups_that_cannot_run_sharded_are_refused_together_with_the_reason()
     refused = speedups(channels_last={}, jit={}, ema={}, amp={"dtype": "fp16"}, optim={"impl": "fused"},
                        compile={})
     with pytest.raises(AccelError) as err:
-        fsdp.check_compatible(refused)
+        refuse(refused, torch.device("cpu"), FullyShard())
     message = str(err.value)
     for name in ("channels_last", "jit", "ema", "amp", "optim", "compile"):
         assert f"`speedups.{name}`" in message
@@ -28,8 +30,8 @@ def test_speedups_that_cannot_run_sharded_are_refused_together_with_the_reason()
 
 
 def test_speedups_that_run_sharded_pass():
-    fsdp.check_compatible(speedups(amp={"dtype": "bf16"}, compile={"dynamic": False}, optim={"impl": "auto"},
-                                   threads={}, cudnn={}))
+    refuse(speedups(amp={"dtype": "bf16"}, compile={"dynamic": False}, optim={"impl": "auto"}, threads={},
+                    cudnn={}), torch.device("cpu"), FullyShard())
 
 
 def test_blocks_are_the_residual_stages_not_their_layers():

@@ -18,7 +18,7 @@ from accel.speedups.channels_last import ChannelsLast
 ROOT = Path(__file__).resolve().parent.parent
 CLEAN = {"device": "cpu", "cores": 2, "torch_threads": 2, "blas_threads": 2, "workers": 0, "pin_memory": False,
          "in_memory": False, "anomaly_detection": False, "deterministic": False, "optimizer": "AdamW", "fused": False,
-         "fused_exists": True, "channels_last": False, "has_conv": True, "amp": False, "fast_bf16": False}
+         "fused_exists": True, "needless": {}, "amp": False, "fast_bf16": False}
 
 
 def _codes(found: list[lint.Finding]) -> list[str]:

@@ -1,10 +1,12 @@
 """What `accel tune` tries: the knobs of a recipe on a device, and the candidates a model can use.
 
 Speed-up knobs come first and their first value is the speed-up off: another value is kept only when it
-measurably beats off (the simpler setting wins a tie). Cheap knobs (batch size, workers, threads) compare with
-the recipe's own value. Candidates the device cannot run (the speed-up's own `unavailable` check) or the model
-cannot use (channels_last without convolutions, an attention kernel without attention, regional compile
-without repeated blocks) are dropped with the reason, once the first trials have reported the model's traits.
+measurably beats off (the simpler setting wins a tie). Each speed-up declares its own candidates (`tune`) and
+the model trait it needs (`needs`), so a registered speed-up is tuned with no edit here. Cheap knobs (batch
+size, workers, threads) compare with the recipe's own value. Candidates the device cannot run (the speed-up's
+own `conflict`) or the model cannot use (channels_last without convolutions, an attention kernel without
+attention, regional compile without repeated blocks) are dropped with the reason, once the first trials have
+reported the model's traits.
 """
 from __future__ import annotations
 
@@ -15,28 +17,25 @@ import torch
 
 from ..devices import available_cpus
 from ..errors import AccelError
+from ..models.blocks import TRAITS as MODEL_TRAITS
 from ..recipe import Recipe
 from ..recipe_yaml import parse_value
 from ..registry import SPEEDUPS
+from ..speedups import Candidate, Context, Phase, Speedup
 from .variants import format_value, vary_variants
 
 BATCH_KEY, WORKERS_KEY = "data.batch_size", "data.loader.num_workers"
 THREAD_FIELDS = ("num_threads", "threads", "intra_op_threads", "intra_op")  # how a `threads` speed-up may name it
 OFF = {"enabled": False}
-# Speed-up candidates, in search order (each measured on top of the choices before it): the numeric
-# formats first, since layout, kernels and compilation are best judged in the dtype the run will use;
-# compile last of them, since it compiles whatever the others chose. `needs`: a model trait.
-SPEEDUP_CANDIDATES: list[tuple[str, list[dict], str | None]] = [
-    ("amp", [{"dtype": "bf16"}, {"dtype": "fp16"}], None),
-    ("channels_last", [{}], "has_conv"),
-    ("attention", [{"backend": "flash"}, {"backend": "efficient"}, {"backend": "cudnn"}], "has_attention"),
-    ("optim", [{"impl": "fused"}, {"impl": "foreach"}], None),
-    ("float8", [{}], None),
-    ("compile", [{}, {"regional": True}, {"mode": "max-autotune"}], None),
-]
-NEEDS_OF_VALUE = {("compile", "regional"): "repeated_blocks"}
-TRAITS = {"has_conv": "convolutions", "has_attention": "attention modules", "repeated_blocks": "repeated blocks"}
-CUDA_ONLY = {("compile", "mode")}  # max-autotune's kernel search pays off on GPUs; on CPUs it only costs time
+TRAITS = {trait: words for trait, (words, _) in MODEL_TRAITS.items()}
+
+
+def tuned_speedups() -> list[type[Speedup]]:
+    """The registered speed-ups with tune candidates, in search order (each measured on top of the choices
+    before it): the numeric formats first, since layout, kernels and compilation are best judged in the dtype
+    the run will use; then in setup order, so compile comes last and compiles whatever the others chose."""
+    classes = [SPEEDUPS.get(name) for name in SPEEDUPS.names()]
+    return sorted((c for c in classes if c.tune), key=lambda c: (c.phase is not Phase.PRECISION, c.phase, c.name))
 
 
 @dataclass
@@ -60,31 +59,28 @@ def speedup_knobs(base: Recipe, device: torch.device) -> list[Knob]:
     """One knob per speed-up tune knows, each value the recipe's section with the candidate's settings."""
     sections = base.dump()["speedups"]
     knobs = []
-    for name, patches, needs in SPEEDUP_CANDIDATES:
+    for speedup in tuned_speedups():
+        name = speedup.name
         section = {k: v for k, v in (sections.get(name) or {}).items() if k != "enabled"}
         values, labels, value_needs = [section | OFF], ["off"], [None]
-        for patch in patches:
-            value = section | patch | {"enabled": True}
-            if value in values or _why_not_here(name, patch, value, device):
+        for candidate in speedup.tune:
+            value = section | candidate.patch | {"enabled": True}
+            if value in values or _why_not_here(speedup, candidate, value, device):
                 continue
             values.append(value)
-            labels.append(",".join(f"{k}={format_value(v)}" for k, v in patch.items()) or "on")
-            value_needs.append(next((NEEDS_OF_VALUE[(name, k)] for k in patch if (name, k) in NEEDS_OF_VALUE),
-                                    needs))
+            labels.append(",".join(f"{k}={format_value(v)}" for k, v in candidate.patch.items()) or "on")
+            value_needs.append(candidate.needs or speedup.needs)
         if len(values) > 1:
             knobs.append(Knob(f"speedups.{name}", values, speedup=True, labels=labels, needs=value_needs))
     return knobs
 
 
-def _why_not_here(name: str, patch: dict, value: dict, device: torch.device) -> str | None:
+def _why_not_here(speedup: type[Speedup], candidate: Candidate, value: dict, device: torch.device) -> str | None:
     """Why the speed-up with `value` cannot run on `device` (its own check), or None."""
-    if name not in SPEEDUPS:
-        return "not installed"
-    if device.type != "cuda" and any((name, k) in CUDA_ONLY for k in patch):
+    if device.type != "cuda" and candidate.cuda_only:
         return "pays off on GPUs only"
-    speedup = SPEEDUPS.get(name)
     cfg = speedup.Config(**{k: v for k, v in value.items() if k != "enabled"})
-    return speedup(cfg).unavailable(device)
+    return speedup(cfg).conflict(Context(device))
 
 
 def usable(knob: Knob, traits: dict[str, bool]) -> list[Any]:

@@ -33,7 +33,8 @@ def recipes(args: argparse.Namespace) -> int:
 
 def catalogue() -> dict[str, str]:
     """Each speed-up's recipe name and the first line of its class docstring, read from the source of
-    accel/speedups without importing it: importing the speed-ups imports torch, seconds on a small machine."""
+    accel/speedups without importing it: importing the speed-ups imports torch, seconds on a small machine.
+    `accel speedups --here` imports them anyway and lists the registry itself."""
     found = {}
     for path in sorted(SPEEDUPS_DIR.glob("*.py")):
         for node in ast.parse(path.read_text()).body:
@@ -53,25 +54,28 @@ def _registered_name(decorator: ast.expr) -> str | None:
 
 
 def speedups(args: argparse.Namespace) -> int:
-    reasons = _reasons() if args.here else {}
-    for name, doc in catalogue().items():
+    listed = _registered() if args.here else {name: (doc, None) for name, doc in catalogue().items()}
+    for name, (doc, reason) in listed.items():
         status = ""
         if args.here:
-            status = "  [available]" if reasons.get(name) is None else f"  [unavailable here: {reasons[name]}]"
+            status = "  [available]" if reason is None else f"  [unavailable here: {reason}]"
         print(f"{name:24s} {doc}{status}")
     if not args.here:
         print("\nWhether each can run on this machine: accel speedups --here")
     return 0
 
 
-def _reasons() -> dict[str, str | None]:
-    """Why each registered speed-up cannot run on this machine's default device (None: it can)."""
+def _registered() -> dict[str, tuple[str, str | None]]:
+    """Each registered speed-up (a user's own too, once imported): its docstring's first line and why it cannot
+    run on this machine's default device (None: it can)."""
     from .. import builtins  # noqa: F401
     from ..devices import resolve_device
     from ..registry import SPEEDUPS
+    from ..speedups import Context
 
-    device = resolve_device("auto")
-    return {name: SPEEDUPS.get(name)().unavailable(device) for name in SPEEDUPS.names()}
+    context = Context(resolve_device("auto"))
+    return {name: ((cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else "", cls().conflict(context))
+            for name in SPEEDUPS.names() for cls in [SPEEDUPS.get(name)]}
 
 
 def doctor(args: argparse.Namespace) -> int:

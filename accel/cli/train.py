@@ -85,10 +85,11 @@ def _check_before_torchrun(args: argparse.Namespace, recipe, out: Path) -> None:
     from ..runlock import RunDirLock
 
     if recipe.strategy == "fsdp" and args.nproc * args.nnodes > 1:
-        from ..fsdp import check_compatible
-        from ..speedups import from_configs
+        from ..devices import resolve_device
+        from ..speedups import from_configs, refuse
+        from ..strategy import FullyShard
 
-        check_compatible(from_configs(recipe.speedups))
+        refuse(from_configs(recipe.speedups), resolve_device(recipe.device), FullyShard())
     if args.master_port and (args.nnodes == 1 or args.node_rank == 0):
         check_port_free(args.master_port)
     run_dir = RunDir(out)

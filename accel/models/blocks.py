@@ -23,6 +23,9 @@ def repeated_blocks(model: nn.Module, classes: list[str] = ()) -> list[nn.Module
     return chosen
 
 
+# trait -> (what the model has, the short word in a speed-lint code: `channels-last-without-conv`)
+TRAITS = {"has_conv": ("convolutions", "conv"), "has_attention": ("attention modules", "attention"),
+          "repeated_blocks": ("repeated blocks", "repeated-blocks")}
 CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 
 

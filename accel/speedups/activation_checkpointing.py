@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +19,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..models.blocks import repeated_blocks
 from ..registry import SPEEDUPS
-from .base import Speedup, SpeedupConfig
+from .base import Phase, Speedup, SpeedupConfig
 
 if TYPE_CHECKING:
     from ..trainer import Trainer
@@ -61,7 +61,7 @@ class ActivationCheckpointing(Speedup):
                            "activations, trading less memory for less recomputation")
 
     name = "activation_checkpointing"
-    order = 20  # before compile, which then traces the checkpointed forwards
+    phase = Phase.MODEL  # before compile, which then traces the checkpointed forwards
 
     def __init__(self, cfg: Config | None = None):
         super().__init__(cfg)
@@ -77,6 +77,9 @@ class ActivationCheckpointing(Speedup):
         for block in blocks:  # the instance's forward: the state_dict and the model's structure stay as they are
             block.forward = checkpointed(block.forward)
         self.wrapped = blocks
+
+    def counting_context(self) -> AbstractContextManager:
+        return without_recompute()
 
     def metrics(self) -> dict[str, Any]:
         return {"blocks": len(self.wrapped)}

@@ -9,12 +9,11 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal
 
-import torch
 from pydantic import Field
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..registry import SPEEDUPS
-from .base import Speedup, SpeedupConfig
+from .base import Candidate, Context, Phase, Speedup, SpeedupConfig
 
 if TYPE_CHECKING:
     from ..trainer import Trainer
@@ -41,22 +40,20 @@ class Attention(Speedup):
             "unfused reference, O(T^2) memory")
 
     name = "attention"
-    order = 30
+    phase = Phase.KERNELS
+    needs = "has_attention"
+    tune = (Candidate({"backend": "flash"}), Candidate({"backend": "efficient"}), Candidate({"backend": "cudnn"}))
 
     def __init__(self, cfg: Config | None = None):
         super().__init__(cfg)
         self._hf_before: tuple[Any, str] | None = None
 
-    def unavailable(self, device: torch.device) -> str | None:
+    def conflict(self, context: Context) -> str | None:
+        device = context.device
         if self.cfg.backend in CUDA_ONLY and device.type != "cuda":
             return f"the {self.cfg.backend} attention kernel needs CUDA (device here: {device.type})"
-        return None
-
-    def unavailable_beside(self, device: torch.device, others: list[Speedup]) -> str | None:
-        from ..flops import compute_dtype  # here: accel.flops imports the speed-ups
-
-        half = compute_dtype(others, device) in ("bf16", "fp16")
-        if device.type == "cuda" and self.cfg.backend in HALF_ONLY_ON_CUDA and not half:
+        fp32 = context.precision == "fp32"
+        if device.type == "cuda" and self.cfg.backend in HALF_ONLY_ON_CUDA and fp32:
             return (f"the {self.cfg.backend} attention kernel runs fp16/bf16 only on CUDA, and without amp the "
                     "inputs are fp32: enable amp, or choose backend efficient or math")
         return None

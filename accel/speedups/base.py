@@ -1,16 +1,46 @@
-"""The speed-up interface the trainer drives. Every hook does nothing by default, so the loop stays plain."""
+"""The speed-up interface the trainer drives. Every hook does nothing by default, so the loop stays plain.
+
+A speed-up declares itself on its class: the `phase` its setup runs in, the `needs` model trait without which it
+does nothing, the `tune` candidates `accel tune` tries, and `conflict`, the one place it says why it cannot run.
+Nothing elsewhere names a speed-up: registering the class is all it takes (tests/speedups/test_one_file.py).
+"""
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from pydantic import Field
 
+from ..phases import Phase
+from ..precision import Precision
 from ..schema import StrictModel
 
 if TYPE_CHECKING:
     from ..trainer import Trainer
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where a speed-up would run: the device, the numeric precision (`fp32`, `bf16`, `fp16`; None where it is
+    not known yet, as for tune's candidates: judge by the device alone), the strategy (`plain`, `ddp`, `fsdp`,
+    `xla`) and the other speed-ups that will run beside it."""
+
+    device: torch.device
+    precision: str | None = None
+    strategy: str = "plain"
+    others: tuple[Speedup, ...] = ()
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One setting `accel tune` tries for a speed-up: `patch` over the recipe's section; `needs`: the model trait
+    it needs beyond the speed-up's own; `cuda_only`: it pays off on GPUs only (elsewhere it only costs time)."""
+
+    patch: dict[str, Any] = field(default_factory=dict)
+    needs: str | None = None
+    cuda_only: bool = False
 
 
 class SpeedupConfig(StrictModel):
@@ -18,30 +48,24 @@ class SpeedupConfig(StrictModel):
 
 
 class Speedup:
-    """One speed-up: a thin class around the pure functions that do the work.
-
-    `order` sorts setup: lower runs first (device and memory layout), compile last. At most one active
-    speed-up may set `owns_step` and override `backward` / `optimizer_step` (a GradScaler, XLA).
-    """
+    """One speed-up: a thin class around the pure functions that do the work. Hooks have no side effects
+    except `setup`, `after_batch`, `end_epoch` and `teardown`, whose job they are."""
 
     name: ClassVar[str]
-    order: ClassVar[int] = 50
-    owns_step: bool = False  # an instance may set it in __init__ (amp: only fp16 owns the step)
+    phase: ClassVar[Phase] = Phase.MODEL
+    needs: ClassVar[str | None] = None  # a model trait (accel.models.blocks.model_traits) it does nothing without
+    tune: ClassVar[tuple[Candidate, ...]] = ()  # what `accel tune` tries, in order (off is always tried first)
     Config: ClassVar[type[SpeedupConfig]] = SpeedupConfig
 
     def __init__(self, cfg: SpeedupConfig | None = None):
         self.cfg = cfg if cfg is not None else self.Config()
 
-    def unavailable(self, device: torch.device) -> str | None:
-        """Why this speed-up cannot run on `device`, or None when it can."""
+    def conflict(self, context: Context) -> str | None:
+        """Why this speed-up cannot run in `context`, or None when it can (accel.speedups.resolve applies it)."""
         return None
 
-    def unavailable_beside(self, device: torch.device, others: list["Speedup"]) -> str | None:
-        """Why this speed-up cannot run on `device` beside the `others` that will, or None when it can."""
-        return None
-
-    def sharding_conflict(self) -> str | None:
-        """Why this speed-up cannot run on a model sharded with `strategy: fsdp`, or None when it can."""
+    def precision(self) -> Precision | None:
+        """The numeric precision this speed-up gives the strategy (amp), or None."""
         return None
 
     def setup(self, trainer: "Trainer") -> None:
@@ -52,21 +76,22 @@ class Speedup:
         return inputs
 
     def step_context(self) -> AbstractContextManager:
-        """Wraps forward and loss (e.g. autocast)."""
+        """Wraps forward and loss, in training and evaluation (e.g. the attention kernel)."""
         return nullcontext()
 
     def eval_context(self) -> AbstractContextManager:
         """Wraps a whole evaluation pass (e.g. swapping in averaged weights)."""
         return nullcontext()
 
-    def backward(self, loss: torch.Tensor, trainer: "Trainer") -> None:
-        loss.backward()
+    def counting_context(self) -> AbstractContextManager:
+        """Wraps the count of a step's model FLOPs (e.g. without recomputed activations)."""
+        return nullcontext()
 
-    def optimizer_step(self, trainer: "Trainer") -> bool:
-        """Clip and step; return False when the step was skipped (e.g. inf gradients)."""
-        trainer.clip_gradients()
-        trainer.optimizer.step()
-        return True
+    def after_batch(self) -> None:
+        """After each training batch's backward (and step, where it stepped)."""
+
+    def end_epoch(self) -> None:
+        """At each epoch's end, before `metrics()` is read: say what the epoch showed (warnings)."""
 
     def metrics(self) -> dict[str, Any]:
         """Numbers worth a line in metrics.jsonl and summary.json (e.g. skipped steps, recompilations)."""
@@ -80,3 +105,12 @@ class Speedup:
 
     def teardown(self) -> None:
         """Restore every global flag setup changed, so runs in one process do not leak into each other."""
+
+
+def one_program(speedup: Speedup, context: Context) -> str | None:
+    """Two speed-ups of the COMPILE phase would each turn the model into another program: they cannot stack."""
+    other = next((o for o in context.others if o.phase is Phase.COMPILE), None)
+    if other is None:
+        return None
+    return (f"speed-ups `{speedup.name}` and `{other.name}` both turn the model into another program and cannot be "
+            "stacked; enable one of them (`compile` is the maintained one).")

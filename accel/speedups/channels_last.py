@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from ..registry import SPEEDUPS
-from .base import Speedup, SpeedupConfig
+from .base import Candidate, Context, Phase, Speedup, SpeedupConfig
 
 if TYPE_CHECKING:
     from ..trainer import Trainer
@@ -40,10 +40,14 @@ class ChannelsLast(Speedup):
         pass
 
     name = "channels_last"
-    order = 10  # memory layout before anything that traces the model (compile, jit)
+    phase = Phase.LAYOUT  # memory layout before anything that traces the model (compile, jit)
+    needs = "has_conv"
+    tune = (Candidate(),)
 
-    def sharding_conflict(self) -> str | None:
-        return "FSDP2 gathers each parameter into a contiguous buffer, so weights cannot stay channels-last"
+    def conflict(self, context: Context) -> str | None:
+        if context.strategy == "fsdp":
+            return "FSDP2 gathers each parameter into a contiguous buffer, so weights cannot stay channels-last"
+        return None
 
     def setup(self, trainer: "Trainer") -> None:
         apply_channels_last(trainer.module)

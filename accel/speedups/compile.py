@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Literal
 
 import torch
@@ -17,7 +16,7 @@ from pydantic import Field, field_validator, model_validator
 from ..errors import did_you_mean
 from ..models.blocks import repeated_blocks
 from ..registry import SPEEDUPS
-from .base import Speedup, SpeedupConfig
+from .base import Candidate, Context, Phase, Speedup, SpeedupConfig, one_program
 
 log = logging.getLogger("accel")
 
@@ -123,7 +122,9 @@ class Compile(Speedup):
     """torch.compile the model (or forward + loss); compile seconds, graph breaks and recompiles go to metrics."""
 
     name = "compile"
-    order = 90  # last: it must capture the model as every other speed-up has left it
+    phase = Phase.COMPILE  # last: it must capture the model as every other speed-up has left it
+    tune = (Candidate(), Candidate({"regional": True}, needs="repeated_blocks"),
+            Candidate({"mode": "max-autotune"}, cuda_only=True))  # its kernel search pays off on GPUs only
 
     class Config(SpeedupConfig):
         mode: Mode = Field(
@@ -189,16 +190,16 @@ class Compile(Speedup):
         self._blocks: list[torch.nn.Module] = []  # compiled in place (regional)
         self._graphs_seen = 0
 
-    def sharding_conflict(self) -> str | None:
+    def conflict(self, context: Context) -> str | None:
         # FSDP2's hooks split the graph at every sharded block, so dynamo compiles each block's forward on its
         # own and blocks of other widths recompile it; with `dynamic: null` those recompilations turn
         # dynamic, and inductor failed on the dynamic graphs (ResNet-18, CPU, torch 2.14.1)
-        if self.cfg.dynamic is not False:
+        if context.strategy == "fsdp" and self.cfg.dynamic is not False:
             return ("sharded blocks are compiled one by one and blocks of other shapes recompile them; set "
                     "`speedups.compile.dynamic=false` (one graph per block shape)")
-        return None
+        return self._unavailable(context.device) or one_program(self, context)
 
-    def unavailable(self, device: torch.device) -> str | None:
+    def _unavailable(self, device: torch.device) -> str | None:
         import torch._dynamo
 
         if not torch._dynamo.is_dynamo_supported():
@@ -226,13 +227,12 @@ class Compile(Speedup):
         else:
             trainer.model = apply_compile(trainer.model, self.cfg)
 
-    def step_context(self) -> AbstractContextManager:
+    def after_batch(self) -> None:
         if self.cfg.release_workers and self.cfg.backend == "inductor":
             self._release_workers()
-        return nullcontext()
 
     def _release_workers(self) -> None:
-        """Once dynamo made new graphs (since the last step: their compilation is over), stop inductor's pool of
+        """Once dynamo made new graphs (since the last batch: their compilation is over), stop inductor's pool of
         compile workers; torch would keep them 60 s, the first minute of training."""
         graphs = _graph_count()
         if graphs == self._graphs_seen:
@@ -246,11 +246,15 @@ class Compile(Speedup):
         if self._stats is None:
             return dict(self._final)
         stats = self._stats.read()
-        self._warn(stats)
         return {key: stats[key] for key in ("seconds", "graph_breaks", "recompiles", "graphs")}
 
+    def end_epoch(self) -> None:
+        self.after_batch()  # the epoch's evaluation may have compiled graphs of its own
+        if self._stats is not None:
+            self._warn(self._stats.read())
+
     def _warn(self, stats: dict[str, Any]) -> None:
-        """Say each problem once per run: metrics() is read at every epoch end."""
+        """Say each problem once per run: it is looked for at every epoch end and at teardown."""
         if stats["break_reasons"] and "breaks" not in self._warned:
             self._warned.add("breaks")
             reasons = "; ".join(sorted({_first_line(r) for r in stats["break_reasons"]}))
@@ -269,6 +273,7 @@ class Compile(Speedup):
 
         if self._stats is None:
             return
+        self.end_epoch()  # a run shorter than an epoch is looked at too
         self._final = self.metrics()
         self._stats = None
         model, forward_loss, limit = self._saved

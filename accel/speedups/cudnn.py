@@ -9,7 +9,7 @@ import torch
 from pydantic import Field, model_validator
 
 from ..registry import SPEEDUPS
-from .base import Speedup, SpeedupConfig
+from .base import Phase, Speedup, SpeedupConfig
 
 if TYPE_CHECKING:
     from ..trainer import Trainer
@@ -104,7 +104,7 @@ class Cudnn(Speedup):
             return self
 
     name = "cudnn"
-    order = 5  # global flags first: later speed-ups (compile) see them
+    phase = Phase.FLAGS  # global flags first: later speed-ups (compile) see them
 
     def __init__(self, cfg: Config | None = None):
         super().__init__(cfg)

@@ -14,7 +14,7 @@ from pydantic import Field
 from torch import nn
 
 from ..registry import SPEEDUPS
-from .base import Speedup, SpeedupConfig
+from .base import Context, Phase, Speedup, SpeedupConfig
 
 
 def live_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
@@ -58,7 +58,7 @@ class Ema(Speedup):
     """Exponential moving average of the weights: evaluated instead of the raw weights, saved in checkpoints."""
 
     name = "ema"
-    order = 80  # after speed-ups that may rebuild the optimizer, before jit/compile wrap the model
+    phase = Phase.WEIGHTS  # after speed-ups that may rebuild the optimizer, before jit/compile wrap the model
 
     class Config(SpeedupConfig):
         decay: float = Field(0.999, ge=0, le=1, description="weight of the old average at each update; the average "
@@ -78,8 +78,10 @@ class Ema(Speedup):
         self._handle: Any = None
         self._steps = 0
 
-    def sharding_conflict(self) -> str | None:
-        return "the average would be held as sharded tensors, which checkpoints do not store"
+    def conflict(self, context: Context) -> str | None:
+        if context.strategy == "fsdp":
+            return "the average would be held as sharded tensors, which checkpoints do not store"
+        return None
 
     def setup(self, trainer) -> None:
         self._live = live_tensors(trainer.module)

@@ -10,7 +10,7 @@ from pydantic import Field
 from torch import nn
 
 from ..registry import SPEEDUPS
-from .base import Speedup, SpeedupConfig
+from .base import Candidate, Context, Phase, Speedup, SpeedupConfig
 
 if TYPE_CHECKING:
     from ..trainer import Trainer
@@ -43,13 +43,15 @@ class Float8(Speedup):
                                 "high precision (the output head is the usual one)")
 
     name = "float8"
-    order = 25  # after the layout and optimizer set-up, before compile traces the converted layers
+    phase = Phase.MODEL  # after the layout and optimizer set-up, before compile traces the converted layers
+    tune = (Candidate(),)
 
     def __init__(self, cfg: Config | None = None):
         super().__init__(cfg)
         self.converted: list[str] = []
 
-    def unavailable(self, device: torch.device) -> str | None:
+    def conflict(self, context: Context) -> str | None:
+        device = context.device
         if device.type != "cuda":
             return f"float8 matmuls need a CUDA GPU with FP8 (compute capability 8.9+); device here: {device.type}"
         capability = torch.cuda.get_device_capability(device)

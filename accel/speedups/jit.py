@@ -17,7 +17,7 @@ from torch import nn
 
 from ..errors import AccelError
 from ..registry import SPEEDUPS
-from .base import Speedup, SpeedupConfig
+from .base import Context, Phase, Speedup, SpeedupConfig, one_program
 
 log = logging.getLogger("accel")
 _deprecation_said = False
@@ -92,7 +92,7 @@ class Jit(Speedup):
     """TorchScript the model (script or trace): for older stacks; deprecated upstream, prefer `compile`."""
 
     name = "jit"
-    order = 85  # after layout and precision speed-ups, so the scripted model sees their changes
+    phase = Phase.COMPILE  # after layout and precision speed-ups, so the scripted model sees their changes
 
     class Config(SpeedupConfig):
         method: Literal["script", "trace"] = Field(
@@ -103,13 +103,12 @@ class Jit(Speedup):
         super().__init__(cfg)
         self._restore: tuple[Any, nn.Module] | None = None
 
-    def sharding_conflict(self) -> str | None:
-        return "TorchScript cannot script or trace FSDP2's hooks (`compile` can compile a sharded model)"
+    def conflict(self, context: Context) -> str | None:
+        if context.strategy == "fsdp":
+            return "TorchScript cannot script or trace FSDP2's hooks (`compile` can compile a sharded model)"
+        return one_program(self, context)
 
     def setup(self, trainer) -> None:
-        if any(speedup.name == "compile" for speedup in trainer.speedups):
-            raise AccelError("speed-ups `jit` and `compile` both turn the model into another program and cannot "
-                             "be stacked; enable one of them (`compile` is the maintained one).")
         say_deprecated_once()
         self._restore = (trainer, trainer.model)
         trainer.model = apply_jit(trainer.model, self.cfg.method)

@@ -11,7 +11,7 @@ from pydantic import Field
 
 from ..errors import AccelError
 from ..registry import SPEEDUPS
-from .base import Speedup, SpeedupConfig
+from .base import Candidate, Context, Phase, Speedup, SpeedupConfig
 
 if TYPE_CHECKING:
     from ..trainer import Trainer
@@ -110,14 +110,15 @@ class Optim(Speedup):
             "reference implementation.")
 
     name = "optim"
-    order = 20
+    phase = Phase.KERNELS
+    tune = (Candidate({"impl": "fused"}), Candidate({"impl": "foreach"}))
 
     def __init__(self, cfg: Config | None = None):
         super().__init__(cfg)
         self.impl: str | None = None
 
-    def sharding_conflict(self) -> str | None:
-        if self.cfg.impl == "fused":
+    def conflict(self, context: Context) -> str | None:
+        if context.strategy == "fsdp" and self.cfg.impl == "fused":
             return "torch's fused kernels have no implementation for sharded (DTensor) parameters; use `impl: auto`"
         return None
 

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from ..devices import available_cpus
 from ..registry import SPEEDUPS
-from .base import Speedup, SpeedupConfig
+from .base import Phase, Speedup, SpeedupConfig
 
 if TYPE_CHECKING:
     from ..trainer import Trainer
@@ -56,7 +56,7 @@ class Threads(Speedup):
             "when it is too late a warning says so and the count is left as it is. Teardown cannot undo it.")
 
     name = "threads"
-    order = 0  # before anything that runs ops
+    phase = Phase.FLAGS
 
     def __init__(self, cfg: Config | None = None):
         super().__init__(cfg)

@@ -8,9 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from accel import devices
+from accel import devices, precision
 from accel.errors import SpeedupUnavailable
-from accel.speedups import amp
 from conftest import cuda_only
 
 
@@ -36,7 +35,7 @@ def test_bf16_autocast_runs_convolutions_and_matmuls_in_bf16(make_trainer):
 def test_bf16_owns_no_step_and_keeps_no_state(make_trainer):
     trainer = make_trainer({"amp": {}})
     speedup = trainer.speedups[0]
-    assert not speedup.owns_step and trainer._owner is not speedup
+    assert trainer.strategy.precision is speedup.precision() and not hasattr(speedup.precision(), "scaler")
     trainer.fit()
     assert speedup.state_dict() == {} and speedup.metrics() == {}
 
@@ -108,10 +107,10 @@ def record_clips(trainer, events: list[str], norms: list[float]) -> None:
 
 def test_fp16_unscales_before_clipping_and_updates_once_per_real_step(fp16_here, make_trainer, monkeypatch):
     events: list[str] = []
-    monkeypatch.setattr(amp, "make_scaler", lambda device, init_scale, growth_interval: RecordingScaler(
+    monkeypatch.setattr(precision, "make_scaler", lambda device, init_scale, growth_interval: RecordingScaler(
         events, device.type, init_scale=init_scale, growth_interval=growth_interval))
     trainer = make_trainer({"amp": {"dtype": "fp16"}}, train={"grad_accum": 2, "clip_grad_norm": 0.5})
-    assert trainer._owner is trainer.speedups[0]  # fp16 owns backward and the optimizer step
+    assert trainer.strategy.precision is trainer.speedups[0].precision()  # fp16 scales backward and the step
     record_clips(trainer, events, [])
     summary = trainer.fit()
     one_step = ["scale", "scale", "unscale", "clip", "step", "update"]  # two micro-batches, one optimizer step
@@ -170,7 +169,8 @@ def test_the_scaler_state_survives_a_checkpoint_and_resumes(fp16_here, make_trai
     torch.save(first.state_dict(), buffer)
     buffer.seek(0)
     state = torch.load(buffer, weights_only=True)
-    assert state["speedups"]["amp"] == {"scaler": first.speedups[0].scaler.state_dict(), "skipped_steps": 0}
+    scaler = first.speedups[0].precision().scaler
+    assert state["speedups"]["amp"] == {"scaler": scaler.state_dict(), "skipped_steps": 0}
 
     resumed = make_trainer(cfg, train={"max_steps": 3})
     resumed.load_state_dict(state)  # before fit(): the scaler does not exist yet, the state waits for setup
@@ -182,11 +182,12 @@ def test_the_scaler_state_survives_a_checkpoint_and_resumes(fp16_here, make_trai
 @cuda_only
 def test_fp16_on_cuda_scales_and_checkpoints(make_trainer):
     trainer = make_trainer({"amp": {"dtype": "fp16"}}, device="cuda")
-    assert trainer.speedups[0].owns_step
+    assert trainer.speedups[0].precision().scaler is not None
     summary = trainer.fit()
     assert math.isfinite(summary["metrics"]["train_loss"])
     assert summary["speedup_metrics"]["amp"]["loss_scale"] > 0
-    assert trainer.speedups[0].scaler.state_dict()["scale"] == summary["speedup_metrics"]["amp"]["loss_scale"]
+    scale = trainer.speedups[0].precision().scaler.state_dict()["scale"]
+    assert scale == summary["speedup_metrics"]["amp"]["loss_scale"]
 
 
 @cuda_only

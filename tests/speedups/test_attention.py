@@ -7,7 +7,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from accel import Trainer
 from accel.models import GPT
+from accel.speedups import Context, resolve
 from accel.speedups.attention import Attention
+from accel.strategy import Strategy
 from accel.tasks import LanguageModel
 from accel.train_config import TrainConfig
 
@@ -33,19 +35,16 @@ def test_math_runs_the_unfused_reference_and_flash_the_fused_kernel():
 
 @pytest.mark.parametrize("backend", ["efficient", "cudnn"])
 def test_cuda_kernels_are_skipped_on_a_cpu_with_a_reason(backend):
-    assert "needs CUDA" in Attention(Attention.Config(backend=backend)).unavailable(torch.device("cpu"))
+    assert "needs CUDA" in Attention(Attention.Config(backend=backend)).conflict(Context(torch.device("cpu")))
 
 
 @pytest.mark.parametrize("backend", ["flash", "cudnn"])
 def test_half_precision_kernels_need_amp_on_cuda(backend):
     """torch's flash and cuDNN kernels take no fp32 on CUDA: without amp they are skipped with why, not crashed."""
-    from accel.speedups import select_available
-    from accel.speedups.amp import Amp
-
     cuda, attention = torch.device("cuda"), Attention(Attention.Config(backend=backend))
-    active, skipped = select_available([attention], cuda)
+    active, skipped = resolve([attention], cuda, Strategy())
     assert active == [] and "fp16/bf16 only on CUDA" in skipped["attention"]
-    amp = Amp(Amp.Config(dtype="bf16"))
-    assert attention.unavailable_beside(cuda, [amp]) is None
-    assert attention.unavailable_beside(torch.device("cpu"), []) is None  # the CPU's flash kernel takes fp32
-    assert Attention(Attention.Config(backend="efficient")).unavailable_beside(cuda, []) is None
+    assert attention.conflict(Context(cuda, "bf16")) is None  # amp's precision
+    on_cpu = attention.conflict(Context(torch.device("cpu"), "fp32")) or ""  # cudnn: needs CUDA, whatever dtype
+    assert "fp16/bf16" not in on_cpu  # the CPU's flash kernel takes fp32
+    assert Attention(Attention.Config(backend="efficient")).conflict(Context(cuda, "fp32")) is None

@@ -17,6 +17,7 @@ from accel.callbacks import Callback
 from accel.errors import RecipeError
 from accel.recipe import TrainConfig, validate_recipe
 from accel.run import build_trainer
+from accel.speedups import Context
 from accel.speedups.compile import Compile
 from accel.trainer import Trainer
 
@@ -162,8 +163,9 @@ def test_inductor_without_a_cpp_compiler_is_skipped_with_a_reason(monkeypatch):
         raise RuntimeError("no C++ compiler")
 
     monkeypatch.setattr(cpp_builder, "get_cpp_compiler", none_found)
-    assert "C++ compiler" in Compile().unavailable(torch.device("cpu"))
-    assert Compile(Compile.Config(backend="aot_eager")).unavailable(torch.device("cpu")) is None
+    cpu = Context(torch.device("cpu"))
+    assert "C++ compiler" in Compile().conflict(cpu)
+    assert Compile(Compile.Config(backend="aot_eager")).conflict(cpu) is None
 
 
 @pytest.mark.parametrize("speedup, problem", [

@@ -14,7 +14,7 @@ from accel.callbacks import Callback
 from accel.errors import RecipeError
 from accel.recipe import validate_recipe
 from accel.registry import SPEEDUPS
-from accel.speedups import Speedup, SpeedupConfig
+from accel.speedups import Context, Phase, Speedup, SpeedupConfig
 from accel.trainer import Trainer
 
 from .conftest import RECIPE, global_state, tiny_trainer, weights
@@ -45,8 +45,9 @@ def test_class_and_config_are_documented(name):
     assert issubclass(cls.Config, SpeedupConfig)
     undocumented = [field for field, info in cls.Config.model_fields.items() if not info.description]
     assert not undocumented, f"{name}: fields without a description: {undocumented}"
-    reason = cls().unavailable(torch.device("cpu"))  # what `accel speedups` asks of a default instance
+    reason = cls().conflict(Context(torch.device("cpu")))  # what `accel speedups` asks of a default instance
     assert reason is None or (isinstance(reason, str) and reason)
+    assert isinstance(cls.phase, Phase) and cls.phase is not Phase.WRAP, "WRAP is the strategy's phase"
 
 
 @pytest.mark.parametrize("name", NAMES)

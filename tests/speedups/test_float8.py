@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch import nn
 
+from accel.speedups import Context
 from accel.speedups.float8 import FP8_CAPABILITY, Float8, eligible
 from conftest import cuda_only
 
@@ -20,7 +21,7 @@ def test_only_large_linear_layers_outside_the_skip_list_are_eligible():
 
 
 def test_elsewhere_it_is_skipped_with_the_reason():
-    reason = Float8().unavailable(torch.device("cpu"))
+    reason = Float8().conflict(Context(torch.device("cpu")))
     assert "CUDA GPU with FP8" in reason and "8.9" in reason
 
 

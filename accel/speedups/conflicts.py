@@ -1,0 +1,78 @@
+"""The one conflict rule: from each speed-up's own `conflict`, which of a run's speed-ups run, which are skipped
+and which refuse the run; and the order they are set up in."""
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+import torch
+
+from ..errors import AccelError, SpeedupUnavailable
+from ..precision import Precision
+from ..strategy.base import Strategy
+from .base import Context, Speedup
+
+log = logging.getLogger("accel")
+
+
+def setup_order(speedups: list[Speedup]) -> list[Speedup]:
+    """By phase, then by name: deterministic whatever order the recipe lists them in."""
+    return sorted(speedups, key=lambda s: (s.phase, s.name))
+
+
+def precision_of(speedups: list[Speedup]) -> Precision:
+    """The precision the speed-ups give the strategy (amp's), else fp32."""
+    return next((p for s in speedups if (p := s.precision()) is not None), Precision())
+
+
+def given_context(device: torch.device, strategy: Strategy, precision: str | None = None) -> Context:
+    """What cannot give way: the device, the precision that runs there and a strategy that follows the device."""
+    return Context(device, precision, strategy.name if strategy.follows_device else "plain")
+
+
+def resolve(speedups: list[Speedup], device: torch.device, strategy: Strategy, strict: bool = False
+            ) -> tuple[list[Speedup], dict[str, str]]:
+    """The one conflict rule, first half: a speed-up whose `conflict` names the device, the precision or a
+    strategy that follows the device is skipped with its reason (an error under `strict`): nothing in the recipe
+    can make it run here. The rest, in setup order; `refusals` then checks them against the recipe's choices."""
+    skipped: dict[str, str] = {}
+
+    def keep(speedup: Speedup, reason: str | None) -> bool:
+        if reason is not None and strict:
+            raise SpeedupUnavailable(f"speed-up `{speedup.name}` cannot run here: {reason} (strict mode).")
+        if reason is not None:
+            log.warning("skipping speed-up %s: %s", speedup.name, reason)
+            skipped[speedup.name] = reason
+        return reason is None
+
+    bare = given_context(device, strategy)
+    precision = precision_of([s for s in speedups if s.precision() is not None and s.conflict(bare) is None])
+    given = replace(bare, precision=precision.name)
+    return setup_order([s for s in speedups if keep(s, s.conflict(given))]), skipped
+
+
+def refusals(speedups: list[Speedup], device: torch.device, strategy: Strategy, precision: str | None = None
+             ) -> list[str]:
+    """The one conflict rule, second half: reasons that only the recipe's own choices give (its strategy, the
+    other speed-ups it enables). Those refuse the run, all named at once, before anything is set up: the recipe
+    asked for both, so dropping one quietly would run something else than it says."""
+    given = given_context(device, strategy, precision)
+    chosen = replace(given, strategy=strategy.name)
+    problems = []
+    for speedup in speedups:
+        reason = speedup.conflict(replace(chosen, others=tuple(o for o in speedups if o is not speedup)))
+        if reason is not None and reason != speedup.conflict(given):
+            problems.append(f"`speedups.{speedup.name}`: {reason}")
+    return problems
+
+
+def refuse(speedups: list[Speedup], device: torch.device, strategy: Strategy, precision: str | None = None) -> None:
+    """Raise the refusals, if any, as one error that says how to fix the recipe."""
+    problems = refusals(speedups, device, strategy, precision)
+    if not problems:
+        return
+    other = f" or use another strategy than `{strategy.name}` (`strategy: ddp` keeps a whole model per process)"
+    raise AccelError("these speed-ups cannot run with the recipe's other choices"
+                     + (f" (strategy: {strategy.name})" if not strategy.follows_device else "") + ":\n"
+                     + "\n".join(f"  - {p}" for p in problems) + "\nDisable them (`--set speedups.NAME.enabled=false`)"
+                     + (other if not strategy.follows_device else "") + ".")

@@ -1,0 +1,82 @@
+"""The plain strategy, and the interface every strategy keeps: wrap the model, own backward and the step."""
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from .. import devices
+from ..phases import Phase
+from ..precision import Precision
+
+if TYPE_CHECKING:
+    from ..trainer import Trainer
+
+
+class Strategy:
+    """One process, the model as it is. A strategy owns backward and the optimizer step and hands their numeric
+    part (autocast, loss scaling, unscaling before clipping) to its `precision`.
+
+    `follows_device`: the device implies this strategy (plain, xla) rather than the recipe choosing it, so a
+    speed-up that conflicts with it is skipped like one the device cannot run, not refused (accel.speedups).
+    """
+
+    name = "plain"
+    phase = Phase.WRAP
+    follows_device = True
+
+    def __init__(self) -> None:
+        self.precision = Precision()
+
+    def use(self, precision: Precision, device: torch.device) -> None:
+        self.precision = precision
+        precision.setup(device)
+
+    def prepare(self, model: nn.Module) -> nn.Module:
+        """The model before the optimizer is built (FSDP shards it here: sharding replaces the parameters)."""
+        return model
+
+    def loaders(self, train: Any, val: Any) -> tuple[Any, Any]:
+        """The loaders the trainer iterates (XLA feeds them through its own)."""
+        return train, val
+
+    def setup(self, trainer: Trainer) -> None:
+        """Wrap `trainer.model` in the setup phase WRAP (DDP); `teardown` undoes it."""
+
+    def teardown(self) -> None:
+        pass
+
+    def no_sync(self, trainer: Trainer) -> AbstractContextManager:
+        """Around a micro-batch that does not step: skip reducing its gradients across processes."""
+        return nullcontext()
+
+    def eval_forwards_short(self, trainer: Trainer) -> int:
+        """How many more evaluation forwards this rank must run, results unused, to keep in step with the others."""
+        return 0
+
+    def full_state_dicts(self, module: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+        """The model's and optimizer's whole state on the CPU (collective where the model is sharded)."""
+        return devices.to_cpu(module.state_dict()), devices.to_cpu(optimizer.state_dict())
+
+    def load_full_state_dicts(self, module: nn.Module, optimizer: torch.optim.Optimizer, model_state: dict,
+                              optim_state: dict) -> None:
+        module.load_state_dict(model_state)
+        optimizer.load_state_dict(optim_state)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.precision.backward(loss)
+
+    def optimizer_step(self, trainer: Trainer) -> bool:
+        """Clip and step; False when the precision skipped the step (inf gradients in fp16)."""
+        return self.precision.optimizer_step(trainer.optimizer, trainer.clip_gradients, self.step)
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        optimizer.step()
+
+    def end_epoch(self) -> None:
+        """At each epoch's end, before `metrics()` is read: say what the epoch showed."""
+
+    def metrics(self) -> dict[str, Any]:
+        return {}

@@ -1,0 +1,46 @@
+"""`fsdp`: parameters, gradients and optimizer state sharded across processes with FSDP2 (accel.fsdp)."""
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from .. import fsdp
+from ..errors import AccelError
+from .base import Strategy
+
+if TYPE_CHECKING:
+    from ..trainer import Trainer
+
+
+class FullyShard(Strategy):
+    """Shards the model before the optimizer is built; gradients are reduce-scattered on stepping micro-batches."""
+
+    name = "fsdp"
+    follows_device = False  # the recipe asked for it: a speed-up that cannot run sharded refuses the run
+
+    def prepare(self, model: nn.Module) -> nn.Module:
+        return fsdp.shard_model(model)
+
+    def no_sync(self, trainer: Trainer) -> AbstractContextManager:
+        return fsdp.no_gradient_sync(trainer.module)
+
+    def eval_forwards_short(self, trainer: Trainer) -> int:
+        """A sharded model gathers its weights collectively in every forward, so each rank runs as many
+        evaluation forwards as the rank with the most batches."""
+        val = trainer.val_loader
+        mine = min(len(val), trainer.cfg.eval_max_batches or len(val))
+        short = trainer.world.max(mine, trainer.device) - mine
+        if short and mine == 0:
+            raise AccelError(f"rank {trainer.world.rank} has no validation samples: with strategy fsdp, every "
+                             "process needs at least one (a larger validation split, or fewer processes)")
+        return short
+
+    def full_state_dicts(self, module: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+        return fsdp.full_state_dicts(module, optimizer)  # collective: only rank 0's holds the state
+
+    def load_full_state_dicts(self, module: nn.Module, optimizer: torch.optim.Optimizer, model_state: dict,
+                              optim_state: dict) -> None:
+        fsdp.load_full_state_dicts(module, optimizer, model_state, optim_state)  # collective: the same file

@@ -1,0 +1,104 @@
+"""A speed-up is one file: a module in a package of its own, imported (registering as the built-in ones do), is
+picked up by recipes, bench ablations, tune's candidates and the speed-up contract, with no other edit."""
+from __future__ import annotations
+
+import importlib
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from accel.bench.knobs import build_knobs
+from accel.bench.variants import ablation_variants
+from accel.recipe import validate_recipe
+from accel.registry import SPEEDUPS
+
+from . import test_contract
+from .conftest import RECIPE, tiny_trainer
+
+NAME = "count_batches"
+MODULE = '''
+"""`count_batches`: a speed-up written outside accel, in one file."""
+from pydantic import Field
+
+from accel.registry import SPEEDUPS
+from accel.speedups import Candidate, Phase, Speedup, SpeedupConfig
+
+
+@SPEEDUPS.register("count_batches")
+class CountBatches(Speedup):
+    """Counts the training batches it saw; a stand-in for a real speed-up."""
+
+    class Config(SpeedupConfig):
+        every: int = Field(1, ge=1, description="count every N-th batch")
+
+    name = "count_batches"
+    phase = Phase.KERNELS
+    tune = (Candidate({"every": 2}),)
+
+    def __init__(self, cfg=None):
+        super().__init__(cfg)
+        self.seen = 0
+
+    def after_batch(self) -> None:
+        self.seen += 1
+
+    def metrics(self) -> dict:
+        return {"batches": self.seen // self.cfg.every}
+
+    def state_dict(self) -> dict:
+        return {"seen": self.seen}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.seen = state.get("seen", 0)
+'''
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """The package `mine` with the speed-up's module, importable and imported; unregistered afterwards."""
+    root = tmp_path_factory.mktemp("user_code")
+    (root / "mine").mkdir()
+    (root / "mine" / "__init__.py").write_text("")
+    (root / "mine" / "count_batches.py").write_text(textwrap.dedent(MODULE))
+    sys.path.insert(0, str(root))
+    try:
+        yield importlib.import_module("mine.count_batches")
+    finally:
+        sys.path.remove(str(root))
+        for module in ("mine.count_batches", "mine"):
+            sys.modules.pop(module, None)
+        SPEEDUPS._entries.pop(NAME, None)  # other tests see only the built-in speed-ups
+
+
+def test_a_recipe_enabling_it_validates_and_trains(installed):
+    summary = tiny_trainer({NAME: {"every": 1}}).fit()
+    assert summary["status"] == "completed" and NAME in summary["speedups"]
+    assert summary["speedup_metrics"][NAME] == {"batches": 2}
+
+
+def test_bench_ablates_it(installed):
+    recipe = validate_recipe({**RECIPE, "speedups": {NAME: {}, "channels_last": {}}})
+    names = [v.name for v in ablation_variants(recipe.dump()["speedups"])]
+    assert {f"+{NAME}", f"-{NAME}"} <= set(names)
+
+
+def test_tune_tries_its_own_candidates(installed):
+    recipe = validate_recipe({**RECIPE, "speedups": {}})
+    knobs = {k.key: k for k in build_knobs(recipe, speedups=True, device=torch.device("cpu"))}
+    knob = knobs[f"speedups.{NAME}"]
+    assert knob.labels == ["off", "every=2"] and knob.values[1] == {"every": 2, "enabled": True}
+
+
+def test_the_speedup_contract_covers_it(installed):
+    test_contract.test_class_and_config_are_documented(NAME)
+    test_contract.test_config_round_trips_and_rejects_misspelt_options(NAME)
+    fitted = test_contract._fit_from_unusual_globals(NAME)
+    test_contract.test_two_steps_give_a_finite_loss(NAME, lambda _: fitted)
+    test_contract.test_teardown_restores_global_state(NAME, lambda _: fitted)
+    test_contract.test_state_survives_a_checkpoint_round_trip(NAME, lambda _: fitted)
+    start = tiny_trainer({})
+    before = test_contract.weights(start)
+    start.fit()
+    test_contract.test_disabled_equals_absent(NAME, (before, test_contract.weights(start)))
