@@ -95,7 +95,7 @@ def accel_run(recipe: Recipe) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--recipe", type=Path, default=ROOT / "recipes" / "lm-bytes.yaml")
+    parser.add_argument("--recipe", type=Path, default="lm-bytes")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--rounds", type=int, default=1, help="rounds, each training both loops once")
     parser.add_argument("--json", type=Path, default=Path("runs/compare_lm_plain_loop.json"))

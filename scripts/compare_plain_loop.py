@@ -27,7 +27,7 @@ by hand (e.g. channels_last on), side by side. Ratios are then of time per sampl
 Tiny check:  python scripts/compare_plain_loop.py --model small_cnn --shape 1 16 16 --batch-size 16 --steps 5 --rounds 2
 Real:        python scripts/compare_plain_loop.py --model resnet18_cifar --batch-size 128 --steps 15 --rounds 8
 Recipe's:    python scripts/compare_plain_loop.py --amp bf16 --channels-last --steps 15 --rounds 8
-A recipe:    python scripts/compare_plain_loop.py --recipe recipes/cifar10-resnet18.yaml --set KEY=VALUE
+A recipe:    python scripts/compare_plain_loop.py --recipe cifar10-resnet18 --set KEY=VALUE
 """
 from __future__ import annotations
 

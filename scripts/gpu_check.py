@@ -6,12 +6,12 @@ Steps (default: all, in this order; name some to run only those):
   peaks       measured matmul rate per dtype and copy bandwidth (the MFU denominators): scripts/peak_rates.py
   tests       the `cuda`-marked tests, every outcome
   plain-loop  ResNet-18 batch 512: accel with no speed-ups vs a plain fp32 loop (loop overhead)
-  ablate      accel bench --ablate of recipes/cifar10-resnet18-cuda.yaml (fast-cuda preset vs fp32 eager),
+  ablate      accel bench --ablate of cifar10-resnet18-cuda (fast-cuda preset vs fp32 eager),
               with FLOPs per step counted and MFU for every variant; `ablate-remove` (baseline, all, -NAME)
               and `ablate-add` (baseline, +NAME) run its two halves, to fit a machine's time limit per command;
               `preset` runs baseline, all and -compile only
   transformer GPT-2-small shape in plain PyTorch: precisions, attention kernels, compile
-  lm          accel bench of recipes/lm-bytes-cuda.yaml (a 101M-parameter GPT): `lm-remove` (baseline, all,
+  lm          accel bench of lm-bytes-cuda (a 101M-parameter GPT): `lm-remove` (baseline, all,
               -NAME), `lm-add` (+NAME), `lm-vary` (whole vs regional compile, float8, activation checkpointing),
               MFU per variant from accel's own FLOP count
   profile     where a step of the ResNet preset goes, compiled and eager: scripts/profile_step.py
@@ -50,8 +50,8 @@ STEPS = ["env", "peaks", "tests", "plain-loop", "ablate", "transformer", "lm", "
 HALVES = {"ablate-remove": "all,-amp,-channels_last,-compile,-cudnn,-optim",
           "ablate-add": "+amp,+channels_last,+compile,+cudnn,+optim", "preset": "all,-compile"}
 TAIL = 8000  # characters of each command's output kept in the JSON
-RESNET_RECIPE = "recipes/cifar10-resnet18-cuda.yaml"
-LM_RECIPE = "recipes/lm-bytes-cuda.yaml"
+RESNET_RECIPE = "cifar10-resnet18-cuda"
+LM_RECIPE = "lm-bytes-cuda"
 LM_HALVES = {"lm-remove": ["--ablate", "--only", "all,-amp,-attention,-compile,-cudnn,-optim"],
              "lm-add": ["--ablate", "--only", "+amp,+attention,+compile,+cudnn,+optim"]}
 LM_VARY = {"regional": "speedups.compile.regional=false,true", "float8": "speedups.float8.enabled=false,true",
@@ -262,7 +262,7 @@ def step_jpeg(check: Check) -> None:
     per_class = ["--per-class", "20"] if check.args.quick else []
     check.sh("jpeg", [sys.executable, "scripts/make_jpeg_folder.py", str(folder), *per_class])
     rounds = ["--batches", "3", "--rounds", "1"] if check.args.quick else ["--batches", "40", "--rounds", "5"]
-    check.sh("jpeg", [sys.executable, "scripts/bench_data.py", "recipes/imagefolder-jpeg.yaml", "--set",
+    check.sh("jpeg", [sys.executable, "scripts/bench_data.py", "imagefolder-jpeg", "--set",
                       f"data.dataset.root={folder}", "--cache-dir", str(check.work / "cache"), "--device",
                       check.args.device, "--out", str(path), *rounds])
     check.put("jpeg", result=check.load(path))
