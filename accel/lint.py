@@ -27,7 +27,7 @@ log = logging.getLogger("accel")
 DATA_WAIT = 0.10  # above this share of step time waiting for batches, the loader is what to speed up
 CODES = ("anomaly-detection", "deterministic", "channels-last-without-conv", "pin-memory-off", "optimizer-not-fused",
          "fp32-with-fast-bf16", "threads-over-cores", "processes-over-cores", "workers-compete", "data-wait",
-         "recompiles")
+         "recompiles", "torchscript")
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ def facts(trainer: Trainer) -> dict[str, Any]:
         "fused_exists": "fused" in inspect.signature(type(optimizer).__init__).parameters,
         "channels_last": "channels_last" in names,
         "has_conv": model_traits(trainer.module)["has_conv"],
-        "amp": "amp" in names, "fast_bf16": _fast_bf16(device),
+        "amp": "amp" in names, "fast_bf16": _fast_bf16(device), "jit": "jit" in names,
     }
 
 
@@ -131,6 +131,10 @@ def _process_traps(f: dict[str, Any]) -> list[Finding]:
         out.append(Finding("deterministic", "deterministic algorithms are on: torch picks slower kernels (and "
                            "cudnn.benchmark cannot search).",
                            "torch.use_deterministic_algorithms(False) unless bit-exact reruns are the point."))
+    if f.get("jit"):
+        out.append(Finding("torchscript", "speed-up jit (TorchScript) is on: deprecated upstream since PyTorch "
+                           "2.10, no new optimisations, and often slower than torch.compile.",
+                           "`speedups: {compile: {}}` instead of `jit` (torch.export to ship the model)."))
     if f["channels_last"] and not f["has_conv"]:
         out.append(Finding("channels-last-without-conv", "speed-up channels_last is on, but the model has no "
                            "convolutions: the layout change only adds copies.", "remove `speedups.channels_last`."))

@@ -25,7 +25,8 @@ THREAD_FIELDS = ("num_threads", "threads", "intra_op_threads", "intra_op")  # ho
 OFF = {"enabled": False}
 # Speed-up candidates, in search order (each measured on top of the choices before it): the numeric
 # formats first, since layout, kernels and compilation are best judged in the dtype the run will use;
-# compile last of them, since it compiles whatever the others chose. `needs`: a model trait.
+# compile last of them, since it compiles whatever the others chose. `needs`: a model trait. Never `jit`:
+# TorchScript is deprecated upstream (PyTorch 2.10), and compile is tried instead.
 SPEEDUP_CANDIDATES: list[tuple[str, list[dict], str | None]] = [
     ("amp", [{"dtype": "bf16"}, {"dtype": "fp16"}], None),
     ("channels_last", [{}], "has_conv"),
