@@ -119,7 +119,7 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path):
 @pytest.mark.parametrize("argv", [["--help"], ["recipes"], ["speedups"], ["train", "--help"], ["bench", "--help"]])
 def test_quick_commands_answer_without_importing_torch(argv):
     """What makes them answer in well under a second on 2 cores: torch alone takes seconds to import there
-    (the timings: python scripts/time_cli.py)."""
+    (the timings: python benchmarks/time_cli.py)."""
     probe = ("import sys\nfrom accel.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
              "print('torch imported' if 'torch' in sys.modules else 'torch not imported', file=sys.stderr)")
     done = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=60)

@@ -6,8 +6,8 @@ within 2%) and training tokens/s (target: within 3%). The plain loop builds the 
 shuffles the same training windows, uses the same optimizer, schedule, clipping and autocast, and evaluates on
 the same held-out windows; only the loop is its own.
 
-    python scripts/compare_lm_plain_loop.py                           # the whole recipe, ~2 x 4-16 min
-    python scripts/compare_lm_plain_loop.py --set train.max_steps=20  # a quick look
+    python benchmarks/compare_lm_plain_loop.py                           # the whole recipe, ~2 x 4-16 min
+    python benchmarks/compare_lm_plain_loop.py --set train.max_steps=20  # a quick look
 """
 from __future__ import annotations
 

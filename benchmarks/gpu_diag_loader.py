@@ -6,7 +6,7 @@ each step for data? Each line is the p50/p90/max of 60 fetches from the device p
 DataLoader, pinning included), after: a fresh start, an eager bf16 step, compilation, 5 s idle, gc.freeze(),
 gc disabled, 4 and 1 torch threads; then the busiest processes. Output in docs/gpu/h100-2026-11-22.json.
 
-    python scripts/gpu_diag_loader.py          # needs CUDA
+    python benchmarks/gpu_diag_loader.py          # needs CUDA
 """
 from __future__ import annotations
 
