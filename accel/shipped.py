@@ -44,8 +44,10 @@ def find_recipe(arg: str | Path) -> Path:
     shipped = _shipped(str(arg), RECIPES_DIR)
     if shipped is not None:
         return shipped
-    raise RecipeError(f"Recipe file not found: {arg}, and no shipped recipe has that name. "
-                      f"Shipped recipes: {', '.join(recipe_names())} (`accel recipes` describes them).")
+    names = recipe_names()
+    hint = f" To train the shipped one, name it: `{path.stem}`." if path.stem in names else ""
+    raise RecipeError(f"Recipe file not found: {arg}, and no shipped recipe has that name.{hint} "
+                      f"Shipped recipes: {', '.join(names)} (`accel recipes` describes them).")
 
 
 def find_base(name: str, beside: Path) -> Path | None:

@@ -34,6 +34,12 @@ def test_neither_file_nor_name_lists_the_shipped_names(arg, tmp_path, monkeypatc
     assert arg in str(err.value)
 
 
+def test_an_old_repository_path_names_the_shipped_recipe(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # recipes/ at the repository root moved into the package
+    with pytest.raises(RecipeError, match="name it: `quickstart`"):
+        find_recipe("recipes/quickstart.yaml")
+
+
 def test_the_shipped_bases_resolve_inside_the_package():
     assert load_recipe("cifar10-resnet18-cuda").speedups.keys() >= {"cudnn", "compile"}  # fast-cuda's
 
