@@ -78,6 +78,7 @@ def facts(trainer: Trainer) -> dict[str, Any]:
         # speed-ups on a model without the trait they need (channels_last without convolutions)
         "needless": {s.name: s.needs for s in trainer.speedups if s.needs and not traits[s.needs]},
         "amp": trainer.strategy.precision.name != "fp32", "fast_bf16": _fast_bf16(device),
+        "jit": any(s.name == "jit" for s in trainer.speedups),
     }
 
 

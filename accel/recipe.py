@@ -23,6 +23,7 @@ from .models import ModelConfig
 from .recipe_yaml import Origins, apply_overrides, load_with_bases
 from .registry import DATASETS, LOSSES, OPTIMIZERS, SCHEDULERS, SPEEDUPS, TASKS, Registry, announce_user_code
 from .schema import StrictModel
+from .shipped import find_recipe
 from .train_config import TrainConfig
 
 
@@ -107,7 +108,7 @@ NAMED_SECTIONS: list[tuple[tuple[str, ...], Registry]] = [
 def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
     """Read a recipe file (with its `base:` files), apply `key=value` overrides, and validate it. The user code it
     names (import strings) is logged: every command reads its recipe here."""
-    data, origins = load_with_bases(Path(path))
+    data, origins = load_with_bases(find_recipe(path))
     data = apply_overrides(data, origins, overrides or [])
     recipe = validate_recipe(data, origins)
     announce_user_code({"model": recipe.model.name, "task": recipe.task.name,  # the sections that take code

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from .errors import RecipeError
+from .shipped import find_base, preset_names
 
 Path_ = tuple  # a key path inside the recipe, e.g. ("data", "batch_size")
 # Values a recipe may hold once its aliases are expanded: real recipes hold hundreds; an alias bomb (nine levels
@@ -149,9 +150,11 @@ def load_with_bases(path: Path, _chain: tuple[Path, ...] = ()) -> tuple[dict, Or
         return data, origins
     merged, merged_origins = {}, Origins()
     for base in [bases] if isinstance(bases, str) else list(bases):
-        base_path = (path.parent / str(base)).resolve()
-        if not base_path.is_file():
-            raise RecipeError(f"{origins.where(('base',))}: `base:` file not found: {base_path}.")
+        base_path = find_base(str(base), path.parent)
+        if base_path is None:
+            missing = (path.parent / str(base)).resolve()
+            raise RecipeError(f"{origins.where(('base',))}: `base:` file not found: {missing}, nor a shipped preset "
+                              f"of that name ({', '.join(preset_names())}).")
         base_data, base_origins = load_with_bases(base_path, _chain + (path,))
         merged = deep_merge(merged, base_data)
         merged_origins.update(base_origins)

@@ -14,7 +14,7 @@ from .registry import SPEEDUPS
 DATA_WAIT = 0.10  # above this share of step time waiting for batches, the loader is what to speed up
 MANY_CORES = 8  # above this, an unset OMP_NUM_THREADS makes every process start a thread per core
 RUN_CODES = ("anomaly-detection", "deterministic", "pin-memory-off", "optimizer-not-fused", "fp32-with-fast-bf16",
-             "threads-over-cores", "processes-over-cores", "workers-compete", "data-wait", "recompiles")
+             "threads-over-cores", "processes-over-cores", "workers-compete", "data-wait", "recompiles", "torchscript")
 MACHINE_CODES = ("omp-threads-unset", "pin-memory-without-cuda", "deterministic-with-benchmark",
                  "cuda-build-without-gpu")  # found by `accel doctor` only: a running trainer has no need of them
 CODES = RUN_CODES + MACHINE_CODES
@@ -61,6 +61,10 @@ def _process_traps(f: dict[str, Any]) -> list[Finding]:
         out.append(Finding("deterministic", "deterministic algorithms are on: torch picks slower kernels (and "
                            "cudnn.benchmark cannot search).",
                            "torch.use_deterministic_algorithms(False) unless bit-exact reruns are the point."))
+    if f.get("jit"):
+        out.append(Finding("torchscript", "speed-up jit (TorchScript) is on: deprecated upstream since PyTorch "
+                           "2.10, no new optimisations, and often slower than torch.compile.",
+                           "`speedups: {compile: {}}` instead of `jit` (torch.export to ship the model)."))
     for name, trait in f["needless"].items():
         out.append(Finding(needless_code(name, trait), f"speed-up {name} is on, but the model has no "
                            f"{TRAITS[trait][0]}: it only adds work.", f"remove `speedups.{name}`."))

@@ -3,15 +3,15 @@
 
 Steps (default: all, in this order; name some to run only those):
   env         device, driver, torch / CUDA / cuDNN versions
-  peaks       measured matmul rate per dtype and copy bandwidth (the MFU denominators): scripts/peak_rates.py
+  peaks       measured matmul rate per dtype and copy bandwidth (the MFU denominators): benchmarks/peak_rates.py
   tests       the `cuda`-marked tests, every outcome
   plain-loop  ResNet-18 batch 512: accel with no speed-ups vs a plain fp32 loop (loop overhead)
-  ablate      accel bench --ablate of recipes/cifar10-resnet18-cuda.yaml (fast-cuda preset vs fp32 eager),
+  ablate      accel bench --ablate of cifar10-resnet18-cuda (fast-cuda preset vs fp32 eager),
               with FLOPs per step counted and MFU for every variant; `ablate-remove` (baseline, all, -NAME)
               and `ablate-add` (baseline, +NAME) run its two halves, to fit a machine's time limit per command;
               `preset` runs baseline, all and -compile only
   transformer GPT-2-small shape in plain PyTorch: precisions, attention kernels, compile
-  lm          accel bench of recipes/lm-bytes-cuda.yaml (a 101M-parameter GPT): `lm-remove` (baseline, all,
+  lm          accel bench of lm-bytes-cuda (a 101M-parameter GPT): `lm-remove` (baseline, all,
               -NAME), `lm-add` (+NAME), `lm-vary` (whole vs regional compile, float8, activation checkpointing),
               MFU per variant from accel's own FLOP count
   profile     where a step of the ResNet preset goes, compiled and eager: scripts/profile_step.py
@@ -50,8 +50,8 @@ STEPS = ["env", "peaks", "tests", "plain-loop", "ablate", "transformer", "lm", "
 HALVES = {"ablate-remove": "all,-amp,-channels_last,-compile,-cudnn,-optim",
           "ablate-add": "+amp,+channels_last,+compile,+cudnn,+optim", "preset": "all,-compile"}
 TAIL = 8000  # characters of each command's output kept in the JSON
-RESNET_RECIPE = "recipes/cifar10-resnet18-cuda.yaml"
-LM_RECIPE = "recipes/lm-bytes-cuda.yaml"
+RESNET_RECIPE = "cifar10-resnet18-cuda"
+LM_RECIPE = "lm-bytes-cuda"
 LM_HALVES = {"lm-remove": ["--ablate", "--only", "all,-amp,-attention,-compile,-cudnn,-optim"],
              "lm-add": ["--ablate", "--only", "+amp,+attention,+compile,+cudnn,+optim"]}
 LM_VARY = {"regional": "speedups.compile.regional=false,true", "float8": "speedups.float8.enabled=false,true",
@@ -116,7 +116,7 @@ def step_env(check: Check) -> None:
 def step_peaks(check: Check) -> None:
     path = check.work / "peaks.json"
     size = ["--size", "512", "--repeats", "3"] if check.args.quick else []
-    check.sh("peaks", [sys.executable, "scripts/peak_rates.py", "--device", check.args.device, "--json", str(path),
+    check.sh("peaks", [sys.executable, "benchmarks/peak_rates.py", "--device", check.args.device, "--json", str(path),
                        *size])
     peaks = check.load(path)
     name = (peaks or {}).get("env", {}).get("gpus", [""])[0] if peaks else ""
@@ -152,7 +152,7 @@ def step_plain_loop(check: Check) -> None:
     size = (["--model", "small_cnn", "--shape", "1", "16", "16", "--batch-size", "16", "--steps", "3", "--rounds",
              "2"] if check.args.quick else ["--model", "resnet18_cifar", "--batch-size", "512", "--steps", "30",
                                              "--rounds", "10"])
-    check.sh("plain-loop", [sys.executable, "scripts/compare_plain_loop.py", "--device", check.args.device,
+    check.sh("plain-loop", [sys.executable, "benchmarks/compare_plain_loop.py", "--device", check.args.device,
                             "--json", str(path), *size])
     check.put("plain-loop", result=check.load(path))
 
@@ -227,7 +227,7 @@ def step_transformer(check: Check) -> None:
     peak = ((check.results["steps"].get("peaks", {}).get("result") or {}).get("matmul_tflops") or {}).get("bf16")
     size = (["--layers", "2", "--width", "64", "--heads", "2", "--context", "64", "--batch", "4", "--vocab", "256",
              "--steps", "2", "--warmup", "1", "--variants", "fp32,bf16"] if check.args.quick else [])
-    check.sh("transformer", [sys.executable, "scripts/transformer_probe.py", "--device", check.args.device,
+    check.sh("transformer", [sys.executable, "benchmarks/transformer_probe.py", "--device", check.args.device,
                              "--json", str(path), *(["--peak-tflops", str(peak)] if peak else []), *size])
     check.put("transformer", result=check.load(path))
 
@@ -262,7 +262,7 @@ def step_jpeg(check: Check) -> None:
     per_class = ["--per-class", "20"] if check.args.quick else []
     check.sh("jpeg", [sys.executable, "scripts/make_jpeg_folder.py", str(folder), *per_class])
     rounds = ["--batches", "3", "--rounds", "1"] if check.args.quick else ["--batches", "40", "--rounds", "5"]
-    check.sh("jpeg", [sys.executable, "scripts/bench_data.py", "recipes/imagefolder-jpeg.yaml", "--set",
+    check.sh("jpeg", [sys.executable, "benchmarks/bench_data.py", "imagefolder-jpeg", "--set",
                       f"data.dataset.root={folder}", "--cache-dir", str(check.work / "cache"), "--device",
                       check.args.device, "--out", str(path), *rounds])
     check.put("jpeg", result=check.load(path))

@@ -3,8 +3,8 @@
 Builds the recipe's trainer (its speed-ups included), runs `--warmup` steps unprofiled (compilation, allocator,
 oneDNN/cuDNN kernel choice), then profiles `--steps` steps and prints the ops by self time, per step.
 
-    python scripts/profile_step.py recipes/cifar10-resnet18.yaml --set speedups.compile.enabled=false
-    python scripts/profile_step.py recipes/cifar10-resnet18.yaml --set 'speedups={}'   # fp32 eager
+    python scripts/profile_step.py cifar10-resnet18 --set speedups.compile.enabled=false
+    python scripts/profile_step.py cifar10-resnet18 --set 'speedups={}'   # fp32 eager
 """
 from __future__ import annotations
 

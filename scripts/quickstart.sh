@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/accel train recipes/quickstart.yaml --out runs/quickstart "$@"
+.venv/bin/accel train quickstart --out runs/quickstart "$@"

@@ -3,5 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/ruff check accel scripts tests
+.venv/bin/ruff check accel scripts benchmarks tests
 .venv/bin/python -m pytest "$@"

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -15,7 +14,6 @@ from accel.recipe import load_recipe
 from accel.run import build_trainer
 from accel.speedups.channels_last import ChannelsLast
 
-ROOT = Path(__file__).resolve().parent.parent
 CLEAN = {"device": "cpu", "cores": 2, "torch_threads": 2, "blas_threads": 2, "workers": 0, "pin_memory": False,
          "in_memory": False, "anomaly_detection": False, "deterministic": False, "optimizer": "AdamW", "fused": False,
          "fused_exists": True, "needless": {}, "amp": False, "fast_bf16": False}
@@ -148,7 +146,7 @@ def test_an_ignored_finding_is_not_reported_and_a_wrong_code_is_named():
 
 @pytest.mark.parametrize("name", ["quickstart", "cifar10-resnet18", "lm-bytes"])
 def test_the_shipped_cpu_recipes_have_no_findings(name):
-    trainer = build_trainer(load_recipe(ROOT / "recipes" / f"{name}.yaml"), run_dir=None)
+    trainer = build_trainer(load_recipe(name), run_dir=None)
     trainer.setup()
     try:
         facts = lint.facts(trainer)
@@ -157,3 +155,9 @@ def test_the_shipped_cpu_recipes_have_no_findings(name):
             speedup.teardown()
     found = [f for f in lint.findings(facts) if f.code not in trainer.cfg.lint_ignore]
     assert found == [], [str(f) for f in found]
+
+
+def test_torchscript_is_named_with_its_replacement():
+    found = lint.findings(CLEAN | {"jit": True})
+    assert _codes(found) == ["torchscript"] and "compile" in found[0].fix
+    assert lint.findings(CLEAN) == []  # facts without the key (older made-up machines) find nothing

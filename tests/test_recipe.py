@@ -123,9 +123,7 @@ def test_every_problem_is_reported_at_once(tiny, write_recipe):
 
 
 def test_shipped_quickstart_loads():
-    from conftest import ROOT
-
-    recipe = load_recipe(ROOT / "recipes" / "quickstart.yaml")
+    recipe = load_recipe("quickstart")
     assert recipe.data.dataset.name == "mnist5k" and recipe.device == "cpu"
     assert yaml.safe_load(recipe.dump_yaml())["name"] == "quickstart"
 

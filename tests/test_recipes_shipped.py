@@ -2,17 +2,16 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 import yaml
 
 from accel.recipe import load_recipe
 from accel.run import build_trainer
+from accel.shipped import CONFIGS_DIR, RECIPES_DIR
 
-ROOT = Path(__file__).resolve().parent.parent
-RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
-PRESETS = sorted((ROOT / "configs").glob("*.yaml"))
+RECIPES = sorted(RECIPES_DIR.glob("*.yaml"))
+PRESETS = sorted(CONFIGS_DIR.glob("*.yaml"))
 
 
 def test_the_shipped_files_are_found():
@@ -34,7 +33,7 @@ def test_preset_validates_under_a_recipe(path, tiny, write_recipe):
 
 
 def test_fast_presets_hold_the_measured_combinations():
-    cpu, cuda = (yaml.safe_load((ROOT / "configs" / name).read_text())["speedups"]
+    cpu, cuda = (yaml.safe_load((CONFIGS_DIR / name).read_text())["speedups"]
                  for name in ("fast-cpu.yaml", "fast-cuda.yaml"))
     assert cpu == {"amp": {"dtype": "bf16"}, "channels_last": {}, "compile": {}}
     assert {"cudnn", "amp", "channels_last", "compile", "optim"} <= set(cuda)
@@ -42,7 +41,7 @@ def test_fast_presets_hold_the_measured_combinations():
 
 
 def test_resnet_recipe_inherits_the_cpu_preset_and_its_shape():
-    recipe = load_recipe(ROOT / "recipes" / "cifar10-resnet18.yaml")
+    recipe = load_recipe("cifar10-resnet18")
     assert recipe.model.name == "resnet18_cifar" and recipe.data.batch_size == 128
     assert recipe.data.dataset.name == "synthetic" and recipe.data.dataset.shape == [3, 32, 32]
     assert recipe.data.dataset.num_classes == 10
@@ -54,7 +53,7 @@ def test_resnet_recipe_trains_two_steps():
     # eager backend: dynamo still captures the whole ResNet, without inductor's 30 s of code generation
     overrides = ["train.max_steps=2", "data.batch_size=4", "data.dataset.num_samples=20", "device=cpu",
                  "speedups.compile.backend=eager", "log.progress=false", "log.tensorboard=false"]
-    recipe = load_recipe(ROOT / "recipes" / "cifar10-resnet18.yaml", overrides)
+    recipe = load_recipe("cifar10-resnet18", overrides)
     trainer = build_trainer(recipe)
     summary = trainer.fit()
     assert summary["status"] == "completed" and summary["steps"] == 2
@@ -66,7 +65,7 @@ def test_lm_recipe_trains_a_few_steps_on_the_standard_library():
     # amp off: the tests let bf16 run on any CPU, and where it is emulated it makes this minutes instead of seconds
     overrides = ["train.max_steps=3", "data.dataset.val_fraction=0.01", "speedups.amp.enabled=false",
                  "log.progress=false", "log.tensorboard=false"]
-    recipe = load_recipe(ROOT / "recipes" / "lm-bytes.yaml", overrides)
+    recipe = load_recipe("lm-bytes", overrides)
     assert recipe.task.name == "language_model" and recipe.data.dataset.root == "stdlib"
     trainer = build_trainer(recipe)
     assert sum(p.numel() for p in trainer.module.parameters()) == 1_846_656  # the 1.9M-parameter GPT of the docs

@@ -1,4 +1,4 @@
-"""The measurement scripts in scripts/ run end to end on tiny inputs (their figures live in docs/benchmarks.md)."""
+"""The measurement scripts (benchmarks/, scripts/profile_step.py) run end to end on tiny inputs."""
 from __future__ import annotations
 
 import json
@@ -26,7 +26,7 @@ def test_profile_step_prints_where_a_step_goes(tiny, write_recipe):
 
 def test_token_batch_cost_times_every_variant(tmp_path):
     report = tmp_path / "cost.json"
-    out = _script("scripts/token_batch_cost.py", "--tokens", "100000", "--rounds", "2", "--per-round", "3",
+    out = _script("benchmarks/token_batch_cost.py", "--tokens", "100000", "--rounds", "2", "--per-round", "3",
                   "--json", str(report))
     assert "shipped us" in out.splitlines()[0]
     results = json.loads(report.read_text())["results"]
@@ -36,7 +36,7 @@ def test_token_batch_cost_times_every_variant(tmp_path):
 
 def test_compare_plain_loop_reports_a_ratio_and_a_verdict(tmp_path):
     report = tmp_path / "compare.json"
-    _script("scripts/compare_plain_loop.py", "--model", "small_cnn", "--shape", "1", "16", "16", "--batch-size",
+    _script("benchmarks/compare_plain_loop.py", "--model", "small_cnn", "--shape", "1", "16", "16", "--batch-size",
             "16", "--steps", "3", "--rounds", "2", "--json", str(report))
     result = json.loads(report.read_text())
     assert result["verdict"] in {"within", "not within", "inconclusive"}
@@ -48,14 +48,14 @@ def test_compare_plain_loop_reports_a_ratio_and_a_verdict(tmp_path):
 def test_compare_plain_loop_on_a_recipe_with_overrides(tiny, write_recipe, tmp_path):
     report = tmp_path / "compare.json"
     tiny |= {"schedule": {"name": "onecycle"}, "train": tiny["train"] | {"clip_grad_norm": 1.0}}
-    _script("scripts/compare_plain_loop.py", "--recipe", str(write_recipe(tiny)), "--set", "data.batch_size=8",
+    _script("benchmarks/compare_plain_loop.py", "--recipe", str(write_recipe(tiny)), "--set", "data.batch_size=8",
             "--steps", "3", "--rounds", "2", "--json", str(report))
     result = json.loads(report.read_text())
     assert (result["model"], result["batch_size"]) == (tiny["model"]["name"], 8)
     assert len(result["rounds"]) == 2 and result["step_verdict"] in {"within", "not within", "inconclusive"}
     assert result["speedups_applied"] == result["plain_speedups"] == []
     # the plain side alone with channels_last and twice the batch: time per sample, whatever the batch
-    _script("scripts/compare_plain_loop.py", "--recipe", str(write_recipe(tiny)), "--set", "data.batch_size=8",
+    _script("benchmarks/compare_plain_loop.py", "--recipe", str(write_recipe(tiny)), "--set", "data.batch_size=8",
             "--plain-set", "speedups.channels_last.enabled=true", "--plain-set", "data.batch_size=16",
             "--steps", "2", "--rounds", "2", "--json", str(report))
     result = json.loads(report.read_text())
@@ -67,13 +67,13 @@ def test_compare_plain_loop_on_a_recipe_with_overrides(tiny, write_recipe, tmp_p
 
 @pytest.mark.parametrize("mode", ["whole", "regional"])
 def test_compile_cost_times_a_compiled_first_step(mode):
-    out = _script("scripts/compile_cost.py", mode, "--warm", "--depth", "1", "--backend", "aot_eager")
+    out = _script("benchmarks/compile_cost.py", mode, "--warm", "--depth", "1", "--backend", "aot_eager")
     assert f"{mode}, 1 blocks, warm toolchain" in out and "first step" in out
 
 
 def test_peak_rates_measures_each_precision_the_device_has(tmp_path):
     out = tmp_path / "peaks.json"
-    _script("scripts/peak_rates.py", "--device", "cpu", "--size", "128", "--repeats", "2", "--json", str(out))
+    _script("benchmarks/peak_rates.py", "--device", "cpu", "--size", "128", "--repeats", "2", "--json", str(out))
     result = json.loads(out.read_text())
     assert set(result["matmul_tflops"]) | set(result["errors"]) == {"fp32", "bf16"}
     assert result["matmul_tflops"]["fp32"] > 0 and result["env"]["cuda_available"] is not None
@@ -81,13 +81,13 @@ def test_peak_rates_measures_each_precision_the_device_has(tmp_path):
 
 def test_transformer_probe_reports_tokens_per_second_and_a_row_per_variant(tmp_path):
     out = tmp_path / "probe.json"
-    _script("scripts/transformer_probe.py", "--device", "cpu", "--layers", "1", "--width", "32", "--heads", "2",
+    _script("benchmarks/transformer_probe.py", "--device", "cpu", "--layers", "1", "--width", "32", "--heads", "2",
             "--context", "16", "--batch", "2", "--vocab", "64", "--steps", "2", "--warmup", "1", "--variants",
             "fp32,bf16+math", "--peak-tflops", "1", "--json", str(out))
     rows = {row["variant"]: row for row in json.loads(out.read_text())["rows"]}
     assert rows["fp32"]["tokens_per_s"] > 0 and 0 < rows["fp32"]["mfu"] < 1
     assert rows["bf16+math"]["loss"] < 5  # ln(64) = 4.2 at a sane initialisation
-    typo = subprocess.run([sys.executable, "scripts/transformer_probe.py", "--variants", "bf16+flsh"], cwd=ROOT,
+    typo = subprocess.run([sys.executable, "benchmarks/transformer_probe.py", "--variants", "bf16+flsh"], cwd=ROOT,
                           capture_output=True, text=True)
     assert typo.returncode == 2 and "unknown variant(s) bf16+flsh" in typo.stderr
 
@@ -102,7 +102,7 @@ def test_gpu_check_writes_one_json_that_later_runs_add_to(tmp_path):
 
 
 def test_time_cli_times_each_quick_command_in_a_fresh_process():
-    lines = _script("scripts/time_cli.py", "--repeat", "1").splitlines()
+    lines = _script("benchmarks/time_cli.py", "--repeat", "1").splitlines()
     assert [line.split(" median ")[0].strip() for line in lines] == [
         "accel --help", "accel recipes", "accel speedups", "python -c 'import torch'"]
 
@@ -110,7 +110,7 @@ def test_time_cli_times_each_quick_command_in_a_fresh_process():
 def test_compare_peer_gpt_times_both_loops_at_two_lengths(tmp_path):
     """A user's GPT file (its loss calls `.view()`) trains through `accel train` and a plain loop alike."""
     report = tmp_path / "peer.json"
-    _script("scripts/compare_peer_gpt.py", "--steps", "1", "3", "--rounds", "2", "--json", str(report))
+    _script("benchmarks/compare_peer_gpt.py", "--steps", "1", "3", "--rounds", "2", "--json", str(report))
     result = json.loads(report.read_text())
     assert [r["order"] for r in result["rounds"]] == ["accel,plain", "plain,accel"]
     assert all(r[f"{side}_{n}_s"] > 0 for r in result["rounds"] for side in ("accel", "plain")

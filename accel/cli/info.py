@@ -7,7 +7,6 @@ from pathlib import Path
 
 from .options import add_sets
 
-RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
 SPEEDUPS_DIR = Path(__file__).resolve().parents[1] / "speedups"
 
 
@@ -25,9 +24,13 @@ def add(commands) -> None:
 
 
 def recipes(args: argparse.Namespace) -> int:
-    for path in sorted(RECIPES_DIR.glob("*.yaml")):
-        first = next((line for line in path.read_text().splitlines() if line.startswith("#")), "#")
-        print(f"{path.relative_to(RECIPES_DIR.parent)}  {first.lstrip('# ').strip()}")
+    from ..shipped import RECIPES_DIR, recipe_names
+
+    for name in recipe_names():
+        text = (RECIPES_DIR / f"{name}.yaml").read_text()
+        first = next((line for line in text.splitlines() if line.startswith("#")), "#")
+        print(f"{name:24s} {first.lstrip('# ').strip()}")
+    print(f"\nTrain one by name from any folder: accel train quickstart (the files: {RECIPES_DIR})")
     return 0
 
 

@@ -1,7 +1,8 @@
 """`jit`: TorchScript the model with `script` or `trace`, for stacks where torch.compile is not an option.
 
-TorchScript is deprecated upstream: torch warns a FutureWarning for every submodule it scripts. accel says so
-once per process instead, and keeps torch's repeats out of the log.
+TorchScript is deprecated upstream (PyTorch 2.10): torch warns a FutureWarning for every submodule it scripts.
+accel says so once per process instead, with what to use (`speedups.compile`; `torch.export` to ship a model),
+and keeps torch's repeats out of the log. `accel tune` never picks it, and the speed lint names it.
 """
 from __future__ import annotations
 
@@ -38,8 +39,9 @@ def say_deprecated_once() -> None:
     global _deprecation_said
     if not _deprecation_said:
         _deprecation_said = True
-        log.warning("jit: TorchScript (torch.jit.script/trace) is deprecated upstream and gets no new features; "
-                    "it stays here for older stacks. Prefer the `compile` speed-up where torch.compile works.")
+        log.warning("jit: TorchScript (torch.jit.script/trace) is deprecated upstream since PyTorch 2.10 and "
+                    "gets no new features; it stays here for older stacks. Use `speedups.compile` (torch.compile) "
+                    "to train faster, and torch.export (`accel export --format exported`) to ship a model.")
 
 
 def trace_module(module: nn.Module, example: torch.Tensor) -> torch.jit.ScriptModule:
@@ -89,7 +91,7 @@ def apply_jit(model: nn.Module, method: str) -> nn.Module:
 
 @SPEEDUPS.register("jit")
 class Jit(Speedup):
-    """TorchScript the model (script or trace): for older stacks; deprecated upstream, prefer `compile`."""
+    """TorchScript the model (script or trace): for older stacks; deprecated upstream, use `compile` instead."""
 
     name = "jit"
     phase = Phase.COMPILE  # after layout and precision speed-ups, so the scripted model sees their changes

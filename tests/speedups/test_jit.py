@@ -86,9 +86,23 @@ def test_deprecation_is_said_once(tiny, caplog, monkeypatch):
         warnings.simplefilter("always")
         fit_tiny(tiny, {"jit": {}})
         fit_tiny(tiny, {"jit": {"method": "trace"}})
-    said = [r for r in caplog.records if "deprecated upstream" in r.getMessage()]
-    assert len(said) == 1
+    said = [m for m in caplog.messages if m.startswith("jit:") and "deprecated upstream" in m]
+    assert len(said) == 1 and "speedups.compile" in said[0] and "torch.export" in said[0]  # what to use instead
     assert not [w for w in caught if issubclass(w.category, FutureWarning) and "torch.jit" in str(w.message)]
+
+
+def test_the_lint_names_it_with_compile_as_the_fix(tiny):
+    trainer, summary, _ = fit_tiny({**tiny, "train": {"max_steps": 1}}, {"jit": {}})
+    found = {f["code"]: f for f in summary["lint"]}
+    assert "speedups: {compile: {}}" in found["torchscript"]["fix"]
+
+
+def test_tune_never_picks_it(tiny):
+    from accel.bench.knobs import build_knobs
+
+    base = validate_recipe({**tiny, "speedups": {}})
+    keys = {k.key for k in build_knobs(base, speedups=True) if k.speedup}
+    assert "speedups.compile" in keys and not any("jit" in key for key in keys)
 
 
 def test_default_config_scripts():

@@ -6,7 +6,7 @@
 
 Batches are read from a memory-mapped uint16 token file in shuffled order, as a training epoch reads them.
 
-    python scripts/token_batch_cost.py --json runs/token-batch-cost.json
+    python benchmarks/token_batch_cost.py --json runs/token-batch-cost.json
 """
 from __future__ import annotations
 

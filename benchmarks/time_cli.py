@@ -1,7 +1,7 @@
 """Time the commands people type first, each in a fresh process: `accel --help`, `accel recipes`,
 `accel speedups` (target: under 1 s on 2 cores) next to `import torch` for scale.
 
-    python scripts/time_cli.py [--repeat 5]
+    python benchmarks/time_cli.py [--repeat 5]
 """
 from __future__ import annotations
 

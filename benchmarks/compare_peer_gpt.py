@@ -15,8 +15,8 @@ side goes first; each pair of rounds (one of each order) gives the geometric mea
 effect cancels. Prints the table and the median pair ratio plain/accel of seconds per step (> 1: accel faster)
 with a bootstrap 95% interval, and the start-up difference; writes JSON.
 
-    python scripts/compare_peer_gpt.py --size small --rounds 8   # 4 layers, width 128, context 64, batch 12
-    python scripts/compare_peer_gpt.py --size lm-bytes --steps 10 40 --rounds 4  # the lm-bytes recipe's size
+    python benchmarks/compare_peer_gpt.py --size small --rounds 8   # 4 layers, width 128, context 64, batch 12
+    python benchmarks/compare_peer_gpt.py --size lm-bytes --steps 10 40 --rounds 4  # the lm-bytes recipe's size
 """
 from __future__ import annotations
 

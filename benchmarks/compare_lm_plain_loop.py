@@ -6,8 +6,8 @@ within 2%) and training tokens/s (target: within 3%). The plain loop builds the 
 shuffles the same training windows, uses the same optimizer, schedule, clipping and autocast, and evaluates on
 the same held-out windows; only the loop is its own.
 
-    python scripts/compare_lm_plain_loop.py                           # the whole recipe, ~2 x 4-16 min
-    python scripts/compare_lm_plain_loop.py --set train.max_steps=20  # a quick look
+    python benchmarks/compare_lm_plain_loop.py                           # the whole recipe, ~2 x 4-16 min
+    python benchmarks/compare_lm_plain_loop.py --set train.max_steps=20  # a quick look
 """
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def accel_run(recipe: Recipe) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--recipe", type=Path, default=ROOT / "recipes" / "lm-bytes.yaml")
+    parser.add_argument("--recipe", type=Path, default="lm-bytes")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--rounds", type=int, default=1, help="rounds, each training both loops once")
     parser.add_argument("--json", type=Path, default=Path("runs/compare_lm_plain_loop.json"))

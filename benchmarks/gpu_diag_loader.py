@@ -6,7 +6,7 @@ each step for data? Each line is the p50/p90/max of 60 fetches from the device p
 DataLoader, pinning included), after: a fresh start, an eager bf16 step, compilation, 5 s idle, gc.freeze(),
 gc disabled, 4 and 1 torch threads; then the busiest processes. Output in docs/gpu/h100-2026-11-22.json.
 
-    python scripts/gpu_diag_loader.py          # needs CUDA
+    python benchmarks/gpu_diag_loader.py          # needs CUDA
 """
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def main() -> int:
         print("gpu_diag_loader.py needs CUDA: torch.cuda.is_available() is False here", file=sys.stderr)
         return 2
     device = torch.device("cuda")
-    recipe = load_recipe(Path(__file__).resolve().parent.parent / "recipes/cifar10-resnet18-cuda.yaml")
+    recipe = load_recipe("cifar10-resnet18-cuda")
     splits = DATASETS.get("synthetic").build(recipe.data.dataset, 0)
     pipe = build_data_pipeline(recipe.data, splits, device=device, seed=0)
     print("threads", torch.get_num_threads(), "cpus", os.cpu_count(), "gc thresholds", gc.get_threshold())

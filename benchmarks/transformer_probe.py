@@ -10,8 +10,8 @@ is not subtracted, as in PaLM's MFU). MFU is given against the measured bf16 mat
 Variants run one after another in one process, each on a fresh model and fused AdamW, with `--warmup` untimed
 steps (compilation happens there) and the median of `--steps` timed steps, the device synchronised per step.
 
-    python scripts/transformer_probe.py --device cuda --json runs/transformer.json
-    python scripts/transformer_probe.py --device cpu --layers 2 --width 64 --heads 2 --context 64 --batch 4 \
+    python benchmarks/transformer_probe.py --device cuda --json runs/transformer.json
+    python benchmarks/transformer_probe.py --device cpu --layers 2 --width 64 --heads 2 --context 64 --batch 4 \
         --variants fp32,bf16 --steps 3 --warmup 1                                  # a quick check anywhere
 """
 from __future__ import annotations

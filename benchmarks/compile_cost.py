@@ -5,7 +5,7 @@ block (regional), in this fresh process, inductor's caches off. With `--warm`, a
 and trained one step first, so imports, the compile workers and the C++ toolchain's first builds are paid before
 the clock starts: what is left is the model's own compilation. Run each case in its own process:
 
-    for mode in whole regional; do for w in "" --warm; do python scripts/compile_cost.py $mode $w; done; done
+    for mode in whole regional; do for w in "" --warm; do python benchmarks/compile_cost.py $mode $w; done; done
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ Rounds interleave the pipelines (a b c d a b c d ...) so machine drift hits all 
 writes JSON with every round's numbers and the environment.
 
     python scripts/make_jpeg_folder.py data/jpeg-folder
-    python scripts/bench_data.py recipes/imagefolder-jpeg.yaml --batches 40 --rounds 5 --out runs/bench-data.json
+    python benchmarks/bench_data.py imagefolder-jpeg --batches 40 --rounds 5 --out runs/bench-data.json
 """
 from __future__ import annotations
 
@@ -160,7 +160,7 @@ def print_table(rows: list[dict], facts: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("recipe", help="an image-folder recipe, e.g. recipes/imagefolder-jpeg.yaml")
+    parser.add_argument("recipe", help="an image-folder recipe, e.g. imagefolder-jpeg")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--batches", type=int, default=40, help="timed batches per pipeline per round (at most "
                         "one epoch's worth)")
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     print_table(rows, facts)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"command": shlex.join(["python", "scripts/bench_data.py", *(argv or sys.argv[1:])]),
+    out.write_text(json.dumps({"command": shlex.join(["python", "benchmarks/bench_data.py", *(argv or sys.argv[1:])]),
                                "settings": {k: str(v) for k, v in vars(args).items()}, "facts": facts,
                                "rows": rows, "env": devices.environment(args.device)}, indent=1))
     print(out)

@@ -24,10 +24,10 @@ writes the same speed-ups by hand, steps the same schedule and clips as the reci
 changes the plain loop's side only: accel with a tuned configuration against the best plain loop an expert wrote
 by hand (e.g. channels_last on), side by side. Ratios are then of time per sample, so batch sizes may differ.
 
-Tiny check:  python scripts/compare_plain_loop.py --model small_cnn --shape 1 16 16 --batch-size 16 --steps 5 --rounds 2
-Real:        python scripts/compare_plain_loop.py --model resnet18_cifar --batch-size 128 --steps 15 --rounds 8
-Recipe's:    python scripts/compare_plain_loop.py --amp bf16 --channels-last --steps 15 --rounds 8
-A recipe:    python scripts/compare_plain_loop.py --recipe recipes/cifar10-resnet18.yaml --set KEY=VALUE
+Tiny: python benchmarks/compare_plain_loop.py --model small_cnn --shape 1 16 16 --batch-size 16 --steps 5 --rounds 2
+Real: python benchmarks/compare_plain_loop.py --model resnet18_cifar --batch-size 128 --steps 15 --rounds 8
+Recipe's: python benchmarks/compare_plain_loop.py --amp bf16 --channels-last --steps 15 --rounds 8
+A recipe: python benchmarks/compare_plain_loop.py --recipe cifar10-resnet18 --set KEY=VALUE
 """
 from __future__ import annotations
 
