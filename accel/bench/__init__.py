@@ -1,1 +1,1 @@
-"""A/B speed reports: variants, statistics, report.json/.md/.html (DESIGN.md section 6)."""
+"""A/B speed reports: variants, statistics, report.json/.md/.html (docs/architecture.md, docs/bench.md)."""

@@ -1,4 +1,4 @@
-"""Raw trials in, a `Report` out (DESIGN.md section 6): medians and intervals, verdicts, the recommendation.
+"""Raw trials in, a `Report` out (docs/architecture.md, docs/bench.md): medians and intervals, verdicts, the recommendation.
 
 Pure: nothing here runs or writes anything, so report.json, report.md and report.html all say what this
 computed. Besides the section 6 keys, each variant carries `step_time_p50_s`, `step_time_p90_s`,
@@ -182,7 +182,7 @@ def _by_variant(trials: list[Trial], names: list[str]) -> dict[str, list[Trial]]
 
 def summarize(trials: list[Trial], variants: list[Variant], baseline: str, *,
               env: dict | None = None, extra: dict[str, Any] | None = None) -> Report:
-    """The report of DESIGN.md section 6 from the trials; failed trials are kept and counted.
+    """The report docs/bench.md describes from the trials; failed trials are kept and counted.
 
     `env` becomes `report.env`; `extra` sets the run's context fields (`command`, `recipes`, ...).
     """
