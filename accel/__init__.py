@@ -3,13 +3,22 @@
 The names below load on first use, so `import accel.trainer` (bring your own model and data) does not import
 the recipe machinery with every model and dataset it can name.
 """
+
 from __future__ import annotations
 
 import importlib
 from typing import Any
 
-_WHERE = {"AccelError": "errors", "Recipe": "recipe", "load_recipe": "recipe", "build_trainer": "run",
-          "run_recipe": "run", "Trainer": "trainer", "speedups": None, "tasks": None}
+_WHERE = {
+    "AccelError": "errors",
+    "Recipe": "recipe",
+    "load_recipe": "recipe",
+    "build_trainer": "run",
+    "run_recipe": "run",
+    "Trainer": "trainer",
+    "speedups": None,
+    "tasks": None,
+}
 
 __all__ = sorted(_WHERE)
 __version__ = "0.1.0"

@@ -1,5 +1,6 @@
 """Batches of any nesting: tuples, lists, dicts, namedtuples and dataclasses of tensors, walked with torch's
 own pytree utilities. Dataclasses are registered with pytree the first time one is seen."""
+
 from __future__ import annotations
 
 import dataclasses

@@ -1,4 +1,5 @@
 """Checkpoint files: written atomically (temp file, fsync, rename), read with weights_only=True."""
+
 from __future__ import annotations
 
 import shutil
@@ -32,11 +33,16 @@ def disk_full_message(state: Any, path: Path) -> str:
         free = f", {shutil.disk_usage(path.parent).free / 1e6:,.1f} MB free"
     except OSError:
         free = ""
-    previous = (f"The previous checkpoint {path} is intact. Free space there (or lower checkpoint.keep), then "
-                "continue with --resume." if path.is_file() else f"No earlier checkpoint was at {path}. Free space "
-                "there (or lower checkpoint.keep) and run again.")
-    return (f"Disk full: could not write checkpoint {path} (about {needed / 1e6:,.1f} MB needed{free} in "
-            f"{path.parent}); the partial file was removed. {previous}")
+    previous = (
+        f"The previous checkpoint {path} is intact. Free space there (or lower checkpoint.keep), then "
+        "continue with --resume."
+        if path.is_file()
+        else f"No earlier checkpoint was at {path}. Free space there (or lower checkpoint.keep) and run again."
+    )
+    return (
+        f"Disk full: could not write checkpoint {path} (about {needed / 1e6:,.1f} MB needed{free} in "
+        f"{path.parent}); the partial file was removed. {previous}"
+    )
 
 
 def _tensor_bytes(value: Any) -> int:
@@ -51,8 +57,10 @@ def _tensor_bytes(value: Any) -> int:
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
     if not path.is_file():
-        raise CheckpointError(f"No checkpoint at {path}. `--resume` continues a run that saved one; start it "
-                              "without `--resume` first (checkpoints are written every `checkpoint.every_epochs`).")
+        raise CheckpointError(
+            f"No checkpoint at {path}. `--resume` continues a run that saved one; start it "
+            "without `--resume` first (checkpoints are written every `checkpoint.every_epochs`)."
+        )
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # truncated or foreign files, or objects weights_only refuses
@@ -61,9 +69,11 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     if missing:
         intact = newest_intact(path)
         tip = f" The newest intact checkpoint beside it is {intact}: copy it over {path}." if intact else ""
-        raise CheckpointError(f"{path} is not a checkpoint written by accel: it holds {_describe(state)}, without "
-                              f"{', '.join(missing)}. accel resumes and exports from its own checkpoints "
-                              f"(model, optimizer, schedule, RNG, epoch and step together).{tip}")
+        raise CheckpointError(
+            f"{path} is not a checkpoint written by accel: it holds {_describe(state)}, without "
+            f"{', '.join(missing)}. accel resumes and exports from its own checkpoints "
+            f"(model, optimizer, schedule, RNG, epoch and step together).{tip}"
+        )
     return state
 
 
@@ -71,8 +81,11 @@ def _describe(state: Any) -> str:
     if isinstance(state, dict) and state and all(isinstance(v, torch.Tensor) for v in state.values()):
         return f"{len(state)} tensors by name (a model's state_dict?)"
     if isinstance(state, dict):
-        return f"a dict of {', '.join(map(str, list(state)[:6]))}{', ...' if len(state) > 6 else ''}" if state \
+        return (
+            f"a dict of {', '.join(map(str, list(state)[:6]))}{', ...' if len(state) > 6 else ''}"
+            if state
             else "an empty dict"
+        )
     return f"a {type(state).__name__}"
 
 
@@ -80,8 +93,10 @@ def unreadable_message(path: Path, err: Exception) -> str:
     """Why `path` cannot be loaded, without torch's advice to load it unsafely, and the newest file that can."""
     text = str(err)
     if "Unsupported global" in text:  # a pickle that would import and call something: refused, as it should be
-        why = (f"Refused to load {path}: it holds Python objects other than tensors and plain data, and accel "
-               "loads checkpoints with weights_only=True, so it never runs code from a file.")
+        why = (
+            f"Refused to load {path}: it holds Python objects other than tensors and plain data, and accel "
+            "loads checkpoints with weights_only=True, so it never runs code from a file."
+        )
     else:  # torch's own first lines advise loading the file unsafely: keep only the reason it gives
         reason = text.split("WeightsUnpickler error:", 1)[-1].strip().splitlines()
         why = f"Checkpoint {path} is damaged or not a checkpoint ({reason[0] if reason else type(err).__name__})."
@@ -94,6 +109,7 @@ def unreadable_message(path: Path, err: Exception) -> str:
 def epoch_files(directory: Path) -> list[Path]:
     """The epoch-NNN.pt files in `directory`, oldest first, by epoch number: by name, epoch-1000.pt would sort
     before epoch-999.pt (NNN has at least three digits, more past epoch 999)."""
+
     def epoch(path: Path) -> int:
         number = path.stem.removeprefix("epoch-")
         return int(number) if number.isdigit() else -1
@@ -116,8 +132,11 @@ def newest_intact(path: Path) -> Path | None:
 
 def model_signature(module: torch.nn.Module) -> dict[str, Any]:
     """Enough to tell that a checkpoint belongs to a different model before loading it."""
-    return {"class": unsharded_class(module).__name__, "params": sum(p.numel() for p in module.parameters()),
-            "keys": len(module.state_dict())}
+    return {
+        "class": unsharded_class(module).__name__,
+        "params": sum(p.numel() for p in module.parameters()),
+        "keys": len(module.state_dict()),
+    }
 
 
 def check_same_model(saved: dict[str, Any], module: torch.nn.Module, path: Path) -> None:
@@ -126,7 +145,8 @@ def check_same_model(saved: dict[str, Any], module: torch.nn.Module, path: Path)
         raise CheckpointError(
             f"Checkpoint {path} was written for a different model ({saved['class']}, {saved['params']:,} parameters) "
             f"than this recipe builds ({current['class']}, {current['params']:,} parameters). Resume with the "
-            "recipe that wrote it, or start a new run directory (a different --out).")
+            "recipe that wrote it, or start a new run directory (a different --out)."
+        )
 
 
 SCHEDULE_LENGTHS = ("total_steps", "T_max", "total_iters", "step_size")  # torch schedulers' length settings
@@ -136,8 +156,9 @@ def schedule_lengths(state: Any) -> list[tuple[str, Any]]:
     """The length settings found anywhere in a scheduler's state dict (SequentialLR nests its parts)."""
     if isinstance(state, dict):
         found = [(key, state[key]) for key in SCHEDULE_LENGTHS if key in state]
-        return found + [item for key, value in state.items() if key not in SCHEDULE_LENGTHS
-                        for item in schedule_lengths(value)]
+        return found + [
+            item for key, value in state.items() if key not in SCHEDULE_LENGTHS for item in schedule_lengths(value)
+        ]
     if isinstance(state, (list, tuple)):
         return [item for value in state for item in schedule_lengths(value)]
     return []
@@ -151,4 +172,5 @@ def check_same_schedule(saved: dict[str, Any], current: dict[str, Any], path: An
         raise CheckpointError(
             f"Checkpoint {path} continues a learning-rate schedule planned as {lengths(before)}, but this recipe plans "
             f"{lengths(now)} (train.epochs, train.max_steps, data.batch_size or train.grad_accum differ). Resume with "
-            "the run's own recipe, RUN_DIR/recipe.yaml, or start a new run directory.")
+            "the run's own recipe, RUN_DIR/recipe.yaml, or start a new run directory."
+        )

@@ -2,6 +2,7 @@
 
 Everything else asks this module, so tests patch hardware facts here and nowhere else.
 """
+
 from __future__ import annotations
 
 import functools
@@ -47,8 +48,10 @@ def resolve_device(spec: str = "auto") -> torch.device:
             return _xla_device()
         return torch.device("mps") if mps_available() else torch.device("cpu")
     if kind == "cuda" and not cuda_available():
-        raise AccelError(f"device `{spec}` was asked for, but CUDA is not available here "
-                         f"(torch {torch.__version__}, CUDA build {torch.version.cuda}). Use `device: auto` or `cpu`.")
+        raise AccelError(
+            f"device `{spec}` was asked for, but CUDA is not available here "
+            f"(torch {torch.__version__}, CUDA build {torch.version.cuda}). Use `device: auto` or `cpu`."
+        )
     if kind == "mps" and not mps_available():
         raise AccelError("device `mps` was asked for, but Apple's MPS backend is not available here.")
     if kind == "xla":
@@ -143,8 +146,19 @@ def cpu_model() -> str:
     return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 
-ENV_VARS = ("ACCEL_CPU_BF16", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
-            "PJRT_DEVICE", "TORCHINDUCTOR_CACHE_DIR", "CUBLAS_WORKSPACE_CONFIG", "WORLD_SIZE", "RANK", "LOCAL_RANK")
+ENV_VARS = (
+    "ACCEL_CPU_BF16",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "CUDA_VISIBLE_DEVICES",
+    "PJRT_DEVICE",
+    "TORCHINDUCTOR_CACHE_DIR",
+    "CUBLAS_WORKSPACE_CONFIG",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+)
 
 
 def environment(device: torch.device | None = None) -> dict[str, Any]:

@@ -4,6 +4,7 @@ accel launches nothing of its own: `accel train --nproc N` runs torchrun (and pa
 SLURM / Kubernetes / Ray launchers work unchanged because only the standard RANK / WORLD_SIZE / LOCAL_RANK
 variables are read.
 """
+
 from __future__ import annotations
 
 import gc
@@ -57,8 +58,9 @@ class World:
 
 
 def world_from_env() -> World:
-    return World(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
-                 int(os.environ.get("LOCAL_RANK", 0)))
+    return World(
+        int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
+    )
 
 
 def init_process_group(world: World, device: torch.device) -> torch.device:
@@ -74,8 +76,9 @@ def init_process_group(world: World, device: torch.device) -> torch.device:
         # destroy_process_group (and abort the interpreter now and then); one-process runs never import it
         importlib.import_module("torch.distributed.fsdp")
 
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo",
-                                device_id=device if device.type == "cuda" else None)
+        dist.init_process_group(
+            backend="nccl" if device.type == "cuda" else "gloo", device_id=device if device.type == "cuda" else None
+        )
     return device
 
 
@@ -96,8 +99,9 @@ def destroy_process_group(wait_for_others: bool) -> None:
         dist.destroy_process_group()
 
 
-def torchrun_command(argv: list[str], nproc: int, nnodes: int, node_rank: int, master_addr: str | None,
-                     master_port: int | None) -> list[str]:
+def torchrun_command(
+    argv: list[str], nproc: int, nnodes: int, node_rank: int, master_addr: str | None, master_port: int | None
+) -> list[str]:
     """The torchrun invocation that runs `accel ARGV` in each process."""
     command = [sys.executable, "-m", "accel.torchrun", f"--nproc-per-node={nproc}", f"--nnodes={nnodes}"]
     if nnodes > 1:
@@ -121,8 +125,10 @@ def run_torchrun(command: list[str]) -> tuple[int, bool]:
     SIGINT or SIGTERM is passed on (torchrun passes it to every rank, and rank 0 saves); a second is
     acknowledged; a third kills torchrun and the ranks at once (checkpoints are renamed into place, so the
     previous one stays intact)."""
-    env = {**os.environ, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
-                                                                          SAVE_GRACE_S)}
+    env = {
+        **os.environ,
+        "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", SAVE_GRACE_S),
+    }
     relay = _SignalRelay()
     previous = {sig: signal.signal(sig, relay.handle) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -149,8 +155,11 @@ class _SignalRelay:
             log.warning("received signal %d: passing it to torchrun and its ranks, which save a checkpoint", signum)
             self.pass_on()
         elif len(self.received) == 2:
-            log.warning("received signal %d: saving, please wait (a third signal stops every process at once, "
-                        "without the final checkpoint; the previous one stays intact)", signum)
+            log.warning(
+                "received signal %d: saving, please wait (a third signal stops every process at once, "
+                "without the final checkpoint; the previous one stays intact)",
+                signum,
+            )
         else:
             log.warning("received signal %d again: stopping torchrun and every rank now", signum)
             if self.process is not None:

@@ -6,6 +6,7 @@ those facts (a recipe's train.lint_ignore applies here too), so each warning is 
 Optional backends are probed with `importlib.util.find_spec` and package metadata, never imported: importing
 DALI or torch_xla costs seconds and may grab a device.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -66,10 +67,16 @@ def _blas() -> dict[str, Any]:
     from threadpoolctl import threadpool_info
 
     found = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
-    pools = [{k: p.get(k) for k in ("user_api", "internal_api", "prefix", "version", "num_threads")}
-             for p in threadpool_info()]
-    return {"torch_blas": found.group(1) if found else None, "mkl": torch.backends.mkl.is_available(),
-            "mkldnn": torch.backends.mkldnn.is_available(), "threadpools": pools}
+    pools = [
+        {k: p.get(k) for k in ("user_api", "internal_api", "prefix", "version", "num_threads")}
+        for p in threadpool_info()
+    ]
+    return {
+        "torch_blas": found.group(1) if found else None,
+        "mkl": torch.backends.mkl.is_available(),
+        "mkldnn": torch.backends.mkldnn.is_available(),
+        "threadpools": pools,
+    }
 
 
 def _gpus() -> list[dict[str, Any]]:
@@ -77,8 +84,7 @@ def _gpus() -> list[dict[str, Any]]:
     if not devices.cuda_available():
         return []
     props = [torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count())]
-    return [{"name": p.name, "memory_mb": p.total_memory / 2**20, "capability": f"{p.major}.{p.minor}"}
-            for p in props]
+    return [{"name": p.name, "memory_mb": p.total_memory / 2**20, "capability": f"{p.major}.{p.minor}"} for p in props]
 
 
 def _memory_mb() -> float | None:
@@ -94,20 +100,34 @@ def collect(recipe: Any = None) -> dict[str, Any]:
     device = devices.resolve_device(recipe.device if recipe is not None else "auto")
     env = devices.environment(device)
     info = {
-        "versions": {"python": env["python"], "torch": env["torch"], "torchvision": _version("torchvision"),
-                     "cuda": env["cuda"], "cudnn": env["cudnn"], "nccl": _nccl()},
+        "versions": {
+            "python": env["python"],
+            "torch": env["torch"],
+            "torchvision": _version("torchvision"),
+            "cuda": env["cuda"],
+            "cudnn": env["cudnn"],
+            "nccl": _nccl(),
+        },
         "device": env.get("device"),
-        "cuda_available": env["cuda_available"], "gpus": _gpus(),
-        "mps_available": devices.mps_available(), "xla_requested": devices.xla_requested(),
-        "cpu": {"model": env["cpu"], "cores": env["cpu_count"], "usable_cores": available_cpus(),
-                "memory_mb": _memory_mb()},
+        "cuda_available": env["cuda_available"],
+        "gpus": _gpus(),
+        "mps_available": devices.mps_available(),
+        "xla_requested": devices.xla_requested(),
+        "cpu": {
+            "model": env["cpu"],
+            "cores": env["cpu_count"],
+            "usable_cores": available_cpus(),
+            "memory_mb": _memory_mb(),
+        },
         "threads": {"torch": env["torch_threads"], "interop": env["torch_interop_threads"]},
         "blas": _blas(),
         "env": {k: v for k, v in sorted(os.environ.items()) if THREAD_ENV.match(k)},
         "backends": backends(),
-        "flags": {"cudnn_benchmark": torch.backends.cudnn.benchmark,
-                  "cudnn_deterministic": torch.backends.cudnn.deterministic,
-                  "deterministic_algorithms": torch.are_deterministic_algorithms_enabled()},
+        "flags": {
+            "cudnn_benchmark": torch.backends.cudnn.benchmark,
+            "cudnn_deterministic": torch.backends.cudnn.deterministic,
+            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        },
     }
     info["peaks"] = _peaks(device)
     if recipe is not None:
@@ -134,13 +154,23 @@ def _peaks(device: torch.device) -> dict[str, str]:
 
 def _recipe_facts(recipe: Any) -> dict[str, Any]:
     speedups = recipe.dump()["speedups"]
-    flags = {key for opts in speedups.values() if (opts or {}).get("enabled", True)
-             for key, value in (opts or {}).items() if key in ("benchmark", "deterministic") and value is True}
+    flags = {
+        key
+        for opts in speedups.values()
+        if (opts or {}).get("enabled", True)
+        for key, value in (opts or {}).items()
+        if key in ("benchmark", "deterministic") and value is True
+    }
     loader = recipe.data.loader
-    return {"name": recipe.name, "num_workers": loader.num_workers, "pin_memory": loader.pin_memory,
-            "speedups": sorted(n for n, o in speedups.items() if (o or {}).get("enabled", True)),
-            "benchmark": "benchmark" in flags, "deterministic": "deterministic" in flags,
-            "lint_ignore": list(recipe.train.lint_ignore)}
+    return {
+        "name": recipe.name,
+        "num_workers": loader.num_workers,
+        "pin_memory": loader.pin_memory,
+        "speedups": sorted(n for n, o in speedups.items() if (o or {}).get("enabled", True)),
+        "benchmark": "benchmark" in flags,
+        "deterministic": "deterministic" in flags,
+        "lint_ignore": list(recipe.train.lint_ignore),
+    }
 
 
 def find_traps(info: dict[str, Any]) -> list[str]:
@@ -156,14 +186,18 @@ def trap_facts(info: dict[str, Any]) -> dict[str, Any]:
     workers = recipe.get("num_workers")
     pools = (info.get("blas") or {}).get("threadpools") or []
     return {
-        "device": str(info.get("device") or "cpu").split()[0].split(":")[0], "cores": info["cpu"]["usable_cores"],
+        "device": str(info.get("device") or "cpu").split()[0].split(":")[0],
+        "cores": info["cpu"]["usable_cores"],
         "torch_threads": info["threads"]["torch"],
         "blas_threads": max((pool.get("num_threads") or 0 for pool in pools), default=0),
-        "workers": workers if isinstance(workers, int) else None, "pin_memory": recipe.get("pin_memory"),
-        "omp_unset": "OMP_NUM_THREADS" not in info["env"], "cuda_available": info["cuda_available"],
+        "workers": workers if isinstance(workers, int) else None,
+        "pin_memory": recipe.get("pin_memory"),
+        "omp_unset": "OMP_NUM_THREADS" not in info["env"],
+        "cuda_available": info["cuda_available"],
         "cuda_build": info["versions"]["cuda"],
-        "deterministic": bool(flags["cudnn_deterministic"] or flags["deterministic_algorithms"]
-                              or recipe.get("deterministic")),
+        "deterministic": bool(
+            flags["cudnn_deterministic"] or flags["deterministic_algorithms"] or recipe.get("deterministic")
+        ),
         "benchmark": bool(flags["cudnn_benchmark"] or recipe.get("benchmark")),
     }
 
@@ -178,20 +212,33 @@ def _fmt(value: Any) -> str:
 
 def _rows(info: dict[str, Any]) -> list[tuple[str, str, str]]:
     rows = [("versions", k, _fmt(v)) for k, v in info["versions"].items()]
-    rows += [("device", "selected", _fmt(info["device"])), ("device", "cuda available", _fmt(info["cuda_available"])),
-             ("device", "mps available", _fmt(info["mps_available"])),
-             ("device", "xla requested", _fmt(info["xla_requested"]))]
+    rows += [
+        ("device", "selected", _fmt(info["device"])),
+        ("device", "cuda available", _fmt(info["cuda_available"])),
+        ("device", "mps available", _fmt(info["mps_available"])),
+        ("device", "xla requested", _fmt(info["xla_requested"])),
+    ]
     rows += [("device", f"gpu {i}", f"{g['name']}, {_fmt(g.get('memory_mb'))} MB") for i, g in enumerate(info["gpus"])]
     rows += [("cpu", k, _fmt(v)) for k, v in info["cpu"].items()]
     rows += [("threads", k, _fmt(v)) for k, v in info["threads"].items()]
     blas = info["blas"]
-    rows += [("blas", "torch BLAS", _fmt(blas["torch_blas"])),
-             ("blas", "mkl / mkldnn", f"{blas['mkl']} / {blas['mkldnn']}")]
-    rows += [("blas", p["prefix"] or p["internal_api"], " ".join(filter(None, [p["internal_api"], p["version"]]))
-              + f", {p['num_threads']} threads") for p in blas["threadpools"]]
+    rows += [
+        ("blas", "torch BLAS", _fmt(blas["torch_blas"])),
+        ("blas", "mkl / mkldnn", f"{blas['mkl']} / {blas['mkldnn']}"),
+    ]
+    rows += [
+        (
+            "blas",
+            p["prefix"] or p["internal_api"],
+            " ".join(filter(None, [p["internal_api"], p["version"]])) + f", {p['num_threads']} threads",
+        )
+        for p in blas["threadpools"]
+    ]
     rows += [("env", k, v) for k, v in info["env"].items()] or [("env", "(thread/CUDA variables)", "none set")]
-    rows += [("backends", k, f"{b['version'] or 'yes'}" if b["installed"] else "not installed")
-             for k, b in info["backends"].items()]
+    rows += [
+        ("backends", k, f"{b['version'] or 'yes'}" if b["installed"] else "not installed")
+        for k, b in info["backends"].items()
+    ]
     rows += [("flags", k, _fmt(v)) for k, v in info["flags"].items()]
     rows += [("peak (MFU)", k, v) for k, v in info.get("peaks", {}).items()]
     rows += [("recipe", k, _fmt(v)) for k, v in (info.get("recipe") or {}).items()]

@@ -1,4 +1,5 @@
 """Errors meant for people. The CLI prints them as one paragraph and exits with code 2."""
+
 from __future__ import annotations
 
 import difflib
@@ -40,7 +41,7 @@ def user_message(err: BaseException) -> str:
         return text
     marker = f"{type(err).__module__}.{type(err).__qualname__}: "
     where = text.rfind(marker)
-    return text[where + len(marker):].strip() if where >= 0 else text.strip().splitlines()[-1]
+    return text[where + len(marker) :].strip() if where >= 0 else text.strip().splitlines()[-1]
 
 
 def disk_full(err: BaseException | None) -> bool:

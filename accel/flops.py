@@ -6,6 +6,7 @@ running statistics) are copies; the RNG streams are forked. The optimizer's own 
 usual convention for MFU), nor what a speed-up's `counting_context` leaves out (activation checkpointing's
 recomputed forward: extra hardware work, not model work).
 """
+
 from __future__ import annotations
 
 import logging
@@ -33,8 +34,10 @@ def _attention_backward(grad_out, query, key, value, *args, out_shape=None, **kw
 
 
 # torch counts the CUDA attention kernels but not the CPU one: without these, a GPT's attention is missing
-EXTRA_FORMULAS = {aten._scaled_dot_product_flash_attention_for_cpu: _attention,
-                  aten._scaled_dot_product_flash_attention_for_cpu_backward: _attention_backward}
+EXTRA_FORMULAS = {
+    aten._scaled_dot_product_flash_attention_for_cpu: _attention,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward: _attention_backward,
+}
 
 
 def count_step_flops(module: torch.nn.Module, task: Any, batch: Any, contexts: AbstractContextManager) -> int:
@@ -100,8 +103,9 @@ class Utilisation:
         samples = max(trainer.task.samples(batch), 1)
         few = min(samples, COUNT_SAMPLES)
         try:
-            flops = count_step_flops(trainer.module, trainer.task, first_samples(batch, samples, few),
-                                     _counting_contexts(trainer))
+            flops = count_step_flops(
+                trainer.module, trainer.task, first_samples(batch, samples, few), _counting_contexts(trainer)
+            )
         except Exception as err:  # noqa: BLE001 - any failure only loses the figure
             log.info("FLOPs not counted: %s: %s", type(err).__name__, err)
             flops = None
@@ -109,8 +113,9 @@ class Utilisation:
             self.flops_per_sample = flops / few
             self.flops_per_batch = round(self.flops_per_sample * samples)
             try:
-                self.peak = peaks.run_peak(trainer.device, compute_dtype(trainer.strategy.precision.name,
-                                                                         trainer.device))
+                self.peak = peaks.run_peak(
+                    trainer.device, compute_dtype(trainer.strategy.precision.name, trainer.device)
+                )
             except Exception as err:  # noqa: BLE001 - a probe that fails costs the MFU, not the run
                 log.info("no peak FLOP/s for MFU: %s", err)
         return time.perf_counter() - start

@@ -5,6 +5,7 @@ forward and backward. Checkpoints still hold whole, plain tensors keyed like a s
 with weights_only, resume under ddp as under fsdp, and feed `accel export`. Gathering and scattering them is
 collective: every rank calls `full_state_dicts` and `load_full_state_dicts`, and rank 0 writes the file.
 """
+
 from __future__ import annotations
 
 import sys
@@ -86,8 +87,9 @@ def full_state_dicts(module: nn.Module, optimizer: torch.optim.Optimizer) -> tup
     return model_state, optim_state
 
 
-def load_full_state_dicts(module: nn.Module, optimizer: torch.optim.Optimizer, model_state: dict[str, Any],
-                          optim_state: dict[str, Any]) -> None:
+def load_full_state_dicts(
+    module: nn.Module, optimizer: torch.optim.Optimizer, model_state: dict[str, Any], optim_state: dict[str, Any]
+) -> None:
     """Collective: every rank passes the same whole state and keeps its own slice of it."""
     from torch.distributed.checkpoint import state_dict as dcp
 
@@ -104,5 +106,7 @@ def _names(module: nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:
 
 
 def _rekey(state: dict[str, Any], key: dict) -> dict[str, Any]:
-    return {"state": {key[k]: v for k, v in state["state"].items()},
-            "param_groups": [{**group, "params": [key[p] for p in group["params"]]} for group in state["param_groups"]]}
+    return {
+        "state": {key[k]: v for k, v in state["state"].items()},
+        "param_groups": [{**group, "params": [key[p] for p in group["params"]]} for group in state["param_groups"]],
+    }

@@ -1,5 +1,6 @@
 """Files accel writes: atomically (a reader never sees half a file), as JSON every parser reads, and where
 output goes when no --out is given. Every writer in the package comes here."""
+
 from __future__ import annotations
 
 import json
@@ -45,8 +46,10 @@ def write_atomic(target: Path, text: str) -> Path:
     except OSError as err:
         if disk_full(err):
             kept = "its previous version is intact" if target.exists() else "nothing was written"
-            raise AccelError(f"Disk full: could not write {target} ({len(text.encode()):,} bytes); {kept}. Free "
-                             f"space in {target.parent}.") from None
+            raise AccelError(
+                f"Disk full: could not write {target} ({len(text.encode()):,} bytes); {kept}. Free "
+                f"space in {target.parent}."
+            ) from None
         raise
     return target
 

@@ -5,6 +5,7 @@
 traps. The trainer logs the start findings once and puts all of them in summary.json; the bench puts them in
 its report.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -34,8 +35,10 @@ class SpeedLint:
     def __init__(self, ignore: list[str], say: bool = True):
         unknown = sorted(set(ignore) - set(codes()))
         if unknown:
-            raise AccelError(f"train.lint_ignore: unknown speed-lint code(s) {', '.join(unknown)}; the codes are "
-                             f"{', '.join(codes())}.")
+            raise AccelError(
+                f"train.lint_ignore: unknown speed-lint code(s) {', '.join(unknown)}; the codes are "
+                f"{', '.join(codes())}."
+            )
         self.ignore, self.say, self.facts = set(ignore), say, {}
 
     def start(self, trainer: Trainer) -> None:
@@ -47,7 +50,7 @@ class SpeedLint:
         if not self.facts:  # fit() failed before the lint read anything
             return []
         found = self._findings(summary)
-        self._say(found[len(self._findings()):])  # the start findings come first and were said already
+        self._say(found[len(self._findings()) :])  # the start findings come first and were said already
         return as_records(found)
 
     def _findings(self, summary: dict[str, Any] | None = None) -> list[Finding]:
@@ -64,20 +67,25 @@ def facts(trainer: Trainer) -> dict[str, Any]:
     loader = getattr(loader, "loader", loader)  # the device prefetcher wraps a DataLoader
     traits = model_traits(trainer.module)
     return {
-        "device": device.type, "cores": available_cpus(), "torch_threads": torch.get_num_threads(),
+        "device": device.type,
+        "cores": available_cpus(),
+        "torch_threads": torch.get_num_threads(),
         # training processes on this machine: torchrun (`accel train --nproc N`) says how many it started
         "processes": int(os.environ.get("LOCAL_WORLD_SIZE", 1)),
-        "blas_threads": _blas_threads(), "workers": getattr(loader, "num_workers", None),
+        "blas_threads": _blas_threads(),
+        "workers": getattr(loader, "num_workers", None),
         "pin_memory": getattr(loader, "pin_memory", None),
         "in_memory": getattr(getattr(loader, "dataset", None), "in_memory", False),
         "anomaly_detection": torch.is_anomaly_enabled(),
-        "deterministic": torch.are_deterministic_algorithms_enabled() or (
-            device.type == "cuda" and torch.backends.cudnn.deterministic),
-        "optimizer": type(optimizer).__name__, "fused": bool(optimizer.defaults.get("fused")),
+        "deterministic": torch.are_deterministic_algorithms_enabled()
+        or (device.type == "cuda" and torch.backends.cudnn.deterministic),
+        "optimizer": type(optimizer).__name__,
+        "fused": bool(optimizer.defaults.get("fused")),
         "fused_exists": "fused" in inspect.signature(type(optimizer).__init__).parameters,
         # speed-ups on a model without the trait they need (channels_last without convolutions)
         "needless": {s.name: s.needs for s in trainer.speedups if s.needs and not traits[s.needs]},
-        "amp": trainer.strategy.precision.name != "fp32", "fast_bf16": _fast_bf16(device),
+        "amp": trainer.strategy.precision.name != "fp32",
+        "fast_bf16": _fast_bf16(device),
         "jit": any(s.name == "jit" for s in trainer.speedups),
     }
 

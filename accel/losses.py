@@ -1,4 +1,5 @@
 """Training losses by name. Targets may be class indices or (for mixup/cutmix) soft distributions."""
+
 from __future__ import annotations
 
 from typing import Literal

@@ -2,6 +2,7 @@
 
 Losses stay device tensors until a figure is read, so counting never forces a device sync.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,8 +37,14 @@ class Meter:
     def start_window(self, device: torch.device) -> None:
         resumed, self._resumed = self._resumed or {}, None
         # throughput counts restart (the time before the interruption is not ours to measure); the loss continues
-        self.window = {"loss": torch.tensor(resumed.get("loss", 0.0), device=device),
-                       "batches": resumed.get("batches", 0), "samples": 0, "tokens": 0, "data_s": 0.0, "compute_s": 0.0}
+        self.window = {
+            "loss": torch.tensor(resumed.get("loss", 0.0), device=device),
+            "batches": resumed.get("batches", 0),
+            "samples": 0,
+            "tokens": 0,
+            "data_s": 0.0,
+            "compute_s": 0.0,
+        }
 
     def state_dict(self, mid_epoch: bool) -> dict[str, Any]:
         """This process's loss window when the epoch is unfinished, so a resumed run ends on the same train_loss
@@ -69,14 +76,20 @@ class Meter:
         window = self.window
         elapsed = max(window["data_s"] + window["compute_s"], 1e-9)
         loss = self.world.all_reduce_sum(window["loss"] / max(window["batches"], 1)).item() / self.world.size
-        return {"loss": loss, "samples_per_s": window["samples"] / elapsed,
-                **({"tokens_per_s": window["tokens"] / elapsed} if window["tokens"] else {}),
-                "data_wait_fraction": window["data_s"] / elapsed}
+        return {
+            "loss": loss,
+            "samples_per_s": window["samples"] / elapsed,
+            **({"tokens_per_s": window["tokens"] / elapsed} if window["tokens"] else {}),
+            "data_wait_fraction": window["data_s"] / elapsed,
+        }
 
     def totals(self) -> dict[str, Any]:
         train_s = self.data_s + self.compute_s
-        return {"train_loss": self.window_stats()["loss"] if self.window.get("batches") else None,
-                "samples_per_s": self.samples / train_s if train_s else None,
-                **({"tokens_per_s": self.tokens / train_s if train_s else None} if self.tokens else {}),
-                "train_s": train_s,
-                "first_step_s": self.first_step_s, "data_wait_fraction": self.data_s / train_s if train_s else None}
+        return {
+            "train_loss": self.window_stats()["loss"] if self.window.get("batches") else None,
+            "samples_per_s": self.samples / train_s if train_s else None,
+            **({"tokens_per_s": self.tokens / train_s if train_s else None} if self.tokens else {}),
+            "train_s": train_s,
+            "first_step_s": self.first_step_s,
+            "data_wait_fraction": self.data_s / train_s if train_s else None,
+        }

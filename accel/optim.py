@@ -1,4 +1,5 @@
 """Optimizers and learning-rate schedules by name. Schedules are stepped once per optimizer step."""
+
 from __future__ import annotations
 
 import math
@@ -26,8 +27,13 @@ class SGD:
 
     @staticmethod
     def build(cfg: "SGD.Config", params) -> torch.optim.Optimizer:
-        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
-                               nesterov=cfg.nesterov and cfg.momentum > 0)
+        return torch.optim.SGD(
+            params,
+            lr=cfg.lr,
+            momentum=cfg.momentum,
+            weight_decay=cfg.weight_decay,
+            nesterov=cfg.nesterov and cfg.momentum > 0,
+        )
 
 
 @OPTIMIZERS.register("adamw")
@@ -70,9 +76,14 @@ class OneCycle:
         peak = [group["lr"] for group in optimizer.param_groups]
         return torch.optim.lr_scheduler.OneCycleLR(
             # torch divides by the warm-up length: keep it at least one step on very short runs
-            optimizer, max_lr=peak, total_steps=max(total_steps, math.floor(1 / cfg.pct_start) + 1),
+            optimizer,
+            max_lr=peak,
+            total_steps=max(total_steps, math.floor(1 / cfg.pct_start) + 1),
             pct_start=cfg.pct_start,
-            div_factor=cfg.div_factor, final_div_factor=cfg.final_div_factor, cycle_momentum=False)
+            div_factor=cfg.div_factor,
+            final_div_factor=cfg.final_div_factor,
+            cycle_momentum=False,
+        )
 
 
 @SCHEDULERS.register("cosine")
@@ -86,8 +97,9 @@ class Cosine:
     def build(cfg, optimizer, *, total_steps: int, steps_per_epoch: int):
         sched = torch.optim.lr_scheduler
         peak = optimizer.param_groups[0]["lr"]
-        cosine = sched.CosineAnnealingLR(optimizer, T_max=max(total_steps - cfg.warmup_steps, 1),
-                                         eta_min=peak * cfg.min_lr_ratio)
+        cosine = sched.CosineAnnealingLR(
+            optimizer, T_max=max(total_steps - cfg.warmup_steps, 1), eta_min=peak * cfg.min_lr_ratio
+        )
         if not cfg.warmup_steps:
             return cosine
         warmup = sched.LinearLR(optimizer, start_factor=0.01, total_iters=cfg.warmup_steps)
@@ -103,8 +115,7 @@ class StepDecay:
 
     @staticmethod
     def build(cfg, optimizer, *, total_steps: int, steps_per_epoch: int):
-        return torch.optim.lr_scheduler.StepLR(optimizer, step_size=cfg.every_epochs * steps_per_epoch,
-                                               gamma=cfg.gamma)
+        return torch.optim.lr_scheduler.StepLR(optimizer, step_size=cfg.every_epochs * steps_per_epoch, gamma=cfg.gamma)
 
 
 def build_scheduler(cfg, optimizer, *, total_steps: int, steps_per_epoch: int):

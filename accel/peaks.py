@@ -5,6 +5,7 @@ high, and MFU against them reads 2x too low). A GPU not in the table has no peak
 measured by a matrix-multiply probe at the run's compute dtype and thread count, and cached per CPU model and
 torch version, so MFU on a CPU is a fraction of what this machine's matmul reaches, not of a datasheet.
 """
+
 from __future__ import annotations
 
 import json
@@ -63,8 +64,13 @@ def cpu_peak(dtype: str, cache: Path | None = None, at_least: float = 0.0) -> Pe
     cached = _read(cache)
     old = cached.get(key, {}).get("flop_per_s", 0.0)
     if key not in cached or old < at_least:
-        cached[key] = asdict(Peak(max(old, measure_matmul(PROBE_DTYPES[dtype])), dtype,
-                                  f"measured: best of {len(PROBE_SHAPES)} matmul shapes, {key}"))
+        cached[key] = asdict(
+            Peak(
+                max(old, measure_matmul(PROBE_DTYPES[dtype])),
+                dtype,
+                f"measured: best of {len(PROBE_SHAPES)} matmul shapes, {key}",
+            )
+        )
         _write(cache, cached)
     return Peak(**cached[key])
 
@@ -79,8 +85,9 @@ def _matmul_rate(m: int, k: int, n: int, dtype: torch.dtype, seconds: float) -> 
     return 2 * m * k * n / best_seconds(lambda: a @ b, seconds=seconds)
 
 
-def best_seconds(fn: Callable[[], object], device: torch.device = CPU, seconds: float = 0.25,
-                 repeats: int = 1) -> float:
+def best_seconds(
+    fn: Callable[[], object], device: torch.device = CPU, seconds: float = 0.25, repeats: int = 1
+) -> float:
     """The fastest of `fn()`'s calls over about `seconds` and at least `repeats` calls, after one warm-up call
     (thread pool, BLAS dispatch, kernel choice). The fastest, not the median: a peak is what the hardware
     reaches when nothing else gets in the way."""

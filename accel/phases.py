@@ -1,4 +1,5 @@
 """The named phases a run's setup goes through, in order (speed-ups declare one; the strategy wraps in WRAP)."""
+
 from __future__ import annotations
 
 from enum import IntEnum

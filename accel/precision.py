@@ -4,6 +4,7 @@ A strategy (accel.strategy) owns backward and the optimizer step and hands their
 so any strategy combines with any precision the strategy does not refuse. The recipe's `speedups.amp` section
 builds one (accel.speedups.amp); without it a run trains in fp32.
 """
+
 from __future__ import annotations
 
 import logging
@@ -98,8 +99,11 @@ class ScaledFp16(Autocast):
         applied = self.scaler.get_scale() >= before
         if not applied:
             self.skipped_steps += 1
-            log.info("amp: optimizer step skipped (inf/NaN gradients in fp16); loss scale lowered to %g "
-                     "(%d skipped so far)", self.scaler.get_scale(), self.skipped_steps)
+            log.info(
+                "amp: optimizer step skipped (inf/NaN gradients in fp16); loss scale lowered to %g (%d skipped so far)",
+                self.scaler.get_scale(),
+                self.skipped_steps,
+            )
         return applied
 
     def metrics(self) -> dict[str, Any]:

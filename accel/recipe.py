@@ -4,6 +4,7 @@ Sections whose options depend on a name (dataset, optimizer, schedule, loss, eac
 against the Config class that the named builder registered, so `optim: {name: sgd, betas: ...}` fails
 with the same precise message as a typo anywhere else.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -33,15 +34,22 @@ class DataConfig(StrictModel):
     eval_batch_size: int | None = Field(None, ge=1, description="batch size for evaluation; default: batch_size")
     drop_last: bool = Field(True, description="drop the last incomplete training batch (steady shapes suit compile)")
     loader: LoaderConfig = Field(default_factory=LoaderConfig, description="DataLoader tuning")
-    augment: AugmentConfig = Field(default_factory=AugmentConfig, description="batch augmentation: random crop, "
-                                   "flip, cutout, mixup, cutmix, on the device or in the loader workers")
-    transforms: CpuTransformsConfig = Field(default_factory=CpuTransformsConfig, description="per-sample CPU "
-                                            "transforms on the training split (torchvision.transforms.v2, "
-                                            "albumentations)")
-    cache: CacheConfig = Field(default_factory=CacheConfig, description="decode image files once into a "
-                               "memory-mapped cache")
-    prefetch: PrefetchConfig = Field(default_factory=PrefetchConfig, description="copy and normalise the next "
-                                     "batch on the device while the current one computes")
+    augment: AugmentConfig = Field(
+        default_factory=AugmentConfig,
+        description="batch augmentation: random crop, "
+        "flip, cutout, mixup, cutmix, on the device or in the loader workers",
+    )
+    transforms: CpuTransformsConfig = Field(
+        default_factory=CpuTransformsConfig,
+        description="per-sample CPU transforms on the training split (torchvision.transforms.v2, albumentations)",
+    )
+    cache: CacheConfig = Field(
+        default_factory=CacheConfig, description="decode image files once into a memory-mapped cache"
+    )
+    prefetch: PrefetchConfig = Field(
+        default_factory=PrefetchConfig,
+        description="copy and normalise the next batch on the device while the current one computes",
+    )
 
 
 class LogConfig(StrictModel):
@@ -51,8 +59,9 @@ class LogConfig(StrictModel):
 
 
 class CheckpointConfig(StrictModel):
-    every_epochs: int = Field(1, ge=0, description="save checkpoints/last.pt every N epochs (0: only at the end "
-                                                   "and on interrupt)")
+    every_epochs: int = Field(
+        1, ge=0, description="save checkpoints/last.pt every N epochs (0: only at the end and on interrupt)"
+    )
     keep: int = Field(2, ge=0, description="also keep the newest N per-epoch files epoch-NNN.pt")
 
 
@@ -62,22 +71,30 @@ class Recipe(StrictModel):
     model: ModelConfig
     data: DataConfig
     optim: SerializeAsAny[StrictModel] = Field(description="`name` of an optimizer plus its options")
-    schedule: SerializeAsAny[StrictModel] = Field(default_factory=lambda: SCHEDULERS.get("none").Config(name="none"),
-                                                  description="learning-rate schedule, stepped per optimizer step")
+    schedule: SerializeAsAny[StrictModel] = Field(
+        default_factory=lambda: SCHEDULERS.get("none").Config(name="none"),
+        description="learning-rate schedule, stepped per optimizer step",
+    )
     task: SerializeAsAny[StrictModel] = Field(
         default_factory=lambda: TASKS.get("classification").Config(),
         description="what a step computes from a batch: classification | language_model | regression | "
-        "model_loss (the model returns its loss) | package.module:attribute (your own Task or function)")
-    loss: SerializeAsAny[StrictModel] = Field(default_factory=lambda: LOSSES.get("cross_entropy").Config(),
-                                              description="the cross-entropy of classification and language_model")
+        "model_loss (the model returns its loss) | package.module:attribute (your own Task or function)",
+    )
+    loss: SerializeAsAny[StrictModel] = Field(
+        default_factory=lambda: LOSSES.get("cross_entropy").Config(),
+        description="the cross-entropy of classification and language_model",
+    )
     train: TrainConfig = Field(default_factory=TrainConfig)
-    speedups: dict[str, SerializeAsAny[StrictModel]] = Field(default_factory=dict,
-                                                             description="speed-up name -> its options")
+    speedups: dict[str, SerializeAsAny[StrictModel]] = Field(
+        default_factory=dict, description="speed-up name -> its options"
+    )
     device: str = Field("auto", description="auto | cpu | cuda | cuda:N | mps | xla")
     strategy: Literal["ddp", "fsdp"] = Field(
-        "ddp", description="how several processes (`accel train --nproc N`, torchrun) share the model: ddp keeps a "
+        "ddp",
+        description="how several processes (`accel train --nproc N`, torchrun) share the model: ddp keeps a "
         "whole copy in each; fsdp (FSDP2) shards parameters, gradients and optimizer state across them. One "
-        "process trains unsharded either way")
+        "process trains unsharded either way",
+    )
     strict: bool = Field(False, description="a speed-up that cannot run here is an error instead of a skip")
     log: LogConfig = Field(default_factory=LogConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
@@ -100,7 +117,10 @@ class Recipe(StrictModel):
 
 # (path, registry): sections validated against the registered builder's own Config.
 NAMED_SECTIONS: list[tuple[tuple[str, ...], Registry]] = [
-    (("data", "dataset"), DATASETS), (("optim",), OPTIMIZERS), (("schedule",), SCHEDULERS), (("loss",), LOSSES),
+    (("data", "dataset"), DATASETS),
+    (("optim",), OPTIMIZERS),
+    (("schedule",), SCHEDULERS),
+    (("loss",), LOSSES),
     (("task",), TASKS),
 ]
 
@@ -111,8 +131,13 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
     data, origins = load_with_bases(find_recipe(path))
     data = apply_overrides(data, origins, overrides or [])
     recipe = validate_recipe(data, origins)
-    announce_user_code({"model": recipe.model.name, "task": recipe.task.name,  # the sections that take code
-                        "dataset": recipe.data.dataset.name})
+    announce_user_code(
+        {
+            "model": recipe.model.name,
+            "task": recipe.task.name,  # the sections that take code
+            "dataset": recipe.data.dataset.name,
+        }
+    )
     return recipe
 
 
@@ -126,16 +151,20 @@ def validate_recipe(data: dict, origins: Origins | None = None) -> Recipe:
     try:
         recipe = Recipe.model_validate(data)
     except ValidationError as err:  # a section that failed above is reported once, not again as missing
-        problems += [_describe(e, (), Recipe, origins) for e in err.errors()
-                     if not (e["type"] == "missing" and tuple(e["loc"]) in failed)]
+        problems += [
+            _describe(e, (), Recipe, origins)
+            for e in err.errors()
+            if not (e["type"] == "missing" and tuple(e["loc"]) in failed)
+        ]
         recipe = None
     if problems:
         raise RecipeError("Invalid recipe:\n" + "\n".join(f"  - {p}" for p in problems))
     return recipe
 
 
-def _validate_named(data: dict, path: tuple[str, ...], registry: Registry, origins: Origins,
-                    problems: list[str]) -> bool:
+def _validate_named(
+    data: dict, path: tuple[str, ...], registry: Registry, origins: Origins, problems: list[str]
+) -> bool:
     """Replace the section at `path` by its validated Config; False (and the section removed) if it fails."""
     parent = data
     for key in path[:-1]:
@@ -163,22 +192,26 @@ def _validate_speedups(data: dict, origins: Origins, problems: list[str]) -> Non
     for name, options in section.items():
         path = ("speedups", name)
         if name not in SPEEDUPS:
-            problems.append(f"{origins.where(path)}: unknown speed-up `{name}`{did_you_mean(name, SPEEDUPS.names())}. "
-                            f"Valid speed-ups: {', '.join(SPEEDUPS.names())}.")
+            problems.append(
+                f"{origins.where(path)}: unknown speed-up `{name}`{did_you_mean(name, SPEEDUPS.names())}. "
+                f"Valid speed-ups: {', '.join(SPEEDUPS.names())}."
+            )
             continue
         options = {} if options is None else options
         if isinstance(options, bool):  # shorthand: `channels_last: true`
             options = {"enabled": options}
         config_cls = SPEEDUPS.get(name).Config
-        config = _validate_with(options, path, lambda _, cls=config_cls: cls, "speed-up", origins, problems,
-                                named=False)
+        config = _validate_with(
+            options, path, lambda _, cls=config_cls: cls, "speed-up", origins, problems, named=False
+        )
         if config is not None:
             resolved[name] = config
     data["speedups"] = resolved
 
 
-def _validate_with(section: Any, path: tuple, config_for, kind: str, origins: Origins, problems: list[str],
-                   named: bool = True) -> StrictModel | None:
+def _validate_with(
+    section: Any, path: tuple, config_for, kind: str, origins: Origins, problems: list[str], named: bool = True
+) -> StrictModel | None:
     dotted = ".".join(map(str, path))
     if not isinstance(section, dict):
         problems.append(f"{origins.where(path)}: `{dotted}` must be a mapping of options, not {section!r}.")

@@ -3,6 +3,7 @@
 The result is a plain dict plus an `Origins` map from each dotted path to the file and line that set it,
 so a validation error can point at the exact place the user has to edit.
 """
+
 from __future__ import annotations
 
 import copy
@@ -34,8 +35,10 @@ _Loader.yaml_implicit_resolvers = {
 _Loader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:\d[\d_]*)?(?:\.\d*)?[eE][-+]?\d+$|^[-+]?\d[\d_]*\.\d*$|^[-+]?\.\d+$"
-               r"|^[-+]?\.(?:inf|Inf|INF)$|^\.(?:nan|NaN|NAN)$"),
+    re.compile(
+        r"^[-+]?(?:\d[\d_]*)?(?:\.\d*)?[eE][-+]?\d+$|^[-+]?\d[\d_]*\.\d*$|^[-+]?\.\d+$"
+        r"|^[-+]?\.(?:inf|Inf|INF)$|^\.(?:nan|NaN|NAN)$"
+    ),
     list("-+0123456789."),
 )
 
@@ -68,18 +71,27 @@ def _check_size(root: yaml.Node, source: str) -> None:
         if id(node) in sizes:
             return sizes[id(node)]
         if id(node) in open_:
-            raise RecipeError(f"{source}, line {node.start_mark.line + 1}: an alias refers to itself (a value that "
-                              "contains itself); a recipe must be a finite tree of values.")
+            raise RecipeError(
+                f"{source}, line {node.start_mark.line + 1}: an alias refers to itself (a value that "
+                "contains itself); a recipe must be a finite tree of values."
+            )
         open_.add(id(node))
-        children = node.value if isinstance(node, yaml.SequenceNode) else \
-            [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else []
+        children = (
+            node.value
+            if isinstance(node, yaml.SequenceNode)
+            else [n for pair in node.value for n in pair]
+            if isinstance(node, yaml.MappingNode)
+            else []
+        )
         total = 1
         for child in children:
             total += size(child)
             if total > MAX_VALUES:
-                raise RecipeError(f"{source}: the YAML expands to more than {MAX_VALUES} values through its "
-                                  "aliases (&anchor / *alias), so it is refused unread; a recipe holds far fewer. "
-                                  f"Look at the aliases near line {node.start_mark.line + 1}.")
+                raise RecipeError(
+                    f"{source}: the YAML expands to more than {MAX_VALUES} values through its "
+                    "aliases (&anchor / *alias), so it is refused unread; a recipe holds far fewer. "
+                    f"Look at the aliases near line {node.start_mark.line + 1}."
+                )
         open_.discard(id(node))
         sizes[id(node)] = total
         return total
@@ -153,8 +165,10 @@ def load_with_bases(path: Path, _chain: tuple[Path, ...] = ()) -> tuple[dict, Or
         base_path = find_base(str(base), path.parent)
         if base_path is None:
             missing = (path.parent / str(base)).resolve()
-            raise RecipeError(f"{origins.where(('base',))}: `base:` file not found: {missing}, nor a shipped preset "
-                              f"of that name ({', '.join(preset_names())}).")
+            raise RecipeError(
+                f"{origins.where(('base',))}: `base:` file not found: {missing}, nor a shipped preset "
+                f"of that name ({', '.join(preset_names())})."
+            )
         base_data, base_origins = load_with_bases(base_path, _chain + (path,))
         merged = deep_merge(merged, base_data)
         merged_origins.update(base_origins)
@@ -174,7 +188,7 @@ def apply_overrides(data: dict, origins: Origins, overrides: list[str]) -> dict:
         for i, part in enumerate(parts[:-1]):
             if not isinstance(node.get(part), dict):
                 if part in node:
-                    raise RecipeError(f"`--set {item}`: `{'.'.join(parts[:i + 1])}` is a value, not a section.")
+                    raise RecipeError(f"`--set {item}`: `{'.'.join(parts[: i + 1])}` is a value, not a section.")
                 node[part] = {}
             node = node[part]
         node[parts[-1]] = parse_value(text)

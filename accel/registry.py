@@ -3,6 +3,7 @@
 A registry is filled by decorators in the modules that define the builders; `Registry.get` turns an
 unknown name into an error that lists the valid ones.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -94,6 +95,8 @@ def import_attribute(target: str) -> Any:
         for part in attr.split("."):
             value = getattr(value, part)
     except (ImportError, AttributeError) as err:
-        raise AccelError(f"Cannot import `{target}`: {err}. Use `package.module:attribute`, with the package "
-                         "importable (installed, or on PYTHONPATH).") from None
+        raise AccelError(
+            f"Cannot import `{target}`: {err}. Use `package.module:attribute`, with the package "
+            "importable (installed, or on PYTHONPATH)."
+        ) from None
     return value

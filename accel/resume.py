@@ -5,6 +5,7 @@ optim.weight_decay, ...) replaces the one in the checkpoint's optimizer state, a
 change that cannot be applied exactly is a new learning rate under a schedule: the schedule's state was
 planned around the old peak, so that resume is refused, as a schedule of another length is.
 """
+
 from __future__ import annotations
 
 import logging
@@ -18,8 +19,9 @@ from .errors import CheckpointError
 log = logging.getLogger("accel")
 
 
-def optimizer_changes(optimizer: torch.optim.Optimizer, saved: dict[str, Any], recipe_optim: Any,
-                      scheduled: bool, path: Path) -> dict[str, tuple[Any, Any]]:
+def optimizer_changes(
+    optimizer: torch.optim.Optimizer, saved: dict[str, Any], recipe_optim: Any, scheduled: bool, path: Path
+) -> dict[str, tuple[Any, Any]]:
     """{key: (checkpoint's value, recipe's value)} for each optimizer setting of the recipe that differs from the
     checkpoint's. `optimizer` is freshly built from the recipe, before the checkpoint is loaded into it."""
     keys = [key for key in type(recipe_optim).model_fields if key != "name"]
@@ -36,7 +38,8 @@ def optimizer_changes(optimizer: torch.optim.Optimizer, saved: dict[str, Any], r
         raise CheckpointError(
             f"optim.lr is {new:g} in the recipe but {old:g} in checkpoint {path}, and the learning-rate schedule "
             "in the checkpoint was planned around the old value, so the new one cannot take over mid-run. Resume "
-            f"with optim.lr: {old:g}, or start a new run directory with the new rate.")
+            f"with optim.lr: {old:g}, or start a new run directory with the new rate."
+        )
     return changes
 
 
@@ -50,8 +53,10 @@ def apply_recipe_values(optimizer: torch.optim.Optimizer, changes: dict[str, tup
                 group[key].fill_(new)
             else:
                 group[key] = tuple(new) if isinstance(group[key], tuple) else new
-    log.info("resume: the recipe's optimizer settings replace the checkpoint's: %s",
-             ", ".join(f"optim.{key} {old} -> {new}" for key, (old, new) in changes.items()))
+    log.info(
+        "resume: the recipe's optimizer settings replace the checkpoint's: %s",
+        ", ".join(f"optim.{key} {old} -> {new}" for key, (old, new) in changes.items()),
+    )
 
 
 def _plain(value: Any) -> Any:

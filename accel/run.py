@@ -1,4 +1,5 @@
 """From a recipe to a finished run directory: build every component, train, write the summary."""
+
 from __future__ import annotations
 
 import logging
@@ -45,29 +46,52 @@ def build_trainer(recipe: Recipe, run_dir: RunDir | None = None, extra_callbacks
     model = strategy.prepare(model)  # before the optimizer is built: sharding replaces the parameters
     if world.rank:  # random augmentation must differ between ranks (DDP copies rank 0's weights anyway)
         seed_everything(rank_seed(recipe.seed, world.rank))
-    data = build_data_pipeline(recipe.data, splits, device=device, seed=recipe.seed, rank=world.rank,
-                               world_size=world.size)
+    data = build_data_pipeline(
+        recipe.data, splits, device=device, seed=recipe.seed, rank=world.rank, world_size=world.size
+    )
     train_loader, val_loader = data.train_loader, data.val_loader
     optimizer = build_optimizer(recipe.optim, model.parameters())
     per_epoch = steps_per_epoch(len(train_loader), recipe.train.grad_accum)
     total = recipe.train.max_steps or per_epoch * recipe.train.epochs
     scheduler = build_scheduler(recipe.schedule, optimizer, total_steps=total, steps_per_epoch=per_epoch)
     train_loader, val_loader = strategy.loaders(train_loader, val_loader)
-    return Trainer(model, optimizer, train_loader, val_loader=val_loader, task=task,
-                   scheduler=scheduler, config=recipe.train, speedups=speedups, strategy=strategy,
-                   callbacks=_callbacks(recipe, run_dir, world.is_main, strategy.name == "fsdp") + data.callbacks
-                   + list(extra_callbacks),
-                   device=device, train_transform=data.train_transform, eval_transform=data.eval_transform,
-                   log_every_steps=recipe.log.every_steps, strict=recipe.strict, world=world)
+    return Trainer(
+        model,
+        optimizer,
+        train_loader,
+        val_loader=val_loader,
+        task=task,
+        scheduler=scheduler,
+        config=recipe.train,
+        speedups=speedups,
+        strategy=strategy,
+        callbacks=_callbacks(recipe, run_dir, world.is_main, strategy.name == "fsdp")
+        + data.callbacks
+        + list(extra_callbacks),
+        device=device,
+        train_transform=data.train_transform,
+        eval_transform=data.eval_transform,
+        log_every_steps=recipe.log.every_steps,
+        strict=recipe.strict,
+        world=world,
+    )
 
 
 def _check_task_fits(recipe: Recipe, task: Task) -> None:
     """Mixing samples mixes their labels as class distributions: that means something for classification only."""
-    mixing = sorted({name for entry in recipe.data.augment.ops if getattr(entry.op, "mixes_labels", False)
-                     for name in entry.model_fields_set})
+    mixing = sorted(
+        {
+            name
+            for entry in recipe.data.augment.ops
+            if getattr(entry.op, "mixes_labels", False)
+            for name in entry.model_fields_set
+        }
+    )
     if mixing and not isinstance(task, Classification):
-        raise AccelError(f"data.augment: {' and '.join(mixing)} mix class labels, so they need `task: "
-                         f"classification`, not `{task.name}`; remove them from the recipe")
+        raise AccelError(
+            f"data.augment: {' and '.join(mixing)} mix class labels, so they need `task: "
+            f"classification`, not `{task.name}`; remove them from the recipe"
+        )
 
 
 def _callbacks(recipe: Recipe, run_dir: RunDir | None, is_main: bool, sharded: bool) -> list[Callback]:
@@ -79,8 +103,11 @@ def _callbacks(recipe: Recipe, run_dir: RunDir | None, is_main: bool, sharded: b
     writes = is_main and run_dir is not None
     if writes or sharded:
         # checkpoint first: a summary that says "completed" has its checkpoint already on disk
-        callbacks.append(Checkpointer(run_dir.checkpoints if writes else None, recipe.checkpoint.every_epochs,
-                                      recipe.checkpoint.keep))
+        callbacks.append(
+            Checkpointer(
+                run_dir.checkpoints if writes else None, recipe.checkpoint.every_epochs, recipe.checkpoint.keep
+            )
+        )
     if writes:
         callbacks.append(ProgressBar(bar=recipe.log.progress))
         callbacks.append(RunDirWriter(run_dir))
@@ -133,8 +160,10 @@ def check_can_start(run_dir: RunDir, recipe: Recipe, resume: bool) -> None:
 
 
 def no_checkpoint_message(run_dir: RunDir) -> str:
-    return (f"--resume: no checkpoint at {run_dir.last_checkpoint}. Run without --resume first, or point --out at "
-            "the run directory that has checkpoints/last.pt.")
+    return (
+        f"--resume: no checkpoint at {run_dir.last_checkpoint}. Run without --resume first, or point --out at "
+        "the run directory that has checkpoints/last.pt."
+    )
 
 
 def _train(recipe: Recipe, run_dir: RunDir, resume: bool) -> dict[str, Any]:
@@ -155,8 +184,9 @@ def _train(recipe: Recipe, run_dir: RunDir, resume: bool) -> dict[str, Any]:
 def _resume(trainer: Trainer, path: Path, recipe: Recipe) -> None:
     state = load_checkpoint(path)
     # the recipe is the truth: its optimizer settings replace the checkpoint's (README, "Run directories")
-    changes = optimizer_changes(trainer.optimizer, state["optimizer"], recipe.optim, trainer.scheduler is not None,
-                                path)
+    changes = optimizer_changes(
+        trainer.optimizer, state["optimizer"], recipe.optim, trainer.scheduler is not None, path
+    )
     trainer.load_state_dict(state, path)
     apply_recipe_values(trainer.optimizer, changes)
     if trainer.world.rank:  # the file holds rank 0's RNG; other ranks need streams of their own

@@ -1,5 +1,6 @@
 """The run directory contract (README.md, "Run directories"): recipe.yaml, env.json, metrics.jsonl, tb/,
 checkpoints/, summary.json."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,14 @@ from .runlock import RunDirLock
 
 log = logging.getLogger("accel")
 # the layout (README.md, "Run directories"): only RunDir joins these names; everything else asks it for paths
-RECIPE, ENV, METRICS, SUMMARY, TENSORBOARD, CHECKPOINTS = ("recipe.yaml", "env.json", "metrics.jsonl",
-                                                            "summary.json", "tb", "checkpoints")
+RECIPE, ENV, METRICS, SUMMARY, TENSORBOARD, CHECKPOINTS = (
+    "recipe.yaml",
+    "env.json",
+    "metrics.jsonl",
+    "summary.json",
+    "tb",
+    "checkpoints",
+)
 LAST_CHECKPOINT = "last.pt"
 RUN_FILES = (RECIPE, SUMMARY, METRICS, CHECKPOINTS)  # any of them: the folder holds a run
 BENCH_FILES = ("report.json", "report.md", "trials", "recipes", "tune.json")  # any: a bench's or tune's results
@@ -36,8 +43,9 @@ class RunDir:
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as err:  # a file in the way, no permission, read-only file system
-            raise AccelError(f"cannot use {self.path} as a run directory: {err.strerror or err}. Choose another "
-                             "--out.") from None
+            raise AccelError(
+                f"cannot use {self.path} as a run directory: {err.strerror or err}. Choose another --out."
+            ) from None
         if not os.access(self.path, os.W_OK | os.X_OK):
             raise AccelError(f"cannot write to run directory {self.path}: permission denied. Choose another --out.")
 
@@ -85,10 +93,15 @@ class RunDir:
         if not self.holds_run():
             return
         status = self._status()
-        resume = (f"Continue it with `{resume_command(self.path)}`, or start a new run in another folder"
-                  if self.last_checkpoint.is_file() else "Start the new run in another folder")
-        raise AccelError(f"{self.path} already holds a run{f' ({status})' if status else ''}; accel never "
-                         f"overwrites one. {resume} (a different --out).")
+        resume = (
+            f"Continue it with `{resume_command(self.path)}`, or start a new run in another folder"
+            if self.last_checkpoint.is_file()
+            else "Start the new run in another folder"
+        )
+        raise AccelError(
+            f"{self.path} already holds a run{f' ({status})' if status else ''}; accel never "
+            f"overwrites one. {resume} (a different --out)."
+        )
 
     def check_resumable(self, epochs: int, max_steps: int | None) -> None:
         """Refuse a --resume that would rewrite a finished result: a completed run asked for no more training
@@ -96,10 +109,12 @@ class RunDir:
         summary = read_summary(self.path) or {}
         status, done = summary.get("status"), summary.get("steps" if max_steps else "epochs")
         if status == "diverged":
-            raise AccelError(f"{self.path} holds a run that diverged at step {summary.get('diverged_at_step')}: "
-                             "resuming it would continue from the same weights and optimizer state (its learning "
-                             "rate included), so nothing in it was changed. Start a new run in another folder (a "
-                             "different --out) with a lower optim.lr or train.clip_grad_norm.")
+            raise AccelError(
+                f"{self.path} holds a run that diverged at step {summary.get('diverged_at_step')}: "
+                "resuming it would continue from the same weights and optimizer state (its learning "
+                "rate included), so nothing in it was changed. Start a new run in another folder (a "
+                "different --out) with a lower optim.lr or train.clip_grad_norm."
+            )
         wanted = max_steps or epochs
         if status != "completed" or not isinstance(done, int) or wanted > done:
             return
@@ -108,7 +123,8 @@ class RunDir:
             f"{self.path} holds a completed run ({done} {unit}), and this recipe asks for no more ({key} {wanted}): "
             "--resume would train nothing and rewrite its results, so nothing in it was changed. To train it longer, "
             f"resume with a larger budget (`{resume_command(self.path)} --set {key}={done * 2}`; a learning-rate "
-            "schedule planned for the old length cannot be continued), or start a new run in another folder.")
+            "schedule planned for the old length cannot be continued), or start a new run in another folder."
+        )
 
     def _status(self) -> str | None:
         return (read_summary(self.path) or {}).get("status")
@@ -144,8 +160,9 @@ def check_results_out(path: str | Path, command: str) -> None:
     held = [name for name in RUN_FILES + BENCH_FILES if (path / name).exists()]
     if held:
         what = "a run" if set(held) & set(RUN_FILES) else "a bench's results"
-        raise AccelError(f"{path} already holds {what} ({', '.join(held)}); accel never overwrites one. Choose "
-                         "another --out.")
+        raise AccelError(
+            f"{path} already holds {what} ({', '.join(held)}); accel never overwrites one. Choose another --out."
+        )
 
 
 def read_summary(folder: Path) -> dict[str, Any] | None:
@@ -179,8 +196,11 @@ def cut_metrics(path: Path, step: int) -> None:
     if len(kept) == len(lines):
         return
     write_atomic(path, "".join(line + "\n" for line in kept))
-    log.info("metrics.jsonl: dropped %d record(s) after step %d or cut by the interruption; the resumed run "
-             "logs them again", len(lines) - len(kept), step)
+    log.info(
+        "metrics.jsonl: dropped %d record(s) after step %d or cut by the interruption; the resumed run logs them again",
+        len(lines) - len(kept),
+        step,
+    )
 
 
 def _record_step(line: str) -> float | None:
@@ -219,8 +239,9 @@ class RunDirWriter(Callback):
             os.write(fd, line)
         except OSError as err:
             if disk_full(err):
-                raise AccelError(f"Disk full: could not append a record to {self.metrics}. Free space in "
-                                 f"{self.metrics.parent}.") from None
+                raise AccelError(
+                    f"Disk full: could not append a record to {self.metrics}. Free space in {self.metrics.parent}."
+                ) from None
             raise
         finally:
             os.close(fd)

@@ -1,5 +1,6 @@
 """One writer per run directory: an OS lock (flock) on DIR/.lock, which the OS releases when its process dies,
 so a killed run can be resumed and a living one cannot be written by a second process."""
+
 from __future__ import annotations
 
 import fcntl
@@ -28,8 +29,9 @@ class RunDirLock:
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by child processes
         except OSError as err:
-            raise AccelError(f"cannot lock run directory {self.directory}: {err.strerror or err}. Choose another "
-                             "--out.") from None
+            raise AccelError(
+                f"cannot lock run directory {self.directory}: {err.strerror or err}. Choose another --out."
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -65,5 +67,7 @@ def _read_pid(fd: int) -> int | None:
 def busy_message(directory: Path, pid: int | None) -> str:
     who = f"accel process {pid}" if pid else "another accel process"
     stop = f"stop it first (`kill -INT {pid}` saves a checkpoint)" if pid else "stop it first"
-    return (f"{directory} is in use: {who} is writing to it (a run still training, or resuming). Nothing in it was "
-            f"changed. Wait for it to end, or {stop} and then continue it with --resume; or use another --out.")
+    return (
+        f"{directory} is in use: {who} is writing to it (a run still training, or resuming). Nothing in it was "
+        f"changed. Wait for it to end, or {stop} and then continue it with --resume; or use another --out."
+    )

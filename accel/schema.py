@@ -1,4 +1,5 @@
 """The pydantic base shared by every configuration section."""
+
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict

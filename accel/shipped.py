@@ -5,6 +5,7 @@ A recipe argument is a file when such a file exists (as it always was); otherwis
 `pip install accel`. A `base:` entry that is not a file beside its recipe may likewise name a shipped preset
 (`base: fast-cpu`).
 """
+
 from __future__ import annotations
 
 from importlib.resources import files
@@ -46,8 +47,10 @@ def find_recipe(arg: str | Path) -> Path:
         return shipped
     names = recipe_names()
     hint = f" To train the shipped one, name it: `{path.stem}`." if path.stem in names else ""
-    raise RecipeError(f"Recipe file not found: {arg}, and no shipped recipe has that name.{hint} "
-                      f"Shipped recipes: {', '.join(names)} (`accel recipes` describes them).")
+    raise RecipeError(
+        f"Recipe file not found: {arg}, and no shipped recipe has that name.{hint} "
+        f"Shipped recipes: {', '.join(names)} (`accel recipes` describes them)."
+    )
 
 
 def find_base(name: str, beside: Path) -> Path | None:

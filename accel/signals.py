@@ -4,6 +4,7 @@ The first signal asks the loop to finish its step; the run then checkpoints and 
 acknowledged ("saving, please wait"), and a third raises ForcedStop at once, wherever the run is: checkpoint
 files are written to a temporary file and renamed, so the previous checkpoint stays intact.
 """
+
 from __future__ import annotations
 
 import logging
@@ -47,8 +48,11 @@ class _Requests:
         if self.received == 1 and not self.finishing:
             log.warning("received signal %d: stopping after this step and saving a checkpoint", signum)
         else:
-            log.warning("received signal %d: saving, please wait (a third signal stops at once, without the "
-                        "final checkpoint; the previous one stays intact)", signum)
+            log.warning(
+                "received signal %d: saving, please wait (a third signal stops at once, without the "
+                "final checkpoint; the previous one stays intact)",
+                signum,
+            )
         for listener in list(self.listeners):
             listener(signum)
 
@@ -96,6 +100,7 @@ def finishing() -> None:
 @contextmanager
 def abort_on_signals() -> Iterator[None]:
     """Inside the block SIGINT and SIGTERM raise StartupInterrupted: for start-up, which writes nothing."""
+
     def handle(signum, _frame):
         raise StartupInterrupted(signum)
 

@@ -1,4 +1,5 @@
 """How long this process took to get to training: `startup_s` in summary.json."""
+
 from __future__ import annotations
 
 import os

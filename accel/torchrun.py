@@ -2,6 +2,7 @@
 
 torchrun passes SIGINT and SIGTERM to every rank, waits for them, then raises SignalException; by then rank 0
 has said how the run ended, so this exits quietly with 128 + the signal's number instead."""
+
 import sys
 
 from torch.distributed.elastic.multiprocessing import SignalException

@@ -1,5 +1,6 @@
 """The loop's own settings (a recipe's `train:` section), kept beside the trainer: importing the trainer does
 not import the recipe, nor every model and dataset it can name."""
+
 from __future__ import annotations
 
 from typing import Literal
@@ -22,13 +23,25 @@ class TrainConfig(StrictModel):
     grad_accum: int = Field(1, ge=1, description="micro-batches accumulated per optimizer step")
     clip_grad_norm: float | None = Field(None, gt=0, description="clip the global gradient norm to this value")
     eval_every_epochs: int = Field(1, ge=0, description="evaluate every N epochs (0: only at the end)")
-    eval_max_batches: int | None = Field(None, ge=1, description="evaluate on at most this many validation "
-                                         "batches (the bench's trials: the same subset for every variant)")
-    eval_every_steps: int | None = Field(None, ge=1, description="also evaluate every N optimizer steps, logged as "
-                                         "`eval` records (time to a target, long single-epoch runs)")
-    sync_every_step: bool = Field(False, description="synchronise the device after every step so per-step times "
-                                                     "are exact (the bench does this)")
+    eval_max_batches: int | None = Field(
+        None,
+        ge=1,
+        description="evaluate on at most this many validation "
+        "batches (the bench's trials: the same subset for every variant)",
+    )
+    eval_every_steps: int | None = Field(
+        None,
+        ge=1,
+        description="also evaluate every N optimizer steps, logged as "
+        "`eval` records (time to a target, long single-epoch runs)",
+    )
+    sync_every_step: bool = Field(
+        False, description="synchronise the device after every step so per-step times are exact (the bench does this)"
+    )
     early_stopping: EarlyStoppingConfig | None = Field(None, description="stop when a metric stops improving")
-    lint_ignore: list[str] = Field([], description="speed-lint findings (by code, e.g. fp32-with-fast-bf16) this "
-                                   "run, and `accel doctor` with this recipe, should not report: for a setting "
-                                   "chosen on purpose")
+    lint_ignore: list[str] = Field(
+        [],
+        description="speed-lint findings (by code, e.g. fp32-with-fast-bf16) this "
+        "run, and `accel doctor` with this recipe, should not report: for a setting "
+        "chosen on purpose",
+    )

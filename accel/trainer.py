@@ -1,4 +1,5 @@
 """The training loop. Boring on purpose: speed-ups and callbacks add behaviour through their hooks."""
+
 from __future__ import annotations
 
 import inspect
@@ -42,14 +43,27 @@ class Trainer:
     `forward_loss` (forward + loss) or, for more, `step_batch` (forward, loss, backward and the step).
     """
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, train_loader: Iterable, *,
-                 val_loader: Iterable | None = None, loss_fn: Callable | None = None,
-                 task: Task | Callable | None = None, scheduler: Any = None,
-                 config: TrainConfig | None = None, speedups: Iterable[Speedup] = (),
-                 callbacks: Iterable[Callback] = (), device: str | torch.device = "auto",
-                 train_transform: Transform | None = None, eval_transform: Transform | None = None,
-                 log_every_steps: int = 20, strict: bool = False, world: World | None = None,
-                 strategy: Strategy | None = None):
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        train_loader: Iterable,
+        *,
+        val_loader: Iterable | None = None,
+        loss_fn: Callable | None = None,
+        task: Task | Callable | None = None,
+        scheduler: Any = None,
+        config: TrainConfig | None = None,
+        speedups: Iterable[Speedup] = (),
+        callbacks: Iterable[Callback] = (),
+        device: str | torch.device = "auto",
+        train_transform: Transform | None = None,
+        eval_transform: Transform | None = None,
+        log_every_steps: int = 20,
+        strict: bool = False,
+        world: World | None = None,
+        strategy: Strategy | None = None,
+    ):
         self.device = devices.resolve_device(device) if isinstance(device, str) else device
         self.module = model.to(self.device)  # the plain module: weights, checkpoints
         self.model: nn.Module = self.module  # what forward calls; speed-ups may wrap it (compile, DDP)
@@ -115,8 +129,9 @@ class Trainer:
                     if self._train_epoch():
                         self._end_epoch()
                 self._check_finite_at_end()
-                status = ("interrupted" if self.interrupted
-                          else "diverged" if self.diverged_at is not None else "completed")
+                status = (
+                    "interrupted" if self.interrupted else "diverged" if self.diverged_at is not None else "completed"
+                )
                 if status == "completed" and self._eval_step != self.step:
                     self._run_eval()
                 if status == "completed" and not math.isfinite(self.last_eval.get("val_loss") or 0.0):
@@ -143,14 +158,20 @@ class Trainer:
             budget = "a callback or a diverged loss set trainer.should_stop"
         else:
             return
-        raise AccelError(f"nothing left to train: this trainer's budget is spent ({budget}). To train further, "
-                         "raise train.epochs or train.max_steps (trainer.cfg in Python, --set on the command line) "
-                         "and fit again; to start over, build a new Trainer.")
+        raise AccelError(
+            f"nothing left to train: this trainer's budget is spent ({budget}). To train further, "
+            "raise train.epochs or train.max_steps (trainer.cfg in Python, --set on the command line) "
+            "and fit again; to start over, build a new Trainer."
+        )
 
     def _budget_spent(self) -> bool:
         over_steps = self.cfg.max_steps is not None and self.step >= self.cfg.max_steps
-        return self.should_stop or self._stop_agreed() or over_steps or (
-            self.cfg.max_steps is None and self.epoch >= self.cfg.epochs)
+        return (
+            self.should_stop
+            or self._stop_agreed()
+            or over_steps
+            or (self.cfg.max_steps is None and self.epoch >= self.cfg.epochs)
+        )
 
     def _stop_agreed(self) -> bool:
         """Whether to stop for a signal. Ranks must stop at the same step or DDP hangs, and agreeing costs a
@@ -177,8 +198,11 @@ class Trainer:
                 devices.synchronize(self.device)
             done = time.perf_counter() - self._uncounted_s
             self._uncounted_s = 0.0
-            self._account(BatchInfo(loss, self.task.samples(batch), fetched - tick, done - fetched, stepped,
-                                    self.task.tokens(batch)))
+            self._account(
+                BatchInfo(
+                    loss, self.task.samples(batch), fetched - tick, done - fetched, stepped, self.task.tokens(batch)
+                )
+            )
             if stepped and self.cfg.eval_every_steps and self.step % self.cfg.eval_every_steps == 0:
                 self._run_eval()  # between batches: its time is neither data wait nor training
                 self._log({"kind": "eval", "epoch": self.epoch, "step": self.step, **self.last_eval})
@@ -198,10 +222,12 @@ class Trainer:
     def _no_batch_message(self) -> str:
         if self.epoch == 0:
             return "the training loader yielded no batch: it is empty"
-        return (f"the training loader yielded no batch in epoch {self.epoch + 1}, after {self.step} steps: it is "
-                "exhausted after one pass, like a generator, so every epoch after the first would train nothing. "
-                "Pass a loader that starts over each time it is iterated (a DataLoader, a list, or an object "
-                "whose __iter__ returns a new iterator), or set train.max_steps to stop within the first pass.")
+        return (
+            f"the training loader yielded no batch in epoch {self.epoch + 1}, after {self.step} steps: it is "
+            "exhausted after one pass, like a generator, so every epoch after the first would train nothing. "
+            "Pass a loader that starts over each time it is iterated (a DataLoader, a list, or an object "
+            "whose __iter__ returns a new iterator), or set train.max_steps to stop within the first pass."
+        )
 
     def _epoch_batches(self) -> tuple[Iterator, int | None]:
         """This epoch's batches from the resume point on, and the epoch's full batch count."""
@@ -214,8 +240,10 @@ class Trainer:
             set_epoch(self.epoch)
         batches = _length(self.train_loader)
         if batches == 0:
-            raise AccelError("the training loader yields no batches: is data.batch_size larger than the training "
-                             "set (the last incomplete batch is dropped with data.drop_last: true)?")
+            raise AccelError(
+                "the training loader yields no batches: is data.batch_size larger than the training "
+                "set (the last incomplete batch is dropped with data.drop_last: true)?"
+            )
         iterator = iter(self.train_loader)
         if resumable:
             return iterator, None if batches is None else batches + done
@@ -308,8 +336,10 @@ class Trainer:
                 self._eval_sums(batch)
         self.model.train()
         if not sums and self.world.distributed:  # the others would wait for sums this rank cannot name
-            raise AccelError(f"rank {self.world.rank} has no validation samples: give the validation split at "
-                             "least one sample per process, or use fewer processes")
+            raise AccelError(
+                f"rank {self.world.rank} has no validation samples: give the validation split at "
+                "least one sample per process, or use fewer processes"
+            )
         names = sorted(sums)
         values = torch.stack([sums[n] for n in names] + [torch.tensor(count, dtype=torch.float64, device=self.device)])
         totals = dict(zip(names + ["count"], self.world.all_reduce_sum(values).tolist()))
@@ -331,9 +361,13 @@ class Trainer:
 
     def _window_stats(self) -> dict[str, Any]:
         stats = self.meter.window_stats()
-        return {"epoch": self.epoch + (self.batch_in_epoch > 0), "step": self.step,
-                "lr": self.optimizer.param_groups[0]["lr"], **stats,
-                **self.utilisation.stats(stats["samples_per_s"])}
+        return {
+            "epoch": self.epoch + (self.batch_in_epoch > 0),
+            "step": self.step,
+            "lr": self.optimizer.param_groups[0]["lr"],
+            **stats,
+            **self.utilisation.stats(stats["samples_per_s"]),
+        }
 
     def _end_epoch(self) -> None:
         stats = self._window_stats()
@@ -367,8 +401,9 @@ class Trainer:
             return
         # every rank reads its window (a collective), even one without batches in it
         loss_ok = not self.meter.window or math.isfinite(self.meter.window_stats()["loss"])
-        weights_ok = all(bool(torch.isfinite(_local(t)).all()) for t in self.module.state_dict().values()
-                         if t.is_floating_point())  # buffers too: batch norm's running variance overflows first
+        weights_ok = all(
+            bool(torch.isfinite(_local(t)).all()) for t in self.module.state_dict().values() if t.is_floating_point()
+        )  # buffers too: batch norm's running variance overflows first
         if self.world.any(not (loss_ok and weights_ok), self.device):  # every rank must agree on the status
             self.diverged_at = self.step
 
@@ -381,15 +416,29 @@ class Trainer:
         per_batch, peak = self.utilisation.flops_per_batch, self.utilisation.peak
         summary = {
             "status": status,
-            "metrics": {"val_accuracy": None, "val_loss": None, **self.last_eval,  # the task's metric names
-                        "train_loss": totals.pop("train_loss")},
-            **totals, "wall_s": wall_s, "startup_s": self.startup_s, "steps": self.step, "epochs": self.epoch,
-            "flops_per_step": per_batch * self.cfg.grad_accum if per_batch else None, "flop_per_s": None, "mfu": None,
+            "metrics": {
+                "val_accuracy": None,
+                "val_loss": None,
+                **self.last_eval,  # the task's metric names
+                "train_loss": totals.pop("train_loss"),
+            },
+            **totals,
+            "wall_s": wall_s,
+            "startup_s": self.startup_s,
+            "steps": self.step,
+            "epochs": self.epoch,
+            "flops_per_step": per_batch * self.cfg.grad_accum if per_batch else None,
+            "flop_per_s": None,
+            "mfu": None,
             **self.utilisation.stats(totals["samples_per_s"]),
-            "peak_flop_per_s": peak.flop_per_s if peak else None, "peak_source": peak.source if peak else None,
-            "device": devices.device_name(self.device), "diverged_at_step": self.diverged_at,
-            "speedups": [s.name for s in self.speedups], "skipped_speedups": self.skipped_speedups,
-            "strategy": self.strategy.name, "speedup_metrics": self._part_metrics(),
+            "peak_flop_per_s": peak.flop_per_s if peak else None,
+            "peak_source": peak.source if peak else None,
+            "device": devices.device_name(self.device),
+            "diverged_at_step": self.diverged_at,
+            "speedups": [s.name for s in self.speedups],
+            "skipped_speedups": self.skipped_speedups,
+            "strategy": self.strategy.name,
+            "speedup_metrics": self._part_metrics(),
         }
         summary["lint"] = self.lint.end(summary)
         return summary
@@ -405,11 +454,16 @@ class Trainer:
         it, and only rank 0's result holds the weights and optimizer state."""
         model, optim = self.strategy.full_state_dicts(self.module, self.optimizer)
         return {
-            "model": model, "model_signature": model_signature(self.module), "optimizer": optim,
+            "model": model,
+            "model_signature": model_signature(self.module),
+            "optimizer": optim,
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
             "speedups": {s.name: s.state_dict() for s in self.speedups},
             "callbacks": {_state_name(c): c.state_dict() for c in self.callbacks},
-            "rng": rng_state(), "epoch": self.epoch, "step": self.step, "batch_in_epoch": self.batch_in_epoch,
+            "rng": rng_state(),
+            "epoch": self.epoch,
+            "step": self.step,
+            "batch_in_epoch": self.batch_in_epoch,
             "meter": self.meter.state_dict(mid_epoch=self.batch_in_epoch > 0),
         }
 
@@ -435,8 +489,10 @@ class Trainer:
 def _check_optimizer_owns(module: nn.Module, optimizer: torch.optim.Optimizer) -> None:
     mine = {id(p) for p in module.parameters()}
     if any(id(p) not in mine for group in optimizer.param_groups for p in group["params"]):
-        raise AccelError("the optimizer holds tensors that are not the model's parameters. Moving a model to some "
-                         "devices (XLA) replaces its parameters: create the optimizer after `model.to(device)`.")
+        raise AccelError(
+            "the optimizer holds tensors that are not the model's parameters. Moving a model to some "
+            "devices (XLA) replaces its parameters: create the optimizer after `model.to(device)`."
+        )
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:

@@ -2,6 +2,7 @@
 
 torch_xla is imported inside the functions, so it stays an optional extra.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator

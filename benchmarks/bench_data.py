@@ -16,6 +16,7 @@ writes JSON with every round's numbers and the environment.
     python scripts/make_jpeg_folder.py data/jpeg-folder
     python benchmarks/bench_data.py imagefolder-jpeg --batches 40 --rounds 5 --out runs/bench-data.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,15 +49,17 @@ def plain_loader(root: str, files: set[str], size: int, batch_size: int, workers
 
     tf = transforms.Compose([transforms.Resize(size), transforms.CenterCrop(size), transforms.PILToTensor()])
     folder = Path(root) / "train" if (Path(root) / "train").is_dir() else Path(root)
-    data = datasets.ImageFolder(str(folder), transform=tf, allow_empty=True,
-                                is_valid_file=lambda path: str(Path(path)) in files)
+    data = datasets.ImageFolder(
+        str(folder), transform=tf, allow_empty=True, is_valid_file=lambda path: str(Path(path)) in files
+    )
     return torch.utils.data.DataLoader(data, batch_size=batch_size, shuffle=True, num_workers=workers)
 
 
 def accel_loader(dataset, loader_cfg: LoaderConfig, batch_size: int, seed: int, device: torch.device):
     sampler = EpochSampler(len(dataset), shuffle=True, seed=seed)
-    return build_loader(dataset, loader_cfg, batch_size=batch_size, sampler=sampler, drop_last=False, seed=seed,
-                        device=device)
+    return build_loader(
+        dataset, loader_cfg, batch_size=batch_size, sampler=sampler, drop_last=False, seed=seed, device=device
+    )
 
 
 def make_loaders(recipe, args) -> tuple[dict, dict]:
@@ -89,17 +92,30 @@ def _cache_loader(train, recipe, args, facts: dict):
     start = time.perf_counter()
     data = cached(train, cache_cfg, "bench-train")
     facts["cache_ready_s"] = round(time.perf_counter() - start, 3)  # build, or look-up when it exists
-    return accel_loader(data, recipe.data.loader.model_copy(update={"persistent_workers": False}),
-                        recipe.data.batch_size, recipe.seed, args.device)
+    return accel_loader(
+        data,
+        recipe.data.loader.model_copy(update={"persistent_workers": False}),
+        recipe.data.batch_size,
+        recipe.seed,
+        args.device,
+    )
 
 
 def _dali_loader(train, recipe, device: torch.device):
     from accel.data.dali import dali_loader
     from accel.devices import available_cpus
 
-    return dali_loader(train, batch_size=recipe.data.batch_size, train=True, drop_last=False, seed=recipe.seed,
-                       device=device, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225),
-                       num_threads=available_cpus())
+    return dali_loader(
+        train,
+        batch_size=recipe.data.batch_size,
+        train=True,
+        drop_last=False,
+        seed=recipe.seed,
+        device=device,
+        mean=(0.485, 0.456, 0.406),
+        std=(0.229, 0.224, 0.225),
+        num_threads=available_cpus(),
+    )
 
 
 def measure(loader, warmup: int, count: int, device: torch.device) -> float:
@@ -139,10 +155,16 @@ def report(rates: dict, loaders: dict, facts: dict) -> list[dict]:
         error = loaders[name] if isinstance(loaders[name], Exception) else None
         values = rates.get(name) or []
         median = statistics.median(values) if values and error is None else None
-        rows.append({"pipeline": name, "samples_per_s": median, "rounds": values,
-                     "vs_plain": median / plain if median and plain else None,
-                     "workers": facts.get(f"{name}_workers"),
-                     "error": f"{type(error).__name__}: {str(error).splitlines()[0][:200]}" if error else None})
+        rows.append(
+            {
+                "pipeline": name,
+                "samples_per_s": median,
+                "rounds": values,
+                "vs_plain": median / plain if median and plain else None,
+                "workers": facts.get(f"{name}_workers"),
+                "error": f"{type(error).__name__}: {str(error).splitlines()[0][:200]}" if error else None,
+            }
+        )
     return rows
 
 
@@ -152,22 +174,31 @@ def print_table(rows: list[dict], facts: dict) -> None:
         rate = f"{row['samples_per_s']:10.0f}" if row["samples_per_s"] else f"{'-':>10}"
         ratio = f"{row['vs_plain']:8.2f}x" if row["vs_plain"] else f"{'-':>9}"
         spread = f"{min(row['rounds']):.0f}-{max(row['rounds']):.0f}" if row["rounds"] and not row["error"] else ""
-        print(f"{row['pipeline']:8} {str(row['workers'] if row['workers'] is not None else '-'):>7} {rate} {ratio}"
-              f"  {row['error'] or spread}")
-    print(f"{facts['samples']} training images at {facts['image_size']} px; cache ready in "
-          f"{facts.get('cache_ready_s', '-')} s (not counted above)")
+        print(
+            f"{row['pipeline']:8} {str(row['workers'] if row['workers'] is not None else '-'):>7} {rate} {ratio}"
+            f"  {row['error'] or spread}"
+        )
+    print(
+        f"{facts['samples']} training images at {facts['image_size']} px; cache ready in "
+        f"{facts.get('cache_ready_s', '-')} s (not counted above)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("recipe", help="an image-folder recipe, e.g. imagefolder-jpeg")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--batches", type=int, default=40, help="timed batches per pipeline per round (at most "
-                        "one epoch's worth)")
+    parser.add_argument(
+        "--batches", type=int, default=40, help="timed batches per pipeline per round (at most one epoch's worth)"
+    )
     parser.add_argument("--warmup", type=int, default=3, help="untimed batches at the start of every pass")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds; the median is reported")
-    parser.add_argument("--plain-workers", type=int, default=0, help="workers of the plain DataLoader "
-                        "(default 0, DataLoader's own default)")
+    parser.add_argument(
+        "--plain-workers",
+        type=int,
+        default=0,
+        help="workers of the plain DataLoader (default 0, DataLoader's own default)",
+    )
     parser.add_argument("--only", type=lambda s: s.split(","), default=PIPELINES, help="e.g. plain,cache")
     parser.add_argument("--cache-dir", help="decoded cache folder (default: the recipe's data.cache.dir)")
     parser.add_argument("--device", default="cpu", help="where batches are delivered: cpu (default), cuda, auto")
@@ -183,9 +214,18 @@ def main(argv: list[str] | None = None) -> int:
     print_table(rows, facts)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"command": shlex.join(["python", "benchmarks/bench_data.py", *(argv or sys.argv[1:])]),
-                               "settings": {k: str(v) for k, v in vars(args).items()}, "facts": facts,
-                               "rows": rows, "env": devices.environment(args.device)}, indent=1))
+    out.write_text(
+        json.dumps(
+            {
+                "command": shlex.join(["python", "benchmarks/bench_data.py", *(argv or sys.argv[1:])]),
+                "settings": {k: str(v) for k, v in vars(args).items()},
+                "facts": facts,
+                "rows": rows,
+                "env": devices.environment(args.device),
+            },
+            indent=1,
+        )
+    )
     print(out)
     return 0
 

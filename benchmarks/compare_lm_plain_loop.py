@@ -9,6 +9,7 @@ the same held-out windows; only the loop is its own.
     python benchmarks/compare_lm_plain_loop.py                           # the whole recipe, ~2 x 4-16 min
     python benchmarks/compare_lm_plain_loop.py --set train.max_steps=20  # a quick look
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,7 +57,7 @@ def plain_loop(recipe: Recipe) -> dict[str, Any]:
             if step == total:
                 break
             start = time.perf_counter()
-            inputs, targets = train.__getitems__(order[i * batch:(i + 1) * batch].tolist())
+            inputs, targets = train.__getitems__(order[i * batch : (i + 1) * batch].tolist())
             with autocast():
                 loss = F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
             loss.backward()
@@ -69,8 +70,13 @@ def plain_loop(recipe: Recipe) -> dict[str, Any]:
             train_s += time.perf_counter() - start
             tokens += targets.numel()
             step += 1
-    return {"val_loss": evaluate(model, splits.val, recipe.data.eval_batch_size or batch, autocast),
-            "tokens_per_s": tokens / train_s, "train_s": train_s, "steps": step, "bf16": bf16}
+    return {
+        "val_loss": evaluate(model, splits.val, recipe.data.eval_batch_size or batch, autocast),
+        "tokens_per_s": tokens / train_s,
+        "train_s": train_s,
+        "steps": step,
+        "bf16": bf16,
+    }
 
 
 @torch.inference_mode()
@@ -89,8 +95,13 @@ def evaluate(model, val, batch: int, autocast) -> float:
 def accel_run(recipe: Recipe) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as out:
         summary = run_recipe(recipe, out=Path(out) / "run")
-    return {"val_loss": summary["metrics"]["val_loss"], "tokens_per_s": summary["tokens_per_s"],
-            "train_s": summary["train_s"], "steps": summary["steps"], "skipped": summary["skipped_speedups"]}
+    return {
+        "val_loss": summary["metrics"]["val_loss"],
+        "tokens_per_s": summary["tokens_per_s"],
+        "train_s": summary["train_s"],
+        "steps": summary["steps"],
+        "skipped": summary["skipped_speedups"],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,15 +122,29 @@ def main(argv: list[str] | None = None) -> int:
     plain = {k: _geomean([r["plain_loop"][k] for r in rounds]) for k in ("val_loss", "tokens_per_s")}
     loss_gap = accel["val_loss"] / plain["val_loss"] - 1
     speed_gap = accel["tokens_per_s"] / plain["tokens_per_s"] - 1
-    verdict = {"val_loss": "within" if abs(loss_gap) <= LOSS_TARGET else "not within",
-               "tokens_per_s": "within" if speed_gap >= -SPEED_TARGET else "not within"}
-    print(f"val loss: accel {accel['val_loss']:.4f}, plain {plain['val_loss']:.4f} ({100 * loss_gap:+.2f}%, "
-          f"{verdict['val_loss']} {100 * LOSS_TARGET:.0f}%)")
-    print(f"tokens/s: accel {accel['tokens_per_s']:.0f}, plain {plain['tokens_per_s']:.0f} ({100 * speed_gap:+.2f}%, "
-          f"{verdict['tokens_per_s']} {100 * SPEED_TARGET:.0f}%)")
-    report = {"recipe": str(args.recipe), "overrides": args.overrides, "env": devices.environment(torch.device("cpu")),
-              "rounds": rounds, "accel": accel, "plain": plain, "val_loss_gap": loss_gap,
-              "tokens_per_s_gap": speed_gap, "verdict": verdict}
+    verdict = {
+        "val_loss": "within" if abs(loss_gap) <= LOSS_TARGET else "not within",
+        "tokens_per_s": "within" if speed_gap >= -SPEED_TARGET else "not within",
+    }
+    print(
+        f"val loss: accel {accel['val_loss']:.4f}, plain {plain['val_loss']:.4f} ({100 * loss_gap:+.2f}%, "
+        f"{verdict['val_loss']} {100 * LOSS_TARGET:.0f}%)"
+    )
+    print(
+        f"tokens/s: accel {accel['tokens_per_s']:.0f}, plain {plain['tokens_per_s']:.0f} ({100 * speed_gap:+.2f}%, "
+        f"{verdict['tokens_per_s']} {100 * SPEED_TARGET:.0f}%)"
+    )
+    report = {
+        "recipe": str(args.recipe),
+        "overrides": args.overrides,
+        "env": devices.environment(torch.device("cpu")),
+        "rounds": rounds,
+        "accel": accel,
+        "plain": plain,
+        "val_loss_gap": loss_gap,
+        "tokens_per_s_gap": speed_gap,
+        "verdict": verdict,
+    }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=2))
     print(f"wrote {args.json}")

@@ -18,6 +18,7 @@ with a bootstrap 95% interval, and the start-up difference; writes JSON.
     python benchmarks/compare_peer_gpt.py --size small --rounds 8   # 4 layers, width 128, context 64, batch 12
     python benchmarks/compare_peer_gpt.py --size lm-bytes --steps 10 40 --rounds 4  # the lm-bytes recipe's size
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,8 +68,8 @@ def plain_main(args: argparse.Namespace) -> None:
 
     def get_batch(data: np.ndarray):
         ix = torch.randint(len(data) - block, (batch,))
-        x = torch.stack([torch.from_numpy(data[i:i + block].astype(np.int64)) for i in ix])
-        y = torch.stack([torch.from_numpy(data[i + 1:i + 1 + block].astype(np.int64)) for i in ix])
+        x = torch.stack([torch.from_numpy(data[i : i + block].astype(np.int64)) for i in ix])
+        y = torch.stack([torch.from_numpy(data[i + 1 : i + 1 + block].astype(np.int64)) for i in ix])
         return x, y
 
     def get_lr(it: int) -> float:
@@ -80,9 +81,14 @@ def plain_main(args: argparse.Namespace) -> None:
     torch.manual_seed(1337)
     model = ViewGPT(256, block, **{k: size[k] for k in MODEL_ARGS})
     params = list(model.parameters())  # weight decay on matrices only, as those trainers configure AdamW
-    optimizer = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": WEIGHT_DECAY},
-                                   {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
-                                  lr=LR, betas=BETAS)
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": WEIGHT_DECAY},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        ],
+        lr=LR,
+        betas=BETAS,
+    )
     x, y = get_batch(train_data)
     for it in range(args.max_steps):
         for group in optimizer.param_groups:
@@ -98,20 +104,31 @@ def plain_main(args: argparse.Namespace) -> None:
     model.eval()
     with torch.no_grad():
         val_loss = statistics.fmean(model(*get_batch(val_data))[1].item() for _ in range(EVAL_BATCHES))
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "iter_num": args.max_steps},
-               args.out / "ckpt.pt")
+    torch.save(
+        {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "iter_num": args.max_steps},
+        args.out / "ckpt.pt",
+    )
     print(json.dumps({"val_loss": val_loss}))
 
 
 def accel_recipe(size: dict[str, int], data: Path) -> dict[str, Any]:
     """The same model, data and optimizer settings as an accel recipe a user would write."""
     return {
-        "name": "peer-gpt", "seed": 1337, "device": "cpu",
+        "name": "peer-gpt",
+        "seed": 1337,
+        "device": "cpu",
         "model": {"name": "tests.compat.models:build", "args": {k: size[k] for k in MODEL_ARGS}},
         "task": {"name": "tests.compat.models:loss"},
-        "data": {"dataset": {"name": "token_file", "path": str(data / "train.bin"),
-                             "val_path": str(data / "val.bin"), "context": size["context"], "vocab_size": 256},
-                 "batch_size": size["batch"]},
+        "data": {
+            "dataset": {
+                "name": "token_file",
+                "path": str(data / "train.bin"),
+                "val_path": str(data / "val.bin"),
+                "context": size["context"],
+                "vocab_size": 256,
+            },
+            "batch_size": size["batch"],
+        },
         "optim": {"name": "adamw", "lr": LR, "weight_decay": WEIGHT_DECAY, "betas": list(BETAS)},
         "schedule": {"name": "cosine", "warmup_steps": WARMUP, "min_lr_ratio": MIN_LR / LR},
         "train": {"epochs": 1, "clip_grad_norm": CLIP},
@@ -134,10 +151,34 @@ def run_side(side: str, steps: int, work: Path, tag: str, args: argparse.Namespa
     out = work / f"{side}-{tag}"
     if side == "plain":
         out.mkdir()
-        return timed([sys.executable, str(Path(__file__)), "plain", "--size", args.size, "--data", str(work),
-                      "--max-steps", str(steps), "--out", str(out)])
-    return timed([sys.executable, "-m", "accel.cli", "train", str(work / "recipe.yaml"), "--out", str(out),
-                  "--set", f"train.max_steps={steps}"])
+        return timed(
+            [
+                sys.executable,
+                str(Path(__file__)),
+                "plain",
+                "--size",
+                args.size,
+                "--data",
+                str(work),
+                "--max-steps",
+                str(steps),
+                "--out",
+                str(out),
+            ]
+        )
+    return timed(
+        [
+            sys.executable,
+            "-m",
+            "accel.cli",
+            "train",
+            str(work / "recipe.yaml"),
+            "--out",
+            str(out),
+            "--set",
+            f"train.max_steps={steps}",
+        ]
+    )
 
 
 def run_round(index: int, work: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -148,8 +189,12 @@ def run_round(index: int, work: Path, args: argparse.Namespace) -> dict[str, Any
     row: dict[str, Any] = {"order": ",".join(sides)}
     for side in sides:
         step = (seconds[side, long] - seconds[side, short]) / (long - short)
-        row |= {f"{side}_short_s": seconds[side, short], f"{side}_long_s": seconds[side, long],
-                f"{side}_step_s": step, f"{side}_once_s": seconds[side, short] - short * step}
+        row |= {
+            f"{side}_short_s": seconds[side, short],
+            f"{side}_long_s": seconds[side, long],
+            f"{side}_step_s": step,
+            f"{side}_once_s": seconds[side, short] - short * step,
+        }
     # a negative marginal time means noise outweighed the extra steps: no ratio then
     positive = row["plain_step_s"] > 0 and row["accel_step_s"] > 0
     row["ratio"] = row["plain_step_s"] / row["accel_step_s"] if positive else -1.0
@@ -162,41 +207,70 @@ def summarize(rounds: list[dict]) -> dict[str, Any]:
     machine's noise outweighed the difference between the two lengths) is left out and counted."""
     from accel.bench.stats import bootstrap_median_ci
 
-    pairs = [math.sqrt(a["ratio"] * b["ratio"]) for a, b in zip(rounds[::2], rounds[1::2])
-             if a["ratio"] > 0 and b["ratio"] > 0]
-    summary = {"accel_step_s": statistics.median(r["accel_step_s"] for r in rounds),
-               "plain_step_s": statistics.median(r["plain_step_s"] for r in rounds),
-               "startup_diff_s": statistics.median(r["startup_diff_s"] for r in rounds),
-               "pairs_left_out": len(rounds) // 2 - len(pairs)}
+    pairs = [
+        math.sqrt(a["ratio"] * b["ratio"])
+        for a, b in zip(rounds[::2], rounds[1::2])
+        if a["ratio"] > 0 and b["ratio"] > 0
+    ]
+    summary = {
+        "accel_step_s": statistics.median(r["accel_step_s"] for r in rounds),
+        "plain_step_s": statistics.median(r["plain_step_s"] for r in rounds),
+        "startup_diff_s": statistics.median(r["startup_diff_s"] for r in rounds),
+        "pairs_left_out": len(rounds) // 2 - len(pairs),
+    }
     if not pairs:
-        return summary | {"ratio_plain_over_accel": None, "meets_target": None,
-                          "verdict": "too noisy: no pair had positive step times; lengthen --steps"}
+        return summary | {
+            "ratio_plain_over_accel": None,
+            "meets_target": None,
+            "verdict": "too noisy: no pair had positive step times; lengthen --steps",
+        }
     median, (lo, hi) = bootstrap_median_ci(pairs)
     verdict = "accel faster" if lo > 1 else "accel slower" if hi < 1 else "no measurable difference"
-    return summary | {"ratio_plain_over_accel": {"median": median, "ci95": [lo, hi], "pairs": pairs},
-                      "verdict": verdict, "meets_target": hi >= 1.0}
+    return summary | {
+        "ratio_plain_over_accel": {"median": median, "ci95": [lo, hi], "pairs": pairs},
+        "verdict": verdict,
+        "meets_target": hi >= 1.0,
+    }
 
 
 def print_table(rounds: list[dict], summary: dict, args: argparse.Namespace) -> None:
-    print(f"{'round':>5}  {'order':<12} {'accel s/step':>12} {'plain s/step':>12} {'plain/accel':>11} "
-          f"{'start-up diff s':>15}")
+    print(
+        f"{'round':>5}  {'order':<12} {'accel s/step':>12} {'plain s/step':>12} {'plain/accel':>11} "
+        f"{'start-up diff s':>15}"
+    )
     for i, r in enumerate(rounds, 1):
-        print(f"{i:>5}  {r['order']:<12} {r['accel_step_s']:>12.4f} {r['plain_step_s']:>12.4f} "
-              f"{r['ratio']:>11.3f} {r['startup_diff_s']:>15.2f}")
+        print(
+            f"{i:>5}  {r['order']:<12} {r['accel_step_s']:>12.4f} {r['plain_step_s']:>12.4f} "
+            f"{r['ratio']:>11.3f} {r['startup_diff_s']:>15.2f}"
+        )
     print(f"\nsize {args.size} {SIZES[args.size]}, steps {args.steps[0]} and {args.steps[1]}, {len(rounds)} rounds")
     ratio = summary["ratio_plain_over_accel"]
-    interval = (f"plain/accel median of pairs {ratio['median']:.3f}, 95% CI [{ratio['ci95'][0]:.3f}, "
-                f"{ratio['ci95'][1]:.3f}]" if ratio else "no ratio")
-    print(f"seconds per step: accel {summary['accel_step_s']:.4f}, plain {summary['plain_step_s']:.4f}; "
-          f"{interval}: {summary['verdict']}" + (f" ({summary['pairs_left_out']} pair(s) left out: a step time "
-                                                 "not positive)" if summary["pairs_left_out"] else ""))
+    interval = (
+        f"plain/accel median of pairs {ratio['median']:.3f}, 95% CI [{ratio['ci95'][0]:.3f}, {ratio['ci95'][1]:.3f}]"
+        if ratio
+        else "no ratio"
+    )
+    print(
+        f"seconds per step: accel {summary['accel_step_s']:.4f}, plain {summary['plain_step_s']:.4f}; "
+        f"{interval}: {summary['verdict']}"
+        + (
+            f" ({summary['pairs_left_out']} pair(s) left out: a step time not positive)"
+            if summary["pairs_left_out"]
+            else ""
+        )
+    )
     print(f"start-up and the once-per-run work (accel - plain): {summary['startup_diff_s']:+.2f} s")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", nargs="?", choices=["compare", "plain"], default="compare",
-                        help="`plain`: one run of the plain loop (used by the comparison itself)")
+    parser.add_argument(
+        "mode",
+        nargs="?",
+        choices=["compare", "plain"],
+        default="compare",
+        help="`plain`: one run of the plain loop (used by the comparison itself)",
+    )
     parser.add_argument("--size", choices=sorted(SIZES), default="small")
     parser.add_argument("--steps", type=int, nargs=2, default=[20, 100], metavar=("SHORT", "LONG"))
     parser.add_argument("--rounds", type=int, default=8, help="rounds (rounded up to even: pairs of orders)")
@@ -224,8 +298,11 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(rounds)
     print_table(rounds, summary, args)
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "size": size,
-                                     "rounds": rounds, **summary}, indent=2))
+    args.json.write_text(
+        json.dumps(
+            {"args": {k: str(v) for k, v in vars(args).items()}, "size": size, "rounds": rounds, **summary}, indent=2
+        )
+    )
     print(f"wrote {args.json}")
     return 0
 

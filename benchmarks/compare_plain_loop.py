@@ -29,6 +29,7 @@ Real: python benchmarks/compare_plain_loop.py --model resnet18_cifar --batch-siz
 Recipe's: python benchmarks/compare_plain_loop.py --amp bf16 --channels-last --steps 15 --rounds 8
 A recipe: python benchmarks/compare_plain_loop.py --recipe cifar10-resnet18 --set KEY=VALUE
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,22 +58,36 @@ TARGET = 1.03  # accel may take at most 3% longer than the plain loop
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="resnet18_cifar", help="small_cnn | resnet18_cifar | torchvision:NAME")
-    parser.add_argument("--shape", type=int, nargs=3, default=[3, 32, 32], metavar=("C", "H", "W"),
-                        help="synthetic image shape")
+    parser.add_argument(
+        "--shape", type=int, nargs=3, default=[3, 32, 32], metavar=("C", "H", "W"), help="synthetic image shape"
+    )
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--steps", type=int, default=15, help="optimizer steps timed per round and loop")
-    parser.add_argument("--rounds", type=int, default=8,
-                        help="timed rounds, each running both loops once; rounded up to an even number (pairs)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=8,
+        help="timed rounds, each running both loops once; rounded up to an even number (pairs)",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | ...")
     parser.add_argument("--amp", choices=["bf16", "fp16"], default=None, help="autocast dtype, in both loops")
     parser.add_argument("--channels-last", action="store_true", help="NHWC model and batches, in both loops")
-    parser.add_argument("--recipe", type=Path, default=None,
-                        help="compare on this recipe (--model, --shape, --batch-size, --amp, --channels-last and "
-                             "--device are then unused)")
+    parser.add_argument(
+        "--recipe",
+        type=Path,
+        default=None,
+        help="compare on this recipe (--model, --shape, --batch-size, --amp, --channels-last and "
+        "--device are then unused)",
+    )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="recipe override (repeatable)")
-    parser.add_argument("--plain-set", action="append", default=[], metavar="KEY=VALUE",
-                        help="recipe override for the plain loop's side only (repeatable; with --recipe)")
+    parser.add_argument(
+        "--plain-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="recipe override for the plain loop's side only (repeatable; with --recipe)",
+    )
     parser.add_argument("--json", type=Path, default=Path("runs/compare_plain_loop.json"), help="JSON output path")
     return parser.parse_args(argv)
 
@@ -84,20 +99,43 @@ def make_recipe(args: argparse.Namespace, plain_sets: list[str] = ()) -> Recipe:
     if plain_sets and not args.recipe:
         raise AccelError("compare_plain_loop: --plain-set needs --recipe.")
     if args.recipe:
-        recipe = load_recipe(args.recipe, [*args.set, *plain_sets, f"train.max_steps={args.steps}",
-                                           "train.eval_every_epochs=0",
-                                           "train.early_stopping=null", "log.progress=false", "log.tensorboard=false"])
+        recipe = load_recipe(
+            args.recipe,
+            [
+                *args.set,
+                *plain_sets,
+                f"train.max_steps={args.steps}",
+                "train.eval_every_epochs=0",
+                "train.early_stopping=null",
+                "log.progress=false",
+                "log.tensorboard=false",
+            ],
+        )
         if recipe.train.grad_accum != 1:
             raise AccelError("compare_plain_loop: the plain loop does not accumulate gradients; use grad_accum 1.")
         return recipe
-    return validate_recipe({
-        "name": "compare-plain-loop", "seed": 0, "model": {"name": args.model},
-        "data": {"dataset": {"name": "synthetic", "shape": args.shape, "num_classes": 10, "val_fraction": 0.0,
-                             "num_samples": args.steps * args.batch_size},
-                 "batch_size": args.batch_size},
-        "optim": {"name": "sgd", "lr": 0.01}, "train": {"max_steps": args.steps, "eval_every_epochs": 0},
-        "speedups": speedups(args), "device": args.device, "log": {"progress": False, "tensorboard": False},
-    })
+    return validate_recipe(
+        {
+            "name": "compare-plain-loop",
+            "seed": 0,
+            "model": {"name": args.model},
+            "data": {
+                "dataset": {
+                    "name": "synthetic",
+                    "shape": args.shape,
+                    "num_classes": 10,
+                    "val_fraction": 0.0,
+                    "num_samples": args.steps * args.batch_size,
+                },
+                "batch_size": args.batch_size,
+            },
+            "optim": {"name": "sgd", "lr": 0.01},
+            "train": {"max_steps": args.steps, "eval_every_epochs": 0},
+            "speedups": speedups(args),
+            "device": args.device,
+            "log": {"progress": False, "tensorboard": False},
+        }
+    )
 
 
 def speedups(args: argparse.Namespace) -> dict[str, Any]:
@@ -145,8 +183,15 @@ def time_plain(trainer: Trainer, steps: int) -> tuple[float, float]:
     if channels_last:
         model.to(memory_format=torch.channels_last)
     amp = applied.get("amp")
-    autocast = (lambda: torch.autocast(device.type, dtype=getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}[
-        amp.cfg.dtype]))) if amp is not None else nullcontext
+    autocast = (
+        (
+            lambda: torch.autocast(
+                device.type, dtype=getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}[amp.cfg.dtype])
+            )
+        )
+        if amp is not None
+        else nullcontext
+    )
     scaler = torch.amp.GradScaler(device.type) if amp is not None and amp.cfg.dtype == "fp16" else None
     model.train()
     devices.synchronize(device)
@@ -196,19 +241,27 @@ def run_round(recipe: Recipe, plain: Recipe, steps: int, accel_first: bool) -> d
         plain_s, plain_step = time_plain(build_trainer(plain), steps)
         accel_s, accel_step = time_accel(recipe)
     per_sample = plain.data.batch_size / recipe.data.batch_size  # 1 unless --plain-set changed the batch size
-    return {"order": "accel,plain" if accel_first else "plain,accel", "accel_s": accel_s, "plain_s": plain_s,
-            "ratio": accel_s / plain_s * per_sample, "accel_step_s": accel_step, "plain_step_s": plain_step,
-            "step_ratio": accel_step / plain_step * per_sample}
+    return {
+        "order": "accel,plain" if accel_first else "plain,accel",
+        "accel_s": accel_s,
+        "plain_s": plain_s,
+        "ratio": accel_s / plain_s * per_sample,
+        "accel_step_s": accel_step,
+        "plain_step_s": plain_step,
+        "step_ratio": accel_step / plain_step * per_sample,
+    }
 
 
 def summarize(rounds: list[dict], samples: int, plain_samples: int) -> dict[str, Any]:
     """Median order-balanced ratio with a bootstrap 95% interval and the range; samples/s of each side."""
     whole, step = paired_ratio(rounds, "ratio"), paired_ratio(rounds, "step_ratio")
     return {
-        "ratio_accel_over_plain": whole, "step_ratio_accel_over_plain": step,
+        "ratio_accel_over_plain": whole,
+        "step_ratio_accel_over_plain": step,
         "accel_samples_per_s": statistics.median(samples / r["accel_s"] for r in rounds),
         "plain_samples_per_s": statistics.median(plain_samples / r["plain_s"] for r in rounds),
-        "verdict": verdict(whole["ci95"]), "step_verdict": verdict(step["ci95"]),
+        "verdict": verdict(whole["ci95"]),
+        "step_verdict": verdict(step["ci95"]),
     }
 
 
@@ -230,24 +283,39 @@ def verdict(ci: tuple[float, float]) -> str:
 def print_table(rounds: list[dict], summary: dict, args: argparse.Namespace) -> None:
     print(f"{'round':>5}  {'order':<12} {'accel s':>9} {'plain s':>9} {'accel/plain':>12} {'median step':>12}")
     for i, r in enumerate(rounds, 1):
-        print(f"{i:>5}  {r['order']:<12} {r['accel_s']:>9.3f} {r['plain_s']:>9.3f} {r['ratio']:>12.4f} "
-              f"{r['step_ratio']:>12.4f}")
+        print(
+            f"{i:>5}  {r['order']:<12} {r['accel_s']:>9.3f} {r['plain_s']:>9.3f} {r['ratio']:>12.4f} "
+            f"{r['step_ratio']:>12.4f}"
+        )
+
     def named(speedups: list[str]) -> str:
         return ", ".join(speedups) or "none"
 
-    sides = (f"speed-ups in both loops: {named(summary['speedups_applied'])}" if not args.plain_set else
-             f"speed-ups: accel {named(summary['speedups_applied'])}, plain {named(summary['plain_speedups'])} "
-             f"(plain batch {summary['plain_batch_size']}; ratios of time per sample)")
-    print(f"\n{summary['model']}, batch {summary['batch_size']}, {args.steps} steps per round, {len(rounds)} rounds, "
-          + sides + (f" (skipped here: {summary['speedups_skipped']})" if summary["speedups_skipped"] else ""))
+    sides = (
+        f"speed-ups in both loops: {named(summary['speedups_applied'])}"
+        if not args.plain_set
+        else f"speed-ups: accel {named(summary['speedups_applied'])}, plain {named(summary['plain_speedups'])} "
+        f"(plain batch {summary['plain_batch_size']}; ratios of time per sample)"
+    )
+    print(
+        f"\n{summary['model']}, batch {summary['batch_size']}, {args.steps} steps per round, {len(rounds)} rounds, "
+        + sides
+        + (f" (skipped here: {summary['speedups_skipped']})" if summary["speedups_skipped"] else "")
+    )
     print(f"samples/s: accel {summary['accel_samples_per_s']:.1f}, plain {summary['plain_samples_per_s']:.1f}")
-    for name, key, said in (("whole rounds", "ratio_accel_over_plain", "verdict"),
-                            ("median steps", "step_ratio_accel_over_plain", "step_verdict")):
+    for name, key, said in (
+        ("whole rounds", "ratio_accel_over_plain", "verdict"),
+        ("median steps", "step_ratio_accel_over_plain", "step_verdict"),
+    ):
         ratio = summary[key]
-        print(f"accel/plain time ratio, {name}: median {ratio['median']:.4f}, 95% CI [{ratio['ci95'][0]:.4f}, "
-              f"{ratio['ci95'][1]:.4f}], range [{ratio['min']:.4f}, {ratio['max']:.4f}]: {summary[said]}")
-    print(f"(target: accel takes at most {100 * (TARGET - 1):.0f}% longer, the whole 95% interval <= {TARGET}; "
-          "inconclusive: run more rounds on a quiet machine)")
+        print(
+            f"accel/plain time ratio, {name}: median {ratio['median']:.4f}, 95% CI [{ratio['ci95'][0]:.4f}, "
+            f"{ratio['ci95'][1]:.4f}], range [{ratio['min']:.4f}, {ratio['max']:.4f}]: {summary[said]}"
+        )
+    print(
+        f"(target: accel takes at most {100 * (TARGET - 1):.0f}% longer, the whole 95% interval <= {TARGET}; "
+        "inconclusive: run more rounds on a quiet machine)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -256,18 +324,28 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     recipe, plain = make_recipe(args), make_recipe(args, args.plain_set)
     run_round(recipe, plain, args.steps, accel_first=True)  # warm-up: allocator, kernels, caches; discarded
-    rounds = [run_round(recipe, plain, args.steps, accel_first=i % 2 == 0)
-              for i in range(args.rounds + args.rounds % 2)]
+    rounds = [
+        run_round(recipe, plain, args.steps, accel_first=i % 2 == 0) for i in range(args.rounds + args.rounds % 2)
+    ]
     summary = summarize(rounds, args.steps * recipe.data.batch_size, args.steps * plain.data.batch_size)
     probe, plain_probe = build_trainer(recipe), build_trainer(plain)
-    summary |= {"speedups_applied": [s.name for s in probe.speedups], "speedups_skipped": probe.skipped_speedups,
-                "plain_speedups": [s.name for s in plain_probe.speedups],
-                "model": recipe.model.name, "batch_size": recipe.data.batch_size,
-                "plain_batch_size": plain.data.batch_size}
+    summary |= {
+        "speedups_applied": [s.name for s in probe.speedups],
+        "speedups_skipped": probe.skipped_speedups,
+        "plain_speedups": [s.name for s in plain_probe.speedups],
+        "model": recipe.model.name,
+        "batch_size": recipe.data.batch_size,
+        "plain_batch_size": plain.data.batch_size,
+    }
     print_table(rounds, summary, args)
     device = probe.device
-    report = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-              "env": devices.environment(device), "target_ratio": TARGET, "rounds": rounds, **summary}
+    report = {
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "env": devices.environment(device),
+        "target_ratio": TARGET,
+        "rounds": rounds,
+        **summary,
+    }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=2))
     print(f"wrote {args.json}")

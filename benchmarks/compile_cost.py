@@ -7,6 +7,7 @@ the clock starts: what is left is the model's own compilation. Run each case in 
 
     for mode in whole regional; do for w in "" --warm; do python benchmarks/compile_cost.py $mode $w; done; done
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,9 +55,11 @@ def main(argv: list[str] | None = None) -> None:
     step(model, tokens)
     first = time.perf_counter()
     step(model, tokens)
-    print(f"{args.mode}, {args.depth} blocks, {'warm' if args.warm else 'cold'} toolchain"
-          f"{f' (warming took {warm_s:.1f} s)' if args.warm else ''}: first step {first - start:.1f} s, "
-          f"second {time.perf_counter() - first:.2f} s")
+    print(
+        f"{args.mode}, {args.depth} blocks, {'warm' if args.warm else 'cold'} toolchain"
+        f"{f' (warming took {warm_s:.1f} s)' if args.warm else ''}: first step {first - start:.1f} s, "
+        f"second {time.perf_counter() - first:.2f} s"
+    )
 
 
 if __name__ == "__main__":

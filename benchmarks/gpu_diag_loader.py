@@ -8,6 +8,7 @@ gc disabled, 4 and 1 torch threads; then the busiest processes. Output in docs/g
 
     python benchmarks/gpu_diag_loader.py          # needs CUDA
 """
+
 from __future__ import annotations
 
 import gc
@@ -44,8 +45,11 @@ def fetch_times_ms(loader, sync: bool) -> list[float]:
 def report(label: str, pipe) -> None:
     times = fetch_times_ms(pipe.train_loader, sync=True)
     raw = statistics.median(fetch_times_ms(pipe.train_loader.loader, sync=False))
-    print(f"{label:28s} prefetcher p50 {statistics.median(times):6.2f} ms  p90 {times[int(0.9 * FETCHES)]:6.2f}  "
-          f"max {times[-1]:6.1f}   DataLoader alone p50 {raw:6.2f} ms", flush=True)
+    print(
+        f"{label:28s} prefetcher p50 {statistics.median(times):6.2f} ms  p90 {times[int(0.9 * FETCHES)]:6.2f}  "
+        f"max {times[-1]:6.1f}   DataLoader alone p50 {raw:6.2f} ms",
+        flush=True,
+    )
 
 
 def bf16_steps(model, inputs: torch.Tensor, count: int) -> None:
@@ -86,8 +90,11 @@ def main() -> int:
     for threads in (4, 1):
         torch.set_num_threads(threads)
         report(f"torch threads {threads}", pipe)
-    print(subprocess.run(["ps", "-eo", "pid,pcpu,nlwp,comm", "--sort=-pcpu"], capture_output=True,
-                         text=True).stdout.splitlines()[:8])
+    print(
+        subprocess.run(
+            ["ps", "-eo", "pid,pcpu,nlwp,comm", "--sort=-pcpu"], capture_output=True, text=True
+        ).stdout.splitlines()[:8]
+    )
     return 0
 
 

@@ -10,6 +10,7 @@ On CUDA, bandwidth is a large device-to-device copy, counting bytes read plus by
     python scripts/peak_rates.py                       # this machine's default device, JSON to runs/
     python scripts/peak_rates.py --device cuda --size 8192 --json runs/peaks.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,7 +35,8 @@ def matmul_rate(dtype_name: str, n: int, device: torch.device, repeats: int) -> 
     """TFLOP/s of an n x n x n product in `dtype_name` (2 n^3 floating-point operations)."""
     tf32 = dtype_name == "tf32"
     dtype = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(
-        dtype_name, torch.bfloat16)
+        dtype_name, torch.bfloat16
+    )
     a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
     if dtype_name == "fp8":
         return _fp8_rate(a, b, device, repeats)
@@ -52,8 +54,9 @@ def _fp8_rate(a: torch.Tensor, b: torch.Tensor, device: torch.device, repeats: i
     n = a.shape[0]
     one = torch.ones((), device=device)
     a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn).t().contiguous().t()
-    seconds = timed(lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
-                    device, repeats)
+    seconds = timed(
+        lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16), device, repeats
+    )
     return 2 * n**3 / seconds / 1e12
 
 
@@ -68,16 +71,22 @@ def copy_bandwidth(device: torch.device, gigabytes: float, repeats: int) -> floa
 def measure(device: torch.device, n: int, repeats: int) -> dict:
     kinds = ["fp32", "bf16"]
     if device.type == "cuda":
-        kinds = ["fp32", "tf32", "bf16", "fp16"] + (["fp8"] if torch.cuda.get_device_capability(device) >= (8, 9)
-                                                     else [])
+        kinds = ["fp32", "tf32", "bf16", "fp16"] + (
+            ["fp8"] if torch.cuda.get_device_capability(device) >= (8, 9) else []
+        )
     rates, errors = {}, {}
     for kind in kinds:
         try:
             rates[kind] = float(f"{matmul_rate(kind, n, device, repeats):.4g}")
         except Exception as err:  # a dtype this build or device lacks is a row with its reason
             errors[kind] = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
-    result = {"device": devices.device_name(device), "size": n, "repeats": repeats,
-              "matmul_tflops": rates, "errors": errors}
+    result = {
+        "device": devices.device_name(device),
+        "size": n,
+        "repeats": repeats,
+        "matmul_tflops": rates,
+        "errors": errors,
+    }
     if device.type == "cuda":
         result["copy_gb_per_s"] = round(copy_bandwidth(device, 2.0, repeats), 1)
     return result

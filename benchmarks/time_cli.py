@@ -3,6 +3,7 @@
 
     python benchmarks/time_cli.py [--repeat 5]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -11,8 +12,12 @@ import subprocess
 import sys
 import time
 
-COMMANDS = {"accel --help": ["-m", "accel.cli", "--help"], "accel recipes": ["-m", "accel.cli", "recipes"],
-            "accel speedups": ["-m", "accel.cli", "speedups"], "python -c 'import torch'": ["-c", "import torch"]}
+COMMANDS = {
+    "accel --help": ["-m", "accel.cli", "--help"],
+    "accel recipes": ["-m", "accel.cli", "recipes"],
+    "accel speedups": ["-m", "accel.cli", "speedups"],
+    "python -c 'import torch'": ["-c", "import torch"],
+}
 
 
 def seconds(args: list[str]) -> float:

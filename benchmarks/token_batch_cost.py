@@ -8,6 +8,7 @@ Batches are read from a memory-mapped uint16 token file in shuffled order, as a 
 
     python benchmarks/token_batch_cost.py --json runs/token-batch-cost.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,8 +60,10 @@ def measure(chunks: TokenChunks, batch: int, rounds: int, per_round: int, seed: 
         order = list(VARIANTS) if r % 2 == 0 else list(reversed(VARIANTS))  # alternate who goes first
         for name in order:
             times[name].append(time_per_batch(VARIANTS[name], chunks, batches))
-    return {name: {"median_us": statistics.median(t) * 1e6, "min_us": min(t) * 1e6, "max_us": max(t) * 1e6}
-            for name, t in times.items()}
+    return {
+        name: {"median_us": statistics.median(t) * 1e6, "min_us": min(t) * 1e6, "max_us": max(t) * 1e6}
+        for name, t in times.items()
+    }
 
 
 def main() -> None:
@@ -82,8 +85,9 @@ def main() -> None:
                 assert torch.equal(a, shipped(TokenChunks(tokens, context), [3, 1])[0]) and b.dtype == torch.int64
             figures = measure(TokenChunks(tokens, context), batch, args.rounds, args.per_round, seed=batch)
             results.append({"batch": batch, "context": context, **figures})
-    print(f"{'batch x context':>16} " + " ".join(f"{name + ' us':>15}" for name in VARIANTS)
-          + f" {'shipped - views':>16}")
+    print(
+        f"{'batch x context':>16} " + " ".join(f"{name + ' us':>15}" for name in VARIANTS) + f" {'shipped - views':>16}"
+    )
     for row in results:
         cells = " ".join(f"{row[name]['median_us']:15.1f}" for name in VARIANTS)
         delta = row["shipped"]["median_us"] - row["views"]["median_us"]
@@ -91,10 +95,15 @@ def main() -> None:
     print("medians of", args.rounds, "rounds of", args.per_round, "batches; one thread")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        env = {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
-               "cpu": platform.processor() or platform.machine()}
-        args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, "env": env,
-                                         "results": results}, indent=1))
+        env = {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "numpy": np.__version__,
+            "cpu": platform.processor() or platform.machine(),
+        }
+        args.json.write_text(
+            json.dumps({"args": vars(args) | {"json": str(args.json)}, "env": env, "results": results}, indent=1)
+        )
 
 
 if __name__ == "__main__":

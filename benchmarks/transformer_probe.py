@@ -14,6 +14,7 @@ steps (compilation happens there) and the median of `--steps` timed steps, the d
     python benchmarks/transformer_probe.py --device cpu --layers 2 --width 64 --heads 2 --context 64 --batch 4 \
         --variants fp32,bf16 --steps 3 --warmup 1                                  # a quick check anywhere
 """
+
 from __future__ import annotations
 
 import argparse
@@ -76,8 +77,12 @@ def flops_per_token(model: GPT, args) -> float:
 def attention_kernel(name: str):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    backend = {"math": SDPBackend.MATH, "efficient": SDPBackend.EFFICIENT_ATTENTION,
-               "flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[name]
+    backend = {
+        "math": SDPBackend.MATH,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+    }[name]
     return sdpa_kernel([backend])
 
 
@@ -106,20 +111,35 @@ def run_variant(variant: str, args, device: torch.device) -> dict:
             devices.synchronize(device)
             times.append(time.perf_counter() - start)
     torch.backends.cuda.matmul.allow_tf32 = False
-    step_s = statistics.median(times[args.warmup:])
+    step_s = statistics.median(times[args.warmup :])
     tokens_per_s = args.batch * args.context / step_s
     achieved = flops_per_token(model, args) * tokens_per_s / 1e12
-    return {"variant": variant, "step_s": step_s, "tokens_per_s": tokens_per_s, "tflops": achieved,
-            "mfu": achieved / args.peak_tflops if args.peak_tflops else None, "warmup_s": sum(times[:args.warmup]),
-            "loss": float(loss.detach()), "peak_memory_mb": devices.peak_memory_mb(device)}
+    return {
+        "variant": variant,
+        "step_s": step_s,
+        "tokens_per_s": tokens_per_s,
+        "tflops": achieved,
+        "mfu": achieved / args.peak_tflops if args.peak_tflops else None,
+        "warmup_s": sum(times[: args.warmup]),
+        "loss": float(loss.detach()),
+        "peak_memory_mb": devices.peak_memory_mb(device),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="auto")
     parser.add_argument("--variants", type=lambda s: s.split(","), default=VARIANTS, help=", ".join(VARIANTS))
-    for name, default in (("layers", 12), ("width", 768), ("heads", 12), ("context", 1024), ("batch", 16),
-                          ("vocab", 50304), ("steps", 10), ("warmup", 3)):
+    for name, default in (
+        ("layers", 12),
+        ("width", 768),
+        ("heads", 12),
+        ("context", 1024),
+        ("batch", 16),
+        ("vocab", 50304),
+        ("steps", 10),
+        ("warmup", 3),
+    ):
         parser.add_argument(f"--{name}", type=int, default=default)
     parser.add_argument("--peak-tflops", type=float, default=None, help="the device's bf16 matmul rate, for MFU")
     parser.add_argument("--json", type=Path, default=Path("runs/transformer_probe.json"))
@@ -140,11 +160,21 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{variant:16} error: {row['error']}")
         else:
             mfu = f"{100 * row['mfu']:5.1f}%" if row["mfu"] else "    -"
-            print(f"{variant:16} {row['tokens_per_s']:12.0f} tokens/s {row['tflops']:8.1f} TFLOP/s  MFU {mfu}  "
-                  f"warm-up {row['warmup_s']:.1f} s")
+            print(
+                f"{variant:16} {row['tokens_per_s']:12.0f} tokens/s {row['tflops']:8.1f} TFLOP/s  MFU {mfu}  "
+                f"warm-up {row['warmup_s']:.1f} s"
+            )
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-                                     "rows": rows, "env": devices.environment(device)}, indent=1))
+    args.json.write_text(
+        json.dumps(
+            {
+                "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+                "rows": rows,
+                "env": devices.environment(device),
+            },
+            indent=1,
+        )
+    )
     return 0
 
 

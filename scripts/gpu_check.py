@@ -26,6 +26,7 @@ steps, to check the script itself on any machine (`--device cpu`).
     bash scripts/gpu-check OUT [STEP ...]             # on the GPU machine: wheels from .whl/ first
     python scripts/gpu_check.py --out /tmp/gc --device cpu --quick env tests plain-loop
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,17 +48,35 @@ import torch  # noqa: E402
 from accel import devices  # noqa: E402
 
 STEPS = ["env", "peaks", "tests", "plain-loop", "ablate", "transformer", "lm", "profile", "jpeg"]
-HALVES = {"ablate-remove": "all,-amp,-channels_last,-compile,-cudnn,-optim",
-          "ablate-add": "+amp,+channels_last,+compile,+cudnn,+optim", "preset": "all,-compile"}
+HALVES = {
+    "ablate-remove": "all,-amp,-channels_last,-compile,-cudnn,-optim",
+    "ablate-add": "+amp,+channels_last,+compile,+cudnn,+optim",
+    "preset": "all,-compile",
+}
 TAIL = 8000  # characters of each command's output kept in the JSON
 RESNET_RECIPE = "cifar10-resnet18-cuda"
 LM_RECIPE = "lm-bytes-cuda"
-LM_HALVES = {"lm-remove": ["--ablate", "--only", "all,-amp,-attention,-compile,-cudnn,-optim"],
-             "lm-add": ["--ablate", "--only", "+amp,+attention,+compile,+cudnn,+optim"]}
-LM_VARY = {"regional": "speedups.compile.regional=false,true", "float8": "speedups.float8.enabled=false,true",
-           "checkpointing": "speedups.activation_checkpointing.enabled=false,true"}
-LM_QUICK = ["--set", "model.args.width=64", "--set", "model.args.depth=2", "--set", "model.args.heads=2",
-            "--set", "data.dataset.context=64", "--set", "data.batch_size=4"]
+LM_HALVES = {
+    "lm-remove": ["--ablate", "--only", "all,-amp,-attention,-compile,-cudnn,-optim"],
+    "lm-add": ["--ablate", "--only", "+amp,+attention,+compile,+cudnn,+optim"],
+}
+LM_VARY = {
+    "regional": "speedups.compile.regional=false,true",
+    "float8": "speedups.float8.enabled=false,true",
+    "checkpointing": "speedups.activation_checkpointing.enabled=false,true",
+}
+LM_QUICK = [
+    "--set",
+    "model.args.width=64",
+    "--set",
+    "model.args.depth=2",
+    "--set",
+    "model.args.heads=2",
+    "--set",
+    "data.dataset.context=64",
+    "--set",
+    "data.batch_size=4",
+]
 DATASHEET_DENSE_TFLOPS = {  # vendor figures without sparsity, for comparison with the measured rates
     "H100 80GB HBM3": {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
     "H200": {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9},
@@ -70,7 +89,10 @@ class Check:
         self.work.mkdir(parents=True, exist_ok=True)
         self.path = self.out / "gpu-check.json"
         self.results: dict = self.load(self.path) or {
-            "started": datetime.datetime.now().isoformat(timespec="seconds"), "quick": args.quick, "steps": {}}
+            "started": datetime.datetime.now().isoformat(timespec="seconds"),
+            "quick": args.quick,
+            "steps": {},
+        }
 
     def sh(self, step: str, command: list[str], timeout: float = 600) -> dict:
         """Run `command` from the repository root; record it under `step` and return the record."""
@@ -80,12 +102,17 @@ class Check:
             rc, output = done.returncode, done.stdout + done.stderr
         except subprocess.TimeoutExpired as err:
             rc, output = "timeout", f"{err.stdout or ''}{err.stderr or ''}"
-        record = {"command": shlex.join(command), "rc": rc, "seconds": round(time.perf_counter() - start, 1),
-                  "output_tail": output[-TAIL:] if isinstance(output, str) else str(output)[-TAIL:]}
+        record = {
+            "command": shlex.join(command),
+            "rc": rc,
+            "seconds": round(time.perf_counter() - start, 1),
+            "output_tail": output[-TAIL:] if isinstance(output, str) else str(output)[-TAIL:],
+        }
         (self.work / f"{step}.log").open("a").write(f"$ {record['command']}\n{output}\n")
         self.results["steps"].setdefault(step, {}).setdefault("commands", []).append(record)
-        print(f"[{step}] rc={rc} {record['seconds']} s: {record['command']}\n{record['output_tail'][-1500:]}",
-              flush=True)
+        print(
+            f"[{step}] rc={rc} {record['seconds']} s: {record['command']}\n{record['output_tail'][-1500:]}", flush=True
+        )
         return record
 
     def save(self) -> None:
@@ -102,22 +129,36 @@ class Check:
 # ---- steps ------------------------------------------------------------------------------------------------
 def step_env(check: Check) -> None:
     device = devices.resolve_device(check.args.device)
-    smi = check.sh("env", ["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit",
-                           "--format=csv,noheader"]) if device.type == "cuda" else None
+    smi = (
+        check.sh(
+            "env",
+            [
+                "nvidia-smi",
+                "--query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit",
+                "--format=csv,noheader",
+            ],
+        )
+        if device.type == "cuda"
+        else None
+    )
     info = devices.environment(device)
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        info |= {"capability": list(torch.cuda.get_device_capability(device)), "multiprocessors":
-                 props.multi_processor_count, "memory_gb": round(props.total_memory / 1e9, 1),
-                 "nvidia_smi": smi["output_tail"].strip() if smi else None}
+        info |= {
+            "capability": list(torch.cuda.get_device_capability(device)),
+            "multiprocessors": props.multi_processor_count,
+            "memory_gb": round(props.total_memory / 1e9, 1),
+            "nvidia_smi": smi["output_tail"].strip() if smi else None,
+        }
     check.put("env", result=info)
 
 
 def step_peaks(check: Check) -> None:
     path = check.work / "peaks.json"
     size = ["--size", "512", "--repeats", "3"] if check.args.quick else []
-    check.sh("peaks", [sys.executable, "benchmarks/peak_rates.py", "--device", check.args.device, "--json", str(path),
-                       *size])
+    check.sh(
+        "peaks", [sys.executable, "benchmarks/peak_rates.py", "--device", check.args.device, "--json", str(path), *size]
+    )
     peaks = check.load(path)
     name = (peaks or {}).get("env", {}).get("gpus", [""])[0] if peaks else ""
     sheet = next((rates for model, rates in DATASHEET_DENSE_TFLOPS.items() if model in name), None)
@@ -126,8 +167,23 @@ def step_peaks(check: Check) -> None:
 
 def step_tests(check: Check) -> None:
     xml = check.work / "cuda-tests.xml"
-    check.sh("tests", [sys.executable, "-m", "pytest", "-m", "cuda", "-p", "no:cacheprovider", "-q", "-rs",
-                       f"--junitxml={xml}", "tests"], timeout=900)
+    check.sh(
+        "tests",
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-m",
+            "cuda",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-rs",
+            f"--junitxml={xml}",
+            "tests",
+        ],
+        timeout=900,
+    )
     check.put("tests", outcomes=junit_outcomes(xml))
 
 
@@ -149,22 +205,58 @@ def junit_outcomes(xml: Path) -> dict[str, str]:
 
 def step_plain_loop(check: Check) -> None:
     path = check.work / "plain-loop.json"
-    size = (["--model", "small_cnn", "--shape", "1", "16", "16", "--batch-size", "16", "--steps", "3", "--rounds",
-             "2"] if check.args.quick else ["--model", "resnet18_cifar", "--batch-size", "512", "--steps", "30",
-                                             "--rounds", "10"])
-    check.sh("plain-loop", [sys.executable, "benchmarks/compare_plain_loop.py", "--device", check.args.device,
-                            "--json", str(path), *size])
+    size = (
+        ["--model", "small_cnn", "--shape", "1", "16", "16", "--batch-size", "16", "--steps", "3", "--rounds", "2"]
+        if check.args.quick
+        else ["--model", "resnet18_cifar", "--batch-size", "512", "--steps", "30", "--rounds", "10"]
+    )
+    check.sh(
+        "plain-loop",
+        [sys.executable, "benchmarks/compare_plain_loop.py", "--device", check.args.device, "--json", str(path), *size],
+    )
     check.put("plain-loop", result=check.load(path))
 
 
 def step_ablate(check: Check, step: str = "ablate") -> None:
     out = check.work / f"bench-{step}"
-    size = (["--steps", "2", "--warmup", "1", "--trials", "1", "--set", "data.batch_size=16", "--set",
-             "model.name=small_cnn", "--set", "data.dataset.num_samples=64"]
-            if check.args.quick else ["--steps", "150", "--warmup", "20", "--trials", "3"])
+    size = (
+        [
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--trials",
+            "1",
+            "--set",
+            "data.batch_size=16",
+            "--set",
+            "model.name=small_cnn",
+            "--set",
+            "data.dataset.num_samples=64",
+        ]
+        if check.args.quick
+        else ["--steps", "150", "--warmup", "20", "--trials", "3"]
+    )
     only = ["--only", HALVES[step]] if step in HALVES else []
-    check.sh(step, [sys.executable, "-m", "accel.cli", "bench", RESNET_RECIPE, "--ablate", "--warm-cache",
-                    "--set", f"device={check.args.device}", "--out", str(out), *size, *only], timeout=3000)
+    check.sh(
+        step,
+        [
+            sys.executable,
+            "-m",
+            "accel.cli",
+            "bench",
+            RESNET_RECIPE,
+            "--ablate",
+            "--warm-cache",
+            "--set",
+            f"device={check.args.device}",
+            "--out",
+            str(out),
+            *size,
+            *only,
+        ],
+        timeout=3000,
+    )
     report = check.load(out / "report.json")
     flops = step_flops(RESNET_RECIPE, check.args.device, quick=check.args.quick)
     check.put(step, report=report, flops_per_step=flops, mfu=mfu_table(report, flops, check))
@@ -187,8 +279,12 @@ def step_flops(recipe_path: str, device_spec: str, quick: bool) -> dict:
     with counter:
         model(inputs).sum().backward()
     per_sample = counter.get_total_flops() / batch
-    return {"per_sample": per_sample, "per_step": per_sample * recipe.data.batch_size,
-            "batch_size": recipe.data.batch_size, "model": recipe.model.name}
+    return {
+        "per_sample": per_sample,
+        "per_step": per_sample * recipe.data.batch_size,
+        "batch_size": recipe.data.batch_size,
+        "model": recipe.model.name,
+    }
 
 
 def mfu_table(report: dict | None, flops: dict, check: Check) -> list[dict]:
@@ -209,9 +305,15 @@ def mfu_table(report: dict | None, flops: dict, check: Check) -> list[dict]:
         achieved = rate * flops["per_sample"] / 1e12
         name = variant["name"]
         precision = "bf16" if _active(name, "amp") else "tf32"
-        rows.append({"variant": name, "tflops": round(achieved, 2), "precision": precision,
-                     "mfu_measured_peak": achieved / peaks[precision] if peaks.get(precision) else None,
-                     "mfu_datasheet": achieved / sheet[precision] if sheet.get(precision) else None})
+        rows.append(
+            {
+                "variant": name,
+                "tflops": round(achieved, 2),
+                "precision": precision,
+                "mfu_measured_peak": achieved / peaks[precision] if peaks.get(precision) else None,
+                "mfu_datasheet": achieved / sheet[precision] if sheet.get(precision) else None,
+            }
+        )
     return rows
 
 
@@ -225,36 +327,100 @@ def _active(variant: str, speedup: str) -> bool:
 def step_transformer(check: Check) -> None:
     path = check.work / "transformer.json"
     peak = ((check.results["steps"].get("peaks", {}).get("result") or {}).get("matmul_tflops") or {}).get("bf16")
-    size = (["--layers", "2", "--width", "64", "--heads", "2", "--context", "64", "--batch", "4", "--vocab", "256",
-             "--steps", "2", "--warmup", "1", "--variants", "fp32,bf16"] if check.args.quick else [])
-    check.sh("transformer", [sys.executable, "benchmarks/transformer_probe.py", "--device", check.args.device,
-                             "--json", str(path), *(["--peak-tflops", str(peak)] if peak else []), *size])
+    size = (
+        [
+            "--layers",
+            "2",
+            "--width",
+            "64",
+            "--heads",
+            "2",
+            "--context",
+            "64",
+            "--batch",
+            "4",
+            "--vocab",
+            "256",
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--variants",
+            "fp32,bf16",
+        ]
+        if check.args.quick
+        else []
+    )
+    check.sh(
+        "transformer",
+        [
+            sys.executable,
+            "benchmarks/transformer_probe.py",
+            "--device",
+            check.args.device,
+            "--json",
+            str(path),
+            *(["--peak-tflops", str(peak)] if peak else []),
+            *size,
+        ],
+    )
     check.put("transformer", result=check.load(path))
 
 
 def step_lm(check: Check, step: str = "lm") -> None:
     """accel bench of the GPU language-model recipe; `lm` runs all three parts, each its own bench folder."""
     parts = {"lm": ["lm-remove", "lm-add", "lm-vary"]}.get(step, [step])
-    size = (["--steps", "2", "--warmup", "1", "--trials", "1", "--set", f"device={check.args.device}", *LM_QUICK]
-            if check.args.quick else ["--steps", "60", "--warmup", "10", "--trials", "2"])
+    size = (
+        ["--steps", "2", "--warmup", "1", "--trials", "1", "--set", f"device={check.args.device}", *LM_QUICK]
+        if check.args.quick
+        else ["--steps", "60", "--warmup", "10", "--trials", "2"]
+    )
     runs = [(part, LM_HALVES[part]) for part in parts if part in LM_HALVES]
     if "lm-vary" in parts:
         runs += [(f"lm-{name}", ["--vary", vary]) for name, vary in LM_VARY.items()]
     for name, how in runs:
         out = check.work / f"bench-{name}"
-        check.sh(step, [sys.executable, "-m", "accel.cli", "bench", LM_RECIPE, *how, "--warm-cache", "--out",
-                        str(out), *size], timeout=3000)
+        check.sh(
+            step,
+            [sys.executable, "-m", "accel.cli", "bench", LM_RECIPE, *how, "--warm-cache", "--out", str(out), *size],
+            timeout=3000,
+        )
         check.put(step, **{name: check.load(out / "report.json")})
 
 
 def step_profile(check: Check) -> None:
-    size = ["--set", "model.name=small_cnn", "--set", "data.batch_size=16", "--set",
-            "data.dataset.num_samples=64", "--warmup", "1", "--steps", "1"] if check.args.quick else \
-        ["--warmup", "30", "--steps", "5"]
+    size = (
+        [
+            "--set",
+            "model.name=small_cnn",
+            "--set",
+            "data.batch_size=16",
+            "--set",
+            "data.dataset.num_samples=64",
+            "--warmup",
+            "1",
+            "--steps",
+            "1",
+        ]
+        if check.args.quick
+        else ["--warmup", "30", "--steps", "5"]
+    )
     for how in ([], ["--set", "speedups.compile.enabled=false"]):  # compiled, then eager
-        check.sh("profile", [sys.executable, "scripts/profile_step.py", RESNET_RECIPE, "--set",
-                             f"device={check.args.device}", *how, *size, "--rows", "25",
-                             *(["--sync-debug"] if check.args.device.startswith("cuda") else [])])
+        check.sh(
+            "profile",
+            [
+                sys.executable,
+                "scripts/profile_step.py",
+                RESNET_RECIPE,
+                "--set",
+                f"device={check.args.device}",
+                *how,
+                *size,
+                "--rows",
+                "25",
+                *(["--sync-debug"] if check.args.device.startswith("cuda") else []),
+            ],
+        )
 
 
 def step_jpeg(check: Check) -> None:
@@ -262,21 +428,45 @@ def step_jpeg(check: Check) -> None:
     per_class = ["--per-class", "20"] if check.args.quick else []
     check.sh("jpeg", [sys.executable, "scripts/make_jpeg_folder.py", str(folder), *per_class])
     rounds = ["--batches", "3", "--rounds", "1"] if check.args.quick else ["--batches", "40", "--rounds", "5"]
-    check.sh("jpeg", [sys.executable, "benchmarks/bench_data.py", "imagefolder-jpeg", "--set",
-                      f"data.dataset.root={folder}", "--cache-dir", str(check.work / "cache"), "--device",
-                      check.args.device, "--out", str(path), *rounds])
+    check.sh(
+        "jpeg",
+        [
+            sys.executable,
+            "benchmarks/bench_data.py",
+            "imagefolder-jpeg",
+            "--set",
+            f"data.dataset.root={folder}",
+            "--cache-dir",
+            str(check.work / "cache"),
+            "--device",
+            check.args.device,
+            "--out",
+            str(path),
+            *rounds,
+        ],
+    )
     check.put("jpeg", result=check.load(path))
 
 
-RUNNERS = {"env": step_env, "peaks": step_peaks, "tests": step_tests, "plain-loop": step_plain_loop,
-           "ablate": step_ablate, "transformer": step_transformer, "lm": step_lm, "profile": step_profile,
-           "jpeg": step_jpeg, **{half: lambda check, half=half: step_ablate(check, half) for half in HALVES},
-           **{part: lambda check, part=part: step_lm(check, part) for part in [*LM_HALVES, "lm-vary"]}}
+RUNNERS = {
+    "env": step_env,
+    "peaks": step_peaks,
+    "tests": step_tests,
+    "plain-loop": step_plain_loop,
+    "ablate": step_ablate,
+    "transformer": step_transformer,
+    "lm": step_lm,
+    "profile": step_profile,
+    "jpeg": step_jpeg,
+    **{half: lambda check, half=half: step_ablate(check, half) for half in HALVES},
+    **{part: lambda check, part=part: step_lm(check, part) for part in [*LM_HALVES, "lm-vary"]},
+}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
+    )
     parts = list(HALVES) + list(LM_HALVES) + ["lm-vary"]
     parser.add_argument("steps", nargs="*", choices=STEPS + parts + [[]], default=[], metavar="STEP")
     parser.add_argument("--out", type=Path, required=True)
@@ -294,8 +484,15 @@ def main(argv: list[str] | None = None) -> int:
         check.put(step, seconds=round(time.perf_counter() - started, 1))
         check.save()
     with tarfile.open(args.out / "raw.tar.gz", "w:gz") as tar:
-        tar.add(check.work, arcname="raw", filter=lambda info: None if info.name.endswith((".pt", ".jpg")) or
-                "/cache" in info.name or "jpeg-folder" in info.name else info)
+        tar.add(
+            check.work,
+            arcname="raw",
+            filter=lambda info: (
+                None
+                if info.name.endswith((".pt", ".jpg")) or "/cache" in info.name or "jpeg-folder" in info.name
+                else info
+            ),
+        )
     print(f"wrote {check.path}")
     return 0
 

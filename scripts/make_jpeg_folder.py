@@ -11,6 +11,7 @@ and `benchmarks/bench_data.py`, so the input pipeline is tested on real JPEG dec
 
 `--bad` adds the files a real folder has: a truncated JPEG, a non-JPEG with a .jpg name, a README.txt.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,7 +51,7 @@ def random_crop(photo: np.ndarray, size: int, rng: np.random.Generator) -> Image
     aspect = np.exp(rng.uniform(np.log(3 / 4), np.log(4 / 3)))
     ch, cw = min(h, int(round(np.sqrt(area / aspect)))), min(w, int(round(np.sqrt(area * aspect))))
     top, left = rng.integers(0, h - ch + 1), rng.integers(0, w - cw + 1)
-    crop = Image.fromarray(photo[top:top + ch, left:left + cw])
+    crop = Image.fromarray(photo[top : top + ch, left : left + cw])
     if rng.random() < 0.5:
         crop = crop.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
     return crop.resize((size, size), Image.Resampling.BILINEAR)
@@ -97,8 +98,10 @@ def main(argv: list[str] | None = None) -> int:
             image.save(root / name / f"{i:05d}.jpg", quality=args.quality)
     if args.bad:
         write_bad_files(root, "digit_0")
-    print(f"{root}: {len(sources)} classes x {args.per_class} JPEGs of {args.size}x{args.size}"
-          + (" (+ bad files)" if args.bad else ""))
+    print(
+        f"{root}: {len(sources)} classes x {args.per_class} JPEGs of {args.size}x{args.size}"
+        + (" (+ bad files)" if args.bad else "")
+    )
     return 0
 
 

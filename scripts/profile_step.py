@@ -6,6 +6,7 @@ oneDNN/cuDNN kernel choice), then profiles `--steps` steps and prints the ops by
     python scripts/profile_step.py cifar10-resnet18 --set speedups.compile.enabled=false
     python scripts/profile_step.py cifar10-resnet18 --set 'speedups={}'   # fp32 eager
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,20 +43,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2, help="steps before profiling")
     parser.add_argument("--steps", type=int, default=3, help="steps profiled")
     parser.add_argument("--rows", type=int, default=15)
-    parser.add_argument("--sync-debug", action="store_true",
-                        help="CUDA: warn, with a stack, of each host-device sync in the profiled steps")
+    parser.add_argument(
+        "--sync-debug",
+        action="store_true",
+        help="CUDA: warn, with a stack, of each host-device sync in the profiled steps",
+    )
     args = parser.parse_args(argv)
-    overrides = [*args.overrides, f"train.max_steps={args.warmup + args.steps}", "train.eval_every_epochs=0",
-                 "log.progress=false", "log.tensorboard=false"]
+    overrides = [
+        *args.overrides,
+        f"train.max_steps={args.warmup + args.steps}",
+        "train.eval_every_epochs=0",
+        "log.progress=false",
+        "log.tensorboard=false",
+    ]
     recipe = load_recipe(args.recipe, overrides)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if recipe.device.startswith("cuda") else [])
-    with profile(activities=activities, schedule=schedule(
-            wait=max(args.warmup - 1, 0), warmup=min(args.warmup, 1), active=args.steps, repeat=1)) as prof:
+    with profile(
+        activities=activities,
+        schedule=schedule(wait=max(args.warmup - 1, 0), warmup=min(args.warmup, 1), active=args.steps, repeat=1),
+    ) as prof:
         trainer = build_trainer(recipe, extra_callbacks=[StepProfiler(prof, args.warmup if args.sync_debug else None)])
         trainer.val_loader = None  # the final evaluation is not part of a step
         trainer.fit()
     # on a GPU, its time first, then the host's (where the CPU blocks: syncs, pinned allocations, launches)
-    clocks = ["self_device_time_total", "self_cpu_time_total"][2 - len(activities):]
+    clocks = ["self_device_time_total", "self_cpu_time_total"][2 - len(activities) :]
     events = prof.key_averages()
     for clock in clocks:
         total_us = sum(getattr(e, clock) for e in events)

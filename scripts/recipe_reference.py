@@ -1,8 +1,9 @@
 """Write docs/recipe-reference.md from the recipe's pydantic models, so the reference cannot drift from the code.
 
-    python scripts/recipe_reference.py            # rewrite docs/recipe-reference.md
-    python scripts/recipe_reference.py --check    # exit 1 if the file is out of date (the tests do this)
+python scripts/recipe_reference.py            # rewrite docs/recipe-reference.md
+python scripts/recipe_reference.py --check    # exit 1 if the file is out of date (the tests do this)
 """
+
 from __future__ import annotations
 
 import sys
@@ -47,8 +48,10 @@ def _default(field) -> str:
 def _table(model: type[BaseModel], prefix: str) -> list[str]:
     rows = ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
     for name, field in model.model_fields.items():
-        rows.append(f"| `{prefix}{name}` | {_type(field.annotation)} | {_default(field)} | "
-                    f"{(field.description or '').replace('|', '/')} |")
+        rows.append(
+            f"| `{prefix}{name}` | {_type(field.annotation)} | {_default(field)} | "
+            f"{(field.description or '').replace('|', '/')} |"
+        )
     return rows
 
 
@@ -56,8 +59,14 @@ def _section(title: str, model: type[BaseModel], prefix: str) -> list[str]:
     lines = [f"### {title}", "", *_table(model, prefix), ""]
     for name, field in model.model_fields.items():
         annotation = field.annotation
-        nested = [a for a in getattr(annotation, "__args__", (annotation,)) if isinstance(a, type)
-                  and issubclass(a, BaseModel) and a.__module__.startswith("accel") and a.__name__ != "StrictModel"]
+        nested = [
+            a
+            for a in getattr(annotation, "__args__", (annotation,))
+            if isinstance(a, type)
+            and issubclass(a, BaseModel)
+            and a.__module__.startswith("accel")
+            and a.__name__ != "StrictModel"
+        ]
         for sub in nested:
             lines += _section(f"`{prefix}{name}`", sub, f"{prefix}{name}.")
     return lines
@@ -71,10 +80,16 @@ def _named(title: str, key: str, registry, extra: tuple[str, ...] = ()) -> list[
 
 
 def render() -> str:
-    lines = ["# Recipe reference", "",
-             "Generated from the code by `python scripts/recipe_reference.py`; every key, its default and meaning.",
-             "See docs/recipes.md for how recipes, `base:` and `--set` work.", "",
-             "## Top level and fixed sections", "", *_section("recipe", Recipe, "")]
+    lines = [
+        "# Recipe reference",
+        "",
+        "Generated from the code by `python scripts/recipe_reference.py`; every key, its default and meaning.",
+        "See docs/recipes.md for how recipes, `base:` and `--set` work.",
+        "",
+        "## Top level and fixed sections",
+        "",
+        *_section("recipe", Recipe, ""),
+    ]
     lines += _named("Tasks", "task", TASKS, extra=(IMPORTED,))
     lines += _named("Datasets", "data.dataset", DATASETS)
     lines += _named("Optimizers", "optim", OPTIMIZERS)
@@ -83,8 +98,14 @@ def render() -> str:
     lines += ["## Speed-ups: `speedups.NAME`", ""]
     for name in SPEEDUPS.names():
         doc = (SPEEDUPS.get(name).__doc__ or "").strip().splitlines()
-        lines += [f"### `{name}`", "", doc[0] if doc else "", "", *_table(SPEEDUPS.get(name).Config,
-                                                                         f"speedups.{name}."), ""]
+        lines += [
+            f"### `{name}`",
+            "",
+            doc[0] if doc else "",
+            "",
+            *_table(SPEEDUPS.get(name).Config, f"speedups.{name}."),
+            "",
+        ]
     return "\n".join(lines).rstrip() + "\n"
 
 

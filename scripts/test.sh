@@ -4,4 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check accel scripts benchmarks tests
+.venv/bin/ruff format --check accel scripts benchmarks tests
 .venv/bin/python -m pytest "$@"

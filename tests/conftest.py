@@ -1,4 +1,5 @@
 """Shared fixtures: tiny recipes that train in well under a second on a CPU."""
+
 from __future__ import annotations
 
 import copy
@@ -24,8 +25,10 @@ TINY = {
     "name": "tiny",
     "seed": 0,
     "model": {"name": "small_cnn", "args": {"width": 4}},
-    "data": {"dataset": {"name": "synthetic", "shape": [1, 8, 8], "num_samples": 64, "num_classes": 4},
-             "batch_size": 16},
+    "data": {
+        "dataset": {"name": "synthetic", "shape": [1, 8, 8], "num_samples": 64, "num_classes": 4},
+        "batch_size": 16,
+    },
     "optim": {"name": "sgd", "lr": 0.05},
     "train": {"epochs": 2},
     "device": "cpu",
@@ -52,8 +55,9 @@ def write_recipe(tmp_path):
 def cuda_only(test):
     """Mark `test` as needing CUDA; where there is none it is skipped, with that reason."""
     test = pytest.mark.cuda(test)
-    return pytest.mark.skipif(not torch.cuda.is_available(),
-                              reason="needs CUDA: torch.cuda.is_available() is False on this machine")(test)
+    return pytest.mark.skipif(
+        not torch.cuda.is_available(), reason="needs CUDA: torch.cuda.is_available() is False on this machine"
+    )(test)
 
 
 def wait_for_first_checkpoint(run_dir: Path, process: subprocess.Popen, timeout: float = 240) -> None:
@@ -67,5 +71,11 @@ def wait_for_first_checkpoint(run_dir: Path, process: subprocess.Popen, timeout:
 def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """`accel ARGS` in a fresh process, as a user runs it."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([sys.executable, "-m", "accel.cli", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "accel.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=env,
+    )

@@ -1,4 +1,5 @@
 """`accel train` as a user runs it: the run directory contract, bad input, and resuming after SIGKILL."""
+
 from __future__ import annotations
 
 import json
@@ -94,8 +95,13 @@ def test_resume_with_a_checkpoint_of_another_model(capsys, tiny, write_recipe, t
 
 
 def _train(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "accel.cli", "train", *args], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "accel.cli", "train", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path):
@@ -120,8 +126,10 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path):
 def test_quick_commands_answer_without_importing_torch(argv):
     """What makes them answer in well under a second on 2 cores: torch alone takes seconds to import there
     (the timings: python benchmarks/time_cli.py)."""
-    probe = ("import sys\nfrom accel.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
-             "print('torch imported' if 'torch' in sys.modules else 'torch not imported', file=sys.stderr)")
+    probe = (
+        "import sys\nfrom accel.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "print('torch imported' if 'torch' in sys.modules else 'torch not imported', file=sys.stderr)"
+    )
     done = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=60)
     assert done.stderr.strip().endswith("torch not imported"), done.stderr
 

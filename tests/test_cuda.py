@@ -3,6 +3,7 @@ whose CUDA kernels differ from the CPU's (fused optimizer, channels_last convolu
 
 Skipped with a reason where there is no GPU; `scripts/gpu-check` runs them on a GPU machine.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,13 @@ from conftest import cuda_only, run_cli
 
 pytestmark = pytest.mark.cuda
 
-FAST_CUDA = {"cudnn": {"benchmark": True, "allow_tf32": True}, "amp": {"dtype": "bf16"}, "channels_last": {},
-             "compile": {}, "optim": {"impl": "fused"}}
+FAST_CUDA = {
+    "cudnn": {"benchmark": True, "allow_tf32": True},
+    "amp": {"dtype": "bf16"},
+    "channels_last": {},
+    "compile": {},
+    "optim": {"impl": "fused"},
+}
 
 
 @cuda_only
@@ -39,8 +45,10 @@ def test_the_gpu_preset_trains_with_every_speed_up_active_and_restores_the_flags
 
 @cuda_only
 def test_fused_adamw_on_cuda_matches_the_foreach_kernels():
-    runs = {impl: tiny_trainer({"optim": {"impl": impl}}, device="cuda", train={"max_steps": 3})
-            for impl in ("fused", "foreach")}
+    runs = {
+        impl: tiny_trainer({"optim": {"impl": impl}}, device="cuda", train={"max_steps": 3})
+        for impl in ("fused", "foreach")
+    }
     for trainer in runs.values():
         trainer.fit()
     for fused, foreach in zip(weights(runs["fused"]), weights(runs["foreach"])):
@@ -59,8 +67,14 @@ def test_channels_last_on_cuda_gives_the_same_training_in_another_layout():
 
 @cuda_only
 def test_device_augmentation_on_cuda_equals_the_same_augmentation_on_the_cpu():
-    cfg = AugmentConfig(ops=[{"random_crop": {"size": 16, "padding": 2}}, {"hflip": {}}, {"cutout": {"size": 4}},
-                             {"mixup": {"alpha": 0.2}}])
+    cfg = AugmentConfig(
+        ops=[
+            {"random_crop": {"size": 16, "padding": 2}},
+            {"hflip": {}},
+            {"cutout": {"size": 4}},
+            {"mixup": {"alpha": 0.2}},
+        ]
+    )
     images = torch.randint(0, 256, (32, 3, 16, 16), dtype=torch.uint8).float()
     labels = torch.randint(0, 10, (32,))
     results = {}

@@ -1,4 +1,5 @@
 """Several processes through torchrun (gloo on CPU): same results as one process, and resumable."""
+
 from __future__ import annotations
 
 import json
@@ -18,21 +19,31 @@ from accel.cli import main
 from conftest import ROOT, wait_for_first_checkpoint
 
 RECIPE = {
-    "name": "ddp", "seed": 0,
+    "name": "ddp",
+    "seed": 0,
     # no batch norm: a sample's gradient must not depend on which process's batch it is in
     "model": {"name": "small_cnn", "args": {"width": 8, "batch_norm": False}},
-    "data": {"dataset": {"name": "synthetic", "shape": [1, 8, 8], "num_samples": 320, "num_classes": 4},
-             "batch_size": 8},
-    "optim": {"name": "sgd", "lr": 0.05}, "schedule": {"name": "onecycle"},
-    "train": {"epochs": 3}, "device": "cpu",
+    "data": {
+        "dataset": {"name": "synthetic", "shape": [1, 8, 8], "num_samples": 320, "num_classes": 4},
+        "batch_size": 8,
+    },
+    "optim": {"name": "sgd", "lr": 0.05},
+    "schedule": {"name": "onecycle"},
+    "train": {"epochs": 3},
+    "device": "cpu",
     "log": {"progress": False, "tensorboard": False, "every_steps": 5},
 }
 TOLERANCE = 1e-5  # float32 all-reduce sums in another order than one process's mean
 
 
 def _train(recipe, out, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "accel.cli", "train", str(recipe), "--out", str(out), *args],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "accel.cli", "train", str(recipe), "--out", str(out), *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _summary(out) -> dict:
@@ -85,8 +96,16 @@ def test_a_killed_two_process_run_resumes_to_the_same_result(recipe, tmp_path, s
 def test_fsdp_trains_as_ddp_does_and_writes_the_same_checkpoint(recipe, tmp_path):
     # accumulation (no reduce-scatter on the first micro-batch), clipping of sharded gradients, momentum state;
     # 165 samples leave 33 for validation: 17 and 16 per rank, so 3 and 2 batches, which FSDP must even out
-    harder = ("--set", "data.dataset.num_samples=165", "--set", "train.grad_accum=2", "--set",
-              "train.clip_grad_norm=0.5", "--set", "optim.momentum=0.9")
+    harder = (
+        "--set",
+        "data.dataset.num_samples=165",
+        "--set",
+        "train.grad_accum=2",
+        "--set",
+        "train.clip_grad_norm=0.5",
+        "--set",
+        "optim.momentum=0.9",
+    )
     runs = {s: _train(recipe, tmp_path / s, "--nproc", "2", "--set", f"strategy={s}", *harder) for s in ("ddp", "fsdp")}
     for strategy, run in runs.items():
         assert run.wait(timeout=300) == 0, f"{strategy}: {run.stderr.read()}"
@@ -103,8 +122,9 @@ def test_fsdp_trains_as_ddp_does_and_writes_the_same_checkpoint(recipe, tmp_path
         torch.testing.assert_close(b["model"][name], tensor, rtol=TOLERANCE, atol=TOLERANCE)
     assert b["optimizer"]["param_groups"] == a["optimizer"]["param_groups"]
     for index, state in a["optimizer"]["state"].items():
-        torch.testing.assert_close(b["optimizer"]["state"][index]["momentum_buffer"], state["momentum_buffer"],
-                                   rtol=1e-4, atol=TOLERANCE)
+        torch.testing.assert_close(
+            b["optimizer"]["state"][index]["momentum_buffer"], state["momentum_buffer"], rtol=1e-4, atol=TOLERANCE
+        )
     # the fsdp run as if stopped after its last step (a completed run is never resumed with no more to train),
     # resumed under ddp: nothing left to train, and its final evaluation agrees
     (tmp_path / "fsdp" / "summary.json").write_text(json.dumps({**fsdp, "status": "interrupted"}))
@@ -120,8 +140,11 @@ def test_a_signal_to_one_process_stops_every_rank_at_the_same_step(recipe, tmp_p
     longer = ("--set", "train.epochs=40")  # long enough that the signal lands mid-run
     run = _train(recipe, tmp_path / "run", "--nproc", "2", *longer)
     wait_for_first_checkpoint(tmp_path / "run", run)
-    workers = [p for p in psutil.Process(run.pid).children(recursive=True)
-               if "accel.cli" in p.cmdline() and "accel.torchrun" not in p.cmdline()]
+    workers = [
+        p
+        for p in psutil.Process(run.pid).children(recursive=True)
+        if "accel.cli" in p.cmdline() and "accel.torchrun" not in p.cmdline()
+    ]
     assert len(workers) == 2
     workers[-1].send_signal(signal.SIGTERM)  # one rank only: the others learn of it at the next agreement
     run.wait(timeout=240)
@@ -181,10 +204,21 @@ def test_the_torchrun_relay_passes_one_signal_acknowledges_the_second_and_kills_
     (tmp_path / "torchrun.py").write_text(FAKE_TORCHRUN)
     err = tmp_path / "err.txt"
     relay = subprocess.Popen(
-        [sys.executable, "-c", "import logging, sys\nfrom accel.distributed import run_torchrun\n"
-         "logging.basicConfig(level=logging.INFO, format='%(message)s')\n"
-         "print(run_torchrun(sys.argv[1:]), flush=True)", sys.executable, str(tmp_path / "torchrun.py"),
-         str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, stderr=err.open("w"), text=True)
+        [
+            sys.executable,
+            "-c",
+            "import logging, sys\nfrom accel.distributed import run_torchrun\n"
+            "logging.basicConfig(level=logging.INFO, format='%(message)s')\n"
+            "print(run_torchrun(sys.argv[1:]), flush=True)",
+            sys.executable,
+            str(tmp_path / "torchrun.py"),
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=err.open("w"),
+        text=True,
+    )
     try:
         _wait_for(lambda: (tmp_path / "rank-pid").exists() and (tmp_path / "rank-pid").read_text(), "torchrun")
         rank = psutil.Process(int((tmp_path / "rank-pid").read_text()))
@@ -225,9 +259,15 @@ def test_no_gloo_thread_outlives_a_finished_run(recipe, tmp_path):
         f"run_recipe(load_recipe({str(recipe)!r}, ['train.epochs=1']), out={str(tmp_path / 'run')!r})\n"
         "names = sorted(open(f'/proc/self/task/{t}/comm').read().strip() for t in os.listdir('/proc/self/task'))\n"
         f"report = os.path.join({str(tmp_path)!r}, 'threads-' + os.environ['RANK'] + '.json')\n"
-        "open(report, 'w').write(json.dumps(names))\n")
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                           str(script)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        "open(report, 'w').write(json.dumps(names))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     for rank in (0, 1):  # each rank writes its own file: two ranks' prints can interleave on one stdout
         threads = json.loads((tmp_path / f"threads-{rank}.json").read_text())

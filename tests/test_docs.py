@@ -1,4 +1,5 @@
 """Documentation that is generated from the code stays in step with it."""
+
 import subprocess
 import sys
 
@@ -6,6 +7,7 @@ from conftest import ROOT
 
 
 def test_recipe_reference_is_current():
-    result = subprocess.run([sys.executable, "scripts/recipe_reference.py", "--check"], cwd=ROOT,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "scripts/recipe_reference.py", "--check"], cwd=ROOT, capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr

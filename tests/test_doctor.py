@@ -1,4 +1,5 @@
 """`accel doctor`: the facts it collects, each speed trap on made-up machines, and the command's two outputs."""
+
 from __future__ import annotations
 
 import copy
@@ -12,9 +13,17 @@ from accel.devices import available_cpus
 from accel.doctor import collect, find_traps
 
 CLEAN = {
-    "versions": {"python": "3.11", "torch": "2.14.1", "torchvision": "0.29.1", "cuda": None, "cudnn": None,
-                 "nccl": None},
-    "device": "cpu (test cpu, 4 threads)", "cuda_available": False, "gpus": [],
+    "versions": {
+        "python": "3.11",
+        "torch": "2.14.1",
+        "torchvision": "0.29.1",
+        "cuda": None,
+        "cudnn": None,
+        "nccl": None,
+    },
+    "device": "cpu (test cpu, 4 threads)",
+    "cuda_available": False,
+    "gpus": [],
     "cpu": {"model": "test cpu", "cores": 4, "usable_cores": 4, "memory_mb": 8000.0},
     "threads": {"torch": 4, "interop": 4},
     "env": {},
@@ -39,16 +48,22 @@ def test_a_clean_machine_has_no_warnings():
     assert find_traps(machine(recipe={"num_workers": "auto", "pin_memory": "auto"})) == []
 
 
-@pytest.mark.parametrize("changes, expected", [
-    ({"threads.torch": 8}, "8 BLAS/OpenMP threads on 4 usable cores"),
-    ({"threads.torch": 2, "recipe": {"num_workers": 3}}, "3 loader worker(s) + 2 compute threads on 4 cores"),
-    ({"device": "cuda (H100)", "cuda_available": True, "recipe": {"num_workers": 6}}, "6 loader worker(s) on 4 cores"),
-    ({"cpu.cores": 32, "cpu.usable_cores": 32, "threads.torch": 32}, "OMP_NUM_THREADS is unset on a 32-core"),
-    ({"recipe": {"pin_memory": True}}, "pin_memory is true but there is no CUDA device"),
-    ({"flags.cudnn_deterministic": True, "flags.cudnn_benchmark": True}, "deterministic mode and cudnn.benchmark"),
-    ({"flags.deterministic_algorithms": True, "recipe": {"benchmark": True}}, "deterministic mode and cudnn.bench"),
-    ({"versions.cuda": "13.0"}, "torch is a CUDA 13.0 build but no CUDA device or driver is usable"),
-])
+@pytest.mark.parametrize(
+    "changes, expected",
+    [
+        ({"threads.torch": 8}, "8 BLAS/OpenMP threads on 4 usable cores"),
+        ({"threads.torch": 2, "recipe": {"num_workers": 3}}, "3 loader worker(s) + 2 compute threads on 4 cores"),
+        (
+            {"device": "cuda (H100)", "cuda_available": True, "recipe": {"num_workers": 6}},
+            "6 loader worker(s) on 4 cores",
+        ),
+        ({"cpu.cores": 32, "cpu.usable_cores": 32, "threads.torch": 32}, "OMP_NUM_THREADS is unset on a 32-core"),
+        ({"recipe": {"pin_memory": True}}, "pin_memory is true but there is no CUDA device"),
+        ({"flags.cudnn_deterministic": True, "flags.cudnn_benchmark": True}, "deterministic mode and cudnn.benchmark"),
+        ({"flags.deterministic_algorithms": True, "recipe": {"benchmark": True}}, "deterministic mode and cudnn.bench"),
+        ({"versions.cuda": "13.0"}, "torch is a CUDA 13.0 build but no CUDA device or driver is usable"),
+    ],
+)
 def test_each_trap_is_reported(changes, expected):
     said = find_traps(machine(**changes))
     assert len(said) == 1 and expected in said[0], said
@@ -61,13 +76,16 @@ def test_the_recipes_lint_ignore_silences_the_same_trap_in_doctor():
     assert find_traps(oversubscribed) == []
 
 
-@pytest.mark.parametrize("changes", [
-    {"threads.torch": 1, "recipe": {"num_workers": 3}},  # 1 + 3 threads on 4 cores: fits
-    {"device": "cuda (H100)", "cuda_available": True, "recipe": {"num_workers": 3, "pin_memory": True}},
-    {"cpu.cores": 32, "cpu.usable_cores": 32, "threads.torch": 8, "env": {"OMP_NUM_THREADS": "8"}},
-    {"versions.cuda": "13.0", "cuda_available": True, "device": "cuda (H100)"},
-    {"flags.cudnn_benchmark": True},
-])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"threads.torch": 1, "recipe": {"num_workers": 3}},  # 1 + 3 threads on 4 cores: fits
+        {"device": "cuda (H100)", "cuda_available": True, "recipe": {"num_workers": 3, "pin_memory": True}},
+        {"cpu.cores": 32, "cpu.usable_cores": 32, "threads.torch": 8, "env": {"OMP_NUM_THREADS": "8"}},
+        {"versions.cuda": "13.0", "cuda_available": True, "device": "cuda (H100)"},
+        {"flags.cudnn_benchmark": True},
+    ],
+)
 def test_near_misses_are_not_reported(changes):
     assert find_traps(machine(**changes)) == []
 

@@ -1,4 +1,5 @@
 """FLOPs per step, counted by torch's FlopCounterMode on any model, against analytic counts; MFU's peaks."""
+
 from __future__ import annotations
 
 import torch
@@ -28,15 +29,23 @@ def test_resnet18_flops_match_its_convolutions_and_layer():
     macs = []
     for module in model.modules():
         if isinstance(module, (nn.Conv2d, nn.Linear)):
-            module.register_forward_hook(lambda m, i, out: macs.append(
-                out.numel() * (m.in_features if isinstance(m, nn.Linear) else
-                               m.in_channels * m.kernel_size[0] * m.kernel_size[1])))
+            module.register_forward_hook(
+                lambda m, i, out: macs.append(
+                    out.numel()
+                    * (
+                        m.in_features
+                        if isinstance(m, nn.Linear)
+                        else m.in_channels * m.kernel_size[0] * m.kernel_size[1]
+                    )
+                )
+            )
     with torch.no_grad():
         model(torch.randn(batch, 3, 32, 32))
     forward = 2 * sum(macs)
     analytic = 3 * forward - 2 * 2 * macs[0]  # backward twice the forward, but no input gradient for the stem
-    counted = count_step_flops(model, Classification(), (torch.randn(batch, 3, 32, 32), torch.arange(batch)),
-                               torch.enable_grad())
+    counted = count_step_flops(
+        model, Classification(), (torch.randn(batch, 3, 32, 32), torch.arange(batch)), torch.enable_grad()
+    )
     assert abs(counted / analytic - 1) < 0.10
 
 
@@ -53,8 +62,13 @@ def test_counting_changes_nothing_the_run_depends_on():
 def test_every_run_reports_flops_and_mfu_against_the_measured_cpu_peak():
     model = nn.Sequential(nn.Flatten(), nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 3))
     data = [(torch.randn(8, 1, 4, 4), torch.randint(0, 3, (8,))) for _ in range(4)]
-    summary = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), data, device="cpu",
-                      config=TrainConfig(epochs=1, grad_accum=2)).fit()
+    summary = Trainer(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        data,
+        device="cpu",
+        config=TrainConfig(epochs=1, grad_accum=2),
+    ).fit()
     assert summary["flops_per_step"] == 2 * 3 * 2 * 8 * (16 * 32 + 32 * 3) - 2 * 2 * 8 * 16 * 32
     assert summary["flop_per_s"] > 0 and 0 < summary["mfu"] < 1
     assert summary["peak_source"].startswith("measured: best of 4 matmul shapes")
@@ -87,8 +101,9 @@ def test_a_cpu_peak_below_a_reached_rate_is_measured_again_and_the_higher_kept(t
 
 def test_mfu_over_one_on_a_cpu_measures_the_peak_again_once(monkeypatch):
     asked = []
-    monkeypatch.setattr(peaks, "cpu_peak", lambda dtype, at_least: asked.append(at_least) or
-                        peaks.Peak(2e10, dtype, "measured: again"))
+    monkeypatch.setattr(
+        peaks, "cpu_peak", lambda dtype, at_least: asked.append(at_least) or peaks.Peak(2e10, dtype, "measured: again")
+    )
     util = Utilisation()
     util.flops_per_sample, util.peak = 1e8, peaks.Peak(1e10, "fp32", "measured: best of 4 matmul shapes")
     assert util.stats(150.0)["mfu"] == 0.75  # 1.5e10 FLOP/s against the peak measured again

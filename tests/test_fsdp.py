@@ -1,5 +1,6 @@
 """`strategy: fsdp` in one process: which speed-ups it refuses, and how a recipe asks for it. Training sharded
 across processes is tested in test_distributed.py."""
+
 from __future__ import annotations
 
 import pytest
@@ -19,8 +20,7 @@ def speedups(**configs):
 
 
 def test_speedups_that_cannot_run_sharded_are_refused_together_with_the_reason():
-    refused = speedups(channels_last={}, jit={}, ema={}, amp={"dtype": "fp16"}, optim={"impl": "fused"},
-                       compile={})
+    refused = speedups(channels_last={}, jit={}, ema={}, amp={"dtype": "fp16"}, optim={"impl": "fused"}, compile={})
     with pytest.raises(AccelError) as err:
         refuse(refused, torch.device("cpu"), FullyShard())
     message = str(err.value)
@@ -30,8 +30,11 @@ def test_speedups_that_cannot_run_sharded_are_refused_together_with_the_reason()
 
 
 def test_speedups_that_run_sharded_pass():
-    refuse(speedups(amp={"dtype": "bf16"}, compile={"dynamic": False}, optim={"impl": "auto"}, threads={},
-                    cudnn={}), torch.device("cpu"), FullyShard())
+    refuse(
+        speedups(amp={"dtype": "bf16"}, compile={"dynamic": False}, optim={"impl": "auto"}, threads={}, cudnn={}),
+        torch.device("cpu"),
+        FullyShard(),
+    )
 
 
 def test_blocks_are_the_residual_stages_not_their_layers():

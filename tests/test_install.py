@@ -1,6 +1,7 @@
 """`pip install .` into a fresh environment, then from another folder: the shipped recipes are listed and the
 quickstart trains by name. The checkout is copied first, so the build leaves no files in it; torch and the
 other dependencies come from this interpreter's site-packages (a .pth line), so nothing is downloaded."""
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,18 @@ def installed(tmp_path_factory) -> Path:
     # A plain path line: this environment's packages (torch, pip, setuptools) without its .pth files, so the
     # editable accel installed there is not seen.
     (purelib / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    _run(str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-         "--disable-pip-version-check", str(source), cwd=tmp)
+    _run(
+        str(venv / "bin" / "python"),
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-deps",
+        "--no-build-isolation",
+        "--disable-pip-version-check",
+        str(source),
+        cwd=tmp,
+    )
     return venv / "bin"
 
 
@@ -52,8 +63,19 @@ def test_accel_recipes_lists_the_shipped_recipes_after_pip_install(installed, tm
 @pytest.mark.slow
 def test_accel_train_quickstart_by_name_after_pip_install(installed, tmp_path):
     out = tmp_path / "x"
-    printed = _run(str(installed / "accel"), "train", "quickstart", "--out", str(out), "--set", "train.epochs=1",
-                   "--set", "log.tensorboard=false", cwd=tmp_path, timeout=600)
+    printed = _run(
+        str(installed / "accel"),
+        "train",
+        "quickstart",
+        "--out",
+        str(out),
+        "--set",
+        "train.epochs=1",
+        "--set",
+        "log.tensorboard=false",
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert printed.strip().splitlines()[-1] == str(out)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["metrics"]["val_accuracy"] > 0.2  # chance: 0.1

@@ -1,4 +1,5 @@
 """accel.io: atomic writes leave the old file or the new one, never a part; strict JSON has no NaN."""
+
 from __future__ import annotations
 
 import errno

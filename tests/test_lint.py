@@ -1,4 +1,5 @@
 """The speed lint: each trap set up (for real where a CPU can, else as made-up facts), found with its fix."""
+
 from __future__ import annotations
 
 import time
@@ -14,9 +15,23 @@ from accel.recipe import load_recipe
 from accel.run import build_trainer
 from accel.speedups.channels_last import ChannelsLast
 
-CLEAN = {"device": "cpu", "cores": 2, "torch_threads": 2, "blas_threads": 2, "workers": 0, "pin_memory": False,
-         "in_memory": False, "anomaly_detection": False, "deterministic": False, "optimizer": "AdamW", "fused": False,
-         "fused_exists": True, "needless": {}, "amp": False, "fast_bf16": False}
+CLEAN = {
+    "device": "cpu",
+    "cores": 2,
+    "torch_threads": 2,
+    "blas_threads": 2,
+    "workers": 0,
+    "pin_memory": False,
+    "in_memory": False,
+    "anomaly_detection": False,
+    "deterministic": False,
+    "optimizer": "AdamW",
+    "fused": False,
+    "fused_exists": True,
+    "needless": {},
+    "amp": False,
+    "fast_bf16": False,
+}
 
 
 def _codes(found: list[lint.Finding]) -> list[str]:
@@ -27,8 +42,13 @@ def _fit(model: nn.Module | None = None, loader=None, **kwargs) -> dict:
     torch.manual_seed(0)
     model = model or nn.Sequential(nn.Flatten(), nn.Linear(8, 4))
     data = TensorDataset(torch.randn(32, 8), torch.randint(0, 4, (32,)))
-    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), loader or DataLoader(data, batch_size=8),
-                      device="cpu", **kwargs)
+    trainer = Trainer(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loader or DataLoader(data, batch_size=8),
+        device="cpu",
+        **kwargs,
+    )
     return trainer.fit()
 
 
@@ -93,8 +113,12 @@ def test_workers_competing_with_compute_are_found(monkeypatch):
 
 def test_more_cpu_processes_than_cores_are_found(monkeypatch):
     found = lint.findings(CLEAN | {"processes": 4})  # `accel train --nproc 4` on 2 cores
-    assert [(f.code, f.fix) for f in found] == [("processes-over-cores", "--nproc 2 or fewer (on a CPU, fewer "
-                                                 "processes with more threads each are usually faster).")]
+    assert [(f.code, f.fix) for f in found] == [
+        (
+            "processes-over-cores",
+            "--nproc 2 or fewer (on a CPU, fewer processes with more threads each are usually faster).",
+        )
+    ]
     assert found[0].found.startswith("4 training processes on 2 usable cores")
     assert lint.findings(CLEAN | {"processes": 2}) == []
     assert lint.findings(CLEAN | {"processes": 4, "device": "cuda", "pin_memory": True, "fused": True}) == []
@@ -119,11 +143,14 @@ def test_data_wait_with_few_workers_is_found_at_the_end():
     assert lint.findings(CLEAN | {"in_memory": True}, {"data_wait_fraction": 0.5}) == []  # workers cannot help
 
 
-@pytest.mark.parametrize("change, code", [
-    ({"device": "cuda", "pin_memory": False, "fused": True}, "pin-memory-off"),
-    ({"device": "cuda", "pin_memory": True, "fused": False}, "optimizer-not-fused"),
-    ({"fast_bf16": True}, "fp32-with-fast-bf16"),
-])
+@pytest.mark.parametrize(
+    "change, code",
+    [
+        ({"device": "cuda", "pin_memory": False, "fused": True}, "pin-memory-off"),
+        ({"device": "cuda", "pin_memory": True, "fused": False}, "optimizer-not-fused"),
+        ({"fast_bf16": True}, "fp32-with-fast-bf16"),
+    ],
+)
 def test_gpu_and_matrix_unit_traps_on_made_up_machines(change, code):
     assert _codes(lint.findings(CLEAN | change)) == [code]
     assert lint.findings(CLEAN | change | {"amp": True, "pin_memory": True, "fused": True}) == []

@@ -1,5 +1,6 @@
 """Language models: token datasets (a folder of text files, memory-mapped token files), the GPT, the
 language_model task from a recipe, and other tasks named in a recipe."""
+
 from __future__ import annotations
 
 import math
@@ -17,10 +18,14 @@ from accel.run import build_trainer, run_recipe
 from accel.tasks import LanguageModel, Regression
 
 LM = {
-    "name": "lm", "seed": 0, "task": "language_model",
+    "name": "lm",
+    "seed": 0,
+    "task": "language_model",
     "model": {"name": "gpt", "args": {"width": 16, "depth": 1, "heads": 2}},
     "data": {"dataset": {"name": "text_files", "context": 16}, "batch_size": 8},
-    "optim": {"name": "adamw", "lr": 3e-3}, "train": {"max_steps": 6}, "device": "cpu",
+    "optim": {"name": "adamw", "lr": 3e-3},
+    "train": {"max_steps": 6},
+    "device": "cpu",
     "log": {"progress": False, "tensorboard": False, "every_steps": 2},
 }
 
@@ -43,8 +48,7 @@ def test_token_chunks_are_consecutive_windows_with_targets_shifted_by_one():
 
 def test_text_files_reads_the_sorted_files_as_bytes_and_holds_out_the_tail(tmp_path):
     folder = text_folder(tmp_path, {"b.py": "b" * 60, "a.py": "a" * 40, "notes.txt": "x" * 100})
-    splits = TextFiles.build(TextFiles.Config(name="text_files", root=str(folder), context=9, val_fraction=0.1),
-                             seed=0)
+    splits = TextFiles.build(TextFiles.Config(name="text_files", root=str(folder), context=9, val_fraction=0.1), seed=0)
     assert splits.vocab_size == 256 and splits.sample_shape == (9,)
     train, val = splits.train, splits.val
     assert bytes(train.tokens[:41].tolist()) == b"a" * 40 + b"b"  # a.py first; notes.txt not matched
@@ -70,8 +74,9 @@ def test_token_files_are_memory_mapped_with_the_vocabulary_read_from_them(tmp_pa
     ids = np.random.default_rng(0).integers(0, 70_000 if dtype == "uint32" else 5000, 1000).astype(dtype)
     ids.tofile(tmp_path / "train.bin")
     ids[:200].tofile(tmp_path / "val.bin")
-    cfg = TokenFile.Config(name="token_file", path=str(tmp_path / "train.bin"), val_path=str(tmp_path / "val.bin"),
-                           dtype=dtype, context=10)
+    cfg = TokenFile.Config(
+        name="token_file", path=str(tmp_path / "train.bin"), val_path=str(tmp_path / "val.bin"), dtype=dtype, context=10
+    )
     splits = TokenFile.build(cfg, seed=0)
     assert isinstance(splits.train.tokens, np.memmap) and splits.vocab_size == int(ids.max()) + 1
     assert splits.train[3][0].tolist() == ids[30:40].tolist() and len(splits.val) == 19
@@ -83,8 +88,9 @@ def test_a_token_file_of_the_wrong_size_or_vocabulary_is_refused(tmp_path):
         TokenFile.build(TokenFile.Config(name="token_file", path=str(tmp_path / "odd.bin")), seed=0)
     np.array([1, 2, 300] * 20, dtype=np.uint16).tofile(tmp_path / "ids.bin")
     with pytest.raises(DataError, match="token id 300 is outside vocab_size 256"):
-        TokenFile.build(TokenFile.Config(name="token_file", path=str(tmp_path / "ids.bin"), vocab_size=256,
-                                         context=4), seed=0)
+        TokenFile.build(
+            TokenFile.Config(name="token_file", path=str(tmp_path / "ids.bin"), vocab_size=256, context=4), seed=0
+        )
     with pytest.raises(DataError, match="no file at"):
         TokenFile.build(TokenFile.Config(name="token_file", path=str(tmp_path / "none.bin")), seed=0)
 
@@ -117,9 +123,19 @@ def test_the_language_model_task_scores_every_next_token():
 
 
 def test_a_language_model_trains_from_a_recipe_and_reports_its_metrics(tmp_path):
-    recipe = validate_recipe({**LM, "data": {**LM["data"], "dataset": {
-        "name": "text_files", "root": str(text_folder(tmp_path, {"a.py": "def f(x):\n    return x\n" * 40})),
-        "context": 16}}})
+    recipe = validate_recipe(
+        {
+            **LM,
+            "data": {
+                **LM["data"],
+                "dataset": {
+                    "name": "text_files",
+                    "root": str(text_folder(tmp_path, {"a.py": "def f(x):\n    return x\n" * 40})),
+                    "context": 16,
+                },
+            },
+        }
+    )
     summary = run_recipe(recipe, out=tmp_path / "run")
     metrics = summary["metrics"]
     assert summary["status"] == "completed" and summary["tokens_per_s"] > 0
@@ -128,7 +144,8 @@ def test_a_language_model_trains_from_a_recipe_and_reports_its_metrics(tmp_path)
 
 
 def test_regression_and_a_users_own_task_are_named_in_a_recipe(tmp_path, monkeypatch, tiny):
-    (tmp_path / "my_tasks.py").write_text(textwrap.dedent("""
+    (tmp_path / "my_tasks.py").write_text(
+        textwrap.dedent("""
         import torch.nn.functional as F
         from accel.tasks import Classification
 
@@ -139,7 +156,8 @@ def test_regression_and_a_users_own_task_are_named_in_a_recipe(tmp_path, monkeyp
         def plain(model, batch):
             inputs, targets = batch
             return F.cross_entropy(model(inputs.float()), targets)
-    """))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     task = build_trainer(validate_recipe({**tiny, "task": {"name": "my_tasks:Smoothed", "args": {"smoothing": 0.1}}}))
     assert type(task.task).__name__ == "Smoothed"
@@ -150,16 +168,20 @@ def test_regression_and_a_users_own_task_are_named_in_a_recipe(tmp_path, monkeyp
 
 
 def test_an_unknown_task_lists_the_valid_ones(tiny):
-    with pytest.raises(RecipeError, match=r"Unknown task `langauge_model` \(did you mean `language_model`\?\)\. "
-                       r"Valid tasks: classification, language_model, model_loss, package.module:attribute, "
-                       r"regression"):
+    with pytest.raises(
+        RecipeError,
+        match=r"Unknown task `langauge_model` \(did you mean `language_model`\?\)\. "
+        r"Valid tasks: classification, language_model, model_loss, package.module:attribute, "
+        r"regression",
+    ):
         validate_recipe({**tiny, "task": "langauge_model"})
 
 
 def test_mixup_with_another_task_is_refused_before_training(tiny):
     tiny["data"]["augment"] = {"ops": ["hflip", {"mixup": {"alpha": 0.2}}]}
-    with pytest.raises(AccelError, match="mixup mix class labels, so they need `task: classification`, not "
-                       "`regression`"):
+    with pytest.raises(
+        AccelError, match="mixup mix class labels, so they need `task: classification`, not `regression`"
+    ):
         build_trainer(validate_recipe({**tiny, "task": "regression"}))
 
 

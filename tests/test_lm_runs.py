@@ -1,5 +1,6 @@
 """The language-model path end to end in fresh processes: two processes (DDP) equal one with the same global
 batch, and a run killed with SIGKILL resumes to exactly the uninterrupted result."""
+
 from __future__ import annotations
 
 import json
@@ -22,10 +23,15 @@ def lm_recipe(tmp_path) -> Path:
     corpus.mkdir()
     (corpus / "textwrap.py").write_text(Path(textwrap.__file__).read_text())  # ~20 kB of real text
     recipe = {
-        "name": "lm", "seed": 0, "task": "language_model", "device": "cpu",
+        "name": "lm",
+        "seed": 0,
+        "task": "language_model",
+        "device": "cpu",
         "model": {"name": "gpt", "args": {"width": 16, "depth": 1, "heads": 2}},
         "data": {"dataset": {"name": "text_files", "root": str(corpus), "context": 16}, "batch_size": 8},
-        "optim": {"name": "adamw", "lr": 3e-3}, "schedule": {"name": "onecycle"}, "train": {"epochs": 2},
+        "optim": {"name": "adamw", "lr": 3e-3},
+        "schedule": {"name": "onecycle"},
+        "train": {"epochs": 2},
         "log": {"progress": False, "tensorboard": False, "every_steps": 5},
     }
     path = tmp_path / "lm.yaml"

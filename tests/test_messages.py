@@ -1,4 +1,5 @@
 """Mistakes users make get a message that names the file or the recipe key, never a traceback (exit code 2)."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -34,15 +35,19 @@ def test_a_plain_state_dict_as_last_pt_is_named_as_such(killed, capsys):
     model = torch.load(last, weights_only=True)["model"]
     torch.save(model, last)
     err = refused(capsys, "train", recipe, "--out", out, "--resume")
-    assert f"{last} is not a checkpoint written by accel: it holds {len(model)} tensors by name (a model's " \
-           "state_dict?), without model, model_signature, optimizer" in err
+    assert (
+        f"{last} is not a checkpoint written by accel: it holds {len(model)} tensors by name (a model's "
+        "state_dict?), without model, model_signature, optimizer" in err
+    )
     assert f"The newest intact checkpoint beside it is {out / 'checkpoints' / 'epoch-002.pt'}" in err
 
 
 def test_an_unknown_model_argument_names_the_key_the_model_and_its_arguments(tiny, write_recipe, capsys):
     err = refused(capsys, "train", write_recipe(tiny), "--set", "model.args.widht=8")
-    assert ("model.args.widht: model `small_cnn` takes no argument `widht` (did you mean `width`?). Its arguments: "
-            "num_classes, in_channels, width, batch_norm.") in err
+    assert (
+        "model.args.widht: model `small_cnn` takes no argument `widht` (did you mean `width`?). Its arguments: "
+        "num_classes, in_channels, width, batch_norm."
+    ) in err
 
 
 def test_an_unknown_torchvision_argument_names_the_key(tiny, write_recipe, capsys):
@@ -59,10 +64,16 @@ def test_a_validation_fraction_that_leaves_no_training_sample_names_the_key(tiny
 
 
 def _token_recipe(path, **dataset) -> dict:
-    return {"name": "lm", "model": {"name": "gpt", "args": {"width": 8, "depth": 1, "heads": 2}},
-            "data": {"dataset": {"name": "token_file", "path": str(path), "context": 8, **dataset}, "batch_size": 4},
-            "task": "language_model", "optim": {"name": "adamw"}, "train": {"max_steps": 2}, "device": "cpu",
-            "log": {"progress": False, "tensorboard": False}}
+    return {
+        "name": "lm",
+        "model": {"name": "gpt", "args": {"width": 8, "depth": 1, "heads": 2}},
+        "data": {"dataset": {"name": "token_file", "path": str(path), "context": 8, **dataset}, "batch_size": 4},
+        "task": "language_model",
+        "optim": {"name": "adamw"},
+        "train": {"max_steps": 2},
+        "device": "cpu",
+        "log": {"progress": False, "tensorboard": False},
+    }
 
 
 def test_an_empty_token_file_is_named(write_recipe, tmp_path, capsys):
@@ -91,11 +102,12 @@ def test_a_head_smaller_than_the_vocabulary_is_refused_up_front(write_recipe, tm
 def test_a_head_smaller_than_the_classes_is_refused_up_front(tiny, write_recipe, capsys):
     tiny["model"]["num_classes"] = 2
     err = refused(capsys, "train", write_recipe(tiny))
-    assert "model.num_classes is 2, but the data has 4 classes (labels 0 to 3): set model.num_classes to at least 4" \
-        in err
+    assert (
+        "model.num_classes is 2, but the data has 4 classes (labels 0 to 3): set model.num_classes to at least 4" in err
+    )
 
 
-@pytest.mark.parametrize("text", ["{\"status\": \"compl", "[1, 2]"])
+@pytest.mark.parametrize("text", ['{"status": "compl', "[1, 2]"])
 def test_a_damaged_summary_is_a_warning_not_a_traceback(tmp_path, caplog, text):
     from accel.export.report import _trained_accuracy
     from accel.rundir import RunDir

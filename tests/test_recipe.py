@@ -1,4 +1,5 @@
 """Recipes: inheritance, overrides, validation messages that point at the file and line."""
+
 from __future__ import annotations
 
 import subprocess
@@ -39,8 +40,7 @@ def test_base_is_merged_deep_and_the_recipe_wins(tiny, write_recipe, tmp_path):
 
 def test_set_overrides_are_typed_like_yaml(tiny, write_recipe):
     path = write_recipe(tiny)
-    recipe = load_recipe(path, ["optim.lr=1e-3", "train.epochs=3", "optim.nesterov=false",
-                                "speedups.channels_last={}"])
+    recipe = load_recipe(path, ["optim.lr=1e-3", "train.epochs=3", "optim.nesterov=false", "speedups.channels_last={}"])
     assert recipe.optim.lr == pytest.approx(1e-3) and recipe.train.epochs == 3
     assert recipe.optim.nesterov is False and "channels_last" in recipe.speedups
     assert parse_value("3e-4") == pytest.approx(3e-4)  # YAML 1.1 would read a string here
@@ -66,11 +66,14 @@ def test_misspelt_key_inside_a_named_section(tiny, write_recipe):
     assert "`optim.momentun`" in message and "did you mean `momentum`?" in message
 
 
-@pytest.mark.parametrize("key, value, words", [
-    (("optim", "lr"), -0.1, "greater than 0"),
-    (("data", "batch_size"), 0, "greater than or equal to 1"),
-    (("train", "epochs"), "many", "valid integer"),
-])
+@pytest.mark.parametrize(
+    "key, value, words",
+    [
+        (("optim", "lr"), -0.1, "greater than 0"),
+        (("data", "batch_size"), 0, "greater than or equal to 1"),
+        (("train", "epochs"), "many", "valid integer"),
+    ],
+)
 def test_bad_values_are_named(tiny, write_recipe, key, value, words):
     tiny[key[0]][key[1]] = value
     message = _error(tiny, write_recipe)
@@ -89,9 +92,14 @@ def test_missing_recipe_and_missing_base(tiny, write_recipe, tmp_path):
     assert "`base:` file not found" in _error(tiny, write_recipe)
 
 
-@pytest.mark.parametrize("section, name, kind", [
-    (("optim",), "adam", "optimizer"), (("data", "dataset"), "mnist", "dataset"), (("schedule",), "cosin", "scheduler"),
-])
+@pytest.mark.parametrize(
+    "section, name, kind",
+    [
+        (("optim",), "adam", "optimizer"),
+        (("data", "dataset"), "mnist", "dataset"),
+        (("schedule",), "cosin", "scheduler"),
+    ],
+)
 def test_unknown_names_list_the_valid_ones(tiny, write_recipe, section, name, kind):
     node = tiny
     for key in section[:-1]:
@@ -134,7 +142,8 @@ def test_yaml_12_booleans_keep_on_and_yes_as_words():
 
 
 BOMB = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 9))
+    f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 9)
+)
 
 
 def test_an_alias_bomb_is_refused_in_bounded_memory(tmp_path):
@@ -142,10 +151,12 @@ def test_an_alias_bomb_is_refused_in_bounded_memory(tmp_path):
     # before any expansion (the line tracking used to expand every alias: 3 GB, then MemoryError).
     path = tmp_path / "bomb.yaml"
     path.write_text(BOMB + "model: {name: small_cnn}\n")
-    code = (f"import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
-            f"from accel.errors import RecipeError\nfrom accel.recipe_yaml import read_yaml\n"
-            f"try:\n    read_yaml(__import__('pathlib').Path({str(path)!r}))\n"
-            f"except RecipeError as err:\n    print(err)\nelse:\n    print('accepted')\n")
+    code = (
+        f"import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
+        f"from accel.errors import RecipeError\nfrom accel.recipe_yaml import read_yaml\n"
+        f"try:\n    read_yaml(__import__('pathlib').Path({str(path)!r}))\n"
+        f"except RecipeError as err:\n    print(err)\nelse:\n    print('accepted')\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "expands to more than 100000 values through its aliases" in done.stdout

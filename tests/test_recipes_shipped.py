@@ -1,4 +1,5 @@
 """Every shipped recipe and preset validates against the speed-ups that exist; the ResNet-18 recipe trains."""
+
 from __future__ import annotations
 
 import math
@@ -33,8 +34,9 @@ def test_preset_validates_under_a_recipe(path, tiny, write_recipe):
 
 
 def test_fast_presets_hold_the_measured_combinations():
-    cpu, cuda = (yaml.safe_load((CONFIGS_DIR / name).read_text())["speedups"]
-                 for name in ("fast-cpu.yaml", "fast-cuda.yaml"))
+    cpu, cuda = (
+        yaml.safe_load((CONFIGS_DIR / name).read_text())["speedups"] for name in ("fast-cpu.yaml", "fast-cuda.yaml")
+    )
     assert cpu == {"amp": {"dtype": "bf16"}, "channels_last": {}, "compile": {}}
     assert {"cudnn", "amp", "channels_last", "compile", "optim"} <= set(cuda)
     assert cuda["optim"]["impl"] == "fused" and cuda["cudnn"]["benchmark"] and cuda["cudnn"]["allow_tf32"]
@@ -51,8 +53,15 @@ def test_resnet_recipe_inherits_the_cpu_preset_and_its_shape():
 
 def test_resnet_recipe_trains_two_steps():
     # eager backend: dynamo still captures the whole ResNet, without inductor's 30 s of code generation
-    overrides = ["train.max_steps=2", "data.batch_size=4", "data.dataset.num_samples=20", "device=cpu",
-                 "speedups.compile.backend=eager", "log.progress=false", "log.tensorboard=false"]
+    overrides = [
+        "train.max_steps=2",
+        "data.batch_size=4",
+        "data.dataset.num_samples=20",
+        "device=cpu",
+        "speedups.compile.backend=eager",
+        "log.progress=false",
+        "log.tensorboard=false",
+    ]
     recipe = load_recipe("cifar10-resnet18", overrides)
     trainer = build_trainer(recipe)
     summary = trainer.fit()
@@ -63,8 +72,13 @@ def test_resnet_recipe_trains_two_steps():
 
 def test_lm_recipe_trains_a_few_steps_on_the_standard_library():
     # amp off: the tests let bf16 run on any CPU, and where it is emulated it makes this minutes instead of seconds
-    overrides = ["train.max_steps=3", "data.dataset.val_fraction=0.01", "speedups.amp.enabled=false",
-                 "log.progress=false", "log.tensorboard=false"]
+    overrides = [
+        "train.max_steps=3",
+        "data.dataset.val_fraction=0.01",
+        "speedups.amp.enabled=false",
+        "log.progress=false",
+        "log.tensorboard=false",
+    ]
     recipe = load_recipe("lm-bytes", overrides)
     assert recipe.task.name == "language_model" and recipe.data.dataset.root == "stdlib"
     trainer = build_trainer(recipe)

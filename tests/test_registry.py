@@ -1,4 +1,5 @@
 """Registries and import strings: every command names the user code a recipe makes it import."""
+
 from __future__ import annotations
 
 import logging
@@ -9,7 +10,7 @@ import yaml
 from accel import registry
 from accel.cli import main
 
-MODULE = '''
+MODULE = """
 from accel.models import small_cnn
 
 
@@ -20,7 +21,7 @@ def build(num_classes, in_channels):
 def loss(model, batch):
     images, labels = batch
     return model(images).logsumexp(1).mean() - model(images).gather(1, labels[:, None]).mean()
-'''
+"""
 SAID = "importing user code: user_code_mod:build (model), user_code_mod:loss (task)"
 
 
@@ -41,12 +42,15 @@ def _said(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.getMessage().startswith("importing user code")]
 
 
-@pytest.mark.parametrize("command, code", [
-    (["train", "{recipe}", "--out", "{tmp}/run", "--set", "train.max_steps=1"], 0),
-    (["bench", "{recipe}", "--vary", "data.batch_size=8,16", "--list"], 0),
-    (["tune", "{recipe}", "--batch-sizes=", "--workers=", "--threads=", "--no-speedups"], 2),  # nothing to tune
-    (["cache", "build", "{recipe}"], 2),  # the data is in memory: nothing to cache
-])
+@pytest.mark.parametrize(
+    "command, code",
+    [
+        (["train", "{recipe}", "--out", "{tmp}/run", "--set", "train.max_steps=1"], 0),
+        (["bench", "{recipe}", "--vary", "data.batch_size=8,16", "--list"], 0),
+        (["tune", "{recipe}", "--batch-sizes=", "--workers=", "--threads=", "--no-speedups"], 2),  # nothing to tune
+        (["cache", "build", "{recipe}"], 2),  # the data is in memory: nothing to cache
+    ],
+)
 def test_each_command_names_the_user_code_it_imports(command, code, user_recipe, caplog):
     caplog.set_level(logging.INFO, logger="accel")
     assert main([part.format(recipe=user_recipe, tmp=user_recipe.parent) for part in command]) == code

@@ -1,4 +1,5 @@
 """Per-rank seeds: rank 0 keeps the recipe's seed, every other rank a stream of its own."""
+
 from __future__ import annotations
 
 from accel.rng import rank_seed

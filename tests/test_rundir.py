@@ -1,5 +1,6 @@
 """What a run directory guarantees: never overwritten, never changed by a refused command, strict JSON, a diverged
 run said so, a resume command that works as printed, damaged checkpoints named, no stale temporary files."""
+
 from __future__ import annotations
 
 import hashlib
@@ -20,8 +21,11 @@ from conftest import ROOT, wait_for_first_checkpoint
 
 def snapshot(folder) -> dict[str, str]:
     """Every file under `folder` and a hash of its bytes."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def refused(capsys, *argv: str) -> str:
@@ -83,8 +87,9 @@ def test_a_refused_resume_changes_nothing_in_the_run(finished, tiny, write_recip
     before = snapshot(out)
     tiny["model"]["args"]["width"] = 8
     tiny["log"]["tensorboard"] = True
-    assert "different model" in refused(capsys, "train", str(write_recipe(tiny, "other.yaml")), "--out", str(out),
-                                        "--resume", "--set", "train.epochs=3")
+    assert "different model" in refused(
+        capsys, "train", str(write_recipe(tiny, "other.yaml")), "--out", str(out), "--resume", "--set", "train.epochs=3"
+    )
     assert snapshot(out) == before  # no rewritten recipe.yaml, no new TensorBoard file
 
 
@@ -124,8 +129,13 @@ def test_the_printed_resume_command_continues_the_same_run(tiny, write_recipe, t
     tiny["data"]["dataset"]["num_samples"] = 640  # 32 steps an epoch: room to interrupt, quick to resume
     tiny["train"] = {"epochs": 3}
     recipe, out = write_recipe(tiny), tmp_path / "run"
-    run = subprocess.Popen([sys.executable, "-m", "accel.cli", "train", str(recipe), "--set", "train.epochs=30",
-                            "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = subprocess.Popen(
+        [sys.executable, "-m", "accel.cli", "train", str(recipe), "--set", "train.epochs=30", "--out", str(out)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     wait_for_first_checkpoint(out, run)
     run.send_signal(signal.SIGINT)
     _, err = run.communicate(timeout=240)
@@ -133,8 +143,9 @@ def test_the_printed_resume_command_continues_the_same_run(tiny, write_recipe, t
     printed = err.strip().splitlines()[-1]
     assert printed.startswith("interrupted; continue with: accel train ")
     argv = printed.split("continue with: accel ", 1)[1].split()
-    resumed = subprocess.run([sys.executable, "-m", "accel.cli", *argv], cwd=ROOT, capture_output=True, text=True,
-                             timeout=600)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "accel.cli", *argv], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert strict((out / "summary.json").read_text())["epochs"] == 30  # the run's --set, not the file's 3
 
@@ -184,9 +195,11 @@ def test_a_mid_epoch_resume_ends_on_the_uninterrupted_train_loss(tiny, write_rec
 
 
 def test_an_error_in_a_loader_worker_shows_its_own_line_only():
-    wrapped = DataError("Caught DataError in DataLoader worker process 0.\nOriginal Traceback (most recent call "
-                        "last):\n  File \"x.py\", line 3, in load\n    raise DataError(...)\naccel.errors.DataError: "
-                        "cannot decode /data/a.jpg: truncated")
+    wrapped = DataError(
+        "Caught DataError in DataLoader worker process 0.\nOriginal Traceback (most recent call "
+        'last):\n  File "x.py", line 3, in load\n    raise DataError(...)\naccel.errors.DataError: '
+        "cannot decode /data/a.jpg: truncated"
+    )
     assert user_message(wrapped) == "cannot decode /data/a.jpg: truncated"
     assert user_message(DataError("plain")) == "plain"
 

@@ -1,5 +1,6 @@
 """A run directory's records stay true through what users do to them: divergence after the last log line, a
 SIGKILL and a resume, a recipe edited between runs, thousands of epochs, a full disk."""
+
 from __future__ import annotations
 
 import errno
@@ -55,8 +56,12 @@ def test_a_resume_after_sigkill_logs_each_step_once_in_strict_json(tiny, write_r
     tiny["log"]["every_steps"] = 1
     recipe, out = write_recipe(tiny), tmp_path / "run"
     metrics = out / "metrics.jsonl"
-    run = subprocess.Popen([sys.executable, "-m", "accel.cli", "train", str(recipe), "--out", str(out), "--set",
-                            "train.epochs=30"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run = subprocess.Popen(
+        [sys.executable, "-m", "accel.cli", "train", str(recipe), "--out", str(out), "--set", "train.epochs=30"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_for_first_checkpoint(out, run)
         deadline = time.time() + 240
@@ -73,8 +78,22 @@ def test_a_resume_after_sigkill_logs_each_step_once_in_strict_json(tiny, write_r
         run.communicate(timeout=60)
     with metrics.open("a") as handle:
         handle.write('{"kind": "step", "epoch": 2, "st')  # a record cut mid-write
-    assert main(["train", str(recipe), "--out", str(out), "--resume", "--set", "train.epochs=30", "--set",
-                 f"train.max_steps={saved + 3}"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                str(recipe),
+                "--out",
+                str(out),
+                "--resume",
+                "--set",
+                "train.epochs=30",
+                "--set",
+                f"train.max_steps={saved + 3}",
+            ]
+        )
+        == 0
+    )
     records = [strict(line) for line in metrics.read_text().splitlines()]
     steps = [r["step"] for r in records if r["kind"] == "step"]
     assert steps == list(range(1, saved + 4))
@@ -172,17 +191,21 @@ def _interrupted(tiny, write_recipe, tmp_path, capsys, monkeypatch, **changes):
     return out
 
 
-def test_a_resume_takes_the_optimizer_settings_of_the_edited_recipe(tiny, write_recipe, tmp_path, capsys, caplog,
-                                                                    monkeypatch):
+def test_a_resume_takes_the_optimizer_settings_of_the_edited_recipe(
+    tiny, write_recipe, tmp_path, capsys, caplog, monkeypatch
+):
     out = _interrupted(tiny, write_recipe, tmp_path, capsys, monkeypatch)
     text = (out / "recipe.yaml").read_text()
     assert "lr: 0.05" in text and "weight_decay: 0.0" in text
-    (out / "recipe.yaml").write_text(text.replace("lr: 0.05", "lr: 0.01").replace("weight_decay: 0.0",
-                                                                                   "weight_decay: 0.0001"))
+    (out / "recipe.yaml").write_text(
+        text.replace("lr: 0.05", "lr: 0.01").replace("weight_decay: 0.0", "weight_decay: 0.0001")
+    )
     caplog.set_level("INFO", logger="accel")
     assert main(["train", str(out / "recipe.yaml"), "--out", str(out), "--resume"]) == 0
-    assert ("the recipe's optimizer settings replace the checkpoint's: optim.lr 0.05 -> 0.01, "
-            "optim.weight_decay 0.0 -> 0.0001") in caplog.text
+    assert (
+        "the recipe's optimizer settings replace the checkpoint's: optim.lr 0.05 -> 0.01, "
+        "optim.weight_decay 0.0 -> 0.0001"
+    ) in caplog.text
     group = torch.load(out / "checkpoints" / "last.pt", weights_only=True)["optimizer"]["param_groups"][0]
     assert group["lr"] == 0.01 and group["weight_decay"] == 0.0001
 
@@ -192,8 +215,10 @@ def test_a_new_learning_rate_under_a_schedule_is_refused_on_resume(tiny, write_r
     before = (out / "checkpoints" / "last.pt").read_bytes()
     assert main(["train", str(out / "recipe.yaml"), "--out", str(out), "--resume", "--set", "optim.lr=0.01"]) == 2
     err = capsys.readouterr().err
-    assert (f"optim.lr is 0.01 in the recipe but 0.05 in checkpoint {out / 'checkpoints' / 'last.pt'}, and the "
-            "learning-rate schedule in the checkpoint was planned around the old value") in err
+    assert (
+        f"optim.lr is 0.01 in the recipe but 0.05 in checkpoint {out / 'checkpoints' / 'last.pt'}, and the "
+        "learning-rate schedule in the checkpoint was planned around the old value"
+    ) in err
     assert "Resume with optim.lr: 0.05" in err
     assert (out / "checkpoints" / "last.pt").read_bytes() == before
 
@@ -207,8 +232,11 @@ def test_a_full_disk_writing_summary_or_metrics_is_a_clear_error(tmp_path, monke
     run_dir = RunDir(tmp_path)
     run_dir.write_json("summary.json", {"status": "completed"})
     monkeypatch.setattr("accel.io.os.fsync", _no_space)  # where a full disk surfaces when the data is flushed
-    with pytest.raises(AccelError, match=rf"Disk full: could not write {tmp_path / 'summary.json'} \(\d+ bytes\); "
-                                         "its previous version is intact"):
+    with pytest.raises(
+        AccelError,
+        match=rf"Disk full: could not write {tmp_path / 'summary.json'} \(\d+ bytes\); "
+        "its previous version is intact",
+    ):
         run_dir.write_json("summary.json", {"status": "failed"})
     assert strict((tmp_path / "summary.json").read_text()) == {"status": "completed"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]

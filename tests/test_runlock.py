@@ -1,5 +1,6 @@
 """One writer per run directory: a second `accel train` or `--resume` is refused with the holder's PID and
 changes nothing; the lock dies with its process, so a killed run can be resumed."""
+
 from __future__ import annotations
 
 import os
@@ -29,12 +30,17 @@ def test_a_second_writer_is_refused_with_the_holders_pid_and_changes_nothing(tin
     assert snapshot(out) == before
 
 
-def test_a_run_still_training_refuses_a_resume_and_frees_its_directory_when_killed(tiny, write_recipe, tmp_path,
-                                                                                  capsys):
+def test_a_run_still_training_refuses_a_resume_and_frees_its_directory_when_killed(
+    tiny, write_recipe, tmp_path, capsys
+):
     tiny["data"]["dataset"]["num_samples"] = 640
     recipe, out = write_recipe(tiny), tmp_path / "run"
-    run = subprocess.Popen([sys.executable, "-m", "accel.cli", "train", str(recipe), "--out", str(out), "--set",
-                            "train.epochs=100"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    run = subprocess.Popen(
+        [sys.executable, "-m", "accel.cli", "train", str(recipe), "--out", str(out), "--set", "train.epochs=100"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         wait_for_first_checkpoint(out, run)
         err = refused(capsys, "train", str(recipe), "--out", str(out), "--resume", "--set", "train.epochs=100")

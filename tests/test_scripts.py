@@ -1,4 +1,5 @@
 """The measurement scripts (benchmarks/, scripts/profile_step.py) run end to end on tiny inputs."""
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,17 @@ def test_profile_step_prints_where_a_step_goes(tiny, write_recipe):
 
 def test_token_batch_cost_times_every_variant(tmp_path):
     report = tmp_path / "cost.json"
-    out = _script("benchmarks/token_batch_cost.py", "--tokens", "100000", "--rounds", "2", "--per-round", "3",
-                  "--json", str(report))
+    out = _script(
+        "benchmarks/token_batch_cost.py",
+        "--tokens",
+        "100000",
+        "--rounds",
+        "2",
+        "--per-round",
+        "3",
+        "--json",
+        str(report),
+    )
     assert "shipped us" in out.splitlines()[0]
     results = json.loads(report.read_text())["results"]
     assert [(r["batch"], r["context"]) for r in results] == [(12, 64), (32, 128), (16, 1024)]
@@ -36,8 +46,23 @@ def test_token_batch_cost_times_every_variant(tmp_path):
 
 def test_compare_plain_loop_reports_a_ratio_and_a_verdict(tmp_path):
     report = tmp_path / "compare.json"
-    _script("benchmarks/compare_plain_loop.py", "--model", "small_cnn", "--shape", "1", "16", "16", "--batch-size",
-            "16", "--steps", "3", "--rounds", "2", "--json", str(report))
+    _script(
+        "benchmarks/compare_plain_loop.py",
+        "--model",
+        "small_cnn",
+        "--shape",
+        "1",
+        "16",
+        "16",
+        "--batch-size",
+        "16",
+        "--steps",
+        "3",
+        "--rounds",
+        "2",
+        "--json",
+        str(report),
+    )
     result = json.loads(report.read_text())
     assert result["verdict"] in {"within", "not within", "inconclusive"}
     assert len(result["rounds"]) == 2 and result["ratio_accel_over_plain"]["median"] > 0
@@ -48,16 +73,41 @@ def test_compare_plain_loop_reports_a_ratio_and_a_verdict(tmp_path):
 def test_compare_plain_loop_on_a_recipe_with_overrides(tiny, write_recipe, tmp_path):
     report = tmp_path / "compare.json"
     tiny |= {"schedule": {"name": "onecycle"}, "train": tiny["train"] | {"clip_grad_norm": 1.0}}
-    _script("benchmarks/compare_plain_loop.py", "--recipe", str(write_recipe(tiny)), "--set", "data.batch_size=8",
-            "--steps", "3", "--rounds", "2", "--json", str(report))
+    _script(
+        "benchmarks/compare_plain_loop.py",
+        "--recipe",
+        str(write_recipe(tiny)),
+        "--set",
+        "data.batch_size=8",
+        "--steps",
+        "3",
+        "--rounds",
+        "2",
+        "--json",
+        str(report),
+    )
     result = json.loads(report.read_text())
     assert (result["model"], result["batch_size"]) == (tiny["model"]["name"], 8)
     assert len(result["rounds"]) == 2 and result["step_verdict"] in {"within", "not within", "inconclusive"}
     assert result["speedups_applied"] == result["plain_speedups"] == []
     # the plain side alone with channels_last and twice the batch: time per sample, whatever the batch
-    _script("benchmarks/compare_plain_loop.py", "--recipe", str(write_recipe(tiny)), "--set", "data.batch_size=8",
-            "--plain-set", "speedups.channels_last.enabled=true", "--plain-set", "data.batch_size=16",
-            "--steps", "2", "--rounds", "2", "--json", str(report))
+    _script(
+        "benchmarks/compare_plain_loop.py",
+        "--recipe",
+        str(write_recipe(tiny)),
+        "--set",
+        "data.batch_size=8",
+        "--plain-set",
+        "speedups.channels_last.enabled=true",
+        "--plain-set",
+        "data.batch_size=16",
+        "--steps",
+        "2",
+        "--rounds",
+        "2",
+        "--json",
+        str(report),
+    )
     result = json.loads(report.read_text())
     assert result["plain_speedups"] == ["channels_last"] and result["speedups_applied"] == []
     assert (result["batch_size"], result["plain_batch_size"]) == (8, 16)
@@ -81,14 +131,42 @@ def test_peak_rates_measures_each_precision_the_device_has(tmp_path):
 
 def test_transformer_probe_reports_tokens_per_second_and_a_row_per_variant(tmp_path):
     out = tmp_path / "probe.json"
-    _script("benchmarks/transformer_probe.py", "--device", "cpu", "--layers", "1", "--width", "32", "--heads", "2",
-            "--context", "16", "--batch", "2", "--vocab", "64", "--steps", "2", "--warmup", "1", "--variants",
-            "fp32,bf16+math", "--peak-tflops", "1", "--json", str(out))
+    _script(
+        "benchmarks/transformer_probe.py",
+        "--device",
+        "cpu",
+        "--layers",
+        "1",
+        "--width",
+        "32",
+        "--heads",
+        "2",
+        "--context",
+        "16",
+        "--batch",
+        "2",
+        "--vocab",
+        "64",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--variants",
+        "fp32,bf16+math",
+        "--peak-tflops",
+        "1",
+        "--json",
+        str(out),
+    )
     rows = {row["variant"]: row for row in json.loads(out.read_text())["rows"]}
     assert rows["fp32"]["tokens_per_s"] > 0 and 0 < rows["fp32"]["mfu"] < 1
     assert rows["bf16+math"]["loss"] < 5  # ln(64) = 4.2 at a sane initialisation
-    typo = subprocess.run([sys.executable, "benchmarks/transformer_probe.py", "--variants", "bf16+flsh"], cwd=ROOT,
-                          capture_output=True, text=True)
+    typo = subprocess.run(
+        [sys.executable, "benchmarks/transformer_probe.py", "--variants", "bf16+flsh"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert typo.returncode == 2 and "unknown variant(s) bf16+flsh" in typo.stderr
 
 
@@ -104,7 +182,11 @@ def test_gpu_check_writes_one_json_that_later_runs_add_to(tmp_path):
 def test_time_cli_times_each_quick_command_in_a_fresh_process():
     lines = _script("benchmarks/time_cli.py", "--repeat", "1").splitlines()
     assert [line.split(" median ")[0].strip() for line in lines] == [
-        "accel --help", "accel recipes", "accel speedups", "python -c 'import torch'"]
+        "accel --help",
+        "accel recipes",
+        "accel speedups",
+        "python -c 'import torch'",
+    ]
 
 
 def test_compare_peer_gpt_times_both_loops_at_two_lengths(tmp_path):
@@ -113,8 +195,9 @@ def test_compare_peer_gpt_times_both_loops_at_two_lengths(tmp_path):
     _script("benchmarks/compare_peer_gpt.py", "--steps", "1", "3", "--rounds", "2", "--json", str(report))
     result = json.loads(report.read_text())
     assert [r["order"] for r in result["rounds"]] == ["accel,plain", "plain,accel"]
-    assert all(r[f"{side}_{n}_s"] > 0 for r in result["rounds"] for side in ("accel", "plain")
-               for n in ("short", "long"))
+    assert all(
+        r[f"{side}_{n}_s"] > 0 for r in result["rounds"] for side in ("accel", "plain") for n in ("short", "long")
+    )
     # two and four steps are within this machine's noise: a pair may have no positive step time, and says so
     if result["ratio_plain_over_accel"] is None:
         assert result["verdict"].startswith("too noisy") and result["pairs_left_out"] == 1

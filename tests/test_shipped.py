@@ -1,4 +1,5 @@
 """A recipe argument is a file when one exists, else a shipped recipe's name; `base:` may name a shipped preset."""
+
 from __future__ import annotations
 
 import pytest

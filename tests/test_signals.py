@@ -1,6 +1,7 @@
 """Signals from the first byte a run writes to its last: start-up, the loop, the final checkpoint and summary.
 
 Each test sends SIGINT to its own process at one moment of an in-process `accel train`, as a Ctrl-C would."""
+
 from __future__ import annotations
 
 import hashlib
@@ -34,8 +35,7 @@ def run_files(out) -> set[str]:
     return {p.name for p in out.iterdir()}
 
 
-def test_a_signal_in_start_up_leaves_a_directory_a_new_run_can_use(tiny, write_recipe, tmp_path, capsys,
-                                                                   monkeypatch):
+def test_a_signal_in_start_up_leaves_a_directory_a_new_run_can_use(tiny, write_recipe, tmp_path, capsys, monkeypatch):
     import accel.run
 
     build = accel.run.build_trainer
@@ -50,7 +50,8 @@ def test_a_signal_in_start_up_leaves_a_directory_a_new_run_can_use(tiny, write_r
 
 
 def test_a_signal_before_the_first_step_ends_with_a_checkpoint_and_the_quoted_resume_command(
-        tiny, write_recipe, tmp_path, capsys, monkeypatch):
+    tiny, write_recipe, tmp_path, capsys, monkeypatch
+):
     from accel.trainer import Trainer
 
     fit = Trainer.fit
@@ -69,7 +70,8 @@ def test_a_signal_before_the_first_step_ends_with_a_checkpoint_and_the_quoted_re
 
 
 def test_a_second_signal_during_the_final_save_is_acknowledged_and_the_save_completes(
-        tiny, write_recipe, tmp_path, caplog, monkeypatch):
+    tiny, write_recipe, tmp_path, caplog, monkeypatch
+):
     end = Checkpointer.on_fit_end
 
     def signalled_end(self, trainer, summary):
@@ -86,7 +88,8 @@ def test_a_second_signal_during_the_final_save_is_acknowledged_and_the_save_comp
 
 
 def test_a_third_signal_stops_at_once_and_leaves_the_previous_checkpoint_intact(
-        tiny, write_recipe, tmp_path, capsys, monkeypatch):
+    tiny, write_recipe, tmp_path, capsys, monkeypatch
+):
     out, final = tmp_path / "run", []
     save, end = torch.save, Checkpointer.on_fit_end
     last = out / "checkpoints" / "last.pt"
@@ -106,8 +109,10 @@ def test_a_third_signal_stops_at_once_and_leaves_the_previous_checkpoint_intact(
     recipe = write_recipe(tiny)
     assert main(["train", str(recipe), "--out", str(out)]) == 130
     err = capsys.readouterr().err
-    assert "stopped at once, without the final checkpoint and summary; checkpoints/last.pt is the previous " \
-           f"checkpoint, intact; continue with: accel train {out}/recipe.yaml --out {out} --resume" in err
+    assert (
+        "stopped at once, without the final checkpoint and summary; checkpoints/last.pt is the previous "
+        f"checkpoint, intact; continue with: accel train {out}/recipe.yaml --out {out} --resume" in err
+    )
     assert hashlib.sha256(last.read_bytes()).hexdigest() == final[0]
     assert run_files(out / "checkpoints") == {"last.pt", "epoch-001.pt", "epoch-002.pt"}  # no temporary file
     assert not (out / "summary.json").exists()

@@ -1,4 +1,5 @@
 """Start-up: a one-process run imports none of FSDP's machinery, and summary.json says how long it took to start."""
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,13 @@ def test_a_one_process_run_imports_no_distributed_checkpoint_and_records_its_sta
     recipe, out = tmp_path / "tiny.yaml", tmp_path / "run"
     recipe.write_text(yaml.safe_dump(tiny))
     began = time.perf_counter()
-    result = subprocess.run([sys.executable, "-c", CHILD.format(modules=SHARDING, recipe=str(recipe), out=str(out))],
-                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", CHILD.format(modules=SHARDING, recipe=str(recipe), out=str(out))],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     lifetime = time.perf_counter() - began
     assert result.returncode == 0, result.stderr
     child = json.loads(result.stdout.strip().splitlines()[-1])

@@ -1,4 +1,5 @@
 """The Strategy / Precision seam and the one conflict rule, without processes or devices of their own."""
+
 from __future__ import annotations
 
 import pytest
@@ -51,11 +52,28 @@ def test_fp16_on_the_xla_strategy_is_skipped_with_why(monkeypatch):
 
 
 def test_setup_runs_phase_by_phase_then_by_name_with_the_strategy_in_wrap():
-    speedups = built(compile={"backend": "eager"}, ema={}, amp={}, optim={}, attention={"backend": "math"},
-                     channels_last={}, threads={}, cudnn={})
+    speedups = built(
+        compile={"backend": "eager"},
+        ema={},
+        amp={},
+        optim={},
+        attention={"backend": "math"},
+        channels_last={},
+        threads={},
+        cudnn={},
+    )
     order = setup_order([*speedups, DataParallel()])
-    assert [p.name for p in order] == ["cudnn", "threads", "channels_last", "attention", "optim", "amp", "ema",
-                                       "ddp", "compile"]
+    assert [p.name for p in order] == [
+        "cudnn",
+        "threads",
+        "channels_last",
+        "attention",
+        "optim",
+        "amp",
+        "ema",
+        "ddp",
+        "compile",
+    ]
     assert [p.phase for p in order] == sorted(p.phase for p in order) and order[-2].phase is Phase.WRAP
 
 

@@ -1,5 +1,6 @@
 """Any model, any task through the Trainer: a plain function, dict batches with a model that returns its loss,
 regression with a user's loss, and a loss on sequence-shaped outputs; each trains and evaluates."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,8 +24,15 @@ torch.manual_seed(0)
 
 
 def fit(model, train, val, **kw) -> dict:
-    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.05), DataLoader(train, batch_size=8),
-                      val_loader=DataLoader(val, batch_size=8), device="cpu", config=TrainConfig(epochs=2), **kw)
+    trainer = Trainer(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.05),
+        DataLoader(train, batch_size=8),
+        val_loader=DataLoader(val, batch_size=8),
+        device="cpu",
+        config=TrainConfig(epochs=2),
+        **kw,
+    )
     return trainer.fit()
 
 
@@ -114,8 +122,15 @@ def test_speed_ups_prepare_image_tensors_only():
 
     images = [{"image": torch.randn(3, 8, 8), "ids": torch.arange(4)} for _ in range(8)]
     model = nn.Conv2d(3, 2, 3)
-    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), DataLoader(images, batch_size=4),
-                      task=Images(), speedups=[ChannelsLast()], device="cpu", config=TrainConfig(epochs=1))
+    trainer = Trainer(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        DataLoader(images, batch_size=4),
+        task=Images(),
+        speedups=[ChannelsLast()],
+        device="cpu",
+        config=TrainConfig(epochs=1),
+    )
     trainer.fit()
     # the image went channels-last, the token ids were left alone: in the FLOP count and the two steps
     assert seen == [(True, 2)] * 3
@@ -151,8 +166,15 @@ def test_namedtuple_and_dataclass_batches_move_to_the_device_whole():
 
     batches = [batch] * 3
     model = nn.Linear(3, 1)
-    summary = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), batches, val_loader=batches, task=step,
-                      device="cpu", config=TrainConfig(epochs=1)).fit()
+    summary = Trainer(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        batches,
+        val_loader=batches,
+        task=step,
+        device="cpu",
+        config=TrainConfig(epochs=1),
+    ).fit()
     assert summary["status"] == "completed" and math.isfinite(summary["metrics"]["val_loss"])
 
 
@@ -171,8 +193,11 @@ class Wrapped(nn.Module):
 
     def forward(self, x):
         logits = self.linear(x)
-        return {"dict": lambda: {"logits": logits, "features": x}, "dataclass": lambda: Scores(logits, x),
-                "tuple": lambda: (logits, x)}[self.kind]()
+        return {
+            "dict": lambda: {"logits": logits, "features": x},
+            "dataclass": lambda: Scores(logits, x),
+            "tuple": lambda: (logits, x),
+        }[self.kind]()
 
 
 def classes(n: int = 48):

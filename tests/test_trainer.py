@@ -1,4 +1,5 @@
 """The loop: budgets, accumulation, clipping, evaluation, checkpoints and resuming mid-epoch."""
+
 from __future__ import annotations
 
 from contextlib import nullcontext
@@ -44,9 +45,13 @@ def _linear_trainer(batch_size: int, grad_accum: int, **train) -> Trainer:
     data = TensorDataset(torch.randn(32, 6), torch.randint(0, 3, (32,)))
     model = nn.Linear(6, 3)
     loader = DataLoader(data, batch_size=batch_size)  # fixed order: accumulation must not change the maths
-    return Trainer(model, torch.optim.SGD(model.parameters(), lr=0.5), loader, device="cpu",
-                   config=validate_recipe({**_TINY_SHELL, "train": {"epochs": 1, "grad_accum": grad_accum,
-                                                                     **train}}).train)
+    return Trainer(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.5),
+        loader,
+        device="cpu",
+        config=validate_recipe({**_TINY_SHELL, "train": {"epochs": 1, "grad_accum": grad_accum, **train}}).train,
+    )
 
 
 _TINY_SHELL = {"model": {"name": "small_cnn"}, "data": {"dataset": {"name": "digits"}}, "optim": {"name": "sgd"}}
@@ -148,9 +153,13 @@ def test_users_own_model_data_and_optimizer():
     x = torch.randn(64, 1, 8, 8)
     y = (x.mean(dim=(1, 2, 3)) > 0).long()
     model = nn.Sequential(nn.Flatten(), nn.Linear(64, 2))
-    trainer = Trainer(model, torch.optim.AdamW(model.parameters(), lr=1e-2),
-                      DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True),
-                      val_loader=DataLoader(TensorDataset(x, y), batch_size=32), device="cpu")
+    trainer = Trainer(
+        model,
+        torch.optim.AdamW(model.parameters(), lr=1e-2),
+        DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True),
+        val_loader=DataLoader(TensorDataset(x, y), batch_size=32),
+        device="cpu",
+    )
     summary = trainer.fit()
     assert summary["status"] == "completed" and summary["metrics"]["val_accuracy"] is not None
 
@@ -178,8 +187,14 @@ def test_eval_max_batches_evaluates_only_the_first_batches():
     torch.manual_seed(0)
     model = nn.Linear(4, 3)
     val = Counting([(torch.randn(5, 4), torch.randint(0, 3, (5,))) for _ in range(6)])
-    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), val[:2], val_loader=val, device="cpu",
-                      config=TrainConfig(eval_max_batches=2))
+    trainer = Trainer(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        val[:2],
+        val_loader=val,
+        device="cpu",
+        config=TrainConfig(eval_max_batches=2),
+    )
     whole = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), val[:2], val_loader=val[:2], device="cpu")
     assert trainer.evaluate() == whole.evaluate()  # the first two batches, and nothing else
     assert Counting.served == 2

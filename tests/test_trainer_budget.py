@@ -1,4 +1,5 @@
 """What a Trainer trains is what it says it trained: a loader used up after one pass, and fit() called again."""
+
 from __future__ import annotations
 
 import pytest
@@ -17,8 +18,9 @@ def _batches() -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 def _trainer(loader, **train) -> Trainer:
     model = nn.Linear(6, 3)
-    return Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), loader, device="cpu",
-                   config=TrainConfig(**train))
+    return Trainer(
+        model, torch.optim.SGD(model.parameters(), lr=0.1), loader, device="cpu", config=TrainConfig(**train)
+    )
 
 
 def test_a_loader_used_up_after_one_pass_is_an_error_not_empty_epochs():
@@ -43,8 +45,11 @@ def test_an_empty_loader_without_a_length_is_an_error():
 def test_fit_again_on_a_finished_trainer_says_so_and_trains_on_when_the_budget_grows():
     trainer = _trainer(_batches(), epochs=2)
     assert trainer.fit()["epochs"] == 2
-    with pytest.raises(AccelError, match=r"nothing left to train: this trainer's budget is spent \(train.epochs 2, "
-                                         r"2 done\)\. To train further, raise train.epochs or train.max_steps"):
+    with pytest.raises(
+        AccelError,
+        match=r"nothing left to train: this trainer's budget is spent \(train.epochs 2, "
+        r"2 done\)\. To train further, raise train.epochs or train.max_steps",
+    ):
         trainer.fit()
     trainer.cfg.epochs = 3
     summary = trainer.fit()

@@ -1,4 +1,5 @@
 """`accel tune`: the search on simulated measurements, then once for real through the CLI."""
+
 from __future__ import annotations
 
 import io
@@ -20,6 +21,7 @@ from accel.recipe import load_recipe, validate_recipe
 
 def simulated(seen: list):
     """A run_trials stand-in: samples/s grows with batch size up to 64 (then "OOM"); 1 worker is 1.5x faster."""
+
     def run_trials(jobs, out, settings, console=None, skip=None):
         results = []
         for trial, name, path in jobs:
@@ -32,8 +34,15 @@ def simulated(seen: list):
                 results.append(Trial(variant=name, trial=trial, error="torch.OutOfMemoryError: out of memory"))
                 continue
             sps = batch * 10 * (1.5 if workers == 1 else 1.0) * (1 + 0.001 * trial)
-            results.append(Trial(variant=name, trial=trial, error=None, samples_per_s=sps,
-                                 env={"device": "cpu (simulated)", "torch": "2.x"}))
+            results.append(
+                Trial(
+                    variant=name,
+                    trial=trial,
+                    error=None,
+                    samples_per_s=sps,
+                    env={"device": "cpu (simulated)", "torch": "2.x"},
+                )
+            )
         return results
 
     return run_trials
@@ -63,8 +72,10 @@ def test_search_picks_measured_best_bounds_batch_and_reuses(tiny, tmp_path):
     assert yaml.safe_load(text) == {"data": {"batch_size": 64, "loader": {"num_workers": 1}}}
     assert "# Written by `accel tune r.yaml` on " in text and "3 trial(s) in fresh processes, 5 timed steps" in text
     assert "data.batch_size: 64 (recipe had 16; 4.00x" in text and "re-check the learning rate" in text
-    user = {k: v for k, v in tiny.items()} | {"base": "configs/tuned.yaml",
-                                              "data": {"dataset": tiny["data"]["dataset"]}}
+    user = {k: v for k, v in tiny.items()} | {
+        "base": "configs/tuned.yaml",
+        "data": {"dataset": tiny["data"]["dataset"]},
+    }
     (tmp_path / "user.yaml").write_text(yaml.safe_dump(user))
     tuned = load_recipe(tmp_path / "user.yaml")
     assert (tuned.data.batch_size, tuned.data.loader.num_workers) == (64, 1)
@@ -77,11 +88,18 @@ def test_search_picks_measured_best_bounds_batch_and_reuses(tiny, tmp_path):
 
 def test_a_noise_level_win_keeps_the_current_value(tiny, tmp_path):
     fake = simulated([])
-    result = tune(validate_recipe(tiny), [Knob(WORKERS_KEY, [0])], tmp_path, TrialSettings(5, 1), trials=3,
-                  run_trials=fake)
+    result = tune(
+        validate_recipe(tiny), [Knob(WORKERS_KEY, [0])], tmp_path, TrialSettings(5, 1), trials=3, run_trials=fake
+    )
     assert result.chosen == {WORKERS_KEY: "auto"}  # 0 measured the same as auto: no reason to change
-    one = tune(validate_recipe(tiny), [Knob(BATCH_KEY, [64], bounded=True)], tmp_path, TrialSettings(5, 1), trials=1,
-               run_trials=fake)
+    one = tune(
+        validate_recipe(tiny),
+        [Knob(BATCH_KEY, [64], bounded=True)],
+        tmp_path,
+        TrialSettings(5, 1),
+        trials=1,
+        run_trials=fake,
+    )
     assert one.chosen == {BATCH_KEY: 16}  # 4x faster, but one trial cannot tell a gain from a noisy moment
     assert [r.note for r in one.rows] == ["chosen", "not trusted: fewer than 2 trials"]
 
@@ -101,8 +119,25 @@ def test_default_knobs(tiny):
 def test_tune_command_for_real(tiny, write_recipe, tmp_path, capsys):
     out, work = tmp_path / "tuned.yaml", tmp_path / "work"
     # 4096 is more than the training set holds, so it fails and bounds the search: 8192 is never run.
-    argv = ["tune", str(write_recipe(tiny)), "--batch-sizes", "16,4096,8192", "--workers=", "--threads=",
-            "--no-speedups", "--steps", "2", "--warmup", "1", "--trials", "1", "--out", str(out), "--work", str(work)]
+    argv = [
+        "tune",
+        str(write_recipe(tiny)),
+        "--batch-sizes",
+        "16,4096,8192",
+        "--workers=",
+        "--threads=",
+        "--no-speedups",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--trials",
+        "1",
+        "--out",
+        str(out),
+        "--work",
+        str(work),
+    ]
     assert main(argv) == 0
     captured = capsys.readouterr()
     assert captured.out.strip().splitlines()[-1] == str(out)
@@ -121,11 +156,17 @@ def test_tune_rejects_nothing_to_do(tiny, write_recipe, capsys):
     assert "nothing to tune" in capsys.readouterr().err
 
 
-def simulated_speedups(seen: list, has_conv: bool = True, compile_wall_s: float = 10.0, final_mean: float = 1.0,
-                       final_median_step: float = 1.0):
+def simulated_speedups(
+    seen: list,
+    has_conv: bool = True,
+    compile_wall_s: float = 10.0,
+    final_mean: float = 1.0,
+    final_median_step: float = 1.0,
+):
     """amp bf16 2x; channels_last noise; compile 1.5x per step but 100 s to compile; every trial takes 10 s (one
     that compiles `compile_wall_s`). In the final check, the tuned configuration runs `final_mean` times as fast by
     mean samples/s and `final_median_step` times by its median step (where they interact, not one by one)."""
+
     def run_trials(jobs, out, settings, console=None, skip=None):
         results = []
         for trial, name, path in jobs:
@@ -143,11 +184,21 @@ def simulated_speedups(seen: list, has_conv: bool = True, compile_wall_s: float 
                 sps *= final_mean if tuned else 1.0
             step = 16 / sps
             wall = compile_wall_s if "compile" in on else 10.0
-            results.append(Trial(variant=name, trial=trial, error=None, samples_per_s=sps, wall_s=wall,
-                                 median_step_samples_per_s=steady,
-                                 step_times_s=[step] * 4, first_step_s=100.0 if "compile" in on else 1.0,
-                                 model_traits={"has_conv": has_conv, "has_attention": False, "repeated_blocks": False},
-                                 steps_per_epoch=10, env={"device": "cpu (simulated)", "torch": "2.x"}))
+            results.append(
+                Trial(
+                    variant=name,
+                    trial=trial,
+                    error=None,
+                    samples_per_s=sps,
+                    wall_s=wall,
+                    median_step_samples_per_s=steady,
+                    step_times_s=[step] * 4,
+                    first_step_s=100.0 if "compile" in on else 1.0,
+                    model_traits={"has_conv": has_conv, "has_attention": False, "repeated_blocks": False},
+                    steps_per_epoch=10,
+                    env={"device": "cpu (simulated)", "torch": "2.x"},
+                )
+            )
         return results
 
     return run_trials
@@ -160,8 +211,13 @@ def test_speedups_are_kept_only_when_they_help_and_repay_their_start_up(monkeypa
     tiny["speedups"] = {"channels_last": {}}  # the recipe has it on; it measures as noise, so off wins
     base = validate_recipe(tiny)
     knobs = [k for k in build_knobs(base, speedups=True) if k.speedup]
-    assert [k.key for k in knobs] == ["speedups.amp", "speedups.channels_last", "speedups.attention",
-                                      "speedups.optim", "speedups.compile"]
+    assert [k.key for k in knobs] == [
+        "speedups.amp",
+        "speedups.channels_last",
+        "speedups.attention",
+        "speedups.optim",
+        "speedups.compile",
+    ]
     assert knobs[2].labels == ["off", "backend=flash"]  # the CUDA-only kernels are not candidates on a CPU
     assert knobs[4].labels == ["off", "on", "regional=true"]  # max-autotune: GPUs only
     result = tune(base, knobs, tmp_path, TrialSettings(5, 1), trials=3, final_check=True, run_trials=fake)
@@ -170,8 +226,10 @@ def test_speedups_are_kept_only_when_they_help_and_repay_their_start_up(monkeypa
     # compile: 1.5x, but 99 s more start-up is repaid after ~1,500 steps and the recipe runs 2 epochs x 10
     assert result.labels["speedups.compile"] == "off"
     notes = {(r.knob, r.label): r.note for r in result.rows}
-    assert notes[("speedups.compile", "on")].startswith("repays its start-up after") and "the run has 20" in notes[
-        ("speedups.compile", "on")]
+    assert (
+        notes[("speedups.compile", "on")].startswith("repays its start-up after")
+        and "the run has 20" in notes[("speedups.compile", "on")]
+    )
     assert notes[("speedups.compile", "regional=true")] == "not tried: the model has no repeated blocks"
     assert notes[("speedups.attention", "backend=flash")] == "not tried: the model has no attention modules"
     assert not any("regional" in name or "attention" in name for name, _ in seen)
@@ -185,8 +243,10 @@ def test_speedups_are_kept_only_when_they_help_and_repay_their_start_up(monkeypa
 def test_a_budget_leaves_the_knobs_that_do_not_fit(tiny, tmp_path):
     seen: list = []
     fake = simulated_speedups(seen)
-    knobs = [Knob("speedups.compile", [{"enabled": False}, {"enabled": True}], speedup=True, labels=["off", "on"]),
-             Knob(BATCH_KEY, [8, 32], bounded=True)]
+    knobs = [
+        Knob("speedups.compile", [{"enabled": False}, {"enabled": True}], speedup=True, labels=["off", "on"]),
+        Knob(BATCH_KEY, [8, 32], bounded=True),
+    ]
     result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=2, budget_s=50, run_trials=fake)
     assert len(seen) == 4  # the compile stage (4 trials of 10 s) ran; the batch stage's 6 trials would not fit
     skipped = [r for r in result.rows if r.knob == BATCH_KEY]  # every candidate but the recipe's own 16
@@ -196,14 +256,23 @@ def test_a_budget_leaves_the_knobs_that_do_not_fit(tiny, tmp_path):
 
 def test_a_budget_that_fits_no_comparison_writes_a_fragment_saying_nothing_was_measured(tiny, tmp_path):
     fake = simulated_speedups([])
-    knobs = [Knob("speedups.channels_last", [{"enabled": False}, {"enabled": True}], speedup=True,
-                  labels=["off", "on"], needs=[None, "has_conv"]), Knob(BATCH_KEY, [8, 32], bounded=True)]
+    knobs = [
+        Knob(
+            "speedups.channels_last",
+            [{"enabled": False}, {"enabled": True}],
+            speedup=True,
+            labels=["off", "on"],
+            needs=[None, "has_conv"],
+        ),
+        Knob(BATCH_KEY, [8, 32], bounded=True),
+    ]
     base = validate_recipe(tiny)
     # the traits probe (one 10 s trial) is all that runs in 1 s, then every stage is over the budget
     result = tune(base, knobs, tmp_path, TrialSettings(5, 1), trials=2, budget_s=1, final_check=True, run_trials=fake)
     assert result.compared == [] and result.final is None
-    text = write_fragment(result, tmp_path / "tuned.yaml", base, "accel tune r.yaml --budget 1s", TrialSettings(5, 1),
-                          2).read_text()
+    text = write_fragment(
+        result, tmp_path / "tuned.yaml", base, "accel tune r.yaml --budget 1s", TrialSettings(5, 1), 2
+    ).read_text()
     assert "# Nothing was measured: no knob's candidates ran beside its reference within the --budget" in text
     assert "trial(s) in fresh processes" not in text and yaml.safe_load(text) == {}
 
@@ -229,12 +298,26 @@ def test_an_interrupted_tune_command_writes_no_fragment(monkeypatch, tiny, write
 
     monkeypatch.setattr(tune_module, "tune", interrupted)  # the command's entry into the search, not the runner
     out = tmp_path / "tuned.yaml"
-    argv = ["tune", str(write_recipe(tiny)), "--batch-sizes", "8,16", "--workers", "0,1", "--threads=",
-            "--no-speedups", "--out", str(out), "--work", str(tmp_path / "work")]
+    argv = [
+        "tune",
+        str(write_recipe(tiny)),
+        "--batch-sizes",
+        "8,16",
+        "--workers",
+        "0,1",
+        "--threads=",
+        "--no-speedups",
+        "--out",
+        str(out),
+        "--work",
+        str(tmp_path / "work"),
+    ]
     assert main(argv) == 130
     assert not out.exists()
-    assert f"interrupted: no fragment written (nothing chosen from a search cut short); the trials so far are " \
-           f"under {tmp_path / 'work'}" in capsys.readouterr().err
+    assert (
+        f"interrupted: no fragment written (nothing chosen from a search cut short); the trials so far are "
+        f"under {tmp_path / 'work'}" in capsys.readouterr().err
+    )
 
 
 def test_a_stage_ends_when_its_first_trials_show_the_rest_would_overrun_the_budget(tiny, tmp_path):
@@ -251,11 +334,21 @@ def test_a_stage_ends_when_its_first_trials_show_the_rest_would_overrun_the_budg
 
 def test_the_budget_keeps_back_the_final_checks_trials(tiny, tmp_path):
     seen: list = []
-    knobs = [Knob("speedups.amp", [{"enabled": False}, {"dtype": "bf16"}], speedup=True, labels=["off", "bf16"]),
-             Knob(BATCH_KEY, [16, 32], bounded=True)]
+    knobs = [
+        Knob("speedups.amp", [{"enabled": False}, {"dtype": "bf16"}], speedup=True, labels=["off", "bf16"]),
+        Knob(BATCH_KEY, [16, 32], bounded=True),
+    ]
     # 85 s: after amp's 4 trials (40 s) the batch stage's 2 would fit, but not with the final check's 4 after it
-    result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=2, budget_s=85,
-                  final_check=True, run_trials=simulated_speedups(seen))
+    result = tune(
+        validate_recipe(tiny),
+        knobs,
+        tmp_path,
+        TrialSettings(5, 1),
+        trials=2,
+        budget_s=85,
+        final_check=True,
+        run_trials=simulated_speedups(seen),
+    )
     assert [r.note for r in result.rows if r.knob == BATCH_KEY] == ["not measured: over the --budget"]
     assert result.final.verdict == Verdict.HELPED and len(seen) == 4 + 4
 
@@ -267,16 +360,24 @@ def test_a_tuned_configuration_slower_than_the_recipe_is_not_written(tiny, tmp_p
     result = tune(base, knobs, tmp_path, TrialSettings(5, 1), trials=2, final_check=True, run_trials=fake)
     assert result.final.verdict == Verdict.HURT and result.final.ratio.median == pytest.approx(0.9, rel=0.01)
     assert result.chosen == {} and result.final.reverted == {"speedups.amp": {"dtype": "bf16"}}
-    text = write_fragment(result, tmp_path / "tuned.yaml", base, "accel tune r.yaml", TrialSettings(5, 1),
-                          2).read_text()
+    text = write_fragment(
+        result, tmp_path / "tuned.yaml", base, "accel tune r.yaml", TrialSettings(5, 1), 2
+    ).read_text()
     assert yaml.safe_load(text) == {} and "the recipe stays as it is" in text
 
 
 def test_a_model_without_convolutions_never_runs_channels_last(tiny, tmp_path):
     seen: list = []
     fake = simulated_speedups(seen, has_conv=False)
-    knobs = [Knob("speedups.channels_last", [{"enabled": False}, {"enabled": True}], speedup=True,
-                  labels=["off", "on"], needs=[None, "has_conv"])]
+    knobs = [
+        Knob(
+            "speedups.channels_last",
+            [{"enabled": False}, {"enabled": True}],
+            speedup=True,
+            labels=["off", "on"],
+            needs=[None, "has_conv"],
+        )
+    ]
     result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=2, run_trials=fake)
     assert {name for name, _ in seen} == {"speedups.channels_last=off"}  # the reference, to learn the traits
     assert [r.note for r in result.rows] == ["not tried: the model has no convolutions"]
@@ -286,8 +387,9 @@ def test_a_knob_the_recipe_does_not_set_starts_from_its_absence(tiny, tmp_path):
     seen: list = []
     fake = simulated(seen)
     base = validate_recipe(tiny)  # no `threads` speed-up: the reference is the recipe without one
-    result = tune(base, [Knob("speedups.threads.intra_op", [1, 2])], tmp_path, TrialSettings(5, 1), trials=2,
-                  run_trials=fake)
+    result = tune(
+        base, [Knob("speedups.threads.intra_op", [1, 2])], tmp_path, TrialSettings(5, 1), trials=2, run_trials=fake
+    )
     assert [r.label for r in result.rows] == ["null", "1", "2"]
     assert result.chosen == {"speedups.threads.intra_op": None}  # the simulated threads change nothing
     fragment = write_fragment(result, tmp_path / "tuned.yaml", base, "accel tune r.yaml", TrialSettings(5, 1), 2)
@@ -302,18 +404,33 @@ def test_a_knob_the_recipe_does_not_set_starts_from_its_absence(tiny, tmp_path):
 def test_a_gain_seen_only_in_the_mean_is_not_chosen(tiny, tmp_path):
     """The reference's trials each had a stalled step (mean 100 samples/s, median step 130); bf16 ran 130 in
     both readings. Its mean says helped, its median step says no effect: a stall, not a speed-up."""
+
     def fake(jobs, out, settings, console=None, skip=None):
         results = []
         for trial, name, path in jobs:
             on = yaml.safe_load(path.read_text())["speedups"]["amp"].get("enabled", True)
             mean = (130.0 if on else 100.0) + trial
-            results.append(Trial(variant=name, trial=trial, error=None, samples_per_s=mean,
-                                 median_step_samples_per_s=130.0 + trial / 10, wall_s=10.0))
+            results.append(
+                Trial(
+                    variant=name,
+                    trial=trial,
+                    error=None,
+                    samples_per_s=mean,
+                    median_step_samples_per_s=130.0 + trial / 10,
+                    wall_s=10.0,
+                )
+            )
         return results
 
     tiny["speedups"] = {"amp": {"dtype": "bf16", "enabled": False}}
-    knobs = [Knob("speedups.amp", [{"dtype": "bf16", "enabled": False}, {"dtype": "bf16", "enabled": True}],
-                  speedup=True, labels=["off", "bf16"])]
+    knobs = [
+        Knob(
+            "speedups.amp",
+            [{"dtype": "bf16", "enabled": False}, {"dtype": "bf16", "enabled": True}],
+            speedup=True,
+            labels=["off", "bf16"],
+        )
+    ]
     result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=3, run_trials=fake)
     assert result.labels["speedups.amp"] == "off"
     bf16 = next(r for r in result.rows if r.label == "bf16")
@@ -325,8 +442,9 @@ def test_a_tuned_configuration_slower_by_its_median_step_is_not_written(tiny, tm
     # in the final check the tuned configuration's mean equals the recipe's, its median step is 0.9x
     fake = simulated_speedups([], final_mean=0.5, final_median_step=0.45)
     knobs = [Knob("speedups.amp", [{"enabled": False}, {"dtype": "bf16"}], speedup=True, labels=["off", "bf16"])]
-    result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=2, final_check=True,
-                  run_trials=fake)
+    result = tune(
+        validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=2, final_check=True, run_trials=fake
+    )
     assert result.final.verdict == Verdict.NO_EFFECT and result.final.median_step_verdict == Verdict.HURT
     assert result.chosen == {} and result.final.reverted == {"speedups.amp": {"dtype": "bf16"}}
     console = Console(file=io.StringIO(), width=250)
@@ -337,19 +455,34 @@ def test_a_tuned_configuration_slower_by_its_median_step_is_not_written(tiny, tm
 def test_a_speed_up_that_moves_the_training_loss_is_not_chosen(tiny, tmp_path):
     """A 2x speed-up whose training loss went from 0.5 to 0.9 (a broken kernel, a dtype that diverges) is passed
     over; a batch size that moves the loss as much is chosen: a larger batch trains differently by design."""
+
     def fake(jobs, out, settings, console=None, skip=None):
         results = []
         for trial, name, path in jobs:
             recipe = yaml.safe_load(path.read_text())
             fast = recipe["speedups"]["amp"].get("enabled", True) or recipe["data"]["batch_size"] == 32
-            results.append(Trial(variant=name, trial=trial, error=None, wall_s=10.0,
-                                 samples_per_s=(200.0 if fast else 100.0) + trial,
-                                 final_loss=(0.9 if fast else 0.5) + trial / 100))
+            results.append(
+                Trial(
+                    variant=name,
+                    trial=trial,
+                    error=None,
+                    wall_s=10.0,
+                    samples_per_s=(200.0 if fast else 100.0) + trial,
+                    final_loss=(0.9 if fast else 0.5) + trial / 100,
+                )
+            )
         return results
 
     tiny["speedups"] = {"amp": {"dtype": "bf16", "enabled": False}}
-    knobs = [Knob("speedups.amp", [{"dtype": "bf16", "enabled": False}, {"dtype": "bf16", "enabled": True}],
-                  speedup=True, labels=["off", "bf16"]), Knob(BATCH_KEY, [16, 32], bounded=True)]
+    knobs = [
+        Knob(
+            "speedups.amp",
+            [{"dtype": "bf16", "enabled": False}, {"dtype": "bf16", "enabled": True}],
+            speedup=True,
+            labels=["off", "bf16"],
+        ),
+        Knob(BATCH_KEY, [16, 32], bounded=True),
+    ]
     result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=3, run_trials=fake)
     assert result.labels["speedups.amp"] == "off" and result.chosen[BATCH_KEY] == 32
     bf16 = next(r for r in result.rows if r.label == "bf16")

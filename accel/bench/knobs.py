@@ -8,6 +8,7 @@ own `conflict`) or the model cannot use (channels_last without convolutions, an 
 attention, regional compile without repeated blocks) are dropped with the reason, once the first trials have
 reported the model's traits.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -104,22 +105,32 @@ def _listed(text: str | None, default: list[Any]) -> list[Any]:
     return [parse_value(part) for part in text.split(",") if part.strip()]
 
 
-def build_knobs(base: Recipe, batch_sizes: str | None = None, workers: str | None = None,
-                threads: str | None = None, tries: list[str] = (), speedups: bool = False,
-                device: torch.device | None = None) -> list[Knob]:
+def build_knobs(
+    base: Recipe,
+    batch_sizes: str | None = None,
+    workers: str | None = None,
+    threads: str | None = None,
+    tries: list[str] = (),
+    speedups: bool = False,
+    device: torch.device | None = None,
+) -> list[Knob]:
     """The knobs to search, in order, with default candidates derived from the recipe and this machine's cores;
     with `speedups`, the speed-up knobs first."""
     b, cpus = base.data.batch_size, available_cpus()
     knobs = speedup_knobs(base, device or torch.device("cpu")) if speedups else []
-    knobs += [Knob(BATCH_KEY, _listed(batch_sizes, [max(1, b // 2), b, 2 * b, 4 * b]), bounded=True),
-              Knob(WORKERS_KEY, _listed(workers, [n for n in (0, 1, 2, 4) if n <= cpus]))]
+    knobs += [
+        Knob(BATCH_KEY, _listed(batch_sizes, [max(1, b // 2), b, 2 * b, 4 * b]), bounded=True),
+        Knob(WORKERS_KEY, _listed(workers, [n for n in (0, 1, 2, 4) if n <= cpus])),
+    ]
     key = threads_key()
     counts = sorted({n for n in (1, 2, 4, 8, 16, 32) if n <= cpus} | {cpus})
     if key is not None:
         knobs.append(Knob(key, _listed(threads, counts)))
     elif threads:
-        raise AccelError("--threads needs a registered `threads` speed-up with a thread-count option; "
-                         "none is installed. Use --try KEY=V1,V2 for the key your setup uses.")
+        raise AccelError(
+            "--threads needs a registered `threads` speed-up with a thread-count option; "
+            "none is installed. Use --try KEY=V1,V2 for the key your setup uses."
+        )
     for item in tries:
         variants = vary_variants([item])
         knobs.append(Knob(next(iter(variants[0].overrides)), [v.overrides[k] for v in variants for k in v.overrides]))

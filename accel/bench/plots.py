@@ -4,6 +4,7 @@ Figures are built with the object API on an Agg canvas (no pyplot), so nothing t
 or pyplot's figure registry and no figure outlives its function. The HTML has no scripts or external
 styles; the PNGs sit beside it and are referenced by relative path.
 """
+
 from __future__ import annotations
 
 import html
@@ -93,12 +94,15 @@ def _html_list(items: list[str]) -> str:
     return "<ul>" + "".join(f"<li>{html.escape(s)}</li>" for s in items) + "</ul>"
 
 
-STYLE = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-         "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}td:first-child{text-align:left}")
+STYLE = (
+    "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+    "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}td:first-child{text-align:left}"
+)
 
 
-def write_html(report: Report, out_dir: Path, table: tuple[list[str], list[list[str]]],
-               notes: list[str], failed: list[str]) -> Path:
+def write_html(
+    report: Report, out_dir: Path, table: tuple[list[str], list[list[str]]], notes: list[str], failed: list[str]
+) -> Path:
     """Write the three PNGs and report.html into `out_dir`; returns the HTML path.
 
     `table`, `notes` (verdicts, recommendation) and `failed` come from report.py so the HTML and the
@@ -114,12 +118,17 @@ def write_html(report: Report, out_dir: Path, table: tuple[list[str], list[list[
         png = make(report, out_dir / PNGS[key])
         if png is None:
             (out_dir / PNGS[key]).unlink(missing_ok=True)  # never show a stale plot from an earlier run
-        parts.append(f'<p><img src="{PNGS[key]}" alt="{key}"></p>' if png else
-                     f"<p>No successful trials to plot for {key.replace('_', ' ')}.</p>")
+        parts.append(
+            f'<p><img src="{PNGS[key]}" alt="{key}"></p>'
+            if png
+            else f"<p>No successful trials to plot for {key.replace('_', ' ')}.</p>"
+        )
     if failed:
         parts += ["<h2>Failed trials</h2>", _html_list(failed)]
-    doc = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>accel bench report</title>"
-           f"<style>{STYLE}</style></head><body>{''.join(parts)}</body></html>\n")
+    doc = (
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>accel bench report</title>"
+        f"<style>{STYLE}</style></head><body>{''.join(parts)}</body></html>\n"
+    )
     path = out_dir / "report.html"
     path.write_text(doc)
     return path

@@ -5,6 +5,7 @@ reads it back, the report is written as report.json (docs/bench.md names its fie
 on these objects. A record keeps the keys it was given and no others (`to_json` leaves unset fields out), so a
 failed trial stays `{"variant", "trial", "error", ...}` and report.json holds what it always held.
 """
+
 from __future__ import annotations
 
 import json

@@ -3,6 +3,7 @@
 Everything here reads the report `accel.bench.summary` computed, so no output says anything report.json does
 not hold.
 """
+
 from __future__ import annotations
 
 import math
@@ -13,8 +14,13 @@ from . import plots
 from .records import Reading, Report, VariantSummary, Verdict
 from .variants import format_value
 
-SAY = {Verdict.HELPED: "helped", Verdict.NO_EFFECT: "no measurable effect", Verdict.HURT: "hurt",
-       Verdict.MIXED: "mixed", None: "n/a"}
+SAY = {
+    Verdict.HELPED: "helped",
+    Verdict.NO_EFFECT: "no measurable effect",
+    Verdict.HURT: "hurt",
+    Verdict.MIXED: "mixed",
+    None: "n/a",
+}
 
 
 def _f(x: float | None, fmt: str = "{:.1f}") -> str:
@@ -38,20 +44,39 @@ def _target_cell(r: VariantSummary, target: str | None) -> list[str]:
 def _row(r: VariantSummary, is_base: bool, target: str | None = None, compiled: bool = False) -> list[str]:
     flags = (["results changed"] if r.result_changed else []) + ([f"{r.errors} failed"] if r.errors else [])
     return [
-        r.name, r.samples_per_s.text("{:.1f}", "") + _tokens(r), r.ratio_vs_baseline.text(),
+        r.name,
+        r.samples_per_s.text("{:.1f}", "") + _tokens(r),
+        r.ratio_vs_baseline.text(),
         r.median_step_ratio.text(),
-        "baseline" if is_base else SAY[r.verdict], _step_ms(r),
-        _f(r.mfu, "{:.1%}"), _f(r.data_wait_fraction, "{:.0%}"), _f(r.peak_memory_mb, "{:.0f}"),
-        _f(r.first_step_s, "{:.2f}"), *([_f(r.compile_s, "{:.1f}")] if compiled else []),
+        "baseline" if is_base else SAY[r.verdict],
+        _step_ms(r),
+        _f(r.mfu, "{:.1%}"),
+        _f(r.data_wait_fraction, "{:.0%}"),
+        _f(r.peak_memory_mb, "{:.0f}"),
+        _f(r.first_step_s, "{:.2f}"),
+        *([_f(r.compile_s, "{:.1f}")] if compiled else []),
         "" if is_base else _f(r.break_even_steps, "{:.0f}"),
-        _f(r.final_loss, "{:.4f}"), _f(r.val_metric, "{:.4f}"), *_target_cell(r, target), "; ".join(flags),
+        _f(r.final_loss, "{:.4f}"),
+        _f(r.val_metric, "{:.4f}"),
+        *_target_cell(r, target),
+        "; ".join(flags),
     ]
 
 
 def table(report: Report) -> tuple[list[str], list[list[str]]]:
     """Header and rows of the ranked table (fastest median samples/s first, failed variants last)."""
-    header = ["variant", "samples/s [95% CI]", "ratio [95% CI]", "median-step ratio", "verdict vs baseline",
-              "step p50/p90 ms", "MFU", "data wait", "peak MB", "first step s"]
+    header = [
+        "variant",
+        "samples/s [95% CI]",
+        "ratio [95% CI]",
+        "median-step ratio",
+        "verdict vs baseline",
+        "step p50/p90 ms",
+        "MFU",
+        "data wait",
+        "peak MB",
+        "first step s",
+    ]
     compiled = any(r.compile_s is not None for r in report.variants)  # a column only when one compiled
     header += ["compile s"] if compiled else []
     header += ["break-even steps", "final loss", _metric_name(report)]
@@ -85,9 +110,13 @@ def verdict_lines(report: Report) -> list[str]:
             failed = sum(rows[n].errors for n in (f"+{name}", f"-{name}") if n in rows)
             lines.append(line + "." + (f" {failed} of its trials failed." if failed else ""))
         return lines
-    return [f"{r.name}: {_reading(r.ratio_reading)} vs baseline" + _steady_disagrees(r)
-            + (" (results changed)" if r.result_changed else "")
-            for r in report.variants if r.name != report.baseline]
+    return [
+        f"{r.name}: {_reading(r.ratio_reading)} vs baseline"
+        + _steady_disagrees(r)
+        + (" (results changed)" if r.result_changed else "")
+        for r in report.variants
+        if r.name != report.baseline
+    ]
 
 
 def _steady_disagrees(r: VariantSummary) -> str:
@@ -127,8 +156,11 @@ def _interrupted(report: Report) -> list[str]:
         return []
     done = sum(len(r.trials) for r in report.variants)
     planned = report.trials_planned if report.trials_planned is not None else "?"
-    return [f"**Interrupted** after {done} of {planned} trials: the figures below cover the finished trials "
-            "only, and nothing is recommended.", ""]
+    return [
+        f"**Interrupted** after {done} of {planned} trials: the figures below cover the finished trials "
+        "only, and nothing is recommended.",
+        "",
+    ]
 
 
 def _results(report: Report) -> list[str]:
@@ -181,4 +213,3 @@ def write_reports(report: Report, out_dir: Path) -> dict[str, Path]:
     notes = verdict_lines(report) + ["Recommended configuration: " + report.recommended.text]
     paths["html"] = plots.write_html(report, out_dir, table(report), notes, failed_lines(report))
     return paths
-

@@ -5,6 +5,7 @@ DataLoader workers too), so no global state, allocator pool or warm cache leaks 
 Compilation caches are cold by default (a fresh TORCHINDUCTOR_CACHE_DIR per trial): the compile time a user
 pays on a new machine is part of the honest price of `torch.compile`. `warm_cache` shares one cache under OUT.
 """
+
 from __future__ import annotations
 
 import json
@@ -59,13 +60,16 @@ def resolve_variant(base: Recipe, variant: Variant) -> Recipe:
         raise RecipeError(f"variant `{variant.name}`: {err}") from None
 
 
-def plan_bench(recipe_path: str | Path, sets: list[str], ablate: bool, vary: list[str],
-               only: list[str] | None = None) -> BenchPlan:
+def plan_bench(
+    recipe_path: str | Path, sets: list[str], ablate: bool, vary: list[str], only: list[str] | None = None
+) -> BenchPlan:
     """Load the recipe with `sets`, build the variants (--ablate or --vary, narrowed to `only`) and resolve
     every one up front, so a bad value fails in a second rather than after an hour of trials."""
     if ablate == bool(vary):
-        raise AccelError("accel bench needs exactly one of --ablate (every speed-up on/off) or --vary KEY=V1,V2 "
-                         "(repeatable), e.g. --vary data.batch_size=64,128.")
+        raise AccelError(
+            "accel bench needs exactly one of --ablate (every speed-up on/off) or --vary KEY=V1,V2 "
+            "(repeatable), e.g. --vary data.batch_size=64,128."
+        )
     base = load_recipe(recipe_path, sets)
     variants = ablation_variants(base.dump()["speedups"]) if ablate else vary_variants(vary)
     if only:
@@ -139,8 +143,9 @@ def _read_result(path: Path) -> Trial | None:
         return None
 
 
-def run_trial_process(argv: list[str], json_path: Path, log_path: Path, timeout: float | None,
-                      env: dict[str, str]) -> Trial:
+def run_trial_process(
+    argv: list[str], json_path: Path, log_path: Path, timeout: float | None, env: dict[str, str]
+) -> Trial:
     """Run one trial command; its record, or one holding only `error` with the output tail when it crashed,
     timed out or wrote no readable record. Output goes to `log_path`."""
     json_path.unlink(missing_ok=True)
@@ -156,11 +161,13 @@ def run_trial_process(argv: list[str], json_path: Path, log_path: Path, timeout:
             raise
     result = _read_result(json_path)
     if result is None:
-        return Trial(error=f"trial process {_exit_reason(code)} without a readable result; "
-                           f"last output:\n{_tail(log_path)}")
+        return Trial(
+            error=f"trial process {_exit_reason(code)} without a readable result; last output:\n{_tail(log_path)}"
+        )
     if code != 0 and result.error is None:
-        result = result.updated(error=f"trial process {_exit_reason(code)} after writing its result; last output:\n"
-                                f"{_tail(log_path)}")
+        result = result.updated(
+            error=f"trial process {_exit_reason(code)} after writing its result; last output:\n{_tail(log_path)}"
+        )
     return result
 
 
@@ -184,9 +191,16 @@ class TrialProgress:
 
     def __init__(self, console: Console, total: int):
         self.console, self.total, self.done = console, total, 0
-        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                                 MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True,
-                                 disable=not console.is_terminal)
+        self.progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+            disable=not console.is_terminal,
+        )
         self.task = self.progress.add_task("trials", total=total)
 
     def __enter__(self) -> "TrialProgress":
@@ -227,12 +241,24 @@ class TrialSettings:
 
 def trial_argv(recipe: Path, settings: TrialSettings, json_path: Path, variant: str, trial: int) -> list[str]:
     """The command line of one trial process."""
-    return [sys.executable, "-m", "accel.bench.trial", str(recipe), "--steps", str(settings.steps),
-            "--warmup", str(settings.warmup), "--json", str(json_path),
-            f"--variant={variant}", "--trial", str(trial),  # `=`: a name like -amp is not an option
-            *(["--target", settings.target] if settings.target else []),
-            *(["--eval-every", str(settings.eval_every)] if settings.eval_every else []),
-            *([] if settings.evaluate else ["--no-eval"])]
+    return [
+        sys.executable,
+        "-m",
+        "accel.bench.trial",
+        str(recipe),
+        "--steps",
+        str(settings.steps),
+        "--warmup",
+        str(settings.warmup),
+        "--json",
+        str(json_path),
+        f"--variant={variant}",
+        "--trial",
+        str(trial),  # `=`: a name like -amp is not an option
+        *(["--target", settings.target] if settings.target else []),
+        *(["--eval-every", str(settings.eval_every)] if settings.eval_every else []),
+        *([] if settings.evaluate else ["--no-eval"]),
+    ]
 
 
 def _run_job(index: int, trial: int, variant: str, recipe: Path, out: Path, settings: TrialSettings) -> Trial:
@@ -250,8 +276,14 @@ def _run_job(index: int, trial: int, variant: str, recipe: Path, out: Path, sett
         if not settings.warm_cache:
             shutil.rmtree(cache, ignore_errors=True)
     # The runner's own bookkeeping wins over anything the child wrote.
-    return result.updated(variant=variant, trial=trial, index=index, started_at=started,
-                          process_s=time.perf_counter() - tick, log=str(log_path))
+    return result.updated(
+        variant=variant,
+        trial=trial,
+        index=index,
+        started_at=started,
+        process_s=time.perf_counter() - tick,
+        log=str(log_path),
+    )
 
 
 @contextmanager
@@ -259,6 +291,7 @@ def _sigterm_as_ctrl_c() -> Iterator[None]:
     """SIGTERM (a `kill`, a job scheduler) stops the trials as Ctrl-C does: the running trial's process group is
     killed and the finished trials are reported. Without this the parent died at once and left the trial (in its
     own session) running, with no report."""
+
     def interrupt(signum, _frame):
         raise KeyboardInterrupt(f"signal {signum}")
 
@@ -279,8 +312,13 @@ class TrialResults(list):
     interrupted = False
 
 
-def run_trials(jobs: list[tuple[int, str, Path]], out: str | Path, settings: TrialSettings,
-               console: Console | None = None, skip: SkipRule | None = None) -> TrialResults:
+def run_trials(
+    jobs: list[tuple[int, str, Path]],
+    out: str | Path,
+    settings: TrialSettings,
+    console: Console | None = None,
+    skip: SkipRule | None = None,
+) -> TrialResults:
     """Run (trial, variant, recipe file) jobs in the given order, one process each; every result, failed too.
 
     `skip(variant, results so far)` may return a reason not to run a job (tune: sizes above one that failed).
@@ -316,8 +354,14 @@ def _environment(results: list[Trial]) -> dict[str, Any]:
     return devices.environment()
 
 
-def run_bench(plan: BenchPlan, out: str | Path, settings: TrialSettings, trials: int,
-              command: str | None = None, console: Console | None = None) -> tuple[Report, dict[str, Path]]:
+def run_bench(
+    plan: BenchPlan,
+    out: str | Path,
+    settings: TrialSettings,
+    trials: int,
+    command: str | None = None,
+    console: Console | None = None,
+) -> tuple[Report, dict[str, Path]]:
     """Run the plan's trials interleaved (A B C A B C ...), then write report.json/.md/.html into `out`.
 
     The report has `interrupted: true` when Ctrl-C or SIGTERM stopped the trials early: it covers the finished ones,
@@ -328,13 +372,23 @@ def run_bench(plan: BenchPlan, out: str | Path, settings: TrialSettings, trials:
     jobs = [(t, v.name, files[v.name]) for t, v in interleave(plan.variants, trials)]
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     results = run_trials(jobs, out, settings, console)
-    extra = {"recipe": str(plan.recipe_path), "started": started, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-             "interrupted": len(results) < len(jobs), "trials_planned": len(jobs),
-             "settings": {"steps": settings.steps, "warmup": settings.warmup, "trials": trials,
-                          "timeout_s": settings.timeout,
-                          "compile_cache": "warm (shared)" if settings.warm_cache else "cold (fresh per trial)",
-                          "target": settings.target, "eval_every": settings.eval_every},
-             "recipes": {name: recipe.dump() for name, recipe in plan.recipes.items()}}
+    extra = {
+        "recipe": str(plan.recipe_path),
+        "started": started,
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "interrupted": len(results) < len(jobs),
+        "trials_planned": len(jobs),
+        "settings": {
+            "steps": settings.steps,
+            "warmup": settings.warmup,
+            "trials": trials,
+            "timeout_s": settings.timeout,
+            "compile_cache": "warm (shared)" if settings.warm_cache else "cold (fresh per trial)",
+            "target": settings.target,
+            "eval_every": settings.eval_every,
+        },
+        "recipes": {name: recipe.dump() for name, recipe in plan.recipes.items()},
+    }
     if command:
         extra["command"] = command
     # the report holds the environment once, not in every trial

@@ -4,6 +4,7 @@ Everything is pure numpy and seeded, so the same trials always give the same rep
 3-10 trials per variant, so the bootstrap is used for its honesty, not its precision: with 3 trials a
 95% interval of a median is roughly [min, max] of the trials, which is what a reader should see.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence

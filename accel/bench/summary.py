@@ -1,4 +1,4 @@
-"""Raw trials in, a `Report` out (docs/architecture.md, docs/bench.md): medians and intervals, verdicts, the recommendation.
+"""Raw trials in, a `Report` out (docs/bench.md): medians and intervals, verdicts, the recommendation.
 
 Pure: nothing here runs or writes anything, so report.json, report.md and report.html all say what this
 computed. Besides the section 6 keys, each variant carries `step_time_p50_s`, `step_time_p90_s`,
@@ -12,6 +12,7 @@ baseline beyond noise; None when there is nothing to compare), `errors` (failed 
 report adds `speedups` (ablation only: each speed-up read as added to baseline and as all vs -NAME) and
 `recommended`. The caller passes `env` and the run's context (`recipes`, `command`, ...) as `extra`.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -84,27 +85,36 @@ def _summarize_variant(variant: Variant, trials: list[Trial], base_ok: list[Tria
     steps = percentiles([s for t in ok for s in (t.step_times_s or [])])
     peaks = _values(ok, "peak_memory_mb")
     return VariantSummary(
-        name=variant.name, overrides=dict(variant.overrides),
+        name=variant.name,
+        overrides=dict(variant.overrides),
         samples_per_s=_median_interval(sps),
         tokens_per_s=_median(_values(ok, "tokens_per_s")),
-        flop_per_s=_median(_values(ok, "flop_per_s")), mfu=_median(_values(ok, "mfu")),
+        flop_per_s=_median(_values(ok, "flop_per_s")),
+        mfu=_median(_values(ok, "mfu")),
         # --target: the median over the trials that reached it; `target_reached` says how many did
         time_to_target_s=_median(_values(ok, "time_to_target_s")),
         target_reached=sum(t.time_to_target_s is not None for t in ok) if _targeted(ok) else None,
-        ratio_vs_baseline=_interval(ratio), verdict=ratio.verdict,
-        median_step_ratio=_interval(steady), median_step_verdict=steady.verdict,
-        step_time_p50_s=steps["p50"], step_time_p90_s=steps["p90"],
+        ratio_vs_baseline=_interval(ratio),
+        verdict=ratio.verdict,
+        median_step_ratio=_interval(steady),
+        median_step_verdict=steady.verdict,
+        step_time_p50_s=steps["p50"],
+        step_time_p90_s=steps["p90"],
         data_wait_fraction=_median(_values(ok, "data_wait_fraction")),
         peak_memory_mb=max(peaks) if peaks else None,
         compile_s=_median(_values(ok, "compile_s")),
-        first_step_s=_median(_values(ok, "first_step_s")), warmup_s=_median(_values(ok, "warmup_s")),
+        first_step_s=_median(_values(ok, "first_step_s")),
+        warmup_s=_median(_values(ok, "warmup_s")),
         break_even_steps=_break_even(ok, base_ok, ratio, steps["p50"]),
-        final_loss=_median(_values(ok, "final_loss")), val_accuracy=_median(_values(ok, "val_accuracy")),
+        final_loss=_median(_values(ok, "final_loss")),
+        val_accuracy=_median(_values(ok, "val_accuracy")),
         val_metric_name=next((t.val_metric_name for t in ok if t.val_metric_name), None),
         val_metric=_median(_values(ok, "val_metric")),
         result_changed=_result_changed(ok, base_ok, is_base),
         lint=list({f["code"]: f for t in ok for f in t.lint or []}.values()),  # once per finding
-        errors=len(trials) - len(ok), ok_trials=len(ok), trials=list(trials),
+        errors=len(trials) - len(ok),
+        ok_trials=len(ok),
+        trials=list(trials),
     )
 
 
@@ -149,26 +159,32 @@ def _recommend_speedups(ups: dict[str, SpeedupReadings], rows: dict[str, Variant
     return Recommendation(overrides={f"speedups.{n}.enabled": n in chosen for n in ups}, text=text)
 
 
-INTERRUPTED = Recommendation(overrides={}, text="none: the bench was interrupted before all its trials ran, so "
-                             "nothing is recommended from its partial figures; run it again to the end")
+INTERRUPTED = Recommendation(
+    overrides={},
+    text="none: the bench was interrupted before all its trials ran, so "
+    "nothing is recommended from its partial figures; run it again to the end",
+)
 
 
 def _recommend(baseline: str, rows: dict[str, VariantSummary], ups: dict[str, SpeedupReadings]) -> Recommendation:
     """Ablation: the speed-ups that helped; --vary: the fastest combination that helped, else the baseline.
     A variant whose trials failed is never recommended."""
     if not rows[baseline].ok_trials:
-        return Recommendation(overrides={}, text="none: every variant's trials failed, so nothing could be compared "
-                              "(see Failed trials)" if not any(r.ok_trials for r in rows.values()) else
-                              "none: the baseline's trials failed, so nothing could be compared with it (see "
-                              "Failed trials)")
+        return Recommendation(
+            overrides={},
+            text="none: every variant's trials failed, so nothing could be compared (see Failed trials)"
+            if not any(r.ok_trials for r in rows.values())
+            else "none: the baseline's trials failed, so nothing could be compared with it (see Failed trials)",
+        )
     if ups:
         return _recommend_speedups(ups, rows)
     helped = [r for r in rows.values() if r.verdict == Verdict.HELPED and not r.errors]
     best = max(helped, key=lambda r: r.samples_per_s.median, default=rows[baseline])
     if best.name == baseline:
         return Recommendation(overrides=dict(best.overrides), text=f"{best.name} (nothing was measurably faster)")
-    return Recommendation(overrides=dict(best.overrides), text=f"{best.name} ({best.ratio_vs_baseline.text()} vs "
-                          "baseline)")
+    return Recommendation(
+        overrides=dict(best.overrides), text=f"{best.name} ({best.ratio_vs_baseline.text()} vs baseline)"
+    )
 
 
 def _by_variant(trials: list[Trial], names: list[str]) -> dict[str, list[Trial]]:
@@ -180,8 +196,14 @@ def _by_variant(trials: list[Trial], names: list[str]) -> dict[str, list[Trial]]
     return by_name
 
 
-def summarize(trials: list[Trial], variants: list[Variant], baseline: str, *,
-              env: dict | None = None, extra: dict[str, Any] | None = None) -> Report:
+def summarize(
+    trials: list[Trial],
+    variants: list[Variant],
+    baseline: str,
+    *,
+    env: dict | None = None,
+    extra: dict[str, Any] | None = None,
+) -> Report:
     """The report docs/bench.md describes from the trials; failed trials are kept and counted.
 
     `env` becomes `report.env`; `extra` sets the run's context fields (`command`, `recipes`, ...).
@@ -201,5 +223,11 @@ def summarize(trials: list[Trial], variants: list[Variant], baseline: str, *,
     clash = set(extra) & {"baseline", "variants", "env", "speedups", "recommended"}
     if clash:
         raise ValueError(f"extra keys {sorted(clash)} would overwrite computed report keys")
-    return Report(baseline=baseline, variants=list(rows.values()), env=dict(env or {}), speedups=ups,
-                  recommended=recommended, **extra)
+    return Report(
+        baseline=baseline,
+        variants=list(rows.values()),
+        env=dict(env or {}),
+        speedups=ups,
+        recommended=recommended,
+        **extra,
+    )

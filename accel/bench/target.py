@@ -1,6 +1,7 @@
 """Time to a target: the wall seconds from a trial's process start (imports, compilation and evaluation
 included) until a validation metric first reaches a value. The figure that catches a speed-up that is fast per
 step but slows learning."""
+
 from __future__ import annotations
 
 import time
@@ -39,8 +40,10 @@ def parse_target(text: str) -> Target:
             raise ValueError
         return Target(metric.strip(), float(value))
     except ValueError:
-        raise AccelError(f"--target {text!r}: write METRIC=VALUE with a validation metric of the task, e.g. "
-                         "val_accuracy=0.97 or val_loss=1.5") from None
+        raise AccelError(
+            f"--target {text!r}: write METRIC=VALUE with a validation metric of the task, e.g. "
+            "val_accuracy=0.97 or val_loss=1.5"
+        ) from None
 
 
 class TargetClock(Callback):
@@ -56,8 +59,10 @@ class TargetClock(Callback):
         if record["kind"] != "eval":
             return
         if self.target.metric not in record:
-            raise AccelError(f"--target: the task reports no `{self.target.metric}`; its metrics: "
-                             f"{', '.join(k for k in record if k.startswith('val_'))}")
+            raise AccelError(
+                f"--target: the task reports no `{self.target.metric}`; its metrics: "
+                f"{', '.join(k for k in record if k.startswith('val_'))}"
+            )
         wall_s, value = time.time() - self.started, record[self.target.metric]
         self.evals.append({"step": record["step"], "wall_s": wall_s, "value": value})
         if self.reached_s is None and self.target.reached(value):

@@ -9,6 +9,7 @@ compare only speed and the training loss, and the evaluation was a fifth of a Re
 writes a `Trial` record (accel/bench/records.py) as JSON, which the runner reads back. On any exception the
 record holds `error` (the traceback) and the process exits with code 1.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,13 @@ from .target import Target, TargetClock, parse_target
 LAST_LOSS_STEPS = 5  # final_loss averages this many last timed steps: one step's loss is too noisy to compare
 
 GUARD_BATCHES = 8  # validation batches a trial evaluates for the result guard (no --target)
-BENCH_SETTINGS = ("train.sync_every_step=true", "train.eval_every_epochs=0", "train.early_stopping=null",
-                  "log.progress=false", "log.tensorboard=false")
+BENCH_SETTINGS = (
+    "train.sync_every_step=true",
+    "train.eval_every_epochs=0",
+    "train.early_stopping=null",
+    "log.progress=false",
+    "log.tensorboard=false",
+)
 
 
 class StepTimer(Callback):
@@ -98,8 +104,15 @@ def measure(timer: StepTimer, warmup: int, setup_s: float) -> dict[str, Any]:
     }
 
 
-def run_trial(recipe_path: Path, steps: int, warmup: int, trial: int = 0, target: Target | None = None,
-              eval_every: int | None = None, evaluate: bool = True) -> Trial:
+def run_trial(
+    recipe_path: Path,
+    steps: int,
+    warmup: int,
+    trial: int = 0,
+    target: Target | None = None,
+    eval_every: int | None = None,
+    evaluate: bool = True,
+) -> Trial:
     """Build and fit the recipe under the bench settings; the measured figures of one trial.
 
     Trial k trains with the recipe's seed + k, in every variant. Runs are otherwise deterministic, so without
@@ -114,8 +127,11 @@ def run_trial(recipe_path: Path, steps: int, warmup: int, trial: int = 0, target
     started = time.perf_counter()
     # Time to a target needs the whole validation set; otherwise the result guard compares every variant on
     # the same first batches, and evaluating a large validation set does not dominate the trial.
-    evals = [f"train.eval_every_steps={eval_every or max((warmup + steps) // 10, 1)}"] if target else \
-        [f"train.eval_max_batches={GUARD_BATCHES}"]
+    evals = (
+        [f"train.eval_every_steps={eval_every or max((warmup + steps) // 10, 1)}"]
+        if target
+        else [f"train.eval_max_batches={GUARD_BATCHES}"]
+    )
     recipe = load_recipe(recipe_path, [f"train.max_steps={warmup + steps}", *BENCH_SETTINGS, *evals])
     recipe.seed += trial
     timer, clock = StepTimer(), TargetClock(target) if target else None
@@ -130,24 +146,31 @@ def run_trial(recipe_path: Path, steps: int, warmup: int, trial: int = 0, target
     if len(timer.steps) < warmup + steps:
         raise AccelError(f"only {len(timer.steps)} of {warmup + steps} steps ran.")
     result = measure(timer, warmup, setup_s=(timer.fit_started or built) - built)
-    return Trial(**result, **{
-        "peak_memory_mb": devices.peak_memory_mb(trainer.device),
-        "flops_per_step": summary.get("flops_per_step"), "flop_per_s": None, "mfu": None,
-        **trainer.utilisation.stats(result["samples_per_s"]),  # over the timed steps, as samples_per_s
-        "val_accuracy": summary["metrics"].get("val_accuracy"),
-        # the task's main metric guards the results: accuracy for classification, val_loss for most others
-        "val_metric_name": trainer.task.main_metric[0],
-        "val_metric": summary["metrics"].get(trainer.task.main_metric[0]),
-        "batch_size": recipe.data.batch_size, "grad_accum": recipe.train.grad_accum,
-        "build_s": built - started, "wall_s": time.perf_counter() - started,
-        "skipped_speedups": summary.get("skipped_speedups") or {},
-        "lint": summary.get("lint") or [],
-        **_compile_figures(summary),
-        "model_traits": model_traits(trainer.module),
-        "steps_per_epoch": _steps_per_epoch(trainer),
-        "env": devices.environment(trainer.device),
-        **(clock.result() if clock else {}),
-    })
+    return Trial(
+        **result,
+        **{
+            "peak_memory_mb": devices.peak_memory_mb(trainer.device),
+            "flops_per_step": summary.get("flops_per_step"),
+            "flop_per_s": None,
+            "mfu": None,
+            **trainer.utilisation.stats(result["samples_per_s"]),  # over the timed steps, as samples_per_s
+            "val_accuracy": summary["metrics"].get("val_accuracy"),
+            # the task's main metric guards the results: accuracy for classification, val_loss for most others
+            "val_metric_name": trainer.task.main_metric[0],
+            "val_metric": summary["metrics"].get(trainer.task.main_metric[0]),
+            "batch_size": recipe.data.batch_size,
+            "grad_accum": recipe.train.grad_accum,
+            "build_s": built - started,
+            "wall_s": time.perf_counter() - started,
+            "skipped_speedups": summary.get("skipped_speedups") or {},
+            "lint": summary.get("lint") or [],
+            **_compile_figures(summary),
+            "model_traits": model_traits(trainer.module),
+            "steps_per_epoch": _steps_per_epoch(trainer),
+            "env": devices.environment(trainer.device),
+            **(clock.result() if clock else {}),
+        },
+    )
 
 
 def _compile_figures(summary: dict) -> dict[str, Any]:
@@ -155,8 +178,11 @@ def _compile_figures(summary: dict) -> dict[str, Any]:
     compiled = (summary.get("speedup_metrics") or {}).get("compile")
     if not compiled:
         return {}
-    return {"compile_s": compiled.get("seconds"), "graph_breaks": compiled.get("graph_breaks"),
-            "recompiles": compiled.get("recompiles")}
+    return {
+        "compile_s": compiled.get("seconds"),
+        "graph_breaks": compiled.get("graph_breaks"),
+        "recompiles": compiled.get("recompiles"),
+    }
 
 
 def _steps_per_epoch(trainer) -> int | None:
@@ -176,8 +202,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", type=Path, required=True, help="where to write the trial dict")
     parser.add_argument("--variant", default=None, help="variant name recorded in the result")
     parser.add_argument("--trial", type=int, default=0, help="trial number recorded in the result")
-    parser.add_argument("--target", type=parse_target, default=None, metavar="METRIC=VALUE",
-                        help="evaluate every --eval-every steps; record when METRIC first reaches VALUE")
+    parser.add_argument(
+        "--target",
+        type=parse_target,
+        default=None,
+        metavar="METRIC=VALUE",
+        help="evaluate every --eval-every steps; record when METRIC first reaches VALUE",
+    )
     parser.add_argument("--eval-every", type=int, default=None, help="steps between evaluations (with --target)")
     parser.add_argument("--no-eval", dest="evaluate", action="store_false", help="evaluate nothing (not with --target)")
     return parser
@@ -192,8 +223,9 @@ def main(argv: list[str] | None = None) -> int:
             raise AccelError(f"--steps must be >= 1 and --warmup >= 0, got {args.steps} and {args.warmup}.")
         if args.target and not args.evaluate:
             raise AccelError("--target needs evaluations; drop --no-eval.")
-        measured = run_trial(args.recipe, args.steps, args.warmup, args.trial, args.target, args.eval_every,
-                             args.evaluate)
+        measured = run_trial(
+            args.recipe, args.steps, args.warmup, args.trial, args.target, args.eval_every, args.evaluate
+        )
         result, code = measured.updated(**head), 0
     except BaseException:  # KeyboardInterrupt too: the runner still gets a readable record
         result, code = Trial(**head | {"error": traceback.format_exc()}), 1

@@ -6,6 +6,7 @@ the overrides on top of the recipe. Two ways to build a list:
   baseline) and `-NAME` (NAME removed from all).
 - `vary_variants`: the cartesian product of `--vary KEY=V1,V2` values; the first combination is the baseline.
 """
+
 from __future__ import annotations
 
 import itertools

@@ -1,4 +1,5 @@
 """Callbacks: checkpointing, early stopping, TensorBoard, progress."""
+
 from .base import BatchInfo, Callback
 from .checkpointing import Checkpointer
 from .early_stopping import EarlyStopping

@@ -1,4 +1,5 @@
 """The callback hooks. Each does nothing by default; a callback overrides the ones it needs."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any

@@ -1,6 +1,7 @@
 """Saves the trainer's full state every N epochs and when a run ends or is interrupted.
 
 Without a directory it writes nothing but still takes part in gathering a sharded model's state."""
+
 from __future__ import annotations
 
 import logging
@@ -37,7 +38,7 @@ class Checkpointer(Callback):
         state = self.save(trainer)
         if state is not None and self.keep and self.directory is not None:
             save_checkpoint(state, self.directory / f"epoch-{trainer.epoch:03d}.pt")
-            for old in epoch_files(self.directory)[:-self.keep]:
+            for old in epoch_files(self.directory)[: -self.keep]:
                 old.unlink()
 
     def on_fit_end(self, trainer, summary: dict[str, Any]) -> None:

@@ -1,4 +1,5 @@
 """Warns when a run is data-bound: too much of each step spent waiting for the next batch."""
+
 from __future__ import annotations
 
 import logging
@@ -23,8 +24,10 @@ def suggestions(data: Any, trainer: Trainer) -> list[str]:
     if data.loader.backend == "torch" and from_files and getattr(loader, "num_workers", 1) == 0:
         tips.append("decode in worker processes: `data.loader.num_workers: auto` (or a number)")
     if data.loader.backend == "torch" and from_files and hasattr(dataset, "cache_key") and not data.cache.enabled:
-        tips.append("decode the images once and read the decoded copy: `data.cache.enabled: true` "
-                    "(`accel cache build RECIPE` builds it ahead of time)")
+        tips.append(
+            "decode the images once and read the decoded copy: `data.cache.enabled: true` "
+            "(`accel cache build RECIPE` builds it ahead of time)"
+        )
     if data.augment.ops and data.augment.on == "loader":
         tips.append("augment on the device instead of in the workers: `data.augment.on: device`")
     if not data.transforms.empty:
@@ -57,5 +60,9 @@ class DataWaitWarning(Callback):
             return
         self.warned = True
         tips = "\n".join(f"  - {tip}" for tip in suggestions(self.data, trainer))
-        log.warning("data-bound: %.0f%% of step time went to waiting for the next batch (more than %.0f%%). "
-                    "Try:\n%s", 100 * fraction, 100 * self.threshold, tips)
+        log.warning(
+            "data-bound: %.0f%% of step time went to waiting for the next batch (more than %.0f%%). Try:\n%s",
+            100 * fraction,
+            100 * self.threshold,
+            tips,
+        )

@@ -1,4 +1,5 @@
 """Stops a run when an epoch metric has not improved for `patience` epochs."""
+
 from __future__ import annotations
 
 import logging
@@ -24,8 +25,10 @@ class EarlyStopping(Callback):
         if value is None:
             if "val_loss" in record:  # an evaluated epoch without the metric: a name the task does not report
                 metrics = ", ".join(k for k in record if k.startswith("val_") or k == "train_loss")
-                raise AccelError(f"train.early_stopping.monitor: `{self.monitor}` is not a metric of this run's task"
-                                 f"{did_you_mean(self.monitor, list(record))}. Its metrics: {metrics}.")
+                raise AccelError(
+                    f"train.early_stopping.monitor: `{self.monitor}` is not a metric of this run's task"
+                    f"{did_you_mean(self.monitor, list(record))}. Its metrics: {metrics}."
+                )
             return
         better = value < self.best - self.min_delta if self.mode == "min" else value > self.best + self.min_delta
         if better:
@@ -33,8 +36,12 @@ class EarlyStopping(Callback):
             return
         self.bad_epochs += 1
         if self.bad_epochs >= self.patience:
-            log.warning("early stopping: %s has not improved for %d epochs (best %.4g)", self.monitor,
-                        self.bad_epochs, self.best)
+            log.warning(
+                "early stopping: %s has not improved for %d epochs (best %.4g)",
+                self.monitor,
+                self.bad_epochs,
+                self.best,
+            )
             trainer.should_stop = True
 
     def state_dict(self) -> dict[str, Any]:

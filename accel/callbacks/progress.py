@@ -1,5 +1,6 @@
 """A rich progress bar with samples/s on a terminal, and one line per epoch everywhere (with every metric the
 task reports)."""
+
 from __future__ import annotations
 
 import time
@@ -21,17 +22,24 @@ class ProgressBar(Callback):
 
     def on_fit_start(self, trainer) -> None:
         if self.bar:
-            self.progress = Progress(TextColumn("epoch {task.fields[epoch]}"), BarColumn(), MofNCompleteColumn(),
-                                     TextColumn("{task.fields[rate]:>8.0f} samples/s"), TimeRemainingColumn(),
-                                     console=self.console, transient=True)
+            self.progress = Progress(
+                TextColumn("epoch {task.fields[epoch]}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[rate]:>8.0f} samples/s"),
+                TimeRemainingColumn(),
+                console=self.console,
+                transient=True,
+            )
             self.progress.start()
 
     def on_epoch_start(self, trainer, batches: int | None) -> None:
         if self.progress is not None:
             if self.task is not None:
                 self.progress.remove_task(self.task)
-            self.task = self.progress.add_task("train", total=batches, completed=trainer.batch_in_epoch,
-                                               epoch=trainer.epoch + 1, rate=0.0)
+            self.task = self.progress.add_task(
+                "train", total=batches, completed=trainer.batch_in_epoch, epoch=trainer.epoch + 1, rate=0.0
+            )
         self._samples, self._since = 0, time.perf_counter()
 
     def on_batch_end(self, trainer, info: BatchInfo) -> None:

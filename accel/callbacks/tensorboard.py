@@ -1,4 +1,5 @@
 """Writes every logged record as TensorBoard scalars under the run's tb/ folder."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -3,6 +3,7 @@
 One module per group of commands; each adds its subcommands with `add(commands)` and binds the function that
 runs them through `set_defaults(run=...)`.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -1,4 +1,5 @@
 """`python -m accel.cli`: how torchrun starts each process of `accel train --nproc N`."""
+
 import sys
 
 from . import main

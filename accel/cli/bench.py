@@ -1,4 +1,5 @@
 """`accel bench` and `accel tune`: recipe variants measured in fresh processes."""
+
 from __future__ import annotations
 
 import argparse
@@ -11,48 +12,95 @@ from .options import add_sets, add_trial_options, check_trial_options
 
 
 def add(commands) -> None:
-    bench_parser = commands.add_parser("bench", help="A/B speed report: variants of a recipe, each trial a fresh "
-                                       "process")
+    bench_parser = commands.add_parser(
+        "bench", help="A/B speed report: variants of a recipe, each trial a fresh process"
+    )
     bench_parser.add_argument("recipe", help="path to a recipe YAML file")
     add_sets(bench_parser)
-    bench_parser.add_argument("--ablate", action="store_true",
-                              help="baseline (speed-ups off), all on, each removed from all, each added to baseline")
-    bench_parser.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2",
-                              help="compare values of any recipe key; several --vary give their cartesian product")
+    bench_parser.add_argument(
+        "--ablate",
+        action="store_true",
+        help="baseline (speed-ups off), all on, each removed from all, each added to baseline",
+    )
+    bench_parser.add_argument(
+        "--vary",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="compare values of any recipe key; several --vary give their cartesian product",
+    )
     add_trial_options(bench_parser, steps=20, warmup=3, trials=3)
-    bench_parser.add_argument("--target", metavar="METRIC=VALUE",
-                              help="also time each trial from its process start until a validation metric reaches "
-                              "VALUE (e.g. val_accuracy=0.97, val_loss=1.5; losses count down, accuracies up)")
-    bench_parser.add_argument("--eval-every", type=int, metavar="N",
-                              help="with --target: evaluate every N steps (default: a tenth of the trial's steps)")
+    bench_parser.add_argument(
+        "--target",
+        metavar="METRIC=VALUE",
+        help="also time each trial from its process start until a validation metric reaches "
+        "VALUE (e.g. val_accuracy=0.97, val_loss=1.5; losses count down, accuracies up)",
+    )
+    bench_parser.add_argument(
+        "--eval-every",
+        type=int,
+        metavar="N",
+        help="with --target: evaluate every N steps (default: a tenth of the trial's steps)",
+    )
     bench_parser.add_argument("--out", help="output folder (default: runs/bench-<name>-<timestamp>)")
     bench_parser.add_argument("--list", action="store_true", help="print the variants and exit without running them")
-    bench_parser.add_argument("--only", type=lambda text: text.split(","), default=None, metavar="NAME,NAME",
-                              help="run only these variants (the baseline is always run), e.g. --only all")
+    bench_parser.add_argument(
+        "--only",
+        type=lambda text: text.split(","),
+        default=None,
+        metavar="NAME,NAME",
+        help="run only these variants (the baseline is always run), e.g. --only all",
+    )
     bench_parser.set_defaults(run=bench)
 
-    tune_parser = commands.add_parser("tune", help="choose speed-ups, batch size, workers and threads by "
-                                      "measurement; write the best as YAML")
+    tune_parser = commands.add_parser(
+        "tune", help="choose speed-ups, batch size, workers and threads by measurement; write the best as YAML"
+    )
     tune_parser.add_argument("recipe", help="path to a recipe YAML file")
     add_sets(tune_parser)
-    tune_parser.add_argument("--batch-sizes", metavar="B1,B2", help="candidates, tried ascending until one fails "
-                             "(default: half, 1x, 2x, 4x the recipe's); an empty value skips the knob")
-    tune_parser.add_argument("--workers", metavar="N1,N2", help="DataLoader worker counts (default: 0,1,2,4 up to "
-                             "the cores); an empty value skips the knob")
-    tune_parser.add_argument("--threads", metavar="N1,N2", help="torch thread counts, via the `threads` speed-up "
-                             "(default: powers of two up to the cores); an empty value skips the knob")
-    tune_parser.add_argument("--no-speedups", dest="speedups", action="store_false",
-                             help="leave the speed-ups as the recipe has them (default: try amp, channels_last, "
-                             "attention, fused optimizer and compile, each kept only if it measurably helps)")
-    tune_parser.add_argument("--budget", type=parse_duration, default=parse_duration("15m"), metavar="15m",
-                             help="wall-clock budget (s, m or h): knobs whose trials would not fit are left as "
-                             "the recipe has them (default 15m)")
-    tune_parser.add_argument("--try", dest="tries", action="append", default=[], metavar="KEY=V1,V2",
-                             help="also search any other recipe key (repeatable)")
+    tune_parser.add_argument(
+        "--batch-sizes",
+        metavar="B1,B2",
+        help="candidates, tried ascending until one fails "
+        "(default: half, 1x, 2x, 4x the recipe's); an empty value skips the knob",
+    )
+    tune_parser.add_argument(
+        "--workers",
+        metavar="N1,N2",
+        help="DataLoader worker counts (default: 0,1,2,4 up to the cores); an empty value skips the knob",
+    )
+    tune_parser.add_argument(
+        "--threads",
+        metavar="N1,N2",
+        help="torch thread counts, via the `threads` speed-up "
+        "(default: powers of two up to the cores); an empty value skips the knob",
+    )
+    tune_parser.add_argument(
+        "--no-speedups",
+        dest="speedups",
+        action="store_false",
+        help="leave the speed-ups as the recipe has them (default: try amp, channels_last, "
+        "attention, fused optimizer and compile, each kept only if it measurably helps)",
+    )
+    tune_parser.add_argument(
+        "--budget",
+        type=parse_duration,
+        default=parse_duration("15m"),
+        metavar="15m",
+        help="wall-clock budget (s, m or h): knobs whose trials would not fit are left as "
+        "the recipe has them (default 15m)",
+    )
+    tune_parser.add_argument(
+        "--try",
+        dest="tries",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="also search any other recipe key (repeatable)",
+    )
     add_trial_options(tune_parser, steps=10, warmup=3, trials=2)
     tune_parser.add_argument("--out", help="recipe fragment to write (default: WORK/tuned.yaml)")
-    tune_parser.add_argument("--work", help="folder for trial recipes and logs (default: "
-                             "runs/tune-<name>-<timestamp>)")
+    tune_parser.add_argument("--work", help="folder for trial recipes and logs (default: runs/tune-<name>-<timestamp>)")
     tune_parser.set_defaults(run=tune)
 
 
@@ -109,8 +157,15 @@ def tune(args: argparse.Namespace) -> int:
     base = load_recipe(args.recipe, args.overrides)
     from ..devices import resolve_device
 
-    knobs = build_knobs(base, args.batch_sizes, args.workers, args.threads, args.tries, speedups=args.speedups,
-                        device=resolve_device(base.device))
+    knobs = build_knobs(
+        base,
+        args.batch_sizes,
+        args.workers,
+        args.threads,
+        args.tries,
+        speedups=args.speedups,
+        device=resolve_device(base.device),
+    )
     if not knobs:
         raise AccelError("nothing to tune: every knob was given an empty list.")
     work = Path(args.work) if args.work else default_out(base.name, kind="tune")
@@ -119,13 +174,17 @@ def tune(args: argparse.Namespace) -> int:
     try:
         result = run_tune(base, knobs, work, settings, args.trials, budget_s=args.budget, final_check=True)
     except KeyboardInterrupt:
-        print(f"interrupted: no fragment written (nothing chosen from a search cut short); the trials so far are "
-              f"under {work}", file=sys.stderr)
+        print(
+            f"interrupted: no fragment written (nothing chosen from a search cut short); the trials so far are "
+            f"under {work}",
+            file=sys.stderr,
+        )
         return 130
     Console().print(table(result))
     if not result.compared and result.final is None:
         print(f"warning: {NOTHING_MEASURED}", file=sys.stderr)
-    path = write_fragment(result, args.out or work / "tuned.yaml", base, shlex.join(["accel", *args.argv]),
-                          settings, args.trials)
+    path = write_fragment(
+        result, args.out or work / "tuned.yaml", base, shlex.join(["accel", *args.argv]), settings, args.trials
+    )
     print(path)
     return 0

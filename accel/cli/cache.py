@@ -1,4 +1,5 @@
 """`accel cache build|info|clear`: the decoded-dataset cache (data.cache)."""
+
 from __future__ import annotations
 
 import argparse
@@ -15,7 +16,8 @@ def add(commands) -> None:
     add_sets(build)
     for action, text in (("info", "list the cache entries"), ("clear", "delete every cache entry")):
         actions.add_parser(action, help=text).add_argument(
-            "--dir", help="cache folder (default: $ACCEL_CACHE_DIR, else ~/.cache/accel/decoded)")
+            "--dir", help="cache folder (default: $ACCEL_CACHE_DIR, else ~/.cache/accel/decoded)"
+        )
     parser.set_defaults(run=run)
 
 

@@ -1,4 +1,5 @@
 """`accel recipes`, `accel speedups`, `accel doctor`: what is shipped, what runs here, what is wrong here."""
+
 from __future__ import annotations
 
 import argparse
@@ -13,8 +14,9 @@ SPEEDUPS_DIR = Path(__file__).resolve().parents[1] / "speedups"
 def add(commands) -> None:
     commands.add_parser("recipes", help="list the shipped recipes").set_defaults(run=recipes)
     speedups_parser = commands.add_parser("speedups", help="list the speed-ups (--here: whether each runs here)")
-    speedups_parser.add_argument("--here", action="store_true",
-                                 help="also check whether each can run on this machine (imports torch: seconds)")
+    speedups_parser.add_argument(
+        "--here", action="store_true", help="also check whether each can run on this machine (imports torch: seconds)"
+    )
     speedups_parser.set_defaults(run=speedups)
     doctor_parser = commands.add_parser("doctor", help="versions, devices, threads, backends and known speed traps")
     doctor_parser.add_argument("recipe", nargs="?", help="also check this recipe's loader and speed-up settings")
@@ -47,7 +49,7 @@ def catalogue() -> dict[str, str]:
 
 
 def _registered_name(decorator: ast.expr) -> str | None:
-    """"amp" for a decorator written `@SPEEDUPS.register("amp")`, else None."""
+    """ "amp" for a decorator written `@SPEEDUPS.register("amp")`, else None."""
     call = decorator if isinstance(decorator, ast.Call) else None
     if call is None or not isinstance(call.func, ast.Attribute) or call.func.attr != "register":
         return None
@@ -77,8 +79,11 @@ def _registered() -> dict[str, tuple[str, str | None]]:
     from ..speedups import Context
 
     context = Context(resolve_device("auto"))
-    return {name: ((cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else "", cls().conflict(context))
-            for name in SPEEDUPS.names() for cls in [SPEEDUPS.get(name)]}
+    return {
+        name: ((cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else "", cls().conflict(context))
+        for name in SPEEDUPS.names()
+        for cls in [SPEEDUPS.get(name)]
+    }
 
 
 def doctor(args: argparse.Namespace) -> int:

@@ -1,4 +1,5 @@
 """Options several commands share."""
+
 from __future__ import annotations
 
 import argparse
@@ -7,23 +8,34 @@ from ..errors import AccelError
 
 
 def add_sets(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a recipe key before anything else, e.g. --set data.batch_size=64 (repeatable)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a recipe key before anything else, e.g. --set data.batch_size=64 (repeatable)",
+    )
 
 
 def add_trial_options(parser: argparse.ArgumentParser, steps: int, warmup: int, trials: int) -> None:
     parser.add_argument("--steps", type=int, default=steps, help=f"timed optimizer steps per trial (default {steps})")
-    parser.add_argument("--warmup", type=int, default=warmup,
-                        help=f"untimed steps before them; compile happens here (default {warmup})")
+    parser.add_argument(
+        "--warmup", type=int, default=warmup, help=f"untimed steps before them; compile happens here (default {warmup})"
+    )
     parser.add_argument("--trials", type=int, default=trials, help=f"fresh processes per variant (default {trials})")
     parser.add_argument("--timeout", type=float, help="seconds before a trial is killed and recorded as failed")
-    parser.add_argument("--warm-cache", action="store_true",
-                        help="share one TORCHINDUCTOR_CACHE_DIR under the output folder (default: cold per trial)")
+    parser.add_argument(
+        "--warm-cache",
+        action="store_true",
+        help="share one TORCHINDUCTOR_CACHE_DIR under the output folder (default: cold per trial)",
+    )
 
 
 def check_trial_options(args: argparse.Namespace) -> None:
     if args.steps < 1 or args.warmup < 0 or args.trials < 1:
-        raise AccelError(f"need --steps >= 1, --warmup >= 0 and --trials >= 1; got {args.steps}, {args.warmup}, "
-                         f"{args.trials}.")
+        raise AccelError(
+            f"need --steps >= 1, --warmup >= 0 and --trials >= 1; got {args.steps}, {args.warmup}, {args.trials}."
+        )
     if args.timeout is not None and args.timeout <= 0:
         raise AccelError(f"--timeout must be a positive number of seconds, got {args.timeout}.")

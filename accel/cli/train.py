@@ -1,4 +1,5 @@
 """`accel train`: one process, or several through torchrun."""
+
 from __future__ import annotations
 
 import argparse
@@ -70,11 +71,14 @@ def interrupted_message(out: Path, stop: BaseException) -> str:
     from ..signals import StartupInterrupted
 
     if isinstance(stop, StartupInterrupted):
-        return (f"interrupted during start-up, before anything was written to {out}; run the same command again "
-                "to start it")
+        return (
+            f"interrupted during start-up, before anything was written to {out}; run the same command again to start it"
+        )
     if RunDir(out, create=False).last_checkpoint.is_file():
-        return ("stopped at once, without the final checkpoint and summary; checkpoints/last.pt is the previous "
-                f"checkpoint, intact; continue with: {resume_command(out)}")
+        return (
+            "stopped at once, without the final checkpoint and summary; checkpoints/last.pt is the previous "
+            f"checkpoint, intact; continue with: {resume_command(out)}"
+        )
     return f"stopped at once, before the run's first checkpoint: nothing to resume in {out}"
 
 
@@ -104,9 +108,11 @@ def check_port_free(port: int) -> None:
         try:
             probe.bind(("", port))
         except OSError as err:
-            raise AccelError(f"--master-port {port} is already in use on this machine ({err.strerror or err}): "
-                             "choose a free port, or leave out --master-port (with one machine, torchrun then "
-                             "picks a free one).") from None
+            raise AccelError(
+                f"--master-port {port} is already in use on this machine ({err.strerror or err}): "
+                "choose a free port, or leave out --master-port (with one machine, torchrun then "
+                "picks a free one)."
+            ) from None
 
 
 def _torchrun(args: argparse.Namespace, recipe, out: Path) -> int:
@@ -154,5 +160,7 @@ def diverged_message(summary: dict, recipe) -> str:
         tips.append("gradient clipping (train.clip_grad_norm: 1.0)")
     if amp is not None and amp.enabled and getattr(amp, "dtype", None) == "fp16":
         tips.append("bf16 instead of fp16 (speedups.amp.dtype: bf16), where the hardware has it")
-    return (f"error: training diverged: the loss became NaN or infinite by step {summary['diverged_at_step']}. "
-            f"{kept}. Try {'; '.join(tips)}.")
+    return (
+        f"error: training diverged: the loss became NaN or infinite by step {summary['diverged_at_step']}. "
+        f"{kept}. Try {'; '.join(tips)}."
+    )

@@ -1,4 +1,5 @@
 """Datasets, samplers, loaders and on-device batch transforms."""
+
 from .splits import Splits
 
 __all__ = ["Splits"]

@@ -5,6 +5,7 @@ plus a config class that draws those parameters per sample. All draws come from 
 so the same seed gives the same augmentation on CPU and CUDA, and its state can be checkpointed. The draws
 are a few numbers per sample; the pixel work runs wherever the batch is (the GPU when there is one).
 """
+
 from __future__ import annotations
 
 import os
@@ -41,8 +42,9 @@ def hflip(x: torch.Tensor, flip: torch.Tensor) -> torch.Tensor:
     return torch.where(flip.view(-1, 1, 1, 1), x.flip(-1), x)
 
 
-def box_mask(height: int, width: int, y0: torch.Tensor, y1: torch.Tensor, x0: torch.Tensor,
-             x1: torch.Tensor) -> torch.Tensor:
+def box_mask(
+    height: int, width: int, y0: torch.Tensor, y1: torch.Tensor, x0: torch.Tensor, x1: torch.Tensor
+) -> torch.Tensor:
     """(N, 1, H, W) bool mask, True inside sample i's box [y0, y1) x [x0, x1)."""
     ys = torch.arange(height, device=y0.device)
     xs = torch.arange(width, device=x0.device)
@@ -101,8 +103,10 @@ class RandomCrop(StrictModel):
         n, _, h, w = x.shape
         room_h, room_w = h + 2 * self.padding - self.size, w + 2 * self.padding - self.size
         if min(room_h, room_w) < 0:
-            raise DataError(f"augment random_crop: size {self.size} with padding {self.padding} does not fit "
-                            f"{h}x{w} images; lower `size` or raise `padding`.")
+            raise DataError(
+                f"augment random_crop: size {self.size} with padding {self.padding} does not fit "
+                f"{h}x{w} images; lower `size` or raise `padding`."
+            )
         top = torch.randint(0, room_h + 1, (n,), generator=g).to(x.device, non_blocking=True)
         left = torch.randint(0, room_w + 1, (n,), generator=g).to(x.device, non_blocking=True)
         return crop(x, self.size, self.padding, top, left), y
@@ -161,8 +165,13 @@ class Cutmix(StrictModel):
         return paste(x, y, box_mask(h, w, *box))
 
 
-OPS: dict[str, type[StrictModel]] = {"random_crop": RandomCrop, "hflip": HFlip, "cutout": Cutout,
-                                     "mixup": Mixup, "cutmix": Cutmix}
+OPS: dict[str, type[StrictModel]] = {
+    "random_crop": RandomCrop,
+    "hflip": HFlip,
+    "cutout": Cutout,
+    "mixup": Mixup,
+    "cutmix": Cutmix,
+}
 
 
 class AugmentOp(StrictModel):
@@ -198,13 +207,21 @@ class AugmentConfig(StrictModel):
     """Batch augmentation of the training data; evaluation batches are only normalised."""
 
     on: Literal["device", "loader"] = Field(
-        "device", description="`device`: on each batch where the model runs (the GPU when there is one), after "
-        "the copy. `loader`: in the DataLoader worker processes, on the CPU, before the copy.")
-    ops: list[AugmentOp] = Field(default_factory=list, description="Ops applied in this order to every training "
-                                 "batch, after uint8 -> float normalisation: random_crop, hflip, cutout, mixup, "
-                                 "cutmix. mixup/cutmix turn targets into class probabilities.")
-    seed: int | None = Field(None, description="Seed of the augmentation's own generator; default: the recipe's "
-                             "seed (offset per distributed rank).")
+        "device",
+        description="`device`: on each batch where the model runs (the GPU when there is one), after "
+        "the copy. `loader`: in the DataLoader worker processes, on the CPU, before the copy.",
+    )
+    ops: list[AugmentOp] = Field(
+        default_factory=list,
+        description="Ops applied in this order to every training "
+        "batch, after uint8 -> float normalisation: random_crop, hflip, cutout, mixup, "
+        "cutmix. mixup/cutmix turn targets into class probabilities.",
+    )
+    seed: int | None = Field(
+        None,
+        description="Seed of the augmentation's own generator; default: the recipe's "
+        "seed (offset per distributed rank).",
+    )
 
 
 class BatchAugment:
@@ -225,8 +242,9 @@ class BatchAugment:
         return inputs, targets
 
 
-def build_augment(cfg: AugmentConfig, normalize: Normalize | None, num_classes: int, seed: int,
-                  rank: int = 0) -> BatchAugment:
+def build_augment(
+    cfg: AugmentConfig, normalize: Normalize | None, num_classes: int, seed: int, rank: int = 0
+) -> BatchAugment:
     """The configured ops behind `normalize`; `seed` is used when the config sets none, offset per rank
     (identical draws on every rank would waste the data parallelism)."""
     base = cfg.seed if cfg.seed is not None else seed

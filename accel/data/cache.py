@@ -6,6 +6,7 @@ size and modification time: a changed file or setting gives a new fingerprint an
 written under a temporary name and renamed into place when complete, so a half-written cache is never read.
 Later runs, and every epoch, index the memory map instead of decoding again.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -36,10 +37,16 @@ TMP_MARK = ".tmp-"
 class CacheConfig(StrictModel):
     """Decode the dataset's images once and train from the decoded copy."""
 
-    enabled: bool = Field(False, description="Read samples from the decoded cache, building it first if it is "
-                          "missing or stale. Worth it when decoding dominates: JPEG folders, slow disks.")
-    dir: str | None = Field(None, description="Folder holding the cache entries. Default: $ACCEL_CACHE_DIR, else "
-                            "$XDG_CACHE_HOME/accel/decoded, else ~/.cache/accel/decoded.")
+    enabled: bool = Field(
+        False,
+        description="Read samples from the decoded cache, building it first if it is "
+        "missing or stale. Worth it when decoding dominates: JPEG folders, slow disks.",
+    )
+    dir: str | None = Field(
+        None,
+        description="Folder holding the cache entries. Default: $ACCEL_CACHE_DIR, else "
+        "$XDG_CACHE_HOME/accel/decoded, else ~/.cache/accel/decoded.",
+    )
 
 
 def cache_dir(cfg_dir: str | None = None) -> Path:
@@ -76,9 +83,11 @@ def _writable(folder: Path) -> None:
         probe.touch()
         probe.unlink()
     except OSError as err:
-        raise DataError(f"cache: the folder {folder} is not writable ({err.strerror or err}). Set `data.cache.dir` "
-                        "to a writable folder (or $ACCEL_CACHE_DIR), or turn the cache off with "
-                        "`data.cache.enabled: false`.") from err
+        raise DataError(
+            f"cache: the folder {folder} is not writable ({err.strerror or err}). Set `data.cache.dir` "
+            "to a writable folder (or $ACCEL_CACHE_DIR), or turn the cache off with "
+            "`data.cache.enabled: false`."
+        ) from err
 
 
 class _Decoding(Dataset):
@@ -99,8 +108,12 @@ class _Decoding(Dataset):
 def _decode_into(dataset: Any, folder: Path) -> dict[str, Any]:
     """Decode every sample (all cores, in order) into folder/images.npy and labels.npy; return the meta."""
     workers = min(available_cpus(), max(len(dataset) // 64, 1))
-    loader = DataLoader(_Decoding(dataset), batch_size=64, num_workers=workers if workers > 1 else 0,
-                        worker_init_fn=worker_init if workers > 1 else None)
+    loader = DataLoader(
+        _Decoding(dataset),
+        batch_size=64,
+        num_workers=workers if workers > 1 else 0,
+        worker_init_fn=worker_init if workers > 1 else None,
+    )
     images = labels = None
     start = skipped = 0
     for batch, batch_labels, batch_skipped in loader:
@@ -108,8 +121,8 @@ def _decode_into(dataset: Any, folder: Path) -> dict[str, Any]:
             shape = (len(dataset), *batch.shape[1:])
             images = np.lib.format.open_memmap(folder / "images.npy", mode="w+", dtype=np.uint8, shape=shape)
             labels = np.empty(len(dataset), dtype=np.int64)
-        images[start:start + len(batch)] = batch.numpy()
-        labels[start:start + len(batch)] = batch_labels.numpy()
+        images[start : start + len(batch)] = batch.numpy()
+        labels[start : start + len(batch)] = batch_labels.numpy()
         start, skipped = start + len(batch), skipped + int(batch_skipped.sum())
     if images is None:
         raise DataError("cache: the dataset has no samples to cache.")
@@ -129,8 +142,14 @@ def build_entry(dataset: Any, root: Path, name: str, key: str) -> Path:
     started = time.perf_counter()
     try:
         meta = _decode_into(dataset, tmp)
-        meta.update(name=name, fingerprint=key, format=FORMAT, settings=dataset.cache_key(),
-                    build_s=round(time.perf_counter() - started, 3), created=time.strftime("%Y-%m-%dT%H:%M:%S"))
+        meta.update(
+            name=name,
+            fingerprint=key,
+            format=FORMAT,
+            settings=dataset.cache_key(),
+            build_s=round(time.perf_counter() - started, 3),
+            created=time.strftime("%Y-%m-%dT%H:%M:%S"),
+        )
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
         try:
             tmp.rename(final)
@@ -204,13 +223,17 @@ def build_for_recipe(recipe: Any) -> list[Path]:
 
     splits = DATASETS.get(recipe.data.dataset.name).build(recipe.data.dataset, recipe.seed)
     root = cache_dir(recipe.data.cache.dir)
-    return [ensure_entry(dataset, root, f"{recipe.data.dataset.name}-{split}")
-            for split, dataset in (("train", splits.train), ("val", splits.val))
-            if dataset is not None and cacheable(dataset)]
+    return [
+        ensure_entry(dataset, root, f"{recipe.data.dataset.name}-{split}")
+        for split, dataset in (("train", splits.train), ("val", splits.val))
+        if dataset is not None and cacheable(dataset)
+    ]
 
 
 def describe(entry: dict[str, Any]) -> str:
     """One line per entry for `accel cache info`."""
     shape = "x".join(map(str, entry["shape"]))
-    return (f"{entry['path']}  {entry['samples']} samples of {shape}  {entry['size_mb']} MB  "
-            f"built {entry['created']} in {entry['build_s']} s")
+    return (
+        f"{entry['path']}  {entry['samples']} samples of {shape}  {entry['size_mb']} MB  "
+        f"built {entry['created']} in {entry['build_s']} s"
+    )

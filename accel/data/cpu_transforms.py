@@ -5,6 +5,7 @@ An entry is `Name` or `{Name: {argument: value, ...}}`; an argument called `tran
 typo fails before any data is read. They run on the training split, in the loader workers, on uint8 CHW
 images, and must return uint8 images of the same shape: normalisation happens later, on the device.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -51,7 +52,7 @@ def parse_spec(entry: Spec) -> tuple[str, dict[str, Any]]:
         return entry, {}
     if len(entry) != 1:
         raise ValueError(f"a transform is one `Name: {{arguments}}` mapping, got keys {sorted(entry)}")
-    (name, args), = entry.items()
+    ((name, args),) = entry.items()
     return name, dict(args or {})
 
 
@@ -67,8 +68,10 @@ def build_transform(kind: str, entry: Spec) -> Any:
     params = {p.name for p in inspect.signature(cls).parameters.values() if p.kind is not p.VAR_KEYWORD}
     for arg in args:
         if arg not in params:
-            raise ValueError(f"{kind} `{name}` has no argument `{arg}`{did_you_mean(arg, params)}; "
-                             f"it takes: {', '.join(sorted(params - {'self'}))}")
+            raise ValueError(
+                f"{kind} `{name}` has no argument `{arg}`{did_you_mean(arg, params)}; "
+                f"it takes: {', '.join(sorted(params - {'self'}))}"
+            )
     if isinstance(args.get("transforms"), list):
         args["transforms"] = [build_transform(kind, item) for item in args["transforms"]]
     try:
@@ -93,11 +96,15 @@ class CpuTransformsConfig(StrictModel):
     """Per-sample transforms run in the loader workers on the training split (torchvision first)."""
 
     torchvision: list[TorchvisionSpec] = Field(
-        default_factory=list, description="torchvision.transforms.v2 transforms, e.g. "
-        "`[{RandomResizedCrop: {size: 64, scale: [0.5, 1.0]}}, RandomHorizontalFlip]`.")
+        default_factory=list,
+        description="torchvision.transforms.v2 transforms, e.g. "
+        "`[{RandomResizedCrop: {size: 64, scale: [0.5, 1.0]}}, RandomHorizontalFlip]`.",
+    )
     albumentations: list[AlbumentationsSpec] = Field(
-        default_factory=list, description="albumentations transforms, e.g. "
-        "`[{HorizontalFlip: {p: 0.5}}, {RandomBrightnessContrast: {p: 0.2}}]`.")
+        default_factory=list,
+        description="albumentations transforms, e.g. "
+        "`[{HorizontalFlip: {p: 0.5}}, {RandomBrightnessContrast: {p: 0.2}}]`.",
+    )
 
     @property
     def empty(self) -> bool:
@@ -157,9 +164,11 @@ class TransformedDataset(Dataset):
             raise DataError(f"data.transforms failed on {self._name(index)} ({type(err).__name__}: {err}).") from err
         if not isinstance(out, torch.Tensor) or out.dtype != torch.uint8 or out.shape != image.shape:
             got = f"{out.dtype} {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
-            raise DataError(f"data.transforms turned {self._name(index)} from uint8 {tuple(image.shape)} into {got}. "
-                            "CPU transforms must keep uint8 images of the same shape (evaluation sees untransformed "
-                            "images, and normalisation happens on the device): drop ToDtype/Normalize/Resize there.")
+            raise DataError(
+                f"data.transforms turned {self._name(index)} from uint8 {tuple(image.shape)} into {got}. "
+                "CPU transforms must keep uint8 images of the same shape (evaluation sees untransformed "
+                "images, and normalisation happens on the device): drop ToDtype/Normalize/Resize there."
+            )
         return out, label
 
     def _name(self, index: int) -> str:

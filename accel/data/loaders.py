@@ -1,4 +1,5 @@
 """DataLoader construction: worker count, pinning and per-worker setup chosen once, here, with reasons."""
+
 from __future__ import annotations
 
 import faulthandler
@@ -39,8 +40,10 @@ class LoaderConfig(StrictModel):
         True, description="Keep workers alive between epochs instead of re-forking them; used only with workers."
     )
     backend: Literal["torch", "dali"] = Field(
-        "torch", description="`torch`: a DataLoader over the dataset. `dali`: NVIDIA DALI reads, decodes (on the "
-        "GPU with CUDA), resizes and normalises image files itself; image folders only, needs the `dali` extra.")
+        "torch",
+        description="`torch`: a DataLoader over the dataset. `dali`: NVIDIA DALI reads, decodes (on the "
+        "GPU with CUDA), resizes and normalises image files itself; image folders only, needs the `dali` extra.",
+    )
 
 
 def resolve_num_workers(cfg: LoaderConfig, dataset: Dataset) -> int:
@@ -111,8 +114,9 @@ def build_loader(
     workers = resolve_num_workers(cfg, dataset)
     extra = {}
     if workers > 0:  # DataLoader rejects these options without workers
-        extra = dict(prefetch_factor=cfg.prefetch_factor, persistent_workers=cfg.persistent_workers,
-                     worker_init_fn=worker_init)
+        extra = dict(
+            prefetch_factor=cfg.prefetch_factor, persistent_workers=cfg.persistent_workers, worker_init_fn=worker_init
+        )
     return DataLoader(
         dataset,
         batch_size=batch_size,

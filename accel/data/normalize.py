@@ -1,4 +1,5 @@
 """uint8 -> float conversion and normalisation, done on the device where it is cheap."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence

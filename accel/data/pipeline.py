@@ -3,6 +3,7 @@
 Order, per training sample: (cached) decode -> CPU transforms (workers) -> collate [-> augment, `on: loader`]
 -> copy to the device (prefetcher, when enabled) -> uint8 -> float normalisation -> augment (`on: device`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,12 +39,20 @@ class DataPipeline:
 def _check_combination(data: Any) -> None:
     if data.loader.backend != "dali":
         return
-    clash = ("data.cache.enabled: true" if data.cache.enabled else
-             "data.transforms" if not data.transforms.empty else
-             "data.augment.on: loader" if data.augment.on == "loader" and data.augment.ops else None)
+    clash = (
+        "data.cache.enabled: true"
+        if data.cache.enabled
+        else "data.transforms"
+        if not data.transforms.empty
+        else "data.augment.on: loader"
+        if data.augment.on == "loader" and data.augment.ops
+        else None
+    )
     if clash:
-        raise DataError(f"`{clash}` works on the torch loader's samples, but `data.loader.backend: dali` decodes "
-                        "and batches the files itself. Use backend torch, or drop it (augment with `on: device`).")
+        raise DataError(
+            f"`{clash}` works on the torch loader's samples, but `data.loader.backend: dali` decodes "
+            "and batches the files itself. Use backend torch, or drop it (augment with `on: device`)."
+        )
 
 
 def prepare_splits(data: Any, splits: Splits) -> Splits:
@@ -58,37 +67,69 @@ def prepare_splits(data: Any, splits: Splits) -> Splits:
     return dataclasses.replace(splits, train=apply_cpu_transforms(train, data.transforms), val=val)
 
 
-def _loader(data: Any, dataset: Any, splits: Splits, *, train: bool, seed: int, device: torch.device, rank: int,
-            world_size: int, collate_fn: Any = None) -> Any:
+def _loader(
+    data: Any,
+    dataset: Any,
+    splits: Splits,
+    *,
+    train: bool,
+    seed: int,
+    device: torch.device,
+    rank: int,
+    world_size: int,
+    collate_fn: Any = None,
+) -> Any:
     batch_size = data.batch_size if train else (data.eval_batch_size or data.batch_size)
     if data.loader.backend == "dali":
         from .dali import dali_loader
 
         # one seed on every rank: the shards split one global permutation per epoch
-        return dali_loader(dataset, batch_size=batch_size, train=train, drop_last=train and data.drop_last,
-                           seed=seed, device=device, mean=splits.mean, std=splits.std, rank=rank,
-                           world_size=world_size, num_threads=available_cpus())
+        return dali_loader(
+            dataset,
+            batch_size=batch_size,
+            train=train,
+            drop_last=train and data.drop_last,
+            seed=seed,
+            device=device,
+            mean=splits.mean,
+            std=splits.std,
+            rank=rank,
+            world_size=world_size,
+            num_threads=available_cpus(),
+        )
     # training pads so every rank runs the same number of steps; evaluation counts each sample once
     sampler = EpochSampler(len(dataset), shuffle=train, seed=seed, rank=rank, world_size=world_size, pad=train)
-    return build_loader(dataset, data.loader, batch_size=batch_size, sampler=sampler,
-                        drop_last=train and data.drop_last, seed=seed, device=device, collate_fn=collate_fn)
+    return build_loader(
+        dataset,
+        data.loader,
+        batch_size=batch_size,
+        sampler=sampler,
+        drop_last=train and data.drop_last,
+        seed=seed,
+        device=device,
+        collate_fn=collate_fn,
+    )
 
 
-def build_data_pipeline(data: Any, splits: Splits, *, device: torch.device, seed: int, rank: int = 0,
-                        world_size: int = 1) -> DataPipeline:
+def build_data_pipeline(
+    data: Any, splits: Splits, *, device: torch.device, seed: int, rank: int = 0, world_size: int = 1
+) -> DataPipeline:
     """Loaders and batch transforms for a recipe's `data` section (a DataConfig) over `splits`."""
     _check_combination(data)
     if splits.tokens and (data.augment.ops or not data.transforms.empty or data.cache.enabled):
-        raise DataError(f"data.augment, data.transforms and data.cache work on images, but dataset "
-                        f"`{data.dataset.name}` serves token ids: remove them from the recipe")
+        raise DataError(
+            f"data.augment, data.transforms and data.cache work on images, but dataset "
+            f"`{data.dataset.name}` serves token ids: remove them from the recipe"
+        )
     splits = prepare_splits(data, splits)
     augment: BatchAugment | None = None
     if data.augment.ops:
         augment = build_augment(data.augment, Normalize(splits.mean, splits.std), splits.num_classes, seed, rank)
     on_loader = augment is not None and data.augment.on == "loader"
     where = dict(splits=splits, seed=seed, device=device, rank=rank, world_size=world_size)
-    train_loader = _loader(data, splits.train, train=True, collate_fn=CollateAugment(augment) if on_loader else None,
-                           **where)
+    train_loader = _loader(
+        data, splits.train, train=True, collate_fn=CollateAugment(augment) if on_loader else None, **where
+    )
     val_loader = _loader(data, splits.val, train=False, **where) if splits.val is not None else None
     # With the prefetcher, normalisation happens while the batch is copied; the trainer's Normalize then sees a
     # float batch and passes it through. Each loader gets its own Normalize: the thread caches device tensors.
@@ -97,8 +138,13 @@ def build_data_pipeline(data: Any, splits: Splits, *, device: torch.device, seed
         val_loader = wrap_loader(val_loader, data.prefetch, device, _normalize(splits))
     on_device = augment if augment is not None and not on_loader else None
     normalize = _normalize(splits)
-    return DataPipeline(train_loader, val_loader, train_transform=on_device or normalize, eval_transform=normalize,
-                        callbacks=[AugmentState(on_device, rank)] if on_device is not None else [])
+    return DataPipeline(
+        train_loader,
+        val_loader,
+        train_transform=on_device or normalize,
+        eval_transform=normalize,
+        callbacks=[AugmentState(on_device, rank)] if on_device is not None else [],
+    )
 
 
 def _normalize(splits: Splits) -> Normalize | None:

@@ -5,6 +5,7 @@ overlaps the current step's kernels; the main stream waits on an event for exact
 background thread pulls from the loader and prepares batches while the main thread computes. Either way the
 batches and their order are exactly those of the wrapped loader.
 """
+
 from __future__ import annotations
 
 import queue
@@ -29,10 +30,16 @@ class PrefetchConfig(StrictModel):
     """Whether the trainer's loaders are wrapped in a DevicePrefetcher."""
 
     enabled: bool | Literal["auto"] = Field(
-        "auto", description="`auto`: on for CUDA (side-stream copies overlap compute), off elsewhere, where "
-        "loader workers already overlap loading and a thread would take a core from the model.")
-    depth: int = Field(2, ge=1, description="Batches prepared ahead by the background thread (non-CUDA devices); "
-                       "on CUDA one batch is in flight on the side stream.")
+        "auto",
+        description="`auto`: on for CUDA (side-stream copies overlap compute), off elsewhere, where "
+        "loader workers already overlap loading and a thread would take a core from the model.",
+    )
+    depth: int = Field(
+        2,
+        ge=1,
+        description="Batches prepared ahead by the background thread (non-CUDA devices); "
+        "on CUDA one batch is in flight on the side stream.",
+    )
 
 
 def resolve_prefetch(cfg: PrefetchConfig, device: torch.device) -> bool:

@@ -1,5 +1,6 @@
 """The one sampler the trainer uses: its order is a function of (seed, epoch) alone, so a resumed run and
 every rank of a distributed run agree on it without sharing any RNG state."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -22,8 +23,9 @@ class EpochSampler(Sampler[int]):
     indices[r::world_size], as torch's DistributedSampler does: every rank sees the same number of batches.
     """
 
-    def __init__(self, num_samples: int, *, shuffle: bool, seed: int, rank: int = 0, world_size: int = 1,
-                 pad: bool = True):
+    def __init__(
+        self, num_samples: int, *, shuffle: bool, seed: int, rank: int = 0, world_size: int = 1, pad: bool = True
+    ):
         if num_samples < 1:
             raise ValueError(f"EpochSampler needs at least one sample, got num_samples={num_samples}")
         if world_size < 1 or not 0 <= rank < world_size:

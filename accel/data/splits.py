@@ -1,4 +1,5 @@
 """What every dataset builder returns."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,4 +1,5 @@
 """Export problems meant for people: the CLI prints them and exits with code 2."""
+
 from __future__ import annotations
 
 from ..errors import AccelError
@@ -14,9 +15,11 @@ class UnsupportedOpError(ExportError):
     def __init__(self, op: str, fmt: str, alternatives: list[str]):
         self.op, self.format = op, fmt
         others = " or ".join(f"`--format {alt}`" for alt in alternatives)
-        super().__init__(f"The model uses `{op}`, which the {fmt} exporter cannot translate. Try {others}, "
-                         f"or replace that op in the model (for ONNX, a custom translation can be registered "
-                         f"with torch.onnx.export(custom_translation_table=...)).")
+        super().__init__(
+            f"The model uses `{op}`, which the {fmt} exporter cannot translate. Try {others}, "
+            f"or replace that op in the model (for ONNX, a custom translation can be registered "
+            f"with torch.onnx.export(custom_translation_table=...))."
+        )
 
 
 class QuantizeError(ExportError):

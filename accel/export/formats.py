@@ -1,4 +1,5 @@
 """The three export formats: write a module to a file, and load the file back as a runner (images -> logits)."""
+
 from __future__ import annotations
 
 import logging
@@ -19,19 +20,22 @@ log = logging.getLogger("accel")
 Runner = Callable[[torch.Tensor], torch.Tensor]
 SUFFIX = {"onnx": ".onnx", "torchscript": ".pt", "exported": ".pt2"}
 RUNTIME = {"onnx": "onnxruntime", "torchscript": "torchscript", "exported": "torch.export"}
-ALTERNATIVES = {"onnx": ["exported", "torchscript"], "torchscript": ["exported", "onnx"],
-                "exported": ["torchscript"]}
+ALTERNATIVES = {"onnx": ["exported", "torchscript"], "torchscript": ["exported", "onnx"], "exported": ["torchscript"]}
 # what the ONNX exporter says when no translation exists for an op
 _NO_ONNX_FUNCTION = re.compile(r"No ONNX function found for <OpOverload\(op='([\w.:]+)', overload='(\w+)'\)>")
 _NODE_TARGET = re.compile(r"target=torch\.ops\.([\w.]+)")
 
 
-def export_model(module: nn.Module, example: torch.Tensor, fmt: str, path: Path,
-                 input_name: str = "images") -> dict[str, Any]:
+def export_model(
+    module: nn.Module, example: torch.Tensor, fmt: str, path: Path, input_name: str = "images"
+) -> dict[str, Any]:
     """Write `module` (eval mode, taking `example`-like batches of any size) to `path`; returns format facts.
     `input_name` names the ONNX graph's input."""
-    exporters = {"onnx": partial(_export_onnx, input_name=input_name), "torchscript": _export_torchscript,
-                 "exported": _export_exported}
+    exporters = {
+        "onnx": partial(_export_onnx, input_name=input_name),
+        "torchscript": _export_torchscript,
+        "exported": _export_exported,
+    }
     try:
         return exporters[fmt](module, example, path)
     except ExportError:
@@ -47,20 +51,32 @@ def _batch_dim() -> tuple[dict[int, Any]]:
 
 def _export_onnx(module: nn.Module, example: torch.Tensor, path: Path, input_name: str) -> dict[str, Any]:
     with quiet_logs("onnxscript", "onnx_ir"):  # per-pass optimizer notes at INFO
-        program = torch.onnx.export(module, (example,), dynamo=True, input_names=[input_name],
-                                    output_names=["logits"], dynamic_shapes=_batch_dim(), verbose=False)
+        program = torch.onnx.export(
+            module,
+            (example,),
+            dynamo=True,
+            input_names=[input_name],
+            output_names=["logits"],
+            dynamic_shapes=_batch_dim(),
+            verbose=False,
+        )
     for node in program.model.graph:
         # source file paths and lines of the exporting machine: nothing a shipped model should carry
         node.metadata_props.pop("pkg.torch.onnx.stack_trace", None)
     program.save(str(path))
     opset = program.model_proto.opset_import
-    return {"exporter": "torch.onnx.export(dynamo=True)",
-            "opset": next((o.version for o in opset if o.domain in ("", "ai.onnx")), None)}
+    return {
+        "exporter": "torch.onnx.export(dynamo=True)",
+        "opset": next((o.version for o in opset if o.domain in ("", "ai.onnx")), None),
+    }
 
 
 def _export_torchscript(module: nn.Module, example: torch.Tensor, path: Path) -> dict[str, Any]:
-    log.info("torch.jit (TorchScript) is deprecated upstream (torch %s warns on trace); `--format exported` is "
-             "its successor", torch.__version__)
+    log.info(
+        "torch.jit (TorchScript) is deprecated upstream (torch %s warns on trace); `--format exported` is "
+        "its successor",
+        torch.__version__,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # said once above, not once per traced method
         traced = torch.jit.trace(module, example)
@@ -107,6 +123,7 @@ def load_runner(fmt: str, path: Path, threads: int) -> Runner:
 
 def eager_runner(module: nn.Module) -> Runner:
     """PyTorch inference: the module under inference_mode."""
+
     def run(images: torch.Tensor) -> torch.Tensor:
         with torch.inference_mode():
             return module(images)

@@ -1,4 +1,5 @@
 """The numbers of an export: file sizes, validation accuracy and logit agreement, latency."""
+
 from __future__ import annotations
 
 import gzip
@@ -61,8 +62,9 @@ def evaluate(run: Runner, batches: Iterable[Batch]) -> Evaluation:
     return Evaluation(logits_t, accuracy)
 
 
-def latency(runners: dict[str, Runner], inputs: dict[str, torch.Tensor], runs: int, warmup: int,
-            rounds: int = 5) -> dict[str, dict[str, dict[str, float]]]:
+def latency(
+    runners: dict[str, Runner], inputs: dict[str, torch.Tensor], runs: int, warmup: int, rounds: int = 5
+) -> dict[str, dict[str, dict[str, float]]]:
     """Per runner and input: median, p10 and p90 milliseconds of `runs` timed calls after `warmup` untimed ones.
 
     The runs are split into `rounds` blocks and the runners take turns block by block (A B C A B C ...), so a
@@ -105,8 +107,13 @@ def summarize(ms: list[float], batch: int) -> dict[str, float]:
     """Median and spread of per-call milliseconds, and the samples/s the median gives."""
     ordered = sorted(ms)
     median = statistics.median(ordered)
-    return {"median_ms": median, "p10_ms": _nearest_rank(ordered, 0.1), "p90_ms": _nearest_rank(ordered, 0.9),
-            "runs": len(ordered), "samples_per_s": batch / (median / 1e3) if median > 0 else float("inf")}
+    return {
+        "median_ms": median,
+        "p10_ms": _nearest_rank(ordered, 0.1),
+        "p90_ms": _nearest_rank(ordered, 0.9),
+        "runs": len(ordered),
+        "samples_per_s": batch / (median / 1e3) if median > 0 else float("inf"),
+    }
 
 
 def _nearest_rank(ordered: list[float], q: float) -> float:

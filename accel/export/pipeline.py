@@ -1,4 +1,5 @@
 """One export end to end: load the run, prune, export, quantize, measure every variant, write export.json."""
+
 from __future__ import annotations
 
 import itertools
@@ -43,8 +44,10 @@ def export_run(path: str | Path, config: ExportConfig | None = None) -> dict[str
     """
     config = config or ExportConfig()
     if config.quantize and config.format != "onnx":
-        raise QuantizeError(f"--quantize makes int8 ONNX graphs run by onnxruntime; it needs `--format onnx`, "
-                            f"not `--format {config.format}`.")
+        raise QuantizeError(
+            f"--quantize makes int8 ONNX graphs run by onnxruntime; it needs `--format onnx`, "
+            f"not `--format {config.format}`."
+        )
     if config.out is not None:  # an explicit --out: never a file, a run or a bench (the default is the run's own)
         check_results_out(config.out, "export")
     source = load_source(path)
@@ -55,21 +58,30 @@ def export_run(path: str | Path, config: ExportConfig | None = None) -> dict[str
     inputs = _latency_inputs(source, config.batch_size)
     with torch_threads(threads):
         # the loader again for each variant, not a list of every batch: validation sets can be large
-        evaluations = {v.name: evaluate(v.run, itertools.islice(source.val_loader, config.val_batches))
-                       for v in variants}
-        log.info("timing %d variants: %d runs after %d warm-up runs per batch size, %d threads", len(variants),
-                 config.runs, config.warmup, threads)
+        evaluations = {
+            v.name: evaluate(v.run, itertools.islice(source.val_loader, config.val_batches)) for v in variants
+        }
+        log.info(
+            "timing %d variants: %d runs after %d warm-up runs per batch size, %d threads",
+            len(variants),
+            config.runs,
+            config.warmup,
+            threads,
+        )
         latencies = latency({v.name: v.run for v in variants}, inputs, config.runs, config.warmup)
-    report = build_report(source, config, variants, evaluations, latencies,
-                          {**extras, "threads": threads, "out": str(out)})
+    report = build_report(
+        source, config, variants, evaluations, latencies, {**extras, "threads": threads, "out": str(out)}
+    )
     write_report(report, out)
     if report["validation"]["note"]:
         log.warning("%s", report["validation"]["note"])
     if not report["verified"]:
-        raise ExportError(f"The {config.format} export's logits differ from PyTorch's by up to "
-                          f"{report['verification']['max_abs_diff']:.3g} on the validation set, more than --atol "
-                          f"{config.atol:g} (see {out / 'export.json'}). Try another --format, or raise --atol if "
-                          "that is acceptable.")
+        raise ExportError(
+            f"The {config.format} export's logits differ from PyTorch's by up to "
+            f"{report['verification']['max_abs_diff']:.3g} on the validation set, more than --atol "
+            f"{config.atol:g} (see {out / 'export.json'}). Try another --format, or raise --atol if "
+            "that is acceptable."
+        )
     return report
 
 
@@ -98,30 +110,54 @@ def _variants(source: Source, config: ExportConfig, out: Path, threads: int) -> 
     if config.prune:
         model, extras["prune"] = _prune(source, config)
         pruned = source.servable(model)
-        variants.append(Variant("eager-pruned", "pytorch", eager_runner(pruned), state_dict_size(pruned),
-                                reference="eager"))
+        variants.append(
+            Variant("eager-pruned", "pytorch", eager_runner(pruned), state_dict_size(pruned), reference="eager")
+        )
     artifact = out / f"model{SUFFIX[config.format]}"
     log.info("exporting to %s", artifact)
     info = export_model(source.servable(model), source.example, config.format, artifact, source.input_name)
-    variants.append(Variant(config.format, RUNTIME[config.format], load_runner(config.format, artifact, threads),
-                            file_size(artifact), artifact, reference=variants[-1].name, info=info))
+    variants.append(
+        Variant(
+            config.format,
+            RUNTIME[config.format],
+            load_runner(config.format, artifact, threads),
+            file_size(artifact),
+            artifact,
+            reference=variants[-1].name,
+            info=info,
+        )
+    )
     if config.quantize:
-        log.info("int8 by onnxruntime.quantization (torch.ao.quantization is deprecated upstream in torch %s)",
-                 torch.__version__)
+        log.info(
+            "int8 by onnxruntime.quantization (torch.ao.quantization is deprecated upstream in torch %s)",
+            torch.__version__,
+        )
     for mode in config.quantize:
         target = out / f"model.{mode}.onnx"
         calibration = _calibration(source, config.calibration_batches) if mode == "static-int8" else ()
         info = quantize(mode, artifact, target, calibration)
         # compared with the fp32 graph it was made from: the difference is what int8 costs
-        variants.append(Variant(f"onnx-{mode}", "onnxruntime", ort_runner(target, threads), file_size(target),
-                                target, reference=config.format, info=info))
+        variants.append(
+            Variant(
+                f"onnx-{mode}",
+                "onnxruntime",
+                ort_runner(target, threads),
+                file_size(target),
+                target,
+                reference=config.format,
+                info=info,
+            )
+        )
     return variants, extras
 
 
 def _prune(source: Source, config: ExportConfig) -> tuple[torch.nn.Module, dict[str, Any]]:
     model, masks = prune_global(source.model, config.prune)
-    info: dict[str, Any] = {"amount": config.prune, "method": "global L1 magnitude over Conv/Linear weights",
-                            "finetune": None}
+    info: dict[str, Any] = {
+        "amount": config.prune,
+        "method": "global L1 magnitude over Conv/Linear weights",
+        "finetune": None,
+    }
     if config.finetune_steps:
         model, info["finetune"] = finetune(source, model, masks, config.finetune_steps)
     info.update(sparsity(model))

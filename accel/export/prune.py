@@ -3,6 +3,7 @@
 Unstructured zeros do not make dense kernels faster or dense files smaller; export.json shows this honestly
 (latency and `size_bytes` barely move) and reports `gzip_bytes`, where the zeros do pay off.
 """
+
 from __future__ import annotations
 
 import copy

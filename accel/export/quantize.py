@@ -4,6 +4,7 @@ Why onnxruntime and not torch: torch.ao.quantization is deprecated upstream (tor
 removed) and its PT2E successor moved to torchao; onnxruntime.quantization is maintained, and quantizing the
 graph a user ships measures the int8 model in the runtime that serves it.
 """
+
 from __future__ import annotations
 
 import logging
@@ -60,31 +61,44 @@ def _dynamic(model, target: Path, ops: set[str]) -> None:
 
     targets = ops.intersection(DYNAMIC_OPS)
     if not targets:
-        raise QuantizeError(f"dynamic-int8 quantizes Linear/LSTM layers ({', '.join(DYNAMIC_OPS)} nodes), and this "
-                            f"model has none (its ops: {', '.join(sorted(ops))}). For a CNN use "
-                            "`--quantize static-int8`.")
+        raise QuantizeError(
+            f"dynamic-int8 quantizes Linear/LSTM layers ({', '.join(DYNAMIC_OPS)} nodes), and this "
+            f"model has none (its ops: {', '.join(sorted(ops))}). For a CNN use "
+            "`--quantize static-int8`."
+        )
     with quiet_logs("", level=logging.ERROR):  # ORT advises through the root logger
         # all of DYNAMIC_OPS, not just those present: onnxruntime rewrites Gemm as MatMul before quantizing
         quantize_dynamic(model, str(target), op_types_to_quantize=list(DYNAMIC_OPS), weight_type=QuantType.QInt8)
     if not int8_ops(target):
-        raise QuantizeError(f"dynamic-int8 found {', '.join(sorted(targets))} nodes but onnxruntime quantized none "
-                            "of them (their weights may not be constants). Try `--quantize static-int8`.")
+        raise QuantizeError(
+            f"dynamic-int8 found {', '.join(sorted(targets))} nodes but onnxruntime quantized none "
+            "of them (their weights may not be constants). Try `--quantize static-int8`."
+        )
 
 
 def _static(model, target: Path, ops: set[str], calibration: Iterable[torch.Tensor]) -> None:
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     if not ops.intersection(STATIC_NEEDS):
-        raise QuantizeError(f"static-int8 is for CNNs and this model has no Conv layer (its ops: "
-                            f"{', '.join(sorted(ops))}). For Linear/LSTM layers use `--quantize dynamic-int8`.")
+        raise QuantizeError(
+            f"static-int8 is for CNNs and this model has no Conv layer (its ops: "
+            f"{', '.join(sorted(ops))}). For Linear/LSTM layers use `--quantize dynamic-int8`."
+        )
     batches = list(calibration)
     if not batches:
         raise QuantizeError("static-int8 needs calibration batches, and the training loader gave none.")
     reader = _CalibrationReader(model.graph.input[0].name, batches)
     with quiet_logs("", level=logging.ERROR):  # ORT advises through the root logger
         # QDQ with per-channel int8 weights and uint8 activations: the format ORT's CPU kernels fuse best
-        quantize_static(model, str(target), reader, quant_format=QuantFormat.QDQ, per_channel=True,
-                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+        quantize_static(
+            model,
+            str(target),
+            reader,
+            quant_format=QuantFormat.QDQ,
+            per_channel=True,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+        )
     log.info("static-int8 calibrated on %d training batches", reader.batches)
 
 

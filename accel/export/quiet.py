@@ -1,4 +1,5 @@
 """Keep third-party progress chatter out of accel's log while their code runs, then restore it."""
+
 from __future__ import annotations
 
 import logging

@@ -1,4 +1,5 @@
 """export.json and the table printed after an export."""
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -21,21 +22,41 @@ def build_report(source, config, variants, evaluations, latencies, extras: dict[
     original = evaluations["eager"]
     rows = [_row(v, evaluations, latencies, original, variants[0].size["size_bytes"]) for v in variants]
     checked = next(row for row in rows if row["name"] == config.format)
-    verification = {"variant": checked["name"], "compared_with": checked["compared_with"],
-                    "max_abs_diff": checked["max_abs_diff"], "atol": config.atol,
-                    "same_accuracy": checked["val_accuracy"] == evaluations[checked["compared_with"]].accuracy}
+    verification = {
+        "variant": checked["name"],
+        "compared_with": checked["compared_with"],
+        "max_abs_diff": checked["max_abs_diff"],
+        "atol": config.atol,
+        "same_accuracy": checked["val_accuracy"] == evaluations[checked["compared_with"]].accuracy,
+    }
     verification["passed"] = verification["max_abs_diff"] <= config.atol
     return {
-        "source": {"run_dir": str(source.run_dir), "checkpoint": str(source.checkpoint),
-                   "recipe": source.recipe.name, "model": source.recipe.model.name, "weights": source.weights},
-        "format": config.format, "options": config.model_dump(mode="json"), "out": extras["out"],
-        "input": source.input_spec(), "output": {"name": "logits", "shape": ["batch", *original.logits.shape[1:]]},
+        "source": {
+            "run_dir": str(source.run_dir),
+            "checkpoint": str(source.checkpoint),
+            "recipe": source.recipe.name,
+            "model": source.recipe.model.name,
+            "weights": source.weights,
+        },
+        "format": config.format,
+        "options": config.model_dump(mode="json"),
+        "out": extras["out"],
+        "input": source.input_spec(),
+        "output": {"name": "logits", "shape": ["batch", *original.logits.shape[1:]]},
         "prune": extras.get("prune"),
         "validation": {"samples": len(original.logits), **_trained_accuracy(source)},
-        "timing": {"threads": extras["threads"], "runs": config.runs, "warmup": config.warmup,
-                   "batch_sizes": [1, config.batch_size], "statistic": "median of per-call wall time",
-                   "order": "after warm-up, variants take turns in 5 blocks of runs", "device": "cpu"},
-        "variants": rows, "verification": verification, "verified": verification["passed"],
+        "timing": {
+            "threads": extras["threads"],
+            "runs": config.runs,
+            "warmup": config.warmup,
+            "batch_sizes": [1, config.batch_size],
+            "statistic": "median of per-call wall time",
+            "order": "after warm-up, variants take turns in 5 blocks of runs",
+            "device": "cpu",
+        },
+        "variants": rows,
+        "verification": verification,
+        "verified": verification["passed"],
         "versions": _versions(),
     }
 
@@ -43,11 +64,19 @@ def build_report(source, config, variants, evaluations, latencies, extras: dict[
 def _row(variant, evaluations, latencies, original, original_bytes: int) -> dict[str, Any]:
     evaluation = evaluations[variant.name]
     reference = evaluations[variant.reference] if variant.reference else evaluation
-    return {"name": variant.name, "runtime": variant.runtime, "file": variant.file.name if variant.file else None,
-            **variant.size, "size_vs_eager": variant.size["size_bytes"] / original_bytes,
-            "val_accuracy": evaluation.accuracy, "accuracy_delta": evaluation.accuracy - original.accuracy,
-            "compared_with": variant.reference, "max_abs_diff": evaluation.max_abs_diff(reference),
-            "latency": latencies[variant.name], "details": variant.info or None}
+    return {
+        "name": variant.name,
+        "runtime": variant.runtime,
+        "file": variant.file.name if variant.file else None,
+        **variant.size,
+        "size_vs_eager": variant.size["size_bytes"] / original_bytes,
+        "val_accuracy": evaluation.accuracy,
+        "accuracy_delta": evaluation.accuracy - original.accuracy,
+        "compared_with": variant.reference,
+        "max_abs_diff": evaluation.max_abs_diff(reference),
+        "latency": latencies[variant.name],
+        "details": variant.info or None,
+    }
 
 
 def _trained_accuracy(source) -> dict[str, Any]:
@@ -58,13 +87,17 @@ def _trained_accuracy(source) -> dict[str, Any]:
         return {"accuracy_reported_by_training": None, "note": None}
     status = said.get("status", "completed")
     if status != "completed":
-        return {"accuracy_reported_by_training": None,
-                "note": f"the run is {status}: {source.checkpoint.name} holds the weights of the step it stopped at, "
-                        "not those of its last evaluation, so training's val_accuracy is not compared with the "
-                        "export's. Resume the run to its end for that comparison"}
+        return {
+            "accuracy_reported_by_training": None,
+            "note": f"the run is {status}: {source.checkpoint.name} holds the weights of the step it stopped at, "
+            "not those of its last evaluation, so training's val_accuracy is not compared with the "
+            "export's. Resume the run to its end for that comparison",
+        }
     metrics = said.get("metrics")
-    return {"accuracy_reported_by_training": metrics.get("val_accuracy") if isinstance(metrics, dict) else None,
-            "note": None}
+    return {
+        "accuracy_reported_by_training": metrics.get("val_accuracy") if isinstance(metrics, dict) else None,
+        "note": None,
+    }
 
 
 def _versions() -> dict[str, str | None]:
@@ -86,14 +119,19 @@ def write_report(report: dict[str, Any], out: Path) -> Path:
 def render_table(report: dict[str, Any]) -> str:
     """A Markdown table of the variants: size, accuracy, agreement and latency (median, p10-p90)."""
     big = f"batch_{report['timing']['batch_sizes'][1]}"
-    lines = [f"| variant | runtime | size | val accuracy | Δ accuracy | max abs Δ logits | batch 1 ms | "
-             f"{big.replace('_', ' ')} ms | {big.replace('_', ' ')} images/s |", "|" + " --- |" * 9]
+    lines = [
+        f"| variant | runtime | size | val accuracy | Δ accuracy | max abs Δ logits | batch 1 ms | "
+        f"{big.replace('_', ' ')} ms | {big.replace('_', ' ')} images/s |",
+        "|" + " --- |" * 9,
+    ]
     for row in report["variants"]:
         one, many = row["latency"]["batch_1"], row["latency"][big]
         versus = f" (vs {row['compared_with']})" if row["compared_with"] else ""
-        lines.append(f"| {row['name']} | {row['runtime']} | {row['size_bytes'] / 1024:.1f} KiB | "
-                     f"{row['val_accuracy']:.4f} | {row['accuracy_delta']:+.4f} | {row['max_abs_diff']:.2e}{versus} | "
-                     f"{_ms(one)} | {_ms(many)} | {many['samples_per_s']:.0f} |")
+        lines.append(
+            f"| {row['name']} | {row['runtime']} | {row['size_bytes'] / 1024:.1f} KiB | "
+            f"{row['val_accuracy']:.4f} | {row['accuracy_delta']:+.4f} | {row['max_abs_diff']:.2e}{versus} | "
+            f"{_ms(one)} | {_ms(many)} | {many['samples_per_s']:.0f} |"
+        )
     return "\n".join(lines)
 
 

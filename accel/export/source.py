@@ -8,6 +8,7 @@ The exported graph takes exactly what the validation loader yields, normally uin
 images; no mean/std constants can be forgotten or mistyped on the serving side. export.json still records
 the constants. Datasets that yield float images are passed through unchanged, as the trainer's Normalize does.
 """
+
 from __future__ import annotations
 
 import logging
@@ -80,14 +81,23 @@ class Source:
     def input_spec(self) -> dict[str, Any]:
         """What the exported graph takes, for export.json and the docs."""
         if self.tokens:
-            return {"name": "tokens", "dtype": str(self.example.dtype).removeprefix("torch."),
-                    "shape": ["batch", *self.example.shape[1:]], "normalisation": "none: token ids"}
-        folded = self.example.dtype == torch.uint8
-        return {"name": "images", "dtype": str(self.example.dtype).removeprefix("torch."),
+            return {
+                "name": "tokens",
+                "dtype": str(self.example.dtype).removeprefix("torch."),
                 "shape": ["batch", *self.example.shape[1:]],
-                "normalisation": "inside the graph: (images / 255 - mean) / std" if folded
-                else "none: float images are used as given (normalise them as in training)",
-                "mean": list(self.mean), "std": list(self.std)}
+                "normalisation": "none: token ids",
+            }
+        folded = self.example.dtype == torch.uint8
+        return {
+            "name": "images",
+            "dtype": str(self.example.dtype).removeprefix("torch."),
+            "shape": ["batch", *self.example.shape[1:]],
+            "normalisation": "inside the graph: (images / 255 - mean) / std"
+            if folded
+            else "none: float images are used as given (normalise them as in training)",
+            "mean": list(self.mean),
+            "std": list(self.std),
+        }
 
 
 def locate(path: str | Path) -> tuple[Path, Path]:
@@ -97,13 +107,17 @@ def locate(path: str | Path) -> tuple[Path, Path]:
         run_dir = path.parent.parent if path.parent.name == CHECKPOINTS else path.parent
         return run_dir, path
     if not path.is_dir():
-        raise ExportError(f"{path} does not exist. Give a run directory (from `accel train --out DIR`) or a "
-                          "checkpoint file inside one (DIR/checkpoints/last.pt).")
+        raise ExportError(
+            f"{path} does not exist. Give a run directory (from `accel train --out DIR`) or a "
+            "checkpoint file inside one (DIR/checkpoints/last.pt)."
+        )
     checkpoint = RunDir(path, create=False).last_checkpoint
     if not checkpoint.is_file():
-        raise ExportError(f"Run directory {path} has no checkpoint ({checkpoint} is missing). Train it to the end "
-                          "(`accel train RECIPE --out DIR`; checkpoints are written every `checkpoint.every_epochs`"
-                          "), or pass a checkpoint file directly.")
+        raise ExportError(
+            f"Run directory {path} has no checkpoint ({checkpoint} is missing). Train it to the end "
+            "(`accel train RECIPE --out DIR`; checkpoints are written every `checkpoint.every_epochs`"
+            "), or pass a checkpoint file directly."
+        )
     return path, checkpoint
 
 
@@ -114,8 +128,10 @@ def load_source(path: str | Path) -> Source:
     run_dir, checkpoint = locate(path)
     recipe_path = RunDir(run_dir, create=False).recipe
     if not recipe_path.is_file():
-        raise ExportError(f"No recipe.yaml next to {checkpoint}: expected {recipe_path}. Export needs the run's "
-                          "recipe to rebuild the model and its data; pass the run directory that holds both.")
+        raise ExportError(
+            f"No recipe.yaml next to {checkpoint}: expected {recipe_path}. Export needs the run's "
+            "recipe to rebuild the model and its data; pass the run directory that holds both."
+        )
     trained = load_recipe(recipe_path)
     _check_exportable(trained, run_dir, checkpoint)
     trainer = build_trainer(cpu_recipe(trained))
@@ -124,28 +140,46 @@ def load_source(path: str | Path) -> Source:
     weights, which = _evaluated_weights(state, trained)
     trainer.module.load_state_dict(weights)
     if trainer.val_loader is None:
-        raise ExportError(f"The recipe in {run_dir} has no validation split (`data.dataset.val_fraction: 0`), "
-                          "so the export cannot be checked against the original. Export a run with validation data.")
+        raise ExportError(
+            f"The recipe in {run_dir} has no validation split (`data.dataset.val_fraction: 0`), "
+            "so the export cannot be checked against the original. Export a run with validation data."
+        )
     normalize = trainer.eval_transform  # None for token data
     inputs = next(iter(trainer.val_loader))[0]
     example = torch.cat([inputs[:2], inputs[:2]])[:2]  # two samples: a batch of 1 would fix the batch size
     mean, std = (_constants(normalize.mean), _constants(normalize.std)) if normalize is not None else ((), ())
-    return Source(run_dir, checkpoint, trained, trainer.module.eval(), trainer.train_loader, trainer.val_loader,
-                  mean, std, example, which)
+    return Source(
+        run_dir,
+        checkpoint,
+        trained,
+        trainer.module.eval(),
+        trainer.train_loader,
+        trainer.val_loader,
+        mean,
+        std,
+        example,
+        which,
+    )
 
 
 def _check_exportable(recipe: Recipe, run_dir: Path, checkpoint: Path) -> None:
     """Image classifiers and language models on token tensors export; anything else is refused, saying where
     the weights are."""
-    where = (f"Its weights are in {checkpoint} (`model` holds the state_dict) for torch.onnx.export or "
-             "torch.export with your own example input.")
+    where = (
+        f"Its weights are in {checkpoint} (`model` holds the state_dict) for torch.onnx.export or "
+        "torch.export with your own example input."
+    )
     task = recipe.task.name
     if task not in ("classification", "language_model"):
-        raise ExportError(f"`accel export` exports image classifiers and language models; the run in {run_dir} "
-                          f"trained task `{task}`. {where}")
+        raise ExportError(
+            f"`accel export` exports image classifiers and language models; the run in {run_dir} "
+            f"trained task `{task}`. {where}"
+        )
     if task == "language_model" and getattr(recipe.data.dataset, "layout", "pairs") != "pairs":
-        raise ExportError(f"`accel export` exports language models that take a tensor of token ids; the run in "
-                          f"{run_dir} feeds dict batches (`layout: hf`), whose models return output objects. {where}")
+        raise ExportError(
+            f"`accel export` exports language models that take a tensor of token ids; the run in "
+            f"{run_dir} feeds dict batches (`layout: hf`), whose models return output objects. {where}"
+        )
 
 
 def _evaluated_weights(state: dict[str, Any], recipe: Recipe) -> tuple[dict[str, Any], str]:
@@ -167,5 +201,6 @@ def _constants(values: torch.Tensor) -> tuple[float, ...]:
 def cpu_recipe(recipe: Recipe) -> Recipe:
     """The recipe on the CPU without speed-ups: export and its measurements are plain CPU inference. The model's
     pretrained `weights` file is not read: the checkpoint holds the trained weights (and the file may be gone)."""
-    return recipe.model_copy(update={"device": "cpu", "speedups": {}, "strict": False,
-                                     "model": recipe.model.without_weights()})
+    return recipe.model_copy(
+        update={"device": "cpu", "speedups": {}, "strict": False, "model": recipe.model.without_weights()}
+    )

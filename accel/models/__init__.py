@@ -5,6 +5,7 @@ A builder receives what the data says about the model's shape, for each keyword 
 `in_channels` (images), `vocab_size`, `context` (token sequences); `model.args` adds or overrides options.
 `model.weights` then loads a local state dict into the built model.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -27,13 +28,19 @@ __all__ = ["GPT", "ModelConfig", "WeightsConfig", "build_model", "gpt", "resnet1
 
 
 class ModelConfig(StrictModel):
-    name: str = Field(description="small_cnn | resnet18_cifar | gpt | torchvision:NAME | timm:NAME | hf_causal_lm "
-                      "| hf_sequence_classifier | package.module:callable")
-    num_classes: int | None = Field(None, ge=1, description="output classes (vocabulary size for a language "
-                                    "model); default: the dataset's")
+    name: str = Field(
+        description="small_cnn | resnet18_cifar | gpt | torchvision:NAME | timm:NAME | hf_causal_lm "
+        "| hf_sequence_classifier | package.module:callable"
+    )
+    num_classes: int | None = Field(
+        None, ge=1, description="output classes (vocabulary size for a language model); default: the dataset's"
+    )
     args: dict[str, Any] = Field(default_factory=dict, description="extra keyword arguments for the builder")
-    weights: WeightsConfig | None = Field(None, description="pretrained weights from a local state dict file, "
-                                          "loaded before the model moves to the device: a path, or {path, strict}")
+    weights: WeightsConfig | None = Field(
+        None,
+        description="pretrained weights from a local state dict file, "
+        "loaded before the model moves to the device: a path, or {path, strict}",
+    )
 
     @field_validator("weights", mode="before")
     @classmethod
@@ -71,10 +78,15 @@ def _check_outputs(num_classes: int, data_args: dict[str, Any]) -> None:
     needed = vocab if vocab is not None else classes
     if needed is None or num_classes >= needed:
         return
-    what = (f"a vocabulary of {needed} tokens (ids 0 to {needed - 1})" if vocab is not None else
-            f"{needed} classes (labels 0 to {needed - 1})")
-    raise AccelError(f"model.num_classes is {num_classes}, but the data has {what}: set model.num_classes to at "
-                     f"least {needed}, or leave it out to take the data's.")
+    what = (
+        f"a vocabulary of {needed} tokens (ids 0 to {needed - 1})"
+        if vocab is not None
+        else f"{needed} classes (labels 0 to {needed - 1})"
+    )
+    raise AccelError(
+        f"model.num_classes is {num_classes}, but the data has {what}: set model.num_classes to at "
+        f"least {needed}, or leave it out to take the data's."
+    )
 
 
 def _check_args(builder: Any, cfg: ModelConfig) -> None:
@@ -85,12 +97,17 @@ def _check_args(builder: Any, cfg: ModelConfig) -> None:
         return
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         return
-    accepted = [name for name, p in parameters.items()
-                if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+    accepted = [
+        name
+        for name, p in parameters.items()
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    ]
     unknown = [key for key in cfg.args if key not in accepted]
     if unknown:
-        raise AccelError(f"model.args.{unknown[0]}: model `{cfg.name}` takes no argument `{unknown[0]}`"
-                         f"{did_you_mean(unknown[0], accepted)}. Its arguments: {', '.join(accepted)}.")
+        raise AccelError(
+            f"model.args.{unknown[0]}: model `{cfg.name}` takes no argument `{unknown[0]}`"
+            f"{did_you_mean(unknown[0], accepted)}. Its arguments: {', '.join(accepted)}."
+        )
 
 
 def _accepted(builder: Any, data_args: dict[str, Any]) -> dict[str, Any]:
@@ -100,4 +117,3 @@ def _accepted(builder: Any, data_args: dict[str, Any]) -> dict[str, Any]:
     except (TypeError, ValueError):  # some builtins and C callables have no signature
         return {"num_classes": data_args["num_classes"]}
     return {name: value for name, value in data_args.items() if name in names and value is not None}
-

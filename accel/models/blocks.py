@@ -1,5 +1,6 @@
 """What a model is made of: its repeated blocks (a transformer's layers), what activation checkpointing and
 regional compilation work on, and the traits that say which speed-ups can help it."""
+
 from __future__ import annotations
 
 from torch import nn
@@ -24,8 +25,11 @@ def repeated_blocks(model: nn.Module, classes: list[str] = ()) -> list[nn.Module
 
 
 # trait -> (what the model has, the short word in a speed-lint code: `channels-last-without-conv`)
-TRAITS = {"has_conv": ("convolutions", "conv"), "has_attention": ("attention modules", "attention"),
-          "repeated_blocks": ("repeated blocks", "repeated-blocks")}
+TRAITS = {
+    "has_conv": ("convolutions", "conv"),
+    "has_attention": ("attention modules", "attention"),
+    "repeated_blocks": ("repeated blocks", "repeated-blocks"),
+}
 CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 
 
@@ -33,7 +37,10 @@ def model_traits(model: nn.Module) -> dict[str, bool]:
     """Convolutions (channels_last), attention modules (an attention kernel), repeated blocks (regional
     compile, activation checkpointing)."""
     modules = list(model.modules())
-    return {"has_conv": any(isinstance(m, CONV) for m in modules),
-            "has_attention": any(isinstance(m, nn.MultiheadAttention) or type(m).__name__.endswith("Attention")
-                                 for m in modules),
-            "repeated_blocks": bool(repeated_blocks(model))}
+    return {
+        "has_conv": any(isinstance(m, CONV) for m in modules),
+        "has_attention": any(
+            isinstance(m, nn.MultiheadAttention) or type(m).__name__.endswith("Attention") for m in modules
+        ),
+        "repeated_blocks": bool(repeated_blocks(model)),
+    }

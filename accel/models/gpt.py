@@ -1,6 +1,7 @@
 """A small GPT: pre-norm transformer blocks with causal self-attention through
 `torch.nn.functional.scaled_dot_product_attention`, so the fastest attention kernel for the device (flash,
 memory-efficient, cuDNN, or the math fallback on a CPU) runs without a line of ours."""
+
 from __future__ import annotations
 
 import math
@@ -33,8 +34,9 @@ class Block(nn.Module):
         super().__init__()
         self.norm1, self.attn = nn.LayerNorm(width), CausalSelfAttention(width, heads, dropout)
         self.norm2 = nn.LayerNorm(width)
-        self.mlp = nn.Sequential(nn.Linear(width, 4 * width, bias=False), nn.GELU(),
-                                 nn.Linear(4 * width, width, bias=False))
+        self.mlp = nn.Sequential(
+            nn.Linear(width, 4 * width, bias=False), nn.GELU(), nn.Linear(4 * width, width, bias=False)
+        )
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -46,8 +48,9 @@ class GPT(nn.Module):
     """Token ids `[B, T]` (T <= context) -> next-token logits `[B, T, vocab_size]`. The output layer shares the
     token embedding's weights."""
 
-    def __init__(self, vocab_size: int, context: int, width: int = 192, depth: int = 4, heads: int = 4,
-                 dropout: float = 0.0):
+    def __init__(
+        self, vocab_size: int, context: int, width: int = 192, depth: int = 4, heads: int = 4, dropout: float = 0.0
+    ):
         super().__init__()
         self.context = context
         self.embed = nn.Embedding(vocab_size, width)
@@ -77,7 +80,6 @@ class GPT(nn.Module):
 
 
 @MODELS.register("gpt")
-def gpt(vocab_size: int, context: int, width: int = 192, depth: int = 4, heads: int = 4,
-        dropout: float = 0.0) -> GPT:
+def gpt(vocab_size: int, context: int, width: int = 192, depth: int = 4, heads: int = 4, dropout: float = 0.0) -> GPT:
     """A GPT sized by `width`, `depth` and `heads`; vocab_size and context come from the dataset."""
     return GPT(vocab_size, context, width, depth, heads, dropout)

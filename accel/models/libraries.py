@@ -1,6 +1,7 @@
 """Models by library name, `torchvision:NAME` and `timm:NAME`, built without pretrained weights: nothing downloads
 at run time (`model.weights` loads a local file instead). One rule for every library: an unknown name is an error
 that lists the close ones, a library that is not installed is an error that says how to install it."""
+
 from __future__ import annotations
 
 import difflib
@@ -34,9 +35,11 @@ def _torchvision_create(torchvision: Any, name: str, data_args: dict[str, Any], 
 
 def _timm_create(timm: Any, name: str, data_args: dict[str, Any], args: dict[str, Any]) -> nn.Module:
     if args.get("pretrained"):
-        raise AccelError(f"model `timm:{name}`: `model.args.pretrained` would download weights at run time; "
-                         "accel builds timm models without them. Save the weights to a file and name it in "
-                         "`model.weights` (a .safetensors or .pt state dict).")
+        raise AccelError(
+            f"model `timm:{name}`: `model.args.pretrained` would download weights at run time; "
+            "accel builds timm models without them. Save the weights to a file and name it in "
+            "`model.weights` (a .safetensors or .pt state dict)."
+        )
     data = {"num_classes": data_args["num_classes"]}
     if data_args.get("in_channels"):
         data["in_chans"] = data_args["in_channels"]
@@ -44,11 +47,20 @@ def _timm_create(timm: Any, name: str, data_args: dict[str, Any], args: dict[str
 
 
 LIBRARIES: dict[str, Library] = {
-    "torchvision": Library("torchvision", "pip install torchvision", _torchvision_names,
-                           "python -c 'import torchvision; print(torchvision.models.list_models())'",
-                           _torchvision_create),
-    "timm": Library("timm", "pip install 'accel[timm]'", lambda timm: timm.list_models(),
-                    "python -c 'import timm; print(timm.list_models())'", _timm_create),
+    "torchvision": Library(
+        "torchvision",
+        "pip install torchvision",
+        _torchvision_names,
+        "python -c 'import torchvision; print(torchvision.models.list_models())'",
+        _torchvision_create,
+    ),
+    "timm": Library(
+        "timm",
+        "pip install 'accel[timm]'",
+        lambda timm: timm.list_models(),
+        "python -c 'import timm; print(timm.list_models())'",
+        _timm_create,
+    ),
 }
 
 
@@ -63,8 +75,9 @@ def library_model(full_name: str, data_args: dict[str, Any], args: dict[str, Any
     try:
         module = importlib.import_module(library.package)
     except ImportError:
-        raise AccelError(f"model `{full_name}` needs the {library.package} package, which is not installed: "
-                         f"{library.install}") from None
+        raise AccelError(
+            f"model `{full_name}` needs the {library.package} package, which is not installed: {library.install}"
+        ) from None
     available = library.names(module)
     if name.split(".")[0] not in available:  # timm also takes NAME.TAG (a pretrained tag, ignored without weights)
         raise AccelError(unknown_model_message(prefix, name, available, library.list_all))
@@ -80,5 +93,4 @@ def library_model(full_name: str, data_args: dict[str, Any], args: dict[str, Any
 def unknown_model_message(library: str, name: str, available: list[str], list_all: str) -> str:
     close = difflib.get_close_matches(name, available, n=8, cutoff=0.6)
     nearest = f"Close names: {', '.join(close)}." if close else "No name is close."
-    return (f"Unknown {library} model `{name}`. {nearest} {len(available)} models in all; `{list_all}` lists "
-            "them.")
+    return f"Unknown {library} model `{name}`. {nearest} {len(available)} models in all; `{list_all}` lists them."

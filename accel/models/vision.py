@@ -1,4 +1,5 @@
 """accel's own small vision models: fast on a CPU, standard in the literature."""
+
 from __future__ import annotations
 
 import torch
@@ -20,9 +21,13 @@ def small_cnn(num_classes: int, in_channels: int = 1, width: int = 32, batch_nor
     not depend on how a batch is split (across processes or micro-batches).
     """
     return nn.Sequential(
-        _conv_bn(in_channels, width, batch_norm=batch_norm), nn.MaxPool2d(2),
-        _conv_bn(width, 2 * width, batch_norm=batch_norm), nn.MaxPool2d(2),
-        _conv_bn(2 * width, 4 * width, batch_norm=batch_norm), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        _conv_bn(in_channels, width, batch_norm=batch_norm),
+        nn.MaxPool2d(2),
+        _conv_bn(width, 2 * width, batch_norm=batch_norm),
+        nn.MaxPool2d(2),
+        _conv_bn(2 * width, 4 * width, batch_norm=batch_norm),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
         nn.Linear(4 * width, num_classes),
     )
 
@@ -30,10 +35,14 @@ def small_cnn(num_classes: int, in_channels: int = 1, width: int = 32, batch_nor
 class BasicBlock(nn.Module):
     def __init__(self, cin: int, cout: int, stride: int):
         super().__init__()
-        self.body = nn.Sequential(_conv_bn(cin, cout, stride), nn.Conv2d(cout, cout, 3, 1, 1, bias=False),
-                                  nn.BatchNorm2d(cout))
-        self.skip = nn.Identity() if stride == 1 and cin == cout else nn.Sequential(
-            nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+        self.body = nn.Sequential(
+            _conv_bn(cin, cout, stride), nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout)
+        )
+        self.skip = (
+            nn.Identity()
+            if stride == 1 and cin == cout
+            else nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.relu(self.body(x) + self.skip(x))

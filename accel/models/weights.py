@@ -1,6 +1,7 @@
 """Pretrained weights from a local file (`model.weights`), loaded into the freshly built model before it moves to
 the device and before any speed-up wraps it. Read safely: `.safetensors` through safetensors, anything else with
 `torch.load(weights_only=True)`, which never runs code from the file."""
+
 from __future__ import annotations
 
 import logging
@@ -21,12 +22,17 @@ PREFIXES = ("module.", "_orig_mod.")  # what DDP and torch.compile add to every 
 
 
 class WeightsConfig(StrictModel):
-    path: Path = Field(description="a state dict file: `.safetensors`, or `.pt`/`.pth` read with weights_only=True "
-                       "(a bare state dict, one under a `state_dict`, `model` or `model_state_dict` key, or accel's "
-                       "own RUN_DIR/checkpoints/last.pt)")
-    strict: bool = Field(True, description="every key of the model and the file must match, in name and shape; "
-                         "false loads the keys that match and logs the rest. A classifier head whose class count "
-                         "differs (or that the file lacks) is re-initialised either way")
+    path: Path = Field(
+        description="a state dict file: `.safetensors`, or `.pt`/`.pth` read with weights_only=True "
+        "(a bare state dict, one under a `state_dict`, `model` or `model_state_dict` key, or accel's "
+        "own RUN_DIR/checkpoints/last.pt)"
+    )
+    strict: bool = Field(
+        True,
+        description="every key of the model and the file must match, in name and shape; "
+        "false loads the keys that match and logs the rest. A classifier head whose class count "
+        "differs (or that the file lacks) is re-initialised either way",
+    )
 
 
 def load_weights(model: nn.Module, cfg: WeightsConfig) -> None:
@@ -39,9 +45,11 @@ def load_weights(model: nn.Module, cfg: WeightsConfig) -> None:
     unexpected = [k for k in state if k not in own]
     problems = _problems(missing, unexpected, [f"{k} {_shape(state[k])} vs {_shape(own[k])}" for k in mismatched])
     if problems and cfg.strict:
-        raise AccelError(f"model.weights {cfg.path} does not fit the model ({type(model).__name__}): "
-                         f"{'; '.join(problems)}. Check that `model.name` and `model.args` build the model the file "
-                         "was saved from, or set `model.weights.strict: false` to load the keys that match.")
+        raise AccelError(
+            f"model.weights {cfg.path} does not fit the model ({type(model).__name__}): "
+            f"{'; '.join(problems)}. Check that `model.name` and `model.args` build the model the file "
+            "was saved from, or set `model.weights.strict: false` to load the keys that match."
+        )
     if problems:
         log.warning("model.weights %s: not loaded (strict: false): %s", cfg.path, "; ".join(problems))
     if head:
@@ -54,24 +62,34 @@ def load_weights(model: nn.Module, cfg: WeightsConfig) -> None:
 def read_state_dict(path: Path) -> dict[str, Any]:
     """The state dict in a file, unwrapped from the containers training scripts save it in."""
     if not path.is_file():
-        raise AccelError(f"model.weights: no file at {path}" + (" (it is a directory)" if path.is_dir() else "")
-                         + ". Name a state dict saved with torch.save or safetensors.")
+        raise AccelError(
+            f"model.weights: no file at {path}"
+            + (" (it is a directory)" if path.is_dir() else "")
+            + ". Name a state dict saved with torch.save or safetensors."
+        )
     if path.suffix == ".safetensors":
         return _read_safetensors(path)
     try:
         saved = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # pickled objects weights_only refuses, or not a torch file at all
         if "Unsupported global" in str(err):
-            raise AccelError(f"Refused to load model.weights {path}: it holds Python objects other than tensors "
-                             "(a whole pickled model?), and accel loads weights with weights_only=True, so it never "
-                             "runs code from a file. Save `model.state_dict()` instead.") from None
+            raise AccelError(
+                f"Refused to load model.weights {path}: it holds Python objects other than tensors "
+                "(a whole pickled model?), and accel loads weights with weights_only=True, so it never "
+                "runs code from a file. Save `model.state_dict()` instead."
+            ) from None
         raise AccelError(f"model.weights {path} is damaged or not a torch file ({type(err).__name__}).") from None
     state = _unwrap(saved)
     if not isinstance(state, dict) or not any(isinstance(v, torch.Tensor) for v in state.values()):
-        what = f"a dict with keys {', '.join(map(str, list(saved)[:SHOWN]))}" if isinstance(saved, dict) else \
-            type(saved).__name__
-        raise AccelError(f"model.weights {path} holds no state dict of tensors ({what}). Save "
-                         "`model.state_dict()`, or a dict holding it under `state_dict` or `model`.")
+        what = (
+            f"a dict with keys {', '.join(map(str, list(saved)[:SHOWN]))}"
+            if isinstance(saved, dict)
+            else type(saved).__name__
+        )
+        raise AccelError(
+            f"model.weights {path} holds no state dict of tensors ({what}). Save "
+            "`model.state_dict()`, or a dict holding it under `state_dict` or `model`."
+        )
     return state
 
 
@@ -100,7 +118,7 @@ def _strip_prefixes(state: dict[str, Any], model: nn.Module) -> dict[str, Any]:
     own = model.state_dict()
     for prefix in PREFIXES:
         if state and all(k.startswith(prefix) for k in state) and not any(k.startswith(prefix) for k in own):
-            state = {k[len(prefix):]: v for k, v in state.items()}
+            state = {k[len(prefix) :]: v for k, v in state.items()}
     return state
 
 
@@ -137,8 +155,9 @@ def _head_note(head: list[str], own: dict[str, Any], state: dict[str, Any]) -> s
     if not resized:
         return f"head initialised: the file has no {', '.join(head)}"
     key = resized[0]
-    return (f"head re-initialised: {_shape(state[key])[0]} -> {_shape(own[key])[0]} classes ({', '.join(head)} "
-            "not loaded)")
+    return (
+        f"head re-initialised: {_shape(state[key])[0]} -> {_shape(own[key])[0]} classes ({', '.join(head)} not loaded)"
+    )
 
 
 def _problems(missing: list[str], unexpected: list[str], mismatched: list[str]) -> list[str]:
@@ -146,6 +165,12 @@ def _problems(missing: list[str], unexpected: list[str], mismatched: list[str]) 
         more = f", ... ({len(keys) - SHOWN} more)" if len(keys) > SHOWN else ""
         return f"{len(keys)} {what}: {', '.join(keys[:SHOWN])}{more}"
 
-    return [listed(what, keys) for what, keys in [("missing from the file", missing),
-                                                  ("in the file but not in the model", unexpected),
-                                                  ("of another shape", mismatched)] if keys]
+    return [
+        listed(what, keys)
+        for what, keys in [
+            ("missing from the file", missing),
+            ("in the file but not in the model", unexpected),
+            ("of another shape", mismatched),
+        ]
+        if keys
+    ]

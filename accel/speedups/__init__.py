@@ -1,5 +1,6 @@
 """Speed-ups, one module each, registered under the name a recipe uses in `speedups:` (the rule that decides which
 of a run's speed-ups run: conflicts.py)."""
+
 from __future__ import annotations
 
 import importlib
@@ -14,8 +15,20 @@ for _module in pkgutil.iter_modules(__path__):
     if _module.name not in ("base", "conflicts"):
         importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["Candidate", "Context", "Phase", "Speedup", "SpeedupConfig", "SPEEDUPS", "from_configs", "precision_of",
-           "refusals", "refuse", "resolve", "setup_order"]
+__all__ = [
+    "Candidate",
+    "Context",
+    "Phase",
+    "Speedup",
+    "SpeedupConfig",
+    "SPEEDUPS",
+    "from_configs",
+    "precision_of",
+    "refusals",
+    "refuse",
+    "resolve",
+    "setup_order",
+]
 
 
 def from_configs(configs: dict[str, SpeedupConfig]) -> list[Speedup]:

@@ -5,6 +5,7 @@ more forward per step. It frees memory for a larger batch or context; it does no
 The blocks are found automatically: the children of every ModuleList or Sequential whose children are two or
 more modules of one class (a transformer's layers), or the modules of the classes the recipe names.
 """
+
 from __future__ import annotations
 
 import logging
@@ -55,10 +56,17 @@ class ActivationCheckpointing(Speedup):
     """Recompute repeated blocks' activations in the backward instead of storing them: less memory, more time."""
 
     class Config(SpeedupConfig):
-        blocks: list[str] = Field(default_factory=list, description="class names of the modules to checkpoint; "
-                                  "empty: the members of every ModuleList/Sequential of same-class modules")
-        every: int = Field(1, ge=1, description="checkpoint every N-th block (1: all); the others keep their "
-                           "activations, trading less memory for less recomputation")
+        blocks: list[str] = Field(
+            default_factory=list,
+            description="class names of the modules to checkpoint; "
+            "empty: the members of every ModuleList/Sequential of same-class modules",
+        )
+        every: int = Field(
+            1,
+            ge=1,
+            description="checkpoint every N-th block (1: all); the others keep their "
+            "activations, trading less memory for less recomputation",
+        )
 
     name = "activation_checkpointing"
     phase = Phase.MODEL  # before compile, which then traces the checkpointed forwards
@@ -70,10 +78,16 @@ class ActivationCheckpointing(Speedup):
     def setup(self, trainer: "Trainer") -> None:
         blocks = repeated_blocks(trainer.module, self.cfg.blocks)[:: self.cfg.every]
         if not blocks:
-            named = f"of the classes {self.cfg.blocks}" if self.cfg.blocks else "repeated (a ModuleList or " \
-                "Sequential of same-class modules)"
-            log.warning("activation_checkpointing: the model has no blocks %s, so nothing is checkpointed; name "
-                        "them in `speedups.activation_checkpointing.blocks`", named)
+            named = (
+                f"of the classes {self.cfg.blocks}"
+                if self.cfg.blocks
+                else "repeated (a ModuleList or Sequential of same-class modules)"
+            )
+            log.warning(
+                "activation_checkpointing: the model has no blocks %s, so nothing is checkpointed; name "
+                "them in `speedups.activation_checkpointing.blocks`",
+                named,
+            )
         for block in blocks:  # the instance's forward: the state_dict and the model's structure stay as they are
             block.forward = checkpointed(block.forward)
         self.wrapped = blocks

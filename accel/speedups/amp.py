@@ -2,6 +2,7 @@
 
 The speed-up only chooses: the Precision it builds (accel.precision) is what the strategy runs the step with.
 """
+
 from __future__ import annotations
 
 from typing import Any, Literal
@@ -20,12 +21,15 @@ class Amp(Speedup):
 
     class Config(SpeedupConfig):
         dtype: Literal["bf16", "fp16"] = Field(
-            "bf16", description="bf16: same range as fp32, no loss scaling needed, runs on CPUs with native bf16 "
+            "bf16",
+            description="bf16: same range as fp32, no loss scaling needed, runs on CPUs with native bf16 "
             "too (1.7x fp32 for ResNet-18 on an AVX512-BF16 CPU, docs/benchmarks.md). fp16: needs a GradScaler, "
-            "which accel supports on CUDA only.")
+            "which accel supports on CUDA only.",
+        )
         init_scale: float = Field(2.0**16, gt=0, description="fp16 only: the GradScaler's starting loss scale.")
         growth_interval: int = Field(
-            2000, ge=1, description="fp16 only: steps without inf/NaN gradients before the loss scale doubles.")
+            2000, ge=1, description="fp16 only: steps without inf/NaN gradients before the loss scale doubles."
+        )
 
     name = "amp"
     phase = Phase.PRECISION
@@ -34,24 +38,31 @@ class Amp(Speedup):
     def __init__(self, cfg: Config | None = None):
         super().__init__(cfg)
         cfg = self.cfg
-        self._precision = (ScaledFp16(cfg.init_scale, cfg.growth_interval) if cfg.dtype == "fp16"
-                           else Autocast(cfg.dtype))
+        self._precision = (
+            ScaledFp16(cfg.init_scale, cfg.growth_interval) if cfg.dtype == "fp16" else Autocast(cfg.dtype)
+        )
 
     def conflict(self, context: Context) -> str | None:
         fp16, device = self.cfg.dtype == "fp16", context.device
         if fp16 and context.strategy == "fsdp":
             return "the GradScaler has not been verified on sharded gradients here; use `dtype: bf16`"
         if fp16 and context.strategy == "xla":
-            return ("fp16 needs a GradScaler, which steps the optimizer itself and so cannot hand the step to "
-                    "torch_xla's xm.optimizer_step (which all-reduces the replicas' gradients); accel supports it on "
-                    "CUDA only. XLA devices train in bf16 natively: use `dtype: bf16`")
+            return (
+                "fp16 needs a GradScaler, which steps the optimizer itself and so cannot hand the step to "
+                "torch_xla's xm.optimizer_step (which all-reduces the replicas' gradients); accel supports it on "
+                "CUDA only. XLA devices train in bf16 natively: use `dtype: bf16`"
+            )
         if fp16 and not devices.supports_fp16_scaler(device):
-            return (f"fp16 needs a GradScaler, which accel supports on CUDA only (device here: {device.type}); "
-                    "use `dtype: bf16`")
+            return (
+                f"fp16 needs a GradScaler, which accel supports on CUDA only (device here: {device.type}); "
+                "use `dtype: bf16`"
+            )
         if not fp16 and not devices.supports_bf16(device):
             if device.type == "cpu":
-                return ("this CPU has no native bf16 (AVX512-BF16 or AMX): torch would emulate it, many times "
-                        "slower than fp32, so fp32 it is")
+                return (
+                    "this CPU has no native bf16 (AVX512-BF16 or AMX): torch would emulate it, many times "
+                    "slower than fp32, so fp32 it is"
+                )
             return f"bf16 autocast is not supported on {devices.device_name(device)}; use `dtype: fp16` on CUDA"
         return None
 

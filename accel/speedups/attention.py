@@ -4,6 +4,7 @@ Models that call `torch.nn.functional.scaled_dot_product_attention` (accel's `gp
 Hugging Face's transformers) get the chosen kernel in training and evaluation. A Hugging Face model is also
 switched to its `sdpa` attention implementation, so it calls that function at all.
 """
+
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
@@ -18,8 +19,12 @@ from .base import Candidate, Context, Phase, Speedup, SpeedupConfig
 if TYPE_CHECKING:
     from ..trainer import Trainer
 
-BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
-            "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
+BACKENDS = {
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "math": SDPBackend.MATH,
+}
 CUDA_ONLY = {"efficient", "cudnn"}  # torch's CPU kernels: flash (fused) and math
 HALF_ONLY_ON_CUDA = {"flash", "cudnn"}
 
@@ -35,9 +40,11 @@ class Attention(Speedup):
 
     class Config(SpeedupConfig):
         backend: Literal["flash", "efficient", "cudnn", "math"] = Field(
-            "flash", description="flash: fused, O(T) memory (CUDA sm80+ fp16/bf16, and CPU); efficient: "
+            "flash",
+            description="flash: fused, O(T) memory (CUDA sm80+ fp16/bf16, and CPU); efficient: "
             "memory-efficient (CUDA, any dtype); cudnn: cuDNN's fused kernel (CUDA, H100 fastest); math: the "
-            "unfused reference, O(T^2) memory")
+            "unfused reference, O(T^2) memory",
+        )
 
     name = "attention"
     phase = Phase.KERNELS
@@ -54,8 +61,10 @@ class Attention(Speedup):
             return f"the {self.cfg.backend} attention kernel needs CUDA (device here: {device.type})"
         fp32 = context.precision == "fp32"
         if device.type == "cuda" and self.cfg.backend in HALF_ONLY_ON_CUDA and fp32:
-            return (f"the {self.cfg.backend} attention kernel runs fp16/bf16 only on CUDA, and without amp the "
-                    "inputs are fp32: enable amp, or choose backend efficient or math")
+            return (
+                f"the {self.cfg.backend} attention kernel runs fp16/bf16 only on CUDA, and without amp the "
+                "inputs are fp32: enable amp, or choose backend efficient or math"
+            )
         return None
 
     def setup(self, trainer: "Trainer") -> None:

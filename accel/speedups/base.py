@@ -4,6 +4,7 @@ A speed-up declares itself on its class: the `phase` its setup runs in, the `nee
 does nothing, the `tune` candidates `accel tune` tries, and `conflict`, the one place it says why it cannot run.
 Nothing elsewhere names a speed-up: registering the class is all it takes (tests/speedups/test_one_file.py).
 """
+
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
@@ -112,5 +113,7 @@ def one_program(speedup: Speedup, context: Context) -> str | None:
     other = next((o for o in context.others if o.phase is Phase.COMPILE), None)
     if other is None:
         return None
-    return (f"speed-ups `{speedup.name}` and `{other.name}` both turn the model into another program and cannot be "
-            "stacked; enable one of them (`compile` is the maintained one).")
+    return (
+        f"speed-ups `{speedup.name}` and `{other.name}` both turn the model into another program and cannot be "
+        "stacked; enable one of them (`compile` is the maintained one)."
+    )

@@ -1,4 +1,5 @@
 """`channels_last`: NHWC memory format for the model and every input batch."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

@@ -3,6 +3,7 @@
 Dynamo keeps its counters process-wide, so the speed-up snapshots them at setup and reports the difference:
 the numbers in a run's metrics are that run's own, even when an earlier run in the same process compiled too.
 """
+
 from __future__ import annotations
 
 import logging
@@ -32,8 +33,13 @@ def known_backends() -> list[str]:
 
 def apply_compile(fn: Any, cfg: Compile.Config) -> Any:
     """`torch.compile(fn)` with the config's options (a module or any callable; compiles lazily, on first call)."""
-    return torch.compile(fn, backend=cfg.backend, mode=None if cfg.mode == "default" else cfg.mode,
-                         fullgraph=cfg.fullgraph, dynamic=cfg.dynamic)
+    return torch.compile(
+        fn,
+        backend=cfg.backend,
+        mode=None if cfg.mode == "default" else cfg.mode,
+        fullgraph=cfg.fullgraph,
+        dynamic=cfg.dynamic,
+    )
 
 
 def compile_blocks(model: torch.nn.Module, cfg: Compile.Config) -> list[torch.nn.Module]:
@@ -41,11 +47,17 @@ def compile_blocks(model: torch.nn.Module, cfg: Compile.Config) -> list[torch.nn
     so dynamo compiles it once. None found: a warning, and the model runs eagerly."""
     blocks = repeated_blocks(model)
     if not blocks:
-        log.warning("compile: regional found no repeated blocks (a ModuleList or Sequential of same-class "
-                    "modules) to compile; the model runs eagerly. Use `regional: false` to compile it whole")
+        log.warning(
+            "compile: regional found no repeated blocks (a ModuleList or Sequential of same-class "
+            "modules) to compile; the model runs eagerly. Use `regional: false` to compile it whole"
+        )
     for block in blocks:
-        block.compile(backend=cfg.backend, mode=None if cfg.mode == "default" else cfg.mode,
-                      fullgraph=cfg.fullgraph, dynamic=cfg.dynamic)
+        block.compile(
+            backend=cfg.backend,
+            mode=None if cfg.mode == "default" else cfg.mode,
+            fullgraph=cfg.fullgraph,
+            dynamic=cfg.dynamic,
+        )
     return blocks
 
 
@@ -85,8 +97,10 @@ class DynamoStats:
             reason = getattr(record, "recompile_reason", None)  # fields differ across torch versions
             if (getattr(record, "start_time_us", None) or 0) < self._since_us or not reason:
                 continue
-            where = f"{getattr(record, 'co_name', '?')} ({getattr(record, 'co_filename', '?')}:" \
-                    f"{getattr(record, 'co_firstlineno', '?')})"
+            where = (
+                f"{getattr(record, 'co_name', '?')} ({getattr(record, 'co_filename', '?')}:"
+                f"{getattr(record, 'co_firstlineno', '?')})"
+            )
             per_frame.setdefault(where, []).append(reason)
         return per_frame
 
@@ -123,37 +137,58 @@ class Compile(Speedup):
 
     name = "compile"
     phase = Phase.COMPILE  # last: it must capture the model as every other speed-up has left it
-    tune = (Candidate(), Candidate({"regional": True}, needs="repeated_blocks"),
-            Candidate({"mode": "max-autotune"}, cuda_only=True))  # its kernel search pays off on GPUs only
+    tune = (
+        Candidate(),
+        Candidate({"regional": True}, needs="repeated_blocks"),
+        Candidate({"mode": "max-autotune"}, cuda_only=True),
+    )  # its kernel search pays off on GPUs only
 
     class Config(SpeedupConfig):
         mode: Mode = Field(
-            "default", description="inductor's trade-off: `default`; `reduce-overhead` (CUDA graphs, for small "
-            "batches on a GPU); `max-autotune` (long compile, searches kernels); `max-autotune-no-cudagraphs`")
+            "default",
+            description="inductor's trade-off: `default`; `reduce-overhead` (CUDA graphs, for small "
+            "batches on a GPU); `max-autotune` (long compile, searches kernels); `max-autotune-no-cudagraphs`",
+        )
         backend: str = Field(
-            "inductor", description="dynamo backend: `inductor` generates fused kernels; `aot_eager` and `eager` "
-            "only trace (quick checks that the model compiles)")
+            "inductor",
+            description="dynamo backend: `inductor` generates fused kernels; `aot_eager` and `eager` "
+            "only trace (quick checks that the model compiles)",
+        )
         fullgraph: bool = Field(False, description="fail on the first graph break instead of splitting the graph")
         dynamic: bool | None = Field(
-            None, description="dynamic shapes: null lets dynamo mark a dimension dynamic after it changes once; "
-            "false specialises every shape")
+            None,
+            description="dynamic shapes: null lets dynamo mark a dimension dynamic after it changes once; "
+            "false specialises every shape",
+        )
         whole_step: bool = Field(
-            False, description="compile forward and loss as one graph (`trainer.forward_loss`) instead of the "
-            "model alone; evaluation then runs the model eagerly")
+            False,
+            description="compile forward and loss as one graph (`trainer.forward_loss`) instead of the "
+            "model alone; evaluation then runs the model eagerly",
+        )
         regional: bool = Field(
-            False, description="compile each repeated block (a transformer's layers: the members of a ModuleList "
+            False,
+            description="compile each repeated block (a transformer's layers: the members of a ModuleList "
             "or Sequential of same-class modules) instead of the whole model: blocks share one compiled graph, "
-            "so compiling costs about one block's time; the code between blocks runs eagerly")
+            "so compiling costs about one block's time; the code between blocks runs eagerly",
+        )
         recompile_limit: int | None = Field(
-            None, ge=1, description="recompilations of one function before dynamo falls back to eager for it; "
-            "null keeps torch's default (8). Restored after the run")
+            None,
+            ge=1,
+            description="recompilations of one function before dynamo falls back to eager for it; "
+            "null keeps torch's default (8). Restored after the run",
+        )
         release_workers: bool = Field(
-            True, description="stop inductor's compile-worker processes after each compilation (the first step, an "
+            True,
+            description="stop inductor's compile-worker processes after each compilation (the first step, an "
             "evaluation's graphs) instead of torch's 60 s: on a GPU host they competed with the loop for the CPU. "
-            "A recompilation starts them again")
+            "A recompilation starts them again",
+        )
         warn_recompiles: int = Field(
-            4, ge=1, description="warn, with dynamo's reasons, once one function has been recompiled more than "
-            "this many times (the train/eval switch and one batch-size change account for about 3)")
+            4,
+            ge=1,
+            description="warn, with dynamo's reasons, once one function has been recompiled more than "
+            "this many times (the train/eval switch and one batch-size change account for about 3)",
+        )
 
         @field_validator("backend")
         @classmethod
@@ -163,9 +198,11 @@ class Compile(Speedup):
                 import torch._dynamo
 
                 usual = sorted(set(torch._dynamo.list_backends()) | {"eager", "aot_eager"})
-                raise ValueError(f"unknown torch.compile backend `{value}`{did_you_mean(value, backends)}; use "
-                                 f"one of {', '.join(usual)} (torch._dynamo.list_backends(exclude_tags=()) also "
-                                 "lists the debugging ones)")
+                raise ValueError(
+                    f"unknown torch.compile backend `{value}`{did_you_mean(value, backends)}; use "
+                    f"one of {', '.join(usual)} (torch._dynamo.list_backends(exclude_tags=()) also "
+                    "lists the debugging ones)"
+                )
             return value
 
         @model_validator(mode="after")
@@ -177,8 +214,10 @@ class Compile(Speedup):
         @model_validator(mode="after")
         def _mode_needs_inductor(self) -> "Compile.Config":
             if self.mode != "default" and self.backend != "inductor":
-                raise ValueError(f"mode `{self.mode}` only applies to the inductor backend (backend `{self.backend}` "
-                                 "would silently ignore it); use mode: default or backend: inductor")
+                raise ValueError(
+                    f"mode `{self.mode}` only applies to the inductor backend (backend `{self.backend}` "
+                    "would silently ignore it); use mode: default or backend: inductor"
+                )
             return self
 
     def __init__(self, cfg: Compile.Config | None = None):
@@ -195,8 +234,10 @@ class Compile(Speedup):
         # own and blocks of other widths recompile it; with `dynamic: null` those recompilations turn
         # dynamic, and inductor failed on the dynamic graphs (ResNet-18, CPU, torch 2.14.1)
         if context.strategy == "fsdp" and self.cfg.dynamic is not False:
-            return ("sharded blocks are compiled one by one and blocks of other shapes recompile them; set "
-                    "`speedups.compile.dynamic=false` (one graph per block shape)")
+            return (
+                "sharded blocks are compiled one by one and blocks of other shapes recompile them; set "
+                "`speedups.compile.dynamic=false` (one graph per block shape)"
+            )
         return self._unavailable(context.device) or one_program(self, context)
 
     def _unavailable(self, device: torch.device) -> str | None:
@@ -207,8 +248,10 @@ class Compile(Speedup):
         if device.type == "xla" and self.cfg.backend != "openxla":
             return f"backend `{self.cfg.backend}` cannot compile for XLA devices; use backend: openxla"
         if device.type == "cpu" and self.cfg.backend == "inductor" and not _has_cpp_compiler():
-            return "inductor generates C++ for CPUs and found no C++ compiler (install g++ or set CXX); " \
-                   "backend: aot_eager runs without one"
+            return (
+                "inductor generates C++ for CPUs and found no C++ compiler (install g++ or set CXX); "
+                "backend: aot_eager runs without one"
+            )
         return None
 
     def setup(self, trainer) -> None:
@@ -258,15 +301,23 @@ class Compile(Speedup):
         if stats["break_reasons"] and "breaks" not in self._warned:
             self._warned.add("breaks")
             reasons = "; ".join(sorted({_first_line(r) for r in stats["break_reasons"]}))
-            log.warning("compile: %d graph break(s), each one a return to Python between graphs: %s",
-                        stats["graph_breaks"], reasons)
+            log.warning(
+                "compile: %d graph break(s), each one a return to Python between graphs: %s",
+                stats["graph_breaks"],
+                reasons,
+            )
         for where, reasons in stats["recompile_reasons"].items():
             if len(reasons) > self.cfg.warn_recompiles and where not in self._warned:
                 self._warned.add(where)
-                log.warning("compile: %s was recompiled %d times, so recompilations keep happening (each costs a "
-                            "compile; at %d dynamo falls back to eager). Last reason: %s. Steady shapes (drop_last), "
-                            "`dynamic: true` or TORCH_LOGS=recompiles help find the cause.", where, len(reasons),
-                            self.cfg.recompile_limit or self._saved[2], _first_line(reasons[-1]))
+                log.warning(
+                    "compile: %s was recompiled %d times, so recompilations keep happening (each costs a "
+                    "compile; at %d dynamo falls back to eager). Last reason: %s. Steady shapes (drop_last), "
+                    "`dynamic: true` or TORCH_LOGS=recompiles help find the cause.",
+                    where,
+                    len(reasons),
+                    self.cfg.recompile_limit or self._saved[2],
+                    _first_line(reasons[-1]),
+                )
 
     def teardown(self) -> None:
         import torch._dynamo

@@ -1,5 +1,6 @@
 """The one conflict rule: from each speed-up's own `conflict`, which of a run's speed-ups run, which are skipped
 and which refuse the run; and the order they are set up in."""
+
 from __future__ import annotations
 
 import logging
@@ -30,8 +31,9 @@ def given_context(device: torch.device, strategy: Strategy, precision: str | Non
     return Context(device, precision, strategy.name if strategy.follows_device else "plain")
 
 
-def resolve(speedups: list[Speedup], device: torch.device, strategy: Strategy, strict: bool = False
-            ) -> tuple[list[Speedup], dict[str, str]]:
+def resolve(
+    speedups: list[Speedup], device: torch.device, strategy: Strategy, strict: bool = False
+) -> tuple[list[Speedup], dict[str, str]]:
     """The one conflict rule, first half: a speed-up whose `conflict` names the device, the precision or a
     strategy that follows the device is skipped with its reason (an error under `strict`): nothing in the recipe
     can make it run here. The rest, in setup order; `refusals` then checks them against the recipe's choices."""
@@ -51,8 +53,9 @@ def resolve(speedups: list[Speedup], device: torch.device, strategy: Strategy, s
     return setup_order([s for s in speedups if keep(s, s.conflict(given))]), skipped
 
 
-def refusals(speedups: list[Speedup], device: torch.device, strategy: Strategy, precision: str | None = None
-             ) -> list[str]:
+def refusals(
+    speedups: list[Speedup], device: torch.device, strategy: Strategy, precision: str | None = None
+) -> list[str]:
     """The one conflict rule, second half: reasons that only the recipe's own choices give (its strategy, the
     other speed-ups it enables). Those refuse the run, all named at once, before anything is set up: the recipe
     asked for both, so dropping one quietly would run something else than it says."""
@@ -72,7 +75,12 @@ def refuse(speedups: list[Speedup], device: torch.device, strategy: Strategy, pr
     if not problems:
         return
     other = f" or use another strategy than `{strategy.name}` (`strategy: ddp` keeps a whole model per process)"
-    raise AccelError("these speed-ups cannot run with the recipe's other choices"
-                     + (f" (strategy: {strategy.name})" if not strategy.follows_device else "") + ":\n"
-                     + "\n".join(f"  - {p}" for p in problems) + "\nDisable them (`--set speedups.NAME.enabled=false`)"
-                     + (other if not strategy.follows_device else "") + ".")
+    raise AccelError(
+        "these speed-ups cannot run with the recipe's other choices"
+        + (f" (strategy: {strategy.name})" if not strategy.follows_device else "")
+        + ":\n"
+        + "\n".join(f"  - {p}" for p in problems)
+        + "\nDisable them (`--set speedups.NAME.enabled=false`)"
+        + (other if not strategy.follows_device else "")
+        + "."
+    )

@@ -1,4 +1,5 @@
 """`cudnn`: cuDNN autotuning, TF32 and fp32 matmul precision. Process-global flags, restored on teardown."""
+
 from __future__ import annotations
 
 import logging
@@ -36,9 +37,11 @@ FLAGS: dict[str, tuple[Callable[[], Any], Callable[[Any], None]]] = {
 # writes "ieee" where a field said "none" (inherit: the same maths), so those few are written back directly.
 # Only those: writing these fields otherwise marks the legacy and new APIs as mixed, and torch then refuses
 # to read float32_matmul_precision.
-PRECISION_LEAVES = {f"{name}.matmul.fp32_precision": _attr(getattr(backends, name).matmul, "fp32_precision")
-                    for name in ("cuda", "mkldnn")
-                    if hasattr(getattr(getattr(backends, name, None), "matmul", None), "fp32_precision")}
+PRECISION_LEAVES = {
+    f"{name}.matmul.fp32_precision": _attr(getattr(backends, name).matmul, "fp32_precision")
+    for name in ("cuda", "mkldnn")
+    if hasattr(getattr(getattr(backends, name, None), "matmul", None), "fp32_precision")
+}
 
 
 def requested_flags(cfg: "Cudnn.Config") -> dict[str, Any]:
@@ -80,18 +83,26 @@ class Cudnn(Speedup):
 
     class Config(SpeedupConfig):
         benchmark: bool | None = Field(
-            None, description="Time several convolution algorithms for each new input shape and keep the fastest. "
+            None,
+            description="Time several convolution algorithms for each new input shape and keep the fastest. "
             "Pays off with fixed shapes; costs time whenever shapes change, and the pick can differ run to run. "
-            "Unset: on unless `deterministic`.")
+            "Unset: on unless `deterministic`.",
+        )
         deterministic: bool = Field(
-            False, description="Only deterministic cuDNN algorithms, so reruns give identical results; often "
-            "slower. Covers cuDNN only (for every op see torch.use_deterministic_algorithms).")
+            False,
+            description="Only deterministic cuDNN algorithms, so reruns give identical results; often "
+            "slower. Covers cuDNN only (for every op see torch.use_deterministic_algorithms).",
+        )
         allow_tf32: bool = Field(
-            True, description="TF32 tensor cores (Ampere and later) for fp32 convolutions and matmuls: 10 mantissa "
-            "bits instead of 23, several times faster. false forces full fp32.")
+            True,
+            description="TF32 tensor cores (Ampere and later) for fp32 convolutions and matmuls: 10 mantissa "
+            "bits instead of 23, several times faster. false forces full fp32.",
+        )
         float32_matmul_precision: Literal["highest", "high", "medium"] | None = Field(
-            None, description="Overrides the matmul half of allow_tf32: highest = full fp32, high = TF32, medium = "
-            "bf16 where the hardware has it (on CPUs with AMX too, through oneDNN). Unset: follow allow_tf32.")
+            None,
+            description="Overrides the matmul half of allow_tf32: highest = full fp32, high = TF32, medium = "
+            "bf16 where the hardware has it (on CPUs with AMX too, through oneDNN). Unset: follow allow_tf32.",
+        )
 
         @model_validator(mode="after")
         def _speed_or_reproducibility(self) -> "Cudnn.Config":
@@ -100,7 +111,8 @@ class Cudnn(Speedup):
                     "`benchmark: true` and `deterministic: true` conflict: benchmark picks the fastest algorithm by "
                     "timing it, so the pick (and the result) can change between runs, which deterministic forbids. "
                     "Choose speed (benchmark: true, deterministic: false) or reproducibility (deterministic: true "
-                    "and benchmark unset or false)")
+                    "and benchmark unset or false)"
+                )
             return self
 
     name = "cudnn"
@@ -112,8 +124,10 @@ class Cudnn(Speedup):
 
     def setup(self, trainer: "Trainer") -> None:
         if trainer.device.type != "cuda":
-            log.info("cudnn: on %s only `float32_matmul_precision` has an effect; cuDNN and TF32 flags need CUDA",
-                     trainer.device.type)
+            log.info(
+                "cudnn: on %s only `float32_matmul_precision` has an effect; cuDNN and TF32 flags need CUDA",
+                trainer.device.type,
+            )
         if self._previous is None:  # a second fit() must not save our own values as the ones to restore
             self._previous = apply_flags(requested_flags(self.cfg))
 

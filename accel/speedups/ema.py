@@ -3,6 +3,7 @@
 The average is updated from an optimizer step post-hook, so it follows exactly the steps that were applied: a
 step the GradScaler skipped for inf gradients is not averaged in, and no trainer hook is needed for it.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -61,14 +62,25 @@ class Ema(Speedup):
     phase = Phase.WEIGHTS  # after speed-ups that may rebuild the optimizer, before jit/compile wrap the model
 
     class Config(SpeedupConfig):
-        decay: float = Field(0.999, ge=0, le=1, description="weight of the old average at each update; the average "
-                                                            "spans roughly 1 / (1 - decay) updates")
-        warmup: bool = Field(True, description="use min(decay, (1 + n) / (10 + n)) at update n, so short runs are "
-                                               "not dominated by the random initial weights")
-        every_steps: int = Field(1, ge=1, description="update every N optimizer steps (cheaper on big models; "
-                                                      "`decay` then applies per update)")
-        evaluate: bool = Field(True, description="evaluate with the averaged weights (false: only keep and "
-                                                 "checkpoint them)")
+        decay: float = Field(
+            0.999,
+            ge=0,
+            le=1,
+            description="weight of the old average at each update; the average spans roughly 1 / (1 - decay) updates",
+        )
+        warmup: bool = Field(
+            True,
+            description="use min(decay, (1 + n) / (10 + n)) at update n, so short runs are "
+            "not dominated by the random initial weights",
+        )
+        every_steps: int = Field(
+            1,
+            ge=1,
+            description="update every N optimizer steps (cheaper on big models; `decay` then applies per update)",
+        )
+        evaluate: bool = Field(
+            True, description="evaluate with the averaged weights (false: only keep and checkpoint them)"
+        )
 
     def __init__(self, cfg: Ema.Config | None = None):
         super().__init__(cfg)

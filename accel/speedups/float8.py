@@ -1,4 +1,5 @@
 """`float8`: train the large linear layers with float8 matmuls through torchao (CUDA GPUs with FP8)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -35,12 +36,21 @@ class Float8(Speedup):
 
     class Config(SpeedupConfig):
         recipe: Literal["tensorwise", "rowwise", "rowwise_with_gw_hp"] = Field(
-            "tensorwise", description="torchao's scaling recipe: one scale per tensor (fastest), per row (more "
-            "accurate), or per row with the weight gradient in high precision")
-        min_features: int = Field(1024, ge=16, description="convert only linear layers whose in and out features "
-                                  "are both at least this (smaller matmuls lose more to casting than they gain)")
-        skip: list[str] = Field(["lm_head", "head"], description="layers whose name contains one of these stay in "
-                                "high precision (the output head is the usual one)")
+            "tensorwise",
+            description="torchao's scaling recipe: one scale per tensor (fastest), per row (more "
+            "accurate), or per row with the weight gradient in high precision",
+        )
+        min_features: int = Field(
+            1024,
+            ge=16,
+            description="convert only linear layers whose in and out features "
+            "are both at least this (smaller matmuls lose more to casting than they gain)",
+        )
+        skip: list[str] = Field(
+            ["lm_head", "head"],
+            description="layers whose name contains one of these stay in "
+            "high precision (the output head is the usual one)",
+        )
 
     name = "float8"
     phase = Phase.MODEL  # after the layout and optimizer set-up, before compile traces the converted layers
@@ -56,8 +66,10 @@ class Float8(Speedup):
             return f"float8 matmuls need a CUDA GPU with FP8 (compute capability 8.9+); device here: {device.type}"
         capability = torch.cuda.get_device_capability(device)
         if capability < FP8_CAPABILITY:
-            return (f"{torch.cuda.get_device_name(device)} has compute capability {capability[0]}.{capability[1]}; "
-                    "float8 matmuls need 8.9+ (Ada, Hopper, Blackwell)")
+            return (
+                f"{torch.cuda.get_device_name(device)} has compute capability {capability[0]}.{capability[1]}; "
+                "float8 matmuls need 8.9+ (Ada, Hopper, Blackwell)"
+            )
         if importlib.util.find_spec("torchao") is None:
             return "needs torchao: pip install 'accel[float8]'"
         return None
@@ -72,14 +84,18 @@ class Float8(Speedup):
             return chosen
 
         self.converted = []
-        convert_to_float8_training(trainer.module, module_filter_fn=keep,
-                                   config=Float8LinearConfig.from_recipe_name(self.cfg.recipe))
+        convert_to_float8_training(
+            trainer.module, module_filter_fn=keep, config=Float8LinearConfig.from_recipe_name(self.cfg.recipe)
+        )
         if self.converted:
             log.info("float8: %d linear layer(s) converted: %s", len(self.converted), ", ".join(self.converted))
         else:
-            log.warning("float8: no linear layer has both dimensions >= %d (multiples of 16) outside %s: nothing "
-                        "converted. Lower speedups.float8.min_features, or drop float8 for this model.",
-                        self.cfg.min_features, self.cfg.skip)
+            log.warning(
+                "float8: no linear layer has both dimensions >= %d (multiples of 16) outside %s: nothing "
+                "converted. Lower speedups.float8.min_features, or drop float8 for this model.",
+                self.cfg.min_features,
+                self.cfg.skip,
+            )
 
     def metrics(self) -> dict[str, Any]:
         return {"converted_layers": len(self.converted)}

@@ -4,6 +4,7 @@ TorchScript is deprecated upstream (PyTorch 2.10): torch warns a FutureWarning f
 accel says so once per process instead, with what to use (`speedups.compile`; `torch.export` to ship a model),
 and keeps torch's repeats out of the log. `accel tune` never picks it, and the speed lint names it.
 """
+
 from __future__ import annotations
 
 import logging
@@ -39,9 +40,11 @@ def say_deprecated_once() -> None:
     global _deprecation_said
     if not _deprecation_said:
         _deprecation_said = True
-        log.warning("jit: TorchScript (torch.jit.script/trace) is deprecated upstream since PyTorch 2.10 and "
-                    "gets no new features; it stays here for older stacks. Use `speedups.compile` (torch.compile) "
-                    "to train faster, and torch.export (`accel export --format exported`) to ship a model.")
+        log.warning(
+            "jit: TorchScript (torch.jit.script/trace) is deprecated upstream since PyTorch 2.10 and "
+            "gets no new features; it stays here for older stacks. Use `speedups.compile` (torch.compile) "
+            "to train faster, and torch.export (`accel export --format exported`) to ship a model."
+        )
 
 
 def trace_module(module: nn.Module, example: torch.Tensor) -> torch.jit.ScriptModule:
@@ -84,9 +87,10 @@ def apply_jit(model: nn.Module, method: str) -> nn.Module:
             return torch.jit.script(model)
     except (RuntimeError, torch.jit.frontend.FrontendError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise AccelError(f"jit: TorchScript cannot script {type(model).__name__}: {first}. Use `jit: {{method: "
-                         "trace}` (records one call instead of reading the source) or the `compile` speed-up."
-                         ) from None
+        raise AccelError(
+            f"jit: TorchScript cannot script {type(model).__name__}: {first}. Use `jit: {{method: "
+            "trace}` (records one call instead of reading the source) or the `compile` speed-up."
+        ) from None
 
 
 @SPEEDUPS.register("jit")
@@ -98,8 +102,10 @@ class Jit(Speedup):
 
     class Config(SpeedupConfig):
         method: Literal["script", "trace"] = Field(
-            "script", description="`script` compiles the model's Python source and keeps its control flow; "
-            "`trace` records the ops of the first batch (in train and eval mode each), for models script rejects")
+            "script",
+            description="`script` compiles the model's Python source and keeps its control flow; "
+            "`trace` records the ops of the first batch (in train and eval mode each), for models script rejects",
+        )
 
     def __init__(self, cfg: Jit.Config | None = None):
         super().__init__(cfg)

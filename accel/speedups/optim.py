@@ -1,4 +1,5 @@
 """`optim`: run the optimizer's fused or foreach (multi-tensor) implementation instead of a per-parameter loop."""
+
 from __future__ import annotations
 
 import inspect
@@ -31,8 +32,10 @@ def implementation_flags(cls: type, impl: str) -> dict[str, bool]:
     wanted = {"fused": impl == "fused", "foreach": impl == "foreach"}
     accepted = _accepted(cls)
     if any(on and flag not in accepted for flag, on in wanted.items()):
-        raise AccelError(f"speed-up `optim`: {cls.__name__} has no `{impl}` implementation in torch "
-                         f"{torch.__version__}. Use `impl: auto`, or an optimizer that has one (adamw, sgd).")
+        raise AccelError(
+            f"speed-up `optim`: {cls.__name__} has no `{impl}` implementation in torch "
+            f"{torch.__version__}. Use `impl: auto`, or an optimizer that has one (adamw, sgd)."
+        )
     return {flag: on for flag, on in wanted.items() if flag in accepted}
 
 
@@ -84,8 +87,10 @@ def set_implementation(optimizer: torch.optim.Optimizer, impl: str) -> None:
     flags = implementation_flags(type(optimizer), impl)
     if impl == "fused" and not fused_works(optimizer):
         device = optimizer.param_groups[0]["params"][0].device
-        raise AccelError(f"speed-up `optim`: {type(optimizer).__name__} has no fused kernel for {device.type} "
-                         f"parameters in torch {torch.__version__}. Use `impl: auto` (fused only where it works).")
+        raise AccelError(
+            f"speed-up `optim`: {type(optimizer).__name__} has no fused kernel for {device.type} "
+            f"parameters in torch {torch.__version__}. Use `impl: auto` (fused only where it works)."
+        )
     groups = [{**group, **flags} for group in optimizer.param_groups]
     reference = type(optimizer)(groups, **_constructor_kwargs(optimizer, flags))
     for group in optimizer.param_groups:
@@ -104,10 +109,12 @@ class Optim(Speedup):
 
     class Config(SpeedupConfig):
         impl: Impl = Field(
-            "auto", description="auto: fused where this torch has a kernel for the optimizer and device, else "
+            "auto",
+            description="auto: fused where this torch has a kernel for the optimizer and device, else "
             "torch's default. fused: one kernel for the whole update (adamw, adam, sgd, ...; CUDA and CPU). "
             "foreach: a few multi-tensor kernels (torch's default on CUDA). for_loop: one op per parameter, the "
-            "reference implementation.")
+            "reference implementation.",
+        )
 
     name = "optim"
     phase = Phase.KERNELS
@@ -125,8 +132,11 @@ class Optim(Speedup):
     def setup(self, trainer: "Trainer") -> None:
         self.impl = choose_impl(trainer.optimizer, self.cfg.impl)
         if self.impl is None:
-            log.info("optim: no fused %s for %s here; keeping torch's default implementation",
-                     type(trainer.optimizer).__name__, trainer.device.type)
+            log.info(
+                "optim: no fused %s for %s here; keeping torch's default implementation",
+                type(trainer.optimizer).__name__,
+                trainer.device.type,
+            )
             return
         set_implementation(trainer.optimizer, self.impl)
 

@@ -1,4 +1,5 @@
 """`threads`: torch's intra-op and inter-op thread counts for the training process."""
+
 from __future__ import annotations
 
 import logging
@@ -48,12 +49,17 @@ class Threads(Speedup):
 
     class Config(SpeedupConfig):
         intra_op: Annotated[int, Field(ge=1)] | Literal["auto"] = Field(
-            "auto", description="Threads one op (a matmul, a convolution) may use. auto: torch's default capped at "
-            "the CPU cores this process may run on (taskset/affinity), which torch's default does not look at.")
+            "auto",
+            description="Threads one op (a matmul, a convolution) may use. auto: torch's default capped at "
+            "the CPU cores this process may run on (taskset/affinity), which torch's default does not look at.",
+        )
         inter_op: int | None = Field(
-            None, ge=1, description="Threads that run independent ops at once (TorchScript forks, some CPU graphs). "
+            None,
+            ge=1,
+            description="Threads that run independent ops at once (TorchScript forks, some CPU graphs). "
             "Unset: torch's default. torch accepts it once per process and only before any parallel work; "
-            "when it is too late a warning says so and the count is left as it is. Teardown cannot undo it.")
+            "when it is too late a warning says so and the count is left as it is. Teardown cannot undo it.",
+        )
 
     name = "threads"
     phase = Phase.FLAGS
@@ -68,9 +74,13 @@ class Threads(Speedup):
         torch.set_num_threads(resolve_intra_op(self.cfg.intra_op, self._previous_intra_op, available_cpus()))
         inter_op = self.cfg.inter_op
         if inter_op is not None and not set_interop_threads(inter_op):
-            log.warning("threads: inter_op=%d not applied: torch sets it once per process, before any parallel "
-                        "work, and this process is past that (it stays %d). Run in a fresh process, as "
-                        "`accel train` and the bench do.", inter_op, torch.get_num_interop_threads())
+            log.warning(
+                "threads: inter_op=%d not applied: torch sets it once per process, before any parallel "
+                "work, and this process is past that (it stays %d). Run in a fresh process, as "
+                "`accel train` and the bench do.",
+                inter_op,
+                torch.get_num_interop_threads(),
+            )
 
     def metrics(self) -> dict[str, Any]:
         return {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()}

@@ -3,6 +3,7 @@
 The run chooses one (`choose`); the trainer calls its `backward` and `optimizer_step`, and it hands their numeric
 part to a Precision (accel.precision), so any strategy combines with any precision it does not refuse.
 """
+
 from __future__ import annotations
 
 import logging
@@ -23,8 +24,10 @@ def choose(requested: str, world: World, device: torch.device) -> Strategy:
     """The strategy for the recipe's `strategy` on this device and number of processes."""
     if device.type == "xla":
         if requested == "fsdp":
-            raise AccelError("strategy: fsdp shards with torch.distributed's FSDP2 (CPU and CUDA); on XLA use "
-                             "`strategy: ddp` (torch_xla's own FSDP is not wired into accel)")
+            raise AccelError(
+                "strategy: fsdp shards with torch.distributed's FSDP2 (CPU and CUDA); on XLA use "
+                "`strategy: ddp` (torch_xla's own FSDP is not wired into accel)"
+            )
         from .xla import Xla
 
         return Xla(device, world.distributed)

@@ -1,4 +1,5 @@
 """The plain strategy, and the interface every strategy keeps: wrap the model, own backward and the step."""
+
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
@@ -60,8 +61,9 @@ class Strategy:
         """The model's and optimizer's whole state on the CPU (collective where the model is sharded)."""
         return devices.to_cpu(module.state_dict()), devices.to_cpu(optimizer.state_dict())
 
-    def load_full_state_dicts(self, module: nn.Module, optimizer: torch.optim.Optimizer, model_state: dict,
-                              optim_state: dict) -> None:
+    def load_full_state_dicts(
+        self, module: nn.Module, optimizer: torch.optim.Optimizer, model_state: dict, optim_state: dict
+    ) -> None:
         module.load_state_dict(model_state)
         optimizer.load_state_dict(optim_state)
 

@@ -1,4 +1,5 @@
 """`ddp`: DistributedDataParallel, a whole model in each process, gradients averaged in buckets."""
+
 from __future__ import annotations
 
 from contextlib import AbstractContextManager

@@ -1,4 +1,5 @@
 """`fsdp`: parameters, gradients and optimizer state sharded across processes with FSDP2 (accel.fsdp)."""
+
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
@@ -34,13 +35,16 @@ class FullyShard(Strategy):
         mine = min(len(val), trainer.cfg.eval_max_batches or len(val))
         short = trainer.world.max(mine, trainer.device) - mine
         if short and mine == 0:
-            raise AccelError(f"rank {trainer.world.rank} has no validation samples: with strategy fsdp, every "
-                             "process needs at least one (a larger validation split, or fewer processes)")
+            raise AccelError(
+                f"rank {trainer.world.rank} has no validation samples: with strategy fsdp, every "
+                "process needs at least one (a larger validation split, or fewer processes)"
+            )
         return short
 
     def full_state_dicts(self, module: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
         return fsdp.full_state_dicts(module, optimizer)  # collective: only rank 0's holds the state
 
-    def load_full_state_dicts(self, module: nn.Module, optimizer: torch.optim.Optimizer, model_state: dict,
-                              optim_state: dict) -> None:
+    def load_full_state_dicts(
+        self, module: nn.Module, optimizer: torch.optim.Optimizer, model_state: dict, optim_state: dict
+    ) -> None:
         fsdp.load_full_state_dicts(module, optimizer, model_state, optim_state)  # collective: the same file

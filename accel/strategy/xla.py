@@ -2,6 +2,7 @@
 
 torch_xla is imported only when a step runs, so it stays an optional extra.
 """
+
 from __future__ import annotations
 
 import logging
@@ -59,8 +60,11 @@ class Xla(Strategy):
         if len(self._compiles_at_epoch) >= 3:
             new = self._compiles_at_epoch[-1] - self._compiles_at_epoch[-2]
             if new > self.RECOMPILE_WARNING:
-                log.warning("XLA compiled %d new graphs during the last epoch: shapes keep changing. Keep batch "
-                            "shapes fixed (data.drop_last: true; pad the evaluation batch).", new)
+                log.warning(
+                    "XLA compiled %d new graphs during the last epoch: shapes keep changing. Keep batch "
+                    "shapes fixed (data.drop_last: true; pad the evaluation batch).",
+                    new,
+                )
 
     def metrics(self) -> dict[str, Any]:
         return compile_stats()

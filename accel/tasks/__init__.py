@@ -4,6 +4,7 @@ A task turns `(model, batch)` into a loss, counts the samples (and tokens) in a 
 metrics as per-batch sums on the device (reduced across processes by the trainer; `val_loss` always exists).
 Recipes name one under `task:` (accel.registry.TASKS); Python passes a Task or a function to the Trainer.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -18,8 +19,17 @@ from .function import FunctionTask, ImportedTask, ModelLoss
 from .language_model import LanguageModel
 from .regression import Regression
 
-__all__ = ["Task", "Classification", "FunctionTask", "ImportedTask", "LanguageModel", "ModelLoss", "Regression",
-           "as_task", "build_task"]
+__all__ = [
+    "Task",
+    "Classification",
+    "FunctionTask",
+    "ImportedTask",
+    "LanguageModel",
+    "ModelLoss",
+    "Regression",
+    "as_task",
+    "build_task",
+]
 
 
 def as_task(task: Task | Callable | None = None, loss_fn: Callable | None = None) -> Task:

@@ -1,4 +1,5 @@
 """The task interface. Every method has a default that fits most tasks, so a task overrides only what differs."""
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -27,15 +28,19 @@ def logits_of(outputs: Any) -> torch.Tensor:
         return outputs
     if isinstance(outputs, Mapping):
         if "logits" not in outputs:
-            raise AccelError(f"the model returned a dict without `logits` (keys: {', '.join(map(str, outputs))}); "
-                             "return the scores under `logits`, or give the recipe a task that reads them")
+            raise AccelError(
+                f"the model returned a dict without `logits` (keys: {', '.join(map(str, outputs))}); "
+                "return the scores under `logits`, or give the recipe a task that reads them"
+            )
         return outputs["logits"]
     if hasattr(outputs, "logits"):
         return outputs.logits
     if isinstance(outputs, (tuple, list)) and outputs and isinstance(outputs[0], torch.Tensor):
         return outputs[0]
-    raise AccelError(f"the model returned {type(outputs).__name__}, not scores: return a tensor, a dict or object "
-                     "with `logits`, or a tuple whose first element is the scores")
+    raise AccelError(
+        f"the model returned {type(outputs).__name__}, not scores: return a tensor, a dict or object "
+        "with `logits`, or a tuple whose first element is the scores"
+    )
 
 
 class Task(ABC):

@@ -1,4 +1,5 @@
 """Classification: `(inputs, targets)` batches, a loss function of `(outputs, targets)`, accuracy when it fits."""
+
 from __future__ import annotations
 
 from collections.abc import Callable

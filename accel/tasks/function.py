@@ -1,4 +1,5 @@
 """Tasks defined by a function, and models that compute their own loss (the Hugging Face convention)."""
+
 from __future__ import annotations
 
 import inspect
@@ -27,8 +28,10 @@ class FunctionTask(Task):
         out = self.fn(model, batch)
         loss, extra = out if isinstance(out, tuple) else (out, {})
         if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-            raise AccelError(f"the task function {getattr(self.fn, '__name__', self.fn)!r} must return a scalar "
-                             f"loss tensor (or (loss, {{name: value}})), got {type(loss).__name__}")
+            raise AccelError(
+                f"the task function {getattr(self.fn, '__name__', self.fn)!r} must return a scalar "
+                f"loss tensor (or (loss, {{name: value}})), got {type(loss).__name__}"
+            )
         return loss, extra
 
     def loss(self, model: Any, batch: Any) -> torch.Tensor:
@@ -37,9 +40,10 @@ class FunctionTask(Task):
     def eval_sums(self, model: Any, batch: Any) -> dict[str, torch.Tensor]:
         loss, extra = self._call(model, batch)
         n = self.samples(batch)
-        return {"loss": loss.detach().float() * n,
-                **{name: torch.as_tensor(value, device=loss.device).detach().float() * n
-                   for name, value in extra.items()}}
+        return {
+            "loss": loss.detach().float() * n,
+            **{name: torch.as_tensor(value, device=loss.device).detach().float() * n for name, value in extra.items()},
+        }
 
 
 @TASKS.register("model_loss")
@@ -92,5 +96,7 @@ class ImportedTask:
             return target(**cfg.args)
         if callable(target) and not inspect.isclass(target) and not cfg.args:
             return FunctionTask(target)
-        raise AccelError(f"task `{cfg.name}` must be a subclass of accel.tasks.Task (args are passed to it) or a "
-                         "function (model, batch) -> loss without args")
+        raise AccelError(
+            f"task `{cfg.name}` must be a subclass of accel.tasks.Task (args are passed to it) or a "
+            "function (model, batch) -> loss without args"
+        )

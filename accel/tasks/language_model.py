@@ -1,4 +1,5 @@
 """Language modelling: next-token prediction over `(inputs, targets)` token batches, targets shifted by one."""
+
 from __future__ import annotations
 
 import math
@@ -38,8 +39,9 @@ class LanguageModel(Task):
     def loss(self, model: Any, batch: Any) -> torch.Tensor:
         inputs, targets = batch
         logits = logits_of(model(inputs))
-        return F.cross_entropy(logits.flatten(0, -2), targets.flatten(), ignore_index=IGNORE,
-                               label_smoothing=self.label_smoothing)
+        return F.cross_entropy(
+            logits.flatten(0, -2), targets.flatten(), ignore_index=IGNORE, label_smoothing=self.label_smoothing
+        )
 
     def samples(self, batch: Any) -> int:
         return len(batch[1])
@@ -52,8 +54,10 @@ class LanguageModel(Task):
         logits = logits_of(model(inputs)).flatten(0, -2).float()
         targets = targets.flatten()
         scored = targets != IGNORE
-        sums = {"loss": F.cross_entropy(logits, targets, ignore_index=IGNORE, reduction="sum"),
-                "tokens": scored.sum().double()}
+        sums = {
+            "loss": F.cross_entropy(logits, targets, ignore_index=IGNORE, reduction="sum"),
+            "tokens": scored.sum().double(),
+        }
         if self.accuracy:
             sums["accuracy"] = ((logits.argmax(-1) == targets) & scored).sum().double()
         return sums
@@ -61,8 +65,11 @@ class LanguageModel(Task):
     def metrics(self, totals: dict[str, float]) -> dict[str, float]:
         tokens = max(totals["tokens"], 1)
         loss = totals["loss"] / tokens
-        metrics = {"val_loss": loss, "val_perplexity": math.exp(min(loss, 700.0)),
-                   "val_bits_per_token": loss / math.log(2)}
+        metrics = {
+            "val_loss": loss,
+            "val_perplexity": math.exp(min(loss, 700.0)),
+            "val_bits_per_token": loss / math.log(2),
+        }
         if "accuracy" in totals:
             metrics["val_accuracy"] = totals["accuracy"] / tokens
         return metrics

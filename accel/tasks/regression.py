@@ -1,4 +1,5 @@
 """Regression: `(inputs, targets)` float batches; the loss is a distance between outputs and targets."""
+
 from __future__ import annotations
 
 from typing import Any, Literal
@@ -44,11 +45,13 @@ class Regression(Task):
         inputs, targets = batch
         outputs = model(inputs).float().view_as(targets)
         targets = targets.float()
-        return {"loss": self.loss_fn(outputs, targets, reduction="sum"),
-                "se": F.mse_loss(outputs, targets, reduction="sum"), "ae": F.l1_loss(outputs, targets, reduction="sum"),
-                "values": torch.full((), targets.numel(), dtype=torch.float64, device=targets.device)}
+        return {
+            "loss": self.loss_fn(outputs, targets, reduction="sum"),
+            "se": F.mse_loss(outputs, targets, reduction="sum"),
+            "ae": F.l1_loss(outputs, targets, reduction="sum"),
+            "values": torch.full((), targets.numel(), dtype=torch.float64, device=targets.device),
+        }
 
     def metrics(self, totals: dict[str, float]) -> dict[str, float]:
         values = max(totals["values"], 1)
-        return {"val_loss": totals["loss"] / values, "val_mse": totals["se"] / values,
-                "val_mae": totals["ae"] / values}
+        return {"val_loss": totals["loss"] / values, "val_mse": totals["se"] / values, "val_mae": totals["ae"] / values}

@@ -1,4 +1,5 @@
 """`accel bench` stopped by Ctrl-C or SIGTERM, and pointed at a folder that already holds results."""
+
 from __future__ import annotations
 
 import json
@@ -52,10 +53,32 @@ def _running_trial(out: Path, bench: subprocess.Popen, timeout: float = 120) -> 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_stops_the_running_trial_and_the_report_says_interrupted(signum, tiny, write_recipe, tmp_path):
     out = tmp_path / "bench"
-    argv = [sys.executable, "-m", "accel.cli", "bench", str(write_recipe(tiny)), "--vary", "data.batch_size=8,16",
-            "--steps", "1000000", "--warmup", "0", "--trials", "1", "--out", str(out)]
-    bench = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "accel.cli",
+        "bench",
+        str(write_recipe(tiny)),
+        "--vary",
+        "data.batch_size=8,16",
+        "--steps",
+        "1000000",
+        "--warmup",
+        "0",
+        "--trials",
+        "1",
+        "--out",
+        str(out),
+    ]
+    bench = subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         trial = _running_trial(out, bench)
         bench.send_signal(signum)  # to the bench alone, as `kill` does; Ctrl-C in a terminal also reaches only it
@@ -64,9 +87,12 @@ def test_a_signal_stops_the_running_trial_and_the_report_says_interrupted(signum
         assert not _alive(trial)
         report = json.loads((out / "report.json").read_text())
         assert report["interrupted"] is True and report["trials_planned"] == 2
-        assert report["recommended"] == {"overrides": {}, "text": "none: the bench was interrupted before all its "
-                                         "trials ran, so nothing is recommended from its partial figures; run it "
-                                         "again to the end"}
+        assert report["recommended"] == {
+            "overrides": {},
+            "text": "none: the bench was interrupted before all its "
+            "trials ran, so nothing is recommended from its partial figures; run it "
+            "again to the end",
+        }
         said = "**Interrupted** after 0 of 2 trials: the figures below cover the finished trials only, and nothing "
         assert said in (out / "report.md").read_text() and said in stdout
     finally:
@@ -77,18 +103,23 @@ def test_a_signal_stops_the_running_trial_and_the_report_says_interrupted(signum
             bench.wait()
 
 
-@pytest.mark.parametrize("held, said", [
-    ("recipe.yaml", "already holds a run (recipe.yaml)"),
-    ("report.json", "already holds a bench's results (report.json)"),
-    ("tune.json", "already holds a bench's results (tune.json)"),
-])
+@pytest.mark.parametrize(
+    "held, said",
+    [
+        ("recipe.yaml", "already holds a run (recipe.yaml)"),
+        ("report.json", "already holds a bench's results (report.json)"),
+        ("tune.json", "already holds a bench's results (tune.json)"),
+    ],
+)
 def test_bench_and_tune_refuse_an_out_that_holds_results(held, said, tiny, write_recipe, tmp_path, capsys):
     recipe = write_recipe(tiny)
     out = tmp_path / "taken"
     out.mkdir()
     (out / held).write_text("{}")
-    for argv in (["bench", str(recipe), "--vary", "data.batch_size=8,16", "--out", str(out)],
-                 ["tune", str(recipe), "--no-speedups", "--workers=", "--threads=", "--work", str(out)]):
+    for argv in (
+        ["bench", str(recipe), "--vary", "data.batch_size=8,16", "--out", str(out)],
+        ["tune", str(recipe), "--no-speedups", "--workers=", "--threads=", "--work", str(out)],
+    ):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert f"error: {out} {said}; accel never overwrites one. Choose another --out" in err
@@ -97,6 +128,7 @@ def test_bench_and_tune_refuse_an_out_that_holds_results(held, said, tiny, write
 
 def test_bench_refuses_an_out_that_is_a_file(tiny, write_recipe, tmp_path, capsys):
     (tmp_path / "file").write_text("mine")
-    assert main(["bench", str(write_recipe(tiny)), "--vary", "data.batch_size=8,16", "--out",
-                 str(tmp_path / "file")]) == 2
+    assert (
+        main(["bench", str(write_recipe(tiny)), "--vary", "data.batch_size=8,16", "--out", str(tmp_path / "file")]) == 2
+    )
     assert f"error: {tmp_path / 'file'} is a file; `accel bench` writes a folder there" in capsys.readouterr().err

@@ -3,6 +3,7 @@
 tests/bench/data holds files written by `accel bench` before the records were typed (a tiny --ablate run, and a
 --vary run with a --target and a variant whose trials all failed), so these tests hold today's code to them.
 """
+
 from __future__ import annotations
 
 import json

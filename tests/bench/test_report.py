@@ -9,20 +9,58 @@ from accel.bench.summary import summarize
 from accel.bench.variants import Variant, ablation_variants, vary_variants
 
 TRACE = 'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\nRuntimeError: compile exploded\n'
-VARIANT_KEYS = {"name", "overrides", "samples_per_s", "ratio_vs_baseline", "verdict", "first_step_s", "final_loss",
-                "trials", "step_time_p50_s", "step_time_p90_s", "data_wait_fraction", "peak_memory_mb",
-                "break_even_steps", "val_accuracy", "result_changed", "errors", "ok_trials", "warmup_s",
-                "tokens_per_s", "val_metric", "val_metric_name", "flop_per_s", "mfu",
-                "time_to_target_s", "target_reached", "lint", "compile_s", "median_step_ratio",
-                "median_step_verdict"}
+VARIANT_KEYS = {
+    "name",
+    "overrides",
+    "samples_per_s",
+    "ratio_vs_baseline",
+    "verdict",
+    "first_step_s",
+    "final_loss",
+    "trials",
+    "step_time_p50_s",
+    "step_time_p90_s",
+    "data_wait_fraction",
+    "peak_memory_mb",
+    "break_even_steps",
+    "val_accuracy",
+    "result_changed",
+    "errors",
+    "ok_trials",
+    "warmup_s",
+    "tokens_per_s",
+    "val_metric",
+    "val_metric_name",
+    "flop_per_s",
+    "mfu",
+    "time_to_target_s",
+    "target_reached",
+    "lint",
+    "compile_s",
+    "median_step_ratio",
+    "median_step_verdict",
+}
 
 
 def trial(variant, i, sps, *, first=1.0, loss=0.5, wait=0.1, bs=32):
     step = bs / sps
-    return Trial(variant=variant, trial=i, error=None, samples_per_s=sps,
-                 step_times_s=[step * f for f in (0.98, 1.0, 1.0, 1.1)], data_wait_fraction=wait,
-                 peak_memory_mb=500.0 + i, first_step_s=first, warmup_s=2 * first, final_loss=loss,
-                 val_accuracy=0.9, val_metric_name="val_accuracy", val_metric=0.9, wall_s=10.0, batch_size=bs)
+    return Trial(
+        variant=variant,
+        trial=i,
+        error=None,
+        samples_per_s=sps,
+        step_times_s=[step * f for f in (0.98, 1.0, 1.0, 1.1)],
+        data_wait_fraction=wait,
+        peak_memory_mb=500.0 + i,
+        first_step_s=first,
+        warmup_s=2 * first,
+        final_loss=loss,
+        val_accuracy=0.9,
+        val_metric_name="val_accuracy",
+        val_metric=0.9,
+        wall_s=10.0,
+        batch_size=bs,
+    )
 
 
 def crashed(variant, i):
@@ -66,8 +104,11 @@ def test_summary_schema_and_verdicts(ablation):
     assert rep.speedups["amp"].verdict == Verdict.HELPED
     assert rep.speedups["amp"].removed.verdict == Verdict.HELPED  # all vs -amp
     assert rep.speedups["cudnn"].verdict == Verdict.NO_EFFECT
-    assert rep.recommended.overrides == {"speedups.amp.enabled": True, "speedups.cudnn.enabled": False,
-                                              "speedups.compile.enabled": False}
+    assert rep.recommended.overrides == {
+        "speedups.amp.enabled": True,
+        "speedups.cudnn.enabled": False,
+        "speedups.compile.enabled": False,
+    }
 
 
 def test_crashed_variant_is_recorded_with_nulls(ablation):
@@ -82,8 +123,11 @@ def test_crashed_variant_is_recorded_with_nulls(ablation):
 
 def test_trial_without_usable_throughput_counts_as_failed():
     base = Variant("baseline")
-    trials = [trial("baseline", 0, 100.0), trial("baseline", 1, math.nan),
-              trial("baseline", 2, 100.0).updated(samples_per_s=None)]
+    trials = [
+        trial("baseline", 0, 100.0),
+        trial("baseline", 1, math.nan),
+        trial("baseline", 2, 100.0).updated(samples_per_s=None),
+    ]
     row = summarize(trials, [base], "baseline").variants[0]
     assert (row.ok_trials, row.errors) == (1, 2)
     assert row.samples_per_s.median == 100.0
@@ -193,16 +237,21 @@ def test_a_failed_variant_is_never_recommended_nor_the_baseline_for_ratios():
 
 
 def test_speed_lint_findings_are_reported_once_with_their_variants(tmp_path):
-    finding = {"code": "workers-compete", "found": "1 loader worker(s) + 2 compute threads on 2 cores.",
-               "fix": "data.loader.num_workers: 0"}
+    finding = {
+        "code": "workers-compete",
+        "found": "1 loader worker(s) + 2 compute threads on 2 cores.",
+        "fix": "data.loader.num_workers: 0",
+    }
     base, more = Variant("baseline"), Variant("workers=1", {"data.loader.num_workers": 1})
     trials = [trial("baseline", i, 100.0) for i in range(2)]
     trials += [trial("workers=1", i, 90.0).updated(lint=[finding]) for i in range(2)]
     rep = summarize(trials, [base, more], "baseline")
     assert rep.variants[1].lint == [finding] and rep.variants[0].lint == []
     md = write_reports(rep, tmp_path)["md"].read_text()
-    assert "## Speed lint\n\n- 1 loader worker(s) + 2 compute threads on 2 cores. Fix: data.loader.num_workers: 0 " \
-           "(workers=1)" in md
+    assert (
+        "## Speed lint\n\n- 1 loader worker(s) + 2 compute threads on 2 cores. Fix: data.loader.num_workers: 0 "
+        "(workers=1)" in md
+    )
 
 
 def test_compile_seconds_get_a_column_only_when_a_variant_compiled():
@@ -222,11 +271,13 @@ def test_compile_seconds_get_a_column_only_when_a_variant_compiled():
 def test_a_stalled_trial_moves_the_mean_but_not_the_median_step():
     """One stalled step in each baseline trial makes a no-op variant look 1.2x faster on average; its median step
     says no effect, and the report says both."""
+
     def timed(variant, i, mean, steady):
         return trial(variant, i, mean).updated(median_step_samples_per_s=steady)
 
-    trials = [timed("base", i, 100 + i, 120 + i / 10) for i in range(3)] + \
-             [timed("fast", i, 120 + i, 120 + i / 10) for i in range(3)]
+    trials = [timed("base", i, 100 + i, 120 + i / 10) for i in range(3)] + [
+        timed("fast", i, 120 + i, 120 + i / 10) for i in range(3)
+    ]
     rep = summarize(trials, [Variant("base"), Variant("fast")], "base")
     fast = rep.variants[1]
     assert fast.verdict == Verdict.HELPED and fast.median_step_verdict == Verdict.NO_EFFECT

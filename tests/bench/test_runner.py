@@ -1,4 +1,5 @@
 """`accel bench` end to end on a tiny recipe, plus the runner's handling of trials that crash, hang or garble."""
+
 from __future__ import annotations
 
 import io
@@ -14,15 +15,46 @@ from accel.bench.trial import main as trial_main
 from accel.cli import main
 from accel.errors import AccelError, RecipeError
 
-TRIAL_KEYS = {"variant", "trial", "error", "samples_per_s", "step_times_s", "data_wait_fraction", "peak_memory_mb",
-              "first_step_s", "warmup_s", "final_loss", "val_accuracy", "wall_s", "batch_size", "index", "started_at"}
+TRIAL_KEYS = {
+    "variant",
+    "trial",
+    "error",
+    "samples_per_s",
+    "step_times_s",
+    "data_wait_fraction",
+    "peak_memory_mb",
+    "first_step_s",
+    "warmup_s",
+    "final_loss",
+    "val_accuracy",
+    "wall_s",
+    "batch_size",
+    "index",
+    "started_at",
+}
 
 
 def test_bench_end_to_end_interleaves_and_reports_a_crashing_variant(tiny, write_recipe, tmp_path, capsys):
     out = tmp_path / "bench"
     # 4096 > the 51 training samples with drop_last: that variant's trials raise inside the trial process.
-    argv = ["bench", str(write_recipe(tiny)), "--set", "data.batch_size=4", "--vary", "data.batch_size=8,4096",
-            "--steps", "3", "--warmup", "1", "--trials", "2", "--out", str(out), "--timeout", "120"]
+    argv = [
+        "bench",
+        str(write_recipe(tiny)),
+        "--set",
+        "data.batch_size=4",
+        "--vary",
+        "data.batch_size=8,4096",
+        "--steps",
+        "3",
+        "--warmup",
+        "1",
+        "--trials",
+        "2",
+        "--out",
+        str(out),
+        "--timeout",
+        "120",
+    ]
     assert main(argv) == 0
     captured = capsys.readouterr()
     assert captured.out.splitlines()[0] == str(out)
@@ -32,8 +64,15 @@ def test_bench_end_to_end_interleaves_and_reports_a_crashing_variant(tiny, write
     report = json.loads((out / "report.json").read_text())
     assert report["baseline"] == "data.batch_size=8" and report["env"]["torch"]
     assert report["interrupted"] is False
-    assert report["settings"] == {"steps": 3, "warmup": 1, "trials": 2, "timeout_s": 120.0,
-                                  "compile_cache": "cold (fresh per trial)", "target": None, "eval_every": None}
+    assert report["settings"] == {
+        "steps": 3,
+        "warmup": 1,
+        "trials": 2,
+        "timeout_s": 120.0,
+        "compile_cache": "cold (fresh per trial)",
+        "target": None,
+        "eval_every": None,
+    }
     assert report["recipes"]["data.batch_size=4096"]["data"]["batch_size"] == 4096
     good, bad = report["variants"]
     assert good["overrides"] == {"data.batch_size": 8} and good["ok_trials"] == 2
@@ -48,7 +87,11 @@ def test_bench_end_to_end_interleaves_and_reports_a_crashing_variant(tiny, write
 
     started = sorted((t for r in report["variants"] for t in r["trials"]), key=lambda t: t["started_at"])
     assert [(t["variant"], t["trial"]) for t in started] == [
-        ("data.batch_size=8", 0), ("data.batch_size=4096", 0), ("data.batch_size=8", 1), ("data.batch_size=4096", 1)]
+        ("data.batch_size=8", 0),
+        ("data.batch_size=4096", 0),
+        ("data.batch_size=8", 1),
+        ("data.batch_size=4096", 1),
+    ]
     assert [t["index"] for t in started] == [0, 1, 2, 3]
     recipes = {p.name for p in (out / "recipes").iterdir()}
     assert recipes == {"00-data.batch_size=8.yaml", "01-data.batch_size=4096.yaml"}
@@ -69,22 +112,29 @@ def test_list_prints_ablation_variants_without_running(tiny, write_recipe, tmp_p
 
 def test_plan_resolves_each_variant_on_top_of_set(tiny, write_recipe):
     tiny["speedups"] = {"amp": {"dtype": "bf16"}}
-    plan = plan_bench(write_recipe(tiny), ["optim.lr=0.5"], ablate=False,
-                      vary=["speedups.amp.dtype=bf16,fp16", "data.batch_size=8,16"])
+    plan = plan_bench(
+        write_recipe(tiny),
+        ["optim.lr=0.5"],
+        ablate=False,
+        vary=["speedups.amp.dtype=bf16,fp16", "data.batch_size=8,16"],
+    )
     assert plan.baseline == "speedups.amp.dtype=bf16,data.batch_size=8" and len(plan.variants) == 4
     last = plan.recipes["speedups.amp.dtype=fp16,data.batch_size=16"]
     assert (last.speedups["amp"].dtype, last.data.batch_size, last.optim.lr) == ("fp16", 16, 0.5)
     quoted = plan_bench(write_recipe(tiny), [], ablate=False, vary=['name="64",other'])
-    assert quoted.recipes['name=64'].name == "64"  # a quoted number stays a string through the override
+    assert quoted.recipes["name=64"].name == "64"  # a quoted number stays a string through the override
 
 
-@pytest.mark.parametrize("argv, message", [
-    ([], "exactly one of --ablate"),
-    (["--ablate", "--vary", "data.batch_size=8,16"], "exactly one of --ablate"),
-    (["--ablate"], "at least one enabled speed-up"),
-    (["--vary", "data.batch_size=0,8"], "variant `data.batch_size=0`"),
-    (["--vary", "data.batch_size=8,16", "--steps", "0"], "--steps >= 1"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        ([], "exactly one of --ablate"),
+        (["--ablate", "--vary", "data.batch_size=8,16"], "exactly one of --ablate"),
+        (["--ablate"], "at least one enabled speed-up"),
+        (["--vary", "data.batch_size=0,8"], "variant `data.batch_size=0`"),
+        (["--vary", "data.batch_size=8,16", "--steps", "0"], "--steps >= 1"),
+    ],
+)
 def test_bad_bench_input_exits_2(tiny, write_recipe, capsys, argv, message):
     assert main(["bench", str(write_recipe(tiny)), *argv]) == 2
     err = capsys.readouterr().err
@@ -105,21 +155,32 @@ def _py(tmp_path, code: str) -> Trial:
 
 def test_trial_process_failures_become_errors(tmp_path):
     out = str(tmp_path / "r.json")
-    hung = run_trial_process([sys.executable, "-c", "import time; print('still here', flush=True); time.sleep(60)"],
-                             tmp_path / "r.json", tmp_path / "r.log", 1.0, trial_env(tmp_path / "c"))
+    hung = run_trial_process(
+        [sys.executable, "-c", "import time; print('still here', flush=True); time.sleep(60)"],
+        tmp_path / "r.json",
+        tmp_path / "r.log",
+        1.0,
+        trial_env(tmp_path / "c"),
+    )
     assert hung.error.startswith("timed out after 1 s") and "still here" in hung.error
-    crashed = _py(tmp_path, "import os, signal; print('about to die', flush=True); "
-                            "os.kill(os.getpid(), signal.SIGSEGV)")
+    crashed = _py(
+        tmp_path, "import os, signal; print('about to die', flush=True); os.kill(os.getpid(), signal.SIGSEGV)"
+    )
     assert "killed by SIGSEGV without a readable result" in crashed.error and "about to die" in crashed.error
     garbled = _py(tmp_path, f"open({out!r}, 'w').write('{{not json')")
     assert "exited with code 0 without a readable result" in garbled.error
     unknown = _py(tmp_path, f"import json; json.dump({{'error': None, 'samples_per_sec': 1.0}}, open({out!r}, 'w'))")
     assert "exited with code 0 without a readable result" in unknown.error  # not a trial record
-    late = _py(tmp_path, f"import json, sys; json.dump({{'error': None, 'samples_per_s': 1.0}}, open({out!r}, 'w')); "
-                         "sys.exit(3)")
+    late = _py(
+        tmp_path,
+        f"import json, sys; json.dump({{'error': None, 'samples_per_s': 1.0}}, open({out!r}, 'w')); sys.exit(3)",
+    )
     assert late.samples_per_s == 1.0 and "exited with code 3 after writing its result" in late.error
-    env = _py(tmp_path, f"import json, os; json.dump({{'error': None, 'log': os.environ['TORCHINDUCTOR_CACHE_DIR']}},"
-                        f" open({out!r}, 'w'))")
+    env = _py(
+        tmp_path,
+        f"import json, os; json.dump({{'error': None, 'log': os.environ['TORCHINDUCTOR_CACHE_DIR']}},"
+        f" open({out!r}, 'w'))",
+    )
     assert env.to_data() == {"error": None, "log": str(tmp_path / "cache")}
 
 
@@ -128,13 +189,22 @@ def test_progress_prints_plain_lines_when_not_a_terminal():
     console = Console(file=buffer, force_terminal=False, width=200)
     with TrialProgress(console, 2) as progress:
         progress.started("+amp", 0)
-        progress.finished(Trial(variant="+amp", trial=0, samples_per_s=123.45, first_step_s=2.5,
-                                skipped_speedups={"amp": "fp16 GradScaler needs CUDA"}))
-        progress.finished(Trial(variant="-amp", trial=0, error="Traceback (most recent call last):\n  x\n"
-                                                               "RuntimeError: boom [bad]\n"))
+        progress.finished(
+            Trial(
+                variant="+amp",
+                trial=0,
+                samples_per_s=123.45,
+                first_step_s=2.5,
+                skipped_speedups={"amp": "fp16 GradScaler needs CUDA"},
+            )
+        )
+        progress.finished(
+            Trial(variant="-amp", trial=0, error="Traceback (most recent call last):\n  x\nRuntimeError: boom [bad]\n")
+        )
     assert buffer.getvalue().splitlines() == [
         "[1/2] +amp trial 0: 123.5 samples/s, first step 2.50 s (skipped here: amp)",
-        "[2/2] -amp trial 0: FAILED: RuntimeError: boom [bad]"]
+        "[2/2] -amp trial 0: FAILED: RuntimeError: boom [bad]",
+    ]
 
 
 def test_trial_entry_point_in_process(tiny, write_recipe, tmp_path):
@@ -142,8 +212,24 @@ def test_trial_entry_point_in_process(tiny, write_recipe, tmp_path):
     tiny["data"]["dataset"]["num_samples"] = 100  # 80 training samples: 8 batches of 10, 4 steps of 2 batches
     tiny["data"]["batch_size"] = 10
     out = tmp_path / "t.json"
-    assert trial_main([str(write_recipe(tiny)), "--steps", "2", "--warmup", "1", "--json", str(out),
-                       "--variant", "v", "--trial", "3"]) == 0
+    assert (
+        trial_main(
+            [
+                str(write_recipe(tiny)),
+                "--steps",
+                "2",
+                "--warmup",
+                "1",
+                "--json",
+                str(out),
+                "--variant",
+                "v",
+                "--trial",
+                "3",
+            ]
+        )
+        == 0
+    )
     result = json.loads(out.read_text())
     assert (result["variant"], result["trial"], result["error"]) == ("v", 3, None)
     assert len(result["step_times_s"]) == 2 and result["steps"] == 2 and result["grad_accum"] == 2
@@ -163,12 +249,17 @@ def test_a_trial_without_evaluation_still_guards_by_its_training_loss(tiny, writ
     assert trial_main([recipe, "--steps", "2", "--warmup", "1", "--no-eval", "--json", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["val_accuracy"] is None and result["val_metric"] is None and result["final_loss"] > 0
-    assert trial_main([recipe, "--steps", "2", "--warmup", "1", "--no-eval", "--target", "val_accuracy=0.9",
-                       "--json", str(out)]) == 1
+    assert (
+        trial_main(
+            [recipe, "--steps", "2", "--warmup", "1", "--no-eval", "--target", "val_accuracy=0.9", "--json", str(out)]
+        )
+        == 1
+    )
     assert "--target needs evaluations" in json.loads(out.read_text())["error"]
     argv = trial_argv(tmp_path / "r.yaml", TrialSettings(2, 1, evaluate=False), out, "v", 0)
-    assert argv[-1] == "--no-eval" and "--no-eval" not in trial_argv(tmp_path / "r.yaml", TrialSettings(2, 1), out,
-                                                                     "v", 0)
+    assert argv[-1] == "--no-eval" and "--no-eval" not in trial_argv(
+        tmp_path / "r.yaml", TrialSettings(2, 1), out, "v", 0
+    )
 
 
 def test_trial_records_what_compiling_cost(tiny, write_recipe, tmp_path):

@@ -69,13 +69,16 @@ def test_do_nothing_fluke_above_baseline_stays_no_effect():
     assert verdict(ratio, ci) == Verdict.NO_EFFECT
 
 
-@pytest.mark.parametrize("median, ci, expected", [
-    (1.10, (1.03, 1.20), Verdict.HELPED),
-    (1.10, (0.99, 1.20), Verdict.NO_EFFECT),   # interval touches 1: not decided by the point estimate
-    (0.90, (0.80, 0.99), Verdict.HURT),
-    (0.99, (0.985, 0.995), Verdict.NO_EFFECT),  # excludes 1 but inside the margin
-    (1.00, (1.00, 1.00), Verdict.NO_EFFECT),
-])
+@pytest.mark.parametrize(
+    "median, ci, expected",
+    [
+        (1.10, (1.03, 1.20), Verdict.HELPED),
+        (1.10, (0.99, 1.20), Verdict.NO_EFFECT),  # interval touches 1: not decided by the point estimate
+        (0.90, (0.80, 0.99), Verdict.HURT),
+        (0.99, (0.985, 0.995), Verdict.NO_EFFECT),  # excludes 1 but inside the margin
+        (1.00, (1.00, 1.00), Verdict.NO_EFFECT),
+    ],
+)
 def test_verdict_is_decided_by_the_interval(median, ci, expected):
     assert verdict(median, ci) == expected
 

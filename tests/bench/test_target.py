@@ -1,4 +1,5 @@
 """Time to target: losses count down, accuracies up; each trial is timed from its process start."""
+
 from __future__ import annotations
 
 import json
@@ -22,9 +23,26 @@ def test_targets_know_which_way_is_better():
 def test_bench_reports_the_time_to_a_target_and_who_never_reached_it(tiny, write_recipe, tmp_path, capsys):
     out = tmp_path / "bench"
     # accuracy 0.0 is reached at the first evaluation, 1.01 never
-    argv = ["bench", str(write_recipe(tiny)), "--set", "data.batch_size=4", "--vary", "optim.lr=0.05,0.1",
-            "--steps", "4", "--warmup", "1", "--trials", "1", "--out", str(out), "--target", "val_accuracy=0.0",
-            "--eval-every", "2"]
+    argv = [
+        "bench",
+        str(write_recipe(tiny)),
+        "--set",
+        "data.batch_size=4",
+        "--vary",
+        "optim.lr=0.05,0.1",
+        "--steps",
+        "4",
+        "--warmup",
+        "1",
+        "--trials",
+        "1",
+        "--out",
+        str(out),
+        "--target",
+        "val_accuracy=0.0",
+        "--eval-every",
+        "2",
+    ]
     assert main(argv) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["settings"]["target"] == "val_accuracy=0.0"
@@ -42,8 +60,22 @@ def test_bench_reports_the_time_to_a_target_and_who_never_reached_it(tiny, write
 
 def test_a_metric_the_task_does_not_report_fails_the_trial(tiny, write_recipe, tmp_path):
     out = tmp_path / "bench"
-    argv = ["bench", str(write_recipe(tiny)), "--vary", "data.batch_size=8", "--steps", "2", "--warmup", "0",
-            "--trials", "1", "--out", str(out), "--target", "val_perplexity=3"]
+    argv = [
+        "bench",
+        str(write_recipe(tiny)),
+        "--vary",
+        "data.batch_size=8",
+        "--steps",
+        "2",
+        "--warmup",
+        "0",
+        "--trials",
+        "1",
+        "--out",
+        str(out),
+        "--target",
+        "val_perplexity=3",
+    ]
     assert main(argv) == 0
     report = json.loads((out / "report.json").read_text())
     assert "the task reports no `val_perplexity`" in report["variants"][0]["trials"][0]["error"]

@@ -8,8 +8,7 @@ from accel.recipe_yaml import parse_value
 def test_ablation_names_and_overrides_exactly():
     speedups = {"amp": {"dtype": "bf16"}, "channels_last": {}, "compile": {"enabled": False}, "cudnn": None}
     got = {v.name: v.overrides for v in ablation_variants(speedups)}
-    assert list(got) == ["baseline", "all", "+amp", "+channels_last", "+cudnn",
-                         "-amp", "-channels_last", "-cudnn"]
+    assert list(got) == ["baseline", "all", "+amp", "+channels_last", "+cudnn", "-amp", "-channels_last", "-cudnn"]
 
     def sw(amp, cl, cudnn):
         return {"speedups.amp.enabled": amp, "speedups.channels_last.enabled": cl, "speedups.cudnn.enabled": cudnn}
@@ -39,8 +38,10 @@ def test_ablation_without_enabled_speedups_is_a_recipe_error():
 def test_vary_is_a_cartesian_product_first_key_slowest():
     got = vary_variants(["data.batch_size=64,128", "speedups.amp.dtype=bf16,fp16"])
     assert [v.name for v in got] == [
-        "data.batch_size=64,speedups.amp.dtype=bf16", "data.batch_size=64,speedups.amp.dtype=fp16",
-        "data.batch_size=128,speedups.amp.dtype=bf16", "data.batch_size=128,speedups.amp.dtype=fp16",
+        "data.batch_size=64,speedups.amp.dtype=bf16",
+        "data.batch_size=64,speedups.amp.dtype=fp16",
+        "data.batch_size=128,speedups.amp.dtype=bf16",
+        "data.batch_size=128,speedups.amp.dtype=fp16",
     ]
     assert got[2].overrides == {"data.batch_size": 128, "speedups.amp.dtype": "bf16"}
 

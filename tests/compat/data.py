@@ -1,5 +1,6 @@
 """A user's own dataset for the compatibility suite: token sequences with a class label each, served as the dict
 samples Hugging Face sequence classifiers take (`dataset: {name: "tests.compat.data:token_classes"}`)."""
+
 from __future__ import annotations
 
 import torch

@@ -11,6 +11,7 @@ way it fails in a user's model. Recipes name them by import string, with the rep
     model: {name: "tests.compat.models:build_cnn"}      # ViewCNN, for images, channels_last included
     task: {name: "tests.compat.models:loss"}            # any of them, any of those batches
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -107,8 +108,9 @@ class ViewMLP(nn.Module):
 
     def __init__(self, num_classes: int, in_channels: int, image_size: int, hidden: int = 32):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(in_channels * image_size**2, hidden), nn.ReLU(),
-                                 nn.Linear(hidden, num_classes))
+        self.net = nn.Sequential(
+            nn.Linear(in_channels * image_size**2, hidden), nn.ReLU(), nn.Linear(hidden, num_classes)
+        )
 
     def forward(self, x: torch.Tensor, targets: torch.Tensor | None = None) -> Any:
         logits = self.net(x.view(x.size(0), -1))

@@ -1,4 +1,5 @@
 """Batch augmentation: each op against its definition on small tensors, per-sample draws, seeding, configs."""
+
 from __future__ import annotations
 
 import pytest
@@ -31,7 +32,7 @@ def test_crop_is_a_window_of_the_zero_padded_image():
     assert out.shape == (4, 2, 3, 3) and out.is_contiguous()
     for i in range(4):
         t, l_ = int(top[i]), int(left[i])
-        assert torch.equal(out[i], padded[i, :, t:t + 3, l_:l_ + 3])
+        assert torch.equal(out[i], padded[i, :, t : t + 3, l_ : l_ + 3])
     assert out[0, :, :2, :].eq(0).all()  # window at (0, 0) starts in the padding
 
 
@@ -44,8 +45,13 @@ def test_hflip_mirrors_only_the_chosen_samples():
 
 def test_cutout_zeroes_the_clipped_square_of_chosen_samples():
     x = batch() + 1  # no zeros before cutout
-    out = A.cutout(x, 3, cy=torch.tensor([2, 0, 4, 2]), cx=torch.tensor([2, 0, 5, 2]),
-                   apply=torch.tensor([True, True, True, False]))
+    out = A.cutout(
+        x,
+        3,
+        cy=torch.tensor([2, 0, 4, 2]),
+        cx=torch.tensor([2, 0, 5, 2]),
+        apply=torch.tensor([True, True, True, False]),
+    )
     expected = x.clone()
     expected[0, :, 1:4, 1:4] = 0  # centre (2, 2), size 3
     expected[1, :, 0:2, 0:2] = 0  # centre (0, 0): clipped at the top-left corner
@@ -64,8 +70,9 @@ def test_mix_blends_each_sample_with_its_neighbour():
 
 def test_paste_weights_targets_by_the_pasted_area():
     x = torch.stack([torch.full((1, 4, 4), float(i)) for i in range(3)])
-    mask = A.box_mask(4, 4, torch.tensor([0, 0, 1]), torch.tensor([2, 0, 3]), torch.tensor([0, 0, 1]),
-                      torch.tensor([4, 0, 2]))
+    mask = A.box_mask(
+        4, 4, torch.tensor([0, 0, 1]), torch.tensor([2, 0, 3]), torch.tensor([0, 0, 1]), torch.tensor([4, 0, 2])
+    )
     out_x, out_y = A.paste(x, torch.eye(3), mask)
     assert out_x[0, 0, :2].eq(2).all() and out_x[0, 0, 2:].eq(0).all()  # half of sample 0 comes from sample 2
     assert torch.equal(out_x[1], x[1])  # empty box
@@ -80,8 +87,13 @@ def pipeline(ops: list, seed: int = 0, num_classes: int = 4) -> BatchAugment:
     return build_augment(cfg, normalize=None, num_classes=num_classes, seed=seed)
 
 
-ALL_OPS = [{"random_crop": {"size": 6, "padding": 2}}, "hflip", {"cutout": {"size": 2, "p": 0.5}},
-           {"mixup": {"alpha": 0.4, "p": 0.5}}, {"cutmix": {"p": 0.5}}]
+ALL_OPS = [
+    {"random_crop": {"size": 6, "padding": 2}},
+    "hflip",
+    {"cutout": {"size": 2, "p": 0.5}},
+    {"mixup": {"alpha": 0.4, "p": 0.5}},
+    {"cutmix": {"p": 0.5}},
+]
 
 
 def test_same_seed_same_batches_other_seed_other_batches():
@@ -113,8 +125,9 @@ def test_soft_targets_are_distributions_that_cross_entropy_accepts():
 
 def test_normalises_first_then_augments():
     x = torch.full((2, 1, 4, 4), 255, dtype=torch.uint8)
-    aug = build_augment(AugmentConfig(ops=[{"random_crop": {"size": 4, "padding": 0}}]),
-                        Normalize([0.5], [0.5]), num_classes=2, seed=0)
+    aug = build_augment(
+        AugmentConfig(ops=[{"random_crop": {"size": 4, "padding": 0}}]), Normalize([0.5], [0.5]), num_classes=2, seed=0
+    )
     out, _ = aug(x, torch.zeros(2, dtype=torch.long))
     assert out.dtype == torch.float32 and torch.allclose(out, torch.ones_like(out))
 
@@ -144,8 +157,14 @@ def test_config_forms_and_errors():
     assert cfg.on == "loader" and [type(e.op).__name__ for e in cfg.ops] == ["HFlip", "Cutout"]
     assert cfg.model_dump(mode="json")["ops"] == [{"hflip": {"p": 0.5}}, {"cutout": {"size": 4, "p": 1.0}}]
     assert AugmentConfig.model_validate(cfg.model_dump(mode="json")) == cfg
-    for bad in ({"flip": {}}, {"hflip": {"q": 1}}, {"hflip": {}, "cutout": {"size": 2}}, {"cutout": {"size": 0}},
-                {"mixup": {"alpha": 0}}, {}):
+    for bad in (
+        {"flip": {}},
+        {"hflip": {"q": 1}},
+        {"hflip": {}, "cutout": {"size": 2}},
+        {"cutout": {"size": 0}},
+        {"mixup": {"alpha": 0}},
+        {},
+    ):
         with pytest.raises(ValueError):
             AugmentOp.model_validate(bad)
     for model in (AugmentConfig, A.RandomCrop, A.HFlip, A.Cutout, A.Mixup, A.Cutmix, AugmentOp):
@@ -154,13 +173,22 @@ def test_config_forms_and_errors():
 
 def test_on_loader_augments_in_reseeded_workers_reproducibly():
     data = memory_dataset()  # 32 training samples of 1x4x4
-    aug = build_augment(AugmentConfig(ops=[{"random_crop": {"size": 4, "padding": 2}}]), Normalize([0.0], [1.0]),
-                        num_classes=10, seed=0)
+    aug = build_augment(
+        AugmentConfig(ops=[{"random_crop": {"size": 4, "padding": 2}}]), Normalize([0.0], [1.0]), num_classes=10, seed=0
+    )
     cfg = LoaderConfig(num_workers=2, persistent_workers=False)
 
     def run(seed):
-        loader = build_loader(data, cfg, batch_size=4, sampler=None, drop_last=False, seed=seed, device=CPU,
-                              collate_fn=CollateAugment(aug))
+        loader = build_loader(
+            data,
+            cfg,
+            batch_size=4,
+            sampler=None,
+            drop_last=False,
+            seed=seed,
+            device=CPU,
+            collate_fn=CollateAugment(aug),
+        )
         return torch.cat([inputs for inputs, _ in loader])
 
     first, again, other = run(0), run(0), run(1)

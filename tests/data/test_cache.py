@@ -1,4 +1,5 @@
 """The decoded cache: same samples as decoding, reused when current, rebuilt when stale, never half-written."""
+
 from __future__ import annotations
 
 import logging
@@ -20,14 +21,17 @@ from .test_datasets import write_images
 def folder_dataset(root, **kw) -> ImageFileDataset:
     if not root.exists():
         write_images(root, {"a": 3, "b": 2}, fmt="jpg")
-    cfg = ImageFolder.Config(name="imagefolder", root=str(root), image_size=kw.pop("image_size", 8),
-                             val_fraction=0.0, **kw)
+    cfg = ImageFolder.Config(
+        name="imagefolder", root=str(root), image_size=kw.pop("image_size", 8), val_fraction=0.0, **kw
+    )
     return ImageFolder.build(cfg, 0).train
 
 
 def decoded(dataset) -> tuple[torch.Tensor, torch.Tensor]:
-    return (torch.stack([dataset[i][0] for i in range(len(dataset))]),
-            torch.tensor([dataset[i][1] for i in range(len(dataset))]))
+    return (
+        torch.stack([dataset[i][0] for i in range(len(dataset))]),
+        torch.tensor([dataset[i][1] for i in range(len(dataset))]),
+    )
 
 
 def forbid_decoding(monkeypatch):
@@ -106,8 +110,11 @@ def test_in_memory_datasets_pass_through(tmp_path):
 
 def test_cli_build_info_clear(tmp_path, tiny, write_recipe, capsys):
     write_images(tmp_path / "images", {"a": 3, "b": 3}, fmt="jpg")
-    tiny["data"] = {"dataset": {"name": "imagefolder", "root": str(tmp_path / "images"), "image_size": 8},
-                    "batch_size": 2, "cache": {"enabled": True, "dir": str(tmp_path / "cache")}}
+    tiny["data"] = {
+        "dataset": {"name": "imagefolder", "root": str(tmp_path / "images"), "image_size": 8},
+        "batch_size": 2,
+        "cache": {"enabled": True, "dir": str(tmp_path / "cache")},
+    }
     assert main(["cache", "build", str(write_recipe(tiny))]) == 0
     built = capsys.readouterr().out.split()
     assert len(built) == 2 and all("imagefolder-" in line for line in built)  # train and val entries
@@ -122,8 +129,11 @@ def test_trainer_reads_the_cache(tmp_path, tiny):
     from accel.run import build_trainer
 
     write_images(tmp_path / "images", {"a": 4, "b": 4}, fmt="jpg")
-    tiny["data"] = {"dataset": {"name": "imagefolder", "root": str(tmp_path / "images"), "image_size": 8},
-                    "batch_size": 2, "cache": {"enabled": True, "dir": str(tmp_path / "cache")}}
+    tiny["data"] = {
+        "dataset": {"name": "imagefolder", "root": str(tmp_path / "images"), "image_size": 8},
+        "batch_size": 2,
+        "cache": {"enabled": True, "dir": str(tmp_path / "cache")},
+    }
     tiny["model"]["args"]["width"] = 2
     trainer = build_trainer(validate_recipe(tiny))
     assert isinstance(trainer.train_loader.dataset, TensorImageDataset) and trainer.train_loader.num_workers == 0

@@ -1,5 +1,6 @@
 """Every tensor a shipped dataset or collate path hands to the model is contiguous, as default_collate makes it, so
 model code that calls `.view()` on its inputs and targets (tests/compat/models.py) trains on every dataset kind."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -75,7 +76,8 @@ KINDS = {
     "imagefolder": lambda tmp: _folder(tmp, loader={"num_workers": 0}),
     "imagefolder, workers": lambda tmp: _folder(tmp, loader={"num_workers": 1}),
     "imagefolder, cpu transforms": lambda tmp: _folder(
-        tmp, transforms={"torchvision": ["RandomHorizontalFlip"], "albumentations": [{"HorizontalFlip": {"p": 1}}]}),
+        tmp, transforms={"torchvision": ["RandomHorizontalFlip"], "albumentations": [{"HorizontalFlip": {"p": 1}}]}
+    ),
     "decoded cache": lambda tmp: _folder(tmp, cache={"enabled": True, "dir": str(tmp / "cache")}),
     "dali": lambda tmp: _folder(tmp, loader={"backend": "dali"}),
     "prefetcher": lambda tmp: _synthetic(tmp, prefetch={"enabled": True}),
@@ -83,8 +85,10 @@ KINDS = {
     "augment on loader": lambda tmp: _synthetic(tmp, augment={"on": "loader", "ops": IMAGE_OPS}),
 }
 # mixup and cutmix make soft targets; they need `task: classification` (checked when the trainer is built)
-MIXING = {"augment on device, mixup": {"on": "device", "ops": ["mixup"]},
-          "augment on loader, cutmix": {"on": "loader", "ops": ["cutmix"]}}
+MIXING = {
+    "augment on device, mixup": {"on": "device", "ops": ["mixup"]},
+    "augment on loader, cutmix": {"on": "loader", "ops": ["cutmix"]},
+}
 for _name, _augment in MIXING.items():
     KINDS[_name] = lambda tmp, augment=_augment: _synthetic(tmp, augment=augment)
 
@@ -97,13 +101,24 @@ def kinds():
 def recipe(data: dict, **more) -> dict:
     tokens = data["dataset"]["name"] in ("text_files", "token_file")
     hf = data["dataset"].get("layout") == "hf"
-    model = ("tests.compat.models:build_causal_lm" if hf else "tests.compat.models:build") if tokens else \
-        "tests.compat.models:build_mlp"
+    model = (
+        ("tests.compat.models:build_causal_lm" if hf else "tests.compat.models:build")
+        if tokens
+        else "tests.compat.models:build_mlp"
+    )
     args = {"width": 16} if tokens else {"image_size": 8}
-    return {"name": "contiguous", "seed": 0, "device": "cpu", "model": {"name": model, "args": args},
-            "task": {"name": "tests.compat.models:loss"}, "data": {"batch_size": 8, **data},
-            "optim": {"name": "adamw", "lr": 1e-3}, "train": {"max_steps": 3},
-            "log": {"progress": False, "tensorboard": False, "every_steps": 1}, **more}
+    return {
+        "name": "contiguous",
+        "seed": 0,
+        "device": "cpu",
+        "model": {"name": model, "args": args},
+        "task": {"name": "tests.compat.models:loss"},
+        "data": {"batch_size": 8, **data},
+        "optim": {"name": "adamw", "lr": 1e-3},
+        "train": {"max_steps": 3},
+        "log": {"progress": False, "tensorboard": False, "every_steps": 1},
+        **more,
+    }
 
 
 def assert_contiguous(batch, where: str) -> None:
@@ -117,8 +132,10 @@ def test_every_batch_tensor_is_contiguous(kind, tmp_path):
     spec = validate_recipe(recipe(KINDS[kind](tmp_path)))
     splits = DATASETS.get(spec.data.dataset.name).build(spec.data.dataset, spec.seed)
     data = build_data_pipeline(spec.data, splits, device=CPU, seed=0)
-    for loader, transform, split in ((data.train_loader, data.train_transform, "train"),
-                                     (data.val_loader, data.eval_transform, "val")):
+    for loader, transform, split in (
+        (data.train_loader, data.train_transform, "train"),
+        (data.val_loader, data.eval_transform, "val"),
+    ):
         for i, batch in zip(range(2), loader):
             assert_contiguous(batch, f"{kind} {split} batch {i}, from the loader")
             if transform is not None:

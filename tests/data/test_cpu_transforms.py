@@ -1,4 +1,5 @@
 """CPU transforms from YAML: names and arguments validated with the recipe; they run in workers on uint8 images."""
+
 from __future__ import annotations
 
 import subprocess
@@ -26,13 +27,16 @@ def test_entries_build_with_arguments_and_nesting():
     assert [type(t).__name__ for t in nested.transforms] == ["HorizontalFlip", "VerticalFlip"]
 
 
-@pytest.mark.parametrize("kind, entry, message", [
-    ("torchvision", "RandomHorizontalFlp", "did you mean `RandomHorizontalFlip`"),
-    ("torchvision", {"RandomCrop": {"siz": 3}}, "no argument `siz`"),
-    ("albumentations", {"HorizontalFlip": {"q": 1}}, "no argument `q`"),  # albumentations itself only warns
-    ("albumentations", {"RandomCrop": {"height": "x", "width": 3}}, "RandomCrop"),
-    ("albumentations", {"HorizontalFlip": {}, "VerticalFlip": {}}, "one `Name"),
-])
+@pytest.mark.parametrize(
+    "kind, entry, message",
+    [
+        ("torchvision", "RandomHorizontalFlp", "did you mean `RandomHorizontalFlip`"),
+        ("torchvision", {"RandomCrop": {"siz": 3}}, "no argument `siz`"),
+        ("albumentations", {"HorizontalFlip": {"q": 1}}, "no argument `q`"),  # albumentations itself only warns
+        ("albumentations", {"RandomCrop": {"height": "x", "width": 3}}, "RandomCrop"),
+        ("albumentations", {"HorizontalFlip": {}, "VerticalFlip": {}}, "one `Name"),
+    ],
+)
 def test_bad_entries_are_errors_that_name_the_problem(kind, entry, message):
     with pytest.raises(ValueError, match=message):
         build_transform(kind, entry)
@@ -48,8 +52,9 @@ def test_recipe_errors_point_at_the_file_and_line(tiny, write_recipe):
 
 def test_pipelines_run_on_uint8_chw_and_keep_the_label():
     data = memory_dataset()  # 1x4x4 uint8
-    cfg = CpuTransformsConfig(torchvision=[{"RandomHorizontalFlip": {"p": 1.0}}],
-                              albumentations=[{"VerticalFlip": {"p": 1.0}}])
+    cfg = CpuTransformsConfig(
+        torchvision=[{"RandomHorizontalFlip": {"p": 1.0}}], albumentations=[{"VerticalFlip": {"p": 1.0}}]
+    )
     wrapped = apply_cpu_transforms(data, cfg)
     image, label = wrapped[3]
     assert image.dtype == torch.uint8 and image.shape == (1, 4, 4) and label == data[3][1]
@@ -88,8 +93,7 @@ print(torch.equal(first, again), torch.equal(first, other), torch.equal(first, d
 
 
 def test_random_transforms_in_workers_repeat_with_the_seed():
-    done = subprocess.run([sys.executable, "-c", SEEDED_WORKERS], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run([sys.executable, "-c", SEEDED_WORKERS], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     same_seed, other_seed, untouched = done.stdout.split()
     assert (same_seed, other_seed, untouched) == ("True", "False", "False")

@@ -1,4 +1,5 @@
 """The DALI loader on CPU: shapes, labels that match their images, per-epoch permutations, shards, bad input."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -36,8 +37,9 @@ def write_folder(root, per_class: int = 5) -> list[tuple[str, int]]:
 
 
 def loader(samples, **kw) -> DaliLoader:
-    options = dict(image_size=8, mean=(0.0,) * 3, std=(1.0,) * 3, batch_size=4, train=True, drop_last=False,
-                   seed=0, device=CPU)
+    options = dict(
+        image_size=8, mean=(0.0,) * 3, std=(1.0,) * 3, batch_size=4, train=True, drop_last=False, seed=0, device=CPU
+    )
     return DaliLoader(samples, **{**options, **kw})
 
 
@@ -74,8 +76,7 @@ def test_normalisation_uses_the_dataset_statistics(tmp_path):
 @needs_dali
 def test_shards_split_each_epoch(tmp_path):
     samples = write_folder(tmp_path)
-    parts = [[k for images, _ in loader(samples, rank=r, world_size=2) for k in file_index(images)]
-             for r in range(2)]
+    parts = [[k for images, _ in loader(samples, rank=r, world_size=2) for k in file_index(images)] for r in range(2)]
     assert len(parts[0]) == len(parts[1]) == 5 and sorted(parts[0] + parts[1]) == list(range(10))
 
 
@@ -92,8 +93,11 @@ def test_a_recipe_trains_with_the_dali_backend(tmp_path, tiny):
     from accel.run import build_trainer
 
     write_folder(tmp_path / "images")
-    tiny["data"] = {"dataset": {"name": "imagefolder", "root": str(tmp_path / "images"), "image_size": 8,
-                                "val_fraction": 0.2}, "batch_size": 4, "loader": {"backend": "dali"}}
+    tiny["data"] = {
+        "dataset": {"name": "imagefolder", "root": str(tmp_path / "images"), "image_size": 8, "val_fraction": 0.2},
+        "batch_size": 4,
+        "loader": {"backend": "dali"},
+    }
     trainer = build_trainer(validate_recipe(tiny))
     assert isinstance(trainer.train_loader, DaliLoader) and len(trainer.train_loader) == 2
     assert trainer.fit()["status"] == "completed"

@@ -1,4 +1,5 @@
 """Dataset builders: real bundled data (mnist5k, digits), synthetic, and file formats written here in tmp_path."""
+
 from __future__ import annotations
 
 import gzip
@@ -28,6 +29,7 @@ def test_every_dataset_is_registered_with_a_documented_config():
 
 
 # --- mnist5k ---------------------------------------------------------------------------------------------------
+
 
 def test_mnist5k_shapes_split_and_labels():
     splits = Mnist5k.build(Mnist5k.Config(name="mnist5k"), seed=0)
@@ -86,6 +88,7 @@ def test_a_gathered_batch_collates_to_what_the_samples_one_by_one_collate_to():
 
 # --- digits, synthetic -------------------------------------------------------------------------------------------
 
+
 def test_digits_scaled_to_uint8():
     splits = Digits.build(Digits.Config(name="digits"), seed=0)
     assert (len(splits.train), len(splits.val)) == (1438, 359)
@@ -121,6 +124,7 @@ def test_synthetic_config_is_strict():
 
 
 # --- cifar10 -----------------------------------------------------------------------------------------------------
+
 
 def write_cifar(folder: Path, n: int = 4) -> Path:
     """Fake batches: sample i of batch b has R=b, G=i, B=100+i planes and label (b + i) % 10."""
@@ -166,8 +170,14 @@ def test_cifar10_missing_batch_names_the_file(tmp_path):
     assert f"missing {batches / 'data_batch_3'}" in str(err.value)
 
 
-@pytest.mark.parametrize("content", [b"not a pickle", pickle.dumps({b"data": np.zeros((2, 3072), np.uint8)}),
-                                     pickle.dumps({b"data": np.zeros((2, 100), np.uint8), b"labels": [0, 1]})])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"not a pickle",
+        pickle.dumps({b"data": np.zeros((2, 3072), np.uint8)}),
+        pickle.dumps({b"data": np.zeros((2, 100), np.uint8), b"labels": [0, 1]}),
+    ],
+)
 def test_cifar10_malformed_batch_names_the_file(tmp_path, content):
     batches = write_cifar(tmp_path / "cifar-10-batches-py")
     (batches / "test_batch").write_bytes(content)
@@ -194,6 +204,7 @@ def test_cifar10_pickle_cannot_run_code(tmp_path):
 
 
 # --- imagefolder -------------------------------------------------------------------------------------------------
+
 
 def write_images(folder: Path, counts: dict[str, int], size=(30, 20), fmt="png") -> Path:
     """counts images per class folder; pixel value 10 * (index + 1) so files differ."""
@@ -270,13 +281,16 @@ def test_imagefolder_ignores_non_image_files(tmp_path):
     assert all(path.endswith(".png") for path, _ in splits.train.samples)
 
 
-@pytest.mark.parametrize("layout, message", [
-    ({}, "does not exist"),
-    ({"README.txt": None}, "has no class folders"),
-    ({"a/x.txt": None, "b/y.txt": None}, "found no images"),
-    ({"a/0.png": 1, "b/notes.txt": None}, "class folder {root}/b holds no images"),
-    ({"train/a/0.png": 1, "val/z/0.png": 1}, "{root}/val/z is a class the training folder does not have"),
-])
+@pytest.mark.parametrize(
+    "layout, message",
+    [
+        ({}, "does not exist"),
+        ({"README.txt": None}, "has no class folders"),
+        ({"a/x.txt": None, "b/y.txt": None}, "found no images"),
+        ({"a/0.png": 1, "b/notes.txt": None}, "class folder {root}/b holds no images"),
+        ({"train/a/0.png": 1, "val/z/0.png": 1}, "{root}/val/z is a class the training folder does not have"),
+    ],
+)
 def test_imagefolder_bad_layouts(tmp_path, layout, message):
     root = tmp_path / "root"
     for rel, is_image in layout.items():

@@ -1,4 +1,5 @@
 """A user's own dataset named by import string in a recipe."""
+
 from __future__ import annotations
 
 import pytest
@@ -14,7 +15,8 @@ def not_splits(seed: int):
 
 def test_the_function_gets_seed_and_val_fraction_where_it_names_them_and_args():
     cfg = DATASETS.get("tests.compat.data:token_classes").Config(
-        name="tests.compat.data:token_classes", val_fraction=0.5, args={"num_samples": 20})
+        name="tests.compat.data:token_classes", val_fraction=0.5, args={"num_samples": 20}
+    )
     splits = DATASETS.get(cfg.name).build(cfg, seed=3)
     assert (len(splits.train), len(splits.val), splits.num_classes) == (10, 10, 2)
     assert not splits.images and set(splits.train[0]) == {"input_ids", "attention_mask", "labels"}
@@ -22,8 +24,11 @@ def test_the_function_gets_seed_and_val_fraction_where_it_names_them_and_args():
 
 def test_a_function_that_returns_something_else_is_named():
     cfg = DATASETS.get("x:y").Config(name="tests.data.test_imported:not_splits")
-    with pytest.raises(AccelError, match=r"dataset `tests.data.test_imported:not_splits` returned list; it must "
-                                         r"return accel.data.Splits"):
+    with pytest.raises(
+        AccelError,
+        match=r"dataset `tests.data.test_imported:not_splits` returned list; it must "
+        r"return accel.data.Splits",
+    ):
         DATASETS.get(cfg.name).build(cfg, seed=0)
 
 

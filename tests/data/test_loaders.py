@@ -1,4 +1,5 @@
 """build_loader and its `auto` choices; a real multi-worker loader over image files."""
+
 from __future__ import annotations
 
 import random
@@ -82,8 +83,12 @@ def test_in_memory_loader_follows_the_sampler():
 
 def test_workers_are_single_threaded_and_seeded_from_seed():
     cfg = LoaderConfig(num_workers=2, persistent_workers=False)
-    runs = [torch.cat(list(build_loader(FileLike(), cfg, batch_size=2, sampler=None, drop_last=False,
-                                        seed=seed, device=CPU))) for seed in (5, 5, 6)]
+    runs = [
+        torch.cat(
+            list(build_loader(FileLike(), cfg, batch_size=2, sampler=None, drop_last=False, seed=seed, device=CPU))
+        )
+        for seed in (5, 5, 6)
+    ]
     assert runs[0][:, :2].eq(1).all()  # torch and BLAS pools capped to one thread per worker
     assert torch.equal(runs[0], runs[1]) and not torch.equal(runs[0][:, 2:], runs[2][:, 2:])
     assert len(set(runs[0][:, 2].tolist())) == 8  # workers do not share a python RNG stream
@@ -137,7 +142,12 @@ list(build_loader(Crashes(), LoaderConfig(num_workers=1), batch_size=2, sampler=
 
 def test_a_worker_that_crashes_in_native_code_prints_where():
     """torch reports only that a worker died; accel's workers also print the Python stack of the crash."""
-    done = subprocess.run([sys.executable, "-c", CRASHING_WORKER], cwd=Path(__file__).resolve().parents[2],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", CRASHING_WORKER],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode != 0 and "Segmentation fault" in done.stderr
     assert "decode_in_native_code" in done.stderr and "__getitem__" in done.stderr, done.stderr

@@ -1,4 +1,5 @@
 """The device prefetcher: exactly the loader's batches, in order, with and without it; threads end; errors surface."""
+
 from __future__ import annotations
 
 import logging
@@ -112,7 +113,8 @@ def test_suggestions_fit_the_recipe_and_device(tiny):
     data = validate_recipe(tiny).data
     files = ImageFileDataset([("/nowhere/a/0.jpg", 0)], ["a"], 8)
     on = lambda device, workers: SimpleNamespace(  # noqa: E731
-        train_loader=SimpleNamespace(dataset=files, num_workers=workers), device=torch.device(device))
+        train_loader=SimpleNamespace(dataset=files, num_workers=workers), device=torch.device(device)
+    )
     cpu_tips = " ".join(suggestions(data, on("cpu", 0)))
     assert "num_workers" in cpu_tips and "data.cache.enabled: true" in cpu_tips and "dali" not in cpu_tips
     assert "prefetch_factor" not in cpu_tips  # without workers nothing prefetches
@@ -127,10 +129,14 @@ def test_cuda_side_stream_gives_the_same_batches():
     cuda = torch.device("cuda")
     loader, sampler = loader_and_sampler()
     loader.pin_memory = True
-    plain = [tuple(t.cpu() for t in Normalize([0.5], [0.25])(x.to(cuda), y.to(cuda))) for x, y in
-             epochs(loader, sampler, n=1)]
-    fetched = [tuple(t.cpu() for t in b) for b in
-               epochs(DevicePrefetcher(loader, cuda, Normalize([0.5], [0.25])), sampler, n=1)]
+    plain = [
+        tuple(t.cpu() for t in Normalize([0.5], [0.25])(x.to(cuda), y.to(cuda)))
+        for x, y in epochs(loader, sampler, n=1)
+    ]
+    fetched = [
+        tuple(t.cpu() for t in b)
+        for b in epochs(DevicePrefetcher(loader, cuda, Normalize([0.5], [0.25])), sampler, n=1)
+    ]
     assert all(torch.equal(a, c) and torch.equal(b, d) for (a, b), (c, d) in zip(plain, fetched))
 
 

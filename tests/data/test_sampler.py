@@ -1,4 +1,5 @@
 """EpochSampler: order from (seed, epoch) alone, resumable with `skip`, shardable across ranks."""
+
 from __future__ import annotations
 
 import pytest

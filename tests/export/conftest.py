@@ -1,4 +1,5 @@
 """A tiny trained run shared by the export tests (trained once per session), and its ONNX export."""
+
 from __future__ import annotations
 
 import copy

@@ -1,5 +1,6 @@
 """Each format writes a file that loads back and reproduces the eager logits for any batch size; exporter
 failures name the op and suggest another format."""
+
 from __future__ import annotations
 
 import logging

@@ -1,5 +1,6 @@
 """A language model exports to ONNX with a dynamic batch: token ids in, logits per position out, checked by
 onnxruntime against PyTorch on the validation set; dict-batch (Hugging Face layout) runs are refused."""
+
 from __future__ import annotations
 
 import json
@@ -16,10 +17,14 @@ from accel.run import run_recipe
 from .conftest import QUICK
 
 LM = {
-    "name": "lm-export", "seed": 0, "task": "language_model",
+    "name": "lm-export",
+    "seed": 0,
+    "task": "language_model",
     "model": {"name": "gpt", "args": {"width": 16, "depth": 1, "heads": 2}},
     "data": {"dataset": {"name": "text_files", "context": 16, "val_fraction": 0.2}, "batch_size": 8},
-    "optim": {"name": "adamw", "lr": 3e-3}, "train": {"max_steps": 6}, "device": "cpu",
+    "optim": {"name": "adamw", "lr": 3e-3},
+    "train": {"max_steps": 6},
+    "device": "cpu",
     "log": {"progress": False, "tensorboard": False, "every_steps": 2},
 }
 

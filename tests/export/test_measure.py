@@ -1,4 +1,5 @@
 """The measuring pieces: sizes, accuracy and agreement, latency statistics and the order runners take turns."""
+
 from __future__ import annotations
 
 import pytest
@@ -22,14 +23,16 @@ def test_runners_take_turns_in_blocks_after_their_warmup(monkeypatch):
     result = latency(runners, {"batch_1": torch.zeros(1), "batch_4": torch.zeros(4)}, runs=7, warmup=2, rounds=3)
     per_input = calls[: len(calls) // 2]
     # warm-up of each, then 3 blocks: one untimed call plus 3, 2, 2 timed calls, A before B in each block
-    expected = "AA" "BB" + "A" * 4 + "B" * 4 + ("A" * 3 + "B" * 3) * 2
-    assert "".join(per_input) == expected and calls[len(calls) // 2:] == per_input
+    expected = "AABB" + "A" * 4 + "B" * 4 + ("A" * 3 + "B" * 3) * 2
+    assert "".join(per_input) == expected and calls[len(calls) // 2 :] == per_input
     assert result["A"]["batch_1"]["runs"] == 7 and result["B"]["batch_4"]["samples_per_s"] > 0
 
 
 def test_evaluation_counts_top1_and_the_largest_logit_difference():
-    batches = [(torch.tensor([[0.0, 1.0], [2.0, 0.0]]), torch.tensor([1, 1])), (torch.tensor([[0.0, 3.0]]),
-                                                                                 torch.tensor([1]))]
+    batches = [
+        (torch.tensor([[0.0, 1.0], [2.0, 0.0]]), torch.tensor([1, 1])),
+        (torch.tensor([[0.0, 3.0]]), torch.tensor([1])),
+    ]
     evaluation = evaluate(lambda logits: logits, batches)
     assert evaluation.accuracy == pytest.approx(2 / 3)
     shifted = Evaluation(evaluation.logits + torch.tensor([[0.0, 0.5], [0.0, 0.0], [-0.25, 0.0]]), 0.0)

@@ -1,4 +1,5 @@
 """`accel export` end to end on the tiny run: export.json's numbers, pruning, the verification bound, the CLI."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,14 @@ def test_onnx_export_report_has_sizes_accuracy_agreement_and_latency(onnx_report
     assert eager["val_accuracy"] == report["validation"]["accuracy_reported_by_training"]
     assert onnx["val_accuracy"] == eager["val_accuracy"] and onnx["compared_with"] == "eager"
     assert 0 < onnx["max_abs_diff"] <= 1e-4 and report["verified"] is True
-    assert report["verification"] == {"variant": "onnx", "compared_with": "eager", "atol": 1e-4, "passed": True,
-                                      "max_abs_diff": onnx["max_abs_diff"], "same_accuracy": True}
+    assert report["verification"] == {
+        "variant": "onnx",
+        "compared_with": "eager",
+        "atol": 1e-4,
+        "passed": True,
+        "max_abs_diff": onnx["max_abs_diff"],
+        "same_accuracy": True,
+    }
     for name in ("onnx-dynamic-int8", "onnx-static-int8"):
         row = variants[name]
         assert row["compared_with"] == "onnx" and row["max_abs_diff"] > 0 and row["details"]["int8_ops"]
@@ -38,14 +45,17 @@ def test_onnx_export_report_has_sizes_accuracy_agreement_and_latency(onnx_report
     out = Path(report["out"])
     assert json.loads((out / "export.json").read_text()) == report
     assert sorted(p.name for p in out.iterdir()) == [
-        "export.json", "model.dynamic-int8.onnx", "model.onnx", "model.static-int8.onnx"]
+        "export.json",
+        "model.dynamic-int8.onnx",
+        "model.onnx",
+        "model.static-int8.onnx",
+    ]
     table = render_table(report)
     assert table.count("\n") == 5 and "| onnx-static-int8 | onnxruntime |" in table
 
 
 def test_pruned_export_is_compared_with_the_pruned_model_and_reports_sparsity(tiny_run, tmp_path):
-    report = export_run(tiny_run, ExportConfig(format="exported", prune=0.3, finetune_steps=2, out=tmp_path,
-                                               **QUICK))
+    report = export_run(tiny_run, ExportConfig(format="exported", prune=0.3, finetune_steps=2, out=tmp_path, **QUICK))
     assert report["prune"]["sparsity"] == pytest.approx(0.3, abs=0.01) and report["prune"]["finetune"]["steps"] == 2
     rows = {row["name"]: row for row in report["variants"]}
     assert list(rows) == ["eager", "eager-pruned", "exported"]
@@ -74,8 +84,22 @@ def test_export_beyond_the_tolerance_fails_after_writing_the_report(tiny_run, tm
 
 def test_cli_exports_prints_the_table_and_refuses_bad_input_with_exit_2(tiny_run, tmp_path, capsys):
     out = tmp_path / "ts"
-    argv = ["export", str(tiny_run / "checkpoints" / "last.pt"), "--format", "torchscript", "--out", str(out),
-            "--runs", "2", "--warmup", "0", "--batch-size", "8", "--threads", "1"]
+    argv = [
+        "export",
+        str(tiny_run / "checkpoints" / "last.pt"),
+        "--format",
+        "torchscript",
+        "--out",
+        str(out),
+        "--runs",
+        "2",
+        "--warmup",
+        "0",
+        "--batch-size",
+        "8",
+        "--threads",
+        "1",
+    ]
     assert main(argv) == 0
     printed = capsys.readouterr().out.splitlines()
     assert printed[0].startswith("| variant |") and printed[-1] == str(out / "export.json")
@@ -94,8 +118,10 @@ def test_an_interrupted_run_is_not_compared_with_its_last_evaluation(tiny_run, t
     (run / "summary.json").write_text(json.dumps(summary | {"status": "interrupted"}))
     with caplog.at_level(logging.WARNING, logger="accel"):
         report = export_run(run, ExportConfig(**QUICK))
-    said = ("the run is interrupted: last.pt holds the weights of the step it stopped at, not those of its last "
-            "evaluation, so training's val_accuracy is not compared")
+    said = (
+        "the run is interrupted: last.pt holds the weights of the step it stopped at, not those of its last "
+        "evaluation, so training's val_accuracy is not compared"
+    )
     assert report["validation"]["accuracy_reported_by_training"] is None
     assert report["validation"]["note"].startswith(said) and said in caplog.text
 
@@ -104,8 +130,10 @@ def test_export_refuses_an_out_that_is_a_file_or_holds_a_run(tiny_run, tmp_path,
     mine = tmp_path / "model.onnx"
     mine.write_text("not yours")
     assert main(["export", str(tiny_run), "--out", str(mine)]) == 2
-    assert f"error: {mine} is a file; `accel export` writes a folder there. Choose another --out." in \
-        capsys.readouterr().err
+    assert (
+        f"error: {mine} is a file; `accel export` writes a folder there. Choose another --out."
+        in capsys.readouterr().err
+    )
     assert mine.read_text() == "not yours"
     assert main(["export", str(tiny_run), "--out", str(tiny_run)]) == 2
     assert f"error: {tiny_run} already holds a run (recipe.yaml, summary.json" in capsys.readouterr().err

@@ -1,5 +1,6 @@
 """Global magnitude pruning: the smallest weights across layers go to zero for good, and fine-tuning keeps them
 there while it trains the rest."""
+
 from __future__ import annotations
 
 import pytest

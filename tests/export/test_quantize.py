@@ -1,5 +1,6 @@
 """int8 variants by onnxruntime: what each mode quantizes, what it costs in logits, and the modes a model
 cannot take."""
+
 from __future__ import annotations
 
 import itertools
@@ -63,9 +64,13 @@ def _graph(tmp_path, op: str):
     else:
         weight, shape_in, shape_out = np.ones((4, 3), np.float32), [1, 4], [1, 3]
         node = helper.make_node("Gemm", ["x", "w"], ["y"])
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape_in)],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape_out)],
-                              [numpy_helper.from_array(weight, "w")])
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape_in)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape_out)],
+        [numpy_helper.from_array(weight, "w")],
+    )
     path = tmp_path / f"{op}.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     return path
@@ -87,8 +92,12 @@ def test_quantize_needs_the_onnx_format(tiny_run):
 
 
 def test_int8_ops_counts_integer_kernels_and_dequantized_inputs(tmp_path):
-    nodes = [helper.make_node("DequantizeLinear", ["q", "s"], ["x"]), helper.make_node("Conv", ["x", "w"], ["y"]),
-             helper.make_node("MatMulInteger", ["a", "b"], ["c"]), helper.make_node("Relu", ["y"], ["z"])]
+    nodes = [
+        helper.make_node("DequantizeLinear", ["q", "s"], ["x"]),
+        helper.make_node("Conv", ["x", "w"], ["y"]),
+        helper.make_node("MatMulInteger", ["a", "b"], ["c"]),
+        helper.make_node("Relu", ["y"], ["z"]),
+    ]
     graph = helper.make_graph(nodes, "g", [], [])
     onnx.save(helper.make_model(graph), str(tmp_path / "m.onnx"))
     assert int8_ops(tmp_path / "m.onnx") == {"Conv": 1, "MatMulInteger": 1}

@@ -1,5 +1,6 @@
 """The real quickstart model (small CNN, 1000 real MNIST validation digits) exported to ONNX: onnxruntime must give
 the same validation accuracy exactly and every logit within 1e-4."""
+
 from __future__ import annotations
 
 import pytest
@@ -20,8 +21,9 @@ def quickstart_run(tmp_path_factory):
         pytest.skip(f"the quickstart's data is not installed here: {err}")
     # the first 10 steps of epoch 1: enough to move the weights far from initialisation in a few seconds here
     # (a whole epoch took about 30 s on the busy 2-core build machine)
-    recipe = load_recipe(RECIPES_DIR / "quickstart.yaml",
-                         ["train.max_steps=10", "log.progress=false", "log.tensorboard=false"])
+    recipe = load_recipe(
+        RECIPES_DIR / "quickstart.yaml", ["train.max_steps=10", "log.progress=false", "log.tensorboard=false"]
+    )
     out = tmp_path_factory.mktemp("quickstart")
     run_recipe(recipe, out=out)
     return out
@@ -35,6 +37,11 @@ def test_onnxruntime_reproduces_the_quickstart_accuracy_exactly_and_logits_withi
     assert eager["val_accuracy"] == report["validation"]["accuracy_reported_by_training"] > 0.2
     assert onnx["val_accuracy"] == eager["val_accuracy"]
     assert onnx["max_abs_diff"] <= 1e-4 and report["verified"]
-    assert report["input"] == {"name": "images", "dtype": "uint8", "shape": ["batch", 1, 28, 28],
-                               "normalisation": "inside the graph: (images / 255 - mean) / std",
-                               "mean": [0.1307], "std": [0.3081]}
+    assert report["input"] == {
+        "name": "images",
+        "dtype": "uint8",
+        "shape": ["batch", 1, 28, 28],
+        "normalisation": "inside the graph: (images / 255 - mean) / std",
+        "mean": [0.1307],
+        "std": [0.3081],
+    }

@@ -1,4 +1,5 @@
 """Loading a run for export: what the exported graph takes, and the errors for runs that cannot be exported."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,9 @@ def test_exported_module_takes_loader_images_and_reproduces_training_evaluation(
     classifier = source.servable()
     images, _ = next(iter(source.val_loader))
     assert images.dtype == torch.uint8 and source.example.dtype == torch.uint8 and len(source.example) == 2
-    normalised = (images.float() / 255 - torch.tensor(source.mean).view(1, -1, 1, 1)) / torch.tensor(
-        source.std).view(1, -1, 1, 1)
+    normalised = (images.float() / 255 - torch.tensor(source.mean).view(1, -1, 1, 1)) / torch.tensor(source.std).view(
+        1, -1, 1, 1
+    )
     with torch.no_grad():
         torch.testing.assert_close(classifier(images), source.model(normalised), atol=1e-5, rtol=1e-5)
     summary = json.loads((tiny_run / "summary.json").read_text())
@@ -85,6 +87,9 @@ def test_a_run_of_another_task_is_refused_with_where_its_weights_are(tiny_run, t
     recipe = yaml.safe_load((run / "recipe.yaml").read_text())
     recipe["task"] = {"name": "regression", "loss": "mse"}
     (run / "recipe.yaml").write_text(yaml.safe_dump(recipe))
-    with pytest.raises(ExportError, match=r"exports image classifiers and language models; .* trained task "
-                       r"`regression`\. Its weights are in .*last\.pt"):
+    with pytest.raises(
+        ExportError,
+        match=r"exports image classifiers and language models; .* trained task "
+        r"`regression`\. Its weights are in .*last\.pt",
+    ):
         load_source(run)

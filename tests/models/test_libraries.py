@@ -1,4 +1,5 @@
 """Models by library name: `timm:NAME` (the `timm` extra) and `torchvision:NAME`, built with nothing downloaded."""
+
 from __future__ import annotations
 
 import sys
@@ -20,8 +21,9 @@ def test_a_timm_model_takes_the_datas_classes_and_channels():
 
 
 def test_a_timm_vit_takes_its_options_from_args():
-    model = build_model(ModelConfig(name="timm:vit_tiny_patch16_224", args={"img_size": 32, "depth": 2}),
-                        num_classes=10, in_channels=3)
+    model = build_model(
+        ModelConfig(name="timm:vit_tiny_patch16_224", args={"img_size": 32, "depth": 2}), num_classes=10, in_channels=3
+    )
     assert len(model.blocks) == 2 and model(torch.randn(2, 3, 32, 32)).shape == (2, 10)
 
 
@@ -66,6 +68,7 @@ def test_accel_train_with_a_misspelt_timm_name_exits_2_listing_close_names(tiny,
 
 
 def test_timm_args_override_what_the_data_says():
-    model = build_model(ModelConfig(name="timm:resnet18", args={"num_classes": 0, "in_chans": 3}), num_classes=10,
-                        in_channels=1)
+    model = build_model(
+        ModelConfig(name="timm:resnet18", args={"num_classes": 0, "in_chans": 3}), num_classes=10, in_channels=1
+    )
     assert model(torch.randn(2, 3, 32, 32)).shape == (2, 512)  # features: no classifier

@@ -1,5 +1,6 @@
 """`model.weights`: pretrained weights from a local file, read safely, strict by default, the classifier head
 re-initialised when the class count differs. Every file here is written by the test itself: nothing downloads."""
+
 from __future__ import annotations
 
 import logging

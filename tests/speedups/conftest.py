@@ -1,4 +1,5 @@
 """Tiny trainers for the speed-up tests: a small CNN on synthetic [3, 16, 16] images, batch 8, on the CPU."""
+
 from __future__ import annotations
 
 import copy
@@ -16,9 +17,17 @@ RECIPE: dict[str, Any] = {
     "name": "speedup-test",
     "seed": 0,
     "model": {"name": "small_cnn", "args": {"width": 8}},
-    "data": {"dataset": {"name": "synthetic", "shape": [3, 16, 16], "num_samples": 40, "num_classes": 4,
-                         "val_fraction": 0.2},
-             "batch_size": 8, "loader": {"num_workers": 0}},
+    "data": {
+        "dataset": {
+            "name": "synthetic",
+            "shape": [3, 16, 16],
+            "num_samples": 40,
+            "num_classes": 4,
+            "val_fraction": 0.2,
+        },
+        "batch_size": 8,
+        "loader": {"num_workers": 0},
+    },
     "optim": {"name": "adamw", "lr": 1e-2},
     "train": {"max_steps": 2},
     "device": "cpu",
@@ -54,8 +63,12 @@ def weights(trainer: Trainer) -> list[torch.Tensor]:
 
 def _precision_leaves() -> dict[str, Any]:
     b = torch.backends
-    leaves = {"cuda.matmul": b.cuda.matmul, "mkldnn.matmul": getattr(b.mkldnn, "matmul", None),
-              "cudnn.conv": getattr(b.cudnn, "conv", None), "cudnn.rnn": getattr(b.cudnn, "rnn", None)}
+    leaves = {
+        "cuda.matmul": b.cuda.matmul,
+        "mkldnn.matmul": getattr(b.mkldnn, "matmul", None),
+        "cudnn.conv": getattr(b.cudnn, "conv", None),
+        "cudnn.rnn": getattr(b.cudnn, "rnn", None),
+    }
     return {f"{name}.fp32_precision": getattr(obj, "fp32_precision", None) for name, obj in leaves.items()}
 
 
@@ -65,13 +78,16 @@ def global_state() -> dict[str, Any]:
 
     b = torch.backends
     return {
-        "threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
+        "threads": torch.get_num_threads(),
+        "interop_threads": torch.get_num_interop_threads(),
         "cudnn": (b.cudnn.enabled, b.cudnn.benchmark, b.cudnn.deterministic, b.cudnn.allow_tf32),
-        "matmul_tf32": b.cuda.matmul.allow_tf32, "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "matmul_tf32": b.cuda.matmul.allow_tf32,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
         **_precision_leaves(),
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
         "autocast": {d: torch.is_autocast_enabled(d) for d in ("cpu", "cuda")},
-        "grad_enabled": torch.is_grad_enabled(), "default_dtype": torch.get_default_dtype(),
+        "grad_enabled": torch.is_grad_enabled(),
+        "default_dtype": torch.get_default_dtype(),
         "env": dict(os.environ),
         "dynamo": torch._dynamo.config.get_config_copy(),
     }

@@ -1,4 +1,5 @@
 """activation_checkpointing: repeated blocks recompute their forward in the backward, with the same gradients."""
+
 from __future__ import annotations
 
 import torch
@@ -25,8 +26,15 @@ def fit(speedups) -> tuple[list[torch.Tensor], int, dict]:
     for block in model.blocks:
         block.attn.register_forward_hook(lambda *_: calls.append(1))
     tokens = torch.randint(0, 16, (4, 9))
-    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), [(tokens[:, :-1], tokens[:, 1:])] * 2,
-                      task=LanguageModel(), speedups=speedups, device="cpu", config=TrainConfig(epochs=1))
+    trainer = Trainer(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        [(tokens[:, :-1], tokens[:, 1:])] * 2,
+        task=LanguageModel(),
+        speedups=speedups,
+        device="cpu",
+        config=TrainConfig(epochs=1),
+    )
     summary = trainer.fit()
     return [p.detach().clone() for p in model.parameters()], len(calls), summary
 

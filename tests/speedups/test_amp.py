@@ -1,4 +1,5 @@
 """amp: bf16 autocast on CPU, and the fp16 GradScaler path run for real with torch's CPU GradScaler."""
+
 from __future__ import annotations
 
 import io
@@ -107,8 +108,13 @@ def record_clips(trainer, events: list[str], norms: list[float]) -> None:
 
 def test_fp16_unscales_before_clipping_and_updates_once_per_real_step(fp16_here, make_trainer, monkeypatch):
     events: list[str] = []
-    monkeypatch.setattr(precision, "make_scaler", lambda device, init_scale, growth_interval: RecordingScaler(
-        events, device.type, init_scale=init_scale, growth_interval=growth_interval))
+    monkeypatch.setattr(
+        precision,
+        "make_scaler",
+        lambda device, init_scale, growth_interval: RecordingScaler(
+            events, device.type, init_scale=init_scale, growth_interval=growth_interval
+        ),
+    )
     trainer = make_trainer({"amp": {"dtype": "fp16"}}, train={"grad_accum": 2, "clip_grad_norm": 0.5})
     assert trainer.strategy.precision is trainer.speedups[0].precision()  # fp16 scales backward and the step
     record_clips(trainer, events, [])
@@ -120,8 +126,9 @@ def test_fp16_unscales_before_clipping_and_updates_once_per_real_step(fp16_here,
 
 
 def norm_seen_by_clipping(make_trainer, init_scale: float) -> float:
-    trainer = make_trainer({"amp": {"dtype": "fp16", "init_scale": init_scale}},
-                           train={"max_steps": 1, "clip_grad_norm": 1.0})
+    trainer = make_trainer(
+        {"amp": {"dtype": "fp16", "init_scale": init_scale}}, train={"max_steps": 1, "clip_grad_norm": 1.0}
+    )
     norms: list[float] = []
     record_clips(trainer, [], norms)
     trainer.fit()
@@ -138,8 +145,9 @@ def test_clipping_sees_the_true_gradients_not_the_scaled_ones(fp16_here, make_tr
 def test_inf_gradients_skip_the_step_and_the_schedule_and_are_counted(fp16_here, make_trainer, impl):
     # A loss scale of 2**40 overflows every fp16 gradient: both steps must be skipped, whichever optimizer
     # implementation runs (a fused optimizer gets the found-inf flag and skips inside its kernel).
-    trainer = make_trainer({"amp": {"dtype": "fp16", "init_scale": 2.0**40}, "optim": {"impl": impl}},
-                           schedule={"name": "onecycle"})
+    trainer = make_trainer(
+        {"amp": {"dtype": "fp16", "init_scale": 2.0**40}, "optim": {"impl": impl}}, schedule={"name": "onecycle"}
+    )
     start, lr = params(trainer), trainer.optimizer.param_groups[0]["lr"]
     summary = trainer.fit()
     assert summary["steps"] == 2

@@ -1,4 +1,5 @@
 """attention: the chosen scaled-dot-product-attention kernel really runs, in training and evaluation."""
+
 from __future__ import annotations
 
 import pytest
@@ -20,8 +21,16 @@ def ops_run(backend: str | None) -> set[str]:
     tokens = torch.randint(0, 16, (4, 9))
     batches = [(tokens[:, :-1], tokens[:, 1:])] * 2
     speedups = [Attention(Attention.Config(backend=backend))] if backend else []
-    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), batches, val_loader=batches,
-                      task=LanguageModel(), speedups=speedups, device="cpu", config=TrainConfig(epochs=1))
+    trainer = Trainer(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        batches,
+        val_loader=batches,
+        task=LanguageModel(),
+        speedups=speedups,
+        device="cpu",
+        config=TrainConfig(epochs=1),
+    )
     with FlopCounterMode(display=False) as counter:
         summary = trainer.fit()
     assert summary["speedups"] == ([] if backend is None else ["attention"])

@@ -1,4 +1,5 @@
 """channels_last: weights, batches and activations in NHWC, with the optimizer still training the same tensors."""
+
 from __future__ import annotations
 
 import torch
@@ -13,11 +14,13 @@ def layouts_seen(trainer) -> dict[str, set[bool]]:
     """Fit `trainer`, recording whether model inputs and convolution outputs were channels-last."""
     seen: dict[str, set[bool]] = {"inputs": set(), "conv_outputs": set()}
     trainer.module.register_forward_pre_hook(
-        lambda _m, args: seen["inputs"].add(args[0].is_contiguous(memory_format=CL)))
+        lambda _m, args: seen["inputs"].add(args[0].is_contiguous(memory_format=CL))
+    )
     for module in trainer.module.modules():
         if isinstance(module, nn.Conv2d):
             module.register_forward_hook(
-                lambda _m, _i, out: seen["conv_outputs"].add(out.is_contiguous(memory_format=CL)))
+                lambda _m, _i, out: seen["conv_outputs"].add(out.is_contiguous(memory_format=CL))
+            )
     trainer.fit()
     return seen
 

@@ -3,6 +3,7 @@
 Most tests use backend="eager" (dynamo traces, no code generation), as timm does, so they take about a second;
 one test, marked slow, runs the real inductor backend on a tiny model.
 """
+
 from __future__ import annotations
 
 import logging
@@ -56,9 +57,16 @@ def batches(sizes):
 def fit_breaky(cfg: Compile.Config, sizes=(8, 8, 8), val=True, epochs=1):
     torch.manual_seed(0)
     model, recorder = Breaky(), Recorder()
-    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), batches(sizes),
-                      val_loader=batches([8]) if val else None, config=TrainConfig(epochs=epochs),
-                      speedups=[Compile(cfg)], callbacks=[recorder], device="cpu")
+    trainer = Trainer(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        batches(sizes),
+        val_loader=batches([8]) if val else None,
+        config=TrainConfig(epochs=epochs),
+        speedups=[Compile(cfg)],
+        callbacks=[recorder],
+        device="cpu",
+    )
     return trainer, trainer.fit(), recorder
 
 
@@ -71,8 +79,13 @@ def fit_tiny(tiny, speedups, **train):
 
 def test_default_config_is_torch_defaults():
     cfg = Compile.Config()
-    assert (cfg.backend, cfg.mode, cfg.fullgraph, cfg.dynamic, cfg.whole_step) == ("inductor", "default", False,
-                                                                                  None, False)
+    assert (cfg.backend, cfg.mode, cfg.fullgraph, cfg.dynamic, cfg.whole_step) == (
+        "inductor",
+        "default",
+        False,
+        None,
+        False,
+    )
 
 
 def test_compiled_model_trains_like_eager(tiny):
@@ -137,9 +150,14 @@ def test_teardown_restores_dynamo_config_and_caches():
 
     seer = SeesLimit()
     model = Breaky()
-    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), batches([8, 8]), device="cpu",
-                      speedups=[Compile(Compile.Config(backend="eager", recompile_limit=limit + 3))],
-                      callbacks=[seer])
+    trainer = Trainer(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        batches([8, 8]),
+        device="cpu",
+        speedups=[Compile(Compile.Config(backend="eager", recompile_limit=limit + 3))],
+        callbacks=[seer],
+    )
     trainer.fit()
     assert seer.limit == limit + 3
     assert torch._dynamo.config.recompile_limit == limit
@@ -151,8 +169,7 @@ def test_teardown_restores_dynamo_config_and_caches():
 def test_metrics_survive_teardown():
     compile_ = Compile(Compile.Config(backend="eager"))
     model = Breaky()
-    Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), batches([8]), device="cpu",
-            speedups=[compile_]).fit()
+    Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), batches([8]), device="cpu", speedups=[compile_]).fit()
     assert compile_.metrics()["graph_breaks"] >= 1
 
 
@@ -168,11 +185,14 @@ def test_inductor_without_a_cpp_compiler_is_skipped_with_a_reason(monkeypatch):
     assert Compile(Compile.Config(backend="aot_eager")).conflict(cpu) is None
 
 
-@pytest.mark.parametrize("speedup, problem", [
-    ({"backend": "inductr"}, "unknown torch.compile backend `inductr` (did you mean `inductor`?)"),
-    ({"backend": "eager", "mode": "max-autotune"}, "only applies to the inductor backend"),
-    ({"mode": "fastest"}, "speedups.compile.mode"),
-])
+@pytest.mark.parametrize(
+    "speedup, problem",
+    [
+        ({"backend": "inductr"}, "unknown torch.compile backend `inductr` (did you mean `inductor`?)"),
+        ({"backend": "eager", "mode": "max-autotune"}, "only applies to the inductor backend"),
+        ({"mode": "fastest"}, "speedups.compile.mode"),
+    ],
+)
 def test_bad_options_fail_validation_with_the_key(tiny, speedup, problem):
     with pytest.raises(RecipeError, match="speedups.compile") as err:
         validate_recipe({**tiny, "speedups": {"compile": speedup}})
@@ -183,8 +203,14 @@ def test_bad_options_fail_validation_with_the_key(tiny, speedup, problem):
 def test_inductor_compiles_a_tiny_model():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), batches([8, 8]), device="cpu",
-                      config=TrainConfig(max_steps=2), speedups=[Compile()])
+    trainer = Trainer(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        batches([8, 8]),
+        device="cpu",
+        config=TrainConfig(max_steps=2),
+        speedups=[Compile()],
+    )
     summary = trainer.fit()
     assert summary["steps"] == 2 and math.isfinite(summary["metrics"]["train_loss"])
     assert summary["speedup_metrics"]["compile"]["seconds"] > 0
@@ -199,8 +225,14 @@ def test_compile_workers_are_released_once_compilation_is_over(monkeypatch, rele
     released = []
     monkeypatch.setattr(async_compile, "shutdown_compile_workers", lambda: released.append(1))
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), batches([8, 8, 8]), device="cpu",
-                      config=TrainConfig(max_steps=3), speedups=[Compile(Compile.Config(release_workers=release))])
+    trainer = Trainer(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        batches([8, 8, 8]),
+        device="cpu",
+        config=TrainConfig(max_steps=3),
+        speedups=[Compile(Compile.Config(release_workers=release))],
+    )
     trainer.fit()
     assert released == ([1] if release else [])  # compiled in step 1, released entering step 2, not again
 
@@ -217,8 +249,16 @@ def test_regional_compiles_each_repeated_block_once_and_trains_like_eager():
         compiled = []
         model.blocks[1].register_forward_pre_hook(lambda m, a: compiled.append(m._compiled_call_impl is not None))
         speedups = [Compile(Compile.Config(**cfg))] if cfg is not None else []
-        trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), batches, val_loader=batches,
-                          task=LanguageModel(), speedups=speedups, device="cpu", config=TrainConfig(epochs=1))
+        trainer = Trainer(
+            model,
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            batches,
+            val_loader=batches,
+            task=LanguageModel(),
+            speedups=speedups,
+            device="cpu",
+            config=TrainConfig(epochs=1),
+        )
         return trainer, trainer.fit(), compiled
 
     _, plain, _ = fit(None)

@@ -1,4 +1,5 @@
 """The contract every registered speed-up keeps, checked for each one (a new module is covered automatically)."""
+
 from __future__ import annotations
 
 import io

@@ -1,4 +1,5 @@
 """cudnn: the flags it sets while training, the conflict it refuses, and an exact restore afterwards."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,14 +25,25 @@ class FlagsDuringTraining(Callback):
             self.flags = read_flags()
 
 
-@pytest.mark.parametrize("cfg, expected", [
-    ({"benchmark": True, "allow_tf32": False},
-     {"cudnn.benchmark": True, "cudnn.deterministic": False, "cudnn.allow_tf32": False,
-      "float32_matmul_precision": "highest"}),
-    ({}, {"cudnn.benchmark": True, "cudnn.allow_tf32": True, "float32_matmul_precision": "high"}),
-    ({"deterministic": True, "float32_matmul_precision": "medium"},
-     {"cudnn.benchmark": False, "cudnn.deterministic": True, "float32_matmul_precision": "medium"}),
-])
+@pytest.mark.parametrize(
+    "cfg, expected",
+    [
+        (
+            {"benchmark": True, "allow_tf32": False},
+            {
+                "cudnn.benchmark": True,
+                "cudnn.deterministic": False,
+                "cudnn.allow_tf32": False,
+                "float32_matmul_precision": "highest",
+            },
+        ),
+        ({}, {"cudnn.benchmark": True, "cudnn.allow_tf32": True, "float32_matmul_precision": "high"}),
+        (
+            {"deterministic": True, "float32_matmul_precision": "medium"},
+            {"cudnn.benchmark": False, "cudnn.deterministic": True, "float32_matmul_precision": "medium"},
+        ),
+    ],
+)
 def test_flags_are_set_while_training_and_restored_after(make_trainer, cfg, expected):
     before = read_flags()
     trainer = make_trainer({"cudnn": cfg})
@@ -58,8 +70,9 @@ def test_benchmark_with_deterministic_is_an_error_that_explains_the_trade_off():
 
 
 @pytest.mark.parametrize("start", ["highest", "high", "medium"])
-@pytest.mark.parametrize("cfg", [{}, {"allow_tf32": False},
-                                 {"deterministic": True, "float32_matmul_precision": "medium"}])
+@pytest.mark.parametrize(
+    "cfg", [{}, {"allow_tf32": False}, {"deterministic": True, "float32_matmul_precision": "medium"}]
+)
 def test_restore_is_exact_whatever_the_starting_precision(start, cfg):
     torch.set_float32_matmul_precision(start)  # the autouse fixture puts the original back
     before = read_flags()
@@ -97,7 +110,7 @@ def test_medium_matmul_precision_changes_cpu_matmuls_until_teardown():
 @cuda_only
 def test_tf32_changes_cuda_matmuls():
     a = torch.randn(512, 512, device="cuda")
-    exact = (a.double() @ a.double())
+    exact = a.double() @ a.double()
     with_tf32 = Cudnn(Cudnn.Config(allow_tf32=True, float32_matmul_precision="high"))
     without = Cudnn(Cudnn.Config(allow_tf32=False, float32_matmul_precision="highest"))
     errors = []

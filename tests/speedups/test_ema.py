@@ -1,4 +1,5 @@
 """The `ema` speed-up: the average follows the applied optimizer steps, evaluates, checkpoints and unhooks."""
+
 from __future__ import annotations
 
 import io
@@ -69,8 +70,10 @@ def test_eval_context_swaps_in_the_average_and_restores(tiny):
     assert states_equal(trainer.module.state_dict(), trained)
 
 
-@pytest.mark.skipif(not hasattr(Speedup, "eval_context"),
-                    reason="the trainer has no eval_context hook yet (proposed diff to trainer.py / base.py)")
+@pytest.mark.skipif(
+    not hasattr(Speedup, "eval_context"),
+    reason="the trainer has no eval_context hook yet (proposed diff to trainer.py / base.py)",
+)
 def test_evaluation_uses_the_average(tiny):
     untrained = tiny_trainer(tiny).evaluate()
     summary = tiny_trainer(tiny, {"decay": 1.0, "warmup": False}).fit()  # average == initial weights

@@ -1,4 +1,5 @@
 """float8 via torchao: which layers convert, the refusal off FP8 GPUs, and a real run where there is one."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -30,8 +31,10 @@ def _fp8_gpu() -> bool:
 
 
 @cuda_only
-@pytest.mark.skipif(not _fp8_gpu() or importlib.util.find_spec("torchao") is None,
-                    reason="needs a GPU with FP8 (compute capability 8.9+) and torchao")
+@pytest.mark.skipif(
+    not _fp8_gpu() or importlib.util.find_spec("torchao") is None,
+    reason="needs a GPU with FP8 (compute capability 8.9+) and torchao",
+)
 def test_float8_converts_the_large_layers_and_trains():
     from accel import Trainer
 
@@ -39,8 +42,7 @@ def test_float8_converts_the_large_layers_and_trains():
     model = nn.Sequential(nn.Linear(1024, 2048), nn.GELU(), nn.Linear(2048, 1024), nn.GELU(), nn.Linear(1024, 16))
     data = [(torch.randn(256, 1024), torch.randint(0, 16, (256,))) for _ in range(8)]
     speedup = Float8(Float8.Config(skip=["4"]))  # the head, by its name in the Sequential
-    trainer = Trainer(model, torch.optim.AdamW(model.parameters(), lr=1e-3), data, device="cuda",
-                      speedups=[speedup])
+    trainer = Trainer(model, torch.optim.AdamW(model.parameters(), lr=1e-3), data, device="cuda", speedups=[speedup])
     summary = trainer.fit()
     assert summary["status"] == "completed" and summary["skipped_speedups"] == {}
     assert speedup.converted == ["0", "2"]

@@ -1,4 +1,5 @@
 """The `jit` speed-up: script or trace, right in both modes, said deprecated once, never stacked with compile."""
+
 from __future__ import annotations
 
 import logging

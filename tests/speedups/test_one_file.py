@@ -1,5 +1,6 @@
 """A speed-up is one file: a module in a package of its own, imported (registering as the built-in ones do), is
 picked up by recipes, bench ablations, tune's candidates and the speed-up contract, with no other edit."""
+
 from __future__ import annotations
 
 import importlib

@@ -1,4 +1,5 @@
 """optim: the optimizer switched in place to fused / foreach kernels, with its schedule and state intact."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """threads: torch's thread pools sized while training, restored after; inter-op only where torch allows it."""
+
 from __future__ import annotations
 
 import logging
@@ -75,8 +76,14 @@ print(torch.get_num_interop_threads(), torch.get_num_threads())
 
 
 def test_inter_op_applies_in_a_fresh_process():
-    out = subprocess.run([sys.executable, "-c", SETUP_IN_A_FRESH_PROCESS], capture_output=True, text=True,
-                         timeout=120, check=True, cwd=ROOT).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", SETUP_IN_A_FRESH_PROCESS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        cwd=ROOT,
+    ).stdout.split()
     assert out == ["1", "1"]
 
 

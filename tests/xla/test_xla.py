@@ -1,4 +1,5 @@
 """The XLA path, for real on XLA:CPU (scripts/test-xla builds the torch 2.9 + torch_xla environment)."""
+
 from __future__ import annotations
 
 import os

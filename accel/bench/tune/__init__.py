@@ -18,11 +18,22 @@ whose remaining trials no longer fit once its first trials show them slower than
 The modules: `search` (the stages and the choice), `budget`, `configs` (which overrides make the same
 configuration), `rows` (the result rows) and `output` (the table and the fragment).
 """
+
 from __future__ import annotations
 
 from ..knobs import BATCH_KEY, WORKERS_KEY, Knob, build_knobs
 from .output import NOTHING_MEASURED, table, write_fragment
 from .search import TrialRunner, TuneResult, tune
 
-__all__ = ["BATCH_KEY", "NOTHING_MEASURED", "WORKERS_KEY", "Knob", "TrialRunner", "TuneResult", "build_knobs",
-           "table", "tune", "write_fragment"]
+__all__ = [
+    "BATCH_KEY",
+    "NOTHING_MEASURED",
+    "WORKERS_KEY",
+    "Knob",
+    "TrialRunner",
+    "TuneResult",
+    "build_knobs",
+    "table",
+    "tune",
+    "write_fragment",
+]

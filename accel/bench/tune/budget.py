@@ -1,4 +1,5 @@
 """tune's wall-clock budget: which trials still fit, estimated from the trials that ran."""
+
 from __future__ import annotations
 
 import time
@@ -46,7 +47,7 @@ class WithinBudget:
         self.budget, self.jobs, self.asked, self.cut = budget, jobs, 0, False
 
     def __call__(self, variant: str, done: list[Trial]) -> str | None:
-        left, self.asked = self.jobs[self.asked:], self.asked + 1
+        left, self.asked = self.jobs[self.asked :], self.asked + 1
         if not self.cut and self.budget is not None and not self.budget.fits(left, done):
             self.cut = True
         return "the stage's remaining trials would overrun the --budget" if self.cut else None

@@ -1,4 +1,5 @@
 """When two sets of overrides make the same configuration, so tune measures it once."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """What `accel tune` shows and writes: the table of candidates and the recipe fragment of its choices."""
+
 from __future__ import annotations
 
 import time
@@ -17,8 +18,10 @@ from ..variants import format_value
 from .configs import lookup
 from .search import TuneResult
 
-NOTHING_MEASURED = ("Nothing was measured: no knob's candidates ran beside its reference within the --budget (or "
-                    "every candidate was skipped), so this fragment changes nothing. Give a larger --budget.")
+NOTHING_MEASURED = (
+    "Nothing was measured: no knob's candidates ran beside its reference within the --budget (or "
+    "every candidate was skipped), so this fragment changes nothing. Give a larger --budget."
+)
 
 
 def _ratio(interval: Interval | None) -> str:
@@ -31,14 +34,27 @@ def table(result: TuneResult) -> Table:
     for column in ("knob", "value", "samples/s [95% CI]", "ratio [95% CI]", "median-step ratio", "verdict", "note"):
         out.add_column(column)
     for r in result.rows:
-        out.add_row(r.knob, r.label, r.samples_per_s.text("{:.1f}", ""), _ratio(r.ratio),
-                    _ratio(r.median_step_ratio), r.verdict or "", r.note)
+        out.add_row(
+            r.knob,
+            r.label,
+            r.samples_per_s.text("{:.1f}", ""),
+            _ratio(r.ratio),
+            _ratio(r.median_step_ratio),
+            r.verdict or "",
+            r.note,
+        )
     final = result.final
     if final:
         disagree = final.median_step_verdict not in (None, final.verdict)
-        out.add_row("final check", "tuned vs recipe", final.samples_per_s.text("{:.1f}", ""), _ratio(final.ratio),
-                    _ratio(final.median_step_ratio), final.verdict or "",
-                    f"by median steps: {final.median_step_verdict}" if disagree else "")
+        out.add_row(
+            "final check",
+            "tuned vs recipe",
+            final.samples_per_s.text("{:.1f}", ""),
+            _ratio(final.ratio),
+            _ratio(final.median_step_ratio),
+            final.verdict or "",
+            f"by median steps: {final.median_step_verdict}" if disagree else "",
+        )
     return out
 
 
@@ -67,12 +83,16 @@ def _final_lines(result: TuneResult) -> list[str]:
     final = result.final
     if not final:
         return []
-    lines = [f"Tuned vs the recipe as given, measured last: {_ratio(final.ratio)} samples/s "
-             f"({final.verdict or 'too few trials for a verdict'}); by median step times "
-             f"{_ratio(final.median_step_ratio)}."]
+    lines = [
+        f"Tuned vs the recipe as given, measured last: {_ratio(final.ratio)} samples/s "
+        f"({final.verdict or 'too few trials for a verdict'}); by median step times "
+        f"{_ratio(final.median_step_ratio)}."
+    ]
     if final.reverted is not None:
-        lines.append("Slower than the recipe as given, so nothing is changed: the recipe stays as it is (the "
-                     f"measured choice was {final.reverted}).")
+        lines.append(
+            "Slower than the recipe as given, so nothing is changed: the recipe stays as it is (the "
+            f"measured choice was {final.reverted})."
+        )
     return lines
 
 
@@ -81,11 +101,13 @@ def _comment(result: TuneResult, base: Recipe, command: str, settings: TrialSett
     if not result.compared and result.final is None:
         return [written, NOTHING_MEASURED]
     env = result.env
-    lines = [written,
-             f"Measured on {env.get('device', 'this machine')}, torch {env.get('torch', '?')}: each candidate ran "
-             f"{trials} trial(s) in fresh processes, {settings.steps} timed steps after {settings.warmup} warm-up.",
-             f"A value replaced the previous choice only when measurably faster (its 95% interval above 1.0x, "
-             f"by mean samples/s and by median step time both, at least {MIN_TRIALS} trials, none failed)."]
+    lines = [
+        written,
+        f"Measured on {env.get('device', 'this machine')}, torch {env.get('torch', '?')}: each candidate ran "
+        f"{trials} trial(s) in fresh processes, {settings.steps} timed steps after {settings.warmup} warm-up.",
+        f"A value replaced the previous choice only when measurably faster (its 95% interval above 1.0x, "
+        f"by mean samples/s and by median step time both, at least {MIN_TRIALS} trials, none failed).",
+    ]
     plain = base.dump()
     lines += [_choice_line(result, plain, key, value) for key, value in result.chosen.items()]
     lines += _final_lines(result)
@@ -95,15 +117,19 @@ def _comment(result: TuneResult, base: Recipe, command: str, settings: TrialSett
     return lines
 
 
-def write_fragment(result: TuneResult, path: str | Path, base: Recipe, command: str, settings: TrialSettings,
-                   trials: int) -> Path:
+def write_fragment(
+    result: TuneResult, path: str | Path, base: Recipe, command: str, settings: TrialSettings, trials: int
+) -> Path:
     """The chosen values as a recipe fragment, headed by comments saying what was measured, where and when."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     header = "".join(f"# {line}\n" for line in _comment(result, base, command, settings, trials))
     plain = base.dump()
     # only what differs from the recipe: a value it already has, or a speed-up left off that it lacks, says nothing
-    changed = {k: v for k, v in result.chosen.items()
-               if lookup(plain, k) != v and not (lookup(plain, k) is None and v in (None, {"enabled": False}))}
+    changed = {
+        k: v
+        for k, v in result.chosen.items()
+        if lookup(plain, k) != v and not (lookup(plain, k) is None and v in (None, {"enabled": False}))
+    }
     path.write_text(header + yaml.safe_dump(_nested(changed), sort_keys=False))
     return path

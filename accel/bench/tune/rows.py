@@ -1,4 +1,5 @@
 """tune's result rows: one per candidate measured, skipped or left out, and the final check's reading."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -40,20 +41,34 @@ class FinalCheck(Record):
 
 
 def final_check(tuned: VariantSummary) -> FinalCheck:
-    return FinalCheck(samples_per_s=tuned.samples_per_s, ratio=tuned.ratio_vs_baseline, verdict=tuned.verdict,
-                      median_step_ratio=tuned.median_step_ratio, median_step_verdict=tuned.median_step_verdict)
+    return FinalCheck(
+        samples_per_s=tuned.samples_per_s,
+        ratio=tuned.ratio_vs_baseline,
+        verdict=tuned.verdict,
+        median_step_ratio=tuned.median_step_ratio,
+        median_step_verdict=tuned.median_step_verdict,
+    )
 
 
 def skipped_row(key: str, value: Any, name: str, note: str) -> TuneRow:
-    return TuneRow(knob=key, value=value, label=name.partition("=")[2], samples_per_s=Interval(median=None),
-                   ratio=Interval(median=None), verdict=None, note=note)
+    return TuneRow(
+        knob=key,
+        value=value,
+        label=name.partition("=")[2],
+        samples_per_s=Interval(median=None),
+        ratio=Interval(median=None),
+        verdict=None,
+        note=note,
+    )
 
 
 def unusable_rows(knob: Knob, traits: dict[str, bool]) -> list[TuneRow]:
     """A row for each value the model cannot use (a trait it lacks), saying which."""
     gone = [(v, need) for v, need in zip(knob.values, knob.needs) if need and not traits.get(need, True)]
-    return [skipped_row(knob.key, v, f"{knob.key}={knob.label(v)}", f"not tried: the model has no {TRAITS[need]}")
-            for v, need in gone]
+    return [
+        skipped_row(knob.key, v, f"{knob.key}={knob.label(v)}", f"not tried: the model has no {TRAITS[need]}")
+        for v, need in gone
+    ]
 
 
 def _note(key: str, r: VariantSummary, current: str, best: str, passed: dict[str, str]) -> str:
@@ -74,6 +89,13 @@ def _note(key: str, r: VariantSummary, current: str, best: str, passed: dict[str
 
 def measured_row(key: str, r: VariantSummary, current: str, best: str, passed: dict[str, str]) -> TuneRow:
     """The row of a candidate that was in a stage: its figures and why it was (not) chosen."""
-    return TuneRow(knob=key, value=r.overrides[key], label=r.name.partition("=")[2], samples_per_s=r.samples_per_s,
-                   ratio=r.ratio_vs_baseline, verdict=r.verdict, median_step_ratio=r.median_step_ratio,
-                   note=_note(key, r, current, best, passed))
+    return TuneRow(
+        knob=key,
+        value=r.overrides[key],
+        label=r.name.partition("=")[2],
+        samples_per_s=r.samples_per_s,
+        ratio=r.ratio_vs_baseline,
+        verdict=r.verdict,
+        median_step_ratio=r.median_step_ratio,
+        note=_note(key, r, current, best, passed),
+    )

@@ -3,6 +3,7 @@
 The trial runner is a parameter (`run_trials`, accel.bench.runner's by default), so the search can be driven by
 simulated measurements.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,14 @@ from .rows import FinalCheck, TuneRow, final_check, measured_row, skipped_row, u
 class TrialRunner(Protocol):
     """Runs (trial, variant, recipe file) jobs in order and returns every result (accel.bench.runner.run_trials)."""
 
-    def __call__(self, jobs: list[tuple[int, str, Path]], out: Path, settings: TrialSettings,
-                 console: Console | None = None, skip: SkipRule | None = None) -> list[Trial]: ...
+    def __call__(
+        self,
+        jobs: list[tuple[int, str, Path]],
+        out: Path,
+        settings: TrialSettings,
+        console: Console | None = None,
+        skip: SkipRule | None = None,
+    ) -> list[Trial]: ...
 
 
 @dataclass
@@ -49,8 +56,12 @@ class TuneResult:
 
     def to_data(self) -> dict[str, Any]:
         """tune.json."""
-        return {"chosen": self.chosen, "rows": [r.to_data() for r in self.rows], "env": self.env,
-                "final": self.final.to_data() if self.final else None}
+        return {
+            "chosen": self.chosen,
+            "rows": [r.to_data() for r in self.rows],
+            "env": self.env,
+            "final": self.final.to_data() if self.final else None,
+        }
 
 
 @dataclass
@@ -101,13 +112,16 @@ def _reference(knob: Knob, chosen: dict[str, Any], plain: dict) -> Any:
 
 def _variants(knob: Knob, chosen: dict[str, Any], plain: dict, traits: dict[str, bool]) -> list[Variant]:
     reference = _reference(knob, chosen, plain)
-    return [Variant(f"{knob.key}={knob.label(v) if v in knob.values else format_value(v)}", {**chosen, knob.key: v})
-            for v in _candidates(knob, reference, traits)]
+    return [
+        Variant(f"{knob.key}={knob.label(v) if v in knob.values else format_value(v)}", {**chosen, knob.key: v})
+        for v in _candidates(knob, reference, traits)
+    ]
 
 
 def _failed_bound(knob: Knob, names: dict[str, Any], current: Any) -> SkipRule:
     """A skip rule for run_trials: skip values at or above the smallest value that has failed (never the
     current value: it is what every other candidate is compared with)."""
+
     def skip(variant: str, results: list[Trial]) -> str | None:
         failed = [names[r.variant] for r in results if r.error and r.variant in names]
         if knob.bounded and failed and names[variant] >= min(failed) and names[variant] != current:
@@ -130,8 +144,9 @@ def _run_stage(m: Measure, knob: Knob, chosen: dict[str, Any], out: Path, traits
     runs: dict[str, Variant] = {}  # config key -> the first variant making it
     for v in variants:
         runs.setdefault(keys[v.name], v)
-    files = write_recipes({v.name: resolve_variant(m.base, Variant(v.name, effective(m.base, v.overrides)))
-                           for v in runs.values()}, out)
+    files = write_recipes(
+        {v.name: resolve_variant(m.base, Variant(v.name, effective(m.base, v.overrides))) for v in runs.values()}, out
+    )
     names = {v.name: v.overrides[knob.key] for v in variants}
     jobs = [(t, v.name, files[v.name]) for t, v in interleave(list(runs.values()), m.trials)]
     within = WithinBudget(m.budget, [name for _, name, _ in jobs])
@@ -148,16 +163,19 @@ def _passed_over(r: VariantSummary, planned_steps: int | None, guard: bool) -> s
     if guard and r.result_changed:
         return "faster, but its training loss moved beyond noise: check it before using it"
     if r.median_step_verdict not in (Verdict.HELPED, None):
-        return (f"faster on average but not by median step times "
-                f"({r.median_step_ratio.text('{:.2f}', 'x')}): the gain is in a few steps")
+        return (
+            f"faster on average but not by median step times "
+            f"({r.median_step_ratio.text('{:.2f}', 'x')}): the gain is in a few steps"
+        )
     even = r.break_even_steps
     if planned_steps and even is not None and even > planned_steps:
         return f"repays its start-up after {even:.0f} steps; the run has {planned_steps}"
     return None
 
 
-def _pick(report: Report, baseline: str, planned_steps: int | None,
-          guard: bool) -> tuple[VariantSummary, dict[str, str]]:
+def _pick(
+    report: Report, baseline: str, planned_steps: int | None, guard: bool
+) -> tuple[VariantSummary, dict[str, str]]:
     """The fastest variant that measurably helped, by its mean throughput and by its median step both, left the
     training loss as it was (within noise; with `guard`: a speed-up must not change results, a batch size does)
     and repays its start-up within the planned run, else the baseline; and why each faster one was passed over.
@@ -182,8 +200,10 @@ def planned_steps(base: Recipe, trials: list[Trial]) -> int | None:
 def _stage_rows(stage: Stage, report: Report, best: str, passed: dict[str, str]) -> list[TuneRow]:
     rows = [measured_row(stage.knob.key, r, stage.reference, best, passed) for r in report.variants]
     if stage.cut:
-        rows = [r.model_copy(update={"note": "; ".join(filter(None, [r.note, "stage ended early: over the --budget"]))})
-                for r in rows]
+        rows = [
+            r.model_copy(update={"note": "; ".join(filter(None, [r.note, "stage ended early: over the --budget"]))})
+            for r in rows
+        ]
     return rows
 
 
@@ -196,14 +216,19 @@ def _search_knob(m: Measure, result: TuneResult, knob: Knob, out: Path, traits: 
         return
     if not m.budget.allows(len(set(config_keys(m.base, variants).values())) * m.trials):
         reference = _reference(knob, result.chosen, plain)
-        result.rows += [skipped_row(knob.key, v.overrides[knob.key], v.name, "not measured: over the --budget")
-                        for v in variants if v.overrides[knob.key] != reference]
+        result.rows += [
+            skipped_row(knob.key, v.overrides[knob.key], v.name, "not measured: over the --budget")
+            for v in variants
+            if v.overrides[knob.key] != reference
+        ]
         return
     stage = _run_stage(m, knob, result.chosen, out, traits)
     m.budget.record(stage.new_trials)
     if not any(t.error is None for t in stage.trials if t.variant == stage.reference):
-        raise AccelError(f"tune: the starting configuration ({stage.reference}) failed; fix the recipe first "
-                         f"(trial logs under {out.parent}).")
+        raise AccelError(
+            f"tune: the starting configuration ({stage.reference}) failed; fix the recipe first "
+            f"(trial logs under {out.parent})."
+        )
     report = summarize(stage.trials, stage.variants, stage.reference)
     best, passed = _pick(report, stage.reference, planned_steps(m.base, stage.trials), guard=knob.speedup)
     result.chosen[knob.key] = best.overrides[knob.key]
@@ -213,9 +238,17 @@ def _search_knob(m: Measure, result: TuneResult, knob: Knob, out: Path, traits: 
     result.rows += _stage_rows(stage, report, best.name, passed)
 
 
-def tune(base: Recipe, knobs: list[Knob], work: str | Path, settings: TrialSettings, trials: int = 2,
-         console: Console | None = None, budget_s: float | None = None, final_check: bool = False,
-         run_trials: TrialRunner = runner.run_trials) -> TuneResult:
+def tune(
+    base: Recipe,
+    knobs: list[Knob],
+    work: str | Path,
+    settings: TrialSettings,
+    trials: int = 2,
+    console: Console | None = None,
+    budget_s: float | None = None,
+    final_check: bool = False,
+    run_trials: TrialRunner = runner.run_trials,
+) -> TuneResult:
     """Search `knobs` in order by measurement (trials under `work`, run by `run_trials`); the chosen values and
     every measurement. A knob whose trials would overrun `budget_s` is left as the recipe has it. With
     `final_check`, the tuned configuration then runs against the recipe as given, in time kept back from the
@@ -242,8 +275,7 @@ def tune(base: Recipe, knobs: list[Knob], work: str | Path, settings: TrialSetti
 def _model_traits(m: Measure, first: Knob, out: Path) -> dict[str, bool]:
     """One trial of the first knob's reference configuration, for the model traits it reports, so no stage tries
     a candidate the model cannot use (its speed is not compared with anything)."""
-    reference = Knob(first.key, [_reference(first, {}, m.base.dump())], speedup=first.speedup,
-                     labels=first.labels[:1])
+    reference = Knob(first.key, [_reference(first, {}, m.base.dump())], speedup=first.speedup, labels=first.labels[:1])
     stage = _run_stage(replace(m, trials=1, budget=None), reference, {}, out, {})
     m.budget.record(stage.new_trials)
     return next((t.model_traits for t in stage.trials if t.model_traits), {})

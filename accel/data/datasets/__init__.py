@@ -4,6 +4,7 @@ Each registered class has a pydantic `Config` (extending `DatasetConfig`) and `b
 Image samples are `(uint8 CxHxW tensor, int label)`, normalised later, on the device; token datasets serve
 `(inputs, targets)` windows of int64 ids.
 """
+
 from .base import DatasetConfig, channel_stats, split_indices
 from .cifar10 import Cifar10
 from .digits import Digits
@@ -15,7 +16,19 @@ from .synthetic import Synthetic
 from .text import TextFiles, TokenChunks, TokenFile
 
 __all__ = [
-    "Cifar10", "DatasetConfig", "Digits", "ImageFileDataset", "ImageFolder", "ImportedDataset", "Mnist5k", "Synthetic",
-    "TensorImageDataset", "TextFiles", "TokenChunks", "TokenFile", "channel_stats", "split_indices",
+    "Cifar10",
+    "DatasetConfig",
+    "Digits",
+    "ImageFileDataset",
+    "ImageFolder",
+    "ImportedDataset",
+    "Mnist5k",
+    "Synthetic",
+    "TensorImageDataset",
+    "TextFiles",
+    "TokenChunks",
+    "TokenFile",
+    "channel_stats",
+    "split_indices",
     "split_tensor_dataset",
 ]

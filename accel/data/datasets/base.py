@@ -1,4 +1,5 @@
 """What every dataset shares: the common config fields and the seeded train/val split."""
+
 from __future__ import annotations
 
 import torch
@@ -28,9 +29,11 @@ def split_indices(n: int, val_fraction: float, seed: int) -> tuple[torch.Tensor,
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     n_val = int(round(n * val_fraction))
     if n_val >= n:
-        raise DataError(f"data.dataset.val_fraction {val_fraction:g} of {n} samples holds out {n_val} for "
-                        "validation and leaves no training sample: lower data.dataset.val_fraction (or use more "
-                        "samples).")
+        raise DataError(
+            f"data.dataset.val_fraction {val_fraction:g} of {n} samples holds out {n_val} for "
+            "validation and leaves no training sample: lower data.dataset.val_fraction (or use more "
+            "samples)."
+        )
     return perm[n_val:].sort().values, perm[:n_val].sort().values
 
 

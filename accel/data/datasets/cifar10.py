@@ -1,4 +1,5 @@
 """`cifar10`: the standard python-pickle release (cifar-10-python.tar.gz), loaded whole into memory."""
+
 from __future__ import annotations
 
 import pickle
@@ -18,8 +19,10 @@ from .memory import TensorImageDataset, split_tensor_dataset
 FOLDER = "cifar-10-batches-py"
 TRAIN_FILES = [f"data_batch_{i}" for i in range(1, 6)]
 TEST_FILE = "test_batch"
-GET_IT = (f"Download https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz and extract it so that "
-          f"ROOT/{FOLDER}/ holds data_batch_1..data_batch_5 and test_batch; then set `root` to ROOT.")
+GET_IT = (
+    f"Download https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz and extract it so that "
+    f"ROOT/{FOLDER}/ holds data_batch_1..data_batch_5 and test_batch; then set `root` to ROOT."
+)
 
 
 class _ArrayUnpickler(pickle.Unpickler):
@@ -48,8 +51,10 @@ def find_batches_dir(root: str) -> Path:
 def read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """One pickled batch -> (N,3,32,32) uint8 images and int64 labels; any flaw is a DataError naming the file."""
     if not path.is_file():
-        raise DataError(f"cifar10: missing {path}. Expected the layout ROOT/{FOLDER}/"
-                        f"{{{','.join(TRAIN_FILES)},{TEST_FILE}}}. {GET_IT}")
+        raise DataError(
+            f"cifar10: missing {path}. Expected the layout ROOT/{FOLDER}/"
+            f"{{{','.join(TRAIN_FILES)},{TEST_FILE}}}. {GET_IT}"
+        )
     try:
         with path.open("rb") as f:
             batch = _ArrayUnpickler(f, encoding="bytes").load()
@@ -57,11 +62,15 @@ def read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
         labels = np.asarray(batch[b"labels"], dtype=np.int64)
         images = data.reshape(-1, 3, 32, 32)  # rows are channel-planar RGB: 1024 R, then G, then B
     except Exception as e:  # pickle, key, type and shape errors all mean the same thing to the user
-        raise DataError(f"cifar10: {path} is not a CIFAR-10 python batch ({type(e).__name__}: {e}). Expected a "
-                        f"pickled dict with b'data' (N x 3072 uint8) and b'labels' (N ints). {GET_IT}") from e
+        raise DataError(
+            f"cifar10: {path} is not a CIFAR-10 python batch ({type(e).__name__}: {e}). Expected a "
+            f"pickled dict with b'data' (N x 3072 uint8) and b'labels' (N ints). {GET_IT}"
+        ) from e
     if len(images) != len(labels) or data.shape[-1] != 3072:
-        raise DataError(f"cifar10: {path} has data of shape {data.shape} and {len(labels)} labels; "
-                        f"expected N x 3072 and N labels. {GET_IT}")
+        raise DataError(
+            f"cifar10: {path} has data of shape {data.shape} and {len(labels)} labels; "
+            f"expected N x 3072 and N labels. {GET_IT}"
+        )
     return images, labels
 
 
@@ -77,11 +86,14 @@ class Cifar10:
     """50000 train / 10000 test 32x32 RGB images in 10 classes, from files the user already has."""
 
     class Config(DatasetConfig):
-        root: str = Field(description=f"Folder holding {FOLDER}/ (or that folder itself), as extracted from "
-                          "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz.")
+        root: str = Field(
+            description=f"Folder holding {FOLDER}/ (or that folder itself), as extracted from "
+            "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz."
+        )
         val_split: Literal["test", "fraction"] = Field(
-            "test", description="`test`: validate on test_batch. `fraction`: hold out `val_fraction` of the "
-            "training batches instead (val_fraction is ignored otherwise)."
+            "test",
+            description="`test`: validate on test_batch. `fraction`: hold out `val_fraction` of the "
+            "training batches instead (val_fraction is ignored otherwise).",
         )
 
     @staticmethod
@@ -93,5 +105,11 @@ class Cifar10:
             val = read_split(folder, [TEST_FILE])
         else:
             train, val = split_tensor_dataset(train, cfg.val_fraction, seed)
-        return Splits(train, val, num_classes=10, sample_shape=(3, 32, 32),
-                      mean=(0.4914, 0.4822, 0.4465), std=(0.2470, 0.2435, 0.2616))
+        return Splits(
+            train,
+            val,
+            num_classes=10,
+            sample_shape=(3, 32, 32),
+            mean=(0.4914, 0.4822, 0.4465),
+            std=(0.2470, 0.2435, 0.2616),
+        )

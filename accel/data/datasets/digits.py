@@ -1,4 +1,5 @@
 """`digits`: scikit-learn's 1797 real 8x8 handwritten digits, the smallest real dataset there is."""
+
 from __future__ import annotations
 
 import torch
@@ -23,8 +24,10 @@ class Digits:
         try:
             from sklearn.datasets import load_digits
         except ImportError as e:
-            raise DataError("The `digits` dataset comes from scikit-learn, which is not installed. "
-                            "Install it with `pip install scikit-learn`.") from e
+            raise DataError(
+                "The `digits` dataset comes from scikit-learn, which is not installed. "
+                "Install it with `pip install scikit-learn`."
+            ) from e
         bunch = load_digits()
         pixels = torch.from_numpy(bunch.data).reshape(-1, 1, 8, 8)
         images = (pixels * (255.0 / 16.0)).round().clamp(0, 255).to(torch.uint8)

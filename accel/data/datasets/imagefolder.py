@@ -1,4 +1,5 @@
 """`imagefolder`: ROOT/<class>/<image> files decoded lazily per sample, the case DataLoader workers exist for."""
+
 from __future__ import annotations
 
 import logging
@@ -16,8 +17,10 @@ from ..splits import Splits
 from .base import DatasetConfig, split_indices
 
 log = logging.getLogger(__name__)
-LAYOUT = ("Expected the layout ROOT/<class_name>/<image files>, or ROOT/train/<class_name>/... plus "
-          "ROOT/val/<class_name>/... for a fixed split.")
+LAYOUT = (
+    "Expected the layout ROOT/<class_name>/<image files>, or ROOT/train/<class_name>/... plus "
+    "ROOT/val/<class_name>/... for a fixed split."
+)
 # ImageNet statistics: measuring the folder's own would mean decoding every image before training starts.
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 MAX_SKIPS = 32  # consecutive unreadable files before giving up: beyond this the folder is broken, not noisy
@@ -36,8 +39,12 @@ class ImageFileDataset(Dataset):
 
     def cache_key(self) -> dict:
         """What, besides the files themselves, decides the decoded pixels: the decoded cache's key."""
-        return {"dataset": "imagefolder", "image_size": self.image_size, "on_corrupt": self.on_corrupt,
-                "decode": "torchvision.io RGB; resize short side, antialias; center crop"}
+        return {
+            "dataset": "imagefolder",
+            "image_size": self.image_size,
+            "on_corrupt": self.on_corrupt,
+            "decode": "torchvision.io RGB; resize short side, antialias; center crop",
+        }
 
     def load(self, path: str) -> torch.Tensor:
         """Decode one file to a uint8 RGB tensor of shape (3, image_size, image_size)."""
@@ -61,12 +68,16 @@ class ImageFileDataset(Dataset):
                 return self.load(path), label
             except (RuntimeError, OSError) as e:  # torchvision reports bad or truncated data as RuntimeError
                 if self.on_corrupt == "fail":
-                    raise DataError(f"imagefolder: cannot decode {path} ({e}). Remove or replace the file, or set "
-                                    "`on_corrupt: skip` to substitute the next image.") from e
+                    raise DataError(
+                        f"imagefolder: cannot decode {path} ({e}). Remove or replace the file, or set "
+                        "`on_corrupt: skip` to substitute the next image."
+                    ) from e
                 self.skipped += 1
                 log.warning("imagefolder: skipping unreadable image %s (%s)", path, e)
-        raise DataError(f"imagefolder: {tries} consecutive images from {self.samples[index][0]} on could not be "
-                        "decoded; the folder looks broken, not merely noisy.")
+        raise DataError(
+            f"imagefolder: {tries} consecutive images from {self.samples[index][0]} on could not be "
+            "decoded; the folder looks broken, not merely noisy."
+        )
 
 
 def _class_dirs(folder: Path) -> list[Path]:
@@ -79,16 +90,19 @@ def scan(folder: Path, classes: list[str], extensions: list[str]) -> list[tuple[
     found: dict[Path, list[Path]] = {}
     for class_dir in _class_dirs(folder):
         if class_dir.name not in index:
-            raise DataError(f"imagefolder: {class_dir} is a class the training folder does not have "
-                            f"(classes: {', '.join(classes)}). {LAYOUT}")
+            raise DataError(
+                f"imagefolder: {class_dir} is a class the training folder does not have "
+                f"(classes: {', '.join(classes)}). {LAYOUT}"
+            )
         found[class_dir] = sorted(p for p in class_dir.rglob("*") if p.suffix.lower()[1:] in extensions and p.is_file())
     exts = ", ".join(extensions)
     if not any(found.values()):
         raise DataError(f"imagefolder: found no images (extensions: {exts}) under {folder}. {LAYOUT}")
     empty = [d for d, files in found.items() if not files]
     if empty:
-        raise DataError(f"imagefolder: class folder {empty[0]} holds no images (extensions: {exts}). "
-                        "Add images to it or remove it.")
+        raise DataError(
+            f"imagefolder: class folder {empty[0]} holds no images (extensions: {exts}). Add images to it or remove it."
+        )
     return [(str(p), index[d.name]) for d, files in found.items() for p in files]
 
 
@@ -113,15 +127,27 @@ class ImageFolder:
     """Images in class folders, decoded lazily per sample (resize short side, center crop, RGB)."""
 
     class Config(DatasetConfig):
-        root: str = Field(description="Folder holding <class_name>/<image files>, or train/ and val/ folders "
-                          "that each hold class folders.")
-        image_size: int = Field(64, ge=1, description="Side of the square output: the short side is resized "
-                                "to this, then the image is center-cropped to image_size x image_size.")
-        extensions: list[str] = Field(["jpg", "jpeg", "png"], min_length=1, description="File extensions "
-                                      "treated as images (case-insensitive); other files are ignored.")
-        on_corrupt: Literal["fail", "skip"] = Field("fail", description="An image that cannot be decoded: "
-                                                    "`fail` raises an error naming the file; `skip` logs a "
-                                                    "warning and substitutes the next image.")
+        root: str = Field(
+            description="Folder holding <class_name>/<image files>, or train/ and val/ folders "
+            "that each hold class folders."
+        )
+        image_size: int = Field(
+            64,
+            ge=1,
+            description="Side of the square output: the short side is resized "
+            "to this, then the image is center-cropped to image_size x image_size.",
+        )
+        extensions: list[str] = Field(
+            ["jpg", "jpeg", "png"],
+            min_length=1,
+            description="File extensions treated as images (case-insensitive); other files are ignored.",
+        )
+        on_corrupt: Literal["fail", "skip"] = Field(
+            "fail",
+            description="An image that cannot be decoded: "
+            "`fail` raises an error naming the file; `skip` logs a "
+            "warning and substitutes the next image.",
+        )
 
         @field_validator("extensions")
         @classmethod
@@ -139,9 +165,13 @@ class ImageFolder:
             val: list[tuple[str, int]] | None = scan(root / "val", classes, cfg.extensions)
         else:
             if _is_split_without_val(root):
-                log.warning("imagefolder: %s has train/ but no val/: splitting train/ by val_fraction (%g) for "
-                            "validation. Add %s with the same class folders for a fixed split.", root,
-                            cfg.val_fraction, root / "val")
+                log.warning(
+                    "imagefolder: %s has train/ but no val/: splitting train/ by val_fraction (%g) for "
+                    "validation. Add %s with the same class folders for a fixed split.",
+                    root,
+                    cfg.val_fraction,
+                    root / "val",
+                )
                 root = root / "train"
             classes = find_classes(root)
             samples = scan(root, classes, cfg.extensions)
@@ -149,11 +179,22 @@ class ImageFolder:
             train = [samples[i] for i in train_idx.tolist()]
             val = [samples[i] for i in val_idx.tolist()] or None
         if len(classes) == 1:
-            log.warning("imagefolder: %s holds one class folder (`%s`): every label is 0, so a classification "
-                        "accuracy is 100%% whatever the model learns. %s", root, classes[0], LAYOUT)
+            log.warning(
+                "imagefolder: %s holds one class folder (`%s`): every label is 0, so a classification "
+                "accuracy is 100%% whatever the model learns. %s",
+                root,
+                classes[0],
+                LAYOUT,
+            )
 
         def make(samples: list[tuple[str, int]]) -> ImageFileDataset:
             return ImageFileDataset(samples, classes, cfg.image_size, cfg.on_corrupt)
 
-        return Splits(make(train), make(val) if val else None, num_classes=len(classes),
-                      sample_shape=(3, cfg.image_size, cfg.image_size), mean=IMAGENET_MEAN, std=IMAGENET_STD)
+        return Splits(
+            make(train),
+            make(val) if val else None,
+            num_classes=len(classes),
+            sample_shape=(3, cfg.image_size, cfg.image_size),
+            mean=IMAGENET_MEAN,
+            std=IMAGENET_STD,
+        )

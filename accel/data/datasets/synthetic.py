@@ -1,4 +1,5 @@
 """`synthetic`: random but learnable images, for speed tests that must not depend on any file."""
+
 from __future__ import annotations
 
 from typing import Annotated

@@ -1,6 +1,7 @@
 """Token streams for language models: `text_files` (a folder of text files, read as bytes) and `token_file` (a
 flat memory-mapped array of token ids, the layout nanoGPT's prepare scripts write). Both are served as fixed
 windows without padding; the validation split is the stream's tail, so it never depends on a seed."""
+
 from __future__ import annotations
 
 import sysconfig
@@ -66,10 +67,12 @@ def split_tail(tokens: np.ndarray, cfg: TextConfig) -> tuple[TokenChunks, TokenC
     """The first (1 - val_fraction) of the stream trains, the rest validates."""
     n_val = int(len(tokens) * cfg.val_fraction)
     if len(tokens) - n_val < cfg.context + 1 <= len(tokens):
-        raise DataError(f"data.dataset.val_fraction {cfg.val_fraction:g} holds out {n_val} of {len(tokens)} tokens "
-                        f"for validation and leaves {len(tokens) - n_val}, too few for one training window of "
-                        f"context {cfg.context} plus its target: lower data.dataset.val_fraction (or "
-                        "data.dataset.context).")
+        raise DataError(
+            f"data.dataset.val_fraction {cfg.val_fraction:g} holds out {n_val} of {len(tokens)} tokens "
+            f"for validation and leaves {len(tokens) - n_val}, too few for one training window of "
+            f"context {cfg.context} plus its target: lower data.dataset.val_fraction (or "
+            "data.dataset.context)."
+        )
     train = TokenChunks(tokens[: len(tokens) - n_val], cfg.context, cfg.layout)
     return train, TokenChunks(tokens[len(tokens) - n_val :], cfg.context, cfg.layout) if n_val else None
 
@@ -80,18 +83,24 @@ def token_splits(train: TokenChunks, val: TokenChunks | None, vocab_size: int, c
 
 class TextConfig(DatasetConfig):
     context: int = Field(128, ge=1, description="tokens per training window (the model sees this many at once)")
-    val_fraction: float = Field(0.1, ge=0.0, lt=1.0, description="share of the stream, taken from its end, held "
-                                "out for validation")
-    layout: Literal["pairs", "hf"] = Field("pairs", description="`pairs`: (inputs, targets shifted by one) for task "
-                                           "language_model; `hf`: dicts of input_ids and labels for models that "
-                                           "compute their own loss (task model_loss, Hugging Face)")
+    val_fraction: float = Field(
+        0.1, ge=0.0, lt=1.0, description="share of the stream, taken from its end, held out for validation"
+    )
+    layout: Literal["pairs", "hf"] = Field(
+        "pairs",
+        description="`pairs`: (inputs, targets shifted by one) for task "
+        "language_model; `hf`: dicts of input_ids and labels for models that "
+        "compute their own loss (task model_loss, Hugging Face)",
+    )
 
 
 def find_text_files(root: str, pattern: str) -> list[Path]:
     folder = Path(sysconfig.get_paths()["stdlib"]) if root == STDLIB else Path(root).expanduser()
     if not folder.is_dir():
-        raise DataError(f"text_files: no folder at {folder}. Point `root` at a folder of text files, or use "
-                        f"`root: {STDLIB}` for the Python standard library's own sources.")
+        raise DataError(
+            f"text_files: no folder at {folder}. Point `root` at a folder of text files, or use "
+            f"`root: {STDLIB}` for the Python standard library's own sources."
+        )
     files = sorted(path for path in folder.glob(pattern) if path.is_file())
     if not files:
         raise DataError(f"text_files: no file in {folder} matches `{pattern}`; change `glob` or `root`.")
@@ -119,11 +128,17 @@ class TokenFile:
 
     class Config(TextConfig):
         path: str = Field(description="the training tokens, e.g. `data/train.bin`")
-        val_path: str | None = Field(None, description="validation tokens in a file of their own (`val.bin`); "
-                                     "default: the tail of `path`, by val_fraction")
+        val_path: str | None = Field(
+            None,
+            description="validation tokens in a file of their own (`val.bin`); "
+            "default: the tail of `path`, by val_fraction",
+        )
         dtype: Literal["uint16", "uint32"] = Field("uint16", description="how each token id is stored")
-        vocab_size: int | None = Field(None, ge=1, description="the tokenizer's vocabulary; default: the largest "
-                                       "id in the files plus one (a pass over them)")
+        vocab_size: int | None = Field(
+            None,
+            ge=1,
+            description="the tokenizer's vocabulary; default: the largest id in the files plus one (a pass over them)",
+        )
 
     @staticmethod
     def build(cfg: TokenFile.Config, seed: int) -> Splits:
@@ -143,13 +158,18 @@ class TokenFile:
 def map_tokens(path: str, dtype: str) -> np.ndarray:
     file = Path(path).expanduser()
     if not file.is_file():
-        raise DataError(f"token_file: no file at {file}. Write your tokenizer's ids as a flat {dtype} array "
-                        f"(e.g. `np.array(ids, dtype=np.{dtype}).tofile(path)`).")
+        raise DataError(
+            f"token_file: no file at {file}. Write your tokenizer's ids as a flat {dtype} array "
+            f"(e.g. `np.array(ids, dtype=np.{dtype}).tofile(path)`)."
+        )
     itemsize = np.dtype(dtype).itemsize
     if file.stat().st_size == 0:
-        raise DataError(f"token_file: {file} is empty (0 bytes): it should hold your tokenizer's ids as a flat "
-                        f"{dtype} array; was it written completely?")
+        raise DataError(
+            f"token_file: {file} is empty (0 bytes): it should hold your tokenizer's ids as a flat "
+            f"{dtype} array; was it written completely?"
+        )
     if file.stat().st_size % itemsize:
-        raise DataError(f"token_file: {file} is {file.stat().st_size} bytes, not a whole number of {dtype} ids: "
-                        "is `dtype` right?")
+        raise DataError(
+            f"token_file: {file} is {file.stat().st_size} bytes, not a whole number of {dtype} ids: is `dtype` right?"
+        )
     return np.memmap(file, dtype=dtype, mode="r")
