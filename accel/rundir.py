@@ -10,8 +10,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from .callbacks.base import Callback
-from .errors import AccelError, disk_full
+from .errors import AccelError
 from .io import default_out, strict_json, write_atomic
 from .runlock import RunDirLock
 
@@ -25,7 +24,7 @@ RECIPE, ENV, METRICS, SUMMARY, TENSORBOARD, CHECKPOINTS = (
     "tb",
     "checkpoints",
 )
-LAST_CHECKPOINT = "last.pt"
+LAST_CHECKPOINT, EPOCH_CHECKPOINT = "last.pt", "epoch-{epoch:03d}.pt"  # in checkpoints/
 RUN_FILES = (RECIPE, SUMMARY, METRICS, CHECKPOINTS)  # any of them: the folder holds a run
 BENCH_FILES = ("report.json", "report.md", "trials", "recipes", "tune.json")  # any: a bench's or tune's results
 
@@ -80,6 +79,9 @@ class RunDir:
     @property
     def last_checkpoint(self) -> Path:
         return self.checkpoints / LAST_CHECKPOINT
+
+    def epoch_checkpoint(self, epoch: int) -> Path:
+        return self.checkpoints / EPOCH_CHECKPOINT.format(epoch=epoch)
 
     def lock(self) -> RunDirLock:
         """Take the directory's lock for this process (refused, with the holder's PID, while another has it)."""
@@ -182,6 +184,17 @@ def read_summary(folder: Path) -> dict[str, Any] | None:
     return summary
 
 
+def epoch_checkpoints(folder: Path) -> list[Path]:
+    """The epoch-NNN.pt files in `folder`, oldest first, by epoch number: by name, epoch-1000.pt would sort
+    before epoch-999.pt (NNN has at least three digits, more past epoch 999)."""
+
+    def epoch(path: Path) -> int:
+        number = path.stem.removeprefix("epoch-")
+        return int(number) if number.isdigit() else -1
+
+    return sorted(folder.glob("epoch-*.pt"), key=lambda path: (epoch(path), path.name))
+
+
 def resume_command(path: Path) -> str:
     """The command that continues the run in `path` with its own resolved recipe, quoted for a shell."""
     recipe = RunDir(path, create=False).recipe
@@ -213,39 +226,3 @@ def _record_step(line: str) -> float | None:
         return None
     step = record.get("step", 0)
     return step if isinstance(step, (int, float)) else 0
-
-
-class RunDirWriter(Callback):
-    """Appends every logged record to metrics.jsonl and writes summary.json when the run ends, however it ends."""
-
-    def __init__(self, run_dir: RunDir):
-        self.run_dir = run_dir
-
-    @property
-    def metrics(self) -> Path:
-        return self.run_dir.metrics
-
-    def on_fit_start(self, trainer) -> None:
-        """A resumed run logs again the steps after its checkpoint: what the file holds beyond it goes first."""
-        if self.metrics.is_file():
-            cut_metrics(self.metrics, trainer.step)
-
-    def on_log(self, trainer, record: dict[str, Any]) -> None:
-        # one write of one whole line: a process killed mid-record leaves a cut line, never half of one glued
-        # to the next (buffered text I/O may split a long line into several writes)
-        line = (strict_json(record) + "\n").encode()
-        fd = os.open(self.metrics, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line)
-        except OSError as err:
-            if disk_full(err):
-                raise AccelError(
-                    f"Disk full: could not append a record to {self.metrics}. Free space in {self.metrics.parent}."
-                ) from None
-            raise
-        finally:
-            os.close(fd)
-
-    def on_fit_end(self, trainer, summary: dict[str, Any]) -> None:
-        summary["run_dir"] = str(self.run_dir.path)
-        self.run_dir.write_summary(summary)
