@@ -26,7 +26,8 @@ RECIPE, ENV, METRICS, SUMMARY, TENSORBOARD, CHECKPOINTS = (
 )
 LAST_CHECKPOINT, EPOCH_CHECKPOINT = "last.pt", "epoch-{epoch:03d}.pt"  # in checkpoints/
 RUN_FILES = (RECIPE, SUMMARY, METRICS, CHECKPOINTS)  # any of them: the folder holds a run
-BENCH_FILES = ("report.json", "report.md", "trials", "recipes", "tune.json")  # any: a bench's or tune's results
+# any of them: the results of a bench, tune, bench-data or profile
+BENCH_FILES = ("report.json", "report.md", "trials", "recipes", "tune.json", "bench-data.json", "profile.json")
 
 
 class RunDir:
@@ -154,14 +155,15 @@ class RunDir:
 
 
 def check_results_out(path: str | Path, command: str) -> None:
-    """Refuse an --out for `accel bench` or `accel tune` that holds a run's or a bench's results (or is a file):
-    what the command writes would overwrite and mix with them, as `RunDir.check_new` refuses for `accel train`."""
+    """Refuse an --out for `accel bench`, `tune`, `bench-data` or `profile` that holds a run or earlier results (or
+    is a file): what the command writes would overwrite and mix with them, as `RunDir.check_new` refuses for
+    `accel train`."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise AccelError(f"{path} is a file; `accel {command}` writes a folder there. Choose another --out.")
     held = [name for name in RUN_FILES + BENCH_FILES if (path / name).exists()]
     if held:
-        what = "a run" if set(held) & set(RUN_FILES) else "a bench's results"
+        what = "a run" if set(held) & set(RUN_FILES) else "earlier results"
         raise AccelError(
             f"{path} already holds {what} ({', '.join(held)}); accel never overwrites one. Choose another --out."
         )
