@@ -25,7 +25,7 @@ def test_bench_data_times_each_pipeline_and_writes_json(tiny, write_recipe, tmp_
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:3] == ["pipeline", "workers", "samples/s"]
     assert [line.split()[0] for line in lines[1:4]] == ["plain", "tuned", "cache"]
-    assert lines[4].startswith("20 training images at 8 px; cache ready in ")
+    assert lines[4].startswith("16 training images at 8 px; cache ready in ")  # 20 JPEGs, a fifth for validation
     assert lines[-1] == str(out / "bench-data.json")
     report = json.loads((out / "bench-data.json").read_text())
     rows = {row["pipeline"]: row for row in report["rows"]}
