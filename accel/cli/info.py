@@ -30,8 +30,8 @@ def recipes(args: argparse.Namespace) -> int:
 
 def speedups(args: argparse.Namespace) -> int:
     """Every registered speed-up, a user's own included once its module is imported: the registry is the one
-    list (reading it imports torch, a few seconds on a small machine; `accel --help` and `accel recipes` do not)."""
-    from .. import builtins  # noqa: F401
+    list (reading it imports torch, seconds on a small machine; `accel --help` and `accel recipes` do not).
+    Importing accel.speedups registers the built-in ones, without the models and datasets accel.builtins adds."""
     from ..devices import resolve_device
     from ..registry import SPEEDUPS
     from ..speedups import Context
