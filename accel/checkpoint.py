@@ -11,6 +11,7 @@ import torch
 from .errors import CheckpointError, disk_full
 from .fsdp import unsharded_class
 from .io import atomic_file
+from .rundir import epoch_checkpoints
 
 TRAINING_STATE = ("model", "model_signature", "optimizer", "scheduler", "epoch", "step")  # what every reader uses
 
@@ -106,20 +107,9 @@ def unreadable_message(path: Path, err: Exception) -> str:
     return why + f" The newest intact checkpoint beside it is {intact}: copy it over {path} to continue from there."
 
 
-def epoch_files(directory: Path) -> list[Path]:
-    """The epoch-NNN.pt files in `directory`, oldest first, by epoch number: by name, epoch-1000.pt would sort
-    before epoch-999.pt (NNN has at least three digits, more past epoch 999)."""
-
-    def epoch(path: Path) -> int:
-        number = path.stem.removeprefix("epoch-")
-        return int(number) if number.isdigit() else -1
-
-    return sorted(directory.glob("epoch-*.pt"), key=lambda path: (epoch(path), path.name))
-
-
 def newest_intact(path: Path) -> Path | None:
     """The newest epoch-NNN.pt next to `path` (other than it) that loads."""
-    for candidate in reversed(epoch_files(path.parent)):
+    for candidate in reversed(epoch_checkpoints(path.parent)):
         if candidate == path:
             continue
         try:

@@ -77,7 +77,7 @@ def first_samples(batch: Any, samples: int, few: int) -> Any:
 
 
 def _counting_contexts(trainer: Any) -> ExitStack:
-    stack = trainer._step_contexts()
+    stack = trainer.step_contexts()
     for speedup in trainer.speedups:
         stack.enter_context(speedup.counting_context())
     return stack

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from . import devices, signals
-from .callbacks import Callback, Checkpointer, EarlyStopping, ProgressBar, TensorBoard
+from .callbacks import Callback, Checkpointer, EarlyStopping, ProgressBar, RunDirWriter, TensorBoard
 from .callbacks.data_wait import DataWaitWarning
 from .checkpoint import load_checkpoint
 from .data.pipeline import build_data_pipeline
@@ -20,7 +20,7 @@ from .recipe import Recipe
 from .registry import DATASETS
 from .resume import apply_recipe_values, optimizer_changes
 from .rng import rank_seed, seed_everything
-from .rundir import RunDir, RunDirWriter
+from .rundir import RunDir
 from .speedups import from_configs, refuse
 from .strategy import choose
 from .tasks import Classification, Task, build_task
@@ -104,9 +104,7 @@ def _callbacks(recipe: Recipe, run_dir: RunDir | None, is_main: bool, sharded: b
     if writes or sharded:
         # checkpoint first: a summary that says "completed" has its checkpoint already on disk
         callbacks.append(
-            Checkpointer(
-                run_dir.checkpoints if writes else None, recipe.checkpoint.every_epochs, recipe.checkpoint.keep
-            )
+            Checkpointer(run_dir if writes else None, recipe.checkpoint.every_epochs, recipe.checkpoint.keep)
         )
     if writes:
         callbacks.append(ProgressBar(bar=recipe.log.progress))

@@ -10,8 +10,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from .callbacks.base import Callback
-from .errors import AccelError, disk_full
+from .errors import AccelError
 from .io import default_out, strict_json, write_atomic
 from .runlock import RunDirLock
 
@@ -25,9 +24,10 @@ RECIPE, ENV, METRICS, SUMMARY, TENSORBOARD, CHECKPOINTS = (
     "tb",
     "checkpoints",
 )
-LAST_CHECKPOINT = "last.pt"
+LAST_CHECKPOINT, EPOCH_CHECKPOINT = "last.pt", "epoch-{epoch:03d}.pt"  # in checkpoints/
 RUN_FILES = (RECIPE, SUMMARY, METRICS, CHECKPOINTS)  # any of them: the folder holds a run
-BENCH_FILES = ("report.json", "report.md", "trials", "recipes", "tune.json")  # any: a bench's or tune's results
+# any of them: the results of a bench, tune, bench-data or profile
+BENCH_FILES = ("report.json", "report.md", "trials", "recipes", "tune.json", "bench-data.json", "profile.json")
 
 
 class RunDir:
@@ -80,6 +80,9 @@ class RunDir:
     @property
     def last_checkpoint(self) -> Path:
         return self.checkpoints / LAST_CHECKPOINT
+
+    def epoch_checkpoint(self, epoch: int) -> Path:
+        return self.checkpoints / EPOCH_CHECKPOINT.format(epoch=epoch)
 
     def lock(self) -> RunDirLock:
         """Take the directory's lock for this process (refused, with the holder's PID, while another has it)."""
@@ -152,14 +155,15 @@ class RunDir:
 
 
 def check_results_out(path: str | Path, command: str) -> None:
-    """Refuse an --out for `accel bench` or `accel tune` that holds a run's or a bench's results (or is a file):
-    what the command writes would overwrite and mix with them, as `RunDir.check_new` refuses for `accel train`."""
+    """Refuse an --out for `accel bench`, `tune`, `bench-data` or `profile` that holds a run or earlier results (or
+    is a file): what the command writes would overwrite and mix with them, as `RunDir.check_new` refuses for
+    `accel train`."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise AccelError(f"{path} is a file; `accel {command}` writes a folder there. Choose another --out.")
     held = [name for name in RUN_FILES + BENCH_FILES if (path / name).exists()]
     if held:
-        what = "a run" if set(held) & set(RUN_FILES) else "a bench's results"
+        what = "a run" if set(held) & set(RUN_FILES) else "earlier results"
         raise AccelError(
             f"{path} already holds {what} ({', '.join(held)}); accel never overwrites one. Choose another --out."
         )
@@ -180,6 +184,17 @@ def read_summary(folder: Path) -> dict[str, Any] | None:
         log.warning("%s holds a %s, not a run summary; going on without it", path, type(summary).__name__)
         return None
     return summary
+
+
+def epoch_checkpoints(folder: Path) -> list[Path]:
+    """The epoch-NNN.pt files in `folder`, oldest first, by epoch number: by name, epoch-1000.pt would sort
+    before epoch-999.pt (NNN has at least three digits, more past epoch 999)."""
+
+    def epoch(path: Path) -> int:
+        number = path.stem.removeprefix("epoch-")
+        return int(number) if number.isdigit() else -1
+
+    return sorted(folder.glob("epoch-*.pt"), key=lambda path: (epoch(path), path.name))
 
 
 def resume_command(path: Path) -> str:
@@ -213,39 +228,3 @@ def _record_step(line: str) -> float | None:
         return None
     step = record.get("step", 0)
     return step if isinstance(step, (int, float)) else 0
-
-
-class RunDirWriter(Callback):
-    """Appends every logged record to metrics.jsonl and writes summary.json when the run ends, however it ends."""
-
-    def __init__(self, run_dir: RunDir):
-        self.run_dir = run_dir
-
-    @property
-    def metrics(self) -> Path:
-        return self.run_dir.metrics
-
-    def on_fit_start(self, trainer) -> None:
-        """A resumed run logs again the steps after its checkpoint: what the file holds beyond it goes first."""
-        if self.metrics.is_file():
-            cut_metrics(self.metrics, trainer.step)
-
-    def on_log(self, trainer, record: dict[str, Any]) -> None:
-        # one write of one whole line: a process killed mid-record leaves a cut line, never half of one glued
-        # to the next (buffered text I/O may split a long line into several writes)
-        line = (strict_json(record) + "\n").encode()
-        fd = os.open(self.metrics, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line)
-        except OSError as err:
-            if disk_full(err):
-                raise AccelError(
-                    f"Disk full: could not append a record to {self.metrics}. Free space in {self.metrics.parent}."
-                ) from None
-            raise
-        finally:
-            os.close(fd)
-
-    def on_fit_end(self, trainer, summary: dict[str, Any]) -> None:
-        summary["run_dir"] = str(self.run_dir.path)
-        self.run_dir.write_summary(summary)

@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-import inspect
-import itertools
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from contextlib import ExitStack, nullcontext
 from typing import Any
 
 import torch
 from torch import nn
 
-from . import devices, lint, signals
+from . import budget, devices, divergence, evaluation, lint, signals
 from .batches import map_tensors
 from .callbacks.base import Callback
 from .checkpoint import check_same_model, check_same_schedule, model_signature
 from .distributed import World
+from .epoch_batches import epoch_batches, no_batch_message
 from .errors import AccelError
+from .fit_summary import fit_summary, part_metrics
 from .flops import Utilisation
 from .meter import BatchInfo, Meter
 from .rng import rng_state, set_rng_state
@@ -118,17 +118,17 @@ class Trainer:
     def fit(self) -> dict[str, Any]:
         """Train until the epoch or step budget is spent, a callback stops it, or a signal interrupts it."""
         if self._fitted:  # a trainer given a finished state (as a resume does) evaluates and reports it, as before
-            self.check_budget_left()
+            budget.check_left(self)
         start, status = time.perf_counter(), "failed"
         self.setup()
         self.lint.start(self)
         self._emit("on_fit_start")
         with signals.stop_requests(self._request_stop):  # until the final checkpoint and summary are written
             try:
-                while not self._budget_spent():
+                while not budget.spent(self):
                     if self._train_epoch():
                         self._end_epoch()
-                self._check_finite_at_end()
+                divergence.check_at_end(self)
                 status = (
                     "interrupted" if self.interrupted else "diverged" if self.diverged_at is not None else "completed"
                 )
@@ -138,7 +138,7 @@ class Trainer:
                     status, self.diverged_at = "diverged", self.step  # finite weights whose outputs overflow
             finally:
                 signals.finishing()
-                summary = self._summary(status, time.perf_counter() - start)
+                summary = fit_summary(self, status, time.perf_counter() - start)
                 self._fitted = True
                 self._emit("on_fit_end", summary)
                 for part in reversed(setup_order([*self.speedups, self.strategy])):
@@ -146,46 +146,10 @@ class Trainer:
                 self._set_up = False
         return summary
 
-    def check_budget_left(self) -> None:
-        """fit() again continues from where the trainer is; a trainer with nothing left to train says so instead
-        of "completing" again without a step (its budget is read live: raise it to train on)."""
-        cfg = self.cfg
-        if cfg.max_steps is not None and self.step >= cfg.max_steps:
-            budget = f"train.max_steps {cfg.max_steps}, {self.step} steps done"
-        elif cfg.max_steps is None and self.epoch >= cfg.epochs:
-            budget = f"train.epochs {cfg.epochs}, {self.epoch} done"
-        elif self.should_stop:
-            budget = "a callback or a diverged loss set trainer.should_stop"
-        else:
-            return
-        raise AccelError(
-            f"nothing left to train: this trainer's budget is spent ({budget}). To train further, "
-            "raise train.epochs or train.max_steps (trainer.cfg in Python, --set on the command line) "
-            "and fit again; to start over, build a new Trainer."
-        )
-
-    def _budget_spent(self) -> bool:
-        over_steps = self.cfg.max_steps is not None and self.step >= self.cfg.max_steps
-        return (
-            self.should_stop
-            or self._stop_agreed()
-            or over_steps
-            or (self.cfg.max_steps is None and self.epoch >= self.cfg.epochs)
-        )
-
-    def _stop_agreed(self) -> bool:
-        """Whether to stop for a signal. Ranks must stop at the same step or DDP hangs, and agreeing costs a
-        collective (and a device sync), so several processes agree only once per logging interval."""
-        if self.interrupted or not self.world.distributed:
-            self.interrupted = self.interrupted or self.stop_signal is not None
-        elif self.step % self.log_every_steps == 0:
-            self.interrupted = self.world.any(self.stop_signal is not None, self.device)
-        return self.interrupted
-
     def _train_epoch(self) -> bool:
         """Train until the epoch ends (True) or the budget or a signal stops it mid-epoch (False)."""
         self.model.train()
-        iterator, batches = self._epoch_batches()
+        iterator, batches = epoch_batches(self.train_loader, self.epoch, self.batch_in_epoch)
         self._emit("on_epoch_start", batches)
         self.meter.start_window(self.device)
         tick, yielded = time.perf_counter(), False
@@ -207,56 +171,24 @@ class Trainer:
                 self._run_eval()  # between batches: its time is neither data wait nor training
                 self._log({"kind": "eval", "epoch": self.epoch, "step": self.step, **self.last_eval})
             tick = time.perf_counter()
-            if stepped and self._budget_spent():
+            if stepped and budget.spent(self):
                 break
         else:
             batches = self.batch_in_epoch
             if not yielded and not self.batch_in_epoch:
-                raise AccelError(self._no_batch_message())
+                raise AccelError(no_batch_message(self.epoch, self.step))
         if self.batch_in_epoch < (batches or 0):
             return False
         self.batch_in_epoch = 0
         self.epoch += 1
         return True
 
-    def _no_batch_message(self) -> str:
-        if self.epoch == 0:
-            return "the training loader yielded no batch: it is empty"
-        return (
-            f"the training loader yielded no batch in epoch {self.epoch + 1}, after {self.step} steps: it is "
-            "exhausted after one pass, like a generator, so every epoch after the first would train nothing. "
-            "Pass a loader that starts over each time it is iterated (a DataLoader, a list, or an object "
-            "whose __iter__ returns a new iterator), or set train.max_steps to stop within the first pass."
-        )
-
-    def _epoch_batches(self) -> tuple[Iterator, int | None]:
-        """This epoch's batches from the resume point on, and the epoch's full batch count."""
-        done = self.batch_in_epoch  # > 0 when resuming mid-epoch
-        set_epoch = getattr(getattr(self.train_loader, "sampler", None), "set_epoch", None)
-        resumable = set_epoch is not None and "skip" in inspect.signature(set_epoch).parameters
-        if resumable:  # the sampler starts at the resume point, nothing is loaded twice
-            set_epoch(self.epoch, skip=done * _batch_size(self.train_loader))
-        elif set_epoch is not None:
-            set_epoch(self.epoch)
-        batches = _length(self.train_loader)
-        if batches == 0:
-            raise AccelError(
-                "the training loader yields no batches: is data.batch_size larger than the training "
-                "set (the last incomplete batch is dropped with data.drop_last: true)?"
-            )
-        iterator = iter(self.train_loader)
-        if resumable:
-            return iterator, None if batches is None else batches + done
-        for _ in range(done):  # any other loader: replay it to the resume point
-            next(iterator, None)
-        return iterator, batches
-
     def _train_batch(self, batch: Any, batches: int | None) -> tuple[bool, torch.Tensor, Any]:
         """(whether the optimizer stepped, the loss, the batch on the device)."""
         accum = self.cfg.grad_accum
         self.batch_in_epoch += 1
         boundary = self.batch_in_epoch % accum == 0 or self.batch_in_epoch == batches
-        batch = self._on_device(batch, self.train_transform)
+        batch = self.on_device(batch, self.train_transform)
         if not self.utilisation.counted:
             self._uncounted_s = self.utilisation.count(self, batch)
         loss = self.step_batch(batch, boundary)
@@ -267,7 +199,7 @@ class Trainer:
     def _step_batch(self, batch: Any, boundary: bool) -> torch.Tensor:
         """Forward and loss under the step contexts, the strategy's backward and, at a boundary, its step."""
         with nullcontext() if boundary else self.strategy.no_sync(self):
-            with self._step_contexts():
+            with self.step_contexts():
                 loss = self.forward_loss(batch)
             self.strategy.backward(loss / self.cfg.grad_accum)
         if boundary:
@@ -277,7 +209,7 @@ class Trainer:
     def _forward_loss(self, batch: Any) -> torch.Tensor:
         return self.task.loss(self.model, batch)
 
-    def _on_device(self, batch: Any, transform: Transform | None) -> Any:
+    def on_device(self, batch: Any, transform: Transform | None) -> Any:
         """The batch on the device, through the (inputs, targets) transform, with every image-shaped tensor
         prepared by the speed-ups (memory format); other tensors (targets, token ids, masks) pass untouched."""
         batch = devices.to_device(batch, self.device, non_blocking=True)
@@ -306,7 +238,7 @@ class Trainer:
         if self.cfg.clip_grad_norm is not None:
             nn.utils.clip_grad_norm_(self.module.parameters(), self.cfg.clip_grad_norm)
 
-    def _step_contexts(self) -> ExitStack:
+    def step_contexts(self) -> ExitStack:
         stack = ExitStack()
         stack.enter_context(self.strategy.precision.forward_context())
         for speedup in self.speedups:
@@ -315,39 +247,8 @@ class Trainer:
 
     # ---- evaluation -----------------------------------------------------------------------------------
     def evaluate(self) -> dict[str, Any]:
-        """The task's metrics over the validation set (`val_loss` always), summed on the device, then across
-        processes: one sync for the whole pass."""
-        if self.val_loader is None:
-            return {}
-        self.model.eval()
-        sums: dict[str, torch.Tensor] = {}
-        count, batch = 0, None
-        short = self.strategy.eval_forwards_short(self)
-        with ExitStack() as stack:
-            for speedup in self.speedups:  # outside inference mode: a context may change weights in place (EMA)
-                stack.enter_context(speedup.eval_context())
-            stack.enter_context(devices.inference_mode(self.device))
-            for batch in itertools.islice(self.val_loader, self.cfg.eval_max_batches):
-                batch = self._on_device(batch, self.eval_transform)
-                for name, value in self._eval_sums(batch).items():
-                    sums[name] = sums[name] + value if name in sums else value.double()
-                count += self.task.samples(batch)
-            for _ in range(short):  # results unused: the forward only takes part in the weight gathering
-                self._eval_sums(batch)
-        self.model.train()
-        if not sums and self.world.distributed:  # the others would wait for sums this rank cannot name
-            raise AccelError(
-                f"rank {self.world.rank} has no validation samples: give the validation split at "
-                "least one sample per process, or use fewer processes"
-            )
-        names = sorted(sums)
-        values = torch.stack([sums[n] for n in names] + [torch.tensor(count, dtype=torch.float64, device=self.device)])
-        totals = dict(zip(names + ["count"], self.world.all_reduce_sum(values).tolist()))
-        return self.task.metrics(totals)
-
-    def _eval_sums(self, batch: Any) -> dict[str, torch.Tensor]:
-        with self._step_contexts():
-            return self.task.eval_sums(self.model, batch)
+        """The task's metrics over the validation set (accel.evaluation)."""
+        return evaluation.evaluate(self)
 
     def _run_eval(self) -> None:
         self.last_eval, self._eval_step = self.evaluate(), self.step
@@ -381,72 +282,18 @@ class Trainer:
         record["train_loss"] = record.pop("loss")
         for part in [*self.speedups, self.strategy]:
             part.end_epoch()
-        for name, metrics in self._part_metrics().items():
+        for name, metrics in part_metrics(self).items():
             record.update({f"{name}/{k}": v for k, v in metrics.items()})
         self._log(record)
         self._emit("on_epoch_end", record)
 
     def _log(self, record: dict[str, Any]) -> None:
-        """Every logged record passes here: the one place a diverged loss is noticed, with no extra device sync
-        (the window's loss is read for the record anyway). Every rank sees the same all-reduced loss."""
-        loss = record.get("loss", record.get("train_loss"))
-        if loss is not None and not math.isfinite(loss) and self.diverged_at is None:
-            self.diverged_at, self.should_stop = self.step, True
+        divergence.notice(self, record)
         self._emit("on_log", record)
-
-    def _check_finite_at_end(self) -> None:
-        """A run that stops between logging intervals has a window of losses no record read, and a last optimizer
-        step whose weights no loss has seen yet: read both once, so such a run is never reported "completed"."""
-        if self.diverged_at is not None:
-            return
-        # every rank reads its window (a collective), even one without batches in it
-        loss_ok = not self.meter.window or math.isfinite(self.meter.window_stats()["loss"])
-        weights_ok = all(
-            bool(torch.isfinite(_local(t)).all()) for t in self.module.state_dict().values() if t.is_floating_point()
-        )  # buffers too: batch norm's running variance overflows first
-        if self.world.any(not (loss_ok and weights_ok), self.device):  # every rank must agree on the status
-            self.diverged_at = self.step
 
     def _emit(self, hook: str, *args: Any) -> None:
         for callback in self.callbacks:
             getattr(callback, hook)(self, *args)
-
-    def _summary(self, status: str, wall_s: float) -> dict[str, Any]:
-        totals = self.meter.totals()
-        per_batch, peak = self.utilisation.flops_per_batch, self.utilisation.peak
-        summary = {
-            "status": status,
-            "metrics": {
-                "val_accuracy": None,
-                "val_loss": None,
-                **self.last_eval,  # the task's metric names
-                "train_loss": totals.pop("train_loss"),
-            },
-            **totals,
-            "wall_s": wall_s,
-            "startup_s": self.startup_s,
-            "steps": self.step,
-            "epochs": self.epoch,
-            "flops_per_step": per_batch * self.cfg.grad_accum if per_batch else None,
-            "flop_per_s": None,
-            "mfu": None,
-            **self.utilisation.stats(totals["samples_per_s"]),
-            "peak_flop_per_s": peak.flop_per_s if peak else None,
-            "peak_source": peak.source if peak else None,
-            "device": devices.device_name(self.device),
-            "diverged_at_step": self.diverged_at,
-            "speedups": [s.name for s in self.speedups],
-            "skipped_speedups": self.skipped_speedups,
-            "strategy": self.strategy.name,
-            "speedup_metrics": self._part_metrics(),
-        }
-        summary["lint"] = self.lint.end(summary)
-        return summary
-
-    def _part_metrics(self) -> dict[str, dict[str, Any]]:
-        """Each speed-up's metrics, and the strategy's where it has any (XLA's compilations)."""
-        strategy = self.strategy.metrics()
-        return {s.name: s.metrics() for s in self.speedups} | ({self.strategy.name: strategy} if strategy else {})
 
     # ---- checkpoints and signals -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -495,24 +342,8 @@ def _check_optimizer_owns(module: nn.Module, optimizer: torch.optim.Optimizer) -
         )
 
 
-def _local(tensor: torch.Tensor) -> torch.Tensor:
-    """This process's part of a parameter (a sharded one is a DTensor)."""
-    return tensor.to_local() if hasattr(tensor, "to_local") else tensor.detach()
-
-
 def _state_name(callback: Callback) -> str:
     return callback.state_name or type(callback).__name__
-
-
-def _length(loader: Iterable) -> int | None:
-    try:
-        return len(loader)  # type: ignore[arg-type]
-    except TypeError:
-        return None
-
-
-def _batch_size(loader: Any) -> int:
-    return getattr(loader, "batch_size", None) or 1
 
 
 def steps_per_epoch(batches: int, grad_accum: int) -> int:

@@ -1,5 +1,6 @@
-"""Time the commands people type first, each in a fresh process: `accel --help`, `accel recipes`,
-`accel speedups` (target: under 1 s on 2 cores) next to `import torch` for scale.
+"""Time the commands people type first, each in a fresh process: `accel --help`, `accel recipes` (target: under
+1 s on 2 cores), and `accel speedups`, which reads the speed-up registry and so imports torch, next to
+`import torch` for scale.
 
     python benchmarks/time_cli.py [--repeat 5]
 """

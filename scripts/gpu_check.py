@@ -14,7 +14,7 @@ Steps (default: all, in this order; name some to run only those):
   lm          accel bench of lm-bytes-cuda (a 101M-parameter GPT): `lm-remove` (baseline, all,
               -NAME), `lm-add` (+NAME), `lm-vary` (whole vs regional compile, float8, activation checkpointing),
               MFU per variant from accel's own FLOP count
-  profile     where a step of the ResNet preset goes, compiled and eager: scripts/profile_step.py
+  profile     where a step of the ResNet preset goes, compiled and eager: accel profile
   jpeg        a real JPEG folder fed to the GPU: plain ImageFolder, tuned loader, decoded cache, DALI `mixed`
 
 Each step runs its commands as subprocesses and adds {command, rc, seconds, output tail, result} to
@@ -405,13 +405,17 @@ def step_profile(check: Check) -> None:
         if check.args.quick
         else ["--warmup", "30", "--steps", "5"]
     )
-    for how in ([], ["--set", "speedups.compile.enabled=false"]):  # compiled, then eager
+    for name, how in (("compiled", []), ("eager", ["--set", "speedups.compile.enabled=false"])):
         check.sh(
             "profile",
             [
                 sys.executable,
-                "scripts/profile_step.py",
+                "-m",
+                "accel.cli",
+                "profile",
                 RESNET_RECIPE,
+                "--out",
+                str(check.work / f"profile-{name}"),
                 "--set",
                 f"device={check.args.device}",
                 *how,
@@ -424,7 +428,7 @@ def step_profile(check: Check) -> None:
 
 
 def step_jpeg(check: Check) -> None:
-    folder, path = check.work / "jpeg-folder", check.work / "bench-data.json"
+    folder, out = check.work / "jpeg-folder", check.work / "bench-data"
     per_class = ["--per-class", "20"] if check.args.quick else []
     check.sh("jpeg", [sys.executable, "scripts/make_jpeg_folder.py", str(folder), *per_class])
     rounds = ["--batches", "3", "--rounds", "1"] if check.args.quick else ["--batches", "40", "--rounds", "5"]
@@ -432,7 +436,9 @@ def step_jpeg(check: Check) -> None:
         "jpeg",
         [
             sys.executable,
-            "benchmarks/bench_data.py",
+            "-m",
+            "accel.cli",
+            "bench-data",
             "imagefolder-jpeg",
             "--set",
             f"data.dataset.root={folder}",
@@ -441,11 +447,11 @@ def step_jpeg(check: Check) -> None:
             "--device",
             check.args.device,
             "--out",
-            str(path),
+            str(out),
             *rounds,
         ],
     )
-    check.put("jpeg", result=check.load(path))
+    check.put("jpeg", result=check.load(out / "bench-data.json"))
 
 
 RUNNERS = {

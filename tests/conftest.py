@@ -10,9 +10,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
+from PIL import Image
 
 ROOT = Path(__file__).resolve().parent.parent
 # bf16 autocast runs on every CPU in the tests, including those that only emulate it (the tests check numbers,
@@ -50,6 +52,17 @@ def write_recipe(tmp_path):
         return path
 
     return write
+
+
+def jpeg_folder(root: Path) -> Path:
+    """Two classes of ten real JPEG files each, of varied sizes, under `root`."""
+    rng = np.random.default_rng(0)
+    for label in ("a", "b"):
+        (root / label).mkdir(parents=True)
+        for i in range(10):
+            pixels = rng.integers(0, 256, (12 + i, 10 + 2 * i, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(root / label / f"{i}.jpg", quality=90)
+    return root
 
 
 def cuda_only(test):

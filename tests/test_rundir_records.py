@@ -125,14 +125,16 @@ def test_checkpoint_keep_counts_epochs_past_999_by_number(tmp_path):
 
     from accel.callbacks import Checkpointer
     from accel.checkpoint import newest_intact
+    from accel.rundir import RunDir
 
-    checkpointer = Checkpointer(tmp_path, every_epochs=1, keep=2)
+    checkpointer = Checkpointer(RunDir(tmp_path), every_epochs=1, keep=2)
     trainer = SimpleNamespace(step=0, epoch=0, state_dict=lambda: {"model": {"w": torch.ones(1)}})
     for epoch in (998, 999, 1000, 1001):
         trainer.epoch = epoch
         checkpointer.on_epoch_end(trainer, {})
-    assert sorted(p.name for p in tmp_path.glob("epoch-*.pt")) == ["epoch-1000.pt", "epoch-1001.pt"]
-    assert newest_intact(tmp_path / "last.pt") == tmp_path / "epoch-1001.pt"
+    folder = tmp_path / "checkpoints"
+    assert sorted(p.name for p in folder.glob("*.pt")) == ["epoch-1000.pt", "epoch-1001.pt", "last.pt"]
+    assert newest_intact(folder / "last.pt") == folder / "epoch-1001.pt"
 
 
 def _no_space(*args, **kwargs):
@@ -226,8 +228,9 @@ def test_a_new_learning_rate_under_a_schedule_is_refused_on_resume(tiny, write_r
 def test_a_full_disk_writing_summary_or_metrics_is_a_clear_error(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
+    from accel.callbacks import RunDirWriter
     from accel.errors import AccelError
-    from accel.rundir import RunDir, RunDirWriter
+    from accel.rundir import RunDir
 
     run_dir = RunDir(tmp_path)
     run_dir.write_json("summary.json", {"status": "completed"})
@@ -240,6 +243,6 @@ def test_a_full_disk_writing_summary_or_metrics_is_a_clear_error(tmp_path, monke
         run_dir.write_json("summary.json", {"status": "failed"})
     assert strict((tmp_path / "summary.json").read_text()) == {"status": "completed"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]
-    monkeypatch.setattr("accel.rundir.os.write", _no_space)
+    monkeypatch.setattr("accel.callbacks.run_dir_writer.os.write", _no_space)
     with pytest.raises(AccelError, match=f"Disk full: could not append a record to {tmp_path / 'metrics.jsonl'}"):
         RunDirWriter(run_dir).on_log(SimpleNamespace(), {"step": 1})

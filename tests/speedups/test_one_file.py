@@ -1,5 +1,6 @@
 """A speed-up is one file: a module in a package of its own, imported (registering as the built-in ones do), is
-picked up by recipes, bench ablations, tune's candidates and the speed-up contract, with no other edit."""
+picked up by recipes, bench ablations, tune's candidates, `accel speedups` and the speed-up contract, with no other
+edit."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 
 from accel.bench.knobs import build_knobs
 from accel.bench.variants import ablation_variants
+from accel.cli import main
 from accel.recipe import validate_recipe
 from accel.registry import SPEEDUPS
 
@@ -90,6 +92,12 @@ def test_tune_tries_its_own_candidates(installed):
     knobs = {k.key: k for k in build_knobs(recipe, speedups=True, device=torch.device("cpu"))}
     knob = knobs[f"speedups.{NAME}"]
     assert knob.labels == ["off", "every=2"] and knob.values[1] == {"every": 2, "enabled": True}
+
+
+def test_accel_speedups_lists_it(installed, capsys):
+    assert main(["speedups"]) == 0
+    listed = [line for line in capsys.readouterr().out.splitlines() if line.split()[0] == NAME]
+    assert listed == [f"{NAME:24s} Counts the training batches it saw; a stand-in for a real speed-up.  [available]"]
 
 
 def test_the_speedup_contract_covers_it(installed):

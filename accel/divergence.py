@@ -1,0 +1,39 @@
+"""A diverged run: a loss that became NaN or infinite, noticed in the logged records and, once more at the end,
+in the losses and weights no record has read. Every rank reaches the same verdict."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from .trainer import Trainer
+
+
+def notice(trainer: Trainer, record: dict[str, Any]) -> None:
+    """Every logged record passes here: the one place a diverged loss is noticed, with no extra device sync
+    (the window's loss is read for the record anyway). Every rank sees the same all-reduced loss."""
+    loss = record.get("loss", record.get("train_loss"))
+    if loss is not None and not math.isfinite(loss) and trainer.diverged_at is None:
+        trainer.diverged_at, trainer.should_stop = trainer.step, True
+
+
+def check_at_end(trainer: Trainer) -> None:
+    """A run that stops between logging intervals has a window of losses no record read, and a last optimizer
+    step whose weights no loss has seen yet: read both once, so such a run is never reported "completed"."""
+    if trainer.diverged_at is not None:
+        return
+    # every rank reads its window (a collective), even one without batches in it
+    loss_ok = not trainer.meter.window or math.isfinite(trainer.meter.window_stats()["loss"])
+    weights_ok = all(
+        bool(torch.isfinite(_local(t)).all()) for t in trainer.module.state_dict().values() if t.is_floating_point()
+    )  # buffers too: batch norm's running variance overflows first
+    if trainer.world.any(not (loss_ok and weights_ok), trainer.device):  # every rank must agree on the status
+        trainer.diverged_at = trainer.step
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """This process's part of a parameter (a sharded one is a DTensor)."""
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor.detach()

@@ -1,0 +1,52 @@
+"""Evaluation: the task's metrics over the validation set, summed on the device, then across processes."""
+
+from __future__ import annotations
+
+import itertools
+from contextlib import ExitStack
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from . import devices
+from .errors import AccelError
+
+if TYPE_CHECKING:
+    from .trainer import Trainer
+
+
+def evaluate(trainer: Trainer) -> dict[str, Any]:
+    """The task's metrics over the validation set (`val_loss` always): one sync for the whole pass."""
+    if trainer.val_loader is None:
+        return {}
+    trainer.model.eval()
+    sums: dict[str, torch.Tensor] = {}
+    count, batch = 0, None
+    short = trainer.strategy.eval_forwards_short(trainer)
+    with ExitStack() as stack:
+        for speedup in trainer.speedups:  # outside inference mode: a context may change weights in place (EMA)
+            stack.enter_context(speedup.eval_context())
+        stack.enter_context(devices.inference_mode(trainer.device))
+        for batch in itertools.islice(trainer.val_loader, trainer.cfg.eval_max_batches):
+            batch = trainer.on_device(batch, trainer.eval_transform)
+            for name, value in _eval_sums(trainer, batch).items():
+                sums[name] = sums[name] + value if name in sums else value.double()
+            count += trainer.task.samples(batch)
+        for _ in range(short):  # results unused: the forward only takes part in the weight gathering
+            _eval_sums(trainer, batch)
+    trainer.model.train()
+    world = trainer.world
+    if not sums and world.distributed:  # the others would wait for sums this rank cannot name
+        raise AccelError(
+            f"rank {world.rank} has no validation samples: give the validation split at "
+            "least one sample per process, or use fewer processes"
+        )
+    names = sorted(sums)
+    values = torch.stack([sums[n] for n in names] + [torch.tensor(count, dtype=torch.float64, device=trainer.device)])
+    totals = dict(zip(names + ["count"], world.all_reduce_sum(values).tolist()))
+    return trainer.task.metrics(totals)
+
+
+def _eval_sums(trainer: Trainer, batch: Any) -> dict[str, torch.Tensor]:
+    with trainer.step_contexts():
+        return trainer.task.eval_sums(trainer.model, batch)
