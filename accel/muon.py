@@ -68,10 +68,10 @@ class MuonWithAdamW(torch.optim.Optimizer):
 
 
 def split_parameters(model: nn.Module, include: list[str], exclude: list[str]) -> tuple[Named, Named]:
-    """(Muon's, AdamW's) trainable parameters, by name. Muon takes the matrices (2-D) among the parameters whose
+    """(Muon's, AdamW's) parameters, by name. Muon takes the matrices (2-D) among the parameters whose
     names match an `include` pattern, or by default those inside the model's repeated blocks, less any
     matching an `exclude` pattern."""
-    named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    named = list(model.named_parameters())
     _check_patterns("optim.adamw_params", exclude, [name for name, _ in named])
     if include:
         _check_patterns("optim.muon_params", include, [name for name, p in named if p.ndim == 2])
@@ -81,7 +81,7 @@ def split_parameters(model: nn.Module, include: list[str], exclude: list[str]) -
         chosen = {name for name, p in named if id(p) in in_blocks}
     muon = [(n, p) for n, p in named if n in chosen and p.ndim == 2 and not _matches(n, exclude)]
     if not muon:
-        raise AccelError(_nothing_for_muon(model, named, chosen, bool(include)))
+        raise AccelError(_nothing_for_muon(model, chosen, bool(include)))
     taken = {name for name, _ in muon}
     adamw = [(n, p) for n, p in named if n not in taken]
     _log_split(muon, adamw, [n for n, p in named if n in chosen and p.ndim > 2])
@@ -96,14 +96,14 @@ def _check_patterns(key: str, patterns: list[str], names: list[str]) -> None:
     """A pattern that selects nothing is a typo or names the wrong tensors: say so rather than train without it."""
     for pattern in patterns:
         if not any(fnmatch.fnmatchcase(name, pattern) for name in names):
-            what = "matrix (2-D parameter)" if key == "optim.muon_params" else "trainable parameter"
+            what = "matrix (2-D parameter)" if key == "optim.muon_params" else "parameter"
             raise AccelError(
                 f"{key}: `{pattern}` matches no {what} of the model{did_you_mean(pattern, names)}. Patterns are "
                 f"fnmatch globs over parameter names such as {', '.join(f'`{n}`' for n in names[:3])}."
             )
 
 
-def _nothing_for_muon(model: nn.Module, named: Named, chosen: set[str], explicit: bool) -> str:
+def _nothing_for_muon(model: nn.Module, chosen: set[str], explicit: bool) -> str:
     if explicit:
         return "optim.muon_params: every matrix it selects is excluded again by optim.adamw_params; Muon has none."
     where = type(model).__name__
@@ -114,7 +114,7 @@ def _nothing_for_muon(model: nn.Module, named: Named, chosen: set[str], explicit
             "names, e.g. `layers.*.weight`), or use optim.name: adamw."
         )
     return (
-        f"optim muon: the repeated blocks of {where} hold no trainable matrix Muon may take (torch's Muon takes "
+        f"optim muon: the repeated blocks of {where} hold no matrix Muon may take (torch's Muon takes "
         "2-D parameters only: convolution weights, norms and biases stay on AdamW). Name matrices with "
         "optim.muon_params, or use optim.name: adamw."
     )

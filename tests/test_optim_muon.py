@@ -18,7 +18,6 @@ from torch import nn
 
 from accel.cli import main
 from accel.errors import AccelError, CheckpointError
-from accel.models import resnet18_cifar
 from accel.models.gpt import gpt
 from accel.models.vision import small_cnn
 from accel.optim import AdamW, Muon, build_optimizer, build_scheduler
@@ -104,11 +103,12 @@ def test_a_model_without_repeated_blocks_or_without_matrices_in_them_is_refused_
     with pytest.raises(AccelError, match="has no repeated blocks .* optim.muon_params") as err:
         muon(small_cnn(4))
     assert "optim.name: adamw" in str(err.value)
-    # a ResNet's blocks hold convolutions: torch's Muon takes matrices only, so they are not silently taken
+    # a ResNet's blocks (torchvision's layer1..4) hold convolutions: torch's Muon takes matrices only
+    resnet = pytest.importorskip("torchvision.models").resnet18(num_classes=10)
     with pytest.raises(AccelError, match="2-D parameters only"):
-        muon(resnet18_cifar(10))
+        muon(resnet)
     with pytest.raises(AccelError, match="optim.muon_params: `layer1.\\*` matches no matrix"):
-        muon(resnet18_cifar(10), muon_params=["layer1.*"])
+        muon(resnet, muon_params=["layer1.*"])
 
 
 def test_muon_changes_the_hidden_matrices_step_and_adamw_steps_the_rest_exactly_as_adamw_does():
