@@ -12,7 +12,7 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from .muon import MuonWithAdamW, refuse_sharded, split_parameters
+from .muon import MuonWithAdamW, refuse_sharded, split_parameters, warn_emulated_bf16
 from .registry import OPTIMIZERS, SCHEDULERS
 from .schema import StrictModel
 
@@ -88,6 +88,7 @@ class Muon:
     def build(cfg: "Muon.Config", model: nn.Module) -> torch.optim.Optimizer:
         muon, adamw = split_parameters(model, cfg.muon_params, cfg.adamw_params)
         refuse_sharded(muon)
+        warn_emulated_bf16(muon)
         parts = [
             torch.optim.Muon(
                 [p for _, p in muon],

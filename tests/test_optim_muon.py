@@ -14,8 +14,10 @@ import pytest
 import torch
 import yaml
 from speedups.test_contract import StopAt
+from test_distributed import _train
 from torch import nn
 
+from accel import devices
 from accel.cli import main
 from accel.errors import AccelError, CheckpointError
 from accel.models.gpt import gpt
@@ -25,6 +27,7 @@ from accel.recipe import validate_recipe
 from accel.resume import apply_recipe_values, optimizer_changes
 from accel.run import build_trainer
 from accel.speedups.optim import choose_impl
+from conftest import run_cli
 
 HIDDEN = ("attn.qkv.weight", "attn.proj.weight", "mlp.0.weight", "mlp.2.weight")
 
@@ -209,6 +212,15 @@ def test_the_optim_speedup_keeps_torchs_implementation():
     assert choose_impl(muon(MLP()), "auto") is None  # torch's Muon has no fused or foreach kernel
 
 
+def test_a_cpu_that_emulates_bf16_is_warned_about(monkeypatch, caplog):
+    with caplog.at_level(logging.WARNING, logger="accel"):
+        muon(MLP())
+        assert "emulates" not in caplog.text  # the tests' CPU counts as native (conftest)
+        monkeypatch.setattr(devices, "cpu_has_native_bf16", lambda: False)
+        muon(MLP())
+    assert "orthogonalises in bf16, which this CPU emulates" in caplog.text
+
+
 def test_a_sharded_model_is_refused():
     dist = pytest.importorskip("torch.distributed")
     from torch.distributed.fsdp import fully_shard
@@ -271,3 +283,19 @@ def test_the_cli_trains_a_muon_recipe(lm, tmp_path, caplog):
     assert summary["steps"] == 6 and summary["metrics"]["val_loss"] < 10
     assert "muon: 8 matrices" in caplog.text
     assert yaml.safe_load((tmp_path / "run" / "recipe.yaml").read_text())["optim"]["momentum"] == 0.95
+
+
+@pytest.mark.slow
+def test_two_processes_train_muon_as_one_does(lm, tmp_path):
+    # DDP all-reduces the gradients before the step, so each process's Muon sees the one-process gradient. Not
+    # to the last bit: the all-reduce rounds differently, and Newton-Schulz runs in bf16 (2**-8 relative)
+    path = tmp_path / "lm.yaml"
+    path.write_text(yaml.safe_dump(lm))
+    two = _train(path, tmp_path / "two", "--nproc", "2")
+    one = run_cli("train", path, "--out", tmp_path / "one", "--set", "data.batch_size=16")
+    assert two.wait(timeout=300) == 0, two.stderr.read()
+    assert one.returncode == 0, one.stderr
+    a, b = (json.loads((tmp_path / run / "summary.json").read_text()) for run in ("two", "one"))
+    assert a["steps"] == b["steps"] == 6
+    for key in ("train_loss", "val_loss"):
+        assert a["metrics"][key] == pytest.approx(b["metrics"][key], rel=1e-3), key
