@@ -299,3 +299,16 @@ def test_two_processes_train_muon_as_one_does(lm, tmp_path):
     assert a["steps"] == b["steps"] == 6
     for key in ("train_loss", "val_loss"):
         assert a["metrics"][key] == pytest.approx(b["metrics"][key], rel=1e-3), key
+
+
+def test_a_muon_checkpoint_on_disk_resumes_with_an_edited_momentum(lm, tmp_path, caplog):
+    path, out = tmp_path / "lm.yaml", tmp_path / "run"
+    path.write_text(yaml.safe_dump({**lm, "schedule": {"name": "none"}, "train": {"max_steps": 3}}))
+    assert main(["train", str(path), "--out", str(out)]) == 0
+    with caplog.at_level(logging.INFO, logger="accel"):
+        more = ["--set", "train.max_steps=5", "--set", "optim.momentum=0.9"]
+        assert main(["train", str(path), "--out", str(out), "--resume", *more]) == 0
+    assert "optim.momentum 0.95 -> 0.9" in caplog.text
+    groups = torch.load(out / "checkpoints" / "last.pt", weights_only=True)["optimizer"]["param_groups"]
+    assert groups[0]["momentum"] == 0.9 and "momentum" not in groups[1]
+    assert json.loads((out / "summary.json").read_text())["steps"] == 5
