@@ -1,4 +1,7 @@
-"""Optimizers and learning-rate schedules by name. Schedules are stepped once per optimizer step."""
+"""Optimizers and learning-rate schedules by name. Schedules are stepped once per optimizer step.
+
+An optimizer's `build(cfg, model)` gets the model, not just its parameters: muon chooses by name and by block
+which parameters it updates."""
 
 from __future__ import annotations
 
@@ -7,7 +10,9 @@ from typing import Literal
 
 import torch
 from pydantic import Field
+from torch import nn
 
+from .muon import MuonWithAdamW, refuse_sharded, split_parameters, warn_emulated_bf16
 from .registry import OPTIMIZERS, SCHEDULERS
 from .schema import StrictModel
 
@@ -26,9 +31,9 @@ class SGD:
         nesterov: bool = Field(True, description="Nesterov momentum (needs momentum > 0)")
 
     @staticmethod
-    def build(cfg: "SGD.Config", params) -> torch.optim.Optimizer:
+    def build(cfg: "SGD.Config", model: nn.Module) -> torch.optim.Optimizer:
         return torch.optim.SGD(
-            params,
+            model.parameters(),
             lr=cfg.lr,
             momentum=cfg.momentum,
             weight_decay=cfg.weight_decay,
@@ -45,12 +50,67 @@ class AdamW:
         weight_decay: float = Field(0.01, ge=0, description="decoupled weight decay")
 
     @staticmethod
-    def build(cfg: "AdamW.Config", params) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay)
+    def build(cfg: "AdamW.Config", model: nn.Module) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(
+            model.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay
+        )
 
 
-def build_optimizer(cfg: OptimizerConfig, params) -> torch.optim.Optimizer:
-    return OPTIMIZERS.get(cfg.name).build(cfg, params)
+@OPTIMIZERS.register("muon")
+class Muon:
+    """torch.optim.Muon on the hidden matrices, AdamW on the rest (accel.muon, docs/optimizers.md)."""
+
+    class Config(OptimizerConfig):
+        name: Literal["muon"] = "muon"
+        lr: float = Field(
+            1e-3,
+            gt=0,
+            description="peak learning rate of both parts: Muon scales its step to AdamW's size "
+            "(adjust_lr_fn='match_rms_adamw', lr x 0.2 x sqrt(larger side)), so one rate suits both",
+        )
+        weight_decay: float = Field(0.1, ge=0, description="decoupled weight decay of both parts")
+        momentum: float = Field(0.95, ge=0, lt=1, description="Muon's momentum")
+        nesterov: bool = Field(True, description="Muon's Nesterov momentum")
+        ns_steps: int = Field(5, ge=1, lt=100, description="Newton-Schulz iterations that orthogonalise a step")
+        betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW's moment decay rates")
+        eps: float = Field(1e-8, gt=0, description="AdamW's denominator guard")
+        muon_params: list[str] = Field(
+            default_factory=list,
+            description="fnmatch patterns of parameter names (`blocks.*.attn.*`) whose matrices Muon updates; "
+            "empty: every matrix inside the model's repeated blocks. The rest, and tensors of more than 2 "
+            "dimensions (convolutions), go to AdamW",
+        )
+        adamw_params: list[str] = Field(
+            default_factory=list, description="patterns of parameter names kept on AdamW even where chosen above"
+        )
+
+    @staticmethod
+    def build(cfg: "Muon.Config", model: nn.Module) -> torch.optim.Optimizer:
+        muon, adamw = split_parameters(model, cfg.muon_params, cfg.adamw_params)
+        refuse_sharded(muon)
+        warn_emulated_bf16(muon)
+        parts = [
+            torch.optim.Muon(
+                [p for _, p in muon],
+                lr=cfg.lr,
+                weight_decay=cfg.weight_decay,
+                momentum=cfg.momentum,
+                nesterov=cfg.nesterov,
+                ns_steps=cfg.ns_steps,
+                adjust_lr_fn="match_rms_adamw",
+            )
+        ]
+        if adamw:  # torch refuses an optimizer with no parameters
+            parts.append(
+                torch.optim.AdamW(
+                    [p for _, p in adamw], lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay
+                )
+            )
+        return MuonWithAdamW(parts)
+
+
+def build_optimizer(cfg: OptimizerConfig, model: nn.Module) -> torch.optim.Optimizer:
+    return OPTIMIZERS.get(cfg.name).build(cfg, model)
 
 
 @SCHEDULERS.register("none")

@@ -19,22 +19,29 @@ from .errors import CheckpointError
 log = logging.getLogger("accel")
 
 
+Changes = list[dict[str, tuple[Any, Any]]]  # per parameter group: {key: (checkpoint's value, recipe's value)}
+
+
 def optimizer_changes(
     optimizer: torch.optim.Optimizer, saved: dict[str, Any], recipe_optim: Any, scheduled: bool, path: Path
-) -> dict[str, tuple[Any, Any]]:
-    """{key: (checkpoint's value, recipe's value)} for each optimizer setting of the recipe that differs from the
-    checkpoint's. `optimizer` is freshly built from the recipe, before the checkpoint is loaded into it."""
+) -> Changes:
+    """For each parameter group, the optimizer settings of the recipe that differ from the checkpoint's.
+    `optimizer` is freshly built from the recipe, before the checkpoint is loaded into it. Group by group:
+    groups of different algorithms (muon's Muon and AdamW) hold different keys, some under one name (`eps`)."""
     keys = [key for key in type(recipe_optim).model_fields if key != "name"]
-    changes: dict[str, tuple[Any, Any]] = {}
+    changes: Changes = []
     for fresh, old in zip(optimizer.param_groups, saved.get("param_groups", [])):
+        changed = {}
         for key in keys:
             # under a schedule a group's lr is the schedule's current value; its peak is kept as max_lr
             # (one-cycle) or initial_lr (the others), set from the recipe's optim.lr when the schedule is built
             name = next((k for k in ("max_lr", "initial_lr") if k in fresh), key) if key == "lr" and scheduled else key
             if name in fresh and name in old and _plain(fresh[name]) != _plain(old[name]):
-                changes.setdefault(key, (_plain(old[name]), _plain(fresh[name])))
-    if scheduled and "lr" in changes:
-        old, new = changes["lr"]
+                changed[key] = (_plain(old[name]), _plain(fresh[name]))
+        changes.append(changed)
+    lr = _merged(changes).get("lr")
+    if scheduled and lr:
+        old, new = lr
         raise CheckpointError(
             f"optim.lr is {new:g} in the recipe but {old:g} in checkpoint {path}, and the learning-rate schedule "
             "in the checkpoint was planned around the old value, so the new one cannot take over mid-run. Resume "
@@ -43,20 +50,29 @@ def optimizer_changes(
     return changes
 
 
-def apply_recipe_values(optimizer: torch.optim.Optimizer, changes: dict[str, tuple[Any, Any]]) -> None:
+def apply_recipe_values(optimizer: torch.optim.Optimizer, changes: Changes) -> None:
     """Set the recipe's values over the loaded optimizer state, and say what changed."""
-    if not changes:
+    merged = _merged(changes)
+    if not merged:
         return
-    for group in optimizer.param_groups:
-        for key, (_, new) in changes.items():
+    for group, changed in zip(optimizer.param_groups, changes):
+        for key, (_, new) in changed.items():
             if isinstance(group[key], torch.Tensor):
                 group[key].fill_(new)
             else:
                 group[key] = tuple(new) if isinstance(group[key], tuple) else new
     log.info(
         "resume: the recipe's optimizer settings replace the checkpoint's: %s",
-        ", ".join(f"optim.{key} {old} -> {new}" for key, (old, new) in changes.items()),
+        ", ".join(f"optim.{key} {old} -> {new}" for key, (old, new) in merged.items()),
     )
+
+
+def _merged(changes: Changes) -> dict[str, tuple[Any, Any]]:
+    merged: dict[str, tuple[Any, Any]] = {}
+    for changed in changes:
+        for key, values in changed.items():
+            merged.setdefault(key, values)
+    return merged
 
 
 def _plain(value: Any) -> Any:

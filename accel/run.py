@@ -50,7 +50,7 @@ def build_trainer(recipe: Recipe, run_dir: RunDir | None = None, extra_callbacks
         recipe.data, splits, device=device, seed=recipe.seed, rank=world.rank, world_size=world.size
     )
     train_loader, val_loader = data.train_loader, data.val_loader
-    optimizer = build_optimizer(recipe.optim, model.parameters())
+    optimizer = build_optimizer(recipe.optim, model)
     per_epoch = steps_per_epoch(len(train_loader), recipe.train.grad_accum)
     total = recipe.train.max_steps or per_epoch * recipe.train.epochs
     scheduler = build_scheduler(recipe.schedule, optimizer, total_steps=total, steps_per_epoch=per_epoch)

@@ -41,7 +41,7 @@ def plain_loop(recipe: Recipe) -> dict[str, Any]:
     splits = DATASETS.get(recipe.data.dataset.name).build(recipe.data.dataset, recipe.seed)
     torch.manual_seed(recipe.seed)
     model = build_model(recipe.model, **splits.model_args())
-    optimizer = build_optimizer(recipe.optim, model.parameters())
+    optimizer = build_optimizer(recipe.optim, model)
     batch, train = recipe.data.batch_size, splits.train
     per_epoch = len(train) // batch
     total = recipe.train.max_steps or per_epoch * recipe.train.epochs
