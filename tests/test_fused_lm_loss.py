@@ -207,7 +207,9 @@ def test_whole_step_compile_traces_the_fused_loss_without_a_graph_break(tmp_path
 def test_a_hugging_face_causal_lm_hands_over_its_hidden_states():
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    config = transformers.GPT2Config(vocab_size=50, n_positions=8, n_embd=16, n_layer=1, n_head=2)
+    config = transformers.GPT2Config(
+        vocab_size=50, n_positions=8, n_embd=16, n_layer=1, n_head=2, resid_pdrop=0, embd_pdrop=0, attn_pdrop=0
+    )
     model = transformers.GPT2LMHeadModel(config)
     batch = token_batch()
     losses = [LanguageModel(fused_loss=fused, chunk_tokens=4).loss(model, batch) for fused in (False, True)]
