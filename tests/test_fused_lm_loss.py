@@ -230,3 +230,15 @@ def test_on_cuda_the_fused_loss_matches_the_plain_loss(caplog):
     plain = LanguageModel(label_smoothing=0.1).loss(model, batch)
     torch.testing.assert_close(fused, plain, rtol=1e-4, atol=1e-4)
     assert "fused loss: " in caplog.text  # which kernel ran: liger-kernel's where installed
+
+
+def test_the_flop_count_is_the_models_not_the_recomputation():
+    from contextlib import nullcontext
+
+    from accel.flops import count_step_flops
+
+    batch, model = token_batch(), tiny_gpt()
+    plain, fused = (
+        count_step_flops(model, LanguageModel(fused_loss=fused), batch, nullcontext()) for fused in (False, True)
+    )
+    assert fused == plain > 0

@@ -66,12 +66,13 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
             for start in range(0, len(hidden), ctx.chunk_tokens):
                 end = min(start + ctx.chunk_tokens, len(hidden))
                 h = hidden[start:end].to(ctx.dtype)
-                # d loss / d logits = softmax - (1 - e) onehot(y) - e / V, per scored token
-                grad = torch.exp(_chunk_logits(h, w, b) - lse[start:end, None])
+                # d loss / d logits = softmax - (1 - e) onehot(y) - e / V, per scored token; in place, so a chunk
+                # costs one [chunk, V] float32 buffer
+                grad = _chunk_logits(h, w, b).sub_(lse[start:end, None]).exp_()
                 grad.scatter_add_(1, safe[start:end, None], grad.new_full((end - start, 1), smoothing - 1))
                 if smoothing:
-                    grad = grad - smoothing / vocab
-                grad = (grad * row_scale[start:end, None]).to(ctx.dtype)
+                    grad.sub_(smoothing / vocab)
+                grad = grad.mul_(row_scale[start:end, None]).to(ctx.dtype)
                 if want_hidden:
                     grad_hidden.append((grad @ w).to(hidden.dtype))
                 if want_weight:

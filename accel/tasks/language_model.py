@@ -71,7 +71,9 @@ class LanguageModel(Task):
 
     def loss(self, model: Any, batch: Any) -> torch.Tensor:
         inputs, targets = batch
-        if self.fused_loss:
+        # accel's FLOP counter calls a function over the module's weights, not the module: it counts the plain loss,
+        # the model's FLOPs (MFU counts no recomputation, and the fused loss recomputes the logits in backward)
+        if self.fused_loss and isinstance(model, nn.Module):
             return self._fused_loss(model, inputs, targets)
         logits = logits_of(model(inputs))
         return F.cross_entropy(
