@@ -130,6 +130,12 @@ def test_under_bf16_autocast_the_logsumexp_is_float32_and_close_to_the_plain_los
     torch.testing.assert_close(fused, plain.float(), rtol=1e-2, atol=1e-2)
 
 
+def test_the_log_says_which_fused_loss_ran(caplog):
+    with caplog.at_level("INFO", logger="accel"):
+        LanguageModel(fused_loss=True, chunk_tokens=4).loss(tiny_gpt(), token_batch())
+    assert "fused loss: the chunked PyTorch cross-entropy, 4 tokens a chunk" in caplog.text
+
+
 class LogitsOnly(nn.Module):
     def __init__(self):
         super().__init__()
