@@ -4,13 +4,20 @@ under compile and autocast; and the full logits are really never kept for backwa
 
 from __future__ import annotations
 
+import json
+from contextlib import nullcontext
+
 import pytest
 import torch
 import torch.nn.functional as F
+import yaml
+from test_distributed import TOLERANCE, _train
 from torch import nn
+from torch._dynamo.utils import counters
 
 from accel.callbacks import Callback
 from accel.errors import AccelError
+from accel.flops import count_step_flops
 from accel.models import GPT
 from accel.recipe import validate_recipe
 from accel.run import build_trainer
@@ -198,8 +205,6 @@ def test_a_recipe_trains_to_the_same_losses_with_the_fused_loss(tmp_path, grad_a
 
 
 def test_whole_step_compile_traces_the_fused_loss_without_a_graph_break(tmp_path):
-    from torch._dynamo.utils import counters
-
     fused = {"name": "language_model", "fused_loss": True, "chunk_tokens": 40}
     eager = recipe_losses(tmp_path, fused)
     breaks = sum(counters["graph_break"].values())
@@ -239,12 +244,33 @@ def test_on_cuda_the_fused_loss_matches_the_plain_loss(caplog):
 
 
 def test_the_flop_count_is_the_models_not_the_recomputation():
-    from contextlib import nullcontext
-
-    from accel.flops import count_step_flops
-
     batch, model = token_batch(), tiny_gpt()
     plain, fused = (
         count_step_flops(model, LanguageModel(fused_loss=fused), batch, nullcontext()) for fused in (False, True)
     )
     assert fused == plain > 0
+
+
+@pytest.mark.slow
+def test_two_ddp_processes_with_the_fused_loss_train_as_one_with_the_plain_loss(tmp_path):
+    (tmp_path / "a.py").write_text("def f(x):\n    return x + 1\n" * 80)
+    recipe = {
+        "name": "lm",
+        "seed": 0,
+        "task": {"name": "language_model"},
+        "device": "cpu",
+        "model": {"name": "gpt", "args": {"width": 16, "depth": 1, "heads": 2}},
+        "data": {"dataset": {"name": "text_files", "root": str(tmp_path), "context": 16}, "batch_size": 8},
+        "optim": {"name": "adamw", "lr": 3e-3},
+        "train": {"max_steps": 8},
+        "log": {"progress": False, "tensorboard": False, "every_steps": 4},
+    }
+    path = tmp_path / "lm.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    two = _train(path, tmp_path / "two", "--nproc", "2", "--set", "task.fused_loss=true")
+    one = _train(path, tmp_path / "one", "--set", "data.batch_size=16")
+    assert two.wait(timeout=300) == 0, two.stderr.read()
+    assert one.wait(timeout=300) == 0, one.stderr.read()
+    a, b = (json.loads((tmp_path / run / "summary.json").read_text())["metrics"] for run in ("two", "one"))
+    for key in ("train_loss", "val_loss", "val_accuracy"):
+        assert a[key] == pytest.approx(b[key], rel=TOLERANCE, abs=TOLERANCE), key

@@ -24,6 +24,7 @@ from .chunked_ce import chunked_eval_sums, chunked_linear_cross_entropy
 from .lm_head import hidden_and_head
 
 log = logging.getLogger("accel")
+CHUNK_LOGITS = 2**24  # logits per chunk when chunk_tokens is not set: 64 MB of float32, whatever the vocabulary
 IGNORE = -100  # the target value that is not scored (padding), as in torch and Hugging Face
 
 
@@ -45,11 +46,12 @@ class LanguageModel(Task):
             "hidden states (accel's gpt, Hugging Face causal LMs; docs/tasks.md). liger-kernel's Triton kernel "
             "on CUDA where installed (`accel[liger]`), else chunks of `chunk_tokens` tokens",
         )
-        chunk_tokens: int = Field(
-            1024,
+        chunk_tokens: int | None = Field(
+            None,
             ge=1,
             description="tokens whose logits the chunked fused loss holds at once (memory: chunk_tokens x "
-            "vocabulary floats, a few times); smaller saves memory, larger runs fewer, bigger matmuls",
+            "vocabulary floats, a few times); null: as many as make 2^24 logits (64 MB of float32: 512 tokens "
+            "at a 32,768-token vocabulary). Smaller saves memory, larger runs fewer, bigger matmuls",
         )
 
     @classmethod
@@ -62,7 +64,11 @@ class LanguageModel(Task):
         )
 
     def __init__(
-        self, label_smoothing: float = 0.0, accuracy: bool = True, fused_loss: bool = False, chunk_tokens: int = 1024
+        self,
+        label_smoothing: float = 0.0,
+        accuracy: bool = True,
+        fused_loss: bool = False,
+        chunk_tokens: int | None = None,
     ):
         self.label_smoothing, self.accuracy = label_smoothing, accuracy
         self.fused_loss, self.chunk_tokens = fused_loss, chunk_tokens
@@ -90,10 +96,13 @@ class LanguageModel(Task):
             return liger_fused_linear_cross_entropy(
                 hidden, head.weight, targets, head.bias, ignore_index=IGNORE, label_smoothing=self.label_smoothing
             )
-        self._announce(f"the chunked PyTorch cross-entropy, {self.chunk_tokens} tokens a chunk")
-        return chunked_linear_cross_entropy(
-            hidden, head.weight, head.bias, targets, IGNORE, self.label_smoothing, self.chunk_tokens
-        )
+        chunk = self._chunk(head)
+        self._announce(f"the chunked PyTorch cross-entropy, {chunk} tokens a chunk")
+        smoothing = self.label_smoothing
+        return chunked_linear_cross_entropy(hidden, head.weight, head.bias, targets, IGNORE, smoothing, chunk)
+
+    def _chunk(self, head: nn.Linear) -> int:
+        return self.chunk_tokens or max(1, CHUNK_LOGITS // head.out_features)
 
     def _announce(self, backend: str) -> None:
         """Say once which fused loss runs; not while dynamo traces (a log call would break the graph), so a
@@ -113,7 +122,7 @@ class LanguageModel(Task):
         targets = targets.flatten()
         if self.fused_loss:
             hidden, head = hidden_and_head(model, inputs)
-            loss, correct = chunked_eval_sums(hidden, head.weight, head.bias, targets, IGNORE, self.chunk_tokens)
+            loss, correct = chunked_eval_sums(hidden, head.weight, head.bias, targets, IGNORE, self._chunk(head))
         else:
             logits = logits_of(model(inputs)).flatten(0, -2).float()
             loss = F.cross_entropy(logits, targets, ignore_index=IGNORE, reduction="sum")
