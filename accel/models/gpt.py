@@ -46,7 +46,8 @@ class Block(nn.Module):
 
 class GPT(nn.Module):
     """Token ids `[B, T]` (T <= context) -> next-token logits `[B, T, vocab_size]`. The output layer shares the
-    token embedding's weights."""
+    token embedding's weights. `return_hidden=True` returns the output layer's input `[B, T, width]` instead, for
+    a loss that never materialises the logits (task.fused_loss; accel/tasks/lm_head.py)."""
 
     def __init__(
         self, vocab_size: int, context: int, width: int = 192, depth: int = 4, heads: int = 4, dropout: float = 0.0
@@ -69,14 +70,19 @@ class GPT(nn.Module):
             residual = name.endswith("attn.proj.weight") or name.endswith("mlp.2.weight")
             nn.init.normal_(param, std=0.02 / math.sqrt(2 * depth) if residual else 0.02)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+    def get_output_embeddings(self) -> nn.Linear:
+        """The layer that makes the logits (Hugging Face's name for it)."""
+        return self.head
+
+    def forward(self, idx: torch.Tensor, return_hidden: bool = False) -> torch.Tensor:
         length = idx.shape[1]
         if length > self.context:
             raise ValueError(f"gpt: a sequence of {length} tokens is longer than the model's context {self.context}")
         x = self.embed(idx) + self.position[:length]
         for block in self.blocks:
             x = block(x)
-        return self.head(self.norm(x))
+        x = self.norm(x)
+        return x if return_hidden else self.head(x)
 
 
 @MODELS.register("gpt")

@@ -1,7 +1,14 @@
-"""Language modelling: next-token prediction over `(inputs, targets)` token batches, targets shifted by one."""
+"""Language modelling: next-token prediction over `(inputs, targets)` token batches, targets shifted by one.
+
+With `fused_loss` the model hands over its hidden states and output layer (accel/tasks/lm_head.py) and the loss
+is computed without the `[B, T, vocabulary]` logits: by liger-kernel's Triton kernel on CUDA where it is
+installed, else in chunks of tokens (accel/tasks/chunked_ce.py).
+"""
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 import math
 from typing import Any, Literal
 
@@ -13,7 +20,11 @@ from torch import nn
 from ..registry import TASKS
 from ..schema import StrictModel
 from .base import Task, logits_of
+from .chunked_ce import chunked_eval_sums, chunked_linear_cross_entropy
+from .lm_head import hidden_and_head
 
+log = logging.getLogger("accel")
+CHUNK_LOGITS = 2**24  # logits per chunk when chunk_tokens is not set: 64 MB of float32, whatever the vocabulary
 IGNORE = -100  # the target value that is not scored (padding), as in torch and Hugging Face
 
 
@@ -28,20 +39,77 @@ class LanguageModel(Task):
     class Config(StrictModel):
         name: Literal["language_model"] = "language_model"
         accuracy: bool = Field(True, description="also report next-token accuracy in evaluation")
+        fused_loss: bool = Field(
+            False,
+            description="compute the output layer and the cross-entropy together, never holding the [batch, "
+            "context, vocabulary] logits: peak memory stops growing with the vocabulary. The model hands over its "
+            "hidden states (accel's gpt, Hugging Face causal LMs; docs/tasks.md). liger-kernel's Triton kernel "
+            "on CUDA where installed (`accel[liger]`), else chunks of `chunk_tokens` tokens",
+        )
+        chunk_tokens: int | None = Field(
+            None,
+            ge=1,
+            description="tokens whose logits the chunked fused loss holds at once (memory: chunk_tokens x "
+            "vocabulary floats, a few times); null: as many as make 2^24 logits (64 MB of float32: 512 tokens "
+            "at a 32,768-token vocabulary). Smaller saves memory, larger runs fewer, bigger matmuls",
+        )
 
     @classmethod
     def from_config(cls, cfg: Config, loss: nn.Module) -> LanguageModel:
-        return cls(label_smoothing=getattr(loss, "label_smoothing", 0.0), accuracy=cfg.accuracy)
+        return cls(
+            label_smoothing=getattr(loss, "label_smoothing", 0.0),
+            accuracy=cfg.accuracy,
+            fused_loss=cfg.fused_loss,
+            chunk_tokens=cfg.chunk_tokens,
+        )
 
-    def __init__(self, label_smoothing: float = 0.0, accuracy: bool = True):
+    def __init__(
+        self,
+        label_smoothing: float = 0.0,
+        accuracy: bool = True,
+        fused_loss: bool = False,
+        chunk_tokens: int | None = None,
+    ):
         self.label_smoothing, self.accuracy = label_smoothing, accuracy
+        self.fused_loss, self.chunk_tokens = fused_loss, chunk_tokens
+        self._liger = importlib.util.find_spec("liger_kernel") is not None  # looked up once: not in a traced step
+        self._announced: set[str] = set()
 
     def loss(self, model: Any, batch: Any) -> torch.Tensor:
         inputs, targets = batch
+        # accel's FLOP counter calls a function over the module's weights, not the module: it counts the plain loss,
+        # the model's FLOPs (MFU counts no recomputation, and the fused loss recomputes the logits in backward)
+        if self.fused_loss and isinstance(model, nn.Module):
+            return self._fused_loss(model, inputs, targets)
         logits = logits_of(model(inputs))
         return F.cross_entropy(
             logits.flatten(0, -2), targets.flatten(), ignore_index=IGNORE, label_smoothing=self.label_smoothing
         )
+
+    def _fused_loss(self, model: Any, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        hidden, head = hidden_and_head(model, inputs)
+        hidden, targets = hidden.flatten(0, -2), targets.flatten()
+        if hidden.is_cuda and self._liger:
+            from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+
+            self._announce("liger-kernel's fused linear cross-entropy (Triton)")
+            return liger_fused_linear_cross_entropy(
+                hidden, head.weight, targets, head.bias, ignore_index=IGNORE, label_smoothing=self.label_smoothing
+            )
+        chunk = self._chunk(head)
+        self._announce(f"the chunked PyTorch cross-entropy, {chunk} tokens a chunk")
+        smoothing = self.label_smoothing
+        return chunked_linear_cross_entropy(hidden, head.weight, head.bias, targets, IGNORE, smoothing, chunk)
+
+    def _chunk(self, head: nn.Linear) -> int:
+        return self.chunk_tokens or max(1, CHUNK_LOGITS // head.out_features)
+
+    def _announce(self, backend: str) -> None:
+        """Say once which fused loss runs; not while dynamo traces (a log call would break the graph), so a
+        whole-step compiled run says it at the FLOP count or the first evaluation, which run eagerly."""
+        if not torch.compiler.is_compiling() and backend not in self._announced:
+            self._announced.add(backend)
+            log.info("language_model: fused loss: %s", backend)
 
     def samples(self, batch: Any) -> int:
         return len(batch[1])
@@ -51,15 +119,17 @@ class LanguageModel(Task):
 
     def eval_sums(self, model: Any, batch: Any) -> dict[str, torch.Tensor]:
         inputs, targets = batch
-        logits = logits_of(model(inputs)).flatten(0, -2).float()
         targets = targets.flatten()
-        scored = targets != IGNORE
-        sums = {
-            "loss": F.cross_entropy(logits, targets, ignore_index=IGNORE, reduction="sum"),
-            "tokens": scored.sum().double(),
-        }
+        if self.fused_loss:
+            hidden, head = hidden_and_head(model, inputs)
+            loss, correct = chunked_eval_sums(hidden, head.weight, head.bias, targets, IGNORE, self._chunk(head))
+        else:
+            logits = logits_of(model(inputs)).flatten(0, -2).float()
+            loss = F.cross_entropy(logits, targets, ignore_index=IGNORE, reduction="sum")
+            correct = ((logits.argmax(-1) == targets) & (targets != IGNORE)).sum() if self.accuracy else None
+        sums = {"loss": loss, "tokens": (targets != IGNORE).sum().double()}
         if self.accuracy:
-            sums["accuracy"] = ((logits.argmax(-1) == targets) & scored).sum().double()
+            sums["accuracy"] = correct.double()
         return sums
 
     def metrics(self, totals: dict[str, float]) -> dict[str, float]:
