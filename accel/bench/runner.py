@@ -287,23 +287,24 @@ def _run_job(index: int, trial: int, variant: str, recipe: Path, out: Path, sett
 
 
 @contextmanager
-def _sigterm_as_ctrl_c() -> Iterator[None]:
-    """SIGTERM (a `kill`, a job scheduler) stops the trials as Ctrl-C does: the running trial's process group is
-    killed and the finished trials are reported. Without this the parent died at once and left the trial (in its
-    own session) running, with no report."""
+def _signals_as_ctrl_c() -> Iterator[None]:
+    """SIGINT and SIGTERM (Ctrl-C, a `kill`, a job scheduler) stop the trials alike: the running trial's process
+    group is killed and the finished trials are reported. Without a handler, SIGTERM killed the parent at once
+    and left the trial (in its own session) running with no report, and a bench started with SIGINT ignored
+    (a background job of a script) could not be stopped by it at all."""
 
     def interrupt(signum, _frame):
         raise KeyboardInterrupt(f"signal {signum}")
 
     try:
-        previous = signal.signal(signal.SIGTERM, interrupt)
+        previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     except ValueError:  # not the main thread: signals stay with the caller
-        previous = None
+        previous = {}
     try:
         yield
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class TrialResults(list):
@@ -328,7 +329,7 @@ def run_trials(
     out = Path(out)
     (out / "trials").mkdir(parents=True, exist_ok=True)
     results = TrialResults()
-    with TrialProgress(console or Console(stderr=True), len(jobs)) as progress, _sigterm_as_ctrl_c():
+    with TrialProgress(console or Console(stderr=True), len(jobs)) as progress, _signals_as_ctrl_c():
         try:
             for index, (trial, variant, recipe) in enumerate(jobs):
                 reason = skip(variant, results) if skip is not None else None

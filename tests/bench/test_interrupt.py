@@ -50,8 +50,18 @@ def _running_trial(out: Path, bench: subprocess.Popen, timeout: float = 120) -> 
         time.sleep(0.1)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_stops_the_running_trial_and_the_report_says_interrupted(signum, tiny, write_recipe, tmp_path):
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a shell starts a script's background job
+
+
+@pytest.mark.parametrize(
+    "signum, started_ignoring_sigint",
+    [(signal.SIGINT, False), (signal.SIGTERM, False), (signal.SIGINT, True)],
+    ids=["sigint", "sigterm", "sigint-in-a-background-job"],
+)
+def test_a_signal_stops_the_running_trial_and_the_report_says_interrupted(
+    signum, started_ignoring_sigint, tiny, write_recipe, tmp_path
+):
     out = tmp_path / "bench"
     argv = [
         sys.executable,
@@ -78,6 +88,7 @@ def test_a_signal_stops_the_running_trial_and_the_report_says_interrupted(signum
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=_ignore_sigint if started_ignoring_sigint else None,
     )
     try:
         trial = _running_trial(out, bench)
