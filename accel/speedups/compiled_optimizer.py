@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -104,7 +105,8 @@ class CompiledStep:
 
 @SPEEDUPS.register("compiled_optimizer")
 class CompiledOptimizer(Speedup):
-    """torch.compile the optimizer step (any torch.optim optimizer) with tensor learning rates: one compilation."""
+    """torch.compile the optimizer step (any torch.optim optimizer), its learning rates as tensors: no schedule
+    recompiles it."""
 
     name = "compiled_optimizer"
     phase = Phase.KERNELS  # it chooses the optimizer's kernels: generated ones instead of torch's hand-written ones
@@ -128,6 +130,7 @@ class CompiledOptimizer(Speedup):
         self._final: dict[str, Any] = {}
         self._warned = False
         self._graphs_seen = 0
+        self._environ: dict[str, str] = {}
 
     def conflict(self, context: Context) -> str | None:
         if context.strategy == "fsdp":
@@ -145,6 +148,7 @@ class CompiledOptimizer(Speedup):
         return None
 
     def setup(self, trainer: "Trainer") -> None:
+        self._environ = dict(os.environ)  # tracing the step imports inductor, which sets variables (its cache dir)
         self._step, self._final, self._warned = CompiledStep(trainer.optimizer, self.cfg.backend), {}, False
         self._graphs_seen = 0
         self._step.install()
@@ -184,3 +188,6 @@ class CompiledOptimizer(Speedup):
         self._step.uninstall()
         self._step = None
         torch._dynamo.reset()  # drop the compiled step and its guards (they hold the optimizer)
+        for key in set(os.environ) - set(self._environ):
+            del os.environ[key]
+        os.environ.update(self._environ)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -123,7 +123,7 @@ class CapturedStep:
         side = torch.cuda.Stream(self.trainer.device)
         side.wait_stream(torch.cuda.current_stream(self.trainer.device))
         self.warmed += 1
-        with torch.cuda.stream(side), syncs_refused() if self.warmed == self.warmup_steps else _nothing():
+        with torch.cuda.stream(side), syncs_refused() if self.warmed == self.warmup_steps else nullcontext():
             loss = self._numeric_step(batch)
         torch.cuda.current_stream(self.trainer.device).wait_stream(side)
         return loss
@@ -151,11 +151,6 @@ class CapturedStep:
         with tensor_lrs(self.trainer.optimizer.param_groups, self._lrs):  # fills them with this step's lr
             self.graph.replay()
         return self.static_loss.clone()  # the next replay overwrites static_loss
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
 
 
 @SPEEDUPS.register("cuda_graphs")
