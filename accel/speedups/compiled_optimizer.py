@@ -36,13 +36,15 @@ log = logging.getLogger("accel")
 
 
 @contextmanager
-def tensor_lrs(groups: list[dict[str, Any]], tensors: list[torch.Tensor]) -> Iterator[None]:
-    """Each group's float `lr` replaced by its tensor in `tensors` (same values) for the duration, then restored.
-    The same tensor objects every call: dynamo sees one input of one shape, whatever the value."""
+def tensor_lrs(groups: list[dict[str, Any]], tensors: list[torch.Tensor], fill: bool = True) -> Iterator[None]:
+    """Each group's float `lr` replaced by its tensor in `tensors` (filled with the float unless `fill` is false:
+    a CUDA graph capture must not record the fill) for the duration, then restored. The same tensor objects every
+    call: dynamo sees one input of one shape, whatever the value."""
     floats = [group["lr"] for group in groups]
     for group, tensor in zip(groups, tensors, strict=True):
         if not isinstance(group["lr"], torch.Tensor):  # an optimizer built with tensor lrs keeps its own
-            tensor.fill_(group["lr"])
+            if fill:
+                tensor.fill_(group["lr"])
             group["lr"] = tensor
     try:
         yield

@@ -112,10 +112,15 @@ class CapturedStep:
 
     def _numeric_step(self, batch: Any) -> torch.Tensor:
         trainer = self.trainer
-        with tensor_lrs(trainer.optimizer.param_groups, self._lrs):
+        with tensor_lrs(trainer.optimizer.param_groups, self._lrs, fill=False):  # filled by _fill_lrs, uncaptured
             loss = trainer.forward_backward(batch)
             trainer.strategy.optimizer_step(trainer)
         return loss
+
+    def _fill_lrs(self) -> None:
+        """This step's learning rates into the tensors the step reads (a kernel launch each, no host sync)."""
+        for tensor, group in zip(self._lrs, self.trainer.optimizer.param_groups, strict=True):
+            tensor.fill_(group["lr"])
 
     def _warm_up(self, batch: Any) -> torch.Tensor:
         # on a side stream, as torch's CUDA-graph notes ask: lazy state (optimizer moments, cuDNN's choices,
@@ -123,6 +128,7 @@ class CapturedStep:
         side = torch.cuda.Stream(self.trainer.device)
         side.wait_stream(torch.cuda.current_stream(self.trainer.device))
         self.warmed += 1
+        self._fill_lrs()
         with torch.cuda.stream(side), syncs_refused() if self.warmed == self.warmup_steps else nullcontext():
             loss = self._numeric_step(batch)
         torch.cuda.current_stream(self.trainer.device).wait_stream(side)
@@ -132,6 +138,7 @@ class CapturedStep:
         self.static_batch = map_tensors(torch.clone, batch)
         self.trainer.optimizer.zero_grad(set_to_none=True)  # backward allocates the gradients in the graph's pool
         self.graph = torch.cuda.CUDAGraph()
+        self._fill_lrs()
         with torch.cuda.graph(self.graph):
             self.static_loss = self._numeric_step(self.static_batch)
         log.info("cuda_graphs: captured the training step after %d eager warm-up steps", self.warmed)
@@ -148,8 +155,8 @@ class CapturedStep:
             )
         for dst, src in zip(static, new, strict=True):
             dst.copy_(src, non_blocking=True)
-        with tensor_lrs(self.trainer.optimizer.param_groups, self._lrs):  # fills them with this step's lr
-            self.graph.replay()
+        self._fill_lrs()
+        self.graph.replay()
         return self.static_loss.clone()  # the next replay overwrites static_loss
 
 

@@ -154,6 +154,11 @@ def test_tensor_lrs_swaps_in_and_restores_floats():
         assert groups[0]["lr"] is tensors[0] and float(tensors[0]) == 0.5
         assert float(groups[1]["lr"]) == 0.25 and groups[1]["lr"] is not tensors[1]  # a tensor lr is kept
     assert groups[0]["lr"] == 0.5 and type(groups[0]["lr"]) is float
+    with tensor_lrs(groups, tensors, fill=False):  # a CUDA graph capture: the tensor is filled outside it
+        assert groups[0]["lr"] is tensors[0] and float(tensors[0]) == 0.5
+    tensors[0].zero_()
+    with tensor_lrs(groups, tensors, fill=False):
+        assert float(groups[0]["lr"]) == 0.0
 
 
 def test_refusals_name_their_reason():
