@@ -112,7 +112,7 @@ class CompiledOptimizer(Speedup):
 
     name = "compiled_optimizer"
     phase = Phase.KERNELS  # it chooses the optimizer's kernels: generated ones instead of torch's hand-written ones
-    # no tune candidate: on the measured CPU runs it did not pay for its compile time (docs/speedups.md)
+    # no tune candidate: CPU measurements did not settle a gain, and it compiles 50-140 s (docs/benchmarks.md)
 
     class Config(SpeedupConfig):
         backend: str = Field(
