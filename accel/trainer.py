@@ -199,11 +199,16 @@ class Trainer:
     def _step_batch(self, batch: Any, boundary: bool) -> torch.Tensor:
         """Forward and loss under the step contexts, the strategy's backward and, at a boundary, its step."""
         with nullcontext() if boundary else self.strategy.no_sync(self):
-            with self.step_contexts():
-                loss = self.forward_loss(batch)
-            self.strategy.backward(loss / self.cfg.grad_accum)
+            loss = self.forward_backward(batch)
         if boundary:
-            self._optimizer_step()
+            self.finish_step(self.strategy.optimizer_step(self))
+        return loss
+
+    def forward_backward(self, batch: Any) -> torch.Tensor:
+        """Forward and loss under the step contexts, then the strategy's backward of this micro-batch's share."""
+        with self.step_contexts():
+            loss = self.forward_loss(batch)
+        self.strategy.backward(loss / self.cfg.grad_accum)
         return loss
 
     def _forward_loss(self, batch: Any) -> torch.Tensor:
@@ -226,8 +231,9 @@ class Trainer:
             tensor = speedup.prepare_batch(tensor)
         return tensor
 
-    def _optimizer_step(self) -> None:
-        applied = self.strategy.optimizer_step(self)
+    def finish_step(self, applied: bool) -> None:
+        """The host's part after an optimizer step (`applied`: not skipped by the GradScaler): clear the gradients,
+        advance the schedule, count the step. A captured step replays the numeric part and then calls this."""
         self.optimizer.zero_grad(set_to_none=True)
         if applied and self.scheduler is not None:  # a step the GradScaler skipped does not advance the schedule
             self.scheduler.step()

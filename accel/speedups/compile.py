@@ -117,6 +117,37 @@ def _compile_seconds() -> float:
     return calculate_time_spent().get("total_wall_time", 0.0)  # forward frames plus AOT backward graphs
 
 
+def check_backend(value: str) -> str:
+    """`value` if dynamo knows the backend, else a ValueError naming the usual ones (a config validator)."""
+    backends = known_backends()
+    if value not in backends:
+        import torch._dynamo
+
+        usual = sorted(set(torch._dynamo.list_backends()) | {"eager", "aot_eager"})
+        raise ValueError(
+            f"unknown torch.compile backend `{value}`{did_you_mean(value, backends)}; use "
+            f"one of {', '.join(usual)} (torch._dynamo.list_backends(exclude_tags=()) also "
+            "lists the debugging ones)"
+        )
+    return value
+
+
+def unavailable(device: torch.device, backend: str) -> str | None:
+    """Why torch.compile with `backend` cannot run on `device` here, or None."""
+    import torch._dynamo
+
+    if not torch._dynamo.is_dynamo_supported():
+        return "torch.compile is not supported on this Python version or platform"
+    if device.type == "xla" and backend != "openxla":
+        return f"backend `{backend}` cannot compile for XLA devices; use backend: openxla"
+    if device.type == "cpu" and backend == "inductor" and not _has_cpp_compiler():
+        return (
+            "inductor generates C++ for CPUs and found no C++ compiler (install g++ or set CXX); "
+            "backend: aot_eager runs without one"
+        )
+    return None
+
+
 def _has_cpp_compiler() -> bool:
     from torch._inductor import cpp_builder
 
@@ -193,17 +224,7 @@ class Compile(Speedup):
         @field_validator("backend")
         @classmethod
         def _known_backend(cls, value: str) -> str:
-            backends = known_backends()
-            if value not in backends:
-                import torch._dynamo
-
-                usual = sorted(set(torch._dynamo.list_backends()) | {"eager", "aot_eager"})
-                raise ValueError(
-                    f"unknown torch.compile backend `{value}`{did_you_mean(value, backends)}; use "
-                    f"one of {', '.join(usual)} (torch._dynamo.list_backends(exclude_tags=()) also "
-                    "lists the debugging ones)"
-                )
-            return value
+            return check_backend(value)
 
         @model_validator(mode="after")
         def _one_scope(self) -> "Compile.Config":
@@ -238,21 +259,7 @@ class Compile(Speedup):
                 "sharded blocks are compiled one by one and blocks of other shapes recompile them; set "
                 "`speedups.compile.dynamic=false` (one graph per block shape)"
             )
-        return self._unavailable(context.device) or one_program(self, context)
-
-    def _unavailable(self, device: torch.device) -> str | None:
-        import torch._dynamo
-
-        if not torch._dynamo.is_dynamo_supported():
-            return "torch.compile is not supported on this Python version or platform"
-        if device.type == "xla" and self.cfg.backend != "openxla":
-            return f"backend `{self.cfg.backend}` cannot compile for XLA devices; use backend: openxla"
-        if device.type == "cpu" and self.cfg.backend == "inductor" and not _has_cpp_compiler():
-            return (
-                "inductor generates C++ for CPUs and found no C++ compiler (install g++ or set CXX); "
-                "backend: aot_eager runs without one"
-            )
-        return None
+        return unavailable(context.device, self.cfg.backend) or one_program(self, context)
 
     def setup(self, trainer) -> None:
         import torch._dynamo

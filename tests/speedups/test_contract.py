@@ -26,6 +26,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "cudnn": {"float32_matmul_precision": "medium"},  # the one cudnn flag that changes CPU matmuls
     "threads": {"intra_op": 2},  # the fixture below starts from 1 thread, so this is a change to undo
     "compile": {"backend": "eager"},  # traces and guards like inductor, without seconds of code generation
+    "compiled_optimizer": {"backend": "aot_eager"},  # the same, for the optimizer step
 }
 NAMES = SPEEDUPS.names()
 
