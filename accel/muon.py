@@ -18,7 +18,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import devices
 from .errors import AccelError, CheckpointError, did_you_mean
 from .models.blocks import repeated_blocks
 
@@ -139,18 +138,6 @@ def _log_split(muon: Named, adamw: Named, higher: list[str]) -> None:
 
 def _numel(named: Named) -> int:
     return sum(p.numel() for _, p in named)
-
-
-def warn_emulated_bf16(params: Named) -> None:
-    """torch's Newton-Schulz iteration runs in bf16, which a CPU without native bf16 emulates (measured in
-    docs/optimizers.md): say so, as the slowdown is otherwise a mystery."""
-    device = params[0][1].device
-    if not devices.supports_bf16(device):
-        log.warning(
-            "muon: torch's Muon orthogonalises in bf16, which this %s emulates; each step pays for it many "
-            "times over (docs/optimizers.md). adamw, or a machine with native bf16, is faster here.",
-            device.type.upper(),
-        )
 
 
 def refuse_sharded(params: Named) -> None:

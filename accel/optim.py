@@ -12,7 +12,8 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from .muon import MuonWithAdamW, refuse_sharded, split_parameters, warn_emulated_bf16
+from .muon import MuonWithAdamW, refuse_sharded, split_parameters
+from .muon_ns import DtypeMuon, choose_ns_dtype
 from .registry import OPTIMIZERS, SCHEDULERS
 from .schema import StrictModel
 
@@ -72,6 +73,12 @@ class Muon:
         momentum: float = Field(0.95, ge=0, lt=1, description="Muon's momentum")
         nesterov: bool = Field(True, description="Muon's Nesterov momentum")
         ns_steps: int = Field(5, ge=1, lt=100, description="Newton-Schulz iterations that orthogonalise a step")
+        ns_dtype: Literal["auto", "bfloat16", "float32"] = Field(
+            "auto",
+            description="dtype of the Newton-Schulz iteration. auto: bfloat16 (torch's Muon's) where the device "
+            "computes bf16 natively (CUDA, a CPU with AVX512-BF16 or AMX), float32 where bf16 is emulated "
+            "(an AVX2-only CPU), which there costs a fraction of the emulated bf16",
+        )
         betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW's moment decay rates")
         eps: float = Field(1e-8, gt=0, description="AdamW's denominator guard")
         muon_params: list[str] = Field(
@@ -88,10 +95,10 @@ class Muon:
     def build(cfg: "Muon.Config", model: nn.Module) -> torch.optim.Optimizer:
         muon, adamw = split_parameters(model, cfg.muon_params, cfg.adamw_params)
         refuse_sharded(muon)
-        warn_emulated_bf16(muon)
         parts = [
-            torch.optim.Muon(
+            DtypeMuon(
                 [p for _, p in muon],
+                choose_ns_dtype(cfg.ns_dtype, muon[0][1].device),
                 lr=cfg.lr,
                 weight_decay=cfg.weight_decay,
                 momentum=cfg.momentum,
