@@ -19,9 +19,10 @@ from torch import nn
 
 from accel import devices
 from accel.cli import main
-from accel.errors import AccelError, CheckpointError
+from accel.errors import AccelError, CheckpointError, RecipeError
 from accel.models.gpt import gpt
 from accel.models.vision import small_cnn
+from accel.muon_ns import DTYPES, DtypeMuon, orthogonalise
 from accel.optim import AdamW, Muon, build_optimizer, build_scheduler
 from accel.recipe import validate_recipe
 from accel.resume import apply_recipe_values, optimizer_changes
@@ -124,21 +125,66 @@ def test_muon_changes_the_hidden_matrices_step_and_adamw_steps_the_rest_exactly_
         assert torch.equal(p, q) != hidden, name
 
 
-def test_the_update_of_a_hidden_matrix_is_orthogonalised():
+@pytest.mark.parametrize("ns_dtype", ["bfloat16", "float32"])
+def test_the_update_of_a_hidden_matrix_is_orthogonalised(ns_dtype):
     model = MLP()
     before = model.hidden[1].weight.detach().clone()
-    optimizer = muon(model, lr=1e-2, weight_decay=0.0)
+    optimizer = muon(model, lr=1e-2, weight_decay=0.0, ns_dtype=ns_dtype)
     torch.manual_seed(0)
     model.hidden[1](torch.randn(64, 16)).pow(2).sum().backward()
     gradient = model.hidden[1].weight.grad.clone()
     optimizer.step()
     step = (before - model.hidden[1].weight.detach()) / (1e-2 * 0.2 * 16**0.5)  # match_rms_adamw's lr scale
     spread = torch.linalg.svdvals(step.double())
-    # Newton-Schulz in bf16 maps every singular value into about [0.5, 1.5] (torch's docstring); the gradient's
-    # own are far apart, so this is the orthogonalisation at work, not a property of the gradient
+    # Newton-Schulz maps every singular value into about [0.5, 1.5] (torch's docstring); the gradient's own are
+    # far apart, so this is the orthogonalisation at work, not a property of the gradient
     assert spread.min() > 0.4 and spread.max() < 1.6, spread
     raw = torch.linalg.svdvals(gradient.double())
     assert raw.max() / raw.min() > 10 * spread.max() / spread.min()
+
+
+def test_float32_follows_the_newton_schulz_iteration_far_closer_than_bf16():
+    torch.manual_seed(0)
+    update = torch.randn(48, 16)
+    args = ((3.4445, -4.7750, 2.0315), 5, 1e-7)
+    exact = orthogonalise(update.double(), torch.float64, *args)
+    error = {dtype: (orthogonalise(update, dtype, *args) - exact).abs().max() for dtype in DTYPES.values()}
+    assert error[torch.float32] < 1e-4 and error[torch.bfloat16] > 1e-3
+    assert error[torch.float32] < error[torch.bfloat16] / 100
+    spread = torch.linalg.svdvals(orthogonalise(update, torch.float32, *args).double())
+    assert spread.min() > 0.4 and spread.max() < 1.6, spread
+
+
+@pytest.mark.parametrize("nesterov", [True, False])
+def test_in_bfloat16_the_step_is_torchs_muon_to_the_bit(nesterov):
+    torch.manual_seed(0)
+    ours, theirs = (nn.Parameter(w) for w in torch.randn(48, 16).repeat(2, 1, 1))
+    options = {"lr": 1e-2, "weight_decay": 0.1, "nesterov": nesterov, "adjust_lr_fn": "match_rms_adamw"}
+    mine = DtypeMuon([ours], torch.bfloat16, **options)
+    torch_muon = torch.optim.Muon([theirs], **options)
+    for _ in range(3):
+        ours.grad = torch.randn(48, 16)
+        theirs.grad = ours.grad.clone()
+        mine.step()
+        torch_muon.step()
+    assert torch.equal(ours, theirs)
+    assert mine.state_dict()["state"][0].keys() == torch_muon.state_dict()["state"][0].keys()
+    assert torch.equal(mine.state[ours]["momentum_buffer"], torch_muon.state[theirs]["momentum_buffer"])
+
+
+def test_in_float32_the_momentum_is_torchs_and_only_the_orthogonalisation_differs():
+    torch.manual_seed(0)
+    ours, theirs = (nn.Parameter(w) for w in torch.randn(48, 16).repeat(2, 1, 1))
+    mine = DtypeMuon([ours], torch.float32, lr=1e-2, nesterov=False)  # no Nesterov: the update is the buffer
+    torch_muon = torch.optim.Muon([theirs], lr=1e-2, nesterov=False)
+    for _ in range(2):
+        ours.grad = torch.randn(48, 16)
+        theirs.grad = ours.grad.clone()
+        mine.step()
+        torch_muon.step()
+    assert torch.equal(mine.state[ours]["momentum_buffer"], torch_muon.state[theirs]["momentum_buffer"])
+    assert not torch.equal(ours, theirs)
+    torch.testing.assert_close(ours, theirs, atol=2e-4, rtol=0)  # bf16's rounding of a 1e-2 step
 
 
 @pytest.mark.parametrize("schedule", [{"name": "onecycle"}, {"name": "cosine", "warmup_steps": 2}])
@@ -212,13 +258,20 @@ def test_the_optim_speedup_keeps_torchs_implementation():
     assert choose_impl(muon(MLP()), "auto") is None  # torch's Muon has no fused or foreach kernel
 
 
-def test_a_cpu_that_emulates_bf16_is_warned_about(monkeypatch, caplog):
-    with caplog.at_level(logging.WARNING, logger="accel"):
-        muon(MLP())
-        assert "emulates" not in caplog.text  # the tests' CPU counts as native (conftest)
+def test_auto_orthogonalises_in_float32_where_the_cpu_emulates_bf16(monkeypatch, caplog):
+    with caplog.at_level(logging.INFO, logger="accel"):
+        assert muon(MLP()).parts[0].ns_dtype == torch.bfloat16  # the tests' CPU counts as native (conftest)
+        assert "Newton-Schulz in bfloat16 (bf16 is native on this CPU)" in caplog.text
         monkeypatch.setattr(devices, "cpu_has_native_bf16", lambda: False)
-        muon(MLP())
-    assert "orthogonalises in bf16, which this CPU emulates" in caplog.text
+        assert muon(MLP()).parts[0].ns_dtype == torch.float32
+        assert "Newton-Schulz in float32 (bf16 is emulated on this CPU)" in caplog.text
+        assert muon(MLP(), ns_dtype="bfloat16").parts[0].ns_dtype == torch.bfloat16  # asked for, not chosen
+
+
+def test_the_ns_dtype_key_validates_and_a_wrong_value_names_it():
+    assert validate_recipe({**TINY_LM, "optim": {"name": "muon", "ns_dtype": "float32"}}).optim.ns_dtype == "float32"
+    with pytest.raises(RecipeError, match="optim.ns_dtype"):
+        validate_recipe({**TINY_LM, "optim": {"name": "muon", "ns_dtype": "fp32"}})
 
 
 def test_a_sharded_model_is_refused():
