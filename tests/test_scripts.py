@@ -121,6 +121,16 @@ def test_peak_rates_measures_each_precision_the_device_has(tmp_path):
     assert result["matmul_tflops"]["fp32"] > 0 and result["env"]["cuda_available"] is not None
 
 
+def test_muon_ns_dtype_times_each_dtype_at_both_orientations(tmp_path):
+    out = tmp_path / "ns.json"
+    _script("benchmarks/muon_ns_dtype.py", "--repeats", "1", "--json", str(out))
+    rows = json.loads(out.read_text())["rows"]
+    assert {(tuple(r["shape"]), r["ns_dtype"]) for r in rows} == {
+        (shape, dtype) for shape in ((192, 768), (768, 192)) for dtype in ("bfloat16", "float32")
+    }
+    assert all(r["median_s"] > 0 for r in rows)
+
+
 def test_transformer_probe_reports_tokens_per_second_and_a_row_per_variant(tmp_path):
     out = tmp_path / "probe.json"
     _script(
