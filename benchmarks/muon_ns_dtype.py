@@ -4,7 +4,7 @@ the shape of lm-bytes' GPT matrices (192 x 768 and 768 x 192). On a CPU without 
 emulated, which is why `auto` picks float32 there. Median of --repeats calls after one warm-up; prints a table
 and writes JSON.
 
-    python benchmarks/muon_ns_dtype.py --json benchmarks/results/muon-ns-dtype.json
+    python benchmarks/muon_ns_dtype.py --threads 1 --json benchmarks/results/muon-ns-dtype.json
 """
 
 from __future__ import annotations
@@ -39,8 +39,11 @@ def seconds(update: torch.Tensor, dtype: torch.dtype, repeats: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's); 1 on a busy shared machine")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     rows = []
     for shape in ((192, 768), (768, 192)):
