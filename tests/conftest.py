@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from PIL import Image
 
 ROOT = Path(__file__).resolve().parent.parent
 # bf16 autocast runs on every CPU in the tests, including those that only emulate it (the tests check numbers,
@@ -56,6 +55,8 @@ def write_recipe(tmp_path):
 
 def jpeg_folder(root: Path) -> Path:
     """Two classes of ten real JPEG files each, of varied sizes, under `root`."""
+    from PIL import Image  # here, not at the top: the XLA environment (scripts/test-xla) has no Pillow
+
     rng = np.random.default_rng(0)
     for label in ("a", "b"):
         (root / label).mkdir(parents=True)
