@@ -206,3 +206,12 @@ def test_compare_peer_gpt_times_both_loops_at_two_lengths(tmp_path):
     else:
         assert result["verdict"] in {"accel faster", "accel slower", "no measurable difference"}
         assert len(result["ratio_plain_over_accel"]["pairs"]) == 1
+
+
+def test_peer_gpt_steps_times_all_four_loops(tmp_path):
+    out = tmp_path / "steps.json"
+    _script("benchmarks/peer_gpt_steps.py", "--rounds", "1", "--steps", "8", "--json", str(out))
+    summary = json.loads(out.read_text())["summary"]
+    assert set(summary) == {"plain", "plain, accel's AdamW", "plain, accel's loader", "accel"}
+    assert all(row["median_step_s"] > 0 for row in summary.values())
+    assert summary["plain"]["over_plain"] == [1.0, 1.0, 1.0]
