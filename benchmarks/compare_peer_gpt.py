@@ -31,10 +31,13 @@ import sysconfig
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import yaml
+
+if TYPE_CHECKING:
+    import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = {  # model and batch of each size; the optimizer settings are those such trainers publish for a CPU
@@ -54,6 +57,32 @@ def write_tokens(folder: Path, context: int, batch: int) -> None:
     data[-n_val:].astype(np.uint16).tofile(folder / "val.bin")
 
 
+def random_windows(data: np.ndarray, block: int, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`batch` random windows of the token memory map and the same windows one token on, as such loops cut them."""
+    import torch  # here: the comparing process itself never needs torch
+
+    ix = torch.randint(len(data) - block, (batch,))
+    x = torch.stack([torch.from_numpy(data[i : i + block].astype(np.int64)) for i in ix])
+    y = torch.stack([torch.from_numpy(data[i + 1 : i + 1 + block].astype(np.int64)) for i in ix])
+    return x, y
+
+
+def peer_adamw(model: torch.nn.Module, decay_everything: bool = False) -> torch.optim.AdamW:
+    """AdamW with decay on matrices only, as those trainers configure it (`decay_everything`: one group, as accel)."""
+    import torch
+
+    params = list(model.parameters())
+    groups = (
+        params
+        if decay_everything
+        else [
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": WEIGHT_DECAY},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        ]
+    )
+    return torch.optim.AdamW(groups, lr=LR, betas=BETAS, weight_decay=WEIGHT_DECAY)
+
+
 def plain_main(args: argparse.Namespace) -> None:
     """The plain loop, in its own process (`compare_peer_gpt.py plain ...`)."""
     import torch
@@ -67,10 +96,7 @@ def plain_main(args: argparse.Namespace) -> None:
     val_data = np.memmap(args.data / "val.bin", dtype=np.uint16, mode="r")
 
     def get_batch(data: np.ndarray):
-        ix = torch.randint(len(data) - block, (batch,))
-        x = torch.stack([torch.from_numpy(data[i : i + block].astype(np.int64)) for i in ix])
-        y = torch.stack([torch.from_numpy(data[i + 1 : i + 1 + block].astype(np.int64)) for i in ix])
-        return x, y
+        return random_windows(data, block, batch)
 
     def get_lr(it: int) -> float:
         if it < WARMUP:
@@ -80,15 +106,7 @@ def plain_main(args: argparse.Namespace) -> None:
 
     torch.manual_seed(1337)
     model = ViewGPT(256, block, **{k: size[k] for k in MODEL_ARGS})
-    params = list(model.parameters())  # weight decay on matrices only, as those trainers configure AdamW
-    optimizer = torch.optim.AdamW(
-        [
-            {"params": [p for p in params if p.dim() >= 2], "weight_decay": WEIGHT_DECAY},
-            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-        ],
-        lr=LR,
-        betas=BETAS,
-    )
+    optimizer = peer_adamw(model)
     x, y = get_batch(train_data)
     for it in range(args.max_steps):
         for group in optimizer.param_groups:

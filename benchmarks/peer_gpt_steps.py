@@ -62,31 +62,15 @@ def accel_fit(recipe: Path, steps: int) -> float:
 def plain_loop(work: Path, steps: int, one_group: bool = False, accel_loader: bool = False) -> float:
     block, batch = SIZE["context"], SIZE["batch"]
     data = np.memmap(work / "train.bin", dtype=np.uint16, mode="r")
-
-    def get_batch():
-        ix = torch.randint(len(data) - block, (batch,))
-        x = torch.stack([torch.from_numpy(data[i : i + block].astype(np.int64)) for i in ix])
-        y = torch.stack([torch.from_numpy(data[i + 1 : i + 1 + block].astype(np.int64)) for i in ix])
-        return x, y
-
     torch.manual_seed(1337)
     model = ViewGPT(256, block, **{k: SIZE[k] for k in peer.MODEL_ARGS})
-    params = list(model.parameters())
-    groups = (
-        params
-        if one_group
-        else [
-            {"params": [p for p in params if p.dim() >= 2], "weight_decay": peer.WEIGHT_DECAY},
-            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-        ]
-    )
-    optimizer = torch.optim.AdamW(groups, lr=peer.LR, betas=peer.BETAS, weight_decay=peer.WEIGHT_DECAY)
+    optimizer = peer.peer_adamw(model, decay_everything=one_group)
     if accel_loader:
         spec = load_recipe(work / "recipe.yaml")
         batches = iter(build_trainer(spec).train_loader)
         next_batch = lambda: next(batches)  # noqa: E731
     else:
-        next_batch = get_batch
+        next_batch = lambda: peer.random_windows(data, block, batch)  # noqa: E731
     x, y = next_batch()
     times = [time.perf_counter()]
     for it in range(steps):
