@@ -185,5 +185,21 @@ class StepDecay:
         return torch.optim.lr_scheduler.StepLR(optimizer, step_size=cfg.every_epochs * steps_per_epoch, gamma=cfg.gamma)
 
 
+@SCHEDULERS.register("lr_range")
+class LRRange:
+    """The learning-rate range test (Smith, 2017): the rate grows geometrically over the run while the loss is
+    watched; `accel tune --objective time` runs it to propose a learning rate."""
+
+    class Config(StrictModel):
+        name: Literal["lr_range"] = "lr_range"
+        start_factor: float = Field(0.01, gt=0, description="first lr = lr x start_factor")
+        end_factor: float = Field(100.0, gt=0, description="last lr = lr x end_factor")
+
+    @staticmethod
+    def build(cfg, optimizer, *, total_steps: int, steps_per_epoch: int):
+        growth = (cfg.end_factor / cfg.start_factor) ** (1 / max(total_steps - 1, 1))
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: cfg.start_factor * growth**step)
+
+
 def build_scheduler(cfg, optimizer, *, total_steps: int, steps_per_epoch: int):
     return SCHEDULERS.get(cfg.name).build(cfg, optimizer, total_steps=total_steps, steps_per_epoch=steps_per_epoch)

@@ -11,6 +11,7 @@ reported the model's traits.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +26,7 @@ from ..registry import SPEEDUPS
 from ..speedups import Candidate, Context, Phase, Speedup
 from .variants import format_value, vary_variants
 
-BATCH_KEY, WORKERS_KEY = "data.batch_size", "data.loader.num_workers"
+BATCH_KEY, WORKERS_KEY, LR_KEY, OPTIMIZER_KEY = "data.batch_size", "data.loader.num_workers", "optim.lr", "optim.name"
 THREAD_FIELDS = ("num_threads", "threads", "intra_op_threads", "intra_op")  # how a `threads` speed-up may name it
 OFF = {"enabled": False}
 TRAITS = {trait: words for trait, (words, _) in MODEL_TRAITS.items()}
@@ -43,7 +44,9 @@ def tuned_speedups() -> list[type[Speedup]]:
 class Knob:
     """A recipe key and the values to try, with a label for each. `bounded`: ascending, and the first failure
     ends the search. `speedup`: the first value is the speed-up off, the reference the others must beat.
-    `needs`: the model trait each value needs (None: none)."""
+    `needs`: the model trait each value needs (None: none). `couple`: other keys a value changes with it, given
+    the choices so far and the recipe (a batch size carries its learning rate). `range_test`: the candidates
+    come from a learning-rate range test run when the knob's stage starts."""
 
     key: str
     values: list[Any]
@@ -51,6 +54,8 @@ class Knob:
     speedup: bool = False
     labels: list[str] = field(default_factory=list)
     needs: list[str | None] = field(default_factory=list)
+    couple: Callable[[Any, dict[str, Any], dict], dict[str, Any]] | None = None
+    range_test: bool = False
 
     def label(self, value: Any) -> str:
         return self.labels[self.values.index(value)] if self.labels else format_value(value)
@@ -98,6 +103,53 @@ def threads_key() -> str | None:
     return next((f"speedups.threads.{name}" for name in THREAD_FIELDS if name in fields), None)
 
 
+def lookup(data: dict, key: str) -> Any:
+    """The value at a dotted key of plain recipe data, or None when it is not there."""
+    for part in key.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return None
+        data = data[part]
+    return data
+
+
+def current(key: str, chosen: dict[str, Any], plain: dict) -> Any:
+    """A key's value as the search stands: chosen so far, else the recipe's."""
+    return chosen[key] if key in chosen else lookup(plain, key)
+
+
+def lr_for_batch(batch: int, chosen: dict[str, Any], plain: dict) -> dict[str, Any]:
+    """The learning rate scaled with the batch size: linearly for SGD (Goyal et al., 2017), by the square root
+    for the adaptive optimizers (Malladi et al., 2022), whose steps do not grow with the gradient's size."""
+    before = current(BATCH_KEY, chosen, plain)
+    lr = current(LR_KEY, chosen, plain)
+    if batch == before:
+        return {LR_KEY: lr}
+    power = 1.0 if current(OPTIMIZER_KEY, chosen, plain) == "sgd" else 0.5
+    return {LR_KEY: float(f"{lr * (batch / before) ** power:.4g}")}
+
+
+def time_knobs(base: Recipe, batch_sizes: str | None = None, tries: list[str] = ()) -> list[Knob]:
+    """`tune --objective time`: the knobs that change learning, in order. The optimizer (Muon on the hidden
+    matrices against the recipe's), then the learning rate (a range test proposes the candidate), then the batch
+    size with the learning rate scaled to it. Speed-ups, workers and threads change only speed: tune them with
+    the speed objective first."""
+    b = base.data.batch_size
+    knobs = [Knob(OPTIMIZER_KEY, ["muon"])] if base.optim.name != "muon" else []
+    knobs += [
+        Knob(LR_KEY, [], range_test=True),
+        Knob(BATCH_KEY, _listed(batch_sizes, [max(1, b // 2), b, 2 * b]), bounded=True, couple=lr_for_batch),
+    ]
+    return knobs + _tried(tries)
+
+
+def _tried(tries: list[str]) -> list[Knob]:
+    knobs = []
+    for item in tries:
+        variants = vary_variants([item])
+        knobs.append(Knob(next(iter(variants[0].overrides)), [v.overrides[k] for v in variants for k in v.overrides]))
+    return knobs
+
+
 def _listed(text: str | None, default: list[Any]) -> list[Any]:
     # None: the flag was not given, use the default; "" (e.g. --threads=): skip this knob.
     if text is None:
@@ -131,9 +183,7 @@ def build_knobs(
             "--threads needs a registered `threads` speed-up with a thread-count option; "
             "none is installed. Use --try KEY=V1,V2 for the key your setup uses."
         )
-    for item in tries:
-        variants = vary_variants([item])
-        knobs.append(Knob(next(iter(variants[0].overrides)), [v.overrides[k] for v in variants for k in v.overrides]))
+    knobs += _tried(tries)
     for knob in knobs:
         if knob.bounded and not all(isinstance(v, int) and v > 0 for v in knob.values):
             raise AccelError(f"{knob.key} candidates must be positive integers, got {knob.values}.")

@@ -106,6 +106,7 @@ class Trial(Record):
     env: dict[str, Any] | None = None
     time_to_target_s: float | None = None
     target_evals: list[dict[str, Any]] | None = None
+    step_losses: list[float] | None = None  # each optimizer step's training loss, warm-up included
     # the runner's, added in the parent process
     index: int | None = None
     started_at: float | None = None
@@ -141,6 +142,8 @@ class VariantSummary(Record):
     mfu: float | None
     time_to_target_s: float | None
     target_reached: int | None
+    # the variant's time to the target over the baseline's (below 1: sooner), its verdict read like a speed-up's
+    time_to_target_ratio: Reading | None = None
     ratio_vs_baseline: Interval
     verdict: Verdict | None
     median_step_ratio: Interval

@@ -33,12 +33,14 @@ def _reading(reading: Reading | None) -> str:
     return f"{SAY[reading.verdict]}, {reading.text()}"
 
 
-def _target_cell(r: VariantSummary, target: str | None) -> list[str]:
+def _target_cell(r: VariantSummary, target: str | None, is_base: bool) -> list[str]:
     if not target:
         return []
     if not r.target_reached:
         return ["never reached"]
-    return [f"{r.time_to_target_s:.1f} ({r.target_reached}/{r.ok_trials} trials)"]
+    ratio = r.time_to_target_ratio
+    said = f", {ratio.text()} the baseline's" if ratio and ratio.median is not None and not is_base else ""
+    return [f"{r.time_to_target_s:.1f} ({r.target_reached}/{r.ok_trials} trials){said}"]
 
 
 def _row(r: VariantSummary, is_base: bool, target: str | None = None, compiled: bool = False) -> list[str]:
@@ -58,7 +60,7 @@ def _row(r: VariantSummary, is_base: bool, target: str | None = None, compiled: 
         "" if is_base else _f(r.break_even_steps, "{:.0f}"),
         _f(r.final_loss, "{:.4f}"),
         _f(r.val_metric, "{:.4f}"),
-        *_target_cell(r, target),
+        *_target_cell(r, target, is_base),
         "; ".join(flags),
     ]
 

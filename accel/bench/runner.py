@@ -237,6 +237,12 @@ class TrialSettings:
     target: str | None = None  # METRIC=VALUE: time each trial until the metric reaches VALUE
     eval_every: int | None = None
     evaluate: bool = True  # False: no evaluation at all (tune guards results by the training loss alone)
+    # tune --objective time: every trial trains on `samples` samples whatever its batch size, evaluates on
+    # `eval_batches` batches, records its curve (`curve`: also with no target yet) and stops at the target
+    samples: int | None = None
+    eval_batches: int | None = None
+    curve: bool = False
+    stop_at_target: bool = False
 
 
 def trial_argv(recipe: Path, settings: TrialSettings, json_path: Path, variant: str, trial: int) -> list[str]:
@@ -257,6 +263,10 @@ def trial_argv(recipe: Path, settings: TrialSettings, json_path: Path, variant: 
         str(trial),  # `=`: a name like -amp is not an option
         *(["--target", settings.target] if settings.target else []),
         *(["--eval-every", str(settings.eval_every)] if settings.eval_every else []),
+        *(["--curve"] if settings.curve else []),
+        *(["--eval-batches", str(settings.eval_batches)] if settings.eval_batches else []),
+        *(["--samples", str(settings.samples)] if settings.samples else []),
+        *(["--stop-at-target"] if settings.stop_at_target else []),
         *([] if settings.evaluate else ["--no-eval"]),
     ]
 

@@ -94,6 +94,7 @@ def _summarize_variant(variant: Variant, trials: list[Trial], base_ok: list[Tria
         # --target: the median over the trials that reached it; `target_reached` says how many did
         time_to_target_s=_median(_values(ok, "time_to_target_s")),
         target_reached=sum(t.time_to_target_s is not None for t in ok) if _targeted(ok) else None,
+        time_to_target_ratio=_time_ratio(ok, base_ok, is_base) if _targeted(ok) and _targeted(base_ok) else None,
         ratio_vs_baseline=_interval(ratio),
         verdict=ratio.verdict,
         median_step_ratio=_interval(steady),
@@ -116,6 +117,25 @@ def _summarize_variant(variant: Variant, trials: list[Trial], base_ok: list[Tria
         ok_trials=len(ok),
         trials=list(trials),
     )
+
+
+def _time_ratio(ok: list[Trial], base_ok: list[Trial], is_base: bool) -> Reading:
+    """The time to target over the baseline's, read through each trial's speed to it (1/s; 0 when it never got
+    there), so a trial that never reached the target counts as slowest rather than dropping out, and the
+    verdict reads like a throughput's: helped means sooner."""
+
+    def speeds(trials: list[Trial]) -> list[float]:
+        return [1 / t.time_to_target_s if t.time_to_target_s else 0.0 for t in trials]
+
+    base = speeds(base_ok)
+    if not base or np.median(base) <= 0:  # the baseline never got there: nothing to compare with
+        return Reading(median=None, ci95=None, verdict=None)
+    speed = _ratio(speeds(ok), base, is_base)
+    if not speed.median:
+        return Reading(median=None, ci95=None, verdict=Verdict.HURT if speed.median == 0 else None)
+    lo, hi = speed.ci95
+    ci = (1 / hi, 1 / lo) if lo > 0 else None  # an upper end of "never" has no number
+    return Reading(median=1 / speed.median, ci95=ci, verdict=speed.verdict)
 
 
 def _targeted(trials: list[Trial]) -> bool:

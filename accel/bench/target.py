@@ -1,6 +1,6 @@
-"""Time to a target: the wall seconds from a trial's process start (imports, compilation and evaluation
-included) until a validation metric first reaches a value. The figure that catches a speed-up that is fast per
-step but slows learning."""
+"""Time to a target: the wall seconds from a trial's process start (imports, compilation and training included;
+the trial's own evaluations, its probes, excluded) until a validation metric first reaches a value. The figure
+that catches a speed-up that is fast per step but slows learning."""
 
 from __future__ import annotations
 
@@ -28,8 +28,18 @@ class Target:
     def reached(self, value: float) -> bool:
         return value <= self.value if self.minimise else value >= self.value
 
+    @property
+    def arg(self) -> str:
+        """As --target takes it, exactly."""
+        return f"{self.metric}={self.value!r}"
+
     def __str__(self) -> str:
         return f"{self.metric}{'<=' if self.minimise else '>='}{self.value:g}"
+
+
+def time_to(target: Target, evals: list[dict[str, Any]]) -> float | None:
+    """The wall time of the first evaluation in `evals` (TargetClock's records) that meets `target`, or None."""
+    return next((e["wall_s"] for e in evals if target.reached(e["value"])), None)
 
 
 def parse_target(text: str) -> Target:
@@ -47,26 +57,40 @@ def parse_target(text: str) -> Target:
 
 
 class TargetClock(Callback):
-    """Reads every evaluation; notes the wall time since the process started when the target is first met."""
+    """Reads every evaluation: its step, value (the target's metric; with no target, the task's main metric, so a
+    target can be set from the curve afterwards) and wall time since the process started less the evaluations so
+    far (`eval_s`, theirs included): a run evaluates as its recipe says, not ten times as a timed trial probes it,
+    and an evaluation as slow as the training around it would otherwise halve every difference. Notes when the
+    target is first met, and with `stop` ends the fit there."""
 
-    def __init__(self, target: Target):
-        self.target = target
+    def __init__(self, target: Target | None, stop: bool = False):
+        self.target, self.stop, self.stopped = target, stop, False
         self.started = psutil.Process().create_time()  # the trial process's start, as the OS recorded it
         self.evals: list[dict[str, Any]] = []
         self.reached_s: float | None = None
+        self.eval_s, self.last_batch = 0.0, None
+
+    def on_batch_end(self, trainer, info) -> None:
+        self.last_batch = time.time()
 
     def on_log(self, trainer, record: dict[str, Any]) -> None:
         if record["kind"] != "eval":
             return
-        if self.target.metric not in record:
+        metric = self.target.metric if self.target else trainer.task.main_metric[0]
+        if metric not in record:
             raise AccelError(
-                f"--target: the task reports no `{self.target.metric}`; its metrics: "
+                f"--target: the task reports no `{metric}`; its metrics: "
                 f"{', '.join(k for k in record if k.startswith('val_'))}"
             )
-        wall_s, value = time.time() - self.started, record[self.target.metric]
-        self.evals.append({"step": record["step"], "wall_s": wall_s, "value": value})
-        if self.reached_s is None and self.target.reached(value):
+        now = time.time()
+        self.eval_s += now - (self.last_batch or now)  # the trainer logs an evaluation as soon as it ends
+        self.last_batch = now
+        wall_s, value = now - self.started - self.eval_s, record[metric]
+        self.evals.append({"step": record["step"], "wall_s": wall_s, "value": value, "eval_s": self.eval_s})
+        if self.target and self.reached_s is None and self.target.reached(value):
             self.reached_s = wall_s
+            if self.stop:  # the rest of the run would only cost time: tune has what it measures
+                trainer.should_stop = self.stopped = True
 
     def result(self) -> dict[str, Any]:
         return {"time_to_target_s": self.reached_s, "target_evals": self.evals}

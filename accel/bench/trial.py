@@ -3,11 +3,13 @@
 The recipe is already resolved (the runner wrote it); this only adds the bench's own settings: a step budget of
 warmup + steps, a device sync after every step so step times are exact, no progress bar, TensorBoard, run
 directory, early stopping or mid-run evaluation (evaluation still runs once at the end, so a recipe with a
-validation split reports its accuracy; with --target it also runs every --eval-every steps, timed from the
-process start until the metric reaches the target; with --no-eval never, which `accel tune` uses: its trials
-compare only speed and the training loss, and the evaluation was a fifth of a ResNet-18 trial on a CPU). It
-writes a `Trial` record (accel/bench/records.py) as JSON, which the runner reads back. On any exception the
-record holds `error` (the traceback) and the process exits with code 1.
+validation split reports its accuracy; with --target or --curve it also runs every --eval-every steps, each
+evaluation's value and wall time recorded, and the time from the process start until the metric reaches the
+target; with --no-eval never, which `accel tune` uses for speed: its trials compare only speed and the training
+loss, and the evaluation was a fifth of a ResNet-18 trial on a CPU). `accel tune --objective time` adds
+--samples (the same data whatever the batch size), --eval-batches and --stop-at-target. It writes a `Trial`
+record (accel/bench/records.py) as JSON, which the runner reads back. On any exception the record holds `error`
+(the traceback) and the process exits with code 1.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import statistics
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +76,14 @@ def _final_loss(steps: list[dict[str, Any]]) -> float | None:
     return float(torch.stack(losses).mean()) if losses else None
 
 
+def _step_losses(steps: list[dict[str, Any]]) -> list[float]:
+    """Each optimizer step's mean training loss (one device sync for the run, at its end)."""
+    if not steps:
+        return []
+    losses = torch.stack([torch.stack([loss.float() for loss in s["losses"]]).mean() for s in steps])
+    return losses.tolist()
+
+
 def _median_rate(steps: list[dict[str, Any]]) -> float | None:
     rates = [s["samples"] / s["s"] for s in steps if s["s"] > 0]
     return statistics.median(rates) if rates else None
@@ -104,14 +115,53 @@ def measure(timer: StepTimer, warmup: int, setup_s: float) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class Evals:
+    """When a trial evaluates: `every` N steps (None: a tenth of the run) when timing a `target` or recording the
+    `curve` of the main metric, each pass over at most `batches` validation batches (None: all); `stop`: end the
+    trial at the target. `enabled`: False evaluates nothing."""
+
+    target: Target | None = None
+    every: int | None = None
+    batches: int | None = None
+    stop: bool = False
+    curve: bool = False
+    enabled: bool = True
+
+    @property
+    def timed(self) -> bool:
+        return self.target is not None or self.curve
+
+
+def _total_steps(recipe_path: Path, steps: int, warmup: int, samples: int | None) -> int:
+    """warmup + steps, or with `samples` the optimizer steps that train on that many samples at this recipe's batch
+    size (at least warmup + 1)."""
+    if samples is None:
+        return warmup + steps
+    from ..recipe import load_recipe
+
+    recipe = load_recipe(recipe_path)
+    per_step = recipe.data.batch_size * recipe.train.grad_accum
+    return max(-(-samples // per_step), warmup + 1)
+
+
+def _eval_settings(evals: Evals, total: int) -> list[str]:
+    # Time to a target needs the validation metric of the run, not of a few batches, unless tune caps it (every
+    # candidate then evaluates on the same first batches); the result guard compares every variant on the same
+    # first batches, and evaluating a large validation set does not dominate the trial.
+    if not evals.timed:
+        return [f"train.eval_max_batches={GUARD_BATCHES}"]
+    settings = [f"train.eval_every_steps={evals.every or max(total // 10, 1)}"]
+    return settings + ([f"train.eval_max_batches={evals.batches}"] if evals.batches else [])
+
+
 def run_trial(
     recipe_path: Path,
     steps: int,
     warmup: int,
     trial: int = 0,
-    target: Target | None = None,
-    eval_every: int | None = None,
-    evaluate: bool = True,
+    evals: Evals = Evals(),
+    samples: int | None = None,
 ) -> Trial:
     """Build and fit the recipe under the bench settings; the measured figures of one trial.
 
@@ -125,26 +175,22 @@ def run_trial(
     from ..run import build_trainer
 
     started = time.perf_counter()
-    # Time to a target needs the whole validation set; otherwise the result guard compares every variant on
-    # the same first batches, and evaluating a large validation set does not dominate the trial.
-    evals = (
-        [f"train.eval_every_steps={eval_every or max((warmup + steps) // 10, 1)}"]
-        if target
-        else [f"train.eval_max_batches={GUARD_BATCHES}"]
-    )
-    recipe = load_recipe(recipe_path, [f"train.max_steps={warmup + steps}", *BENCH_SETTINGS, *evals])
+    total = _total_steps(recipe_path, steps, warmup, samples)
+    recipe = load_recipe(recipe_path, [f"train.max_steps={total}", *BENCH_SETTINGS, *_eval_settings(evals, total)])
     recipe.seed += trial
-    timer, clock = StepTimer(), TargetClock(target) if target else None
+    timer = StepTimer()
+    clock = TargetClock(evals.target, stop=evals.stop) if evals.timed else None
     trainer = build_trainer(recipe, run_dir=None, extra_callbacks=[timer] + ([clock] if clock else []))
-    if not evaluate:
+    if not evals.enabled:
         trainer.val_loader = None
     built = time.perf_counter()
     devices.reset_peak_memory(trainer.device)
     summary = trainer.fit()
-    if summary["status"] != "completed":
+    reached = clock is not None and clock.stopped
+    if summary["status"] != "completed" and not reached:
         raise AccelError(f"training did not complete (status {summary['status']}).")
-    if len(timer.steps) < warmup + steps:
-        raise AccelError(f"only {len(timer.steps)} of {warmup + steps} steps ran.")
+    if len(timer.steps) < total and not reached:
+        raise AccelError(f"only {len(timer.steps)} of {total} steps ran.")
     result = measure(timer, warmup, setup_s=(timer.fit_started or built) - built)
     return Trial(
         **result,
@@ -169,6 +215,7 @@ def run_trial(
             "steps_per_epoch": _steps_per_epoch(trainer),
             "env": devices.environment(trainer.device),
             **(clock.result() if clock else {}),
+            "step_losses": [float(loss) for loss in _step_losses(timer.steps)],
         },
     )
 
@@ -209,9 +256,31 @@ def _parser() -> argparse.ArgumentParser:
         metavar="METRIC=VALUE",
         help="evaluate every --eval-every steps; record when METRIC first reaches VALUE",
     )
-    parser.add_argument("--eval-every", type=int, default=None, help="steps between evaluations (with --target)")
+    parser.add_argument(
+        "--eval-every",
+        type=int,
+        default=None,
+        help="with --target or --curve: steps between evaluations (default: a tenth of the run)",
+    )
+    parser.add_argument("--curve", action="store_true", help="evaluate every --eval-every steps; record each value")
+    parser.add_argument("--eval-batches", type=int, default=None, help="validation batches per evaluation (all)")
+    parser.add_argument("--stop-at-target", action="store_true", help="end the trial once --target is reached")
+    parser.add_argument(
+        "--samples",
+        type=int,
+        default=None,
+        help="train on this many samples (steps from the batch size), not warmup + --steps",
+    )
     parser.add_argument("--no-eval", dest="evaluate", action="store_false", help="evaluate nothing (not with --target)")
     return parser
+
+
+def _evals(args: argparse.Namespace) -> Evals:
+    if (args.target or args.curve) and not args.evaluate:
+        raise AccelError("--target and --curve need evaluations; drop --no-eval.")
+    if args.stop_at_target and not args.target:
+        raise AccelError("--stop-at-target needs a --target.")
+    return Evals(args.target, args.eval_every, args.eval_batches, args.stop_at_target, args.curve, args.evaluate)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -221,11 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.steps < 1 or args.warmup < 0:
             raise AccelError(f"--steps must be >= 1 and --warmup >= 0, got {args.steps} and {args.warmup}.")
-        if args.target and not args.evaluate:
-            raise AccelError("--target needs evaluations; drop --no-eval.")
-        measured = run_trial(
-            args.recipe, args.steps, args.warmup, args.trial, args.target, args.eval_every, args.evaluate
-        )
+        measured = run_trial(args.recipe, args.steps, args.warmup, args.trial, _evals(args), args.samples)
         result, code = measured.updated(**head), 0
     except BaseException:  # KeyboardInterrupt too: the runner still gets a readable record
         result, code = Trial(**head | {"error": traceback.format_exc()}), 1

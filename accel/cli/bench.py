@@ -10,6 +10,9 @@ from pathlib import Path
 from ..errors import AccelError
 from .options import add_sets, add_trial_options, check_trial_options
 
+SPEED_STEPS, TIME_STEPS = (10, 3), (60, 1)  # tune's (steps, warmup) per objective: a speed, and a short run
+TIME_EVAL_BATCHES = 4
+
 
 def add(commands) -> None:
     bench_parser = commands.add_parser(
@@ -98,7 +101,33 @@ def add(commands) -> None:
         metavar="KEY=V1,V2",
         help="also search any other recipe key (repeatable)",
     )
-    add_trial_options(tune_parser, steps=10, warmup=3, trials=2)
+    tune_parser.add_argument(
+        "--objective",
+        choices=("speed", "time"),
+        default="speed",
+        help="speed: samples/s (speed-ups, batch size, workers, threads); time: the wall time until a validation "
+        "target (optimizer, learning rate by a range test, batch size with the learning rate scaled)",
+    )
+    tune_parser.add_argument(
+        "--target",
+        metavar="METRIC=VALUE",
+        help="with --objective time: the validation target (default: what the recipe as given reaches at the end "
+        "of a trial's run)",
+    )
+    tune_parser.add_argument(
+        "--eval-batches",
+        type=int,
+        default=TIME_EVAL_BATCHES,
+        metavar="N",
+        help=f"with --objective time: validation batches per evaluation, the same for every trial "
+        f"(default {TIME_EVAL_BATCHES}; 0: all)",
+    )
+    add_trial_options(
+        tune_parser,
+        steps=f"{SPEED_STEPS[0]}, or {TIME_STEPS[0]} with --objective time",
+        warmup=f"{SPEED_STEPS[1]}, or {TIME_STEPS[1]} with --objective time",
+        trials=2,
+    )
     tune_parser.add_argument("--out", help="recipe fragment to write (default: WORK/tuned.yaml)")
     tune_parser.add_argument("--work", help="folder for trial recipes and logs (default: runs/tune-<name>-<timestamp>)")
     tune_parser.set_defaults(run=tune)
@@ -147,32 +176,32 @@ def tune(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from ..bench.runner import TrialSettings
-    from ..bench.tune import NOTHING_MEASURED, build_knobs, table, write_fragment
+    from ..bench.target import parse_target
+    from ..bench.tune import NOTHING_MEASURED, Objective, table, time_settings, write_fragment
     from ..bench.tune import tune as run_tune
     from ..io import default_out
     from ..recipe import load_recipe
     from ..rundir import check_results_out
 
+    time = args.objective == "time"
+    default_steps, default_warmup = TIME_STEPS if time else SPEED_STEPS
+    args.steps = default_steps if args.steps is None else args.steps
+    args.warmup = default_warmup if args.warmup is None else args.warmup
     check_trial_options(args)
     base = load_recipe(args.recipe, args.overrides)
-    from ..devices import resolve_device
-
-    knobs = build_knobs(
-        base,
-        args.batch_sizes,
-        args.workers,
-        args.threads,
-        args.tries,
-        speedups=args.speedups,
-        device=resolve_device(base.device),
-    )
+    knobs = _tune_knobs(args, base)
     if not knobs:
         raise AccelError("nothing to tune: every knob was given an empty list.")
     work = Path(args.work) if args.work else default_out(base.name, kind="tune")
     check_results_out(work, "tune")
     settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache, evaluate=False)
+    objective = Objective(args.objective, parse_target(args.target) if args.target else None)
+    if time:
+        settings = time_settings(settings, base, args.eval_batches)
     try:
-        result = run_tune(base, knobs, work, settings, args.trials, budget_s=args.budget, final_check=True)
+        result = run_tune(
+            base, knobs, work, settings, args.trials, budget_s=args.budget, final_check=True, objective=objective
+        )
     except KeyboardInterrupt:
         print(
             f"interrupted: no fragment written (nothing chosen from a search cut short); the trials so far are "
@@ -188,3 +217,22 @@ def tune(args: argparse.Namespace) -> int:
     )
     print(path)
     return 0
+
+
+def _tune_knobs(args: argparse.Namespace, base) -> list:
+    from ..bench.tune import build_knobs, time_knobs
+    from ..devices import resolve_device
+
+    if args.objective == "time":
+        if args.workers or args.threads or not args.speedups:
+            raise AccelError(
+                "--objective time tunes the optimizer, learning rate and batch size; --workers, --threads and "
+                "--no-speedups belong to --objective speed (run it first, then tune its result for time)."
+            )
+        return time_knobs(base, args.batch_sizes, args.tries)
+    if args.target:
+        raise AccelError("--target needs --objective time (the speed objective measures samples/s).")
+    device = resolve_device(base.device)
+    return build_knobs(
+        base, args.batch_sizes, args.workers, args.threads, args.tries, speedups=args.speedups, device=device
+    )

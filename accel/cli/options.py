@@ -18,10 +18,20 @@ def add_sets(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_trial_options(parser: argparse.ArgumentParser, steps: int, warmup: int, trials: int) -> None:
-    parser.add_argument("--steps", type=int, default=steps, help=f"timed optimizer steps per trial (default {steps})")
+def add_trial_options(parser: argparse.ArgumentParser, steps: int | str, warmup: int | str, trials: int) -> None:
+    """The options every trial takes; `steps` and `warmup` given as text are the help's account of defaults the
+    command resolves itself (None until then)."""
     parser.add_argument(
-        "--warmup", type=int, default=warmup, help=f"untimed steps before them; compile happens here (default {warmup})"
+        "--steps",
+        type=int,
+        default=steps if isinstance(steps, int) else None,
+        help=f"timed optimizer steps per trial (default {steps})",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=warmup if isinstance(warmup, int) else None,
+        help=f"untimed steps before them; compile happens here (default {warmup})",
     )
     parser.add_argument("--trials", type=int, default=trials, help=f"fresh processes per variant (default {trials})")
     parser.add_argument("--timeout", type=float, help="seconds before a trial is killed and recorded as failed")

@@ -35,6 +35,7 @@ VARIANT_KEYS = {
     "mfu",
     "time_to_target_s",
     "target_reached",
+    "time_to_target_ratio",
     "lint",
     "compile_s",
     "median_step_ratio",

@@ -255,7 +255,7 @@ def test_a_trial_without_evaluation_still_guards_by_its_training_loss(tiny, writ
         )
         == 1
     )
-    assert "--target needs evaluations" in json.loads(out.read_text())["error"]
+    assert "--target and --curve need evaluations" in json.loads(out.read_text())["error"]
     argv = trial_argv(tmp_path / "r.yaml", TrialSettings(2, 1, evaluate=False), out, "v", 0)
     assert argv[-1] == "--no-eval" and "--no-eval" not in trial_argv(
         tmp_path / "r.yaml", TrialSettings(2, 1), out, "v", 0

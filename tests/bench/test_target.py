@@ -79,3 +79,26 @@ def test_a_metric_the_task_does_not_report_fails_the_trial(tiny, write_recipe, t
     assert main(argv) == 0
     report = json.loads((out / "report.json").read_text())
     assert "the task reports no `val_perplexity`" in report["variants"][0]["trials"][0]["error"]
+
+
+def test_a_trial_trains_on_samples_records_its_curve_without_its_evaluations_and_stops_at_the_target(
+    tiny, write_recipe, tmp_path
+):
+    from accel.bench.trial import main as trial_main
+
+    out, recipe = tmp_path / "t.json", str(write_recipe(tiny | {"data": tiny["data"] | {"batch_size": 8}}))
+    # 48 samples at batch 8: 6 steps, one of them warm-up; the curve every 2 steps, with no target
+    argv = [recipe, "--steps", "1", "--warmup", "1", "--samples", "48", "--eval-every", "2", "--json", str(out)]
+    assert trial_main([*argv, "--curve"]) == 0
+    curve = json.loads(out.read_text())
+    assert curve["steps"] == 5 and len(curve["step_losses"]) == 6 and curve["time_to_target_s"] is None
+    evals = curve["target_evals"]
+    assert [e["step"] for e in evals] == [2, 4, 6] and all(e["eval_s"] > 0 for e in evals)
+    assert evals[0]["eval_s"] < evals[-1]["eval_s"] and all(0 < e["wall_s"] for e in evals)
+    # accuracy 0.0 is met at the first evaluation: the trial ends there
+    assert trial_main([*argv, "--target", "val_accuracy=0.0", "--stop-at-target"]) == 0
+    stopped = json.loads(out.read_text())
+    assert [e["step"] for e in stopped["target_evals"]] == [2] and stopped["steps"] == 1
+    assert stopped["time_to_target_s"] == stopped["target_evals"][0]["wall_s"]
+    assert trial_main([*argv, "--stop-at-target"]) == 1
+    assert "--stop-at-target needs a --target" in json.loads(out.read_text())["error"]

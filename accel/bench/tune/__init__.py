@@ -15,25 +15,34 @@ the recipe's planned steps. Batch sizes are tried in ascending order and the fir
 or no full batch left) bounds the search. A budget skips the knobs whose trials would not fit, and ends a stage
 whose remaining trials no longer fit once its first trials show them slower than estimated (compile's minutes).
 
-The modules: `search` (the stages and the choice), `budget`, `configs` (which overrides make the same
-configuration), `rows` (the result rows) and `output` (the table and the fragment).
+With `--objective time` (`objective`) the knobs are those that change learning, ranked by the wall time until a
+validation target rather than by samples/s; its learning-rate candidate comes from a range test (`lr_range`).
+docs/bench.md says how each is run and chosen.
+
+The modules: `search` (the stages and the choice), `objective` (what a stage's winner must improve), `lr_range`,
+`budget`, `configs` (which overrides make the same configuration), `rows` (the result rows) and `output` (the
+table and the fragment).
 """
 
 from __future__ import annotations
 
-from ..knobs import BATCH_KEY, WORKERS_KEY, Knob, build_knobs
+from ..knobs import BATCH_KEY, WORKERS_KEY, Knob, build_knobs, time_knobs
+from .objective import Objective, time_settings
 from .output import NOTHING_MEASURED, table, write_fragment
 from .search import TrialRunner, TuneResult, tune
 
 __all__ = [
     "BATCH_KEY",
     "NOTHING_MEASURED",
+    "Objective",
     "WORKERS_KEY",
     "Knob",
     "TrialRunner",
     "TuneResult",
     "build_knobs",
     "table",
+    "time_knobs",
+    "time_settings",
     "tune",
     "write_fragment",
 ]

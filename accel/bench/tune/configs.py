@@ -6,17 +6,9 @@ import json
 from typing import Any
 
 from ...recipe import Recipe
+from ..knobs import lookup
 from ..runner import resolve_variant
 from ..variants import Variant
-
-
-def lookup(data: dict, key: str) -> Any:
-    """The value at a dotted key of plain recipe data, or None when it is not there."""
-    for part in key.split("."):
-        if not isinstance(data, dict) or part not in data:
-            return None
-        data = data[part]
-    return data
 
 
 def effective(base: Recipe, overrides: dict[str, Any]) -> dict[str, Any]:

@@ -10,12 +10,11 @@ import yaml
 from rich.table import Table
 
 from ...recipe import Recipe
-from ..knobs import BATCH_KEY
+from ..knobs import BATCH_KEY, lookup
 from ..records import Interval
 from ..runner import TrialSettings
 from ..summary import MIN_TRIALS
 from ..variants import format_value
-from .configs import lookup
 from .search import TuneResult
 
 NOTHING_MEASURED = (
@@ -30,6 +29,8 @@ def _ratio(interval: Interval | None) -> str:
 
 def table(result: TuneResult) -> Table:
     """The measurements as a rich table, one row per candidate, grouped by knob."""
+    if result.target:
+        return _time_table(result)
     out = Table(title="accel tune: samples/s per candidate (ratio vs the recipe's value; vs off for speed-ups)")
     for column in ("knob", "value", "samples/s [95% CI]", "ratio [95% CI]", "median-step ratio", "verdict", "note"):
         out.add_column(column)
@@ -58,6 +59,38 @@ def table(result: TuneResult) -> Table:
     return out
 
 
+def _reached(time_s: float | None, reached: int | None) -> str:
+    return "n/a" if reached is None else f"{time_s:.1f} ({reached} reached)" if reached else "never reached"
+
+
+def _time_table(result: TuneResult) -> Table:
+    out = Table(title=f"accel tune: time to {result.target} per candidate (ratio vs the reference's; below 1: sooner)")
+    for column in ("knob", "value", "time to target s", "time ratio [95% CI]", "verdict", "samples/s", "note"):
+        out.add_column(column)
+    for r in result.rows:
+        out.add_row(
+            r.knob,
+            r.label,
+            _reached(r.time_to_target_s, r.target_reached),
+            _ratio(r.time_ratio),
+            (r.time_ratio and r.time_ratio.verdict) or "",
+            r.samples_per_s.text("{:.1f}", ""),
+            r.note,
+        )
+    final = result.final
+    if final:
+        out.add_row(
+            "final check",
+            "tuned vs recipe",
+            ", ".join(f"{k} {v}" for k, v in (final.reached or {}).items()),
+            _ratio(final.time_ratio),
+            (final.time_ratio and final.time_ratio.verdict) or "",
+            final.samples_per_s.text("{:.1f}", ""),
+            "",
+        )
+    return out
+
+
 def _nested(chosen: dict[str, Any]) -> dict:
     data: dict = {}
     for key, value in chosen.items():
@@ -69,7 +102,12 @@ def _nested(chosen: dict[str, Any]) -> dict:
 
 
 def _choice_line(result: TuneResult, plain: dict, key: str, value: Any) -> str:
-    row = next(r for r in result.rows if r.knob == key and r.value == value)
+    row = next((r for r in result.rows if r.knob == key and r.value == value), None)
+    if row is None:  # carried by another knob's choice (a batch size's learning rate)
+        return f"{key}: {format_value(value)} (recipe had {format_value(lookup(plain, key))}; set with the batch size)"
+    if result.target:
+        said = f"{_ratio(row.time_ratio)} the time to the target" if lookup(plain, key) != value else "kept"
+        return f"{key}: {format_value(value)} (recipe had {format_value(lookup(plain, key))}; {said})"
     ratio, label = _ratio(row.ratio), row.label
     if key.startswith("speedups."):
         said = "nothing measurably beat off" if label == "off" else f"{ratio} samples/s vs off"
@@ -88,6 +126,9 @@ def _final_lines(result: TuneResult) -> list[str]:
         f"({final.verdict or 'too few trials for a verdict'}); by median step times "
         f"{_ratio(final.median_step_ratio)}."
     ]
+    if final.reached is not None:
+        reached = ", ".join(f"{k} {v}" for k, v in final.reached.items())
+        lines[0] += f" Time to {result.target}: {_ratio(final.time_ratio)} the recipe's (reached: {reached})."
     if final.reverted is not None:
         lines.append(
             "Slower than the recipe as given, so nothing is changed: the recipe stays as it is (the "
@@ -105,16 +146,30 @@ def _comment(result: TuneResult, base: Recipe, command: str, settings: TrialSett
         written,
         f"Measured on {env.get('device', 'this machine')}, torch {env.get('torch', '?')}: each candidate ran "
         f"{trials} trial(s) in fresh processes, {settings.steps} timed steps after {settings.warmup} warm-up.",
-        f"A value replaced the previous choice only when measurably faster (its 95% interval above 1.0x, "
-        f"by mean samples/s and by median step time both, at least {MIN_TRIALS} trials, none failed).",
+        *_rule(result, settings),
     ]
     plain = base.dump()
     lines += [_choice_line(result, plain, key, value) for key, value in result.chosen.items()]
     lines += _final_lines(result)
-    if result.chosen.get(BATCH_KEY, base.data.batch_size) != base.data.batch_size:
+    if not result.target and result.chosen.get(BATCH_KEY, base.data.batch_size) != base.data.batch_size:
         lines.append("The batch size changed: it changes optimisation, so re-check the learning rate and accuracy.")
     lines.append("Use: `base: <this file>` in a recipe; keys the recipe sets itself win over a base file.")
     return lines
+
+
+def _rule(result: TuneResult, settings: TrialSettings) -> list[str]:
+    if not result.target:
+        return [
+            f"A value replaced the previous choice only when measurably faster (its 95% interval above 1.0x, "
+            f"by mean samples/s and by median step time both, at least {MIN_TRIALS} trials, none failed)."
+        ]
+    return [
+        f"Objective: the wall time from process start to {result.target}, each trial training on "
+        f"{settings.samples} samples (the steps above at the recipe's batch size), evaluated ten times on "
+        f"{settings.eval_batches or 'all'} validation batches.",
+        f"A value replaced the previous choice only when it reached the target measurably sooner (its 95% "
+        f"interval of the time ratio below 1.0x, at least {MIN_TRIALS} trials, every one at the target).",
+    ]
 
 
 def write_fragment(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..knobs import TRAITS, Knob
-from ..records import Interval, Record, VariantSummary, Verdict
+from ..records import Interval, Reading, Record, VariantSummary, Verdict
 from ..summary import MIN_TRIALS
 
 
@@ -21,11 +21,16 @@ class TuneRow(Record):
     verdict: Verdict | None
     median_step_ratio: Interval | None = None
     note: str
+    # --objective time: median seconds to the target, the ratio to the reference's (below 1: sooner), and how many
+    # trials reached it
+    time_to_target_s: float | None = None
+    time_ratio: Reading | None = None
+    target_reached: int | None = None
 
 
 class FinalCheck(Record):
     """The tuned configuration against the recipe as given, measured last; `reverted` holds the choice that was
-    undone when it measured slower."""
+    undone when it measured slower (by time to the target under --objective time: `time_ratio`)."""
 
     samples_per_s: Interval
     ratio: Interval
@@ -33,20 +38,30 @@ class FinalCheck(Record):
     median_step_ratio: Interval
     median_step_verdict: Verdict | None
     reverted: dict[str, Any] | None = None
+    # --objective time: the tuned time to the target over the recipe's, and how many trials of each reached it
+    time_ratio: Reading | None = None
+    reached: dict[str, str] | None = None  # {"tuned": "2/2", "recipe as given": "2/2"}
 
     @property
     def slower(self) -> bool:
-        """Hurt by either reading: tuning must never cost speed."""
+        """Speed: hurt by either reading, since tuning must never cost speed. Time: not measured sooner on the
+        median, or short of the target in a trial, since a change to how a model learns must earn its place."""
+        if self.reached is not None:
+            ratio, (done, of) = self.time_ratio, self.reached["tuned"].split("/")
+            return ratio is None or ratio.median is None or ratio.median >= 1 or done != of
         return Verdict.HURT in (self.verdict, self.median_step_verdict)
 
 
-def final_check(tuned: VariantSummary) -> FinalCheck:
+def final_check(tuned: VariantSummary, recipe: VariantSummary) -> FinalCheck:
+    timed = tuned.target_reached is not None
     return FinalCheck(
         samples_per_s=tuned.samples_per_s,
         ratio=tuned.ratio_vs_baseline,
         verdict=tuned.verdict,
         median_step_ratio=tuned.median_step_ratio,
         median_step_verdict=tuned.median_step_verdict,
+        time_ratio=tuned.time_to_target_ratio if timed else None,
+        reached={r.name: f"{r.target_reached or 0}/{len(r.trials)}" for r in (tuned, recipe)} if timed else None,
     )
 
 
@@ -75,7 +90,8 @@ def _note(key: str, r: VariantSummary, current: str, best: str, passed: dict[str
     note = "chosen" if r.name == best else passed.get(r.name, "")
     if r.name == current and r.name != best:
         note = "reference (off)" if key.startswith("speedups.") else "current"
-    faster = (r.ratio_vs_baseline.median or 0) > 1
+    timed = r.time_to_target_ratio
+    faster = (timed.median or 2) < 1 if timed else (r.ratio_vs_baseline.median or 0) > 1
     if r.verdict is None and faster and r.name not in (best, current) and r.ok_trials < MIN_TRIALS:
         note = f"not trusted: fewer than {MIN_TRIALS} trials"
     failed = [t.error for t in r.trials if t.error]
@@ -98,4 +114,7 @@ def measured_row(key: str, r: VariantSummary, current: str, best: str, passed: d
         verdict=r.verdict,
         median_step_ratio=r.median_step_ratio,
         note=_note(key, r, current, best, passed),
+        time_to_target_s=r.time_to_target_s,
+        time_ratio=r.time_to_target_ratio,
+        target_reached=r.target_reached,
     )

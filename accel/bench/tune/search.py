@@ -16,13 +16,15 @@ from rich.console import Console
 from ...errors import AccelError
 from ...recipe import Recipe
 from .. import runner
-from ..knobs import Knob, usable
+from ..knobs import Knob, current, usable
 from ..records import Report, Trial, VariantSummary, Verdict
 from ..runner import SkipRule, TrialSettings, resolve_variant, write_recipes
 from ..summary import summarize
 from ..variants import Variant, format_value, interleave
 from .budget import Budget, WithinBudget
-from .configs import config_key, config_keys, effective, lookup
+from .configs import config_key, config_keys, effective
+from .lr_range import lr_range_knob
+from .objective import Objective
 from .rows import FinalCheck, TuneRow, final_check, measured_row, skipped_row, unusable_rows
 
 
@@ -48,6 +50,7 @@ class TuneResult:
     env: dict[str, Any] = field(default_factory=dict)
     final: FinalCheck | None = None  # the tuned configuration against the recipe as given, measured last
     compared: list[str] = field(default_factory=list)  # knobs with a candidate that ran beside the reference
+    target: str | None = None  # --objective time: the target every time was measured to
 
     @property
     def labels(self) -> dict[str, str]:
@@ -61,6 +64,7 @@ class TuneResult:
             "rows": [r.to_data() for r in self.rows],
             "env": self.env,
             "final": self.final.to_data() if self.final else None,
+            "target": self.target,
         }
 
 
@@ -74,9 +78,10 @@ class Measure:
     console: Console
     budget: Budget | None
     run_trials: TrialRunner
+    objective: Objective = field(default_factory=Objective)
 
     def run(self, jobs: list[tuple[int, str, Path]], out: Path, skip: SkipRule | None = None) -> list[Trial]:
-        results = self.run_trials(jobs, out, self.settings, self.console, skip=skip)
+        results = self.run_trials(jobs, out, self.objective.settings(self.settings), self.console, skip=skip)
         # Ctrl-C or SIGTERM ends the whole search, not only the stage it came in: no later stage runs, and no
         # choice rests on a stage cut short.
         if getattr(results, "interrupted", False):
@@ -107,15 +112,19 @@ def _candidates(knob: Knob, current: Any, traits: dict[str, bool]) -> list[Any]:
 
 
 def _reference(knob: Knob, chosen: dict[str, Any], plain: dict) -> Any:
-    return knob.values[0] if knob.speedup else chosen.get(knob.key, lookup(plain, knob.key))
+    return knob.values[0] if knob.speedup else current(knob.key, chosen, plain)
+
+
+def _variant(knob: Knob, value: Any, chosen: dict[str, Any], plain: dict) -> Variant:
+    label = knob.label(value) if value in knob.values else format_value(value)
+    coupled = knob.couple(value, chosen, plain) if knob.couple else {}
+    with_it = "".join(f" ({k}={format_value(v)})" for k, v in coupled.items() if v != current(k, chosen, plain))
+    return Variant(f"{knob.key}={label}{with_it}", {**chosen, knob.key: value, **coupled})
 
 
 def _variants(knob: Knob, chosen: dict[str, Any], plain: dict, traits: dict[str, bool]) -> list[Variant]:
     reference = _reference(knob, chosen, plain)
-    return [
-        Variant(f"{knob.key}={knob.label(v) if v in knob.values else format_value(v)}", {**chosen, knob.key: v})
-        for v in _candidates(knob, reference, traits)
-    ]
+    return [_variant(knob, v, chosen, plain) for v in _candidates(knob, reference, traits)]
 
 
 def _failed_bound(knob: Knob, names: dict[str, Any], current: Any) -> SkipRule:
@@ -229,12 +238,17 @@ def _search_knob(m: Measure, result: TuneResult, knob: Knob, out: Path, traits: 
             f"tune: the starting configuration ({stage.reference}) failed; fix the recipe first "
             f"(trial logs under {out.parent})."
         )
-    report = summarize(stage.trials, stage.variants, stage.reference)
-    best, passed = _pick(report, stage.reference, planned_steps(m.base, stage.trials), guard=knob.speedup)
-    result.chosen[knob.key] = best.overrides[knob.key]
-    if any(t.variant != stage.reference for t in stage.trials):
+    trials = m.objective.read(stage.trials, stage.reference)
+    report = summarize(trials, stage.variants, stage.reference)
+    if m.objective.time:
+        best, passed = m.objective.pick(report)
+        best = best or report.variant(stage.reference)
+    else:
+        best, passed = _pick(report, stage.reference, planned_steps(m.base, trials), guard=knob.speedup)
+    result.chosen.update(best.overrides)  # the knob's value and any key it carries (a batch size's learning rate)
+    if any(t.variant != stage.reference for t in trials):
         result.compared.append(knob.key)
-    result.env = result.env or next((t.env for t in stage.trials if t.env), {})
+    result.env = result.env or next((t.env for t in trials if t.env), {})
     result.rows += _stage_rows(stage, report, best.name, passed)
 
 
@@ -248,26 +262,34 @@ def tune(
     budget_s: float | None = None,
     final_check: bool = False,
     run_trials: TrialRunner = runner.run_trials,
+    objective: Objective | None = None,
 ) -> TuneResult:
     """Search `knobs` in order by measurement (trials under `work`, run by `run_trials`); the chosen values and
     every measurement. A knob whose trials would overrun `budget_s` is left as the recipe has it. With
     `final_check`, the tuned configuration then runs against the recipe as given, in time kept back from the
     budget for it; measured slower, the recipe as given is the result: tuning never leaves a user below where
-    they started."""
+    they started. `objective`: what a candidate must improve (samples/s by default; time to a target)."""
     work = Path(work)
     budget = Budget(budget_s, reserve=2 * trials if final_check else 0)
-    m = Measure(base, settings, trials, console or Console(stderr=True), budget, run_trials)
+    objective = objective or Objective()
+    m = Measure(base, settings, trials, console or Console(stderr=True), budget, run_trials, objective)
     result, traits = TuneResult(), {}
     if any(need for knob in knobs for need in knob.needs):  # a trial of the recipe reports the model's traits
         traits = _model_traits(m, knobs[0], work / "reference")
     for i, knob in enumerate(knobs):
-        _search_knob(m, result, knob, work / f"{i}-{knob.key}", traits)
+        out = work / f"{i}-{knob.key}"
+        if knob.range_test:
+            knob, rows = lr_range_knob(m, result.chosen, out / "range-test")
+            result.rows += rows
+        if knob is not None:
+            _search_knob(m, result, knob, out, traits)
     if final_check and config_key(base, result.chosen) != config_key(base, {}):  # measure what tuning bought
         budget.reserve = 0
         result.final = _final_check(m, result, work / "final")
         if result.final and result.final.slower:
             # knobs chosen one by one, slower together (by either reading: tuning must never cost speed)
             result.final.reverted, result.chosen = dict(result.chosen), {}
+    result.target = str(objective.target) if objective.target else None
     (work / "tune.json").write_text(json.dumps(result.to_data(), indent=2, default=str) + "\n")
     return result
 
@@ -287,5 +309,6 @@ def _final_check(m: Measure, result: TuneResult, out: Path) -> FinalCheck | None
         return None
     variants = [Variant("recipe as given"), Variant("tuned", effective(m.base, result.chosen))]  # no `key: null`
     files = write_recipes({v.name: resolve_variant(m.base, v) for v in variants}, out)
-    done = m.run([(t, v.name, files[v.name]) for t, v in interleave(variants, m.trials)], out)
-    return final_check(summarize(done, variants, "recipe as given").variants[1])
+    done = m.objective.read(m.run([(t, v.name, files[v.name]) for t, v in interleave(variants, m.trials)], out), "")
+    report = summarize(done, variants, "recipe as given")
+    return final_check(report.variant("tuned"), report.variant("recipe as given"))
