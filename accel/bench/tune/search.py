@@ -309,6 +309,6 @@ def _final_check(m: Measure, result: TuneResult, out: Path) -> FinalCheck | None
         return None
     variants = [Variant("recipe as given"), Variant("tuned", effective(m.base, result.chosen))]  # no `key: null`
     files = write_recipes({v.name: resolve_variant(m.base, v) for v in variants}, out)
-    done = m.objective.read(m.run([(t, v.name, files[v.name]) for t, v in interleave(variants, m.trials)], out), "")
-    report = summarize(done, variants, "recipe as given")
+    done = m.run([(t, v.name, files[v.name]) for t, v in interleave(variants, m.trials)], out)
+    report = summarize(m.objective.read(done, "recipe as given"), variants, "recipe as given")
     return final_check(report.variant("tuned"), report.variant("recipe as given"))
