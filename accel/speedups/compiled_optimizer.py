@@ -112,7 +112,8 @@ class CompiledOptimizer(Speedup):
 
     name = "compiled_optimizer"
     phase = Phase.KERNELS  # it chooses the optimizer's kernels: generated ones instead of torch's hand-written ones
-    # no tune candidate: CPU measurements did not settle a gain, and it compiles 50-140 s (docs/benchmarks.md)
+    # no tune candidate: on CPUs it measured 0.93x (lm-bytes) and no effect (ResNet-18), and compiles 30-140 s
+    # (docs/benchmarks.md); a GPU measurement decides whether CUDA gets one
 
     class Config(SpeedupConfig):
         backend: str = Field(
