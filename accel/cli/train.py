@@ -101,6 +101,8 @@ def _check_before_torchrun(args: argparse.Namespace, recipe, out: Path) -> None:
         refuse(from_configs(recipe.speedups), resolve_device(recipe.device), FullyShard())
     if args.master_port and (args.nnodes == 1 or args.node_rank == 0):
         check_port_free(args.master_port)
+    if args.node_rank:  # node 0 checks the shared directory; others checking at that moment would find it locked
+        return
     run_dir = RunDir(out)
     with RunDirLock(run_dir.path):  # released before torchrun starts: rank 0 takes it, and must not find it held
         check_can_start(run_dir, recipe, args.resume)
