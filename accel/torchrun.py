@@ -13,8 +13,16 @@ from torch.distributed.elastic.multiprocessing import SignalException
 from torch.distributed.elastic.multiprocessing.api import _terminate_process_handler
 from torch.distributed.run import main
 
+
+def _preempted(signum, frame) -> None:
+    # once: a second notice (a cluster may send one to every process, and `accel train` passes its own on) would
+    # raise again inside torchrun's wait for the ranks to save, and end it before they have
+    signal.signal(signum, signal.SIG_IGN)
+    _terminate_process_handler(signum, frame)
+
+
 if __name__ == "__main__":
-    signal.signal(signal.SIGUSR1, _terminate_process_handler)
+    signal.signal(signal.SIGUSR1, _preempted)
     try:
         main()
     except SignalException as stop:

@@ -36,10 +36,12 @@ class Job:
 
 
 def dns_name(name: str) -> str:
-    """A name Kubernetes and SLURM accept everywhere: lower-case letters, digits and '-', at most 40 characters
-    (room for the suffixes controllers add to pod names)."""
-    cleaned = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:40].strip("-")
-    return cleaned or "accel"
+    """A name Kubernetes and Slurm accept everywhere (an RFC 1035 label): lower-case letters, digits and '-',
+    starting with a letter, at most 40 characters (room for the suffixes controllers add to pod names)."""
+    cleaned = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
+    if not cleaned[:1].isalpha():
+        cleaned = f"accel-{cleaned}"
+    return cleaned[:40].rstrip("-")
 
 
 def start_or_resume(job: Job) -> str:
