@@ -24,7 +24,9 @@ def violations(value, schema: dict, where: str = "") -> list[str]:
     """The JSON Schema keywords in KEYWORDS, checked (the schema file uses no others: see the test below)."""
     wrong: list[str] = []
     expected = schema.get("type")
-    if expected and not (isinstance(value, TYPES[expected]) and not (expected == "integer" and isinstance(value, bool))):
+    if expected and not (
+        isinstance(value, TYPES[expected]) and not (expected == "integer" and isinstance(value, bool))
+    ):
         return [f"{where or '/'}: expected {expected}, got {value!r}"]
     if "anyOf" in schema and all(violations(value, option, where) for option in schema["anyOf"]):
         wrong.append(f"{where}: {value!r} fits none of {schema['anyOf']}")
