@@ -55,7 +55,8 @@ def _body(job: Job, signal_name: str) -> str:
     return f"""\
 # the preemption notice (see accel/cluster/slurm.py): passed to srun, which forwards it to every node's accel train
 step=""
-trap 'echo "accel slurm: {signal_name} received: the run checkpoints and the job requeues"; \\
+notified=""
+trap 'echo "accel slurm: {signal_name} received: the run checkpoints and the job requeues"; notified=1; \\
 [ -n "$step" ] && kill -{signal_name} "$step"' {signal_name}
 
 {start_or_resume(job)}\
@@ -66,9 +67,11 @@ train+=(--nnodes {job.nodes} --master-addr "$master" --master-port $(({PORT_BASE
 srun --nodes={job.nodes} --ntasks={job.nodes} --ntasks-per-node=1 \\
     bash -c 'exec accel "$@" --node-rank "$SLURM_NODEID"' accel-node "${{train[@]}}" &
 step=$!
+[ -n "$notified" ] && kill -{signal_name} "$step"  # the notice came before srun started
 wait "$step"
 code=$?
-while kill -0 "$step" 2>/dev/null; do  # the trap cut `wait` short: wait for srun's own exit code
+while [ -n "$notified" ]; do  # the trap cut `wait` short: wait again, for srun's own exit code (bash keeps it)
+    notified=""
     wait "$step"
     code=$?
 done

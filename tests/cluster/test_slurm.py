@@ -143,3 +143,10 @@ def test_submit_runs_sbatch_on_the_script(tiny, write_recipe, tmp_path, capsys, 
     argv = ["slurm", str(write_recipe(tiny)), "--nodes", "1", "--gpus-per-node", "1", "--script", str(script)]
     assert main([*argv, "--submit"]) == 0
     assert capsys.readouterr().out.splitlines() == [str(script), f"Submitted batch job 42 ({script})"]
+
+
+def test_zero_nodes_is_refused_with_the_options_named(tiny, write_recipe, tmp_path, capsys):
+    argv = ["slurm", str(write_recipe(tiny)), "--nodes", "0", "--gpus-per-node", "4", "--script", str(tmp_path / "j")]
+    assert main(argv) == 2
+    assert "--nodes and --gpus-per-node must be at least 1; got 0 and 4" in capsys.readouterr().err
+    assert not (tmp_path / "j").exists()
