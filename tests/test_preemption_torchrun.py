@@ -15,6 +15,7 @@ import pytest
 from accel.signals import PREEMPTED_EXIT
 from conftest import ROOT, run_cli, wait_for_first_checkpoint
 
+WAIT_S = 900  # each run starts three Pythons that import torch: minutes on 2 busy cores
 EPOCHS = 40  # long enough that the signal lands mid-run; one step an epoch (51 training samples, 2 ranks x 16)
 
 
@@ -39,13 +40,13 @@ def test_sigusr1_checkpoints_every_rank_exits_with_the_preemption_code_and_resum
         stderr=subprocess.PIPE,
         text=True,
     )
-    wait_for_first_checkpoint(out, run)
+    wait_for_first_checkpoint(out, run, timeout=WAIT_S)
     tree = psutil.Process(run.pid).children(recursive=True)  # torchrun and both ranks
     for process in [psutil.Process(run.pid), *(tree if reached == "every process" else [])]:
         process.send_signal(signal.SIGUSR1)
     try:
-        _, err = run.communicate(timeout=240)
-        _, alive = psutil.wait_procs(tree, timeout=30)
+        _, err = run.communicate(timeout=WAIT_S)
+        _, alive = psutil.wait_procs(tree, timeout=60)
     finally:
         _kill(tree)
     assert run.returncode == PREEMPTED_EXIT, err
@@ -55,7 +56,7 @@ def test_sigusr1_checkpoints_every_rank_exits_with_the_preemption_code_and_resum
     )
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "preempted" and 0 < summary["steps"] < EPOCHS
-    resumed = run_cli("train", out / "recipe.yaml", "--out", out, "--resume", "--nproc", "2")
+    resumed = run_cli("train", out / "recipe.yaml", "--out", out, "--resume", "--nproc", "2", timeout=WAIT_S)
     assert resumed.returncode == 0, resumed.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["steps"] == EPOCHS
