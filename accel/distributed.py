@@ -1,6 +1,6 @@
 """Multi-process training on torch.distributed, started by torchrun (or any launcher that sets its variables).
 
-accel launches nothing of its own: `accel train --nproc N` runs torchrun (and passes it SIGINT/SIGTERM), and
+accel launches nothing of its own: `accel train --nproc N` runs torchrun (and passes it SIGINT/SIGTERM/SIGUSR1), and
 SLURM / Kubernetes / Ray launchers work unchanged because only the standard RANK / WORLD_SIZE / LOCAL_RANK
 variables are read.
 """
@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+
+from . import signals
 
 log = logging.getLogger("accel")
 
@@ -118,19 +120,19 @@ def torchrun_command(
 SAVE_GRACE_S = "300"  # how long torchrun lets the ranks save after a signal before it kills them (its default: 30)
 
 
-def run_torchrun(command: list[str]) -> tuple[int, bool]:
-    """Run torchrun and wait for it: (its exit code, whether this process passed it a signal).
+def run_torchrun(command: list[str]) -> tuple[int, int | None]:
+    """Run torchrun and wait for it: (its exit code, the signal this process passed it, if any).
 
     torchrun starts in a session of its own, so a Ctrl-C in the terminal reaches it once, from here. The first
-    SIGINT or SIGTERM is passed on (torchrun passes it to every rank, and rank 0 saves); a second is
+    SIGINT, SIGTERM or SIGUSR1 is passed on (torchrun passes it to every rank, and rank 0 saves); a second is
     acknowledged; a third kills torchrun and the ranks at once (checkpoints are renamed into place, so the
-    previous one stays intact)."""
+    previous one stays intact). A repeated SIGUSR1 is not counted (accel/signals.py)."""
     env = {
         **os.environ,
         "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", SAVE_GRACE_S),
     }
     relay = _SignalRelay()
-    previous = {sig: signal.signal(sig, relay.handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, relay.handle) for sig in signals.SIGNALS}
     try:
         relay.process = subprocess.Popen(command, start_new_session=True, env=env)
         relay.pass_on()  # a signal that came while it was starting
@@ -138,7 +140,7 @@ def run_torchrun(command: list[str]) -> tuple[int, bool]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    return code, bool(relay.received)
+    return code, relay.received[0] if relay.received else None
 
 
 class _SignalRelay:
@@ -150,6 +152,8 @@ class _SignalRelay:
         self.passed_on = False
 
     def handle(self, signum: int, _frame) -> None:
+        if signum == signals.PREEMPT and signum in self.received:
+            return
         self.received.append(signum)
         if len(self.received) == 1:
             log.warning("received signal %d: passing it to torchrun and its ranks, which save a checkpoint", signum)

@@ -1,8 +1,12 @@
-"""SIGINT/SIGTERM as a request to stop cleanly, from the first byte a run writes to its last.
+"""SIGINT/SIGTERM/SIGUSR1 as a request to stop cleanly, from the first byte a run writes to its last.
 
 The first signal asks the loop to finish its step; the run then checkpoints and writes its summary. A second is
 acknowledged ("saving, please wait"), and a third raises ForcedStop at once, wherever the run is: checkpoint
 files are written to a temporary file and renamed, so the previous checkpoint stays intact.
+
+SIGUSR1 is preemption (SLURM's `--signal`, docs/devices.md): the run stops the same way, its summary says
+"preempted" and `accel train` exits with PREEMPTED_EXIT, on which a job script requeues itself. A cluster may
+deliver it to every process of a job, and more than once, so a repeated SIGUSR1 never counts towards the third.
 """
 
 from __future__ import annotations
@@ -13,8 +17,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 log = logging.getLogger("accel")
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+PREEMPT = signal.SIGUSR1
+SIGNALS = (signal.SIGINT, signal.SIGTERM, PREEMPT)
 FORCE_AT = 3  # the signal that forces exit without waiting for the save
+PREEMPTED_EXIT = 75  # EX_TEMPFAIL (sysexits.h): stopped to be run again later; distinct from Ctrl-C's 130
+
+
+def stop_status(signum: int | None) -> str:
+    """The summary's status of a run that a signal stopped."""
+    return "preempted" if signum == PREEMPT else "interrupted"
 
 
 class Interrupted(KeyboardInterrupt):
@@ -40,8 +51,13 @@ class _Requests:
         self.received = 0
         self.listeners: list[Callable[[int], None]] = []
         self.finishing = False  # the loop is over: what is left is saving
+        self.preempted = False
 
     def handle(self, signum: int, _frame) -> None:
+        if signum == PREEMPT and self.preempted:
+            log.info("received signal %d again: already stopping for preemption", signum)
+            return
+        self.preempted = self.preempted or signum == PREEMPT
         self.received += 1
         if self.received >= FORCE_AT:
             raise ForcedStop(signum)
@@ -62,7 +78,7 @@ _active: _Requests | None = None
 
 @contextmanager
 def stop_requests(on_signal: Callable[[int], None]) -> Iterator[_Requests | None]:
-    """Route SIGINT and SIGTERM to `on_signal(signum)` inside the block, and restore the old handlers after.
+    """Route SIGINT, SIGTERM and SIGUSR1 to `on_signal(signum)` inside the block, and restore the old handlers after.
 
     Blocks nest: an inner block shares the outer one's count of signals, so a run that began handling them
     before its trainer's loop started (`accel train`) still counts to three across both."""
@@ -99,7 +115,7 @@ def finishing() -> None:
 
 @contextmanager
 def abort_on_signals() -> Iterator[None]:
-    """Inside the block SIGINT and SIGTERM raise StartupInterrupted: for start-up, which writes nothing."""
+    """Inside the block SIGINT, SIGTERM and SIGUSR1 raise StartupInterrupted: for start-up, which writes nothing."""
 
     def handle(signum, _frame):
         raise StartupInterrupted(signum)

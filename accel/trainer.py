@@ -130,7 +130,11 @@ class Trainer:
                         self._end_epoch()
                 divergence.check_at_end(self)
                 status = (
-                    "interrupted" if self.interrupted else "diverged" if self.diverged_at is not None else "completed"
+                    signals.stop_status(self.stop_signal)
+                    if self.interrupted
+                    else "diverged"
+                    if self.diverged_at is not None
+                    else "completed"
                 )
                 if status == "completed" and self._eval_step != self.step:
                     self._run_eval()

@@ -232,7 +232,7 @@ def test_the_torchrun_relay_passes_one_signal_acknowledges_the_second_and_kills_
         _, alive = psutil.wait_procs([rank], timeout=30)
     finally:
         _kill([psutil.Process(relay.pid)] if relay.poll() is None else [])
-    assert out.strip() == f"({-signal.SIGKILL}, True)" and not alive
+    assert out.strip() == f"({-signal.SIGKILL}, {int(signal.SIGTERM)})" and not alive
     assert "stopping torchrun and every rank now" in err.read_text()
 
 

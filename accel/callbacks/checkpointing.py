@@ -41,5 +41,5 @@ class Checkpointer(Callback):
                 old.unlink()
 
     def on_fit_end(self, trainer, summary: dict[str, Any]) -> None:
-        if summary["status"] in {"completed", "interrupted"}:
+        if summary["status"] in {"completed", "interrupted", "preempted"}:
             self.save(trainer)

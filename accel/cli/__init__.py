@@ -11,9 +11,9 @@ import logging
 import sys
 
 from ..errors import AccelError, user_message
-from . import bench, bench_data, cache, export, info, profile, train
+from . import bench, bench_data, cache, cluster, export, info, profile, train
 
-GROUPS = (train, info, bench, bench_data, profile, cache, export)  # in the order `accel --help` lists them
+GROUPS = (train, cluster, info, bench, bench_data, profile, cache, export)  # in the order `accel --help` lists them
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -9,9 +9,10 @@ import time
 from pathlib import Path
 
 from ..errors import AccelError
+from ..signals import PREEMPT, PREEMPTED_EXIT
 from .options import add_sets
 
-EXIT_CODES = {"completed": 0, "diverged": 3, "interrupted": 130}
+EXIT_CODES = {"completed": 0, "diverged": 3, "interrupted": 130, "preempted": PREEMPTED_EXIT}
 
 
 def add(commands) -> None:
@@ -46,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt as stop:  # Ctrl-C in start-up, or the third signal
         if world_from_env().is_main:
             print(interrupted_message(out, stop), file=sys.stderr)
-        return 130
+        return _signal_exit(getattr(stop, "signum", None))
     if not world_from_env().is_main:
         return 0
     return report(summary, recipe)
@@ -60,10 +61,14 @@ def report(summary: dict, recipe) -> int:
     if summary["status"] == "diverged":
         print(diverged_message(summary, recipe), file=sys.stderr)
         return 3
-    if summary["status"] == "interrupted":  # the run's own resolved recipe: every --set is in it
-        print(f"interrupted; continue with: {resume_command(summary['run_dir'])}", file=sys.stderr)
-        return 130
+    if summary["status"] in {"interrupted", "preempted"}:  # the run's own resolved recipe: every --set is in it
+        print(f"{summary['status']}; continue with: {resume_command(summary['run_dir'])}", file=sys.stderr)
+        return EXIT_CODES[summary["status"]]
     return 0
+
+
+def _signal_exit(signum: int | None) -> int:
+    return PREEMPTED_EXIT if signum == PREEMPT else 130
 
 
 def interrupted_message(out: Path, stop: BaseException) -> str:
@@ -96,6 +101,8 @@ def _check_before_torchrun(args: argparse.Namespace, recipe, out: Path) -> None:
         refuse(from_configs(recipe.speedups), resolve_device(recipe.device), FullyShard())
     if args.master_port and (args.nnodes == 1 or args.node_rank == 0):
         check_port_free(args.master_port)
+    if args.node_rank:  # node 0 checks the shared directory; others checking at that moment would find it locked
+        return
     run_dir = RunDir(out)
     with RunDirLock(run_dir.path):  # released before torchrun starts: rank 0 takes it, and must not find it held
         check_can_start(run_dir, recipe, args.resume)
@@ -127,13 +134,13 @@ def _torchrun(args: argparse.Namespace, recipe, out: Path) -> int:
     command = torchrun_command(argv, args.nproc, args.nnodes, args.node_rank, args.master_addr, args.master_port)
     started = time.time()
     code, signalled = run_torchrun(command)
-    if not signalled:
+    if signalled is None:
         return code
     status = _read_summary(out, written_since=started).get("status")
     if status in EXIT_CODES:  # rank 0 printed the directory and, interrupted, the command that continues the run
         return EXIT_CODES[status]
     print(interrupted_message(out, KeyboardInterrupt()), file=sys.stderr)
-    return 130
+    return _signal_exit(signalled)
 
 
 def _read_summary(out: Path, written_since: float) -> dict:
