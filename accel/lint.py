@@ -88,7 +88,7 @@ def facts(trainer: Trainer) -> dict[str, Any]:
         # training processes on this machine: torchrun (`accel train --nproc N`) says how many it started
         "processes": int(os.environ.get("LOCAL_WORLD_SIZE", 1)),
         "blas_threads": _blas_threads(),
-        "workers": getattr(loader, "num_workers", None),
+        "workers": getattr(loader, "threads", getattr(loader, "num_workers", None)),  # thread workers too
         "pin_memory": getattr(loader, "pin_memory", None),
         "in_memory": getattr(getattr(loader, "dataset", None), "in_memory", False),
         "anomaly_detection": torch.is_anomaly_enabled(),
