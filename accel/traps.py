@@ -245,7 +245,8 @@ def _run_traps(f: dict[str, Any], summary: dict[str, Any]) -> list[Finding]:
             Finding(
                 "data-wait",
                 f"{wait:.0%} of step time waited for batches with {workers} loader worker(s).",
-                "more data.loader.num_workers, data.cache for decoded images, or "
+                "more data.loader.num_workers (workers_kind: threads where decoding releases the GIL), "
+                "data.cache for decoded images, or "
                 "augmentation on the device (`accel tune` measures workers).",
             )
         )
