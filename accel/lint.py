@@ -46,7 +46,7 @@ class SpeedLint:
         self.ignore, self.say, self.facts, self.batches = set(ignore), say, {}, 0
 
     def start(self, trainer: Trainer) -> None:
-        self.facts = facts(trainer)
+        self.facts, self.batches = facts(trainer), 0
         self._say(self._findings())
 
     def watch(self, batch: Any) -> AbstractContextManager:
