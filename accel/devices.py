@@ -19,10 +19,15 @@ from .errors import AccelError
 
 def available_cpus() -> int:
     """CPU cores this process may run on (respects taskset/cgroup affinity, unlike os.cpu_count)."""
+    return len(usable_cpu_ids())
+
+
+def usable_cpu_ids() -> list[int]:
+    """The ids of the CPU cores this process may run on."""
     try:
-        return len(os.sched_getaffinity(0))
+        return sorted(os.sched_getaffinity(0))
     except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
+        return list(range(os.cpu_count() or 1))
 
 
 def cuda_available() -> bool:

@@ -11,12 +11,15 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+from collections import Counter
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from . import devices
+from . import devices, host_syncs
+from .batches import tensors
 from .devices import available_cpus
 from .errors import AccelError
 from .models.blocks import model_traits
@@ -26,6 +29,7 @@ if TYPE_CHECKING:
     from .trainer import Trainer
 
 log = logging.getLogger("accel")
+SYNC_BATCH = 3  # the batch whose step is watched for host syncs: the first ones sync for one-off reasons
 
 
 class SpeedLint:
@@ -39,11 +43,22 @@ class SpeedLint:
                 f"train.lint_ignore: unknown speed-lint code(s) {', '.join(unknown)}; the codes are "
                 f"{', '.join(codes())}."
             )
-        self.ignore, self.say, self.facts = set(ignore), say, {}
+        self.ignore, self.say, self.facts, self.batches = set(ignore), say, {}, 0
 
     def start(self, trainer: Trainer) -> None:
-        self.facts = facts(trainer)
+        self.facts, self.batches = facts(trainer), 0
         self._say(self._findings())
+
+    def watch(self, batch: Any) -> AbstractContextManager:
+        """Around a batch's step (`batch` on the device): the first batch's float64 tensors; on CUDA, the host
+        syncs of batch SYNC_BATCH's step, each named by its line (a run with fewer batches is not watched)."""
+        self.batches += 1
+        if self.batches == 1:
+            self.facts["float64_batch"] = float64_batch(batch)
+        if self.batches == SYNC_BATCH and self.facts.get("device") == "cuda":
+            self.facts["syncs"] = Counter()
+            return host_syncs.on_cuda(self.facts["syncs"])
+        return nullcontext()
 
     def end(self, summary: dict[str, Any]) -> list[dict[str, str]]:
         """Every finding of the run as records; those only the run revealed (data wait, recompiles) said now."""
@@ -73,7 +88,7 @@ def facts(trainer: Trainer) -> dict[str, Any]:
         # training processes on this machine: torchrun (`accel train --nproc N`) says how many it started
         "processes": int(os.environ.get("LOCAL_WORLD_SIZE", 1)),
         "blas_threads": _blas_threads(),
-        "workers": getattr(loader, "num_workers", None),
+        "workers": getattr(loader, "threads", getattr(loader, "num_workers", None)),  # thread workers too
         "pin_memory": getattr(loader, "pin_memory", None),
         "in_memory": getattr(getattr(loader, "dataset", None), "in_memory", False),
         "anomaly_detection": torch.is_anomaly_enabled(),
@@ -87,7 +102,19 @@ def facts(trainer: Trainer) -> dict[str, Any]:
         "amp": trainer.strategy.precision.name != "fp32",
         "fast_bf16": _fast_bf16(device),
         "jit": any(s.name == "jit" for s in trainer.speedups),
+        "float64_model": float64_names(trainer.module),
     }
+
+
+def float64_names(module: torch.nn.Module) -> list[str]:
+    """The names of the module's float64 parameters and buffers."""
+    named = [*module.named_parameters(), *module.named_buffers()]
+    return [name for name, t in named if t.dtype == torch.float64]
+
+
+def float64_batch(batch: Any) -> list[str]:
+    """The shapes of the batch's float64 tensors."""
+    return [str(tuple(t.shape)) for t in tensors(batch) if t.dtype == torch.float64]
 
 
 def _blas_threads() -> int:

@@ -195,7 +195,8 @@ class Trainer:
         batch = self.on_device(batch, self.train_transform)
         if not self.utilisation.counted:
             self._uncounted_s = self.utilisation.count(self, batch)
-        loss = self.step_batch(batch, boundary)
+        with self.lint.watch(batch):
+            loss = self.step_batch(batch, boundary)
         for speedup in self.speedups:
             speedup.after_batch()
         return boundary, loss.detach(), batch

@@ -13,6 +13,7 @@ from .models.blocks import TRAITS
 from .registry import SPEEDUPS
 
 DATA_WAIT = 0.10  # above this share of step time waiting for batches, the loader is what to speed up
+NAMED = 3  # float64 tensors named in a finding; the rest are counted
 MANY_CORES = 8  # above this, an unset OMP_NUM_THREADS makes every process start a thread per core
 RUN_CODES = (
     "anomaly-detection",
@@ -26,6 +27,9 @@ RUN_CODES = (
     "data-wait",
     "recompiles",
     "torchscript",
+    "float64-model",
+    "float64-batch",
+    "host-sync",
 )
 MACHINE_CODES = (
     "omp-threads-unset",
@@ -61,7 +65,7 @@ class Finding:
 
 def findings(facts: dict[str, Any], summary: dict[str, Any] | None = None) -> list[Finding]:
     """The traps `facts` show; with a run's `summary`, also those only the run itself reveals."""
-    out = _process_traps(facts) + _device_traps(facts) + _thread_traps(facts)
+    out = _process_traps(facts) + _device_traps(facts) + _thread_traps(facts) + _float64_model(facts)
     if summary is not None:
         out += _run_traps(facts, summary)
     return out
@@ -185,8 +189,55 @@ def _thread_traps(f: dict[str, Any]) -> list[Finding]:
     return out
 
 
+FLOAT64 = "float64 runs at half of float32's speed on CPUs and at 1/2 to 1/64 of it on GPUs."
+
+
+def _float64_model(f: dict[str, Any]) -> list[Finding]:
+    names = f.get("float64_model") or []
+    if not names:
+        return []
+    return [
+        Finding(
+            "float64-model",
+            f"{len(names)} float64 parameter(s)/buffer(s) ({_some(names)}): {FLOAT64}",
+            "model.float() before training (or build it with float32 data: np.float32, torch.float32).",
+        )
+    ]
+
+
+def _step_traps(f: dict[str, Any]) -> list[Finding]:
+    """What the lint saw in the steps themselves (accel.lint.SpeedLint.watch)."""
+    out, shapes, syncs = [], f.get("float64_batch") or [], f.get("syncs") or {}
+    if shapes:
+        out.append(
+            Finding(
+                "float64-batch",
+                f"the batch holds {len(shapes)} float64 tensor(s) (shapes {_some(shapes)}): {FLOAT64} "
+                "Whatever they touch (the loss, a cast) computes in float64 too.",
+                "float32 where the data is made (np.float32, torch.from_numpy(x).float(), dtype=torch.float32).",
+            )
+        )
+    if syncs:
+        lines = ", ".join(f"{where} ({n}x)" for where, n in sorted(syncs.items(), key=lambda kv: -kv[1]))
+        out.append(
+            Finding(
+                "host-sync",
+                f"a training step made the CPU wait for the GPU {sum(syncs.values())} time(s), at {lines}: "
+                "the CPU stops queueing work until the GPU catches up.",
+                "keep per-step values on the device (no .item(), .cpu(), .tolist(), print(tensor), if tensor: or "
+                "boolean-mask indexing in the step); read them every N steps, e.g. when logging.",
+            )
+        )
+    return out
+
+
+def _some(names: list[str]) -> str:
+    more = f", and {len(names) - NAMED} more" if len(names) > NAMED else ""
+    return ", ".join(names[:NAMED]) + more
+
+
 def _run_traps(f: dict[str, Any], summary: dict[str, Any]) -> list[Finding]:
-    out = []
+    out = _step_traps(f)
     wait, workers = summary.get("data_wait_fraction"), f["workers"] or 0
     # In-memory tensors are gathered in one index per batch: workers would only add copies.
     if wait is not None and wait > DATA_WAIT and workers < f["cores"] and not f["in_memory"]:
@@ -194,7 +245,8 @@ def _run_traps(f: dict[str, Any], summary: dict[str, Any]) -> list[Finding]:
             Finding(
                 "data-wait",
                 f"{wait:.0%} of step time waited for batches with {workers} loader worker(s).",
-                "more data.loader.num_workers, data.cache for decoded images, or "
+                "more data.loader.num_workers (workers_kind: threads where decoding releases the GIL), "
+                "data.cache for decoded images, or "
                 "augmentation on the device (`accel tune` measures workers).",
             )
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from accel.errors import AccelError
 from accel.recipe import load_recipe
 from accel.run import build_trainer
 from accel.speedups.channels_last import ChannelsLast
+from conftest import cuda_only
 
 CLEAN = {
     "device": "cpu",
@@ -188,3 +190,71 @@ def test_torchscript_is_named_with_its_replacement():
     found = lint.findings(CLEAN | {"jit": True})
     assert _codes(found) == ["torchscript"] and "compile" in found[0].fix
     assert lint.findings(CLEAN) == []  # facts without the key (older made-up machines) find nothing
+
+
+def test_a_float64_model_and_batch_are_found():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 4), nn.BatchNorm1d(4)).double()
+    data = TensorDataset(torch.randn(32, 8, dtype=torch.float64), torch.randint(0, 4, (32,)))
+    found = _found(_fit(model, DataLoader(data, batch_size=8)))
+    assert found["float64-model"]["found"].startswith("6 float64 parameter(s)/buffer(s) (0.weight, 0.bias, 1.weight")
+    assert "model.float()" in found["float64-model"]["fix"]
+    assert "1 float64 tensor(s) (shapes (8, 8))" in found["float64-batch"]["found"]  # the int64 targets are fine
+    assert "float64-model" not in _found(_fit()) and "float64-batch" not in _found(_fit())
+
+
+def test_a_sync_warning_is_counted_under_the_line_that_asked_for_it():
+    from collections import Counter
+
+    from accel import host_syncs
+
+    def step():
+        for _ in range(2):
+            warnings.warn(host_syncs.SYNC_WARNING, stacklevel=1)  # what torch says in sync-debug "warn" mode
+
+    syncs = Counter()
+    with pytest.warns(UserWarning, match="another"), host_syncs.named(syncs):
+        step()
+        warnings.warn("another warning", stacklevel=1)  # passes through, shown as before
+    line = step.__code__.co_firstlineno + 2
+    assert syncs == {f"{host_syncs._short(__file__)}:{line} in step": 2}
+    summary = {"epochs": 1}
+    found = lint.findings(CLEAN | {"syncs": syncs}, summary)
+    assert _codes(found) == ["host-sync"] and f"test_lint.py:{line} in step (2x)" in found[0].found
+
+
+class ReadsItsLoss(nn.Module):
+    """A model that reads a value on the host every step: a sync on CUDA."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+        self.seen = 0.0
+
+    def forward(self, x):
+        out = self.fc(x)
+        self.seen += out.abs().mean().item()
+        return out
+
+
+def test_a_host_sync_is_silent_on_the_cpu(monkeypatch):
+    from accel import host_syncs
+
+    monkeypatch.setattr(host_syncs, "on_cuda", lambda into: pytest.fail("sync debug mode set on a CPU run"))
+    assert "host-sync" not in _found(_fit(ReadsItsLoss()))
+
+
+@cuda_only
+def test_a_host_sync_per_step_is_named_on_cuda():
+    torch.manual_seed(0)
+    model = ReadsItsLoss()
+    data = TensorDataset(torch.randn(64, 8), torch.randint(0, 4, (64,)))
+    loader = DataLoader(data, batch_size=8, pin_memory=True)
+    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), loader, device="cuda")
+    found = _found(trainer.fit())
+    line = ReadsItsLoss.forward.__code__.co_firstlineno + 2
+    assert f"test_lint.py:{line} in forward (1x)" in found["host-sync"]["found"], found
+    assert torch.cuda.get_sync_debug_mode() == 0  # restored after the watched step
+    clean = nn.Sequential(nn.Linear(8, 4))
+    trainer = Trainer(clean, torch.optim.SGD(clean.parameters(), lr=0.1), loader, device="cuda")
+    assert "host-sync" not in _found(trainer.fit())

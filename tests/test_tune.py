@@ -498,3 +498,21 @@ def test_the_fragment_holds_only_what_differs_from_the_recipe(tiny, tmp_path):
     assert set(result.chosen) == {"speedups.compile", "speedups.optim"}  # both off: optim as absent, compile as set
     text = write_fragment(result, tmp_path / "tuned.yaml", base, "accel tune r.yaml", TrialSettings(5, 1), 2)
     assert yaml.safe_load(text.read_text()) == {}
+
+
+def test_a_busy_machine_is_said_first_in_the_fragment_and_tune_json(tiny, tmp_path):
+    base, seen = validate_recipe(tiny), []
+    fake = simulated(seen)
+    busy = {"wall_s": 10.0, "cores": 2, "own_cpu_s": 9.0, "others_cpu_s": 8.0, "steal_s": 0.0}
+    busy |= {"others_share": 0.4, "load_avg_1m": 3.2}
+
+    def beside_a_busy_process(jobs, out, settings, console=None, skip=None):
+        return [t.updated(load=busy) for t in fake(jobs, out, settings, console, skip)]
+
+    result = tune(
+        base, [Knob(WORKERS_KEY, [0, 1])], tmp_path / "work", TrialSettings(5, 1), 2, run_trials=beside_a_busy_process
+    )
+    lines = write_fragment(result, tmp_path / "t.yaml", base, "accel tune r.yaml", TrialSettings(5, 1), 2).read_text()
+    assert lines.splitlines()[1].startswith("# BUSY MACHINE: The machine was busy during 6 of 6 trials: other ")
+    assert "40% of the 2 core(s)" in lines
+    assert json.loads((tmp_path / "work" / "tune.json").read_text())["busy"].startswith("The machine was busy")

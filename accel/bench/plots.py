@@ -101,16 +101,25 @@ STYLE = (
 
 
 def write_html(
-    report: Report, out_dir: Path, table: tuple[list[str], list[list[str]]], notes: list[str], failed: list[str]
+    report: Report,
+    out_dir: Path,
+    table: tuple[list[str], list[list[str]]],
+    notes: list[str],
+    failed: list[str],
+    busy: str | None = None,
 ) -> Path:
     """Write the three PNGs and report.html into `out_dir`; returns the HTML path.
 
-    `table`, `notes` (verdicts, recommendation) and `failed` come from report.py so the HTML and the
+    `table`, `notes` (verdicts, recommendation), `failed` and `busy` (the busy-machine warning, shown first)
+    come from report.py so the HTML and the
     Markdown say the same thing. A plot with no data is replaced by a sentence saying so.
     """
     out_dir = Path(out_dir)
     makers = {"throughput": plot_throughput, "step_times": plot_step_times, "data_wait": plot_data_wait}
-    parts = [f"<h1>accel bench report</h1><p>Baseline: <code>{html.escape(report.baseline)}</code></p>"]
+    parts = ["<h1>accel bench report</h1>"]
+    if busy:
+        parts.append(f"<p><strong>Busy machine.</strong> {html.escape(busy)}</p>")
+    parts.append(f"<p>Baseline: <code>{html.escape(report.baseline)}</code></p>")
     if report.command:
         parts.append(f"<p>Command: <code>{html.escape(report.command)}</code></p>")
     parts += [_html_table(table), "<h2>Verdicts</h2>", _html_list(notes), "<h2>Plots</h2>"]

@@ -107,6 +107,7 @@ class Trial(Record):
     time_to_target_s: float | None = None
     target_evals: list[dict[str, Any]] | None = None
     step_losses: list[float] | None = None  # each optimizer step's training loss, warm-up included
+    load: dict[str, Any] | None = None  # the machine's load during the trial (accel/load.py), the runner's
     # the runner's, added in the parent process
     index: int | None = None
     started_at: float | None = None

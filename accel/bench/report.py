@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 from ..io import strict_json, write_atomic
+from ..load import busy_note
 from . import plots
 from .records import Reading, Report, VariantSummary, Verdict
 from .variants import format_value
@@ -153,6 +154,16 @@ def lint_lines(report: Report) -> list[str]:
     return [f"{f['found']} Fix: {f['fix']} ({', '.join(names)})" for f, names in found.values()]
 
 
+def busy_line(report: Report) -> str | None:
+    """The warning that the machine was busy during the trials (accel/load.py's rule), or None."""
+    return busy_note([t.load for r in report.variants for t in r.trials])
+
+
+def _busy(report: Report) -> list[str]:
+    note = busy_line(report)
+    return [f"**Busy machine.** {note}", ""] if note else []
+
+
 def _interrupted(report: Report) -> list[str]:
     if not report.interrupted:
         return []
@@ -188,7 +199,7 @@ def _baseline(report: Report) -> list[str]:
 def summary_text(report: Report) -> str:
     """What `accel bench` prints: report.md from the table on (from the interruption note, when there is one)."""
     lines = _interrupted(report) + _baseline(report) if report.interrupted else []
-    return "\n".join(lines + _results(report))
+    return "\n".join(_busy(report) + lines + _results(report))
 
 
 def render_markdown(report: Report) -> str:
@@ -198,7 +209,7 @@ def render_markdown(report: Report) -> str:
         out.append(f"Command: `{report.command}`  ")
     if report.env:
         out.append("Environment: " + ", ".join(f"{k}={format_value(v)}" for k, v in report.env.items()))
-    out += [""] + _interrupted(report) + _baseline(report) + _results(report)
+    out += [""] + _busy(report) + _interrupted(report) + _baseline(report) + _results(report)
     return "\n".join(out) + "\n"
 
 
@@ -213,5 +224,5 @@ def write_reports(report: Report, out_dir: Path) -> dict[str, Path]:
     write_atomic(paths["json"], strict_json(report.to_data(), indent=2) + "\n")
     paths["md"].write_text(render_markdown(report))
     notes = verdict_lines(report) + ["Recommended configuration: " + report.recommended.text]
-    paths["html"] = plots.write_html(report, out_dir, table(report), notes, failed_lines(report))
+    paths["html"] = plots.write_html(report, out_dir, table(report), notes, failed_lines(report), busy_line(report))
     return paths

@@ -25,6 +25,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from .. import load
 from ..errors import AccelError, RecipeError
 from ..recipe import Recipe, load_recipe, validate_recipe
 from ..recipe_yaml import Origins, apply_overrides
@@ -281,12 +282,14 @@ def _run_job(index: int, trial: int, variant: str, recipe: Path, out: Path, sett
     argv = trial_argv(recipe, settings, json_path, variant, trial)
     started, tick = time.time(), time.perf_counter()
     try:
-        result = run_trial_process(argv, json_path, log_path, settings.timeout, trial_env(cache))
+        with load.watched() as machine:  # other processes' share of the cores while the trial ran
+            result = run_trial_process(argv, json_path, log_path, settings.timeout, trial_env(cache))
     finally:
         if not settings.warm_cache:
             shutil.rmtree(cache, ignore_errors=True)
     # The runner's own bookkeeping wins over anything the child wrote.
     return result.updated(
+        load=machine,
         variant=variant,
         trial=trial,
         index=index,

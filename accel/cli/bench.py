@@ -180,6 +180,7 @@ def tune(args: argparse.Namespace) -> int:
     from ..bench.tune import NOTHING_MEASURED, Objective, table, time_settings, write_fragment
     from ..bench.tune import tune as run_tune
     from ..io import default_out
+    from ..load import busy_note
     from ..recipe import load_recipe
     from ..rundir import check_results_out
 
@@ -209,6 +210,9 @@ def tune(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 130
+    busy = busy_note(result.loads)
+    if busy:
+        print(f"warning: busy machine. {busy}", file=sys.stderr)
     Console().print(table(result))
     if not result.compared and result.final is None:
         print(f"warning: {NOTHING_MEASURED}", file=sys.stderr)

@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 from ..devices import available_cpus
 from ..schema import StrictModel
 from .datasets.memory import GatheredBatch, GatheredDict
+from .threads import ThreadLoader
 
 MAX_AUTO_WORKERS = 4
 
@@ -27,14 +28,21 @@ class LoaderConfig(StrictModel):
 
     num_workers: Annotated[int, Field(ge=0)] | Literal["auto"] = Field(
         "auto",
-        description="Worker processes. `auto`: 0 for in-memory datasets (indexing a tensor is cheaper than "
-        f"shipping it between processes), else one per CPU core less one kept for the training loop, at "
-        f"least 1 and at most {MAX_AUTO_WORKERS}.",
+        description="Workers (processes or threads: `workers_kind`). `auto`: 0 for in-memory datasets "
+        "(indexing a tensor is cheaper than shipping it between processes), else one per CPU core less one kept "
+        f"for the training loop, at least 1 and at most {MAX_AUTO_WORKERS}.",
     )
     pin_memory: bool | Literal["auto"] = Field(
         "auto",
         description="Page-locked batches for faster, asynchronous host-to-GPU copies. `auto`: on only for CUDA "
         "devices (elsewhere pinning buys nothing and torch warns).",
+    )
+    workers_kind: Literal["processes", "threads", "auto"] = Field(
+        "processes",
+        description="What the `num_workers` workers are. `processes`: DataLoader worker processes. `threads`: a "
+        "pool of threads in the training process (accel/data/threads.py), for decoders that release the GIL "
+        "(torchvision's decode_jpeg, PIL, OpenCV): no pickling, shared memory, the same batches. `auto`: "
+        "threads for datasets that decode files with such a decoder (image folders), else processes.",
     )
     prefetch_factor: int = Field(2, ge=1, description="Batches each worker prepares ahead; used only with workers.")
     persistent_workers: bool = Field(
@@ -55,6 +63,13 @@ def resolve_num_workers(cfg: LoaderConfig, dataset: Dataset) -> int:
         return 0
     # One core stays with the main process, which runs the step (and, on CPU, the model itself).
     return max(1, min(MAX_AUTO_WORKERS, available_cpus() - 1))
+
+
+def resolve_workers_kind(cfg: LoaderConfig, dataset: Dataset) -> str:
+    """`processes` or `threads`: the configured kind, or the `auto` choice described on the field."""
+    if cfg.workers_kind != "auto":
+        return cfg.workers_kind
+    return "threads" if getattr(dataset, "decodes_without_gil", False) else "processes"
 
 
 def resolve_pin_memory(cfg: LoaderConfig, device: torch.device) -> bool:
@@ -116,19 +131,19 @@ def build_loader(
     `collate_fn` (default: `collate`) turns samples into a batch; `augment.on: loader` passes one.
     """
     workers = resolve_num_workers(cfg, dataset)
+    common = dict(
+        batch_size=batch_size,
+        sampler=sampler,
+        drop_last=drop_last,
+        pin_memory=resolve_pin_memory(cfg, device),
+        generator=torch.Generator().manual_seed(seed),
+        collate_fn=collate_fn or collate,
+    )
+    if workers > 0 and resolve_workers_kind(cfg, dataset) == "threads":
+        return ThreadLoader(dataset, threads=workers, prefetch_factor=cfg.prefetch_factor, **common)
     extra = {}
     if workers > 0:  # DataLoader rejects these options without workers
         extra = dict(
             prefetch_factor=cfg.prefetch_factor, persistent_workers=cfg.persistent_workers, worker_init_fn=worker_init
         )
-    return DataLoader(
-        dataset,
-        batch_size=batch_size,
-        sampler=sampler,
-        drop_last=drop_last,
-        num_workers=workers,
-        pin_memory=resolve_pin_memory(cfg, device),
-        generator=torch.Generator().manual_seed(seed),
-        collate_fn=collate_fn or collate,
-        **extra,
-    )
+    return DataLoader(dataset, num_workers=workers, **common, **extra)

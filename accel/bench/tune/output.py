@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 from rich.table import Table
 
+from ...load import busy_note
 from ...recipe import Recipe
 from ..knobs import BATCH_KEY, lookup
 from ..records import Interval
@@ -142,8 +143,10 @@ def _comment(result: TuneResult, base: Recipe, command: str, settings: TrialSett
     if not result.compared and result.final is None:
         return [written, NOTHING_MEASURED]
     env = result.env
+    busy = busy_note(result.loads)
     lines = [
         written,
+        *([f"BUSY MACHINE: {busy}"] if busy else []),
         f"Measured on {env.get('device', 'this machine')}, torch {env.get('torch', '?')}: each candidate ran "
         f"{trials} trial(s) in fresh processes, {settings.steps} timed steps after {settings.warmup} warm-up.",
         *_rule(result, settings),

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from rich.console import Console
 
 from ...errors import AccelError
+from ...load import busy_note
 from ...recipe import Recipe
 from .. import runner
 from ..knobs import Knob, current, usable
@@ -51,6 +52,7 @@ class TuneResult:
     final: FinalCheck | None = None  # the tuned configuration against the recipe as given, measured last
     compared: list[str] = field(default_factory=list)  # knobs with a candidate that ran beside the reference
     target: str | None = None  # --objective time: the target every time was measured to
+    loads: list[dict[str, Any] | None] = field(default_factory=list)  # each trial's machine load (accel/load.py)
 
     @property
     def labels(self) -> dict[str, str]:
@@ -65,6 +67,7 @@ class TuneResult:
             "env": self.env,
             "final": self.final.to_data() if self.final else None,
             "target": self.target,
+            "busy": busy_note(self.loads),
         }
 
 
@@ -79,9 +82,11 @@ class Measure:
     budget: Budget | None
     run_trials: TrialRunner
     objective: Objective = field(default_factory=Objective)
+    loads: list[dict[str, Any] | None] = field(default_factory=list)  # every trial's machine load, shared by copies
 
     def run(self, jobs: list[tuple[int, str, Path]], out: Path, skip: SkipRule | None = None) -> list[Trial]:
         results = self.run_trials(jobs, out, self.objective.settings(self.settings), self.console, skip=skip)
+        self.loads += [r.load for r in results]
         # Ctrl-C or SIGTERM ends the whole search, not only the stage it came in: no later stage runs, and no
         # choice rests on a stage cut short.
         if getattr(results, "interrupted", False):
@@ -273,7 +278,7 @@ def tune(
     budget = Budget(budget_s, reserve=2 * trials if final_check else 0)
     objective = objective or Objective()
     m = Measure(base, settings, trials, console or Console(stderr=True), budget, run_trials, objective)
-    result, traits = TuneResult(), {}
+    result, traits = TuneResult(loads=m.loads), {}
     if any(need for knob in knobs for need in knob.needs):  # a trial of the recipe reports the model's traits
         traits = _model_traits(m, knobs[0], work / "reference")
     for i, knob in enumerate(knobs):

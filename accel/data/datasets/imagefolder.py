@@ -23,11 +23,14 @@ LAYOUT = (
 )
 # ImageNet statistics: measuring the folder's own would mean decoding every image before training starts.
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+TORCHVISION_DECODERS_DEPRECATED = "The image decoding and encoding capabilities of TorchVision are deprecated"
 MAX_SKIPS = 32  # consecutive unreadable files before giving up: beyond this the folder is broken, not noisy
 
 
 class ImageFileDataset(Dataset):
     """(path, label) pairs decoded on access to uint8 (3, size, size): short side resized, then center-cropped."""
+
+    decodes_without_gil = True  # torchvision's decoders and resize release it: loader threads decode in parallel
 
     def __init__(self, samples: list[tuple[str, int]], classes: list[str], image_size: int, on_corrupt: str = "fail"):
         self.samples, self.classes = samples, classes
@@ -52,11 +55,11 @@ class ImageFileDataset(Dataset):
         from torchvision.io import ImageReadMode, decode_image, read_file
         from torchvision.transforms.v2 import functional as TF
 
-        with warnings.catch_warnings():
-            # torchvision 0.29 deprecates its decoders in favour of torchcodec, which accel does not depend on;
-            # the warning would repeat for every image and tells an accel user nothing they can act on.
-            warnings.simplefilter("ignore", DeprecationWarning)
-            image = decode_image(read_file(path), mode=ImageReadMode.RGB)
+        # torchvision 0.29 deprecates its decoders in favour of torchcodec, which accel does not depend on; the
+        # warning would repeat for every image and tells an accel user nothing they can act on. A filter for that
+        # one message, not catch_warnings: its save and restore of the process's filters races in loader threads.
+        warnings.filterwarnings("ignore", TORCHVISION_DECODERS_DEPRECATED, DeprecationWarning)
+        image = decode_image(read_file(path), mode=ImageReadMode.RGB)
         image = TF.resize(image, [self.image_size], antialias=True)
         return TF.center_crop(image, [self.image_size, self.image_size])
 
