@@ -31,7 +31,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         "--max-restarts across machines",
     )
     parser.add_argument(
-        "--rdzv-id", help="c10d rendezvous: the job's name, the same on every machine (default: the --out folder's name)"
+        "--rdzv-id",
+        help="c10d rendezvous: the job's name, the same on every machine (default: the --out folder's name)",
     )
     parser.add_argument(
         "--rdzv-timeout",
