@@ -9,8 +9,8 @@ import pytest
 
 from accel.cli import main
 from accel.launch import Launch
-from accel.rundir import RunDir
 from accel.run import continues_earlier_attempt
+from accel.rundir import RunDir
 
 PREFIX = [sys.executable, "-m", "accel.torchrun"]
 ARGV = ["train", "r.yaml", "--out", "runs/x"]
@@ -62,7 +62,7 @@ def test_static_rendezvous_names_the_node_rank():
         (["--nnodes", "2", "--node-rank", "2", "--out", "o", "--rdzv-endpoint", "h:1"], "0 <= --node-rank < --nnodes"),
     ],
 )
-def test_launch_options_that_cannot_work_are_refused_before_torchrun(tiny, write_recipe, tmp_path, capsys, args, message):
+def test_launch_options_that_cannot_work_are_refused(tiny, write_recipe, tmp_path, capsys, args, message):
     args = [a if a != "o" else str(tmp_path / "o") for a in args]
     assert main(["train", str(write_recipe(tiny)), "--nproc", "1", *args]) == 2
     err = capsys.readouterr().err
