@@ -152,12 +152,13 @@ def run_recipe(
 
 def continues_earlier_attempt(run_dir: RunDir, is_main: bool) -> bool:
     """Whether a restarted group resumes: from the last checkpoint of its earlier attempt, or, when that attempt
-    died before writing one, by starting the run over in the same directory (rank 0 clears what it wrote)."""
+    died before writing one, by starting the run over in the same directory (rank 0 clears what it wrote; only
+    on a restart: a first start in a folder that holds a run is refused as ever)."""
     if run_dir.last_checkpoint.is_file():
         if is_main:
             log.info("restart %d: continuing %s from its last checkpoint", restart_count(), run_dir.path)
         return True
-    if is_main and run_dir.holds_run():
+    if is_main and restart_count() and run_dir.holds_run():
         log.info("restart %d: no checkpoint in %s yet; starting the run over", restart_count(), run_dir.path)
         run_dir.clear_unsaved_attempt()
     return False

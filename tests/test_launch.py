@@ -76,12 +76,16 @@ def test_max_restarts_needs_torchrun(tiny, write_recipe, capsys, monkeypatch):
     assert "--max-restarts needs --nproc" in capsys.readouterr().err
 
 
-def test_a_restart_continues_from_the_checkpoint_or_starts_over_without_one(tmp_path):
+def test_a_restart_continues_from_the_checkpoint_or_starts_over_without_one(tmp_path, monkeypatch):
     run_dir = RunDir(tmp_path / "run")
     for name in ("recipe.yaml", "env.json", "metrics.jsonl", "summary.json"):
         (run_dir.path / name).write_text("{}")
     run_dir.checkpoints.mkdir()
     (run_dir.checkpoints / ".last.pt.123.tmp").write_bytes(b"half")
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
+    assert not continues_earlier_attempt(run_dir, is_main=True)  # a first start: check_new refuses the folder
+    assert run_dir.holds_run()
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
     assert not continues_earlier_attempt(run_dir, is_main=False)  # other ranks look, and change nothing
     assert run_dir.holds_run()
     assert not continues_earlier_attempt(run_dir, is_main=True)
