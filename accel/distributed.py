@@ -13,7 +13,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 from dataclasses import dataclass
 
 import torch
@@ -65,6 +64,15 @@ def world_from_env() -> World:
     )
 
 
+def under_torchrun() -> bool:
+    return "TORCHELASTIC_RUN_ID" in os.environ
+
+
+def restart_count() -> int:
+    """How many times torchrun (`--max-restarts`) has restarted this process's group: 0 on the first start."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+
+
 def init_process_group(world: World, device: torch.device) -> torch.device:
     """Join the process group (nccl for CUDA, gloo otherwise); return this rank's device."""
     if not world.distributed:
@@ -101,35 +109,21 @@ def destroy_process_group(wait_for_others: bool) -> None:
         dist.destroy_process_group()
 
 
-def torchrun_command(
-    argv: list[str], nproc: int, nnodes: int, node_rank: int, master_addr: str | None, master_port: int | None
-) -> list[str]:
-    """The torchrun invocation that runs `accel ARGV` in each process."""
-    command = [sys.executable, "-m", "accel.torchrun", f"--nproc-per-node={nproc}", f"--nnodes={nnodes}"]
-    if nnodes > 1:
-        command.append(f"--node-rank={node_rank}")
-    if master_addr:
-        command.append(f"--master-addr={master_addr}")
-    if master_port:
-        command.append(f"--master-port={master_port}")
-    elif nnodes == 1:
-        command.append("--standalone")  # picks a free port: two local runs do not collide
-    return command + ["-m", "accel.cli", *argv]
-
-
 SAVE_GRACE_S = "300"  # how long torchrun lets the ranks save after a signal before it kills them (its default: 30)
 
 
-def run_torchrun(command: list[str]) -> tuple[int, int | None]:
+def run_torchrun(command: list[str], env: dict[str, str] | None = None) -> tuple[int, int | None]:
     """Run torchrun and wait for it: (its exit code, the signal this process passed it, if any).
 
     torchrun starts in a session of its own, so a Ctrl-C in the terminal reaches it once, from here. The first
     SIGINT, SIGTERM or SIGUSR1 is passed on (torchrun passes it to every rank, and rank 0 saves); a second is
     acknowledged; a third kills torchrun and the ranks at once (checkpoints are renamed into place, so the
-    previous one stays intact). A repeated SIGUSR1 is not counted (accel/signals.py)."""
+    previous one stays intact). A repeated SIGUSR1 is not counted (accel/signals.py). `env`: variables for
+    torchrun and its ranks, over this process's."""
     env = {
         **os.environ,
         "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", SAVE_GRACE_S),
+        **(env or {}),
     }
     relay = _SignalRelay()
     previous = {sig: signal.signal(sig, relay.handle) for sig in signals.SIGNALS}

@@ -14,6 +14,7 @@ import yaml
 from pydantic import Field, SerializeAsAny, ValidationError, field_validator
 
 from . import builtins  # noqa: F401  (fills the registries the recipe refers to)
+from .callbacks.checkpointing import CheckpointConfig
 from .data.augment import AugmentConfig
 from .data.cache import CacheConfig
 from .data.cpu_transforms import CpuTransformsConfig
@@ -56,13 +57,6 @@ class LogConfig(StrictModel):
     every_steps: int = Field(20, ge=1, description="write a step record to metrics.jsonl every N optimizer steps")
     tensorboard: bool = Field(True, description="write TensorBoard event files under tb/")
     progress: bool = Field(True, description="show a progress bar with samples/s on a terminal")
-
-
-class CheckpointConfig(StrictModel):
-    every_epochs: int = Field(
-        1, ge=0, description="save checkpoints/last.pt every N epochs (0: only at the end and on interrupt)"
-    )
-    keep: int = Field(2, ge=0, description="also keep the newest N per-epoch files epoch-NNN.pt")
 
 
 class Recipe(StrictModel):

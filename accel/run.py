@@ -11,7 +11,7 @@ from .callbacks import Callback, Checkpointer, EarlyStopping, ProgressBar, RunDi
 from .callbacks.data_wait import DataWaitWarning
 from .checkpoint import load_checkpoint
 from .data.pipeline import build_data_pipeline
-from .distributed import destroy_process_group, init_process_group, world_from_env
+from .distributed import destroy_process_group, init_process_group, restart_count, world_from_env
 from .errors import AccelError, CheckpointError
 from .losses import build_loss
 from .models import build_model
@@ -103,9 +103,7 @@ def _callbacks(recipe: Recipe, run_dir: RunDir | None, is_main: bool, sharded: b
     writes = is_main and run_dir is not None
     if writes or sharded:
         # checkpoint first: a summary that says "completed" has its checkpoint already on disk
-        callbacks.append(
-            Checkpointer(run_dir if writes else None, recipe.checkpoint.every_epochs, recipe.checkpoint.keep)
-        )
+        callbacks.append(Checkpointer(run_dir if writes else None, recipe.checkpoint, gathered=sharded))
     if writes:
         callbacks.append(ProgressBar(bar=recipe.log.progress))
         callbacks.append(RunDirWriter(run_dir))
@@ -115,17 +113,22 @@ def _callbacks(recipe: Recipe, run_dir: RunDir | None, is_main: bool, sharded: b
     return callbacks
 
 
-def run_recipe(recipe: Recipe, out: str | Path | None = None, resume: bool = False) -> dict[str, Any]:
+def run_recipe(
+    recipe: Recipe, out: str | Path | None = None, resume: bool = False, restartable: bool = False
+) -> dict[str, Any]:
     """Train a recipe into a run directory and return its summary (also written to summary.json).
 
     The writing process (rank 0) holds the directory's lock throughout: a second writer is refused before it
-    changes anything."""
+    changes anything. `restartable`: torchrun restarts the processes when one fails (`--max-restarts`), and a
+    restart continues the run its earlier attempt wrote in `out` (whoever started them checked `out` first)."""
     run_dir = RunDir(out) if out is not None else RunDir.default_for(recipe.name)
     is_main = world_from_env().is_main
     lock = None
     try:
         with signals.abort_on_signals():  # start-up writes nothing (_train says when that ends)
             lock = run_dir.lock() if is_main else None
+            if restartable and not resume:
+                resume = continues_earlier_attempt(run_dir, is_main)
             if is_main:
                 check_can_start(run_dir, recipe, resume)
             elif resume and not run_dir.last_checkpoint.is_file():
@@ -145,6 +148,20 @@ def run_recipe(recipe: Recipe, out: str | Path | None = None, resume: bool = Fal
             lock.release()
     summary["run_dir"] = str(run_dir.path)
     return summary
+
+
+def continues_earlier_attempt(run_dir: RunDir, is_main: bool) -> bool:
+    """Whether a restarted group resumes: from the last checkpoint of its earlier attempt, or, when that attempt
+    died before writing one, by starting the run over in the same directory (rank 0 clears what it wrote; only
+    on a restart: a first start in a folder that holds a run is refused as ever)."""
+    if run_dir.last_checkpoint.is_file():
+        if is_main:
+            log.info("restart %d: continuing %s from its last checkpoint", restart_count(), run_dir.path)
+        return True
+    if is_main and restart_count() and run_dir.holds_run():
+        log.info("restart %d: no checkpoint in %s yet; starting the run over", restart_count(), run_dir.path)
+        run_dir.clear_unsaved_attempt()
+    return False
 
 
 def check_can_start(run_dir: RunDir, recipe: Recipe, resume: bool) -> None:

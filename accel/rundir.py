@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import shlex
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +139,15 @@ class RunDir:
         for path in stale:
             path.unlink(missing_ok=True)
         return stale
+
+    def clear_unsaved_attempt(self) -> None:
+        """Remove what a run that died before its first checkpoint wrote, so that it can start over here."""
+        for path in (self.recipe, self.env, self.metrics, self.summary):
+            path.unlink(missing_ok=True)
+        shutil.rmtree(self.tensorboard, ignore_errors=True)
+        self.remove_stale_temp_files()
+        if self.checkpoints.is_dir() and not any(self.checkpoints.iterdir()):
+            self.checkpoints.rmdir()  # anything else in it stays, and check_new then refuses the folder
 
     def write_text(self, name: str, text: str) -> Path:
         return write_atomic(self.path / name, text)

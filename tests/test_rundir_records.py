@@ -124,10 +124,11 @@ def test_checkpoint_keep_counts_epochs_past_999_by_number(tmp_path):
     from types import SimpleNamespace
 
     from accel.callbacks import Checkpointer
+    from accel.callbacks.checkpointing import CheckpointConfig
     from accel.checkpoint import newest_intact
     from accel.rundir import RunDir
 
-    checkpointer = Checkpointer(RunDir(tmp_path), every_epochs=1, keep=2)
+    checkpointer = Checkpointer(RunDir(tmp_path), CheckpointConfig(every_epochs=1, keep=2))
     trainer = SimpleNamespace(step=0, epoch=0, state_dict=lambda: {"model": {"w": torch.ones(1)}})
     for epoch in (998, 999, 1000, 1001):
         trainer.epoch = epoch

@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 
 from ..errors import AccelError
+from ..launch import Launch
+from ..launch import add_options as add_launch_options
 from ..signals import PREEMPT, PREEMPTED_EXIT
 from .options import add_sets
 
@@ -21,16 +23,12 @@ def add(commands) -> None:
     add_sets(train)
     train.add_argument("--out", help="run directory (default: runs/<name>-<timestamp>)")
     train.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.pt")
-    train.add_argument("--nproc", type=int, default=None, help="processes on this machine, started by torchrun")
-    train.add_argument("--nnodes", type=int, default=1, help="machines taking part (with --nproc)")
-    train.add_argument("--node-rank", type=int, default=0, help="this machine's index (with --nnodes > 1)")
-    train.add_argument("--master-addr", help="address of the machine with node rank 0 (with --nnodes > 1)")
-    train.add_argument("--master-port", type=int, help="free port on the master machine")
+    add_launch_options(train)
     train.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..distributed import world_from_env
+    from ..distributed import under_torchrun, world_from_env
     from ..io import default_out
     from ..recipe import load_recipe
     from ..run import run_recipe
@@ -40,10 +38,13 @@ def run(args: argparse.Namespace) -> int:
     recipe = load_recipe(args.recipe, args.overrides)  # validated here, before any process is started
     out = Path(args.out) if args.out else default_out(recipe.name)  # named once: every rank, every message
     if args.nproc:
-        _check_before_torchrun(args, recipe, out)
-        return _torchrun(args, recipe, out)
+        launch = Launch.from_args(args, out)
+        _check_before_torchrun(args, launch, recipe, out)
+        return _torchrun(args, launch, out)
+    if args.max_restarts and not under_torchrun():
+        raise AccelError("--max-restarts needs --nproc: torchrun restarts the processes it started.")
     try:
-        summary = run_recipe(recipe, out, resume=args.resume)
+        summary = run_recipe(recipe, out, resume=args.resume, restartable=args.max_restarts > 0)
     except KeyboardInterrupt as stop:  # Ctrl-C in start-up, or the third signal
         if world_from_env().is_main:
             print(interrupted_message(out, stop), file=sys.stderr)
@@ -87,22 +88,22 @@ def interrupted_message(out: Path, stop: BaseException) -> str:
     return f"stopped at once, before the run's first checkpoint: nothing to resume in {out}"
 
 
-def _check_before_torchrun(args: argparse.Namespace, recipe, out: Path) -> None:
+def _check_before_torchrun(args: argparse.Namespace, launch: Launch, recipe, out: Path) -> None:
     """One clear refusal before torchrun starts, instead of one per rank (rank 0 checks again, holding the lock)."""
     from ..run import check_can_start
     from ..rundir import RunDir
     from ..runlock import RunDirLock
 
-    if recipe.strategy == "fsdp" and args.nproc * args.nnodes > 1:
+    if recipe.strategy == "fsdp" and launch.nproc * launch.nnodes > 1:
         from ..devices import resolve_device
         from ..speedups import from_configs, refuse
         from ..strategy import FullyShard
 
         refuse(from_configs(recipe.speedups), resolve_device(recipe.device), FullyShard())
-    if args.master_port and (args.nnodes == 1 or args.node_rank == 0):
-        check_port_free(args.master_port)
-    if args.node_rank:  # node 0 checks the shared directory; others checking at that moment would find it locked
+    if not launch.checks_run_dir:
         return
+    if launch.master_port:
+        check_port_free(launch.master_port)
     run_dir = RunDir(out)
     with RunDirLock(run_dir.path):  # released before torchrun starts: rank 0 takes it, and must not find it held
         check_can_start(run_dir, recipe, args.resume)
@@ -122,18 +123,18 @@ def check_port_free(port: int) -> None:
             ) from None
 
 
-def _torchrun(args: argparse.Namespace, recipe, out: Path) -> int:
+def _torchrun(args: argparse.Namespace, launch: Launch, out: Path) -> int:
     """Re-run this same command in --nproc processes under torchrun, all writing to one run directory.
 
     SIGINT and SIGTERM are passed on to torchrun, which passes them to every rank; this process waits for them
     to save and then reports how the run ended, as one process would."""
-    from ..distributed import run_torchrun, torchrun_command
+    from ..distributed import run_torchrun
 
     argv = ["train", args.recipe, "--out", str(out), *(f"--set={item}" for item in args.overrides)]
     argv += ["--resume"] if args.resume else []
-    command = torchrun_command(argv, args.nproc, args.nnodes, args.node_rank, args.master_addr, args.master_port)
+    argv += [f"--max-restarts={launch.max_restarts}"] if launch.max_restarts else []  # each rank: a restart continues
     started = time.time()
-    code, signalled = run_torchrun(command)
+    code, signalled = run_torchrun(launch.torchrun_command(argv), launch.torchrun_env())
     if signalled is None:
         return code
     status = _read_summary(out, written_since=started).get("status")
