@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import socket
 import sys
 import time
@@ -12,6 +13,7 @@ from ..errors import AccelError
 from .options import add_sets
 
 EXIT_CODES = {"completed": 0, "diverged": 3, "interrupted": 130}
+PROFILE_WARMUP = 2  # steps before `--profile` records: compilation, the allocator, kernel choice
 
 
 def add(commands) -> None:
@@ -20,6 +22,13 @@ def add(commands) -> None:
     add_sets(train)
     train.add_argument("--out", help="run directory (default: runs/<name>-<timestamp>)")
     train.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.pt")
+    train.add_argument(
+        "--profile",
+        type=int,
+        metavar="STEPS",
+        help=f"profile STEPS optimizer steps after {PROFILE_WARMUP} warm-up steps; the report (as `accel profile` "
+        "writes it) goes to OUT/profile/",
+    )
     train.add_argument("--nproc", type=int, default=None, help="processes on this machine, started by torchrun")
     train.add_argument("--nnodes", type=int, default=1, help="machines taking part (with --nproc)")
     train.add_argument("--node-rank", type=int, default=0, help="this machine's index (with --nnodes > 1)")
@@ -42,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         _check_before_torchrun(args, recipe, out)
         return _torchrun(args, recipe, out)
     try:
-        summary = run_recipe(recipe, out, resume=args.resume)
+        summary = run_recipe(recipe, out, resume=args.resume, callbacks=_profiler(args, out))
     except KeyboardInterrupt as stop:  # Ctrl-C in start-up, or the third signal
         if world_from_env().is_main:
             print(interrupted_message(out, stop), file=sys.stderr)
@@ -50,6 +59,20 @@ def run(args: argparse.Namespace) -> int:
     if not world_from_env().is_main:
         return 0
     return report(summary, recipe)
+
+
+def _profiler(args: argparse.Namespace, out: Path) -> list:
+    """`--profile STEPS`: a profile window in the writing process (rank 0) of this run."""
+    from ..distributed import world_from_env
+    from ..profile import profile_window
+    from ..profile.steps import check_window
+    from ..rundir import RunDir
+
+    if args.profile is None or not world_from_env().is_main:
+        return []
+    check_window(PROFILE_WARMUP, args.profile)
+    command = shlex.join(["accel", *args.argv])
+    return [profile_window(PROFILE_WARMUP, args.profile, RunDir(out, create=False).profile, command, args.recipe)]
 
 
 def report(summary: dict, recipe) -> int:
