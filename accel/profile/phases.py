@@ -7,8 +7,21 @@ from typing import Any
 
 from ..anatomy import Segment
 
-# in the loop's order; "other" is the loop's own time between phases (the for statement, the budget check)
-PHASES = ("data", "to_device", "forward", "loss", "backward", "optimizer", "speedups", "logging", "eval", "other")
+# in the loop's order; "profiler" is torch.profiler's own cost at each step's end, "other" the loop's own time
+# between phases (the for statement, the budget check)
+PHASES = (
+    "data",
+    "to_device",
+    "forward",
+    "loss",
+    "backward",
+    "optimizer",
+    "speedups",
+    "logging",
+    "eval",
+    "profiler",
+    "other",
+)
 
 
 def anatomy(segments: list[Segment], boundaries: list[float], cuda: bool) -> dict[str, Any]:

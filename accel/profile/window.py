@@ -73,7 +73,8 @@ class ProfileWindow(Callback):
             self._close(trainer)
         elif done > self.warmup:
             self.profiled.boundaries.append(time.perf_counter())
-        self.profiled.profiler.step()  # the schedule's last step: the profiler stops recording
+        with trainer.anatomy.phase("profiler"):  # its own cost, a few ms a step: not the run's logging
+            self.profiled.profiler.step()  # ends the step's range in the trace; at the window's edges, starts or stops it
         if self._closed:
             self.profiled.profiler.stop()
 
