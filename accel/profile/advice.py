@@ -4,6 +4,7 @@ rule here and a case to tests/profile/test_advice.py, nothing else."""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -116,7 +117,7 @@ def advise(report: dict[str, Any], recipe: str) -> list[dict[str, str]]:
             "rule": rule.name,
             "finding": rule.finding.format(**vars(facts)),
             "fix": rule.fix.format(),
-            "bench": rule.bench.format(recipe=recipe),
+            "bench": rule.bench.format(recipe=shlex.quote(recipe)),
         }
         for rule in RULES
         if rule.applies(facts)

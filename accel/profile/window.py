@@ -73,8 +73,10 @@ class ProfileWindow(Callback):
             self._close(trainer)
         elif done > self.warmup:
             self.profiled.boundaries.append(time.perf_counter())
-        with trainer.anatomy.phase("profiler"):  # its own cost, a few ms a step: not the run's logging
-            self.profiled.profiler.step()  # ends the step's range in the trace; at the window's edges, starts or stops it
+        # the profiler's own cost (a few ms a step) is a phase of its own, not the run's logging; this ends the
+        # step's range in the trace and, at the window's edges, starts or stops recording
+        with trainer.anatomy.phase("profiler"):
+            self.profiled.profiler.step()
         if self._closed:
             self.profiled.profiler.stop()
 
