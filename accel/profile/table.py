@@ -1,5 +1,6 @@
-"""The ops by self time per step: on a GPU, the device's time first, then the host's (where the CPU blocks:
-syncs, pinned allocations, launches)."""
+"""The ops by self time per step (on a GPU, the device's time first, then the host's: where the CPU blocks on
+syncs, pinned allocations, launches), the same time grouped by the module or phase that called each op, and the
+share of it in matmul/convolution/attention (what MFU counts)."""
 
 from __future__ import annotations
 
@@ -29,16 +30,6 @@ def op_rows(profiled: Profiled, rows: int) -> dict[str, list[dict[str, Any]]]:
 
 def _row(op: str, spent_us: float, total_us: float, steps: int) -> dict[str, Any]:
     return {"op": op, "ms_per_step": spent_us / steps / 1000, "share": spent_us / total_us}
-
-
-def render(tables: dict[str, list[dict[str, Any]]]) -> str:
-    blocks = []
-    for clock, rows in tables.items():
-        lines = [f"{'op':<48} {'ms/step':>9} {'share':>7}"]
-        lines += [f"{row['op'][:48]:<48} {row['ms_per_step']:>9.1f} {row['share']:>7.1%}" for row in rows[:-1]]
-        lines.append(f"{'total (' + clock + ')':<48} {rows[-1]['ms_per_step']:>9.1f}")
-        blocks.append("\n".join(lines))
-    return "\n\n".join(blocks)
 
 
 # the ops that MFU counts: matrix multiplies, convolutions and attention (fused or not), forward and backward
