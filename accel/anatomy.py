@@ -69,7 +69,7 @@ class Anatomy:
         devices.reset_peak_memory(self.device)
         if getattr(model, "_orig_mod", None) is None:
             self._hooks = _range_hooks(model, lambda: self._range("forward"))
-            for name, child in module.named_children():
+            for name, child in _parts(module):
                 label = f"{MODULE}{name} ({type(child).__name__})"
                 self._hooks += _range_hooks(child, lambda label=label: record_function(label))
         return self._since
@@ -110,6 +110,16 @@ class Anatomy:
         if self.device.type == "cuda":
             return devices.peak_memory_mb(self.device)
         return self._process.memory_info().rss / 2**20
+
+
+def _parts(module: nn.Module) -> Iterator[tuple[str, nn.Module]]:
+    """The model's top-level children; a list or dict of modules (a transformer's blocks) is never called itself,
+    so its members stand for it."""
+    for name, child in module.named_children():
+        if isinstance(child, (nn.ModuleList, nn.ModuleDict)):
+            yield from ((f"{name}.{key}", member) for key, member in child.named_children())
+        else:
+            yield name, child
 
 
 def _range_hooks(module: nn.Module, make) -> list[Any]:
