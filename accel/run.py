@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -179,7 +180,12 @@ def _train(recipe: Recipe, run_dir: RunDir, resume: bool, callbacks: list[Callba
     with signals.stop_requests(trainer._request_stop):
         if trainer.world.is_main:
             run_dir.write_start(recipe.dump_yaml(), devices.environment(trainer.device))
-        with memory_snapshot.dump_on_oom(trainer.device, run_dir.oom_snapshot):
+        # rank 0 writes the run directory: its snapshot is the one kept
+        with (
+            memory_snapshot.dump_on_oom(trainer.device, run_dir.oom_snapshot)
+            if trainer.world.is_main
+            else nullcontext()
+        ):
             return trainer.fit()
 
 

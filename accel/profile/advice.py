@@ -25,8 +25,7 @@ class Facts:
     memory: float  # the window's peak memory over the device's (CUDA) or the machine's (CPU)
     precision: str  # fp32, bf16, fp16
     bf16_fast: bool  # the device computes bf16 natively
-    task: str
-    speedups: tuple[str, ...]
+    workers: int | None  # the training loader's worker processes (None: not a torch DataLoader)
     cuda: bool
 
     @classmethod
@@ -43,8 +42,7 @@ class Facts:
             memory=peak / facts["device_memory_mb"],
             precision=facts["precision"],
             bf16_fast=facts["bf16_fast"],
-            task=facts["task"],
-            speedups=tuple(facts["speedups"]),
+            workers=facts["num_workers"],
             cuda=report["device"].startswith("cuda"),
         )
 
@@ -62,7 +60,7 @@ RULES = (
     Rule(
         "data-bound",
         lambda f: f.data >= 0.2,
-        "{data:.0%} of each step waits for the next batch: the loader is the bottleneck",
+        "{data:.0%} of each step waits for the next batch (loader workers: {workers}): the loader is the bottleneck",
         "more loader workers (data.loader.num_workers), the decoded cache (data.cache.enabled: true) for image "
         "files, or DALI (data.loader.backend: dali) to decode on the GPU",
         "accel bench {recipe} --vary data.loader.num_workers=0,2,4 --vary data.cache.enabled=false,true",

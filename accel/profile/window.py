@@ -122,13 +122,5 @@ def _facts(trainer) -> dict[str, Any]:
         "task": trainer.task.name,
         "num_workers": getattr(loader, "num_workers", None),
         "bf16_fast": devices.supports_bf16(trainer.device),
-        "device_memory_mb": _device_memory_mb(trainer.device),
+        "device_memory_mb": devices.total_memory_mb(trainer.device),
     }
-
-
-def _device_memory_mb(device: torch.device) -> float:
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).total_memory / 2**20
-    import psutil
-
-    return psutil.virtual_memory().total / 2**20

@@ -23,6 +23,7 @@ def quiet() -> dict:
             "bf16_fast": True,
             "task": "classification",
             "speedups": ["amp"],
+            "num_workers": 2,
             "device_memory_mb": 1000.0,
         },
     }

@@ -30,7 +30,10 @@ def test_a_slow_loader_without_workers_is_diagnosed_data_bound_with_the_workers_
         advice["bench"]
         == f"accel bench {recipe} --vary data.loader.num_workers=0,2,4 --vary data.cache.enabled=false,true"
     )
-    assert "waits for the next batch" in printed.getvalue() and advice["bench"] in (out / "profile.md").read_text()
+    assert (
+        "waits for the next batch (loader workers: 0)" in printed.getvalue()
+        and advice["bench"] in (out / "profile.md").read_text()
+    )
 
 
 def test_train_profile_writes_the_report_into_the_run_directory(tiny, write_recipe, tmp_path, capsys):
