@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..traps import DATA_WAIT
 from .phases import share
 
 
@@ -59,7 +60,7 @@ class Rule:
 RULES = (
     Rule(
         "data-bound",
-        lambda f: f.data >= 0.2,
+        lambda f: f.data > DATA_WAIT,  # the speed lint's threshold: one rule for when the loader is too slow
         "{data:.0%} of each step waits for the next batch (loader workers: {workers}): the loader is the bottleneck",
         "more loader workers (data.loader.num_workers), the decoded cache (data.cache.enabled: true) for image "
         "files, or DALI (data.loader.backend: dali) to decode on the GPU",
