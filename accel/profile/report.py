@@ -76,7 +76,9 @@ def ops_table(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 def findings(report: dict[str, Any]) -> list[str]:
     if not report["advice"]:
-        return ["No finding: no phase or resource stands out. The operator tables say where the time goes."]
+        top = sorted(report["anatomy"]["phases"], key=lambda row: row["share"], reverse=True)[:2]
+        spent = " and ".join(f"{row['phase']} {row['share']:.0%}" for row in top)
+        return [f"No finding: the step is {spent}, none of it a known trap. The operator tables say where it goes."]
     return [f"{a['finding']}. Fix: {a['fix']}. Prove it: `{a['bench']}`" for a in report["advice"]]
 
 
