@@ -2,9 +2,10 @@
 step, the speed-ups' hooks, logging, evaluation) and, while a profiler records, each becomes a `record_function`
 range in the trace and a timed, memory-sampled segment here (accel/profile reads them).
 
-Off, a phase costs a flag test: `record_function` costs ~8 us even with no profiler (measured on this project's
-2-core CI machine), so the ranges exist only while `active`. Phases nest (the model's forward inside the loss): the
-time is kept as flat segments, each belonging to the innermost phase open, so the phases of a step add up to it.
+Off, a phase costs a flag test: `record_function` costs ~8 us even with no profiler (8.5 us against 0.45 us for
+`nullcontext` on a 2-core EPYC), so the ranges exist only while `active`. Phases nest (the model's forward inside
+the loss): the time is kept as flat segments, each belonging to the innermost phase open, so the phases of a step
+add up to it.
 """
 
 from __future__ import annotations
