@@ -98,6 +98,15 @@ def peak_memory_mb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
+def total_memory_mb(device: torch.device) -> float:
+    """The device's memory on CUDA; elsewhere the machine's."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory / 2**20
+    import psutil
+
+    return psutil.virtual_memory().total / 2**20
+
+
 def supports_bf16(device: torch.device) -> bool:
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from . import devices, signals
+from . import devices, memory_snapshot, signals
 from .callbacks import Callback, Checkpointer, EarlyStopping, ProgressBar, RunDirWriter, TensorBoard
 from .callbacks.data_wait import DataWaitWarning
 from .checkpoint import load_checkpoint
@@ -114,9 +115,14 @@ def _callbacks(recipe: Recipe, run_dir: RunDir | None, is_main: bool, sharded: b
 
 
 def run_recipe(
-    recipe: Recipe, out: str | Path | None = None, resume: bool = False, restartable: bool = False
+    recipe: Recipe,
+    out: str | Path | None = None,
+    resume: bool = False,
+    restartable: bool = False,
+    callbacks: list[Callback] = (),
 ) -> dict[str, Any]:
-    """Train a recipe into a run directory and return its summary (also written to summary.json).
+    """Train a recipe into a run directory and return its summary (also written to summary.json); `callbacks`
+    join the recipe's (`accel train --profile`'s profile window).
 
     The writing process (rank 0) holds the directory's lock throughout: a second writer is refused before it
     changes anything. `restartable`: torchrun restarts the processes when one fails (`--max-restarts`), and a
@@ -137,7 +143,7 @@ def run_recipe(
                 run_dir.remove_stale_temp_files()
         ended_well = False
         try:
-            summary = _train(recipe, run_dir, resume)
+            summary = _train(recipe, run_dir, resume, callbacks)
             ended_well = True
         finally:
             # the trainer is gone by now (it lived in _train): nothing holds the process group but torch's
@@ -181,11 +187,11 @@ def no_checkpoint_message(run_dir: RunDir) -> str:
     )
 
 
-def _train(recipe: Recipe, run_dir: RunDir, resume: bool) -> dict[str, Any]:
+def _train(recipe: Recipe, run_dir: RunDir, resume: bool, callbacks: list[Callback]) -> dict[str, Any]:
     with signals.abort_on_signals():  # start-up writes nothing: a signal stops it and leaves the directory as it was
         # a resume takes the weights from its checkpoint: the recipe's pretrained file is not read again
         built = recipe.model_copy(update={"model": recipe.model.without_weights()}) if resume else recipe
-        trainer = build_trainer(built, run_dir)
+        trainer = build_trainer(built, run_dir, callbacks)
         if resume:  # every rank loads the same file; a checkpoint that does not fit is refused before any write
             _resume(trainer, run_dir.last_checkpoint, recipe)
     # from the first write to the last, a signal asks the run to stop: it ends with a checkpoint (at step 0 if
@@ -193,7 +199,13 @@ def _train(recipe: Recipe, run_dir: RunDir, resume: bool) -> dict[str, Any]:
     with signals.stop_requests(trainer._request_stop):
         if trainer.world.is_main:
             run_dir.write_start(recipe.dump_yaml(), devices.environment(trainer.device))
-        return trainer.fit()
+        # rank 0 writes the run directory: its snapshot is the one kept
+        with (
+            memory_snapshot.dump_on_oom(trainer.device, run_dir.oom_snapshot)
+            if trainer.world.is_main
+            else nullcontext()
+        ):
+            return trainer.fit()
 
 
 def _resume(trainer: Trainer, path: Path, recipe: Recipe) -> None:

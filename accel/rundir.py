@@ -26,6 +26,7 @@ RECIPE, ENV, METRICS, SUMMARY, TENSORBOARD, CHECKPOINTS = (
     "checkpoints",
 )
 LAST_CHECKPOINT, EPOCH_CHECKPOINT = "last.pt", "epoch-{epoch:03d}.pt"  # in checkpoints/
+PROFILE, OOM_SNAPSHOT = "profile", "memory-oom.pickle"  # `accel train --profile`'s report; CUDA out of memory
 RUN_FILES = (RECIPE, SUMMARY, METRICS, CHECKPOINTS)  # any of them: the folder holds a run
 # any of them: the results of a bench, tune, bench-data or profile
 BENCH_FILES = ("report.json", "report.md", "trials", "recipes", "tune.json", "bench-data.json", "profile.json")
@@ -81,6 +82,15 @@ class RunDir:
     @property
     def last_checkpoint(self) -> Path:
         return self.checkpoints / LAST_CHECKPOINT
+
+    @property
+    def profile(self) -> Path:
+        """The folder `accel train --profile` writes its report into (the files of `accel profile --out`)."""
+        return self.path / PROFILE
+
+    @property
+    def oom_snapshot(self) -> Path:
+        return self.path / OOM_SNAPSHOT
 
     def epoch_checkpoint(self, epoch: int) -> Path:
         return self.checkpoints / EPOCH_CHECKPOINT.format(epoch=epoch)

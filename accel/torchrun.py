@@ -35,7 +35,6 @@ def rendezvous_message(argv: list[str], err: Exception) -> str:
     )
 
 
-
 def _preempted(signum, frame) -> None:
     # once: a second notice (a cluster may send one to every process, and `accel train` passes its own on) would
     # raise again inside torchrun's wait for the ranks to save, and end it before they have

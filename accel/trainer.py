@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from . import budget, devices, divergence, evaluation, lint, signals
+from .anatomy import Anatomy
 from .batches import map_tensors
 from .callbacks.base import Callback
 from .checkpoint import check_same_model, check_same_schedule, model_signature
@@ -92,6 +93,7 @@ class Trainer:
         self._eval_step = -1  # the optimizer step at which last_eval was measured
         self.meter = Meter(self.world)
         self.utilisation = Utilisation()
+        self.anatomy = Anatomy(self.device)  # the step's phases, timed while a profiler records (accel.anatomy)
         self._uncounted_s = 0.0  # time inside the loop that is not training (counting FLOPs)
         self.startup_s: float | None = None  # from the process's start to its first training step
         self._set_up = False  # the speed-ups' setup has run and their teardown has not
@@ -157,7 +159,7 @@ class Trainer:
         self._emit("on_epoch_start", batches)
         self.meter.start_window(self.device)
         tick, yielded = time.perf_counter(), False
-        for batch in iterator:
+        for batch in self.anatomy.batches(iterator):
             fetched, yielded = time.perf_counter(), True
             if self.startup_s is None:  # everything before the first step's batch was in hand is start-up
                 self.startup_s = process_age_s()
@@ -166,11 +168,12 @@ class Trainer:
                 devices.synchronize(self.device)
             done = time.perf_counter() - self._uncounted_s
             self._uncounted_s = 0.0
-            self._account(
-                BatchInfo(
-                    loss, self.task.samples(batch), fetched - tick, done - fetched, stepped, self.task.tokens(batch)
+            with self.anatomy.phase("logging"):
+                self._account(
+                    BatchInfo(
+                        loss, self.task.samples(batch), fetched - tick, done - fetched, stepped, self.task.tokens(batch)
+                    )
                 )
-            )
             if stepped and self.cfg.eval_every_steps and self.step % self.cfg.eval_every_steps == 0:
                 self._run_eval()  # between batches: its time is neither data wait nor training
                 self._log({"kind": "eval", "epoch": self.epoch, "step": self.step, **self.last_eval})
@@ -192,13 +195,15 @@ class Trainer:
         accum = self.cfg.grad_accum
         self.batch_in_epoch += 1
         boundary = self.batch_in_epoch % accum == 0 or self.batch_in_epoch == batches
-        batch = self.on_device(batch, self.train_transform)
+        with self.anatomy.phase("to_device"):
+            batch = self.on_device(batch, self.train_transform)
         if not self.utilisation.counted:
             self._uncounted_s = self.utilisation.count(self, batch)
         with self.lint.watch(batch):
             loss = self.step_batch(batch, boundary)
-        for speedup in self.speedups:
-            speedup.after_batch()
+        with self.anatomy.phase("speedups"):
+            for speedup in self.speedups:
+                speedup.after_batch()
         return boundary, loss.detach(), batch
 
     def _step_batch(self, batch: Any, boundary: bool) -> torch.Tensor:
@@ -206,14 +211,16 @@ class Trainer:
         with nullcontext() if boundary else self.strategy.no_sync(self):
             loss = self.forward_backward(batch)
         if boundary:
-            self.finish_step(self.strategy.optimizer_step(self))
+            with self.anatomy.phase("optimizer"):
+                self.finish_step(self.strategy.optimizer_step(self))
         return loss
 
     def forward_backward(self, batch: Any) -> torch.Tensor:
         """Forward and loss under the step contexts, then the strategy's backward of this micro-batch's share."""
-        with self.step_contexts():
+        with self.anatomy.phase("loss"), self.step_contexts():
             loss = self.forward_loss(batch)
-        self.strategy.backward(loss / self.cfg.grad_accum)
+        with self.anatomy.phase("backward"):
+            self.strategy.backward(loss / self.cfg.grad_accum)
         return loss
 
     def _forward_loss(self, batch: Any) -> torch.Tensor:
@@ -262,7 +269,8 @@ class Trainer:
         return evaluation.evaluate(self)
 
     def _run_eval(self) -> None:
-        self.last_eval, self._eval_step = self.evaluate(), self.step
+        with self.anatomy.phase("eval"):
+            self.last_eval, self._eval_step = self.evaluate(), self.step
 
     # ---- bookkeeping ----------------------------------------------------------------------------------
     def _account(self, info: BatchInfo) -> None:

@@ -1,30 +1,95 @@
-"""`accel profile`: the ops of a tiny recipe's steps by self time, and its Chrome trace."""
+"""`accel profile`: the step's anatomy, operators by module, advice, profile.json/.md/.html and a valid trace."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import io
 import json
 
 import pytest
+import yaml
 
 from accel.cli import main
+from conftest import TINY
+
+PHASE_RANGES = {"accel/data", "accel/to_device", "accel/forward", "accel/loss", "accel/backward", "accel/optimizer"}
 
 
-def test_profile_prints_where_a_step_goes_and_writes_the_trace(tiny, write_recipe, tmp_path, capsys):
-    out = tmp_path / "profile"
-    argv = ["profile", str(write_recipe(tiny)), "--warmup", "1", "--steps", "2", "--rows", "5", "--out", str(out)]
-    assert main([*argv, "--set", "data.batch_size=8"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["op", "ms/step", "share"]
-    assert any("addmm" in line or "convolution" in line for line in lines[1:6])
-    assert lines[6].startswith("total (self_cpu_time)") and float(lines[6].split()[-1]) > 0
-    trace = json.loads(gzip.decompress((out / "trace.json.gz").read_bytes()))
-    assert any(event.get("name", "").startswith("aten::") for event in trace["traceEvents"])
-    assert lines[-1].startswith(f"{out / 'trace.json.gz'} (") and " MB; open it in" in lines[-1]
-    report = json.loads((out / "profile.json").read_text())
-    assert (report["steps"], report["trace"]) == (2, "trace.json.gz") and report["command"].startswith("accel profile")
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory):
+    """One `accel profile` of the tiny recipe: its folder, profile.json and what it printed."""
+    folder = tmp_path_factory.mktemp("profile")
+    recipe = folder / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump(TINY))
+    out = folder / "out"
+    argv = ["profile", str(recipe), "--warmup", "1", "--steps", "3", "--rows", "5", "--out", str(out)]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main([*argv, "--set", "data.batch_size=8"]) == 0
+    return out, json.loads((out / "profile.json").read_text()), printed.getvalue()
+
+
+def _trace(out):
+    return json.loads(gzip.decompress((out / "trace.json.gz").read_bytes()))
+
+
+def test_the_trace_is_chrome_trace_json_with_the_phase_ranges_and_small(profiled):
+    out, report, _ = profiled
+    events = _trace(out)["traceEvents"]
+    complete = [event for event in events if event.get("ph") == "X"]
+    assert complete and all({"name", "ts", "dur"} <= event.keys() for event in complete)
+    assert all(isinstance(event["ts"], (int, float)) and event["dur"] >= 0 for event in complete)
+    assert PHASE_RANGES <= {event["name"] for event in complete}
+    assert any(event["name"].startswith("accel/module/") for event in complete)
+    assert sum(event["name"].startswith("ProfilerStep#") for event in complete) == 3
+    assert (out / "trace.json.gz").stat().st_size < 2_000_000
+    assert report["trace"] == "trace.json.gz" and 0 < report["trace_mb"] < 2
+
+
+def test_the_phases_add_up_to_each_measured_step(profiled):
+    out, report, _ = profiled
+    anatomy = report["anatomy"]
+    rows = {row["phase"]: row for row in anatomy["phases"]}
+    assert {"data", "to_device", "forward", "loss", "backward", "optimizer", "logging", "other"} <= rows.keys()
+    for i, step_ms in enumerate(anatomy["step_ms"]):
+        assert sum(row["per_step_ms"][i] for row in rows.values()) == pytest.approx(step_ms, rel=0.05)
+    assert rows["other"]["share"] < 0.2  # the named phases cover the loop
+    # the window against the profiler's own clock, from its first step's start to its last step's end: that span
+    # leaves out the profiler's start, which the anatomy counts as the first step's `profiler` phase
+    steps = [e for e in _trace(out)["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")]
+    span_ms = (max(e["ts"] + e["dur"] for e in steps) - min(e["ts"] for e in steps)) / 1000
+    starting_ms = rows["profiler"]["per_step_ms"][0]
+    assert sum(anatomy["step_ms"]) - starting_ms == pytest.approx(span_ms, rel=0.05)
+    assert rows["backward"]["peak_mb"] > 0 and anatomy["memory"] == "CPU resident set"
+
+
+def test_the_operators_are_grouped_by_module_with_the_matmul_share(profiled):
+    _, report, printed = profiled
+    groups = {row["op"]: row for row in report["modules"]}
+    assert "(backward)" in groups and any(name.endswith("(Sequential)") for name in groups)
+    convs = [row for name, row in groups.items() if name.endswith("(Sequential)")]
+    assert any("aten::mkldnn_convolution" in row["top"] or "aten::convolution" in row["top"] for row in convs)
+    assert all(op.endswith("_backward") or "Backward" in op for op in groups["(backward)"]["top"][:1])
+    assert 0 < report["matmul_share"] < 1
     ops = report["ops"]["self_cpu_time"]
     assert len(ops) == 6 and ops[-1]["op"] == "total" and ops[0]["ms_per_step"] >= ops[1]["ms_per_step"]
+    lines = printed.splitlines()
+    assert lines[0].split() == ["phase", "ms/step", "share", "peak", "MB"]
+    assert any(line.startswith("(backward)") for line in lines)
+    assert "trace.json.gz (" in printed and lines[-1].endswith("profile.html")
+
+
+def test_the_html_and_markdown_reports_hold_every_part(profiled):
+    out, report, _ = profiled
+    page = (out / "profile.html").read_text()
+    for part in ("The step's anatomy", "Top operators by module", "Top operators", "Advice", "backward"):
+        assert part in page
+    assert '<img src="anatomy.png"' in page and (out / "anatomy.png").read_bytes().startswith(b"\x89PNG")
+    markdown = (out / "profile.md").read_text()
+    for part in ("## The step's anatomy", "## Top operators by module", "## Advice", "| backward |", "step (measured)"):
+        assert part in markdown
+    assert report["command"].startswith("accel profile") and report["steps"] == 3
 
 
 @pytest.mark.parametrize(

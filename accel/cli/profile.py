@@ -1,4 +1,4 @@
-"""`accel profile`: where a recipe's training step goes, op by op, and a Chrome trace of the steps."""
+"""`accel profile`: the step's anatomy, the top operators, memory, advice that names the fix, and a Chrome trace."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from .options import add_sets
 
 def add(commands) -> None:
     parser = commands.add_parser(
-        "profile", help="profile a few training steps of a recipe: ops by self time per step, and a Chrome trace"
+        "profile",
+        help="profile a few training steps of a recipe: where the step's time and memory go, and what to do",
     )
     parser.add_argument("recipe", help="path to a recipe YAML file, or a shipped recipe's name")
     add_sets(parser)
@@ -27,34 +28,23 @@ def add(commands) -> None:
         "--sync-debug", action="store_true", help="CUDA: warn, with a stack, of each host-device sync in the steps"
     )
     parser.add_argument(
-        "--out", help="folder for trace.json.gz and profile.json (default: runs/profile-<name>-<timestamp>)"
+        "--out",
+        help="folder for profile.json/.md/.html and trace.json.gz (default: runs/profile-<name>-<timestamp>)",
     )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..devices import environment, resolve_device
-    from ..io import default_out, strict_json, write_atomic
-    from ..profile import op_rows, profile_recipe, render, write_trace
-    from ..profile.steps import step_overrides
+    from ..io import default_out
+    from ..profile import profile_recipe, profile_window, step_overrides
+    from ..profile.report import print_report
     from ..recipe import load_recipe
     from ..rundir import check_results_out
 
     recipe = load_recipe(args.recipe, [*args.overrides, *step_overrides(args.warmup, args.steps)])
     out = Path(args.out) if args.out else default_out(recipe.name, kind="profile")
     check_results_out(out, "profile")
-    profiled = profile_recipe(recipe, args.warmup, args.steps, args.sync_debug)
-    tables = op_rows(profiled, args.rows)
-    print(render(tables))
-    trace = write_trace(profiled, out)
-    report = {
-        "command": shlex.join(["accel", *args.argv]),
-        "warmup": args.warmup,
-        "steps": args.steps,
-        "ops": tables,
-        "trace": trace.name,
-        "env": environment(resolve_device(recipe.device)),
-    }
-    write_atomic(out / "profile.json", strict_json(report, indent=1) + "\n")
-    print(f"\n{trace} ({trace.stat().st_size / 1e6:.2f} MB; open it in https://ui.perfetto.dev)")
+    command = shlex.join(["accel", *args.argv])
+    profiler = profile_window(args.warmup, args.steps, out, command, args.recipe, args.rows, args.sync_debug)
+    print_report(profile_recipe(recipe, profiler), out)
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import socket
 import sys
 import time
@@ -15,6 +16,7 @@ from ..signals import PREEMPT, PREEMPTED_EXIT
 from .options import add_sets
 
 EXIT_CODES = {"completed": 0, "diverged": 3, "interrupted": 130, "preempted": PREEMPTED_EXIT}
+PROFILE_WARMUP = 2  # steps before `--profile` records: compilation, the allocator, kernel choice
 
 
 def add(commands) -> None:
@@ -23,6 +25,13 @@ def add(commands) -> None:
     add_sets(train)
     train.add_argument("--out", help="run directory (default: runs/<name>-<timestamp>)")
     train.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.pt")
+    train.add_argument(
+        "--profile",
+        type=int,
+        metavar="STEPS",
+        help=f"profile STEPS optimizer steps after {PROFILE_WARMUP} warm-up steps; the report (as `accel profile` "
+        "writes it) goes to OUT/profile/",
+    )
     add_launch_options(train)
     train.set_defaults(run=run)
 
@@ -44,7 +53,9 @@ def run(args: argparse.Namespace) -> int:
     if args.max_restarts and not under_torchrun():
         raise AccelError("--max-restarts needs --nproc: torchrun restarts the processes it started.")
     try:
-        summary = run_recipe(recipe, out, resume=args.resume, restartable=args.max_restarts > 0)
+        summary = run_recipe(
+            recipe, out, resume=args.resume, restartable=args.max_restarts > 0, callbacks=_profiler(args, out)
+        )
     except KeyboardInterrupt as stop:  # Ctrl-C in start-up, or the third signal
         if world_from_env().is_main:
             print(interrupted_message(out, stop), file=sys.stderr)
@@ -52,6 +63,20 @@ def run(args: argparse.Namespace) -> int:
     if not world_from_env().is_main:
         return 0
     return report(summary, recipe)
+
+
+def _profiler(args: argparse.Namespace, out: Path) -> list:
+    """`--profile STEPS`: a profile window in the writing process (rank 0) of this run."""
+    from ..distributed import world_from_env
+    from ..profile import profile_window
+    from ..profile.steps import check_window
+    from ..rundir import RunDir
+
+    if args.profile is None or not world_from_env().is_main:
+        return []
+    check_window(PROFILE_WARMUP, args.profile)
+    command = shlex.join(["accel", *args.argv])
+    return [profile_window(PROFILE_WARMUP, args.profile, RunDir(out, create=False).profile, command, args.recipe)]
 
 
 def report(summary: dict, recipe) -> int:
@@ -132,6 +157,7 @@ def _torchrun(args: argparse.Namespace, launch: Launch, out: Path) -> int:
 
     argv = ["train", args.recipe, "--out", str(out), *(f"--set={item}" for item in args.overrides)]
     argv += ["--resume"] if args.resume else []
+    argv += [f"--profile={args.profile}"] if args.profile is not None else []  # rank 0 profiles
     argv += [f"--max-restarts={launch.max_restarts}"] if launch.max_restarts else []  # each rank: a restart continues
     started = time.time()
     code, signalled = run_torchrun(launch.torchrun_command(argv), launch.torchrun_env())

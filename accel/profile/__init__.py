@@ -1,10 +1,11 @@
-"""`accel profile`: where a recipe's training step goes, from torch.profiler over a few steps of accel's own loop.
+"""`accel profile` and `accel train --profile`: where a training step's time and memory go, and what to do.
 
-`steps.py` profiles the steps, `table.py` ranks the ops by self time per step, `trace.py` writes the Chrome
-trace (open it in https://ui.perfetto.dev or chrome://tracing)."""
+`window.py` profiles a window of steps of accel's own loop (accel/anatomy.py times its phases); `phases.py` is the
+step's anatomy, `table.py` the operators by self time and by module, `gpu.py` the GPU's view (CUDA), `advice.py`
+the findings and their fixes, `report.py` profile.json/.md/.html, `trace.py` the Chrome trace (open it in
+https://ui.perfetto.dev or chrome://tracing)."""
 
-from .steps import Profiled, profile_recipe
-from .table import op_rows, render
-from .trace import write_trace
+from .steps import profile_recipe, profile_window, step_overrides
+from .window import Profiled, ProfileWindow
 
-__all__ = ["Profiled", "op_rows", "profile_recipe", "render", "write_trace"]
+__all__ = ["ProfileWindow", "Profiled", "profile_recipe", "profile_window", "step_overrides"]

@@ -1,45 +1,20 @@
-"""Profile a recipe's training steps: its trainer as `accel train` builds it (speed-ups included), `warmup` steps
-unprofiled (compilation, the allocator, oneDNN/cuDNN kernel choice), then `steps` profiled."""
+"""`accel profile RECIPE`: the recipe's trainer as `accel train` builds it (speed-ups included), with a
+ProfileWindow over `warmup` unprofiled then `steps` profiled optimizer steps, and nothing else written."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-import torch
-from torch.profiler import ProfilerActivity, profile, schedule
-
-from .. import devices
-from ..callbacks import Callback
 from ..errors import AccelError
 from ..recipe import Recipe
-
-
-@dataclass
-class Profiled:
-    profiler: profile
-    steps: int
-    device: bool  # whether the device's own time was recorded (CUDA), besides the host's
-
-
-class StepProfiler(Callback):
-    """Advances the profiler's schedule once per optimizer step; after `sync_debug_after` steps, has CUDA warn
-    of every operation that makes the host wait for the GPU (a hidden sync stalls the loop)."""
-
-    def __init__(self, profiler: profile, sync_debug_after: int | None = None):
-        self.profiler, self.sync_debug_after = profiler, sync_debug_after
-
-    def on_batch_end(self, trainer, info) -> None:
-        if info.optimizer_stepped:
-            devices.synchronize(trainer.device)  # a step's GPU work belongs to that step
-            self.profiler.step()
-            if self.sync_debug_after is not None and trainer.step == self.sync_debug_after:
-                torch.cuda.set_sync_debug_mode("warn")
+from . import report
+from .window import ProfileWindow
 
 
 def step_overrides(warmup: int, steps: int) -> list[str]:
     """What profiling changes in the recipe: exactly warmup + steps optimizer steps, nothing written."""
-    if steps < 1 or warmup < 0:
-        raise AccelError(f"need --steps >= 1 and --warmup >= 0; got {steps} and {warmup}.")
+    check_window(warmup, steps)
     return [
         f"train.max_steps={warmup + steps}",
         "train.eval_every_epochs=0",
@@ -48,17 +23,38 @@ def step_overrides(warmup: int, steps: int) -> list[str]:
     ]
 
 
-def profile_recipe(recipe: Recipe, warmup: int, steps: int, sync_debug: bool = False) -> Profiled:
-    """Run the recipe (given `step_overrides`) under torch.profiler; the profiler holds the profiled steps."""
+def check_window(warmup: int, steps: int) -> None:
+    if steps < 1 or warmup < 0:
+        raise AccelError(f"need --steps >= 1 and --warmup >= 0; got {steps} and {warmup}.")
+
+
+def check_sync_debug(recipe: Recipe, sync_debug: bool) -> None:
+    if sync_debug and not recipe.device.startswith("cuda"):
+        raise AccelError("--sync-debug needs CUDA: it reports host-device syncs, and this recipe runs on the CPU.")
+
+
+def profile_window(
+    warmup: int, steps: int, folder: Path, command: str, recipe: str, rows: int = 15, sync_debug: bool = False
+) -> ProfileWindow:
+    """A ProfileWindow that writes its report (profile.json, .md, .html, the trace) into `folder` when the run
+    ends; the report dict is then its `.report`."""
+
+    def finished(profiled) -> dict[str, Any]:
+        built = report.build(profiled, folder, command, recipe, rows)
+        report.write(built, folder)
+        return built
+
+    return ProfileWindow(warmup, steps, folder, finished, sync_debug)
+
+
+def profile_recipe(recipe: Recipe, profiler: ProfileWindow) -> dict[str, Any]:
+    """Run the recipe (given `step_overrides`) with `profiler` in its trainer; returns the report."""
     from ..run import build_trainer
 
-    cuda = recipe.device.startswith("cuda")
-    if sync_debug and not cuda:
-        raise AccelError("--sync-debug needs CUDA: it reports host-device syncs, and this recipe runs on the CPU.")
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    plan = schedule(wait=max(warmup - 1, 0), warmup=min(warmup, 1), active=steps, repeat=1)
-    with profile(activities=activities, schedule=plan) as profiler:
-        trainer = build_trainer(recipe, extra_callbacks=[StepProfiler(profiler, warmup if sync_debug else None)])
-        trainer.val_loader = None  # the final evaluation is not part of a step
-        trainer.fit()
-    return Profiled(profiler, steps, device=cuda)
+    check_sync_debug(recipe, profiler.sync_debug)
+    trainer = build_trainer(recipe, extra_callbacks=[profiler])
+    trainer.val_loader = None  # the final evaluation is not part of a step
+    trainer.fit()
+    if profiler.report is None:
+        raise AccelError(f"`{recipe.name}` ended before its profiled steps: nothing to report.")
+    return profiler.report

@@ -1,17 +1,23 @@
-"""The ops by self time per step: on a GPU, the device's time first, then the host's (where the CPU blocks:
-syncs, pinned allocations, launches)."""
+"""The ops by self time per step (on a GPU, the device's time first, then the host's: where the CPU blocks on
+syncs, pinned allocations, launches), the same time grouped by the module or phase that called each op, and the
+share of it in matmul/convolution/attention (what MFU counts)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from .steps import Profiled
+from torch.autograd import DeviceType
+
+from ..anatomy import MODULE, PREFIX
+from .gpu import STEP
+from .window import Profiled
 
 
 def op_rows(profiled: Profiled, rows: int) -> dict[str, list[dict[str, Any]]]:
     """Per clock (`self_device_time`, `self_cpu_time`), the `rows` ops that took most of it, then the total
     (op `total`): milliseconds per profiled step and share of the clock's total."""
-    clocks = ["self_device_time_total", "self_cpu_time_total"][0 if profiled.device else 1 :]
+    clocks = ["self_device_time_total", "self_cpu_time_total"][0 if profiled.cuda else 1 :]
     events = profiled.profiler.key_averages()
     tables = {}
     for clock in clocks:
@@ -26,11 +32,51 @@ def _row(op: str, spent_us: float, total_us: float, steps: int) -> dict[str, Any
     return {"op": op, "ms_per_step": spent_us / steps / 1000, "share": spent_us / total_us}
 
 
-def render(tables: dict[str, list[dict[str, Any]]]) -> str:
-    blocks = []
-    for clock, rows in tables.items():
-        lines = [f"{'op':<48} {'ms/step':>9} {'share':>7}"]
-        lines += [f"{row['op'][:48]:<48} {row['ms_per_step']:>9.1f} {row['share']:>7.1%}" for row in rows[:-1]]
-        lines.append(f"{'total (' + clock + ')':<48} {rows[-1]['ms_per_step']:>9.1f}")
-        blocks.append("\n".join(lines))
-    return "\n\n".join(blocks)
+# the ops that MFU counts: matrix multiplies, convolutions and attention (fused or not), forward and backward
+MATMUL = re.compile(r"mm|conv|scaled_dot_product|flash|gemm|linear", re.IGNORECASE)
+
+
+def matmul_share(profiled: Profiled) -> float:
+    """The share of self time (the device's on CUDA, else the host's) in matmul/convolution/attention ops."""
+    clock = _clock(profiled)
+    events = [event for event in profiled.profiler.key_averages() if event.key.startswith("aten::")]
+    total = sum(getattr(event, clock) for event in events) or 1.0
+    return sum(getattr(event, clock) for event in events if MATMUL.search(event.key)) / total
+
+
+def by_module(profiled: Profiled, rows: int, ops: int = 3) -> list[dict[str, Any]]:
+    """Self time grouped by what called the op: the model's top-level child for its forward (the anatomy's
+    module ranges), else the phase (backward, optimizer, ...); per group its ms per step, share and top `ops`."""
+    clock = _clock(profiled)
+    groups: dict[str, dict[str, float]] = {}
+    for event in profiled.profiler.events():
+        spent = getattr(event, clock)
+        if event.device_type != DeviceType.CPU or spent <= 0 or event.name.startswith((PREFIX, STEP)):
+            continue
+        per_op = groups.setdefault(_caller(event), {})
+        per_op[event.name] = per_op.get(event.name, 0.0) + spent
+    total = sum(sum(per_op.values()) for per_op in groups.values()) or 1.0
+    ranked = sorted(groups.items(), key=lambda item: sum(item[1].values()), reverse=True)[:rows]
+    return [
+        {
+            **_row(group, sum(per_op.values()), total, profiled.steps),
+            "top": [name for name, _ in sorted(per_op.items(), key=lambda kv: kv[1], reverse=True)[:ops]],
+        }
+        for group, per_op in ranked
+    ]
+
+
+def _caller(event) -> str:
+    """The innermost of the loop's ranges around `event`: a module's name, or `(phase)`."""
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name.startswith(MODULE):
+            return parent.name.removeprefix(MODULE)
+        if parent.name.startswith(PREFIX):
+            return f"({parent.name.removeprefix(PREFIX)})"
+        parent = parent.cpu_parent
+    return "(outside the phases)"
+
+
+def _clock(profiled: Profiled) -> str:
+    return "self_device_time_total" if profiled.cuda else "self_cpu_time_total"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .steps import Profiled
+from .window import Profiled
 
 TRACE = "trace.json.gz"
 

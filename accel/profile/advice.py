@@ -1,0 +1,123 @@
+"""Advice that names the fix: each rule is one finding (a test over the profile's figures), the speed-up or setting
+that addresses it, and the `accel bench` command that would prove it on this recipe. One rule per finding; add a
+rule here and a case to tests/profile/test_advice.py, nothing else."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..traps import DATA_WAIT
+from .phases import share
+
+
+@dataclass(frozen=True)
+class Facts:
+    """The figures the rules weigh, read from a profile report (profile.json's keys)."""
+
+    data: float  # share of the step waiting for the loader
+    optimizer: float  # share in the optimizer step
+    matmul: float  # share of op time in matmul/convolution/attention
+    gpu_idle: float | None  # CUDA: fraction of the steps' wall time with no kernel running
+    kernels_per_step: float | None
+    median_kernel_us: float | None
+    memory: float  # the window's peak memory over the device's (CUDA) or the machine's (CPU)
+    precision: str  # fp32, bf16, fp16
+    bf16_fast: bool  # the device computes bf16 natively
+    workers: int | None  # the training loader's worker processes (None: not a torch DataLoader)
+    cuda: bool
+
+    @classmethod
+    def of(cls, report: dict[str, Any]) -> Facts:
+        facts, gpu, table = report["facts"], report.get("gpu") or {}, report["anatomy"]
+        peak = max((row["peak_mb"] or 0.0 for row in table["phases"]), default=0.0)
+        return cls(
+            data=share(table, "data"),
+            optimizer=share(table, "optimizer"),
+            matmul=report["matmul_share"],
+            gpu_idle=gpu.get("idle_fraction"),
+            kernels_per_step=gpu.get("kernels_per_step"),
+            median_kernel_us=gpu.get("median_kernel_us"),
+            memory=peak / facts["device_memory_mb"],
+            precision=facts["precision"],
+            bf16_fast=facts["bf16_fast"],
+            workers=facts["num_workers"],
+            cuda=report["device"].startswith("cuda"),
+        )
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    applies: Callable[[Facts], bool]
+    finding: str  # formatted with the Facts' fields
+    fix: str
+    bench: str  # formatted with `recipe`: the command that measures the fix against the recipe as it is
+
+
+RULES = (
+    Rule(
+        "data-bound",
+        lambda f: f.data > DATA_WAIT,  # the speed lint's threshold: one rule for when the loader is too slow
+        "{data:.0%} of each step waits for the next batch (loader workers: {workers}): the loader is the bottleneck",
+        "more loader workers (data.loader.num_workers), the decoded cache (data.cache.enabled: true) for image "
+        "files, or DALI (data.loader.backend: dali) to decode on the GPU",
+        "accel bench {recipe} --vary data.loader.num_workers=0,2,4 --vary data.cache.enabled=false,true",
+    ),
+    Rule(
+        "host-bound",
+        lambda f: f.cuda and f.gpu_idle is not None and f.gpu_idle >= 0.3,
+        "the GPU is idle {gpu_idle:.0%} of the step: the host (Python, kernel launches) cannot keep it busy",
+        "compile the model (speedups.compile) or replay the step as a CUDA graph (speedups.cuda_graphs)",
+        "accel bench {recipe} --vary speedups.compile.enabled=false,true "
+        "--vary speedups.cuda_graphs.enabled=false,true",
+    ),
+    Rule(
+        "small-kernels",
+        lambda f: f.cuda and (f.kernels_per_step or 0) >= 500 and (f.median_kernel_us or 1e9) < 20,
+        "{kernels_per_step:.0f} kernels per step with a median of {median_kernel_us:.0f} us: launch overhead "
+        "and memory traffic between small kernels",
+        "compile the model (speedups.compile) to fuse them",
+        "accel bench {recipe} --vary speedups.compile.enabled=false,true",
+    ),
+    Rule(
+        "fp32-matmuls",
+        lambda f: f.precision == "fp32" and f.bf16_fast and f.matmul >= 0.3,
+        "{matmul:.0%} of op time is matmul/convolution in fp32 on a device with fast bf16",
+        "mixed precision (speedups.amp: {{dtype: bf16}})",
+        "accel bench {recipe} --vary speedups.amp.enabled=false,true",
+    ),
+    Rule(
+        "memory-bound",
+        lambda f: f.memory >= 0.8,
+        "the step's peak memory is {memory:.0%} of the device's: no room for a larger batch, and close to running out",
+        "activation checkpointing (speedups.activation_checkpointing); for a language model the chunked loss "
+        "(task.fused_loss: true) never holds the whole vocabulary's logits",
+        "accel bench {recipe} --vary speedups.activation_checkpointing.enabled=false,true",
+    ),
+    Rule(
+        "slow-optimizer",
+        lambda f: f.optimizer >= 0.15,
+        "the optimizer step takes {optimizer:.0%} of the step",
+        "a fused optimizer (speedups.optim: {{impl: fused}}) or a compiled one (speedups.compiled_optimizer)",
+        "accel bench {recipe} --vary speedups.optim.impl=foreach,fused "
+        "--vary speedups.compiled_optimizer.enabled=false,true",
+    ),
+)
+
+
+def advise(report: dict[str, Any], recipe: str) -> list[dict[str, str]]:
+    """The rules that apply to `report`, each as its finding, the fix and the bench command."""
+    facts = Facts.of(report)
+    return [
+        {
+            "rule": rule.name,
+            "finding": rule.finding.format(**vars(facts)),
+            "fix": rule.fix.format(),
+            "bench": rule.bench.format(recipe=shlex.quote(recipe)),
+        }
+        for rule in RULES
+        if rule.applies(facts)
+    ]

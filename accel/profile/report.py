@@ -1,0 +1,170 @@
+"""A profiled window as profile.json, profile.md and profile.html (with the anatomy's stacked bar), the Chrome
+trace beside them. Everything is rendered from the report dict that profile.json holds."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+from ..bench.plots import STYLE, _figure, _html_list, _html_table, _save
+from ..devices import environment
+from ..io import strict_json, write_atomic
+from . import phases
+from .advice import advise
+from .gpu import gpu_view
+from .table import by_module, matmul_share, op_rows
+from .trace import write_trace
+from .window import Profiled
+
+ANATOMY_PNG = "anatomy.png"
+
+
+def build(profiled: Profiled, folder: Path, command: str, recipe: str, rows: int = 15) -> dict[str, Any]:
+    """Write the trace and gather the report (not yet written: `write` does)."""
+    trace = write_trace(profiled, folder)
+    report = {
+        "command": command,
+        "device": str(profiled.device),
+        "steps": profiled.steps,
+        "anatomy": phases.anatomy(profiled.segments, profiled.boundaries, profiled.cuda),
+        "gpu": gpu_view(profiled),
+        "matmul_share": matmul_share(profiled),
+        "modules": by_module(profiled, rows),
+        "ops": op_rows(profiled, rows),
+        "facts": profiled.facts,
+        "trace": trace.name,
+        "trace_mb": trace.stat().st_size / 1e6,
+        "memory_snapshot": profiled.snapshot.name if profiled.snapshot else None,
+        "env": environment(profiled.device),
+    }
+    report["advice"] = advise(report, recipe)
+    return report
+
+
+def write(report: dict[str, Any], folder: Path) -> None:
+    write_atomic(folder / "profile.json", strict_json(report, indent=1) + "\n")
+    write_atomic(folder / "profile.md", markdown(report))
+    write_atomic(folder / "profile.html", page(report, folder))
+
+
+def anatomy_table(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    memory = report["anatomy"]["memory"]
+    rows = [
+        [row["phase"], f"{row['ms_per_step']:.1f}", f"{row['share']:.1%}", _mb(row["peak_mb"])]
+        for row in report["anatomy"]["phases"]
+    ]
+    steps = report["anatomy"]["step_ms"]
+    rows.append(["step (measured)", f"{sum(steps) / len(steps):.1f}", "100%", ""])
+    return ["phase", "ms/step", "share", f"peak MB ({memory})"], rows
+
+
+def modules_table(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    rows = [
+        [row["op"], f"{row['ms_per_step']:.1f}", f"{row['share']:.1%}", ", ".join(row["top"])]
+        for row in report["modules"]
+    ]
+    return ["module (or phase)", "ms/step", "share", "top ops"], rows
+
+
+def ops_table(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    clock, rows = next(iter(report["ops"].items()))
+    return [f"op ({clock})", "ms/step", "share"], [
+        [row["op"], f"{row['ms_per_step']:.2f}", f"{row['share']:.1%}"] for row in rows[:-1]
+    ]
+
+
+def findings(report: dict[str, Any]) -> list[str]:
+    if not report["advice"]:
+        top = sorted(report["anatomy"]["phases"], key=lambda row: row["share"], reverse=True)[:2]
+        spent = " and ".join(f"{row['phase']} {row['share']:.0%}" for row in top)
+        return [f"No finding: the step is {spent}, none of it a known trap. The operator tables say where it goes."]
+    return [f"{a['finding']}. Fix: {a['fix']}. Prove it: `{a['bench']}`" for a in report["advice"]]
+
+
+def summary_lines(report: dict[str, Any]) -> list[str]:
+    lines = [f"Profiled {report['steps']} steps on {report['device']}; "]
+    lines[0] += f"matmul/convolution: {report['matmul_share']:.0%} of op time"
+    gpu = report["gpu"]
+    if gpu:
+        lines.append(
+            f"GPU idle {gpu['idle_fraction']:.0%} of the steps; per step {gpu['kernel_ms_per_step']:.1f} ms of "
+            f"kernels, {gpu['memcpy_ms_per_step']:.1f} ms of copies, {gpu['collective_ms_per_step']:.1f} ms of "
+            "collectives"
+        )
+    lines.append(f"Trace: {report['trace']} ({report['trace_mb']:.2f} MB), opens in https://ui.perfetto.dev")
+    if report["memory_snapshot"]:
+        lines.append(f"Memory snapshot: {report['memory_snapshot']}, opens in https://pytorch.org/memory_viz")
+    return lines
+
+
+def markdown(report: dict[str, Any]) -> str:
+    parts = [f"# accel profile\n\nCommand: `{report['command']}`\n", *[f"- {line}" for line in summary_lines(report)]]
+    parts += ["\n## Advice\n", *[f"- {line}" for line in findings(report)]]
+    for title, table in (
+        ("The step's anatomy", anatomy_table(report)),
+        ("Top operators by module", modules_table(report)),
+        ("Top operators", ops_table(report)),
+    ):
+        parts += [f"\n## {title}\n", _md_table(table)]
+    return "\n".join(parts) + "\n"
+
+
+def page(report: dict[str, Any], folder: Path) -> str:
+    png = plot_anatomy(report, folder / ANATOMY_PNG)
+    parts = [
+        "<h1>accel profile</h1>",
+        f"<p>Command: <code>{html.escape(report['command'])}</code></p>",
+        _html_list(summary_lines(report)),
+        "<h2>Advice</h2>",
+        _html_list(findings(report)),
+        "<h2>The step's anatomy</h2>",
+        f'<p><img src="{png.name}" alt="anatomy"></p>',
+        _html_table(anatomy_table(report)),
+        "<h2>Top operators by module</h2>",
+        _html_table(modules_table(report)),
+        "<h2>Top operators</h2>",
+        _html_table(ops_table(report)),
+    ]
+    return (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>accel profile</title>"
+        f"<style>{STYLE}</style></head><body>{''.join(parts)}</body></html>\n"
+    )
+
+
+def plot_anatomy(report: dict[str, Any], path: Path) -> Path:
+    """One bar per profiled step, stacked by phase (ms), so a slow step shows which phase made it slow."""
+    steps = report["anatomy"]["step_ms"]
+    fig, ax = _figure(len(steps))
+    names = [f"step {i + 1}" for i in range(len(steps))]
+    bottom = [0.0] * len(steps)
+    for row in report["anatomy"]["phases"]:
+        ax.bar(names, row["per_step_ms"], bottom=bottom, label=row["phase"])
+        bottom = [b + h for b, h in zip(bottom, row["per_step_ms"])]
+    ax.plot(names, steps, "k_", markersize=30, label="measured step")
+    ax.set_ylabel("ms")
+    ax.set_title("Where each profiled step's time goes")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return _save(fig, path)
+
+
+def _mb(value: float | None) -> str:
+    return "" if value is None else f"{value:.0f}"
+
+
+def _md_table(table: tuple[list[str], list[list[str]]]) -> str:
+    header, rows = table
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows])
+
+
+def print_report(report: dict[str, Any], folder: Path) -> None:
+    """What the CLI prints: the anatomy, the top modules, the advice, and where the files are."""
+    print(phases.render(report["anatomy"]))
+    print()
+    for row in report["modules"][:8]:
+        print(f"{row['op'][:28]:<28} {row['ms_per_step']:>9.1f} {row['share']:>7.1%}  {', '.join(row['top'])}")
+    print()
+    for line in [*findings(report), *summary_lines(report)]:
+        print(line)
+    print(f"{folder / 'profile.html'}")

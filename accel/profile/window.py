@@ -1,0 +1,126 @@
+"""The profiled window of a run: `warmup` optimizer steps unprofiled (compilation, the allocator, oneDNN/cuDNN
+kernel choice), then `steps` recorded by torch.profiler with the loop's phases timed (accel/anatomy.py) and, on
+CUDA, the allocator's history; the report is written when the run ends. `accel profile` and `accel train
+--profile` both add this callback to the trainer."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule
+
+from .. import devices, memory_snapshot
+from ..anatomy import Segment
+from ..callbacks import Callback
+
+log = logging.getLogger("accel")
+SNAPSHOT = "memory.pickle"
+
+
+@dataclass
+class Profiled:
+    """What a finished window holds for the report."""
+
+    profiler: profile
+    steps: int
+    device: torch.device
+    segments: list[Segment] = field(default_factory=list)  # the phases' time, flat (accel.anatomy)
+    boundaries: list[float] = field(default_factory=list)  # perf_counter at each profiled step's start and end
+    snapshot: Path | None = None  # CUDA memory snapshot
+    facts: dict[str, Any] = field(default_factory=dict)  # what the advice needs to know of the run's settings
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+
+class ProfileWindow(Callback):
+    """Profiles optimizer steps `warmup` to `warmup + steps` (counted from where the fit starts) and, at the fit's
+    end, hands them to `finished(profiled)` (its result: `.report`); with `sync_debug` (CUDA), warns with a stack
+    of every host-device sync in the window."""
+
+    def __init__(self, warmup: int, steps: int, folder: Path, finished, sync_debug: bool = False):
+        self.warmup, self.steps, self.folder, self.finished = warmup, steps, folder, finished
+        self.sync_debug = sync_debug
+        self.profiled: Profiled | None = None
+        self.report: Any = None
+        self._first = 0
+        self._closed = False
+
+    def on_fit_start(self, trainer) -> None:
+        cuda = trainer.device.type == "cuda"
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        plan = schedule(wait=max(self.warmup - 1, 0), warmup=min(self.warmup, 1), active=self.steps, repeat=1)
+        self.profiled = Profiled(profile(activities=activities, schedule=plan), self.steps, trainer.device)
+        self._first, self._closed = trainer.step, False
+        self.profiled.profiler.start()
+        if self.warmup == 0:
+            self._open(trainer)
+
+    def on_batch_end(self, trainer, info) -> None:
+        if not info.optimizer_stepped or self.profiled is None or self._closed:
+            return
+        devices.synchronize(trainer.device)  # a step's GPU work belongs to that step
+        done = trainer.step - self._first
+        if done == self.warmup:
+            self._open(trainer)
+        elif done == self.warmup + self.steps:
+            self._close(trainer)
+        elif done > self.warmup:
+            self.profiled.boundaries.append(time.perf_counter())
+        # the profiler's own cost (a few ms a step) is a phase of its own, not the run's logging; this ends the
+        # step's range in the trace and, at the window's edges, starts or stops recording
+        with trainer.anatomy.phase("profiler"):
+            self.profiled.profiler.step()
+        if self._closed:
+            self.profiled.profiler.stop()
+
+    def on_fit_end(self, trainer, summary) -> None:
+        profiled, self.profiled = self.profiled, None
+        if profiled is None:
+            return
+        if not self._closed:  # the run ended before the window did: report the steps it has
+            if trainer.anatomy.active:
+                self._close(trainer, profiled)
+            profiled.profiler.stop()
+            profiled.steps = max(len(profiled.boundaries) - 1, 0)
+        if profiled.steps < 1:
+            log.warning("profile: the run ended before its profiled steps; nothing written to %s", self.folder)
+            return
+        profiled.facts = _facts(trainer)
+        self.report = self.finished(profiled)
+
+    def _open(self, trainer) -> None:
+        self.profiled.boundaries.append(trainer.anatomy.start(trainer.model, trainer.module))
+        if self.profiled.cuda:
+            memory_snapshot.record_history(True)
+            if self.sync_debug:
+                torch.cuda.set_sync_debug_mode("warn")
+
+    def _close(self, trainer, profiled: Profiled | None = None) -> None:
+        profiled = profiled or self.profiled
+        profiled.boundaries.append(trainer.anatomy.stop())
+        profiled.segments, self._closed = trainer.anatomy.segments, True
+        if profiled.cuda:
+            if self.sync_debug:
+                torch.cuda.set_sync_debug_mode("default")
+            profiled.snapshot = memory_snapshot.dump(self.folder / SNAPSHOT)
+            memory_snapshot.record_history(False)
+
+
+def _facts(trainer) -> dict[str, Any]:
+    """The run's settings the advice weighs: whether amp is on, the task, the loader's workers."""
+    loader = trainer.train_loader
+    return {
+        "precision": trainer.strategy.precision.name,
+        "speedups": sorted(s.name for s in trainer.speedups),
+        "task": trainer.task.name,
+        "num_workers": getattr(loader, "num_workers", None),
+        "bf16_fast": devices.supports_bf16(trainer.device),
+        "device_memory_mb": devices.total_memory_mb(trainer.device),
+    }

@@ -1,0 +1,99 @@
+"""Each advice rule: its finding fires on the figures that show it and not on a quiet profile, and names the fix
+and the bench command that proves it."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from accel.profile.advice import RULES, advise
+
+
+def quiet() -> dict:
+    """A profile with nothing to say: a balanced CPU step, amp already on, memory to spare."""
+    phases = {"data": 0.05, "loss": 0.3, "forward": 0.1, "backward": 0.4, "optimizer": 0.1, "other": 0.05}
+    return {
+        "device": "cpu",
+        "anatomy": {"phases": [{"phase": p, "share": s, "peak_mb": 100.0} for p, s in phases.items()]},
+        "gpu": None,
+        "matmul_share": 0.6,
+        "facts": {
+            "precision": "bf16",
+            "bf16_fast": True,
+            "task": "classification",
+            "speedups": ["amp"],
+            "num_workers": 2,
+            "device_memory_mb": 1000.0,
+        },
+    }
+
+
+def _share(report: dict, phase: str, share: float) -> None:
+    next(row for row in report["anatomy"]["phases"] if row["phase"] == phase)["share"] = share
+
+
+def _cuda(report: dict, **gpu) -> None:
+    report["device"] = "cuda:0"
+    report["gpu"] = {"idle_fraction": 0.05, "kernels_per_step": 100, "median_kernel_us": 200.0, **gpu}
+
+
+def data_bound(r):
+    _share(r, "data", 0.6)
+
+
+def host_bound(r):
+    _cuda(r, idle_fraction=0.55)
+
+
+def small_kernels(r):
+    _cuda(r, kernels_per_step=4000, median_kernel_us=6.0)
+
+
+def fp32_matmuls(r):
+    r["facts"]["precision"] = "fp32"
+
+
+def memory_bound(r):
+    r["anatomy"]["phases"][3]["peak_mb"] = 950.0
+
+
+def slow_optimizer(r):
+    _share(r, "optimizer", 0.3)
+
+
+CASES = {
+    "data-bound": (data_bound, "num_workers", "--vary data.loader.num_workers=0,2,4"),
+    "host-bound": (host_bound, "speedups.cuda_graphs", "--vary speedups.compile.enabled=false,true"),
+    "small-kernels": (small_kernels, "speedups.compile", "--vary speedups.compile.enabled=false,true"),
+    "fp32-matmuls": (fp32_matmuls, "speedups.amp: {dtype: bf16}", "--vary speedups.amp.enabled=false,true"),
+    "memory-bound": (memory_bound, "task.fused_loss", "speedups.activation_checkpointing.enabled=false,true"),
+    "slow-optimizer": (slow_optimizer, "speedups.compiled_optimizer", "--vary speedups.optim.impl=foreach,fused"),
+}
+
+
+def test_every_rule_has_a_case():
+    assert {rule.name for rule in RULES} == CASES.keys()
+
+
+def test_a_quiet_profile_has_no_finding():
+    assert advise(quiet(), "r.yaml") == []
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_each_rule_fires_alone_on_its_finding_with_the_fix_and_the_command(name):
+    make, fix, bench = CASES[name]
+    report = copy.deepcopy(quiet())
+    make(report)
+    (advice,) = advise(report, "my recipe.yaml")
+    assert advice["rule"] == name and fix in advice["fix"]
+    assert advice["bench"].startswith("accel bench 'my recipe.yaml' ") and bench in advice["bench"]
+    assert advice["finding"] and "{" not in advice["finding"]
+
+
+def test_fp32_matmuls_are_not_flagged_where_bf16_is_slow_or_matmuls_are_few():
+    for change in ({"bf16_fast": False}, {}):
+        report = quiet()
+        report["facts"].update(precision="fp32", **change)
+        report["matmul_share"] = 0.6 if change else 0.1
+        assert advise(report, "r.yaml") == []
