@@ -92,6 +92,18 @@ def test_the_html_and_markdown_reports_hold_every_part(profiled):
     assert report["command"].startswith("accel profile") and report["steps"] == 3
 
 
+def test_the_machine_s_load_over_the_window_is_recorded_and_a_busy_one_said_first(profiled):
+    from accel.profile.report import markdown, summary_lines
+
+    _, report, _ = profiled
+    assert report["load"]["wall_s"] > 0 and report["load"]["cores"] >= 1  # measured over the profiled window
+    busy = report | {"busy": "The machine was busy during 1 of 1 profiled windows: ..."}
+    assert summary_lines(busy)[0] == "BUSY MACHINE: The machine was busy during 1 of 1 profiled windows: ..."
+    assert "- BUSY MACHINE:" in markdown(busy)
+    quiet = report | {"busy": None}
+    assert summary_lines(quiet)[0].startswith("Profiled 3 steps")
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

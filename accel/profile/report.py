@@ -10,6 +10,7 @@ from typing import Any
 from ..bench.plots import STYLE, _figure, _html_list, _html_table, _save
 from ..devices import environment
 from ..io import strict_json, write_atomic
+from ..load import busy_note
 from . import phases
 from .advice import advise
 from .gpu import gpu_view
@@ -37,6 +38,8 @@ def build(profiled: Profiled, folder: Path, command: str, recipe: str, rows: int
         "trace_mb": trace.stat().st_size / 1e6,
         "memory_snapshot": profiled.snapshot.name if profiled.snapshot else None,
         "env": environment(profiled.device),
+        "load": profiled.load,
+        "busy": busy_note([profiled.load], "profiled windows"),
     }
     report["advice"] = advise(report, recipe)
     return report
@@ -83,8 +86,9 @@ def findings(report: dict[str, Any]) -> list[str]:
 
 
 def summary_lines(report: dict[str, Any]) -> list[str]:
-    lines = [f"Profiled {report['steps']} steps on {report['device']}; "]
-    lines[0] += f"matmul/convolution: {report['matmul_share']:.0%} of op time"
+    lines = [f"BUSY MACHINE: {report['busy']}"] if report.get("busy") else []
+    lines.append(f"Profiled {report['steps']} steps on {report['device']}; ")
+    lines[-1] += f"matmul/convolution: {report['matmul_share']:.0%} of op time"
     gpu = report["gpu"]
     if gpu:
         lines.append(

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from .. import devices, memory_snapshot
+from .. import devices, load, memory_snapshot
 from ..anatomy import Segment
 from ..callbacks import Callback
 
@@ -33,6 +33,7 @@ class Profiled:
     boundaries: list[float] = field(default_factory=list)  # perf_counter at each profiled step's start and end
     snapshot: Path | None = None  # CUDA memory snapshot
     facts: dict[str, Any] = field(default_factory=dict)  # what the advice needs to know of the run's settings
+    load: dict[str, Any] | None = None  # the machine's load over the window (accel/load.py)
 
     @property
     def cuda(self) -> bool:
@@ -51,6 +52,7 @@ class ProfileWindow(Callback):
         self.report: Any = None
         self._first = 0
         self._closed = False
+        self._load_start: load.Counters | None = None
 
     def on_fit_start(self, trainer) -> None:
         cuda = trainer.device.type == "cuda"
@@ -96,6 +98,7 @@ class ProfileWindow(Callback):
         self.report = self.finished(profiled)
 
     def _open(self, trainer) -> None:
+        self._load_start = load.counters()
         self.profiled.boundaries.append(trainer.anatomy.start(trainer.model, trainer.module))
         if self.profiled.cuda:
             memory_snapshot.record_history(True)
@@ -106,6 +109,7 @@ class ProfileWindow(Callback):
         profiled = profiled or self.profiled
         profiled.boundaries.append(trainer.anatomy.stop())
         profiled.segments, self._closed = trainer.anatomy.segments, True
+        profiled.load = load.between(self._load_start, load.counters())
         if profiled.cuda:
             if self.sync_debug:
                 torch.cuda.set_sync_debug_mode("default")
