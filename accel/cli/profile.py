@@ -45,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else default_out(recipe.name, kind="profile")
     check_results_out(out, "profile")
     command = shlex.join(["accel", *args.argv])
-    profiler = profile_window(args.warmup, args.steps, out, command, args.recipe, args.rows, args.sync_debug)
+    profiler = profile_window(
+        args.warmup, args.steps, out, command, args.recipe, args.rows, args.sync_debug, args.overrides
+    )
     print_report(profile_recipe(recipe, profiler), out)
     return 0

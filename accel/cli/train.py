@@ -76,7 +76,8 @@ def _profiler(args: argparse.Namespace, out: Path) -> list:
         return []
     check_window(PROFILE_WARMUP, args.profile)
     command = shlex.join(["accel", *args.argv])
-    return [profile_window(PROFILE_WARMUP, args.profile, RunDir(out, create=False).profile, command, args.recipe)]
+    folder = RunDir(out, create=False).profile
+    return [profile_window(PROFILE_WARMUP, args.profile, folder, command, args.recipe, overrides=args.overrides)]
 
 
 def report(summary: dict, recipe) -> int:

@@ -108,15 +108,17 @@ RULES = (
 )
 
 
-def advise(report: dict[str, Any], recipe: str) -> list[dict[str, str]]:
-    """The rules that apply to `report`, each as its finding, the fix and the bench command."""
+def advise(report: dict[str, Any], recipe: str, overrides: list[str] = ()) -> list[dict[str, str]]:
+    """The rules that apply to `report`, each as its finding, the fix and the bench command (on the recipe with
+    the `--set` overrides the profile was given: the bench must measure the run that was profiled)."""
+    target = shlex.join([recipe, *(f"--set={item}" for item in overrides)])
     facts = Facts.of(report)
     return [
         {
             "rule": rule.name,
             "finding": rule.finding.format(**vars(facts)),
             "fix": rule.fix.format(),
-            "bench": rule.bench.format(recipe=shlex.quote(recipe)),
+            "bench": rule.bench.format(recipe=target),
         }
         for rule in RULES
         if rule.applies(facts)

@@ -21,7 +21,9 @@ from .window import Profiled
 ANATOMY_PNG = "anatomy.png"
 
 
-def build(profiled: Profiled, folder: Path, command: str, recipe: str, rows: int = 15) -> dict[str, Any]:
+def build(
+    profiled: Profiled, folder: Path, command: str, recipe: str, rows: int = 15, overrides: list[str] = ()
+) -> dict[str, Any]:
     """Write the trace and gather the report (not yet written: `write` does)."""
     trace = write_trace(profiled, folder)
     report = {
@@ -41,7 +43,7 @@ def build(profiled: Profiled, folder: Path, command: str, recipe: str, rows: int
         "load": profiled.load,
         "busy": busy_note([profiled.load], "profiled windows"),
     }
-    report["advice"] = advise(report, recipe)
+    report["advice"] = advise(report, recipe, overrides)
     return report
 
 

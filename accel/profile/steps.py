@@ -34,13 +34,21 @@ def check_sync_debug(recipe: Recipe, sync_debug: bool) -> None:
 
 
 def profile_window(
-    warmup: int, steps: int, folder: Path, command: str, recipe: str, rows: int = 15, sync_debug: bool = False
+    warmup: int,
+    steps: int,
+    folder: Path,
+    command: str,
+    recipe: str,
+    rows: int = 15,
+    sync_debug: bool = False,
+    overrides: list[str] = (),
 ) -> ProfileWindow:
     """A ProfileWindow that writes its report (profile.json, .md, .html, the trace) into `folder` when the run
-    ends; the report dict is then its `.report`."""
+    ends; the report dict is then its `.report`. `recipe` and its `overrides` (--set) go into the advice's
+    bench commands."""
 
     def finished(profiled) -> dict[str, Any]:
-        built = report.build(profiled, folder, command, recipe, rows)
+        built = report.build(profiled, folder, command, recipe, rows, overrides)
         report.write(built, folder)
         return built
 

@@ -89,6 +89,10 @@ def test_each_rule_fires_alone_on_its_finding_with_the_fix_and_the_command(name)
     assert advice["rule"] == name and fix in advice["fix"]
     assert advice["bench"].startswith("accel bench 'my recipe.yaml' ") and bench in advice["bench"]
     assert advice["finding"] and "{" not in advice["finding"]
+    (with_sets,) = advise(report, "r.yaml", ["data.dataset.root=/my data", "data.batch_size=32"])
+    assert with_sets["bench"].startswith(
+        "accel bench r.yaml '--set=data.dataset.root=/my data' --set=data.batch_size=32 "
+    )
 
 
 def test_fp32_matmuls_are_not_flagged_where_bf16_is_slow_or_matmuls_are_few():
