@@ -13,24 +13,12 @@ import time
 import psutil
 import pytest
 import yaml
+from test_distributed import RECIPE as DDP_RECIPE
 
+from accel.distributed import _kill_tree
 from conftest import ROOT, wait_for_first_checkpoint
 
-RECIPE = {
-    "name": "nodes",
-    "seed": 0,
-    # no batch norm: a sample's gradient must not depend on which process's batch it is in
-    "model": {"name": "small_cnn", "args": {"width": 8, "batch_norm": False}},
-    "data": {
-        "dataset": {"name": "synthetic", "shape": [1, 8, 8], "num_samples": 320, "num_classes": 4},
-        "batch_size": 8,
-    },
-    "optim": {"name": "sgd", "lr": 0.05},
-    "schedule": {"name": "onecycle"},
-    "train": {"epochs": 3},
-    "device": "cpu",
-    "log": {"progress": False, "tensorboard": False, "every_steps": 5},
-}
+RECIPE = {**DDP_RECIPE, "name": "nodes"}
 TOLERANCE = 1e-5
 # several torch processes at once: on 2 busy cores a test can take minutes (pyproject's default is 600 s)
 pytestmark = pytest.mark.timeout(1500)
@@ -78,19 +66,6 @@ def _ended(process: subprocess.Popen, timeout: float = 600) -> tuple[int, str, s
         _kill_tree(process.pid)
         raise
     return code, open(f"{process.log}.out").read(), open(f"{process.log}.err").read()
-
-
-def _kill_tree(pid: int) -> None:
-    try:
-        root = psutil.Process(pid)
-        tree = root.children(recursive=True) + [root]
-    except psutil.NoSuchProcess:
-        return
-    for process in tree:
-        try:
-            process.kill()
-        except psutil.NoSuchProcess:  # ended meanwhile
-            pass
 
 
 def _free_port() -> int:
