@@ -27,11 +27,15 @@ def check_at_end(trainer: Trainer) -> None:
         return
     # every rank reads its window (a collective), even one without batches in it
     loss_ok = not trainer.meter.window or math.isfinite(trainer.meter.window_stats()["loss"])
-    weights_ok = all(
-        bool(torch.isfinite(_local(t)).all()) for t in trainer.module.state_dict().values() if t.is_floating_point()
-    )  # buffers too: batch norm's running variance overflows first
-    if trainer.world.any(not (loss_ok and weights_ok), trainer.device):  # every rank must agree on the status
+    # every rank must agree on the status
+    if trainer.world.any(not (loss_ok and finite_weights(trainer.module)), trainer.device):
         trainer.diverged_at = trainer.step
+
+
+def finite_weights(module: torch.nn.Module) -> bool:
+    """Whether this process's part of every floating-point tensor of the model is finite: buffers too (batch
+    norm's running variance overflows first)."""
+    return all(bool(torch.isfinite(_local(t)).all()) for t in module.state_dict().values() if t.is_floating_point())
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:

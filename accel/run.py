@@ -7,7 +7,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from . import devices, memory_snapshot, signals
+from . import devices, memory_snapshot, sharded_checkpoint, signals
 from .callbacks import Callback, Checkpointer, EarlyStopping, ProgressBar, RunDirWriter, TensorBoard
 from .callbacks.data_wait import DataWaitWarning
 from .checkpoint import load_checkpoint
@@ -22,6 +22,7 @@ from .registry import DATASETS
 from .resume import apply_recipe_values, optimizer_changes
 from .rng import rank_seed, seed_everything
 from .rundir import RunDir
+from .sharded_checkpoint import ShardedSaver
 from .speedups import from_configs, refuse
 from .strategy import choose
 from .tasks import Classification, Task, build_task
@@ -66,7 +67,7 @@ def build_trainer(recipe: Recipe, run_dir: RunDir | None = None, extra_callbacks
         config=recipe.train,
         speedups=speedups,
         strategy=strategy,
-        callbacks=_callbacks(recipe, run_dir, world.is_main, strategy.name == "fsdp")
+        callbacks=_callbacks(recipe, run_dir, world.rank, strategy.name == "fsdp")
         + data.callbacks
         + list(extra_callbacks),
         device=device,
@@ -95,16 +96,17 @@ def _check_task_fits(recipe: Recipe, task: Task) -> None:
         )
 
 
-def _callbacks(recipe: Recipe, run_dir: RunDir | None, is_main: bool, sharded: bool) -> list[Callback]:
+def _callbacks(recipe: Recipe, run_dir: RunDir | None, rank: int, sharded: bool) -> list[Callback]:
     """Early stopping runs on every rank (they must agree), and so does checkpointing a sharded model (its
-    state is gathered from every rank); rank 0 writes, and alone runs the rest."""
+    state is gathered from every rank, or each rank writes its shards); rank 0 alone runs the rest."""
     callbacks: list[Callback] = []
     if recipe.train.early_stopping is not None:
         callbacks.append(EarlyStopping(**recipe.train.early_stopping.model_dump()))
-    writes = is_main and run_dir is not None
+    writes = rank == 0 and run_dir is not None
+    shards = ShardedSaver(run_dir, rank) if sharded and recipe.checkpoint.sharded and run_dir is not None else None
     if writes or sharded:
         # checkpoint first: a summary that says "completed" has its checkpoint already on disk
-        callbacks.append(Checkpointer(run_dir if writes else None, recipe.checkpoint, gathered=sharded))
+        callbacks.append(Checkpointer(run_dir if writes else None, recipe.checkpoint, gathered=sharded, sharded=shards))
     if writes:
         callbacks.append(ProgressBar(bar=recipe.log.progress))
         callbacks.append(RunDirWriter(run_dir))
@@ -137,7 +139,7 @@ def run_recipe(
                 resume = continues_earlier_attempt(run_dir, is_main)
             if is_main:
                 check_can_start(run_dir, recipe, resume)
-            elif resume and not run_dir.last_checkpoint.is_file():
+            elif resume and not run_dir.has_checkpoint():
                 raise CheckpointError(no_checkpoint_message(run_dir))
             if is_main and resume:
                 run_dir.remove_stale_temp_files()
@@ -160,7 +162,7 @@ def continues_earlier_attempt(run_dir: RunDir, is_main: bool) -> bool:
     """Whether a restarted group resumes: from the last checkpoint of its earlier attempt, or, when that attempt
     died before writing one, by starting the run over in the same directory (rank 0 clears what it wrote; only
     on a restart: a first start in a folder that holds a run is refused as ever)."""
-    if run_dir.last_checkpoint.is_file():
+    if run_dir.has_checkpoint():
         if is_main:
             log.info("restart %d: continuing %s from its last checkpoint", restart_count(), run_dir.path)
         return True
@@ -176,7 +178,7 @@ def check_can_start(run_dir: RunDir, recipe: Recipe, resume: bool) -> None:
         run_dir.check_new()
         return
     run_dir.check_resumable(recipe.train.epochs, recipe.train.max_steps)
-    if not run_dir.last_checkpoint.is_file():
+    if not run_dir.has_checkpoint():
         raise CheckpointError(no_checkpoint_message(run_dir))
 
 
@@ -193,7 +195,7 @@ def _train(recipe: Recipe, run_dir: RunDir, resume: bool, callbacks: list[Callba
         built = recipe.model_copy(update={"model": recipe.model.without_weights()}) if resume else recipe
         trainer = build_trainer(built, run_dir, callbacks)
         if resume:  # every rank loads the same file; a checkpoint that does not fit is refused before any write
-            _resume(trainer, run_dir.last_checkpoint, recipe)
+            _resume(trainer, run_dir.resume_checkpoint(), recipe)
     # from the first write to the last, a signal asks the run to stop: it ends with a checkpoint (at step 0 if
     # need be) and a summary, so the directory can always be resumed
     with signals.stop_requests(trainer._request_stop):
@@ -209,13 +211,14 @@ def _train(recipe: Recipe, run_dir: RunDir, resume: bool, callbacks: list[Callba
 
 
 def _resume(trainer: Trainer, path: Path, recipe: Recipe) -> None:
-    state = load_checkpoint(path)
+    """From last.pt (whole tensors, rank 0's RNG) or a sharded folder (DCP reshards it to this world size)."""
+    state = sharded_checkpoint.load(path, trainer, trainer.world.rank) if path.is_dir() else load_checkpoint(path)
     # the recipe is the truth: its optimizer settings replace the checkpoint's (README, "Run directories")
     changes = optimizer_changes(
         trainer.optimizer, state["optimizer"], recipe.optim, trainer.scheduler is not None, path
     )
     trainer.load_state_dict(state, path)
     apply_recipe_values(trainer.optimizer, changes)
-    if trainer.world.rank:  # the file holds rank 0's RNG; other ranks need streams of their own
+    if trainer.world.rank and not state.get("rank_state"):  # rank 0's RNG: other ranks need streams of their own
         seed_everything(rank_seed(recipe.seed, trainer.world.rank) + trainer.step)
     log.info("resumed from %s at epoch %d, step %d", path, trainer.epoch, trainer.step)

@@ -26,6 +26,7 @@ RECIPE, ENV, METRICS, SUMMARY, TENSORBOARD, CHECKPOINTS = (
     "checkpoints",
 )
 LAST_CHECKPOINT, EPOCH_CHECKPOINT = "last.pt", "epoch-{epoch:03d}.pt"  # in checkpoints/
+SHARDED_LAST = "last"  # in checkpoints/: a link to the folder of the newest sharded checkpoint (strategy fsdp)
 PROFILE, OOM_SNAPSHOT = "profile", "memory-oom.pickle"  # `accel train --profile`'s report; CUDA out of memory
 RUN_FILES = (RECIPE, SUMMARY, METRICS, CHECKPOINTS)  # any of them: the folder holds a run
 # any of them: the results of a bench, tune, bench-data or profile
@@ -84,6 +85,20 @@ class RunDir:
         return self.checkpoints / LAST_CHECKPOINT
 
     @property
+    def sharded_checkpoint(self) -> Path:
+        """The newest sharded checkpoint's folder (accel.sharded_checkpoint), through a link swapped atomically."""
+        return self.checkpoints / SHARDED_LAST
+
+    def has_checkpoint(self) -> bool:
+        return self.last_checkpoint.is_file() or self.sharded_checkpoint.is_dir()
+
+    def resume_checkpoint(self) -> Path:
+        """The checkpoint a resume continues from: the newer of last.pt and a sharded one (a run that changed
+        strategy may hold both)."""
+        found = [path for path in (self.last_checkpoint, self.sharded_checkpoint) if path.exists()]
+        return max(found, key=lambda path: path.stat().st_mtime) if found else self.last_checkpoint
+
+    @property
     def profile(self) -> Path:
         """The folder `accel train --profile` writes its report into (the files of `accel profile --out`)."""
         return self.path / PROFILE
@@ -109,7 +124,7 @@ class RunDir:
         status = self._status()
         resume = (
             f"Continue it with `{resume_command(self.path)}`, or start a new run in another folder"
-            if self.last_checkpoint.is_file()
+            if self.has_checkpoint()
             else "Start the new run in another folder"
         )
         raise AccelError(
@@ -144,10 +159,13 @@ class RunDir:
         return (read_summary(self.path) or {}).get("status")
 
     def remove_stale_temp_files(self) -> list[Path]:
-        """Delete the temporary files of checkpoint writes that a killed process left behind."""
+        """Delete the temporary files and folders of checkpoint writes that a killed process left behind."""
         stale = sorted(self.checkpoints.glob(".*.tmp")) if self.checkpoints.is_dir() else []
         for path in stale:
-            path.unlink(missing_ok=True)
+            if path.is_dir() and not path.is_symlink():  # a sharded checkpoint's unfinished folder
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
         return stale
 
     def clear_unsaved_attempt(self) -> None:

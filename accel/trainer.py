@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import budget, devices, divergence, evaluation, lint, signals
+from . import budget, devices, divergence, evaluation, lint, sharded_checkpoint, signals
 from .anatomy import Anatomy
 from .batches import map_tensors
 from .callbacks.base import Callback
@@ -319,10 +319,12 @@ class Trainer:
         """The whole training state, on the CPU. With a sharded model this is collective: every rank calls
         it, and only rank 0's result holds the weights and optimizer state."""
         model, optim = self.strategy.full_state_dicts(self.module, self.optimizer)
+        return {"model": model, "optimizer": optim, **self.training_state()}
+
+    def training_state(self) -> dict[str, Any]:
+        """Everything but the weights and optimizer state (a sharded checkpoint writes those shard by shard)."""
         return {
-            "model": model,
             "model_signature": model_signature(self.module),
-            "optimizer": optim,
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
             "speedups": {s.name: s.state_dict() for s in self.speedups},
             "callbacks": {_state_name(c): c.state_dict() for c in self.callbacks},
@@ -335,7 +337,8 @@ class Trainer:
 
     def load_state_dict(self, state: dict[str, Any], source: Any = "checkpoint") -> None:
         check_same_model(state["model_signature"], self.module, source)
-        self.strategy.load_full_state_dicts(self.module, self.optimizer, state["model"], state["optimizer"])
+        load = sharded_checkpoint.set_state if state.get("sharded") else self.strategy.load_full_state_dicts
+        load(self.module, self.optimizer, state["model"], state["optimizer"])
         if self.scheduler is not None and state["scheduler"] is not None:
             check_same_schedule(state["scheduler"], self.scheduler.state_dict(), source)
             self.scheduler.load_state_dict(state["scheduler"])

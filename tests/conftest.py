@@ -15,6 +15,8 @@ import pytest
 import torch
 import yaml
 
+from accel.rundir import RunDir
+
 ROOT = Path(__file__).resolve().parent.parent
 # bf16 autocast runs on every CPU in the tests, including those that only emulate it (the tests check numbers,
 # not speed); subprocesses inherit this. tests/speedups/test_amp.py checks the refusal without it.
@@ -75,9 +77,10 @@ def cuda_only(test):
 
 
 def wait_for_first_checkpoint(run_dir: Path, process: subprocess.Popen, timeout: float = 240) -> None:
-    """Block until RUN_DIR/checkpoints/last.pt exists; fail if the run ends or the time runs out first."""
+    """Block until RUN_DIR/checkpoints/last.pt (or a sharded checkpoint, strategy fsdp) exists; fail if the run
+    ends or the time runs out first."""
     deadline = time.time() + timeout
-    while not (run_dir / "checkpoints" / "last.pt").exists():
+    while not RunDir(run_dir, create=False).has_checkpoint():
         assert process.poll() is None and time.time() < deadline, "the run ended before its first checkpoint"
         time.sleep(0.05)
 

@@ -106,7 +106,11 @@ def test_fsdp_trains_as_ddp_does_and_writes_the_same_checkpoint(recipe, tmp_path
         "--set",
         "optim.momentum=0.9",
     )
-    runs = {s: _train(recipe, tmp_path / s, "--nproc", "2", "--set", f"strategy={s}", *harder) for s in ("ddp", "fsdp")}
+    gathered = ("--set", "checkpoint.sharded=false")  # whole tensors in last.pt (sharded: test_sharded_checkpoint)
+    runs = {
+        s: _train(recipe, tmp_path / s, "--nproc", "2", "--set", f"strategy={s}", *harder, *gathered)
+        for s in ("ddp", "fsdp")
+    }
     for strategy, run in runs.items():
         assert run.wait(timeout=300) == 0, f"{strategy}: {run.stderr.read()}"
     ddp, fsdp = _summary(tmp_path / "ddp"), _summary(tmp_path / "fsdp")

@@ -12,9 +12,11 @@ import torch
 from pydantic import Field
 
 from ..checkpoint import save_checkpoint
+from ..divergence import finite_weights
 from ..meter import BatchInfo
 from ..rundir import RunDir, epoch_checkpoints
 from ..schema import StrictModel
+from ..sharded_checkpoint import ShardedSaver
 from .base import Callback
 
 log = logging.getLogger("accel")
@@ -37,19 +39,35 @@ class CheckpointConfig(StrictModel):
         description="also save checkpoints/last.pt when this many minutes have passed since the last save, checked "
         "every log.every_steps steps (0: off)",
     )
+    sharded: bool = Field(
+        True,
+        description="with strategy fsdp over several processes, each writes its own shards into the folder "
+        "checkpoints/last (torch.distributed.checkpoint, in the background) instead of gathering the whole model "
+        "into last.pt on rank 0 (false); a sharded checkpoint keeps no epoch-NNN copies. DDP and one process "
+        "always write whole last.pt",
+    )
 
 
 class Checkpointer(Callback):
-    """`gathered`: every rank runs this callback (a sharded model's state is gathered from all of them), so
-    every rank must decide alike when to save."""
+    """`gathered`: every rank runs this callback (a sharded model's state is gathered from all of them, or each
+    rank writes its shards through `sharded`), so every rank must decide alike when to save."""
 
-    def __init__(self, run_dir: RunDir | None, config: CheckpointConfig | None = None, gathered: bool = False):
-        self.run_dir, self.cfg, self.gathered = run_dir, config or CheckpointConfig(), gathered
+    def __init__(
+        self,
+        run_dir: RunDir | None,
+        config: CheckpointConfig | None = None,
+        gathered: bool = False,
+        sharded: ShardedSaver | None = None,
+    ):
+        self.run_dir, self.cfg, self.gathered, self.sharded = run_dir, config or CheckpointConfig(), gathered, sharded
         self._saved_at = monotonic()
         self._batches: int | None = None  # the current epoch's batch count
 
     def save(self, trainer) -> dict[str, Any] | None:
         """Write last.pt, unless the weights are no longer finite: the last finite checkpoint is worth keeping."""
+        if self.sharded is not None:
+            self._save_sharded(trainer)
+            return None
         state = trainer.state_dict()
         self._saved_at = monotonic()
         if self.run_dir is None:
@@ -59,6 +77,13 @@ class Checkpointer(Callback):
             return None
         save_checkpoint(state, self.run_dir.last_checkpoint)
         return state
+
+    def _save_sharded(self, trainer) -> None:
+        self._saved_at = monotonic()
+        if trainer.world.any(not finite_weights(trainer.module), trainer.device):  # a shard anywhere: all skip
+            log.warning("not saving a checkpoint at step %d: the weights hold NaN or infinity", trainer.step)
+            return
+        self.sharded.save(trainer, trainer.training_state())
 
     def on_epoch_start(self, trainer, batches: int | None) -> None:
         self._batches = batches
@@ -91,3 +116,5 @@ class Checkpointer(Callback):
     def on_fit_end(self, trainer, summary: dict[str, Any]) -> None:
         if summary["status"] in {"completed", "interrupted", "preempted"}:
             self.save(trainer)
+        if self.sharded is not None:  # the last save is on disk before the run reports its end
+            self.sharded.close()

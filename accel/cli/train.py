@@ -106,7 +106,7 @@ def interrupted_message(out: Path, stop: BaseException) -> str:
         return (
             f"interrupted during start-up, before anything was written to {out}; run the same command again to start it"
         )
-    if RunDir(out, create=False).last_checkpoint.is_file():
+    if RunDir(out, create=False).has_checkpoint():
         return (
             "stopped at once, without the final checkpoint and summary; checkpoints/last.pt is the previous "
             f"checkpoint, intact; continue with: {resume_command(out)}"
@@ -187,8 +187,12 @@ def diverged_message(summary: dict, recipe) -> str:
     """What happened, what is kept, and what to try: a diverged run is a result to act on, not a crash."""
     from ..rundir import RunDir
 
-    last = RunDir(summary["run_dir"], create=False).last_checkpoint
-    kept = f"The last checkpoint with finite weights is {last}" if last.is_file() else "No checkpoint was kept"
+    run = RunDir(summary["run_dir"], create=False)
+    kept = (
+        f"The last checkpoint with finite weights is {run.resume_checkpoint()}"
+        if run.has_checkpoint()
+        else "No checkpoint was kept"
+    )
     amp = recipe.speedups.get("amp")
     tips = [f"a lower learning rate (optim.lr is {recipe.optim.lr:g})"]
     if recipe.train.clip_grad_norm is None:

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .. import sharded_checkpoint
 from ..checkpoint import check_same_model, load_checkpoint
 from ..recipe import Recipe, load_recipe
 from ..rundir import CHECKPOINTS, RunDir
@@ -111,8 +112,9 @@ def locate(path: str | Path) -> tuple[Path, Path]:
             f"{path} does not exist. Give a run directory (from `accel train --out DIR`) or a "
             "checkpoint file inside one (DIR/checkpoints/last.pt)."
         )
-    checkpoint = RunDir(path, create=False).last_checkpoint
-    if not checkpoint.is_file():
+    run = RunDir(path, create=False)
+    checkpoint = run.resume_checkpoint()  # last.pt, or a sharded checkpoint's folder (strategy fsdp)
+    if not run.has_checkpoint():
         raise ExportError(
             f"Run directory {path} has no checkpoint ({checkpoint} is missing). Train it to the end "
             "(`accel train RECIPE --out DIR`; checkpoints are written every `checkpoint.every_epochs`"
@@ -135,7 +137,7 @@ def load_source(path: str | Path) -> Source:
     trained = load_recipe(recipe_path)
     _check_exportable(trained, run_dir, checkpoint)
     trainer = build_trainer(cpu_recipe(trained))
-    state = load_checkpoint(checkpoint)
+    state = sharded_checkpoint.whole(checkpoint, trainer.module) if checkpoint.is_dir() else load_checkpoint(checkpoint)
     check_same_model(state["model_signature"], trainer.module, checkpoint)
     weights, which = _evaluated_weights(state, trained)
     trainer.module.load_state_dict(weights)
