@@ -185,7 +185,7 @@ def check_can_start(run_dir: RunDir, recipe: Recipe, resume: bool) -> None:
 def no_checkpoint_message(run_dir: RunDir) -> str:
     return (
         f"--resume: no checkpoint at {run_dir.last_checkpoint}. Run without --resume first, or point --out at "
-        "the run directory that has checkpoints/last.pt."
+        "the run directory that has checkpoints/last.pt (or checkpoints/last/, sharded)."
     )
 
 
