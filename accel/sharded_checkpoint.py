@@ -46,13 +46,16 @@ class ShardedSaver:
         self.run_dir, self.rank = run_dir, rank
         self._group: Any = None
         self._pending: tuple[Future, Path] | None = None
+        self._saves = 0  # the same on every rank: a fresh folder for each save, even two at one step
 
     def save(self, trainer, state: dict[str, Any]) -> None:
         """`state`: the trainer's state without the model and optimizer (`Trainer.training_state`)."""
         from torch.distributed.checkpoint import async_save
 
         self.wait()
-        folder = self.run_dir.checkpoints / f".step-{trainer.step:08d}.tmp"
+        # a name of its own: rank 0 may still be renaming the previous save's folder while the others start this
+        folder = self.run_dir.checkpoints / f".step-{trainer.step:08d}-{self._saves}.tmp"
+        self._saves += 1
         folder.mkdir(parents=True, exist_ok=True)
         save_checkpoint(state, folder / TRAINER_STATE.format(rank=self.rank))
         shards = model_and_optimizer(trainer.module, trainer.optimizer)
@@ -80,7 +83,7 @@ class ShardedSaver:
 
 def commit(run_dir: RunDir, written: Path) -> None:
     """Rename the written folder into place and swap the `last` link to it atomically; then remove the old."""
-    step = written.name.removeprefix(".").removesuffix(".tmp")
+    step = written.name.removeprefix(".").removesuffix(".tmp").rsplit("-", 1)[0]
     final, n = run_dir.checkpoints / step, 1
     while final.exists():  # the same step saved twice (an epoch's end, then the run's)
         final, n = run_dir.checkpoints / f"{step}.{n}", n + 1

@@ -62,12 +62,12 @@ def test_saved_by_two_processes_resumes_at_one_and_two_with_the_uninterrupted_me
 
 def test_a_commit_swaps_the_link_and_removes_the_previous_folder_only_after(tmp_path):
     run = RunDir(tmp_path)
-    for name in (".step-00000005.tmp", ".step-00000005.tmp"):  # the same step twice: an epoch's end, the run's
+    for name in (".step-00000005-0.tmp", ".step-00000005-1.tmp"):  # one step twice: an epoch's end, the run's
         (run.checkpoints / name).mkdir(parents=True)
         (run.checkpoints / name / "trainer-0.pt").write_text(name)
         commit(run, run.checkpoints / name)
     assert run.sharded_checkpoint.resolve().name == "step-00000005.1"
     assert sorted(p.name for p in run.checkpoints.iterdir()) == ["last", "step-00000005.1"]
-    (run.checkpoints / ".step-00000009.tmp").mkdir()  # a save cut short: never made `last`, cleared on resume
+    (run.checkpoints / ".step-00000009-2.tmp").mkdir()  # a save cut short: never made `last`, cleared on resume
     assert run.remove_stale_temp_files() and run.has_checkpoint()
     assert sorted(p.name for p in run.checkpoints.iterdir()) == ["last", "step-00000005.1"]

@@ -50,8 +50,9 @@ def start_or_resume(job: Job) -> str:
     own resolved recipe as `accel train` prints it (every --set is in it)."""
     run = RunDir(job.out, create=False)
     resume = ["train", str(run.recipe), "--out", job.out, "--resume", "--nproc", str(job.gpus_per_node)]
+    whole, sharded = (shlex.quote(str(path)) for path in (run.last_checkpoint, run.sharded_checkpoint))
     return (
-        f"if [ -f {shlex.quote(str(run.last_checkpoint))} ]; then\n"
+        f"if [ -f {whole} ] || [ -d {sharded} ]; then\n"  # last.pt, or the link to a sharded one (fsdp)
         f"    train=({shlex.join(resume)})\n"
         "else\n"
         f"    train=({shlex.join(job.train_args())})\n"
