@@ -10,7 +10,6 @@ DCP reshards on load: a checkpoint saved by N processes resumes at any world siz
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import warnings
@@ -26,7 +25,6 @@ from .checkpoint import check_same_model, save_checkpoint, unreadable_message
 from .errors import CheckpointError
 from .rundir import RunDir
 
-log = logging.getLogger("accel")
 TRAINER_STATE = "trainer-{rank}.pt"  # in a sharded checkpoint's folder, beside DCP's .metadata and shards
 
 
@@ -127,16 +125,19 @@ def _trainer_state(path: Path) -> dict[str, Any]:
 
 
 def _read(folder: Path, shards: dict[str, Any]) -> None:
+    from torch.distributed.checkpoint import CheckpointException
     from torch.distributed.checkpoint import load as dcp_load
 
     try:
         with warnings.catch_warnings():  # one process reading every rank's shards is what is meant here
             warnings.filterwarnings("ignore", message="torch.distributed is disabled")
             dcp_load(shards, checkpoint_id=folder, planner=plain_data_planner())
-    except Exception as err:  # DCP wraps each rank's error: the first line says what failed
+    except (Exception, CheckpointException) as err:  # a BaseException, holding each rank's error
+        cause = next(iter(err.failures.values()))[0] if isinstance(err, CheckpointException) else err
+        reason = str(cause).split("WeightsUnpickler error:", 1)[-1].strip().splitlines()  # not torch's advice
         raise CheckpointError(
-            f"Sharded checkpoint {folder} could not be read: {str(err).strip().splitlines()[0]}. The folder is "
-            "written whole or not at all: was it copied in part, or edited?"
+            f"Sharded checkpoint {folder} could not be read ({reason[0] if reason else type(cause).__name__}). "
+            "It is written whole or not at all: was it copied in part, or edited?"
         ) from None
 
 

@@ -4,6 +4,7 @@ with the metrics of an uninterrupted run, and read whole by `accel export`."""
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,9 +12,10 @@ import yaml
 from test_distributed import RECIPE, TOLERANCE, _summary, _train
 
 from accel.checkpoint import load_checkpoint
+from accel.errors import CheckpointError
 from accel.export.source import load_source
 from accel.rundir import RunDir
-from accel.sharded_checkpoint import commit
+from accel.sharded_checkpoint import _read, commit
 
 
 def _finish(*runs) -> None:
@@ -71,3 +73,15 @@ def test_a_commit_swaps_the_link_and_removes_the_previous_folder_only_after(tmp_
     (run.checkpoints / ".step-00000009-2.tmp").mkdir()  # a save cut short: never made `last`, cleared on resume
     assert run.remove_stale_temp_files() and run.has_checkpoint()
     assert sorted(p.name for p in run.checkpoints.iterdir()) == ["last", "step-00000005.1"]
+
+
+def test_values_other_than_tensors_are_read_as_plain_data_only(tmp_path):
+    from torch.distributed.checkpoint import save
+
+    with pytest.warns(UserWarning, match="single process"):
+        save({"lr": 0.1, "code": Path("not plain data")}, checkpoint_id=tmp_path, no_dist=True)
+    plain = {"lr": 0.0}
+    _read(tmp_path, plain)
+    assert plain == {"lr": 0.1}
+    with pytest.raises(CheckpointError, match="could not be read .Unsupported global: GLOBAL pathlib.PosixPath"):
+        _read(tmp_path, {"code": None})  # DCP alone would unpickle it with weights_only=False
