@@ -103,7 +103,11 @@ def _callbacks(recipe: Recipe, run_dir: RunDir | None, rank: int, sharded: bool)
     if recipe.train.early_stopping is not None:
         callbacks.append(EarlyStopping(**recipe.train.early_stopping.model_dump()))
     writes = rank == 0 and run_dir is not None
-    shards = ShardedSaver(run_dir, rank) if sharded and recipe.checkpoint.sharded and run_dir is not None else None
+    shards = (
+        ShardedSaver(run_dir, rank, recipe.checkpoint.background)
+        if sharded and recipe.checkpoint.sharded and run_dir is not None
+        else None
+    )
     if writes or sharded:
         # checkpoint first: a summary that says "completed" has its checkpoint already on disk
         callbacks.append(Checkpointer(run_dir if writes else None, recipe.checkpoint, gathered=sharded, sharded=shards))

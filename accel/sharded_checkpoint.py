@@ -40,15 +40,15 @@ class ShardedSaver:
     """Collective: every rank saves at the same steps. `save` returns once this rank's state is copied to
     memory; the previous save is waited for (and made `last`) first."""
 
-    def __init__(self, run_dir: RunDir, rank: int):
-        self.run_dir, self.rank = run_dir, rank
+    def __init__(self, run_dir: RunDir, rank: int, background: bool = True):
+        self.run_dir, self.rank, self.background = run_dir, rank, background
         self._group: Any = None
         self._pending: tuple[Future, Path] | None = None
         self._saves = 0  # the same on every rank: a fresh folder for each save, even two at one step
 
     def save(self, trainer, state: dict[str, Any]) -> None:
         """`state`: the trainer's state without the model and optimizer (`Trainer.training_state`)."""
-        from torch.distributed.checkpoint import async_save
+        from torch.distributed.checkpoint import async_save, save
 
         self.wait()
         # a name of its own: rank 0 may still be renaming the previous save's folder while the others start this
@@ -59,8 +59,13 @@ class ShardedSaver:
         shards = model_and_optimizer(trainer.module, trainer.optimizer)
         if self._group is None:  # collective: every rank reaches its first save together
             self._group = dist.new_group(backend="gloo")
-        future = async_save(shards, checkpoint_id=folder, process_group=self._group)
-        self._pending = (future, folder)
+        if self.background:
+            self._pending = (async_save(shards, checkpoint_id=folder, process_group=self._group), folder)
+            return
+        done: Future = Future()
+        done.set_result(save(shards, checkpoint_id=folder, process_group=self._group))
+        self._pending = (done, folder)
+        self.wait()
 
     def wait(self) -> None:
         """Block until the pending save is written, and (rank 0) make it the run's `last` checkpoint."""

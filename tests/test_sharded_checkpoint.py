@@ -35,7 +35,7 @@ def sharded(tmp_path):
 def test_saved_by_two_processes_resumes_at_one_and_two_with_the_uninterrupted_metrics(sharded, tmp_path):
     four, two = ("--set", "train.epochs=4"), ("--set", "train.epochs=2")
     whole = _train(sharded, tmp_path / "whole", "--nproc", "2", *four)
-    half = _train(sharded, tmp_path / "half", "--nproc", "2", *two)
+    half = _train(sharded, tmp_path / "half", "--nproc", "2", *two, "--set", "checkpoint.background=false")
     _finish(half)
     folder = RunDir(tmp_path / "half", create=False).sharded_checkpoint
     assert folder.is_symlink() and not (tmp_path / "half" / "checkpoints" / "last.pt").exists()

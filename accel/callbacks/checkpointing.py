@@ -46,6 +46,12 @@ class CheckpointConfig(StrictModel):
         "into last.pt on rank 0 (false); a sharded checkpoint keeps no epoch-NNN copies. DDP and one process "
         "always write whole last.pt",
     )
+    background: bool = Field(
+        True,
+        description="write sharded checkpoints in a background thread (torch.distributed.checkpoint.async_save): "
+        "training waits only while the state is copied in memory. That copy can take longer than a synchronous "
+        "write to a fast local disk (benchmarks/dcp_async_save.py); false writes synchronously",
+    )
 
 
 class Checkpointer(Callback):
