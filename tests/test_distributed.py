@@ -248,15 +248,18 @@ def test_a_master_port_in_use_is_refused_before_torchrun_starts(recipe, tmp_path
     assert "leave out --master-port" in err
 
 
-def test_no_gloo_thread_outlives_a_finished_run(recipe, tmp_path):
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_no_gloo_thread_outlives_a_finished_run(recipe, tmp_path, strategy):
     """gloo threads still running at interpreter exit abort the process now and then ("terminate called without
-    an active exception"): after run_recipe returns, the process group and its threads must be gone."""
+    an active exception"): after run_recipe returns, the process group and its threads must be gone (under
+    fsdp, DTensor's caches keep device meshes that held the group)."""
     script = tmp_path / "run_and_list_threads.py"
     script.write_text(
         "import json, os, sys\n"
         "from accel.recipe import load_recipe\n"
         "from accel.run import run_recipe\n"
-        f"run_recipe(load_recipe({str(recipe)!r}, ['train.epochs=1']), out={str(tmp_path / 'run')!r})\n"
+        f"run_recipe(load_recipe({str(recipe)!r}, ['train.epochs=1', 'strategy={strategy}']), "
+        f"out={str(tmp_path / 'run')!r})\n"
         "names = sorted(open(f'/proc/self/task/{t}/comm').read().strip() for t in os.listdir('/proc/self/task'))\n"
         f"report = os.path.join({str(tmp_path)!r}, 'threads-' + os.environ['RANK'] + '.json')\n"
         "open(report, 'w').write(json.dumps(names))\n"
