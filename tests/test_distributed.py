@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 import torch
+import torch.distributed as dist
 import yaml
+from torch.distributed.device_mesh import init_device_mesh
 
 from accel.checkpoint import load_checkpoint
 from accel.cli import main
+from accel.distributed import destroy_process_group
 from conftest import ROOT, wait_for_first_checkpoint
 
 RECIPE = {
@@ -275,3 +280,19 @@ def test_no_gloo_thread_outlives_a_finished_run(recipe, tmp_path, strategy):
     for rank in (0, 1):  # each rank writes its own file: two ranks' prints can interleave on one stdout
         threads = json.loads((tmp_path / f"threads-{rank}.json").read_text())
         assert threads and not [name for name in threads if "gloo" in name], (rank, threads)
+
+
+def _gloo_threads() -> list[str]:
+    names = (Path(f"/proc/self/task/{task}/comm").read_text().strip() for task in os.listdir("/proc/self/task"))
+    return [name for name in names if "gloo" in name]
+
+
+def test_a_device_mesh_kept_after_the_run_does_not_keep_the_group_alive(tmp_path):
+    """DTensor's sharding caches keep the meshes FSDP sharded over; each held the group (and its gloo threads)."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        cache = [init_device_mesh("cpu", (1,))]  # as DTensor's caches keep it
+        assert _gloo_threads()
+    finally:
+        destroy_process_group(wait_for_others=True)
+    assert not _gloo_threads() and cache[0]._pg_registry == {}
