@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -100,13 +101,33 @@ def destroy_process_group(wait_for_others: bool) -> None:
     `pt_gloo_runloop`) that are still running when the process exits end it with "terminate called without an
     active exception" (SIGABRT), now and then. Destroying the group frees it only once nothing else refers to
     it, so the caller drops the trainer (DDP and FSDP modules hold the group) and garbage in cycles is collected
-    first.
+    first, and the device meshes FSDP sharded over let go of it.
     """
     if dist.is_initialized():
         if wait_for_others:
             dist.barrier()
         gc.collect()
         dist.destroy_process_group()
+        _release_mesh_groups()
+
+
+def _release_mesh_groups() -> None:
+    """Drop the process groups every DeviceMesh still holds (its `_pg_registry`, read only by torch.compile).
+
+    Under fsdp, DTensor's sharding caches outlive the run and keep its meshes (seen holding them: an lru_cache
+    keyed by DTensorSpecs and `_redistribute._planner_cache`; there are more, one of them per thread and one in
+    C++), so the group's gloo threads outlived destroy_process_group. Clearing those caches would be a list of
+    torch internals that changes with each release; emptying the meshes' registries frees the group whatever
+    still holds a mesh, and a destroyed group is of no use to a mesh anyway.
+    """
+    device_mesh = sys.modules.get("torch.distributed.device_mesh")
+    if device_mesh is None:  # not imported: no mesh exists
+        return
+    for obj in gc.get_objects():  # torch keeps no registry of meshes
+        # not isinstance: DeviceMesh's metaclass inspects every object in Python (twice as slow, and touching
+        # the deprecated torch.distributed.reduce_op on the way prints FutureWarnings)
+        if issubclass(type(obj), device_mesh.DeviceMesh):
+            obj._pg_registry.clear()
 
 
 SAVE_GRACE_S = "300"  # how long torchrun lets the ranks save after a signal before it kills them (its default: 30)

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 import torch
+import torch.distributed as dist
 import yaml
+from torch.distributed.device_mesh import init_device_mesh
 
 from accel.checkpoint import load_checkpoint
 from accel.cli import main
+from accel.distributed import destroy_process_group
 from conftest import ROOT, wait_for_first_checkpoint
 
 RECIPE = {
@@ -252,15 +257,18 @@ def test_a_master_port_in_use_is_refused_before_torchrun_starts(recipe, tmp_path
     assert "leave out --master-port" in err
 
 
-def test_no_gloo_thread_outlives_a_finished_run(recipe, tmp_path):
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_no_gloo_thread_outlives_a_finished_run(recipe, tmp_path, strategy):
     """gloo threads still running at interpreter exit abort the process now and then ("terminate called without
-    an active exception"): after run_recipe returns, the process group and its threads must be gone."""
+    an active exception"): after run_recipe returns, the process group and its threads must be gone (under
+    fsdp, DTensor's caches keep device meshes that held the group)."""
     script = tmp_path / "run_and_list_threads.py"
     script.write_text(
         "import json, os, sys\n"
         "from accel.recipe import load_recipe\n"
         "from accel.run import run_recipe\n"
-        f"run_recipe(load_recipe({str(recipe)!r}, ['train.epochs=1']), out={str(tmp_path / 'run')!r})\n"
+        f"run_recipe(load_recipe({str(recipe)!r}, ['train.epochs=1', 'strategy={strategy}']), "
+        f"out={str(tmp_path / 'run')!r})\n"
         "names = sorted(open(f'/proc/self/task/{t}/comm').read().strip() for t in os.listdir('/proc/self/task'))\n"
         f"report = os.path.join({str(tmp_path)!r}, 'threads-' + os.environ['RANK'] + '.json')\n"
         "open(report, 'w').write(json.dumps(names))\n"
@@ -276,3 +284,19 @@ def test_no_gloo_thread_outlives_a_finished_run(recipe, tmp_path):
     for rank in (0, 1):  # each rank writes its own file: two ranks' prints can interleave on one stdout
         threads = json.loads((tmp_path / f"threads-{rank}.json").read_text())
         assert threads and not [name for name in threads if "gloo" in name], (rank, threads)
+
+
+def _gloo_threads() -> list[str]:
+    names = (Path(f"/proc/self/task/{task}/comm").read_text().strip() for task in os.listdir("/proc/self/task"))
+    return [name for name in names if "gloo" in name]
+
+
+def test_a_device_mesh_kept_after_the_run_does_not_keep_the_group_alive(tmp_path):
+    """DTensor's sharding caches keep the meshes FSDP sharded over; each held the group (and its gloo threads)."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        cache = [init_device_mesh("cpu", (1,))]  # as DTensor's caches keep it
+        assert _gloo_threads()
+    finally:
+        destroy_process_group(wait_for_others=True)
+    assert not _gloo_threads() and cache[0]._pg_registry == {}

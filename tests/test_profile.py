@@ -6,6 +6,7 @@ import contextlib
 import gzip
 import io
 import json
+import sys
 
 import pytest
 import yaml
@@ -115,3 +116,12 @@ def test_profile_refuses_what_it_cannot_do(tiny, write_recipe, tmp_path, capsys,
     assert main(["profile", str(write_recipe(tiny)), "--out", str(tmp_path / "p"), *argv]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "p").exists()
+
+
+def test_training_without_profile_needs_no_matplotlib(tiny, write_recipe, tmp_path, monkeypatch):
+    """The report's plots need matplotlib; a training-only environment (the XLA one) has none."""
+    for name in [m for m in sys.modules if m.startswith(("matplotlib", "accel.profile", "accel.bench.plots"))]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    tiny["train"] = {"max_steps": 2}
+    assert main(["train", str(write_recipe(tiny)), "--out", str(tmp_path / "run")]) == 0

@@ -68,12 +68,14 @@ def run(args: argparse.Namespace) -> int:
 def _profiler(args: argparse.Namespace, out: Path) -> list:
     """`--profile STEPS`: a profile window in the writing process (rank 0) of this run."""
     from ..distributed import world_from_env
+
+    if args.profile is None or not world_from_env().is_main:
+        return []
+    # only now: the report's plots need matplotlib, which a training-only environment (the XLA one) lacks
     from ..profile import profile_window
     from ..profile.steps import check_window
     from ..rundir import RunDir
 
-    if args.profile is None or not world_from_env().is_main:
-        return []
     check_window(PROFILE_WARMUP, args.profile)
     command = shlex.join(["accel", *args.argv])
     folder = RunDir(out, create=False).profile
