@@ -17,6 +17,15 @@ Steps (default: all, in this order; name some to run only those):
   profile     where a step of the ResNet preset goes, compiled and eager: accel profile
   jpeg        a real JPEG folder fed to the GPU: plain ImageFolder, tuned loader, decoded cache, DALI `mixed`
 
+Run only when named (the standing GPU issue's figures):
+  lm-levers   lm-bytes-cuda with each speedrun lever against the recipe: the compiled optimizer step, whole-step
+              CUDA graphs, the fused LM loss
+  lm-scale    the same with batch 32, and with compile mode max-autotune
+  lm-muon     time to val_loss 1.6 from each trial's process start: AdamW against Muon
+  lm-tune     what `accel tune` picks for lm-bytes-cuda on the GPU (8 minutes)
+  lm-time     what `accel tune --objective time` picks for it (8 minutes)
+  resnet-host the compiled ResNet preset with inductor's compile workers released, and with CUDA graphs, on/off
+
 Each step runs its commands as subprocesses and adds {command, rc, seconds, output tail, result} to
 OUT/gpu-check.json, rewritten after every step (a step that runs out of time leaves the others' results);
 a later run with the same OUT adds its steps to the same file.
@@ -48,6 +57,8 @@ import torch  # noqa: E402
 from accel import devices  # noqa: E402
 
 STEPS = ["env", "peaks", "tests", "plain-loop", "ablate", "transformer", "lm", "profile", "jpeg"]
+# run only when named: the standing GPU issue's figures
+EXTRA = ["lm-levers", "lm-scale", "lm-muon", "lm-tune", "lm-time", "resnet-host"]
 HALVES = {
     "ablate-remove": "all,-amp,-channels_last,-compile,-cudnn,-optim",
     "ablate-add": "+amp,+channels_last,+compile,+cudnn,+optim",
@@ -65,6 +76,20 @@ LM_VARY = {
     "float8": "speedups.float8.enabled=false,true",
     "checkpointing": "speedups.activation_checkpointing.enabled=false,true",
 }
+LM_LEVERS = {  # the speedrun levers, each against the recipe as given
+    "compiled-optimizer": "speedups.compiled_optimizer.enabled=false,true",
+    "cuda-graphs": "speedups.cuda_graphs.enabled=false,true",
+    "fused-loss": "task.fused_loss=false,true",
+}
+LM_SCALE = {"batch": "data.batch_size=16,32", "max-autotune": "speedups.compile.mode=default,max-autotune"}
+RESNET_HOST = {  # what keeps the compiled ResNet preset waiting on its host
+    "release-workers": "speedups.compile.release_workers=false,true",
+    "cuda-graphs": "speedups.cuda_graphs.enabled=false,true",
+}
+RESNET_QUICK = [
+    *("--steps", "2", "--warmup", "1", "--trials", "1"),
+    *("--set", "data.batch_size=16", "--set", "model.name=small_cnn", "--set", "data.dataset.num_samples=64"),
+]
 LM_QUICK = [
     "--set",
     "model.args.width=64",
@@ -219,24 +244,7 @@ def step_plain_loop(check: Check) -> None:
 
 def step_ablate(check: Check, step: str = "ablate") -> None:
     out = check.work / f"bench-{step}"
-    size = (
-        [
-            "--steps",
-            "2",
-            "--warmup",
-            "1",
-            "--trials",
-            "1",
-            "--set",
-            "data.batch_size=16",
-            "--set",
-            "model.name=small_cnn",
-            "--set",
-            "data.dataset.num_samples=64",
-        ]
-        if check.args.quick
-        else ["--steps", "150", "--warmup", "20", "--trials", "3"]
-    )
+    size = RESNET_QUICK if check.args.quick else ["--steps", "150", "--warmup", "20", "--trials", "3"]
     only = ["--only", HALVES[step]] if step in HALVES else []
     check.sh(
         step,
@@ -388,6 +396,67 @@ def step_lm(check: Check, step: str = "lm") -> None:
         check.put(step, **{name: check.load(out / "report.json")})
 
 
+def _bench_vary(check: Check, step: str, recipe: str, varies: dict[str, str], size: list[str]) -> None:
+    """One `accel bench --vary` per entry, each its own bench folder and JSON key."""
+    for name, vary in varies.items():
+        out = check.work / f"bench-{step}-{name}"
+        check.sh(
+            step,
+            [
+                sys.executable,
+                "-m",
+                "accel.cli",
+                "bench",
+                recipe,
+                "--vary",
+                vary,
+                "--warm-cache",
+                "--out",
+                str(out),
+                *size,
+            ],
+            timeout=3000,
+        )
+        check.put(step, **{name: check.load(out / "report.json")})
+        check.save()  # a call cut by its time limit keeps the benches before
+
+
+def _lm_size(check: Check, full: list[str]) -> list[str]:
+    quick = ["--steps", "2", "--warmup", "1", "--trials", "1", "--set", f"device={check.args.device}", *LM_QUICK]
+    return quick if check.args.quick else full
+
+
+def step_lm_levers(check: Check, step: str = "lm-levers") -> None:
+    """Issue 31's speedrun levers on lm-bytes-cuda (`lm-scale`: the larger batch and max-autotune), each against
+    the recipe as given; MFU is in each report."""
+    varies = LM_LEVERS if step == "lm-levers" else LM_SCALE
+    _bench_vary(check, step, LM_RECIPE, varies, _lm_size(check, ["--steps", "60", "--warmup", "10", "--trials", "2"]))
+
+
+def step_lm_tune(check: Check, step: str = "lm-tune") -> None:
+    """What `accel tune` picks for lm-bytes-cuda on this GPU: speed-ups, batch size (`lm-tune`), or optimizer,
+    learning rate and batch size by the time to a validation loss (`lm-time`). 8 minutes, within one call's 10."""
+    work = check.work / step
+    objective = ["--objective", "time"] if step == "lm-time" else []
+    budget = ["--budget", "2m" if check.args.quick else "8m"]
+    command = [sys.executable, "-m", "accel.cli", "tune", LM_RECIPE, *objective, *budget, "--work", str(work)]
+    check.sh(step, [*command, *_lm_size(check, ["--warm-cache"])], timeout=3000)
+    check.put(step, result=check.load(work / "tune.json"))
+
+
+def step_lm_muon(check: Check) -> None:
+    """Time to a validation loss on the GPU, AdamW against Muon, from each trial's process start."""
+    size = _lm_size(check, ["--steps", "400", "--warmup", "1", "--trials", "2", "--eval-every", "25"])
+    target = ["--target", "val_loss=1.6", "--set", "train.eval_max_batches=8"]
+    _bench_vary(check, "lm-muon", LM_RECIPE, {"optimizer": "optim.name=adamw,muon"}, [*size, *target])
+
+
+def step_resnet_host(check: Check) -> None:
+    """The compiled ResNet preset's data wait: compile workers released, and CUDA graphs, each on and off."""
+    size = RESNET_QUICK if check.args.quick else ["--steps", "150", "--warmup", "20", "--trials", "3"]
+    _bench_vary(check, "resnet-host", RESNET_RECIPE, RESNET_HOST, [*size, "--set", f"device={check.args.device}"])
+
+
 def step_profile(check: Check) -> None:
     size = (
         [
@@ -466,6 +535,12 @@ RUNNERS = {
     "jpeg": step_jpeg,
     **{half: lambda check, half=half: step_ablate(check, half) for half in HALVES},
     **{part: lambda check, part=part: step_lm(check, part) for part in [*LM_HALVES, "lm-vary"]},
+    "lm-levers": step_lm_levers,
+    "lm-scale": lambda check: step_lm_levers(check, "lm-scale"),
+    "lm-tune": step_lm_tune,
+    "lm-time": lambda check: step_lm_tune(check, "lm-time"),
+    "lm-muon": step_lm_muon,
+    "resnet-host": step_resnet_host,
 }
 
 
@@ -473,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
     )
-    parts = list(HALVES) + list(LM_HALVES) + ["lm-vary"]
+    parts = list(HALVES) + list(LM_HALVES) + ["lm-vary"] + EXTRA
     parser.add_argument("steps", nargs="*", choices=STEPS + parts + [[]], default=[], metavar="STEP")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--device", default="cuda")

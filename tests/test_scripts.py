@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 
 import pytest
 
+from accel import cli
+from accel.cli.bench import parse_duration
 from conftest import ROOT
 
 
@@ -215,3 +218,25 @@ def test_peer_gpt_steps_times_all_four_loops(tmp_path):
     assert set(summary) == {"plain", "plain, accel's AdamW", "plain, accel's loader", "accel"}
     assert all(row["median_step_s"] > 0 for row in summary.values())
     assert summary["plain"]["over_plain"] == [1.0, 1.0, 1.0]
+
+
+def test_gpu_check_issue_steps_build_commands_accel_accepts(tmp_path, monkeypatch):
+    """The steps named only on a GPU machine (lm-levers, ...) run commands whose flags and recipe keys accel
+    accepts: each is parsed, and each bench's variants are built (`--list`), without training anything."""
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    commands: list[list[str]] = []
+    monkeypatch.setattr(gpu_check.Check, "sh", lambda self, step, command, timeout=600: commands.append(command))
+    assert gpu_check.main(["--out", str(tmp_path), *gpu_check.EXTRA]) == 0
+    steps = json.loads((tmp_path / "gpu-check.json").read_text())["steps"]
+    assert set(steps) == set(gpu_check.EXTRA) and not any("error" in s for s in steps.values())
+    accel = [command[command.index("accel.cli") + 1 :] for command in commands]
+    assert len(accel) == len(commands) == 10
+    for argv in accel:
+        args = cli._parser().parse_args(argv)
+        assert args.command in {"bench", "tune"}
+        if args.command == "tune":
+            assert "--budget" in argv and parse_duration(argv[argv.index("--budget") + 1]) <= 8 * 60
+        else:
+            assert cli.main([*argv, "--list"]) == 0, argv
