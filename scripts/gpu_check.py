@@ -86,6 +86,7 @@ RESNET_HOST = {  # what keeps the compiled ResNet preset waiting on its host
     "release-workers": "speedups.compile.release_workers=false,true",
     "cuda-graphs": "speedups.cuda_graphs.enabled=false,true",
 }
+RESNET_FULL = ["--steps", "150", "--warmup", "20", "--trials", "3"]
 RESNET_QUICK = [
     *("--steps", "2", "--warmup", "1", "--trials", "1"),
     *("--set", "data.batch_size=16", "--set", "model.name=small_cnn", "--set", "data.dataset.num_samples=64"),
@@ -244,7 +245,7 @@ def step_plain_loop(check: Check) -> None:
 
 def step_ablate(check: Check, step: str = "ablate") -> None:
     out = check.work / f"bench-{step}"
-    size = RESNET_QUICK if check.args.quick else ["--steps", "150", "--warmup", "20", "--trials", "3"]
+    size = RESNET_QUICK if check.args.quick else RESNET_FULL
     only = ["--only", HALVES[step]] if step in HALVES else []
     check.sh(
         step,
@@ -378,47 +379,27 @@ def step_transformer(check: Check) -> None:
 def step_lm(check: Check, step: str = "lm") -> None:
     """accel bench of the GPU language-model recipe; `lm` runs all three parts, each its own bench folder."""
     parts = {"lm": ["lm-remove", "lm-add", "lm-vary"]}.get(step, [step])
-    size = (
-        ["--steps", "2", "--warmup", "1", "--trials", "1", "--set", f"device={check.args.device}", *LM_QUICK]
-        if check.args.quick
-        else ["--steps", "60", "--warmup", "10", "--trials", "2"]
-    )
+    size = _lm_size(check, ["--steps", "60", "--warmup", "10", "--trials", "2"])
     runs = [(part, LM_HALVES[part]) for part in parts if part in LM_HALVES]
     if "lm-vary" in parts:
         runs += [(f"lm-{name}", ["--vary", vary]) for name, vary in LM_VARY.items()]
     for name, how in runs:
-        out = check.work / f"bench-{name}"
-        check.sh(
-            step,
-            [sys.executable, "-m", "accel.cli", "bench", LM_RECIPE, *how, "--warm-cache", "--out", str(out), *size],
-            timeout=3000,
-        )
-        check.put(step, **{name: check.load(out / "report.json")})
+        _bench(check, step, name, LM_RECIPE, [*how, *size])
 
 
 def _bench_vary(check: Check, step: str, recipe: str, varies: dict[str, str], size: list[str]) -> None:
     """One `accel bench --vary` per entry, each its own bench folder and JSON key."""
     for name, vary in varies.items():
-        out = check.work / f"bench-{step}-{name}"
-        check.sh(
-            step,
-            [
-                sys.executable,
-                "-m",
-                "accel.cli",
-                "bench",
-                recipe,
-                "--vary",
-                vary,
-                "--warm-cache",
-                "--out",
-                str(out),
-                *size,
-            ],
-            timeout=3000,
-        )
-        check.put(step, **{name: check.load(out / "report.json")})
-        check.save()  # a call cut by its time limit keeps the benches before
+        _bench(check, step, f"{step}-{name}", recipe, ["--vary", vary, *size], key=name)
+
+
+def _bench(check: Check, step: str, name: str, recipe: str, how: list[str], key: str | None = None) -> None:
+    """`accel bench RECIPE *how` into the bench folder `bench-NAME`, its report under the step's `key` (NAME)."""
+    out = check.work / f"bench-{name}"
+    command = [sys.executable, "-m", "accel.cli", "bench", recipe, *how, "--warm-cache", "--out", str(out)]
+    check.sh(step, command, timeout=3000)
+    check.put(step, **{key or name: check.load(out / "report.json")})
+    check.save()  # a call cut by its time limit keeps the benches before
 
 
 def _lm_size(check: Check, full: list[str]) -> list[str]:
@@ -453,7 +434,7 @@ def step_lm_muon(check: Check) -> None:
 
 def step_resnet_host(check: Check) -> None:
     """The compiled ResNet preset's data wait: compile workers released, and CUDA graphs, each on and off."""
-    size = RESNET_QUICK if check.args.quick else ["--steps", "150", "--warmup", "20", "--trials", "3"]
+    size = RESNET_QUICK if check.args.quick else RESNET_FULL
     _bench_vary(check, "resnet-host", RESNET_RECIPE, RESNET_HOST, [*size, "--set", f"device={check.args.device}"])
 
 

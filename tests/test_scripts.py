@@ -220,19 +220,20 @@ def test_peer_gpt_steps_times_all_four_loops(tmp_path):
     assert summary["plain"]["over_plain"] == [1.0, 1.0, 1.0]
 
 
-def test_gpu_check_issue_steps_build_commands_accel_accepts(tmp_path, monkeypatch):
-    """The steps named only on a GPU machine (lm-levers, ...) run commands whose flags and recipe keys accel
-    accepts: each is parsed, and each bench's variants are built (`--list`), without training anything."""
+def test_gpu_check_lm_steps_build_commands_accel_accepts(tmp_path, monkeypatch):
+    """The language-model steps and those named only on a GPU machine (lm-levers, ...) run commands whose flags
+    and recipe keys accel accepts: each is parsed, and each bench's variants are built (`--list`), without
+    training anything."""
     spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
     gpu_check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gpu_check)
     commands: list[list[str]] = []
     monkeypatch.setattr(gpu_check.Check, "sh", lambda self, step, command, timeout=600: commands.append(command))
-    assert gpu_check.main(["--out", str(tmp_path), *gpu_check.EXTRA]) == 0
+    assert gpu_check.main(["--out", str(tmp_path), "lm", *gpu_check.EXTRA]) == 0
     steps = json.loads((tmp_path / "gpu-check.json").read_text())["steps"]
-    assert set(steps) == set(gpu_check.EXTRA) and not any("error" in s for s in steps.values())
+    assert set(steps) == {"lm", *gpu_check.EXTRA} and not any("error" in s for s in steps.values())
     accel = [command[command.index("accel.cli") + 1 :] for command in commands]
-    assert len(accel) == len(commands) == 10
+    assert len(accel) == len(commands) == 15
     for argv in accel:
         args = cli._parser().parse_args(argv)
         assert args.command in {"bench", "tune"}
