@@ -22,10 +22,11 @@ def evaluate(trainer: Trainer) -> dict[str, Any]:
     trainer.model.eval()
     sums: dict[str, torch.Tensor] = {}
     count, batch = 0, None
-    short = trainer.strategy.eval_forwards_short(trainer)
+    val = trainer.val_loader
+    batches = min(len(val), trainer.cfg.eval_max_batches or len(val)) if hasattr(val, "__len__") else 0
+    short = trainer.strategy.eval_forwards_short(batches, trainer.world, trainer.device)
     with ExitStack() as stack:
-        for speedup in trainer.speedups:  # outside inference mode: a context may change weights in place (EMA)
-            stack.enter_context(speedup.eval_context())
+        stack.enter_context(trainer.engine.eval_contexts())  # outside inference mode: EMA swaps weights in place
         stack.enter_context(devices.inference_mode(trainer.device))
         for batch in itertools.islice(trainer.val_loader, trainer.cfg.eval_max_batches):
             batch = trainer.on_device(batch, trainer.eval_transform)

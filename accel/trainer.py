@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack
 from typing import Any
 
 import torch
@@ -13,17 +13,17 @@ from torch import nn
 
 from . import budget, devices, divergence, evaluation, lint, sharded_checkpoint, signals
 from .anatomy import Anatomy
-from .batches import map_tensors
 from .callbacks.base import Callback
 from .checkpoint import check_same_model, check_same_schedule, model_signature
 from .distributed import World
+from .engine import Engine
 from .epoch_batches import epoch_batches, no_batch_message
 from .errors import AccelError
 from .fit_summary import fit_summary, part_metrics
 from .flops import Utilisation
 from .meter import BatchInfo, Meter
 from .rng import rng_state, set_rng_state
-from .speedups import Speedup, precision_of, refuse, resolve, setup_order
+from .speedups import Speedup
 from .startup import process_age_s
 from .strategy import Strategy
 from .tasks import Task, as_task
@@ -39,9 +39,9 @@ class Trainer:
     without one, `(inputs, targets)` batches are scored by `loss_fn` (default: cross-entropy), for any output
     and target shapes. Batches may be any nesting of tensors. `train_transform` / `eval_transform` run on the
     device on each (inputs, targets) batch (normalisation, batch augmentation). Speed-ups that cannot run on the
-    device are skipped with a logged reason. `strategy` (accel.strategy, default plain) owns backward and the
-    optimizer step, with the precision the speed-ups give it (amp). A compiled or captured whole step replaces
-    `forward_loss` (forward + loss) or, for more, `step_batch` (forward, loss, backward and the step).
+    device are skipped with a logged reason. Every step runs through the trainer's `engine` (accel.engine): the
+    speed-ups, the strategy (default plain) with the precision the speed-ups give it, accumulation and clipping.
+    The trainer keeps epochs, the budget, callbacks, the evaluation schedule, the meter and logging.
     """
 
     def __init__(
@@ -65,26 +65,27 @@ class Trainer:
         world: World | None = None,
         strategy: Strategy | None = None,
     ):
-        self.device = devices.resolve_device(device) if isinstance(device, str) else device
-        self.module = model.to(self.device)  # the plain module: weights, checkpoints
-        self.model: nn.Module = self.module  # what forward calls; speed-ups may wrap it (compile, DDP)
-        self.optimizer, self.scheduler = optimizer, scheduler
-        _check_optimizer_owns(self.module, optimizer)
-        self.train_loader, self.val_loader = train_loader, val_loader
-        self.task = as_task(task, loss_fn)
         self.cfg = config or TrainConfig()
-        self.strategy = strategy or Strategy()
-        self.speedups, self.skipped_speedups = resolve(list(speedups), self.device, self.strategy, strict)
-        self.strategy.use(precision_of(self.speedups), self.device)
+        self.task = as_task(task, loss_fn)
+        self.engine = Engine(
+            speedups,
+            device=device,
+            strategy=strategy,
+            grad_accum=self.cfg.grad_accum,
+            clip_grad_norm=self.cfg.clip_grad_norm,
+            strict=strict,
+            world=world,
+        )
+        self.engine.attach(model, optimizer, scheduler)
+        self.engine.loss = lambda batch: self.task.loss(self.engine.model, batch)
+        self.train_loader, self.val_loader = train_loader, val_loader
+        self.engine.train_loader = train_loader  # what a captured step checks for fixed-size batches
         self.callbacks = list(callbacks)
         self.train_transform, self.eval_transform = train_transform, eval_transform
         self.log_every_steps = log_every_steps
-        self.world = world or World()
+        self.world = self.engine.world
         self.lint = lint.SpeedLint(self.cfg.lint_ignore, say=self.world.is_main)
-        self._prepares = [s for s in self.speedups if type(s).prepare_batch is not Speedup.prepare_batch]
-        self.forward_loss = self._forward_loss  # forward + loss; whole-step compilation replaces it
-        self.step_batch = self._step_batch  # forward, loss, backward, step: what a captured step would replace
-        self.epoch = self.step = self.batch_in_epoch = 0  # completed epochs / optimizer steps / batches this epoch
+        self.epoch = self.batch_in_epoch = 0  # completed epochs / batches this epoch
         self.should_stop = False
         self.stop_signal: int | None = None  # a signal this process received
         self.interrupted = False  # every process agreed to stop for it
@@ -93,29 +94,63 @@ class Trainer:
         self._eval_step = -1  # the optimizer step at which last_eval was measured
         self.meter = Meter(self.world)
         self.utilisation = Utilisation()
-        self.anatomy = Anatomy(self.device)  # the step's phases, timed while a profiler records (accel.anatomy)
         self._uncounted_s = 0.0  # time inside the loop that is not training (counting FLOPs)
         self.startup_s: float | None = None  # from the process's start to its first training step
-        self._set_up = False  # the speed-ups' setup has run and their teardown has not
         self._fitted = False  # fit() has run on this trainer
 
     # ---- the loop -------------------------------------------------------------------------------------
     def setup(self) -> None:
-        """Set up the speed-ups and the strategy, once, phase by phase (accel.phases): fit() calls it, and so does
-        loading a checkpoint first, so a speed-up's saved state (the EMA weights) is loaded into the objects that
-        will use it. Speed-ups the recipe's other choices rule out are refused first (accel.speedups.refuse)."""
-        if self._set_up:
-            return
-        refuse(self.speedups, self.device, self.strategy, self.strategy.precision.name)
-        parts = setup_order([*self.speedups, self.strategy])
-        for i, part in enumerate(parts):
-            try:
-                part.setup(self)
-            except BaseException:  # undo the ones already set up: their global flags must not leak
-                for done in reversed(parts[:i]):
-                    done.teardown()
-                raise
-        self._set_up = True
+        """Set up the engine's speed-ups and strategy, once: fit() calls it, and so does loading a checkpoint
+        first, so a speed-up's saved state (the EMA weights) is loaded into the objects that will use it."""
+        self.engine.setup_speedups()
+
+    # ---- what the engine holds ------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return self.engine.device
+
+    @property
+    def module(self) -> nn.Module:
+        """The plain module: weights, checkpoints."""
+        return self.engine.module
+
+    @property
+    def model(self) -> Any:
+        """What forward calls: the module, or what speed-ups made of it (compiled, DDP-wrapped)."""
+        return self.engine.model
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return self.engine.optimizer
+
+    @property
+    def scheduler(self) -> Any:
+        return self.engine.scheduler
+
+    @property
+    def strategy(self) -> Strategy:
+        return self.engine.strategy
+
+    @property
+    def speedups(self) -> list[Speedup]:
+        return self.engine.speedups
+
+    @property
+    def skipped_speedups(self) -> dict[str, str]:
+        return self.engine.skipped_speedups
+
+    @property
+    def anatomy(self) -> Anatomy:
+        return self.engine.anatomy
+
+    @property
+    def step(self) -> int:
+        """Optimizer steps taken."""
+        return self.engine.steps
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self.engine.steps = value
 
     def fit(self) -> dict[str, Any]:
         """Train until the epoch or step budget is spent, a callback stops it, or a signal interrupts it."""
@@ -147,9 +182,7 @@ class Trainer:
                 summary = fit_summary(self, status, time.perf_counter() - start)
                 self._fitted = True
                 self._emit("on_fit_end", summary)
-                for part in reversed(setup_order([*self.speedups, self.strategy])):
-                    part.teardown()
-                self._set_up = False
+                self.engine.teardown()
         return summary
 
     def _train_epoch(self) -> bool:
@@ -192,76 +225,22 @@ class Trainer:
 
     def _train_batch(self, batch: Any, batches: int | None) -> tuple[bool, torch.Tensor, Any]:
         """(whether the optimizer stepped, the loss, the batch on the device)."""
-        accum = self.cfg.grad_accum
         self.batch_in_epoch += 1
-        boundary = self.batch_in_epoch % accum == 0 or self.batch_in_epoch == batches
+        boundary = self.batch_in_epoch % self.cfg.grad_accum == 0 or self.batch_in_epoch == batches
         with self.anatomy.phase("to_device"):
             batch = self.on_device(batch, self.train_transform)
         if not self.utilisation.counted:
             self._uncounted_s = self.utilisation.count(self, batch)
         with self.lint.watch(batch):
-            loss = self.step_batch(batch, boundary)
-        with self.anatomy.phase("speedups"):
-            for speedup in self.speedups:
-                speedup.after_batch()
+            loss = self.engine.step_batch(batch, boundary)
+        self.engine.after_batch()
         return boundary, loss.detach(), batch
 
-    def _step_batch(self, batch: Any, boundary: bool) -> torch.Tensor:
-        """Forward and loss under the step contexts, the strategy's backward and, at a boundary, its step."""
-        with nullcontext() if boundary else self.strategy.no_sync(self):
-            loss = self.forward_backward(batch)
-        if boundary:
-            with self.anatomy.phase("optimizer"):
-                self.finish_step(self.strategy.optimizer_step(self))
-        return loss
-
-    def forward_backward(self, batch: Any) -> torch.Tensor:
-        """Forward and loss under the step contexts, then the strategy's backward of this micro-batch's share."""
-        with self.anatomy.phase("loss"), self.step_contexts():
-            loss = self.forward_loss(batch)
-        with self.anatomy.phase("backward"):
-            self.strategy.backward(loss / self.cfg.grad_accum)
-        return loss
-
-    def _forward_loss(self, batch: Any) -> torch.Tensor:
-        return self.task.loss(self.model, batch)
-
     def on_device(self, batch: Any, transform: Transform | None) -> Any:
-        """The batch on the device, through the (inputs, targets) transform, with every image-shaped tensor
-        prepared by the speed-ups (memory format); other tensors (targets, token ids, masks) pass untouched."""
-        batch = devices.to_device(batch, self.device, non_blocking=True)
-        if transform is not None:
-            batch = transform(*batch)
-        if self._prepares:
-            batch = map_tensors(self._prepare_images, batch)
-        return batch
-
-    def _prepare_images(self, tensor: torch.Tensor) -> torch.Tensor:
-        if tensor.dim() != 4 or not tensor.is_floating_point():
-            return tensor
-        for speedup in self._prepares:
-            tensor = speedup.prepare_batch(tensor)
-        return tensor
-
-    def finish_step(self, applied: bool) -> None:
-        """The host's part after an optimizer step (`applied`: not skipped by the GradScaler): clear the gradients,
-        advance the schedule, count the step. A captured step replays the numeric part and then calls this."""
-        self.optimizer.zero_grad(set_to_none=True)
-        if applied and self.scheduler is not None:  # a step the GradScaler skipped does not advance the schedule
-            self.scheduler.step()
-        self.step += 1
-
-    def clip_gradients(self) -> None:
-        """Called by the strategy's precision after unscaling and before the optimizer step."""
-        if self.cfg.clip_grad_norm is not None:
-            nn.utils.clip_grad_norm_(self.module.parameters(), self.cfg.clip_grad_norm)
+        return self.engine.on_device(batch, transform)
 
     def step_contexts(self) -> ExitStack:
-        stack = ExitStack()
-        stack.enter_context(self.strategy.precision.forward_context())
-        for speedup in self.speedups:
-            stack.enter_context(speedup.step_context())
-        return stack
+        return self.engine.step_contexts()
 
     # ---- evaluation -----------------------------------------------------------------------------------
     def evaluate(self) -> dict[str, Any]:
@@ -299,7 +278,7 @@ class Trainer:
             self._run_eval()
         record = {"kind": "epoch", **stats, **(self.last_eval if self._eval_step == self.step else {})}
         record["train_loss"] = record.pop("loss")
-        for part in [*self.speedups, self.strategy]:
+        for part in self.engine.parts():
             part.end_epoch()
         for name, metrics in part_metrics(self).items():
             record.update({f"{name}/{k}": v for k, v in metrics.items()})
@@ -353,15 +332,6 @@ class Trainer:
 
     def _request_stop(self, signum: int) -> None:
         self.stop_signal = signum
-
-
-def _check_optimizer_owns(module: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-    mine = {id(p) for p in module.parameters()}
-    if any(id(p) not in mine for group in optimizer.param_groups for p in group["params"]):
-        raise AccelError(
-            "the optimizer holds tensors that are not the model's parameters. Moving a model to some "
-            "devices (XLA) replaces its parameters: create the optimizer after `model.to(device)`."
-        )
 
 
 def _state_name(callback: Callback) -> str:

@@ -12,21 +12,21 @@ import pytest
 import torch
 
 from accel.cli import main as cli_main
+from accel.engine import Engine
 from accel.signals import PREEMPTED_EXIT
-from accel.trainer import Trainer
 
 
 def preempt_at(monkeypatch, step: int, times: int = 1) -> None:
     """SIGUSR1 to this process `times` times once the run has taken `step` optimizer steps."""
-    finish = Trainer.finish_step
+    finish = Engine.finish_step
 
     def signalled(self, applied):
         finish(self, applied)
-        if self.step == step:
+        if self.steps == step:
             for _ in range(times):
                 os.kill(os.getpid(), signal.SIGUSR1)  # the handler runs before os.kill returns
 
-    monkeypatch.setattr(Trainer, "finish_step", signalled)
+    monkeypatch.setattr(Engine, "finish_step", signalled)
 
 
 def main(argv: list[str]) -> int:

@@ -40,7 +40,7 @@ def test_max_steps_stops_mid_epoch_and_still_evaluates(tiny):
     assert summary["metrics"]["val_accuracy"] is not None
 
 
-def _linear_trainer(batch_size: int, grad_accum: int, **train) -> Trainer:
+def _linear_trainer(batch_size: int, grad_accum: int, strategy: Strategy | None = None, **train) -> Trainer:
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(32, 6), torch.randint(0, 3, (32,)))
     model = nn.Linear(6, 3)
@@ -51,6 +51,7 @@ def _linear_trainer(batch_size: int, grad_accum: int, **train) -> Trainer:
         loader,
         device="cpu",
         config=validate_recipe({**_TINY_SHELL, "train": {"epochs": 1, "grad_accum": grad_accum, **train}}).train,
+        strategy=strategy,
     )
 
 
@@ -66,15 +67,14 @@ def test_gradient_accumulation_matches_one_big_batch():
 
 
 def test_accumulation_skips_gradient_sync_on_non_final_micro_batches():
-    trainer = _linear_trainer(4, 4)
     calls = []
 
     class RecordingStrategy(Strategy):  # what matters is when the trainer asks the strategy not to sync
-        def no_sync(self, trainer):
+        def no_sync(self, module):
             calls.append(trainer.batch_in_epoch)
             return nullcontext()
 
-    trainer.strategy = RecordingStrategy()
+    trainer = _linear_trainer(4, 4, strategy=RecordingStrategy())
     trainer.fit()
     assert calls == [1, 2, 3, 5, 6, 7]  # every micro-batch except each 4th, which steps and syncs
 

@@ -23,7 +23,7 @@ from ..registry import SPEEDUPS
 from .base import Phase, Speedup, SpeedupConfig
 
 if TYPE_CHECKING:
-    from ..trainer import Trainer
+    from ..engine import Engine
 
 log = logging.getLogger("accel")
 
@@ -75,8 +75,8 @@ class ActivationCheckpointing(Speedup):
         super().__init__(cfg)
         self.wrapped: list[nn.Module] = []
 
-    def setup(self, trainer: "Trainer") -> None:
-        blocks = repeated_blocks(trainer.module, self.cfg.blocks)[:: self.cfg.every]
+    def setup(self, engine: "Engine") -> None:
+        blocks = repeated_blocks(engine.module, self.cfg.blocks)[:: self.cfg.every]
         if not blocks:
             named = (
                 f"of the classes {self.cfg.blocks}"

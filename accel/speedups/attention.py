@@ -17,7 +17,7 @@ from ..registry import SPEEDUPS
 from .base import Candidate, Context, Phase, Speedup, SpeedupConfig
 
 if TYPE_CHECKING:
-    from ..trainer import Trainer
+    from ..engine import Engine
 
 BACKENDS = {
     "flash": SDPBackend.FLASH_ATTENTION,
@@ -67,9 +67,9 @@ class Attention(Speedup):
             )
         return None
 
-    def setup(self, trainer: "Trainer") -> None:
-        config = getattr(trainer.module, "config", None)
-        switch = getattr(trainer.module, "set_attn_implementation", None)
+    def setup(self, engine: "Engine") -> None:
+        config = getattr(engine.module, "config", None)
+        switch = getattr(engine.module, "set_attn_implementation", None)
         if switch is not None and getattr(config, "_attn_implementation", "sdpa") != "sdpa":
             self._hf_before = (switch, config._attn_implementation)
             switch("sdpa")

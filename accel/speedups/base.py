@@ -19,7 +19,7 @@ from ..precision import Precision
 from ..schema import StrictModel
 
 if TYPE_CHECKING:
-    from ..trainer import Trainer
+    from ..engine import Engine
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class Speedup:
         """The numeric precision this speed-up gives the strategy (amp), or None."""
         return None
 
-    def setup(self, trainer: "Trainer") -> None:
+    def setup(self, engine: "Engine") -> None:
         """Transform the model, optimizer or loaders once, before the first step."""
 
     def prepare_batch(self, inputs: torch.Tensor) -> torch.Tensor:

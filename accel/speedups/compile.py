@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from pydantic import Field, field_validator, model_validator
@@ -18,6 +18,9 @@ from ..errors import did_you_mean
 from ..models.blocks import repeated_blocks
 from ..registry import SPEEDUPS
 from .base import Candidate, Context, Phase, Speedup, SpeedupConfig, one_program
+
+if TYPE_CHECKING:
+    from ..engine import Engine
 
 log = logging.getLogger("accel")
 
@@ -193,7 +196,7 @@ class Compile(Speedup):
         )
         whole_step: bool = Field(
             False,
-            description="compile forward and loss as one graph (`trainer.forward_loss`) instead of the "
+            description="compile forward and loss as one graph (the engine's `forward_loss`) instead of the "
             "model alone; evaluation then runs the model eagerly",
         )
         regional: bool = Field(
@@ -243,7 +246,6 @@ class Compile(Speedup):
 
     def __init__(self, cfg: Compile.Config | None = None):
         super().__init__(cfg)
-        self._trainer: Any = None
         self._stats: DynamoStats | None = None
         self._final: dict[str, Any] = {}
         self._warned: set[str] = set()
@@ -261,21 +263,20 @@ class Compile(Speedup):
             )
         return unavailable(context.device, self.cfg.backend) or one_program(self, context)
 
-    def setup(self, trainer) -> None:
+    def setup(self, engine: Engine) -> None:
         import torch._dynamo
 
-        self._trainer = trainer
-        self._saved = (trainer.model, trainer.forward_loss, torch._dynamo.config.recompile_limit)
+        self._recompile_limit = torch._dynamo.config.recompile_limit
         if self.cfg.recompile_limit is not None:
             torch._dynamo.config.recompile_limit = self.cfg.recompile_limit
         self._stats, self._final = DynamoStats(), {}
         self._graphs_seen = _graph_count()
         if self.cfg.whole_step:
-            trainer.forward_loss = apply_compile(trainer.forward_loss, self.cfg)
+            engine.replace("forward_loss", apply_compile(engine.forward_loss, self.cfg))
         elif self.cfg.regional:
-            self._blocks = compile_blocks(trainer.module, self.cfg)
+            self._blocks = compile_blocks(engine.module, self.cfg)
         else:
-            trainer.model = apply_compile(trainer.model, self.cfg)
+            engine.replace("model", apply_compile(engine.model, self.cfg))
 
     def after_batch(self) -> None:
         if self.cfg.release_workers and self.cfg.backend == "inductor":
@@ -322,7 +323,7 @@ class Compile(Speedup):
                     "`dynamic: true` or TORCH_LOGS=recompiles help find the cause.",
                     where,
                     len(reasons),
-                    self.cfg.recompile_limit or self._saved[2],
+                    self.cfg.recompile_limit or self._recompile_limit,
                     _first_line(reasons[-1]),
                 )
 
@@ -334,10 +335,8 @@ class Compile(Speedup):
         self.end_epoch()  # a run shorter than an epoch is looked at too
         self._final = self.metrics()
         self._stats = None
-        model, forward_loss, limit = self._saved
-        self._trainer.model, self._trainer.forward_loss = model, forward_loss
         for block in self._blocks:
             block._compiled_call_impl = None  # what nn.Module.compile set: calls go to forward again
         self._blocks = []
-        torch._dynamo.config.recompile_limit = limit
+        torch._dynamo.config.recompile_limit = self._recompile_limit
         torch._dynamo.reset()  # drop compiled code and guards so the next run in this process starts clean

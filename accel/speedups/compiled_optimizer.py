@@ -30,7 +30,7 @@ from .base import Context, Phase, Speedup, SpeedupConfig
 from .compile import check_backend, unavailable
 
 if TYPE_CHECKING:
-    from ..trainer import Trainer
+    from ..engine import Engine
 
 log = logging.getLogger("accel")
 
@@ -150,9 +150,9 @@ class CompiledOptimizer(Speedup):
             )
         return None
 
-    def setup(self, trainer: "Trainer") -> None:
+    def setup(self, engine: "Engine") -> None:
         self._environ = dict(os.environ)  # tracing the step imports inductor, which sets variables (its cache dir)
-        self._step, self._final, self._warned = CompiledStep(trainer.optimizer, self.cfg.backend), {}, False
+        self._step, self._final, self._warned = CompiledStep(engine.optimizer, self.cfg.backend), {}, False
         self._graphs_seen = 0
         self._step.install()
 

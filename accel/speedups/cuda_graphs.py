@@ -32,25 +32,25 @@ from .base import Context, Phase, Speedup, SpeedupConfig, one_program
 from .compiled_optimizer import tensor_lrs
 
 if TYPE_CHECKING:
-    from ..trainer import Trainer
+    from ..engine import Engine
 
 log = logging.getLogger("accel")
 
 
-def capture_problems(trainer: Trainer) -> list[str]:
-    """What in the trainer's own settings a captured step could not follow (the conflict rule saw the rest)."""
+def capture_problems(engine: Engine) -> list[str]:
+    """What in the run's own settings a captured step could not follow (the conflict rule saw the rest)."""
     problems = []
-    if trainer.cfg.grad_accum > 1:
+    if engine.grad_accum > 1:
         problems.append(
-            f"train.grad_accum is {trainer.cfg.grad_accum}: micro-batches that do not step would need a second "
+            f"train.grad_accum is {engine.grad_accum}: micro-batches that do not step would need a second "
             "graph; use a larger data.batch_size instead"
         )
-    if getattr(trainer.train_loader, "drop_last", None) is False:
+    if getattr(engine.train_loader, "drop_last", None) is False:
         problems.append("data.drop_last is false: the last incomplete batch has another shape; set it to true")
-    groups = trainer.optimizer.param_groups
-    if trainer.scheduler is not None and any("capturable" not in group for group in groups):
+    groups = engine.optimizer.param_groups
+    if engine.scheduler is not None and any("capturable" not in group for group in groups):
         problems.append(
-            f"{type(trainer.optimizer).__name__} has no `capturable` option, so a captured step would keep the "
+            f"{type(engine.optimizer).__name__} has no `capturable` option, so a captured step would keep the "
             "learning rate it was captured with and ignore the schedule; use an optimizer that has one (adamw) "
             "or `schedule: {name: none}`"
         )
@@ -89,16 +89,16 @@ def syncs_refused() -> Iterator[None]:
 
 
 class CapturedStep:
-    """The trainer's `step_batch`: eager warm-up steps on a side stream, then one capture, then a replay per
-    batch; after each, the host's part of the step (`trainer.finish_step`)."""
+    """The engine's `step_batch`: eager warm-up steps on a side stream, then one capture, then a replay per
+    batch; after each, the host's part of the step (`engine.finish_step`)."""
 
-    def __init__(self, trainer: Trainer, warmup_steps: int):
-        self.trainer, self.warmup_steps, self.warmed = trainer, warmup_steps, 0
+    def __init__(self, engine: Engine, warmup_steps: int):
+        self.engine, self.warmup_steps, self.warmed = engine, warmup_steps, 0
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static_batch: Any = None
         self.static_loss: torch.Tensor | None = None
         # the learning rates the captured step reads, refilled from the schedule's floats before each replay
-        self._lrs = [torch.zeros((), device=trainer.device) for _ in trainer.optimizer.param_groups]
+        self._lrs = [torch.zeros((), device=engine.device) for _ in engine.optimizer.param_groups]
 
     def __call__(self, batch: Any, boundary: bool) -> torch.Tensor:
         if self.graph is not None:
@@ -107,36 +107,36 @@ class CapturedStep:
             loss = self._warm_up(batch)
         else:
             loss = self._capture(batch)
-        self.trainer.finish_step(True)  # no GradScaler here (fp16 is refused): every step is applied
+        self.engine.finish_step(True)  # no GradScaler here (fp16 is refused): every step is applied
         return loss
 
     def _numeric_step(self, batch: Any) -> torch.Tensor:
-        trainer = self.trainer
-        with tensor_lrs(trainer.optimizer.param_groups, self._lrs, fill=False):  # filled by _fill_lrs, uncaptured
-            loss = trainer.forward_backward(batch)
-            trainer.strategy.optimizer_step(trainer)
+        engine = self.engine
+        with tensor_lrs(engine.optimizer.param_groups, self._lrs, fill=False):  # filled by _fill_lrs, uncaptured
+            loss = engine.forward_backward(batch)
+            engine.optimizer_step()
         return loss
 
     def _fill_lrs(self) -> None:
         """This step's learning rates into the tensors the step reads (a kernel launch each, no host sync)."""
-        for tensor, group in zip(self._lrs, self.trainer.optimizer.param_groups, strict=True):
+        for tensor, group in zip(self._lrs, self.engine.optimizer.param_groups, strict=True):
             tensor.fill_(group["lr"])
 
     def _warm_up(self, batch: Any) -> torch.Tensor:
         # on a side stream, as torch's CUDA-graph notes ask: lazy state (optimizer moments, cuDNN's choices,
         # autocast) is built before capture, outside it
-        side = torch.cuda.Stream(self.trainer.device)
-        side.wait_stream(torch.cuda.current_stream(self.trainer.device))
+        side = torch.cuda.Stream(self.engine.device)
+        side.wait_stream(torch.cuda.current_stream(self.engine.device))
         self.warmed += 1
         self._fill_lrs()
         with torch.cuda.stream(side), syncs_refused() if self.warmed == self.warmup_steps else nullcontext():
             loss = self._numeric_step(batch)
-        torch.cuda.current_stream(self.trainer.device).wait_stream(side)
+        torch.cuda.current_stream(self.engine.device).wait_stream(side)
         return loss
 
     def _capture(self, batch: Any) -> torch.Tensor:
         self.static_batch = map_tensors(torch.clone, batch)
-        self.trainer.optimizer.zero_grad(set_to_none=True)  # backward allocates the gradients in the graph's pool
+        self.engine.optimizer.zero_grad(set_to_none=True)  # backward allocates the gradients in the graph's pool
         self.graph = torch.cuda.CUDAGraph()
         self._fill_lrs()
         with torch.cuda.graph(self.graph):
@@ -179,7 +179,6 @@ class CudaGraphs(Speedup):
 
     def __init__(self, cfg: Config | None = None):
         super().__init__(cfg)
-        self._trainer: Any = None
         self._step: CapturedStep | None = None
         self._captured = False
 
@@ -195,17 +194,17 @@ class CudaGraphs(Speedup):
             return f"strategy {context.strategy}: its collectives are not captured by accel; train in one process"
         return one_program(self, context)
 
-    def setup(self, trainer: Trainer) -> None:
-        problems = capture_problems(trainer)
+    def setup(self, engine: Engine) -> None:
+        problems = capture_problems(engine)
         if problems:
             raise AccelError(
                 "speed-up `cuda_graphs` cannot capture this run's step:\n"
                 + "\n".join(f"  - {p}" for p in problems)
                 + "\nChange the recipe as said, or disable it (`--set speedups.cuda_graphs.enabled=false`)."
             )
-        make_capturable(trainer.optimizer)
-        self._trainer, self._eager = trainer, trainer.step_batch
-        self._step = trainer.step_batch = CapturedStep(trainer, self.cfg.warmup_steps)
+        make_capturable(engine.optimizer)
+        self._step = CapturedStep(engine, self.cfg.warmup_steps)
+        engine.replace("step_batch", self._step)
 
     def metrics(self) -> dict[str, Any]:
         if self._step is not None:
@@ -216,5 +215,4 @@ class CudaGraphs(Speedup):
         if self._step is None:
             return
         self.metrics()
-        self._trainer.step_batch = self._eager
-        self._trainer = self._step = None  # frees the graph and its memory pool
+        self._step = None  # frees the graph and its memory pool (the engine put its eager step back)

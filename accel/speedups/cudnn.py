@@ -13,7 +13,7 @@ from ..registry import SPEEDUPS
 from .base import Phase, Speedup, SpeedupConfig
 
 if TYPE_CHECKING:
-    from ..trainer import Trainer
+    from ..engine import Engine
 
 log = logging.getLogger("accel")
 backends = torch.backends
@@ -122,11 +122,11 @@ class Cudnn(Speedup):
         super().__init__(cfg)
         self._previous: dict[str, Any] | None = None
 
-    def setup(self, trainer: "Trainer") -> None:
-        if trainer.device.type != "cuda":
+    def setup(self, engine: "Engine") -> None:
+        if engine.device.type != "cuda":
             log.info(
                 "cudnn: on %s only `float32_matmul_precision` has an effect; cuDNN and TF32 flags need CUDA",
-                trainer.device.type,
+                engine.device.type,
             )
         if self._previous is None:  # a second fit() must not save our own values as the ones to restore
             self._previous = apply_flags(requested_flags(self.cfg))

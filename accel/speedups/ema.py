@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from pydantic import Field
@@ -16,6 +16,9 @@ from torch import nn
 
 from ..registry import SPEEDUPS
 from .base import Context, Phase, Speedup, SpeedupConfig
+
+if TYPE_CHECKING:
+    from ..engine import Engine
 
 
 def live_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
@@ -95,11 +98,11 @@ class Ema(Speedup):
             return "the average would be held as sharded tensors, which checkpoints do not store"
         return None
 
-    def setup(self, trainer) -> None:
-        self._live = live_tensors(trainer.module)
+    def setup(self, engine: Engine) -> None:
+        self._live = live_tensors(engine.module)
         self.shadow = {name: tensor.detach().clone() for name, tensor in self._live.items()}
         self._steps = 0
-        self._handle = trainer.optimizer.register_step_post_hook(self._after_step)
+        self._handle = engine.optimizer.register_step_post_hook(self._after_step)
 
     def _after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self._steps += 1

@@ -14,7 +14,7 @@ from ..registry import SPEEDUPS
 from .base import Candidate, Context, Phase, Speedup, SpeedupConfig
 
 if TYPE_CHECKING:
-    from ..trainer import Trainer
+    from ..engine import Engine
 
 log = logging.getLogger("accel")
 FP8_CAPABILITY = (8, 9)  # Ada and Hopper onwards have FP8 tensor cores
@@ -74,7 +74,7 @@ class Float8(Speedup):
             return "needs torchao: pip install 'accel[float8]'"
         return None
 
-    def setup(self, trainer: "Trainer") -> None:
+    def setup(self, engine: "Engine") -> None:
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
         def keep(module: nn.Module, fqn: str) -> bool:
@@ -85,7 +85,7 @@ class Float8(Speedup):
 
         self.converted = []
         convert_to_float8_training(
-            trainer.module, module_filter_fn=keep, config=Float8LinearConfig.from_recipe_name(self.cfg.recipe)
+            engine.module, module_filter_fn=keep, config=Float8LinearConfig.from_recipe_name(self.cfg.recipe)
         )
         if self.converted:
             log.info("float8: %d linear layer(s) converted: %s", len(self.converted), ", ".join(self.converted))

@@ -11,7 +11,7 @@ import logging
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from pydantic import Field
@@ -20,6 +20,9 @@ from torch import nn
 from ..errors import AccelError
 from ..registry import SPEEDUPS
 from .base import Context, Phase, Speedup, SpeedupConfig, one_program
+
+if TYPE_CHECKING:
+    from ..engine import Engine
 
 log = logging.getLogger("accel")
 _deprecation_said = False
@@ -107,21 +110,11 @@ class Jit(Speedup):
             "`trace` records the ops of the first batch (in train and eval mode each), for models script rejects",
         )
 
-    def __init__(self, cfg: Jit.Config | None = None):
-        super().__init__(cfg)
-        self._restore: tuple[Any, nn.Module] | None = None
-
     def conflict(self, context: Context) -> str | None:
         if context.strategy == "fsdp":
             return "TorchScript cannot script or trace FSDP2's hooks (`compile` can compile a sharded model)"
         return one_program(self, context)
 
-    def setup(self, trainer) -> None:
+    def setup(self, engine: Engine) -> None:
         say_deprecated_once()
-        self._restore = (trainer, trainer.model)
-        trainer.model = apply_jit(trainer.model, self.cfg.method)
-
-    def teardown(self) -> None:
-        if self._restore is not None:
-            trainer, model = self._restore
-            trainer.model, self._restore = model, None
+        engine.replace("model", apply_jit(engine.model, self.cfg.method))

@@ -15,7 +15,7 @@ from ..registry import SPEEDUPS
 from .base import Candidate, Context, Phase, Speedup, SpeedupConfig
 
 if TYPE_CHECKING:
-    from ..trainer import Trainer
+    from ..engine import Engine
 
 log = logging.getLogger("accel")
 Impl = Literal["auto", "fused", "foreach", "for_loop"]
@@ -129,16 +129,16 @@ class Optim(Speedup):
             return "torch's fused kernels have no implementation for sharded (DTensor) parameters; use `impl: auto`"
         return None
 
-    def setup(self, trainer: "Trainer") -> None:
-        self.impl = choose_impl(trainer.optimizer, self.cfg.impl)
+    def setup(self, engine: "Engine") -> None:
+        self.impl = choose_impl(engine.optimizer, self.cfg.impl)
         if self.impl is None:
             log.info(
                 "optim: no fused %s for %s here; keeping torch's default implementation",
-                type(trainer.optimizer).__name__,
-                trainer.device.type,
+                type(engine.optimizer).__name__,
+                engine.device.type,
             )
             return
-        set_implementation(trainer.optimizer, self.impl)
+        set_implementation(engine.optimizer, self.impl)
 
     def metrics(self) -> dict[str, Any]:
         return {"impl": self.impl or "default"}

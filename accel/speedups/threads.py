@@ -13,7 +13,7 @@ from ..registry import SPEEDUPS
 from .base import Phase, Speedup, SpeedupConfig
 
 if TYPE_CHECKING:
-    from ..trainer import Trainer
+    from ..engine import Engine
 
 log = logging.getLogger("accel")
 
@@ -68,7 +68,7 @@ class Threads(Speedup):
         super().__init__(cfg)
         self._previous_intra_op: int | None = None
 
-    def setup(self, trainer: "Trainer") -> None:
+    def setup(self, engine: "Engine") -> None:
         if self._previous_intra_op is None:  # a second fit() keeps the original value to restore
             self._previous_intra_op = torch.get_num_threads()
         torch.set_num_threads(resolve_intra_op(self.cfg.intra_op, self._previous_intra_op, available_cpus()))

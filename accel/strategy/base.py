@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +14,8 @@ from ..phases import Phase
 from ..precision import Precision
 
 if TYPE_CHECKING:
-    from ..trainer import Trainer
+    from ..distributed import World
+    from ..engine import Engine
 
 
 class Strategy:
@@ -43,18 +45,20 @@ class Strategy:
         """The loaders the trainer iterates (XLA feeds them through its own)."""
         return train, val
 
-    def setup(self, trainer: Trainer) -> None:
-        """Wrap `trainer.model` in the setup phase WRAP (DDP); `teardown` undoes it."""
+    def setup(self, engine: Engine) -> None:
+        """Wrap the engine's `model` in the setup phase WRAP (DDP), through `engine.replace`."""
 
     def teardown(self) -> None:
         pass
 
-    def no_sync(self, trainer: Trainer) -> AbstractContextManager:
-        """Around a micro-batch that does not step: skip reducing its gradients across processes."""
+    def no_sync(self, module: nn.Module) -> AbstractContextManager:
+        """Around a micro-batch that does not step (forward and backward): skip reducing its gradients across
+        processes."""
         return nullcontext()
 
-    def eval_forwards_short(self, trainer: Trainer) -> int:
-        """How many more evaluation forwards this rank must run, results unused, to keep in step with the others."""
+    def eval_forwards_short(self, batches: int, world: World, device: torch.device) -> int:
+        """How many more evaluation forwards than its `batches` this rank must run, results unused, to keep in
+        step with the others."""
         return 0
 
     def full_state_dicts(self, module: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
@@ -70,9 +74,9 @@ class Strategy:
     def backward(self, loss: torch.Tensor) -> None:
         self.precision.backward(loss)
 
-    def optimizer_step(self, trainer: Trainer) -> bool:
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, clip: Callable[[], None]) -> bool:
         """Clip and step; False when the precision skipped the step (inf gradients in fp16)."""
-        return self.precision.optimizer_step(trainer.optimizer, trainer.clip_gradients, self.step)
+        return self.precision.optimizer_step(optimizer, clip, self.step)
 
     def step(self, optimizer: torch.optim.Optimizer) -> None:
         optimizer.step()

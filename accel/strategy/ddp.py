@@ -10,7 +10,7 @@ import torch
 from .base import Strategy
 
 if TYPE_CHECKING:
-    from ..trainer import Trainer
+    from ..engine import Engine
 
 
 class DataParallel(Strategy):
@@ -21,19 +21,16 @@ class DataParallel(Strategy):
 
     def __init__(self) -> None:
         super().__init__()
-        self._wrapped: tuple[Trainer, torch.nn.Module] | None = None  # (the trainer, its model before)
         self._ddp: torch.nn.Module | None = None
 
-    def setup(self, trainer: Trainer) -> None:
-        ids = [trainer.device.index] if trainer.device.type == "cuda" else None
-        self._ddp = torch.nn.parallel.DistributedDataParallel(trainer.model, device_ids=ids)
-        self._wrapped, trainer.model = (trainer, trainer.model), self._ddp
+    def setup(self, engine: Engine) -> None:
+        ids = [engine.device.index] if engine.device.type == "cuda" else None
+        self._ddp = torch.nn.parallel.DistributedDataParallel(engine.model, device_ids=ids)
+        engine.replace("model", self._ddp)
 
     def teardown(self) -> None:
         # the DDP module holds the process group, which must be free to be destroyed when the run ends
-        if self._wrapped is not None:
-            trainer, model = self._wrapped
-            trainer.model, self._wrapped, self._ddp = model, None, None
+        self._ddp = None
 
-    def no_sync(self, trainer: Trainer) -> AbstractContextManager:
+    def no_sync(self, module: torch.nn.Module) -> AbstractContextManager:
         return self._ddp.no_sync()

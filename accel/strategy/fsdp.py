@@ -13,7 +13,7 @@ from ..errors import AccelError
 from .base import Strategy
 
 if TYPE_CHECKING:
-    from ..trainer import Trainer
+    from ..distributed import World
 
 
 class FullyShard(Strategy):
@@ -25,18 +25,16 @@ class FullyShard(Strategy):
     def prepare(self, model: nn.Module) -> nn.Module:
         return fsdp.shard_model(model)
 
-    def no_sync(self, trainer: Trainer) -> AbstractContextManager:
-        return fsdp.no_gradient_sync(trainer.module)
+    def no_sync(self, module: nn.Module) -> AbstractContextManager:
+        return fsdp.no_gradient_sync(module)
 
-    def eval_forwards_short(self, trainer: Trainer) -> int:
+    def eval_forwards_short(self, batches: int, world: World, device: torch.device) -> int:
         """A sharded model gathers its weights collectively in every forward, so each rank runs as many
         evaluation forwards as the rank with the most batches."""
-        val = trainer.val_loader
-        mine = min(len(val), trainer.cfg.eval_max_batches or len(val))
-        short = trainer.world.max(mine, trainer.device) - mine
-        if short and mine == 0:
+        short = world.max(batches, device) - batches
+        if short and batches == 0:
             raise AccelError(
-                f"rank {trainer.world.rank} has no validation samples: with strategy fsdp, every "
+                f"rank {world.rank} has no validation samples: with strategy fsdp, every "
                 "process needs at least one (a larger validation split, or fewer processes)"
             )
         return short

@@ -16,7 +16,7 @@ from .base import Strategy
 from .ddp import DataParallel
 
 if TYPE_CHECKING:
-    from ..trainer import Trainer
+    from ..engine import Engine
 
 log = logging.getLogger("accel")
 
@@ -37,16 +37,16 @@ class Xla(Strategy):
     def loaders(self, train: Any, val: Any) -> tuple[Any, Any]:
         return XlaLoader(train, self.device), XlaLoader(val, self.device) if val is not None else None
 
-    def setup(self, trainer: Trainer) -> None:
+    def setup(self, engine: Engine) -> None:
         if self.data_parallel is not None:
-            self.data_parallel.setup(trainer)
+            self.data_parallel.setup(engine)
 
     def teardown(self) -> None:
         if self.data_parallel is not None:
             self.data_parallel.teardown()
 
-    def no_sync(self, trainer: Trainer) -> AbstractContextManager:
-        return super().no_sync(trainer) if self.data_parallel is None else self.data_parallel.no_sync(trainer)
+    def no_sync(self, module: torch.nn.Module) -> AbstractContextManager:
+        return super().no_sync(module) if self.data_parallel is None else self.data_parallel.no_sync(module)
 
     def step(self, optimizer: torch.optim.Optimizer) -> None:
         import torch_xla

@@ -30,7 +30,7 @@ class Recorder(Callback):
         self.records, self.model, self.forward_loss = [], None, None
 
     def on_fit_start(self, trainer):
-        self.model, self.forward_loss = trainer.model, trainer.forward_loss
+        self.model, self.forward_loss = trainer.model, trainer.engine.forward_loss
 
     def on_log(self, trainer, record):
         self.records.append(record)
@@ -102,7 +102,7 @@ def test_whole_step_compiles_forward_and_loss(tiny):
     _, plain, _ = fit_tiny(tiny, {})
     trainer, summary, seen = fit_tiny(tiny, {"compile": {"backend": "aot_eager", "whole_step": True}})
     assert seen.model is trainer.module  # the model itself is left alone ...
-    assert seen.forward_loss != trainer._forward_loss  # ... forward + loss were compiled as one
+    assert seen.forward_loss != trainer.engine._forward_loss  # ... forward + loss were compiled as one
     assert summary["metrics"]["train_loss"] == pytest.approx(plain["metrics"]["train_loss"], rel=1e-4)
 
 
@@ -161,7 +161,7 @@ def test_teardown_restores_dynamo_config_and_caches():
     trainer.fit()
     assert seer.limit == limit + 3
     assert torch._dynamo.config.recompile_limit == limit
-    assert trainer.model is trainer.module and trainer.forward_loss == trainer._forward_loss
+    assert trainer.model is trainer.module and trainer.engine.forward_loss == trainer.engine._forward_loss
     outside(torch.ones(3))  # torch._dynamo.reset() dropped every cache: this compiles afresh
     assert torch._dynamo.utils.counters["frames"]["total"] > frames
 

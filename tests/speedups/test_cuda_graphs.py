@@ -49,19 +49,19 @@ def test_the_trainers_own_settings_are_checked_before_capture_all_at_once():
         train={"grad_accum": 2},
         data={"drop_last": False},
     )
-    problems = capture_problems(trainer)
+    problems = capture_problems(trainer.engine)
     assert len(problems) == 3
     assert "train.grad_accum is 2" in problems[0]
     assert "data.drop_last is false" in problems[1]
     assert "SGD has no `capturable` option" in problems[2]
     with pytest.raises(AccelError, match="cannot capture this run's step") as err:
-        CudaGraphs().setup(trainer)
+        CudaGraphs().setup(trainer.engine)
     assert all(p in str(err.value) for p in problems)
-    assert trainer.step_batch == trainer._step_batch, "a refused setup leaves the step eager"
+    assert trainer.engine.step_batch == trainer.engine._step_batch, "a refused setup leaves the step eager"
 
 
 def test_a_constant_lr_sgd_run_with_steady_batches_has_nothing_to_refuse():
-    assert capture_problems(tiny_trainer({}, optim={"name": "sgd", "lr": 0.05})) == []
+    assert capture_problems(tiny_trainer({}, optim={"name": "sgd", "lr": 0.05}).engine) == []
 
 
 def test_make_capturable_turns_the_flag_on_and_moves_resumed_step_counts():
@@ -103,6 +103,6 @@ def test_a_host_sync_in_the_loss_is_named_before_capture():
         return loss
 
     trainer = tiny_trainer({"cuda_graphs": {}}, device="cuda", train={"max_steps": 4}, **GPU_RUN)
-    trainer.forward_loss = lambda batch: syncing_loss(trainer.model, batch)
+    trainer.engine.loss = lambda batch: syncing_loss(trainer.model, batch)
     with pytest.raises(AccelError, match="waits for the GPU on the host"):
         trainer.fit()

@@ -99,11 +99,12 @@ def test_medium_matmul_precision_changes_cpu_matmuls_until_teardown():
     speedup = Cudnn(Cudnn.Config(float32_matmul_precision="medium"))
     speedup.setup(type("T", (), {"device": torch.device("cpu")})())
     try:
-        reduced = a @ b  # oneDNN's bf16 path: about twice as fast here, with about twice the rounding error
+        reduced = a @ b  # oneDNN's bf16 path: faster, with bf16's rounding error
     finally:
         speedup.teardown()
     assert not torch.equal(reduced, full)
-    torch.testing.assert_close(reduced, full, rtol=1e-3, atol=1e-3)
+    # bf16 keeps 8 bits of mantissa: about 0.2-0.3% relative error over the whole product (AMX: plain bf16)
+    assert ((reduced - full).norm() / full.norm()).item() < 1e-2
     assert torch.equal(a @ b, full)
 
 
