@@ -1,4 +1,5 @@
-"""accel: composable PyTorch training speed-ups, driven by YAML recipes, with A/B speed reports.
+"""accel: composable PyTorch training speed-ups, driven by YAML recipes or a hand-written loop (`accel.Engine`),
+with A/B speed reports.
 
 The names below load on first use, so `import accel.trainer` (bring your own model and data) does not import
 the recipe machinery with every model and dataset it can name.
@@ -11,6 +12,7 @@ from typing import Any
 
 _WHERE = {
     "AccelError": "errors",
+    "Engine": "engine",
     "Recipe": "recipe",
     "load_recipe": "recipe",
     "build_trainer": "run",

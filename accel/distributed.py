@@ -45,6 +45,10 @@ class World:
             dist.all_reduce(tensor)
         return tensor
 
+    def barrier(self) -> None:
+        if self.distributed:
+            dist.barrier()
+
     def max(self, value: int, device: torch.device) -> int:
         if not self.distributed:
             return value

@@ -8,12 +8,24 @@ its own. The slots:
 - `forward_loss(batch)`: forward and loss (whole-step compilation replaces it);
 - `step_batch(batch, boundary)`: forward, loss, backward and, at an accumulation boundary, the optimizer step
   (a captured CUDA graph replaces it).
+
+A hand-written loop uses the same engine through its public methods (docs/own-loop.md):
+
+    eng = accel.Engine(speedups={"amp": {"dtype": "bf16"}, "compile": {}})
+    model, optimizer = eng.setup(model, optimizer)
+    for x, y in eng.setup_dataloaders(loader):
+        with eng.autocast():
+            loss = F.cross_entropy(model(x), y)
+        eng.backward(loss)
+        optimizer.step()                 # through the strategy and precision
+        optimizer.zero_grad(set_to_none=True)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack, nullcontext
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -22,28 +34,44 @@ from torch import nn
 from . import devices
 from .anatomy import Anatomy
 from .batches import map_tensors
-from .distributed import World
+from .distributed import World, init_process_group, world_from_env
+from .engine_settings import engine_settings
 from .errors import AccelError
-from .speedups import Speedup, precision_of, refuse, resolve, setup_order
-from .strategy import Strategy
+from .own_loop import LoopState, OwnLoop
+from .speedups import Speedup, from_configs, precision_of, refuse, resolve, setup_order
+from .strategy import Strategy, choose
 
 SLOTS = ("model", "forward_loss", "step_batch")
 
 
-class Engine:
-    """One training step's machinery on one device, for one module and one optimizer."""
+class Engine(OwnLoop):
+    """One training step's machinery on one device, for one module and one optimizer; a hand-written loop's
+    methods come from OwnLoop (accel.own_loop)."""
 
     def __init__(
         self,
-        speedups: Iterable[Speedup] = (),
+        speedups: Any = None,
         *,
         device: str | torch.device = "auto",
-        strategy: Strategy | None = None,
+        strategy: Strategy | str | None = None,
+        out: str | Path | None = None,
         grad_accum: int = 1,
         clip_grad_norm: float | None = None,
         strict: bool = False,
         world: World | None = None,
     ):
+        """`speedups`: a recipe's `speedups:` section (a mapping), a preset name (`"fast-cuda"`) or a YAML file
+        (ACCEL_SET and ACCEL_SPEEDUPS override them: accel.engine_settings); the Trainer passes built Speed-up
+        objects. `strategy`: "ddp" or "fsdp" under torchrun (ddp by default there). `out`: a folder for the
+        run's records (metrics.jsonl from `log`, summary.json at `close`). `grad_accum`: micro-batches per
+        optimizer step; all but a step's last skip the gradient reduction, and where the engine runs the step
+        itself (the Trainer, `compile_step`) it divides the loss by it; a loop's own `backward` never divides."""
+        if not _built(speedups):
+            settings = engine_settings(speedups, str(device), strategy if isinstance(strategy, str) else None)
+            world = world or world_from_env()
+            device = init_process_group(world, devices.resolve_device(settings.device))
+            strategy = choose(settings.strategy or "ddp", world, device)
+            speedups = from_configs(settings.speedups)
         self.device = devices.resolve_device(device) if isinstance(device, str) else device
         self.world = world or World()
         self.strategy = strategy or Strategy()
@@ -63,6 +91,9 @@ class Engine:
         self._prepares = [s for s in self.speedups if type(s).prepare_batch is not Speedup.prepare_batch]
         self._undo: list[tuple[str, Any]] = []  # (slot, value before), in the order replaced
         self._set_up = False  # the speed-ups' setup has run and their teardown has not
+        self.out = Path(out) if out is not None else None
+        self.logged: list[dict[str, Any]] = []  # what the loop reported through `log`
+        self._loop = LoopState()
 
     # ---- what it trains -----------------------------------------------------------------------------
     def attach(self, module: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any = None) -> None:
@@ -136,7 +167,7 @@ class Engine:
 
     def optimizer_step(self) -> bool:
         """Clip and step through the strategy and its precision; False when the GradScaler skipped the step."""
-        return self.strategy.optimizer_step(self.optimizer, self.clip_gradients)
+        return self.strategy.optimizer_step(self.optimizer, self.clip_configured)
 
     def finish_step(self, applied: bool) -> None:
         """The host's part after an optimizer step (`applied`: not skipped by the GradScaler): clear the gradients,
@@ -146,7 +177,7 @@ class Engine:
             self.scheduler.step()
         self.steps += 1
 
-    def clip_gradients(self) -> None:
+    def clip_configured(self) -> None:
         """Called by the strategy's precision after unscaling and before the optimizer step."""
         if self.clip_grad_norm is not None:
             nn.utils.clip_grad_norm_(self.module.parameters(), self.clip_grad_norm)
@@ -188,6 +219,11 @@ class Engine:
         for speedup in self.speedups:
             stack.enter_context(speedup.eval_context())
         return stack
+
+
+def _built(speedups: Any) -> bool:
+    """Speed-up objects (the Trainer's, built from a recipe), rather than settings to build them from."""
+    return isinstance(speedups, (list, tuple)) and all(isinstance(s, Speedup) for s in speedups)
 
 
 def _check_optimizer_owns(module: nn.Module, optimizer: torch.optim.Optimizer) -> None:

@@ -33,6 +33,9 @@ class Precision:
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
 
+    def unscale(self, optimizer: torch.optim.Optimizer) -> None:
+        """The true gradients in place before clipping (a hand-written loop clips before `optimizer.step()`)."""
+
     def optimizer_step(self, optimizer: torch.optim.Optimizer, clip: Callable[[], None], step: Step) -> bool:
         """Clip and step; False when the step was skipped (inf gradients)."""
         clip()
@@ -76,6 +79,7 @@ class ScaledFp16(Autocast):
         self.init_scale, self.growth_interval = init_scale, growth_interval
         self.scaler: torch.amp.GradScaler | None = None
         self.skipped_steps = 0
+        self._unscaled = False  # this step's gradients are unscaled already (clipped by the loop)
 
     def setup(self, device: torch.device) -> None:
         super().setup(device)
@@ -85,16 +89,22 @@ class ScaledFp16(Autocast):
     def backward(self, loss: torch.Tensor) -> None:
         self.scaler.scale(loss).backward()
 
+    def unscale(self, optimizer: torch.optim.Optimizer) -> None:
+        if not self._unscaled:  # the scaler refuses a second unscale_ before update()
+            self.scaler.unscale_(optimizer)
+            self._unscaled = True
+
     def optimizer_step(self, optimizer: torch.optim.Optimizer, clip: Callable[[], None], step: Step) -> bool:
         """Unscale, clip, step and update the scale. Clipping must see the true gradients, so unscale comes first;
         the scaler remembers it and does not divide again. Called only on real optimizer steps, so under
         gradient accumulation the scale updates once per step. `scaler.step` steps the optimizer itself: the
         strategy's `step` cannot be used (why the XLA strategy refuses fp16)."""
-        self.scaler.unscale_(optimizer)
+        self.unscale(optimizer)
         clip()
         before = self.scaler.get_scale()
         self.scaler.step(optimizer)  # skips optimizer.step() itself when it found inf/NaN
         self.scaler.update()
+        self._unscaled = False
         # update() lowers the scale exactly when inf/NaN gradients were found, i.e. when the step was skipped
         applied = self.scaler.get_scale() >= before
         if not applied:

@@ -141,7 +141,7 @@ def validate_recipe(data: dict, origins: Origins | None = None) -> Recipe:
     problems: list[str] = []
     data = dict(data)
     failed = {path for path, registry in NAMED_SECTIONS if not _validate_named(data, path, registry, origins, problems)}
-    _validate_speedups(data, origins, problems)
+    validate_speedups(data, origins, problems)
     try:
         recipe = Recipe.model_validate(data)
     except ValidationError as err:  # a section that failed above is reported once, not again as missing
@@ -178,7 +178,8 @@ def _validate_named(
     return True
 
 
-def _validate_speedups(data: dict, origins: Origins, problems: list[str]) -> None:
+def validate_speedups(data: dict, origins: Origins, problems: list[str]) -> None:
+    """Replace `data['speedups']` by each speed-up's validated Config; problems named with file and line."""
     section = data.get("speedups")
     if not isinstance(section, dict):
         return

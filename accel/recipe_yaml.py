@@ -176,23 +176,23 @@ def load_with_bases(path: Path, _chain: tuple[Path, ...] = ()) -> tuple[dict, Or
     return deep_merge(merged, data), merged_origins
 
 
-def apply_overrides(data: dict, origins: Origins, overrides: list[str]) -> dict:
-    """Apply `a.b=c` overrides in order; the value is typed as YAML."""
+def apply_overrides(data: dict, origins: Origins, overrides: list[str], label: str = "--set") -> dict:
+    """Apply `a.b=c` overrides in order; the value is typed as YAML. `label` names where they came from."""
     data = copy.deepcopy(data)
     for item in overrides:
         key, sep, text = item.partition("=")
         if not sep or not key.strip():
-            raise RecipeError(f"`--set {item}` must look like `--set key.path=value`, e.g. `--set optim.lr=1e-3`.")
+            raise RecipeError(f"`{label} {item}` must look like `key.path=value`, e.g. `optim.lr=1e-3`.")
         parts = key.strip().split(".")
         node = data
         for i, part in enumerate(parts[:-1]):
             if not isinstance(node.get(part), dict):
                 if part in node:
-                    raise RecipeError(f"`--set {item}`: `{'.'.join(parts[: i + 1])}` is a value, not a section.")
+                    raise RecipeError(f"`{label} {item}`: `{'.'.join(parts[: i + 1])}` is a value, not a section.")
                 node[part] = {}
             node = node[part]
         node[parts[-1]] = parse_value(text)
         for depth in range(1, len(parts) + 1):
-            origins.setdefault(tuple(parts[:depth]), f"--set {item}")
-        origins[tuple(parts)] = f"--set {item}"
+            origins.setdefault(tuple(parts[:depth]), f"{label} {item}")
+        origins[tuple(parts)] = f"{label} {item}"
     return data

@@ -65,6 +65,11 @@ class Speedup:
         """Why this speed-up cannot run in `context`, or None when it can (accel.speedups.resolve applies it)."""
         return None
 
+    def replaces_step(self) -> bool:
+        """Whether it replaces the whole step (forward, loss and more), which a hand-written loop must then give
+        as one function: `eng.compile_step(fn)`."""
+        return False
+
     def precision(self) -> Precision | None:
         """The numeric precision this speed-up gives the strategy (amp), or None."""
         return None

@@ -263,6 +263,9 @@ class Compile(Speedup):
             )
         return unavailable(context.device, self.cfg.backend) or one_program(self, context)
 
+    def replaces_step(self) -> bool:
+        return self.cfg.whole_step
+
     def setup(self, engine: Engine) -> None:
         import torch._dynamo
 

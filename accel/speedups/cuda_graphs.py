@@ -194,6 +194,9 @@ class CudaGraphs(Speedup):
             return f"strategy {context.strategy}: its collectives are not captured by accel; train in one process"
         return one_program(self, context)
 
+    def replaces_step(self) -> bool:
+        return True
+
     def setup(self, engine: Engine) -> None:
         problems = capture_problems(engine)
         if problems:

@@ -96,14 +96,14 @@ def grad_norm(module: nn.Module) -> float:
 
 
 def record_clips(trainer, events: list[str], norms: list[float]) -> None:
-    clip = trainer.engine.clip_gradients
+    clip = trainer.engine.clip_configured
 
     def recording_clip() -> None:
         events.append("clip")
         norms.append(grad_norm(trainer.module))
         clip()
 
-    trainer.engine.clip_gradients = recording_clip
+    trainer.engine.clip_configured = recording_clip
 
 
 def test_fp16_unscales_before_clipping_and_updates_once_per_real_step(fp16_here, make_trainer, monkeypatch):

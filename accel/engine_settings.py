@@ -1,0 +1,94 @@
+"""An engine's settings from a hand-written script, and from outside it.
+
+The script gives `speedups=` as a recipe's `speedups:` section (a mapping), a preset by name (`"fast-cuda"`) or a
+YAML file, plus `device=` and `strategy=`. Outside the script, two environment variables win over what it passed,
+so `accel bench -- python train.py` (and a user) can change any setting without editing it:
+- `ACCEL_SPEEDUPS=FILE`: the speed-ups section of FILE (or a preset name) replaces the script's;
+- `ACCEL_SET="speedups.compile.enabled=false device=cpu"`: `--set` overrides, separated by spaces.
+Each override is logged once; a key that does not exist is refused with the closest valid key.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import RecipeError, did_you_mean
+from .recipe import validate_speedups
+from .recipe_yaml import Origins, apply_overrides, load_with_bases
+from .schema import StrictModel
+from .shipped import find_base, preset_names
+
+log = logging.getLogger("accel")
+SET_VARIABLE, SPEEDUPS_VARIABLE = "ACCEL_SET", "ACCEL_SPEEDUPS"
+KEYS = ("device", "speedups", "strategy")
+STRATEGIES = ("ddp", "fsdp")
+
+
+@dataclass(frozen=True)
+class Settings:
+    speedups: dict[str, StrictModel]  # name -> validated Config, in the order given
+    device: str
+    strategy: str | None  # None: ddp when torchrun starts several processes
+
+
+def engine_settings(speedups: Any, device: str, strategy: str | None, env: dict | None = None) -> Settings:
+    """The script's settings with the environment's overrides applied, validated."""
+    env = os.environ if env is None else env
+    section, origins = _speedups_section(speedups, "the script's `speedups=`")
+    if env.get(SPEEDUPS_VARIABLE):
+        section, origins = _speedups_section(env[SPEEDUPS_VARIABLE], SPEEDUPS_VARIABLE)
+        log.info("accel: %s=%s replaces the script's speed-ups", SPEEDUPS_VARIABLE, env[SPEEDUPS_VARIABLE])
+    data = {"speedups": section, "device": device, "strategy": strategy}
+    overrides = shlex.split(env.get(SET_VARIABLE, ""))
+    if overrides:
+        data = apply_overrides(data, origins, overrides, label=SET_VARIABLE)
+        for item in overrides:
+            log.info("accel: %s overrides the script: %s", SET_VARIABLE, item)
+    return _validated(data, origins)
+
+
+def _speedups_section(speedups: Any, source: str) -> tuple[dict, Origins]:
+    if speedups is None:
+        return {}, Origins()
+    if isinstance(speedups, dict):
+        return dict(speedups), Origins({("speedups",): source})
+    if isinstance(speedups, (str, Path)):
+        path = Path(speedups) if Path(speedups).is_file() else find_base(str(speedups), Path.cwd())
+        if path is None:
+            raise RecipeError(f"{source}: {speedups} is neither a YAML file nor a preset ({', '.join(preset_names())})")
+        data, origins = load_with_bases(path)
+        section = data.get("speedups", {})
+        if not isinstance(section, dict):
+            raise RecipeError(f"{origins.where(('speedups',))}: `speedups` must be a mapping of speed-ups")
+        return section, origins
+    raise RecipeError(
+        f"{source}: give a mapping (as a recipe's `speedups:` section), a preset name or a YAML file, "
+        f"not {type(speedups).__name__}"
+    )
+
+
+def _validated(data: dict, origins: Origins) -> Settings:
+    problems = [
+        f"{origins.where((key,))}: `{key}` is not an engine setting{did_you_mean(key, KEYS)}. "
+        f"Engine settings: {', '.join(KEYS)} (speed-ups as `speedups.NAME.OPTION`)."
+        for key in data
+        if key not in KEYS
+    ]
+    strategy = data.get("strategy")
+    if strategy not in (None, *STRATEGIES):
+        problems.append(
+            f"{origins.where(('strategy',))}: `strategy` = {strategy!r}: one of {', '.join(STRATEGIES)} "
+            "(or none: ddp when torchrun starts several processes)"
+        )
+    if not isinstance(data.get("speedups"), dict):
+        problems.append(f"{origins.where(('speedups',))}: `speedups` must be a mapping of speed-ups")
+    else:
+        validate_speedups(data, origins, problems)
+    if problems:
+        raise RecipeError("Invalid engine settings:\n" + "\n".join(f"  - {p}" for p in problems))
+    return Settings(data["speedups"], str(data.get("device") or "auto"), strategy)

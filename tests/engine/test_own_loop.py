@@ -1,0 +1,423 @@
+"""accel.Engine in a hand-written loop: the same numbers as the plain loop, the user's model and optimizer kept as
+theirs, the speed-ups set up, and what the loop already does said or refused."""
+
+from __future__ import annotations
+
+import copy
+import io
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import accel
+from accel import devices
+from accel.errors import AccelError, RecipeError
+
+
+class Net(nn.Module):
+    """A convolution and a head, with attributes and methods of its own (as nanoGPT's GPT has)."""
+
+    def __init__(self):
+        super().__init__()
+        self.config = {"width": 8}
+        self.conv, self.head = nn.Conv2d(3, 8, 3), nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.head(F.adaptive_avg_pool2d(F.relu(self.conv(x)), 1).flatten(1))
+
+    def describe(self) -> str:
+        return f"Net of width {self.config['width']}"
+
+
+def data() -> TensorDataset:
+    g = torch.Generator().manual_seed(0)
+    return TensorDataset(torch.randn(48, 3, 10, 10, generator=g), torch.randint(0, 4, (48,), generator=g))
+
+
+def fresh(lr: float = 0.05) -> tuple[Net, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = Net()
+    return model, torch.optim.AdamW(model.parameters(), lr=lr)
+
+
+def plain_loop(epochs: int = 2) -> tuple[list[float], dict]:
+    model, optimizer = fresh()
+    torch.manual_seed(1)
+    losses = []
+    for _ in range(epochs):
+        for x, y in DataLoader(data(), batch_size=16, shuffle=True):
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+    return losses, model.state_dict()
+
+
+def engine_loop(speedups=None, epochs: int = 2, **kwargs) -> tuple[list[float], dict, accel.Engine]:
+    model, optimizer = fresh()
+    eng = accel.Engine(speedups=speedups, device="cpu", **kwargs)
+    model, optimizer = eng.setup(model, optimizer)
+    torch.manual_seed(1)
+    loader = eng.setup_dataloaders(DataLoader(data(), batch_size=16, shuffle=True))
+    losses = []
+    for _ in range(epochs):
+        for x, y in loader:
+            with eng.autocast():
+                loss = F.cross_entropy(model(x), y)
+            eng.backward(loss)
+            eng.clip_gradients(model, optimizer, max_norm=1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+    eng.close()
+    return losses, model.state_dict(), eng
+
+
+def test_without_speedups_the_engine_loop_is_the_plain_loop_bit_for_bit():
+    plain, plain_weights = plain_loop()
+    mine, my_weights, eng = engine_loop()
+    assert mine == plain
+    for key, value in plain_weights.items():
+        assert torch.equal(my_weights[key], value)
+    assert eng.steps == 6 and eng.summary()["samples"] == 96
+
+
+@pytest.mark.parametrize(
+    "speedups",
+    [
+        {"amp": {"dtype": "bf16"}},
+        {"channels_last": {}},
+        {"compile": {"backend": "eager"}},
+        {"compile": {"backend": "eager", "regional": True}},
+        {"optim": {"impl": "foreach"}},
+        {"threads": {"intra_op": 2}},
+        {"ema": {"decay": 0.9}},
+        {"activation_checkpointing": {}},
+    ],
+    ids=lambda s: next(iter(s)),
+)
+def test_every_cpu_speedup_runs_in_an_own_loop(speedups):
+    plain, _ = plain_loop()
+    mine, _, eng = engine_loop(speedups)
+    assert eng.summary()["speedups"] == list(speedups) or eng.skipped_speedups
+    tolerance = 0.05 if "amp" in speedups else 1e-4  # bf16 rounds; the others compute the same sums
+    assert mine == pytest.approx(plain, rel=tolerance, abs=tolerance)
+
+
+def test_channels_last_changes_the_batches_and_bf16_never_casts_them():
+    eng = accel.Engine(speedups={"channels_last": {}, "amp": {"dtype": "bf16"}}, device="cpu")
+    eng.setup(*fresh())
+    x, y = next(iter(eng.setup_dataloaders(DataLoader(data(), batch_size=4))))
+    assert x.is_contiguous(memory_format=torch.channels_last)
+    assert x.dtype == torch.float32 and y.dtype == torch.int64  # autocast casts inside ops, not the inputs
+    eng.close()
+
+
+def test_the_model_stays_the_users_through_compile():
+    eng = accel.Engine(speedups={"compile": {"backend": "eager"}}, device="cpu")
+    model, optimizer = eng.setup(*fresh())
+    assert isinstance(model, Net) and model.config == {"width": 8} and model.describe() == "Net of width 8"
+    assert list(model.state_dict()) == ["conv.weight", "conv.bias", "head.weight", "head.bias"]
+    assert [name for name, _ in model.named_parameters()] == list(model.state_dict())
+    assert type(eng.model).__name__ == "OptimizedModule"  # ... while calls run the compiled model
+    model(torch.randn(2, 3, 10, 10)).sum().backward()
+    optimizer.step()
+    twin = copy.deepcopy(model)  # an EMA copy the loop takes: a plain Net running its own weights
+    assert type(twin) is Net
+    with torch.no_grad():
+        twin.head.bias.add_(1.0)
+        assert not torch.equal(twin(torch.ones(1, 3, 10, 10)), model(torch.ones(1, 3, 10, 10)))
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    assert type(torch.load(buffer, weights_only=False)) is Net
+    model.eval()
+    assert not eng.model.training and not model.training
+    eng.close()
+
+
+def test_the_optimizer_is_the_users_param_groups_and_all():
+    model, real = fresh(lr=0.1)
+    eng = accel.Engine(device="cpu")
+    model, optimizer = eng.setup(model, real)
+    assert isinstance(optimizer, torch.optim.AdamW)
+    assert optimizer.param_groups is real.param_groups and optimizer.state is real.state
+    schedule = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)  # schedulers take it
+    for group in optimizer.param_groups:
+        group["lr"] = 0.0  # the loop sets its own learning rate: nothing moves
+    before = [p.detach().clone() for p in model.parameters()]
+    model(torch.randn(2, 3, 10, 10)).sum().backward()
+    optimizer.step()
+    schedule.step()
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert eng.steps == 1 and real.state  # the real optimizer stepped (with lr 0)
+    eng.close()
+
+
+def test_the_loss_is_never_divided_behind_the_loops_back():
+    model, optimizer = fresh()
+    eng = accel.Engine(device="cpu", grad_accum=4)  # the Trainer's accumulation: not the loop's backward
+    model, optimizer = eng.setup(model, optimizer)
+    x, y = data()[:8]
+    eng.backward(F.cross_entropy(model(x), y))
+    mine = [p.grad.clone() for p in model.parameters()]
+    optimizer.zero_grad()
+    F.cross_entropy(model(x), y).backward()
+    assert all(torch.equal(a, p.grad) for a, p in zip(mine, model.parameters()))
+    eng.close()
+
+
+def test_ema_averages_optimizer_steps_not_micro_batches():
+    eng = accel.Engine(speedups={"ema": {"decay": 0.5, "warmup": False}}, device="cpu")
+    model, optimizer = eng.setup(*fresh())
+    x, y = data()[:8]
+    for _ in range(3):  # three steps of four micro-batches
+        for micro in range(4):
+            with eng.no_sync(model) if micro < 3 else eng.autocast():
+                loss = F.cross_entropy(model(x), y) / 4
+                eng.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+    ema = next(s for s in eng.speedups if s.name == "ema")
+    assert ema.metrics()["updates"] == 3
+    eng.close()
+
+
+def test_no_sync_must_cover_the_forward_too():
+    eng = accel.Engine(device="cpu")
+    model, _ = eng.setup(*fresh())
+    x, y = data()[:4]
+    loss = F.cross_entropy(model(x), y)
+    with pytest.raises(AccelError, match="no_sync must cover the forward as well as the backward"):
+        with eng.no_sync(model):
+            eng.backward(loss)
+    eng.close()
+
+
+@pytest.mark.parametrize("inside", [True, False])
+def test_an_autocast_of_the_loops_own_beside_amp_is_refused(inside):
+    eng = accel.Engine(speedups={"amp": {"dtype": "bf16"}}, device="cpu")
+    model, _ = eng.setup(*fresh())
+    x = torch.randn(2, 3, 10, 10)
+    with pytest.raises(AccelError, match="autocast of its own|inside an autocast the loop opened"):
+        if inside:
+            with eng.autocast(), torch.autocast("cpu", dtype=torch.bfloat16):
+                model(x)
+        else:
+            with torch.autocast("cpu", dtype=torch.bfloat16), eng.autocast():
+                model(x)
+    eng.close()
+
+
+def test_a_loops_own_autocast_without_amp_is_its_own_business():
+    eng = accel.Engine(device="cpu")
+    model, _ = eng.setup(*fresh())
+    with eng.autocast(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert model(torch.randn(2, 3, 10, 10)).dtype == torch.bfloat16
+    eng.close()
+
+
+def test_a_model_compiled_twice_is_refused_and_compiled_once_is_kept():
+    model, optimizer = fresh()
+    compiled = torch.compile(model, backend="eager")
+    eng = accel.Engine(speedups={"compile": {"backend": "eager"}}, device="cpu")
+    with pytest.raises(AccelError, match="compiled already .* would compile it again"):
+        eng.setup(compiled, optimizer)
+    eng = accel.Engine(device="cpu")
+    mine, _ = eng.setup(compiled, optimizer)
+    assert eng.model is compiled and list(mine.state_dict())[0] == "conv.weight"  # no _orig_mod. prefix
+    eng.close()
+
+
+def test_a_whole_step_speedup_needs_the_step_as_one_function():
+    eng = accel.Engine(speedups={"compile": {"backend": "eager", "whole_step": True}}, device="cpu")
+    model, optimizer = eng.setup(*fresh())
+    with pytest.raises(AccelError, match=r"replaces the whole training step.*eng.compile_step\(fn\)"):
+        with eng.autocast():
+            pass
+    step = eng.compile_step(lambda x, y: F.cross_entropy(model(x), y))
+    x, y = data()[:8]
+    losses = [step(x, y).item() for _ in range(3)]
+    assert losses[-1] < losses[0] and eng.steps == 3
+    assert all(p.grad is None for p in model.parameters())  # the step cleared them
+    eng.close()
+
+
+def test_fp16_steps_skip_and_update_through_the_loops_optimizer_step(monkeypatch):
+    monkeypatch.setattr(devices, "supports_fp16_scaler", lambda device: True)  # torch has a CPU GradScaler
+    eng = accel.Engine(speedups={"amp": {"dtype": "fp16", "init_scale": 1024.0}}, device="cpu")
+    model, optimizer = eng.setup(*fresh())
+    scaler = eng.strategy.precision.scaler
+    x, y = data()[:8]
+    with eng.autocast():
+        loss = F.cross_entropy(model(x), y)
+    eng.backward(loss)
+    norm = eng.clip_gradients(model, optimizer, max_norm=0.5)  # unscaled first: a true norm
+    assert norm < 100
+    optimizer.step()  # no second unscale: the scaler would refuse it
+    assert scaler.get_scale() == 1024.0 and eng.steps == 1
+    optimizer.zero_grad()
+    before = [p.detach().clone() for p in model.parameters()]
+    with eng.autocast():
+        loss = F.cross_entropy(model(x), y) * float("inf")
+    eng.backward(loss)
+    optimizer.step()  # inf gradients: skipped, the scale lowered
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert scaler.get_scale() == 512.0 and eng.strategy.precision.skipped_steps == 1
+    own = torch.amp.GradScaler("cpu")
+    with eng.autocast():
+        loss = F.cross_entropy(model(x), y)
+    eng.backward(own.scale(loss))
+    with pytest.raises(AccelError, match="GradScaler of its own"):
+        own.step(optimizer)
+    eng.close()
+
+
+def test_accel_set_overrides_the_script_and_names_a_wrong_key(monkeypatch, tmp_path):
+    monkeypatch.setenv("ACCEL_SET", "speedups.channels_last.enabled=false speedups.compile.backend=eager")
+    eng = accel.Engine(speedups={"channels_last": {}, "compile": {}}, device="cpu")
+    assert [s.name for s in eng.speedups] == ["compile"] and eng.speedups[0].cfg.backend == "eager"
+    monkeypatch.setenv("ACCEL_SET", "speedups.compile.enable=false")
+    with pytest.raises(RecipeError, match=r"ACCEL_SET speedups.compile.enable=false.*did you mean `enabled`"):
+        accel.Engine(speedups={"compile": {}}, device="cpu")
+    monkeypatch.setenv("ACCEL_SET", "speedup.amp.dtype=bf16")
+    with pytest.raises(RecipeError, match=r"`speedup` is not an engine setting \(did you mean `speedups`"):
+        accel.Engine(device="cpu")
+    monkeypatch.delenv("ACCEL_SET")
+    (tmp_path / "fast.yaml").write_text("speedups:\n  channels_last: {}\n")
+    monkeypatch.setenv("ACCEL_SPEEDUPS", str(tmp_path / "fast.yaml"))
+    assert [s.name for s in accel.Engine(speedups={"compile": {}}, device="cpu").speedups] == ["channels_last"]
+
+
+def test_speedups_by_preset_name_and_file(tmp_path):
+    assert {s.name for s in accel.Engine(speedups="fast-cpu", device="cpu").speedups} <= {
+        "amp",
+        "channels_last",
+        "compile",
+    }
+    (tmp_path / "mine.yaml").write_text("speedups:\n  channels_last: {}\n")
+    assert [s.name for s in accel.Engine(speedups=tmp_path / "mine.yaml", device="cpu").speedups] == ["channels_last"]
+    with pytest.raises(RecipeError, match="neither a YAML file nor a preset"):
+        accel.Engine(speedups="no-such-preset", device="cpu")
+
+
+def test_teardown_restores_global_flags():
+    threads = torch.get_num_threads()
+    with accel.Engine(speedups={"threads": {"intra_op": 1}}, device="cpu") as eng:
+        eng.setup(*fresh())
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == threads
+
+
+def test_a_loops_own_grad_scaler_without_accels_fp16_steps_as_usual():
+    eng = accel.Engine(device="cpu")
+    model, optimizer = eng.setup(*fresh())
+    scaler = torch.amp.GradScaler("cpu", init_scale=256.0)
+    x, y = data()[:8]
+    eng.backward(scaler.scale(F.cross_entropy(model(x), y)))
+    before = model.head.bias.detach().clone()
+    scaler.step(optimizer)
+    scaler.update()
+    assert not torch.equal(before, model.head.bias) and eng.steps == 1
+    eng.close()
+
+
+def resumable_loop(path, stop_at: int | None, resume: bool) -> tuple[list[float], list[int]]:
+    """Two epochs of three batches, with a schedule and a loop counter of its own; stops after `stop_at` steps
+    (saving), or resumes from `path` first. Returns its losses and the first label of each batch it saw."""
+    model, optimizer = fresh()
+    eng = accel.Engine(speedups={"ema": {"decay": 0.5}}, device="cpu")
+    model, optimizer = eng.setup(model, optimizer)
+    schedule = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+    torch.manual_seed(1)
+    loader = eng.setup_dataloaders(DataLoader(data(), batch_size=16, shuffle=True))
+    state = {"model": model, "optimizer": optimizer, "schedule": schedule, "loader": loader, "step": 0}
+    if resume:
+        torch.manual_seed(999)  # another process: its own random state, until load puts the saved one back
+        eng.load(path, state)
+    losses, seen = [], []
+    while state["step"] < 6:
+        for x, y in loader:
+            with eng.autocast():
+                loss = F.cross_entropy(model(x), y)
+            eng.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+            schedule.step()
+            losses.append(loss.item())
+            seen.append(int(y[0]))
+            state["step"] += 1
+            if state["step"] == stop_at:
+                eng.save(path, state)
+                eng.close()
+                return losses, seen
+    eng.close()
+    return losses, seen
+
+
+def test_a_loop_resumed_twice_within_an_epoch_sees_the_uninterrupted_batches(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    whole = resumable_loop(path, None, False)
+    first = resumable_loop(path, 2, False)  # mid-epoch 1
+    second = resumable_loop(path, 4, True)  # mid-epoch 2
+    third = resumable_loop(path, None, True)
+    assert first[1] + second[1] + third[1] == whole[1]
+    assert first[0] + second[0] + third[0] == whole[0]
+
+
+def test_load_names_what_the_checkpoint_lacks(tmp_path):
+    eng = accel.Engine(device="cpu")
+    model, optimizer = eng.setup(*fresh())
+    eng.save(tmp_path / "a.pt", {"model": model})
+    with pytest.raises(accel.AccelError, match="holds no optimizer"):
+        eng.load(tmp_path / "a.pt", {"model": model, "optimizer": optimizer})
+    torch.save({"model": model.state_dict()}, tmp_path / "plain.pt")
+    with pytest.raises(accel.AccelError, match="not written by `eng.save`"):
+        eng.load(tmp_path / "plain.pt", {"model": model})
+    eng.close()
+
+
+def test_a_call_outside_eng_autocast_runs_in_the_precision_and_returns_fp32():
+    eng = accel.Engine(speedups={"amp": {"dtype": "bf16"}}, device="cpu")
+    model, _ = eng.setup(*fresh())
+    x = torch.randn(4, 3, 10, 10)
+    out = model(x)
+    assert out.dtype == torch.float32  # a loss computed after it is computed in fp32 ...
+    with torch.no_grad():
+        exact = Net.forward(model, x)  # the module's own forward, no autocast
+    assert not torch.equal(out.detach(), exact)  # ... from a forward that ran in bf16
+    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(AccelError, match="replace the loop's"):
+        model(x)
+    eng.close()
+
+
+def test_accumulation_skips_the_reduction_on_all_but_the_last_micro_batch():
+    from contextlib import contextmanager
+
+    from accel.strategy import Strategy
+
+    skipped = []
+
+    class Recording(Strategy):
+        @contextmanager
+        def no_sync(self, module):
+            skipped.append(eng._loop.micro_batches)
+            yield
+
+    eng = accel.Engine([], strategy=Recording(), device="cpu", grad_accum=3)
+    model, optimizer = eng.setup(*fresh())
+    x, y = data()[:4]
+    for _ in range(2):
+        for _ in range(3):
+            eng.backward(F.cross_entropy(model(x), y) / 3)
+        optimizer.step()
+    assert skipped == [1, 2, 1, 2]  # forward and backward of micro-batches 1 and 2 of each step
+    eng.backward(F.cross_entropy(model(x), y))
+    with pytest.raises(AccelError, match="after 1 micro-batches, but the engine was given grad_accum=3"):
+        optimizer.step()
+    eng.close()
