@@ -39,17 +39,28 @@ class Settings:
 def engine_settings(speedups: Any, device: str, strategy: str | None, env: dict | None = None) -> Settings:
     """The script's settings with the environment's overrides applied, validated."""
     env = os.environ if env is None else env
+    say_to_stderr()
     section, origins = _speedups_section(speedups, "the script's `speedups=`")
     if env.get(SPEEDUPS_VARIABLE):
         section, origins = _speedups_section(env[SPEEDUPS_VARIABLE], SPEEDUPS_VARIABLE)
-        log.info("accel: %s=%s replaces the script's speed-ups", SPEEDUPS_VARIABLE, env[SPEEDUPS_VARIABLE])
+        log.info("%s=%s replaces the script's speed-ups", SPEEDUPS_VARIABLE, env[SPEEDUPS_VARIABLE])
     data = {"speedups": section, "device": device, "strategy": strategy}
     overrides = shlex.split(env.get(SET_VARIABLE, ""))
     if overrides:
         data = apply_overrides(data, origins, overrides, label=SET_VARIABLE)
         for item in overrides:
-            log.info("accel: %s overrides the script: %s", SET_VARIABLE, item)
+            log.info("%s overrides the script: %s", SET_VARIABLE, item)
     return _validated(data, origins)
+
+
+def say_to_stderr() -> None:
+    """A script that set up no logging still hears what accel decides (overrides, skipped speed-ups) on stderr,
+    as `accel train` says it; a script with logging of its own keeps its own."""
+    if not log.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("accel: %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
 
 
 def _speedups_section(speedups: Any, source: str) -> tuple[dict, Origins]:

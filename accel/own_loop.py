@@ -139,7 +139,7 @@ class OwnLoop:
                 "the model is compiled already and the engine wraps it in DDP: pass the plain model and enable "
                 "`speedups.compile`, so that compilation sees the DDP-wrapped model"
             )
-        self._say("compiled", "accel: the loop compiles the model itself (torch.compile); accel compiles nothing")
+        self._say("compiled", "the loop compiles the model itself (torch.compile); accel compiles nothing")
         return model._orig_mod, model
 
     def setup_dataloaders(self: Engine, *loaders: Any) -> Any:
@@ -157,6 +157,8 @@ class OwnLoop:
         loop = self._loop
         if loop.in_step:  # inside compile_step's step: the engine runs the contexts and counts itself
             return self.model(*args, **kwargs)
+        if self._prepares:  # the memory format the weights are in (channels_last): never the dtype
+            args = map_tensors(self._prepare_images, args)
         if torch.is_grad_enabled() and self.module.training:
             self._micro_batch()
             self._count(args or tuple(kwargs.values()))
@@ -218,9 +220,16 @@ class OwnLoop:
 
     def backward(self: Engine, loss: torch.Tensor) -> None:
         """The strategy's backward, with the precision's loss scaling (fp16). The loss is used as given: under
-        gradient accumulation the loop divides it by its steps itself, as it would without accel."""
+        gradient accumulation the loop divides it by its steps itself, as it would without accel. After a step's
+        last micro-batch the gradients are unscaled (fp16), so whatever clips them next sees their true values."""
         self._check_own_step()
-        loop = self._loop
+        loop, precision = self._loop, self.strategy.precision
+        if precision.unscaled:
+            raise AccelError(
+                "backward after this step's gradients were unscaled (fp16): the loop accumulates more "
+                f"micro-batches per step than the engine's grad_accum={self.grad_accum}; give the Engine the loop's "
+                "own number"
+            )
         if loop.forward_synced is not None and loop.unsynced is None and loop.forward_synced == loop.in_no_sync:
             where = "inside" if loop.in_no_sync else "outside"
             raise AccelError(
@@ -234,6 +243,8 @@ class OwnLoop:
             if loop.unsynced is not None:
                 loop.unsynced.__exit__(None, None, None)
                 loop.unsynced = None
+        if not loop.in_no_sync and loop.micro_batches % self.grad_accum == 0:
+            precision.unscale(self.optimizer)
 
     def clip_gradients(
         self: Engine, model: nn.Module, optimizer: torch.optim.Optimizer, max_norm: float, norm_type: float = 2.0

@@ -23,6 +23,7 @@ class Precision:
     """fp32: every hook plain."""
 
     name = "fp32"
+    unscaled = False  # this step's gradients are unscaled already (fp16: before the loop clips them)
 
     def setup(self, device: torch.device) -> None:
         """Build what needs the device (a GradScaler), once: a second fit() keeps it."""
@@ -79,7 +80,7 @@ class ScaledFp16(Autocast):
         self.init_scale, self.growth_interval = init_scale, growth_interval
         self.scaler: torch.amp.GradScaler | None = None
         self.skipped_steps = 0
-        self._unscaled = False  # this step's gradients are unscaled already (clipped by the loop)
+        self.unscaled = False
 
     def setup(self, device: torch.device) -> None:
         super().setup(device)
@@ -90,9 +91,9 @@ class ScaledFp16(Autocast):
         self.scaler.scale(loss).backward()
 
     def unscale(self, optimizer: torch.optim.Optimizer) -> None:
-        if not self._unscaled:  # the scaler refuses a second unscale_ before update()
+        if not self.unscaled:  # the scaler refuses a second unscale_ before update()
             self.scaler.unscale_(optimizer)
-            self._unscaled = True
+            self.unscaled = True
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, clip: Callable[[], None], step: Step) -> bool:
         """Unscale, clip, step and update the scale. Clipping must see the true gradients, so unscale comes first;
@@ -104,7 +105,7 @@ class ScaledFp16(Autocast):
         before = self.scaler.get_scale()
         self.scaler.step(optimizer)  # skips optimizer.step() itself when it found inf/NaN
         self.scaler.update()
-        self._unscaled = False
+        self.unscaled = False
         # update() lowers the scale exactly when inf/NaN gradients were found, i.e. when the step was skipped
         applied = self.scaler.get_scale() >= before
         if not applied:

@@ -3,6 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/ruff check accel scripts benchmarks tests
-.venv/bin/ruff format --check accel scripts benchmarks tests
+.venv/bin/ruff check accel scripts benchmarks tests examples
+.venv/bin/ruff format --check accel scripts benchmarks tests examples
 .venv/bin/python -m pytest "$@"
