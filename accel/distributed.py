@@ -140,8 +140,8 @@ SAVE_GRACE_S = "300"  # how long torchrun lets the ranks save after a signal bef
 def run_torchrun(command: list[str], env: dict[str, str] | None = None) -> tuple[int, int | None]:
     """Run torchrun and wait for it: (its exit code, the signal this process passed it, if any).
 
-    torchrun starts in a session of its own, so a Ctrl-C in the terminal reaches it once, from here. The first
-    SIGINT, SIGTERM or SIGUSR1 is passed on (torchrun passes it to every rank, and rank 0 saves); a second is
+    torchrun starts in a session of its own, so a Ctrl-C or a closed terminal reaches it once, from here. The first
+    SIGINT, SIGTERM, SIGHUP or SIGUSR1 is passed on (torchrun passes it to every rank, and rank 0 saves); a second is
     acknowledged; a third kills torchrun and the ranks at once (checkpoints are renamed into place, so the
     previous one stays intact). A repeated SIGUSR1 is not counted (accel/signals.py). `env`: variables for
     torchrun and its ranks, over this process's."""
@@ -151,7 +151,7 @@ def run_torchrun(command: list[str], env: dict[str, str] | None = None) -> tuple
         **(env or {}),
     }
     relay = _SignalRelay()
-    previous = {sig: signal.signal(sig, relay.handle) for sig in signals.SIGNALS}
+    previous = {sig: signal.signal(sig, relay.handle) for sig in signals.handled()}
     try:
         relay.process = subprocess.Popen(command, start_new_session=True, env=env)
         relay.pass_on()  # a signal that came while it was starting
@@ -171,6 +171,7 @@ class _SignalRelay:
         self.passed_on = False
 
     def handle(self, signum: int, _frame) -> None:
+        signals.leave_closed_terminal(signum)
         if signum == signals.PREEMPT and signum in self.received:
             return
         self.received.append(signum)

@@ -140,6 +140,18 @@ def read_yaml(path: Path) -> tuple[dict, Origins]:
     return data, origins
 
 
+def recipe_files(path: Path, _seen: tuple[Path, ...] = ()) -> list[Path]:
+    """The recipe file and every `base:` file it reads, resolved: what a command writing YAML must not replace."""
+    path = path.resolve()
+    files = [path]
+    bases = read_yaml(path)[0].get("base")
+    for base in [] if bases is None else [bases] if isinstance(bases, str) else list(bases):
+        base_path = find_base(str(base), path.parent)
+        if base_path is not None and base_path not in _seen + (path,):
+            files += recipe_files(base_path, _seen + (path,))
+    return files
+
+
 def deep_merge(base: dict, top: dict) -> dict:
     """`top` wins; nested mappings merge key by key; lists and scalars are replaced whole."""
     merged = copy.deepcopy(base)

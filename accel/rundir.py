@@ -225,14 +225,18 @@ def read_summary(folder: Path) -> dict[str, Any] | None:
 
 
 def epoch_checkpoints(folder: Path) -> list[Path]:
-    """The epoch-NNN.pt files in `folder`, oldest first, by epoch number: by name, epoch-1000.pt would sort
-    before epoch-999.pt (NNN has at least three digits, more past epoch 999)."""
-
-    def epoch(path: Path) -> int:
+    """The epoch-NNN.pt files accel wrote in `folder`, oldest first, by epoch number: by name, epoch-1000.pt
+    would sort before epoch-999.pt (NNN has at least three digits, more past epoch 999). Only names accel writes
+    count: `checkpoint.keep` deletes what this returns, and a user's epoch-best.pt, epoch-001-good.pt or
+    epoch-12.pt beside them is not accel's to delete."""
+    epochs = {}
+    for path in folder.glob("epoch-*.pt"):
         number = path.stem.removeprefix("epoch-")
-        return int(number) if number.isdigit() else -1
-
-    return sorted(folder.glob("epoch-*.pt"), key=lambda path: (epoch(path), path.name))
+        # ASCII digits only (str.isdigit takes "²" and other scripts' digits), and exactly as accel formats them
+        ours = number.isascii() and number.isdigit() and path.name == EPOCH_CHECKPOINT.format(epoch=int(number))
+        if ours and path.is_file():
+            epochs[path] = int(number)
+    return sorted(epochs, key=epochs.__getitem__)
 
 
 def resume_command(path: Path) -> str:

@@ -1,4 +1,8 @@
-"""SIGINT/SIGTERM/SIGUSR1 as a request to stop cleanly, from the first byte a run writes to its last.
+"""SIGINT/SIGTERM/SIGHUP/SIGUSR1 as a request to stop cleanly, from the first byte a run writes to its last.
+
+SIGHUP is what a closed terminal (an ssh session that drops) sends: its default action ended the run at once,
+with no checkpoint or summary and a dead PID in the run directory's lock, so it is a stop like SIGTERM. Under
+`nohup` it is ignored, and stays ignored (`handled`): there the run is meant to outlive its terminal.
 
 The first signal asks the loop to finish its step; the run then checkpoints and writes its summary. A second is
 acknowledged ("saving, please wait"), and a third raises ForcedStop at once, wherever the run is: checkpoint
@@ -12,15 +16,40 @@ deliver it to every process of a job, and more than once, so a repeated SIGUSR1 
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 log = logging.getLogger("accel")
 PREEMPT = signal.SIGUSR1
-SIGNALS = (signal.SIGINT, signal.SIGTERM, PREEMPT)
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, PREEMPT)
 FORCE_AT = 3  # the signal that forces exit without waiting for the save
 PREEMPTED_EXIT = 75  # EX_TEMPFAIL (sysexits.h): stopped to be run again later; distinct from Ctrl-C's 130
+
+
+def handled(sigs: tuple[int, ...] = SIGNALS) -> tuple[int, ...]:
+    """Those of `sigs` to handle now: all but an ignored SIGHUP (`nohup`), which must stay ignored."""
+    return tuple(sig for sig in sigs if sig != signal.SIGHUP or signal.getsignal(sig) != signal.SIG_IGN)
+
+
+def leave_closed_terminal(signum: int) -> None:
+    """After SIGHUP, point stdout and stderr at /dev/null if they were a terminal that is now closed (a hung-up
+    terminal is a character device that no longer answers as a tty). Every later write there fails with EIO, and
+    the run's next message or progress bar would end it with a traceback before its checkpoint and summary: this
+    is what `nohup` would have done. A terminal still open (`kill -HUP` from another shell) is left as it is."""
+    if signum != signal.SIGHUP:
+        return
+    for fd in (1, 2):
+        try:
+            closed = stat.S_ISCHR(os.fstat(fd).st_mode) and not os.isatty(fd)
+        except OSError:  # no such descriptor
+            continue
+        if closed:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, fd)
+            os.close(null)
 
 
 def stop_status(signum: int | None) -> str:
@@ -54,6 +83,7 @@ class _Requests:
         self.preempted = False
 
     def handle(self, signum: int, _frame) -> None:
+        leave_closed_terminal(signum)
         if signum == PREEMPT and self.preempted:
             log.info("received signal %d again: already stopping for preemption", signum)
             return
@@ -78,7 +108,7 @@ _active: _Requests | None = None
 
 @contextmanager
 def stop_requests(on_signal: Callable[[int], None]) -> Iterator[_Requests | None]:
-    """Route SIGINT, SIGTERM and SIGUSR1 to `on_signal(signum)` inside the block, and restore the old handlers after.
+    """Route SIGNALS (`handled`) to `on_signal(signum)` inside the block, and restore the old handlers after.
 
     Blocks nest: an inner block shares the outer one's count of signals, so a run that began handling them
     before its trainer's loop started (`accel train`) still counts to three across both."""
@@ -93,7 +123,7 @@ def stop_requests(on_signal: Callable[[int], None]) -> Iterator[_Requests | None
     requests = _Requests()
     requests.listeners.append(on_signal)
     try:
-        previous = {sig: signal.signal(sig, requests.handle) for sig in SIGNALS}
+        previous = {sig: signal.signal(sig, requests.handle) for sig in handled()}
     except ValueError:  # not the main thread: signals stay with the caller
         yield None
         return
@@ -115,13 +145,14 @@ def finishing() -> None:
 
 @contextmanager
 def abort_on_signals() -> Iterator[None]:
-    """Inside the block SIGINT, SIGTERM and SIGUSR1 raise StartupInterrupted: for start-up, which writes nothing."""
+    """Inside the block SIGNALS raise StartupInterrupted: for start-up, which writes nothing."""
 
     def handle(signum, _frame):
+        leave_closed_terminal(signum)
         raise StartupInterrupted(signum)
 
     try:
-        previous = {sig: signal.signal(sig, handle) for sig in SIGNALS}
+        previous = {sig: signal.signal(sig, handle) for sig in handled()}
     except ValueError:
         previous = {}
     try:

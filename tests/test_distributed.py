@@ -173,11 +173,12 @@ def _kill(processes) -> None:
             pass
 
 
-def test_sigterm_to_accel_train_reaches_every_rank_which_save_and_report(recipe, tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["sigterm", "sighup"])
+def test_a_stop_signal_to_accel_train_reaches_every_rank_which_save_and_report(recipe, tmp_path, signum):
     run = _train(recipe, tmp_path / "run", "--nproc", "2", "--set", "train.epochs=40")
     wait_for_first_checkpoint(tmp_path / "run", run)
     tree = psutil.Process(run.pid).children(recursive=True)  # torchrun and both ranks
-    run.send_signal(signal.SIGTERM)  # as `kill` or a scheduler would, to the command the user started
+    run.send_signal(signum)  # as `kill`, a scheduler or a closed terminal would, to the command the user started
     try:
         _, err = run.communicate(timeout=240)
         _, alive = psutil.wait_procs(tree, timeout=30)
@@ -195,7 +196,7 @@ FAKE_TORCHRUN = """
 import pathlib, signal, subprocess, sys, time
 folder = pathlib.Path(sys.argv[1])
 rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-signal.signal(signal.SIGTERM, lambda *_: (folder / "got-sigterm").touch())  # saving, as torchrun's ranks would
+signal.signal(int(sys.argv[2]), lambda *_: (folder / "got-signal").touch())  # saving, as torchrun's ranks would
 (folder / "rank-pid").write_text(str(rank.pid))
 while True:
     time.sleep(0.05)
@@ -209,7 +210,8 @@ def _wait_for(condition, what: str, timeout: float = 120) -> None:
         time.sleep(0.05)
 
 
-def test_the_torchrun_relay_passes_one_signal_acknowledges_the_second_and_kills_all_at_the_third(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["sigterm", "sighup-closed-terminal"])
+def test_the_torchrun_relay_passes_one_signal_acknowledges_the_second_and_kills_all_at_the_third(tmp_path, signum):
     (tmp_path / "torchrun.py").write_text(FAKE_TORCHRUN)
     err = tmp_path / "err.txt"
     relay = subprocess.Popen(
@@ -222,6 +224,7 @@ def test_the_torchrun_relay_passes_one_signal_acknowledges_the_second_and_kills_
             sys.executable,
             str(tmp_path / "torchrun.py"),
             str(tmp_path),
+            str(int(signum)),
         ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -231,17 +234,17 @@ def test_the_torchrun_relay_passes_one_signal_acknowledges_the_second_and_kills_
     try:
         _wait_for(lambda: (tmp_path / "rank-pid").exists() and (tmp_path / "rank-pid").read_text(), "torchrun")
         rank = psutil.Process(int((tmp_path / "rank-pid").read_text()))
-        relay.send_signal(signal.SIGTERM)
-        _wait_for(lambda: (tmp_path / "got-sigterm").exists(), "the signal passed on")
-        relay.send_signal(signal.SIGTERM)
+        relay.send_signal(signum)
+        _wait_for(lambda: (tmp_path / "got-signal").exists(), "the signal passed on")
+        relay.send_signal(signum)
         _wait_for(lambda: "saving, please wait" in err.read_text(), "the second signal acknowledged")
         assert relay.poll() is None and rank.is_running()
-        relay.send_signal(signal.SIGTERM)
+        relay.send_signal(signum)
         out, _ = relay.communicate(timeout=60)
         _, alive = psutil.wait_procs([rank], timeout=30)
     finally:
         _kill([psutil.Process(relay.pid)] if relay.poll() is None else [])
-    assert out.strip() == f"({-signal.SIGKILL}, {int(signal.SIGTERM)})" and not alive
+    assert out.strip() == f"({-signal.SIGKILL}, {int(signum)})" and not alive
     assert "stopping torchrun and every rank now" in err.read_text()
 
 

@@ -138,6 +138,44 @@ def test_checkpoint_keep_counts_epochs_past_999_by_number(tmp_path):
     assert newest_intact(folder / "last.pt") == folder / "epoch-1001.pt"
 
 
+# a user's files beside accel's epoch-NNN.pt: other words, other digit counts, other scripts' digits, a folder
+USERS = ["epoch-best.pt", "epoch-001-good.pt", "epoch-final.pt", "epoch-12.pt", "epoch-0005.pt", "epoch-٣٤٥.pt"]
+
+
+def test_checkpoint_keep_rotates_only_the_files_accel_wrote(tmp_path):
+    from types import SimpleNamespace
+
+    from accel.callbacks import Checkpointer
+    from accel.callbacks.checkpointing import CheckpointConfig
+    from accel.checkpoint import newest_intact
+    from accel.rundir import RunDir
+
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    for name in USERS:
+        torch.save({"mine": name}, folder / name)
+    (folder / "epoch-007.pt").mkdir()
+    checkpointer = Checkpointer(RunDir(tmp_path), CheckpointConfig(every_epochs=1, keep=2))
+    trainer = SimpleNamespace(step=0, epoch=0, state_dict=lambda: {"model": {"w": torch.ones(1)}})
+    for epoch in (1, 2, 3, 999, 1000):
+        trainer.epoch = epoch
+        checkpointer.on_epoch_end(trainer, {})
+    left = {p.name for p in folder.iterdir()}
+    assert left == {*USERS, "epoch-007.pt", "epoch-999.pt", "epoch-1000.pt", "last.pt"}
+    assert all(torch.load(folder / name, weights_only=True) == {"mine": name} for name in USERS)  # untouched
+    assert newest_intact(folder / "last.pt") == folder / "epoch-1000.pt"
+
+
+def test_a_resumed_run_leaves_a_users_checkpoints_in_place(tiny, write_recipe, tmp_path):
+    out = tmp_path / "run"
+    assert main(["train", str(write_recipe(tiny)), "--out", str(out)]) == 0
+    for name in USERS[:3]:  # the issue's: a best model, a good one, a final one, copied in between runs
+        (out / "checkpoints" / name).write_bytes((out / "checkpoints" / "last.pt").read_bytes())
+    assert main(["train", str(out / "recipe.yaml"), "--out", str(out), "--resume", "--set=train.epochs=4"]) == 0
+    left = {p.name for p in (out / "checkpoints").iterdir()}
+    assert left == {*USERS[:3], "epoch-003.pt", "epoch-004.pt", "last.pt"}  # keep: 2
+
+
 def _no_space(*args, **kwargs):
     raise OSError(errno.ENOSPC, "No space left on device")
 

@@ -1,14 +1,20 @@
 """Signals from the first byte a run writes to its last: start-up, the loop, the final checkpoint and summary.
 
-Each test sends SIGINT to its own process at one moment of an in-process `accel train`, as a Ctrl-C would."""
+Each test sends SIGINT to its own process at one moment of an in-process `accel train`, as a Ctrl-C would; SIGHUP
+(a closed terminal) is tested like SIGTERM, and once for real, in a process whose terminal closes."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import pty
+import select
 import shlex
 import signal
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -16,6 +22,7 @@ import torch
 from accel.callbacks import Checkpointer
 from accel.cli import main as cli_main
 from accel.rundir import RunDir
+from conftest import ROOT
 
 
 def ctrl_c(times: int = 1) -> None:
@@ -120,3 +127,86 @@ def test_a_third_signal_stops_at_once_and_leaves_the_previous_checkpoint_intact(
     monkeypatch.setattr(Checkpointer, "on_fit_end", end)
     assert main(["train", str(recipe), "--out", str(out), "--resume"]) == 0
     assert json.loads((out / "summary.json").read_text())["status"] == "completed"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["sigterm", "sighup"])
+def test_sighup_ends_a_run_exactly_as_sigterm_does(tiny, write_recipe, tmp_path, capsys, monkeypatch, signum):
+    recipe, whole, out = write_recipe(tiny), tmp_path / "whole", tmp_path / "stopped"
+    assert main(["train", str(recipe), "--out", str(whole)]) == 0
+    batch_end, batches = Checkpointer.on_batch_end, []
+
+    def signalled(self, trainer, info):
+        batch_end(self, trainer, info)
+        batches.append(info)
+        if len(batches) == 2:  # mid-epoch: an epoch has 3 steps, one batch each
+            os.kill(os.getpid(), signum)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Checkpointer, "on_batch_end", signalled)
+        assert main(["train", str(recipe), "--out", str(out)]) == 130
+    assert f"interrupted; continue with: accel train {out}/recipe.yaml --out {out} --resume" in capsys.readouterr().err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["steps"] == 2
+    assert torch.load(out / "checkpoints" / "last.pt", weights_only=True)["step"] == 2
+    assert (out / ".lock").read_text() == ""  # released: no dead PID left behind
+    assert main(["train", str(out / "recipe.yaml"), "--out", str(out), "--resume"]) == 0
+    resumed = json.loads((out / "summary.json").read_text())
+    assert resumed["status"] == "completed"
+    assert resumed["metrics"] == json.loads((whole / "summary.json").read_text())["metrics"]
+
+
+def test_sighup_is_handled_unless_ignored_as_nohup_wants():
+    from accel import signals
+
+    previous = signal.getsignal(signal.SIGHUP)
+    try:
+        for before, inside in [(signal.SIG_DFL, "handled"), (signal.SIG_IGN, signal.SIG_IGN)]:
+            signal.signal(signal.SIGHUP, before)
+            for block in (signals.stop_requests(lambda signum: None), signals.abort_on_signals()):
+                with block:
+                    handler = signal.getsignal(signal.SIGHUP)
+                    assert handler == inside if inside == signal.SIG_IGN else callable(handler)
+                assert signal.getsignal(signal.SIGHUP) == before
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
+def test_a_closed_terminal_ends_a_run_with_its_checkpoint_and_summary(tiny, write_recipe, tmp_path, capsys):
+    """The real thing: the run writes to a terminal (progress bar, log), the terminal closes (every later write
+    fails with EIO) and its shell sends SIGHUP to the job's process group, loader workers included."""
+    tiny["data"]["loader"] = {"num_workers": 1, "workers_kind": "processes"}
+    tiny["train"]["epochs"] = 100_000  # until the terminal closes
+    tiny["log"]["progress"] = True
+    recipe, out = write_recipe(tiny), tmp_path / "run"
+    terminal, tty = pty.openpty()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    run = subprocess.Popen(
+        [sys.executable, "-m", "accel.cli", "train", str(recipe), "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        stdin=tty,
+        stdout=tty,
+        stderr=tty,
+        start_new_session=True,  # a job of its own, as a shell starts it
+    )
+    os.close(tty)
+    try:
+        deadline = time.time() + 60
+        # well into training, its workers running (the epoch checkpoints rotate, so any after the first)
+        while not [p for p in (out / "checkpoints").glob("epoch-*.pt") if p.name != "epoch-001.pt"]:
+            assert run.poll() is None and time.time() < deadline, "the run ended before its second epoch"
+            while select.select([terminal], [], [], 0.05)[0]:  # read what it writes, or its writes block
+                os.read(terminal, 65536)
+        os.close(terminal)
+        os.killpg(run.pid, signal.SIGHUP)
+        assert run.wait(timeout=60) == 130
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["steps"] >= 6
+    assert torch.load(out / "checkpoints" / "last.pt", weights_only=True)["step"] == summary["steps"]
+    assert (out / ".lock").read_text() == ""
+    more = [f"--set=train.max_steps={summary['steps'] + 2}", "--set=data.loader.num_workers=0"]  # pytest: no stderr fd
+    assert main(["train", str(out / "recipe.yaml"), "--out", str(out), "--resume", *more]) == 0
+    assert json.loads((out / "summary.json").read_text())["steps"] == summary["steps"] + 2

@@ -516,3 +516,54 @@ def test_a_busy_machine_is_said_first_in_the_fragment_and_tune_json(tiny, tmp_pa
     assert lines.splitlines()[1].startswith("# BUSY MACHINE: The machine was busy during 6 of 6 trials: other ")
     assert "40% of the 2 core(s)" in lines
     assert json.loads((tmp_path / "work" / "tune.json").read_text())["busy"].startswith("The machine was busy")
+
+
+def _files(root) -> dict:
+    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))}
+
+
+def _tune_argv(recipe, out, work) -> list[str]:
+    knobs = ["--batch-sizes", "8,16", "--workers=", "--threads=", "--no-speedups"]
+    return ["tune", str(recipe), *knobs, "--out", str(out), "--work", str(work)]
+
+
+@pytest.mark.parametrize(
+    "case, said",
+    [
+        ("the recipe", "is the recipe being tuned or one of its `base:` files"),
+        ("its base fragment", "is the recipe being tuned or one of its `base:` files"),
+        ("a user's file", "already exists and was not written by `accel tune`; tune never replaces such a file"),
+        ("under a file", "is a file, not a folder"),
+        ("a folder", "is a folder; tune writes one YAML file there"),
+    ],
+)
+def test_tune_refuses_an_out_it_must_not_replace_before_the_search(
+    monkeypatch, tiny, write_recipe, tmp_path, capsys, case, said
+):
+    def search(*args, **kwargs):
+        raise AssertionError("the search started")
+
+    monkeypatch.setattr(tune_module, "tune", search)
+    fragment = write_recipe("# Written by `accel tune r.yaml` on 2024-01-01 10:00.\ndata:\n  batch_size: 8\n", "t.yaml")
+    recipe = write_recipe({"base": fragment.name, **tiny})
+    (tmp_path / "notes.yaml").write_text("my: own\n")
+    (tmp_path / "folder").mkdir()
+    out = {
+        "the recipe": recipe,
+        "its base fragment": fragment,
+        "a user's file": tmp_path / "notes.yaml",
+        "under a file": tmp_path / "notes.yaml" / "tuned.yaml",
+        "a folder": tmp_path / "folder",
+    }[case]
+    before = _files(tmp_path)
+    assert main(_tune_argv(recipe, out, tmp_path / "work")) == 2
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err
+    assert _files(tmp_path) == before  # nothing written, nothing replaced, no work folder
+
+
+def test_tune_replaces_a_fragment_an_earlier_tune_wrote(monkeypatch, tiny, write_recipe, tmp_path, capsys):
+    monkeypatch.setattr(tune_module, "tune", lambda *args, **kwargs: tune_module.TuneResult())
+    old = write_recipe("# Written by `accel tune r.yaml` on 2024-01-01 10:00.\ndata:\n  batch_size: 8\n", "t.yaml")
+    assert main(_tune_argv(write_recipe(tiny), old, tmp_path / "work")) == 0
+    assert old.read_text().startswith("# Written by `accel tune ") and yaml.safe_load(old.read_text()) == {}

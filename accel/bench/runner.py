@@ -29,6 +29,7 @@ from .. import load
 from ..errors import AccelError, RecipeError
 from ..recipe import Recipe, load_recipe, validate_recipe
 from ..recipe_yaml import Origins, apply_overrides
+from ..signals import handled, leave_closed_terminal
 from .records import Report, Trial
 from .report import write_reports
 from .summary import summarize
@@ -301,16 +302,20 @@ def _run_job(index: int, trial: int, variant: str, recipe: Path, out: Path, sett
 
 @contextmanager
 def _signals_as_ctrl_c() -> Iterator[None]:
-    """SIGINT and SIGTERM (Ctrl-C, a `kill`, a job scheduler) stop the trials alike: the running trial's process
-    group is killed and the finished trials are reported. Without a handler, SIGTERM killed the parent at once
-    and left the trial (in its own session) running with no report, and a bench started with SIGINT ignored
-    (a background job of a script) could not be stopped by it at all."""
+    """SIGINT, SIGTERM and SIGHUP (Ctrl-C, a `kill`, a job scheduler, a closed terminal) stop the trials alike:
+    the running trial's process group is killed and the finished trials are reported. Without a handler, SIGTERM
+    killed the parent at once and left the trial (in its own session) running with no report, and a bench started
+    with SIGINT ignored (a background job of a script) could not be stopped by it at all. An ignored SIGHUP
+    (`nohup`) stays ignored."""
 
     def interrupt(signum, _frame):
+        leave_closed_terminal(signum)
         raise KeyboardInterrupt(f"signal {signum}")
 
     try:
-        previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+        previous = {
+            sig: signal.signal(sig, interrupt) for sig in handled((signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
+        }
     except ValueError:  # not the main thread: signals stay with the caller
         previous = {}
     try:

@@ -128,7 +128,10 @@ def add(commands) -> None:
         warmup=f"{SPEED_STEPS[1]}, or {TIME_STEPS[1]} with --objective time",
         trials=2,
     )
-    tune_parser.add_argument("--out", help="recipe fragment to write (default: WORK/tuned.yaml)")
+    tune_parser.add_argument(
+        "--out",
+        help="recipe fragment to write (default: WORK/tuned.yaml); an existing file only if an earlier tune wrote it",
+    )
     tune_parser.add_argument("--work", help="folder for trial recipes and logs (default: runs/tune-<name>-<timestamp>)")
     tune_parser.set_defaults(run=tune)
 
@@ -177,12 +180,14 @@ def tune(args: argparse.Namespace) -> int:
 
     from ..bench.runner import TrialSettings
     from ..bench.target import parse_target
-    from ..bench.tune import NOTHING_MEASURED, Objective, table, time_settings, write_fragment
+    from ..bench.tune import NOTHING_MEASURED, Objective, check_fragment_out, table, time_settings, write_fragment
     from ..bench.tune import tune as run_tune
     from ..io import default_out
     from ..load import busy_note
     from ..recipe import load_recipe
+    from ..recipe_yaml import recipe_files
     from ..rundir import check_results_out
+    from ..shipped import find_recipe
 
     time = args.objective == "time"
     default_steps, default_warmup = TIME_STEPS if time else SPEED_STEPS
@@ -195,6 +200,8 @@ def tune(args: argparse.Namespace) -> int:
         raise AccelError("nothing to tune: every knob was given an empty list.")
     work = Path(args.work) if args.work else default_out(base.name, kind="tune")
     check_results_out(work, "tune")
+    out, reads = Path(args.out) if args.out else work / "tuned.yaml", recipe_files(find_recipe(args.recipe))
+    check_fragment_out(out, reads)  # now, not after a search of minutes
     settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache, evaluate=False)
     objective = Objective(args.objective, parse_target(args.target) if args.target else None)
     if time:
@@ -216,9 +223,8 @@ def tune(args: argparse.Namespace) -> int:
     Console().print(table(result))
     if not result.compared and result.final is None:
         print(f"warning: {NOTHING_MEASURED}", file=sys.stderr)
-    path = write_fragment(
-        result, args.out or work / "tuned.yaml", base, shlex.join(["accel", *args.argv]), settings, args.trials
-    )
+    check_fragment_out(out, reads)  # again: the search took minutes, and the file may have appeared since
+    path = write_fragment(result, out, base, shlex.join(["accel", *args.argv]), settings, args.trials)
     print(path)
     return 0
 

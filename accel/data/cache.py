@@ -117,6 +117,11 @@ def _decode_into(dataset: Any, folder: Path) -> dict[str, Any]:
     images = labels = None
     start = skipped = 0
     for batch, batch_labels, batch_skipped in loader:
+        if batch.dtype != torch.uint8:  # numpy would keep only each value's low byte: wrong pixels, no error
+            raise DataError(
+                f"cache: samples {start}..{start + len(batch) - 1} are {batch.dtype} images; the cache holds uint8 "
+                "(the dataset must decode to 8-bit pixels)."
+            )
         if images is None:  # the shape comes from the first sample; the dataset guarantees one shape
             shape = (len(dataset), *batch.shape[1:])
             images = np.lib.format.open_memmap(folder / "images.npy", mode="w+", dtype=np.uint8, shape=shape)

@@ -85,9 +85,11 @@ def worker_init(worker_id: int) -> None:
     decoding down instead of up; one thread per worker process is the parallelism that is wanted.
     """
     faulthandler.enable()  # a worker that crashes in native code (a decoder, OpenCV) prints its Python stack
-    # preemption is the training process's business (accel/signals.py); a cluster may send SIGUSR1 to every
-    # process of a job, and its default action would end the worker and with it the loop before it can save
+    # preemption and a closed terminal are the training process's business (accel/signals.py); a cluster may send
+    # SIGUSR1, and a shell whose terminal closes SIGHUP, to every process of a job, and their default action would
+    # end the worker and with it the loop before it can save
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     seed = torch.initial_seed() % 2**32  # torch gives each worker base_seed + worker_id
     random.seed(seed)
     np.random.seed(seed)

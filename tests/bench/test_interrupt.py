@@ -1,4 +1,4 @@
-"""`accel bench` stopped by Ctrl-C or SIGTERM, and pointed at a folder that already holds results."""
+"""`accel bench` stopped by Ctrl-C, SIGTERM or SIGHUP, and pointed at a folder that already holds results."""
 
 from __future__ import annotations
 
@@ -56,8 +56,8 @@ def _ignore_sigint() -> None:
 
 @pytest.mark.parametrize(
     "signum, started_ignoring_sigint",
-    [(signal.SIGINT, False), (signal.SIGTERM, False), (signal.SIGINT, True)],
-    ids=["sigint", "sigterm", "sigint-in-a-background-job"],
+    [(signal.SIGINT, False), (signal.SIGTERM, False), (signal.SIGHUP, False), (signal.SIGINT, True)],
+    ids=["sigint", "sigterm", "sighup", "sigint-in-a-background-job"],
 )
 def test_a_signal_stops_the_running_trial_and_the_report_says_interrupted(
     signum, started_ignoring_sigint, tiny, write_recipe, tmp_path

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,7 +16,7 @@ from accel.data.cache import CacheConfig, cached, fingerprint
 from accel.data.datasets import ImageFileDataset, ImageFolder, TensorImageDataset
 from accel.errors import DataError
 
-from .test_datasets import write_images
+from .test_datasets import SIXTEEN_BIT, write_16_bit_pngs, write_images
 
 
 def folder_dataset(root, **kw) -> ImageFileDataset:
@@ -138,3 +139,45 @@ def test_trainer_reads_the_cache(tmp_path, tiny):
     trainer = build_trainer(validate_recipe(tiny))
     assert isinstance(trainer.train_loader.dataset, TensorImageDataset) and trainer.train_loader.num_workers == 0
     assert trainer.fit()["status"] == "completed"
+
+
+def test_16_bit_pngs_are_cached_scaled_and_train_with_or_without_the_cache(tmp_path, tiny, write_recipe):
+    write_16_bit_pngs(tmp_path / "images")
+    tiny["data"] = {
+        "dataset": {"name": "imagefolder", "root": str(tmp_path / "images"), "image_size": 8, "val_fraction": 0.0},
+        "batch_size": 3,
+    }
+    tiny["model"]["args"]["width"] = 2
+    tiny["train"]["epochs"] = 1
+    assert main(["train", str(write_recipe(tiny)), "--out", str(tmp_path / "run")]) == 0  # no cache
+    tiny["data"]["cache"] = {"enabled": True, "dir": str(tmp_path / "cache")}
+    recipe = write_recipe(tiny, "cached.yaml")
+    assert main(["cache", "build", str(recipe)]) == 0
+    [entry] = cache.entries(tmp_path / "cache")
+    images = cache.load_entry(Path(entry["path"])).images
+    assert images.dtype == torch.uint8
+    assert images[: len(SIXTEEN_BIT), :, 0, 0].tolist() == [[v] * 3 for v in SIXTEEN_BIT.values()]  # class a first
+    assert torch.equal(images, decoded(folder_dataset(tmp_path / "images"))[0])
+    assert main(["train", str(recipe), "--out", str(tmp_path / "cached-run")]) == 0
+
+
+class Wide(torch.utils.data.Dataset):
+    """Files decoded to 16-bit pixels that nothing scaled, as imagefolder's were."""
+
+    def __init__(self, folder):
+        self.samples = [(str(write_images(folder, {"a": 4}) / "a" / f"{i}.png"), 0) for i in range(4)]
+
+    def cache_key(self):
+        return {"dataset": "wide"}
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, index):
+        return torch.full((3, 2, 2), 40000, dtype=torch.int32), 0
+
+
+def test_a_dataset_of_wider_pixels_is_refused_not_wrapped(tmp_path):
+    with pytest.raises(DataError, match=r"samples 0\.\.3 are torch.int32 images; the cache holds uint8"):
+        cached(Wide(tmp_path / "images"), CacheConfig(enabled=True, dir=str(tmp_path / "cache")), "wide")
+    assert cache.entries(tmp_path / "cache") == []

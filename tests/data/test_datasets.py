@@ -213,6 +213,18 @@ def write_images(folder: Path, counts: dict[str, int], size=(30, 20), fmt="png")
     return folder
 
 
+# 16-bit grey value -> the 8-bit value the model must get: x / 257, rounded (truncation would keep x % 256)
+SIXTEEN_BIT = {0: 0, 128: 0, 129: 1, 257 * 100: 100, 40000: 156, 65535: 255}
+
+
+def write_16_bit_pngs(folder: Path) -> Path:
+    """Class `a`: one 16-bit greyscale PNG (PIL mode I;16) per SIXTEEN_BIT value; class `b`: 8-bit RGB PNGs."""
+    (folder / "a").mkdir(parents=True, exist_ok=True)
+    for i, value in enumerate(SIXTEEN_BIT):
+        Image.new("I;16", (20, 16), value).save(folder / "a" / f"{i}.png")
+    return write_images(folder, {"b": 3}, size=(20, 16))
+
+
 def imagefolder(root: Path, **kw) -> ImageFolder.Config:
     return ImageFolder.Config(name="imagefolder", root=str(root), image_size=16, **kw)
 
@@ -297,6 +309,18 @@ def test_imagefolder_bad_layouts(tmp_path, layout, message):
     with pytest.raises(DataError, match="ROOT/<class_name>/<image files>|Add images") as err:
         ImageFolder.build(imagefolder(root), 0)
     assert message.format(root=root) in str(err.value)
+
+
+def test_imagefolder_decodes_16_bit_pngs_scaled_to_8_bits_beside_8_bit_ones(tmp_path):
+    write_16_bit_pngs(tmp_path)
+    data = ImageFolder.build(imagefolder(tmp_path, val_fraction=0.0), 0).train
+    images = [data[i][0] for i in range(len(data))]
+    assert all(image.dtype == torch.uint8 and image.shape == (3, 16, 16) for image in images)
+    greys = [int(image[0, 0, 0]) for image, (path, _) in zip(images, data.samples) if "/a/" in path]
+    assert greys == list(SIXTEEN_BIT.values())
+    assert all(int(image.max()) == int(image.min()) for image in images[: len(SIXTEEN_BIT)])  # uniform: R = G = B
+    batch = collate([data[i] for i in range(len(data))])  # mixed depths in one batch: it failed as uint16 + uint8
+    assert batch[0].dtype == torch.uint8 and batch[0].shape == (len(data), 3, 16, 16)
 
 
 def write_corrupt(tmp_path: Path) -> Path:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -110,6 +112,26 @@ def test_two_workers_over_imagefolder(tmp_path):
         labels = torch.cat([b[1] for b in batches])
         assert sorted(labels.tolist()) == [0] * 5 + [1] * 4
         assert labels.tolist() == [splits.train.samples[i][1] for i in sampler]
+
+
+class HangsUp(Dataset):
+    """Each item signals its worker as a closed terminal's shell signals every process of the job."""
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, index):
+        if torch.utils.data.get_worker_info() is not None:  # never this test's own process
+            os.kill(os.getpid(), signal.SIGHUP)
+        return torch.tensor([index])
+
+
+def test_workers_outlive_the_sighup_that_stops_the_run():
+    """The training process stops on SIGHUP and saves (accel/signals.py); a worker killed by it first would end
+    the loop with "DataLoader worker ... killed by signal: Hangup" before it could."""
+    cfg = LoaderConfig(num_workers=1, persistent_workers=False)
+    batches = build_loader(HangsUp(), cfg, batch_size=2, sampler=None, drop_last=False, seed=0, device=CPU)
+    assert torch.cat(list(batches)).flatten().tolist() == [0, 1, 2, 3]
 
 
 def test_corrupt_image_in_a_worker_is_still_a_data_error(tmp_path):

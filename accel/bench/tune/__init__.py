@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from ..knobs import BATCH_KEY, WORKERS_KEY, Knob, build_knobs, time_knobs
 from .objective import Objective, time_settings
-from .output import NOTHING_MEASURED, table, write_fragment
+from .output import NOTHING_MEASURED, check_fragment_out, table, write_fragment
 from .search import TrialRunner, TuneResult, tune
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "TrialRunner",
     "TuneResult",
     "build_knobs",
+    "check_fragment_out",
     "table",
     "time_knobs",
     "time_settings",

@@ -9,6 +9,8 @@ from typing import Any
 import yaml
 from rich.table import Table
 
+from ...errors import AccelError
+from ...io import write_atomic
 from ...load import busy_note
 from ...recipe import Recipe
 from ..knobs import BATCH_KEY, lookup
@@ -18,6 +20,7 @@ from ..summary import MIN_TRIALS
 from ..variants import format_value
 from .search import TuneResult
 
+WRITTEN_BY = "# Written by `accel tune"  # how a fragment's first line starts (`_comment`): one tune may replace
 NOTHING_MEASURED = (
     "Nothing was measured: no knob's candidates ran beside its reference within the --budget (or "
     "every candidate was skipped), so this fragment changes nothing. Give a larger --budget."
@@ -189,5 +192,39 @@ def write_fragment(
         for k, v in result.chosen.items()
         if lookup(plain, k) != v and not (lookup(plain, k) is None and v in (None, {"enabled": False}))
     }
-    path.write_text(header + yaml.safe_dump(_nested(changed), sort_keys=False))
-    return path
+    return write_atomic(path, header + yaml.safe_dump(_nested(changed), sort_keys=False))
+
+
+def check_fragment_out(path: str | Path, reads: list[Path]) -> None:
+    """Refuse an --out that tune could not write, or must not replace: a folder, a path under a file, a file that
+    an earlier `accel tune` did not write (a recipe, a hand-edited config), or a file the recipe being tuned
+    reads (the recipe itself, a `base:` fragment), even one tune wrote. Called before the search, so a refusal
+    costs nothing, and again before writing."""
+    path = Path(path)
+    above = next((p for p in path.absolute().parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise AccelError(f"--out {path}: {above} is a file, not a folder. Choose another --out.")
+    if path.is_dir():
+        raise AccelError(
+            f"--out {path} is a folder; tune writes one YAML file there. Name a file, e.g. {path}/tuned.yaml."
+        )
+    if not path.exists():
+        return
+    if path.resolve() in reads:
+        raise AccelError(
+            f"--out {path} is the recipe being tuned or one of its `base:` files; the fragment would replace it. "
+            "Choose another --out."
+        )
+    if not _written_by_tune(path):
+        raise AccelError(
+            f"--out {path} already exists and was not written by `accel tune`; tune never replaces such a file. "
+            "Choose another --out, or move the file away first."
+        )
+
+
+def _written_by_tune(path: Path) -> bool:
+    try:
+        with path.open(encoding="utf-8") as handle:
+            return handle.readline().startswith(WRITTEN_BY)
+    except (OSError, UnicodeDecodeError):
+        return False

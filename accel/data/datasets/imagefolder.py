@@ -46,7 +46,8 @@ class ImageFileDataset(Dataset):
             "dataset": "imagefolder",
             "image_size": self.image_size,
             "on_corrupt": self.on_corrupt,
-            "decode": "torchvision.io RGB; resize short side, antialias; center crop",
+            # the 16-bit scaling is named so that entries built before it (wrapped values) stop matching
+            "decode": "torchvision.io RGB, 16-bit scaled to 8; resize short side, antialias; center crop",
         }
 
     def load(self, path: str) -> torch.Tensor:
@@ -59,7 +60,7 @@ class ImageFileDataset(Dataset):
         # warning would repeat for every image and tells an accel user nothing they can act on. A filter for that
         # one message, not catch_warnings: its save and restore of the process's filters races in loader threads.
         warnings.filterwarnings("ignore", TORCHVISION_DECODERS_DEPRECATED, DeprecationWarning)
-        image = decode_image(read_file(path), mode=ImageReadMode.RGB)
+        image = to_uint8(decode_image(read_file(path), mode=ImageReadMode.RGB))
         image = TF.resize(image, [self.image_size], antialias=True)
         return TF.center_crop(image, [self.image_size, self.image_size])
 
@@ -81,6 +82,18 @@ class ImageFileDataset(Dataset):
             f"imagefolder: {tries} consecutive images from {self.samples[index][0]} on could not be "
             "decoded; the folder looks broken, not merely noisy."
         )
+
+
+def to_uint8(image: torch.Tensor) -> torch.Tensor:
+    """A decoded image at any bit depth as the 8-bit one the model gets: a 16-bit PNG (torchvision decodes it to
+    uint16) scaled from 0..65535 to 0..255, rounded (x / 257), not truncated to its low byte or left uint16 to
+    fail later in a batch with the folder's 8-bit images."""
+    if image.dtype == torch.uint8:
+        return image
+    if image.dtype.is_floating_point or image.dtype.is_signed:
+        raise RuntimeError(f"decoded to {image.dtype} pixels, not unsigned integers")  # a DataError naming the file
+    scale = torch.iinfo(image.dtype).max // 255  # 257 for 16 bits: 2**(8k) - 1 is a multiple of 255
+    return ((image.to(torch.int64) + scale // 2) // scale).to(torch.uint8)
 
 
 def _class_dirs(folder: Path) -> list[Path]:
