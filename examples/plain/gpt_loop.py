@@ -87,4 +87,4 @@ for step in range(args.steps):
     print(f"step {step}: train loss {loss.item() * args.accum:.4f}", flush=True)
 if args.save:
     torch.save({"model": model.state_dict(), "config": model.config}, args.save)
-print(f"{args.steps} steps in {time.perf_counter() - start:.1f} s")
+print(f"{args.steps} steps in {time.perf_counter() - start:.2f} s")

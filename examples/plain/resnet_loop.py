@@ -51,4 +51,4 @@ for epoch in range(args.epochs):
             x, y = x.to(args.device), y.to(args.device)
             correct += (model(x).argmax(1) == y).sum().item()
     print(f"epoch {epoch}: train loss {loss.item():.4f}, val accuracy {correct / len(val_set):.3f}", flush=True)
-print(f"{args.epochs} epochs in {time.perf_counter() - start:.1f} s")
+print(f"{args.epochs} epochs in {time.perf_counter() - start:.2f} s")

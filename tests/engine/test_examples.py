@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from conftest import ROOT
 
 EXAMPLES = ROOT / "examples"
 
