@@ -27,13 +27,37 @@ from .batches import map_tensors
 from .engine_loaders import DeviceLoader, sharded
 from .engine_wrappers import unwrap, wrap_module, wrap_optimizer
 from .errors import AccelError
+from .flops import Utilisation
 from .io import strict_json, write_atomic
+from .lint import SpeedLint
 from .speedups import Speedup
 
 if TYPE_CHECKING:
     from .engine import Engine
 
 log = logging.getLogger("accel")
+
+
+class _Counting:
+    """What FLOP counting (accel.flops.Utilisation) reads of a run, for a loop's own model: the forward of the
+    first step's inputs, a sum of its first output standing in for the loop's loss (a loss adds few FLOPs)."""
+
+    def __init__(self, engine: Engine):
+        self.device, self.module, self.strategy, self.speedups = (
+            engine.device,
+            engine.module,
+            engine.strategy,
+            engine.speedups,
+        )
+        self.step_contexts, self.task = engine.step_contexts, self
+
+    def samples(self, batch: Any) -> int:
+        leading = _leading(batch)
+        return len(leading) if leading is not None and leading.dim() else 1
+
+    def loss(self, model: Any, batch: Any) -> torch.Tensor:
+        args, kwargs = batch
+        return _leading(model(*args, **kwargs)).float().sum()
 
 
 class _StepContext:
@@ -68,6 +92,8 @@ class LoopState:
     in_no_sync: bool = False
     forward_synced: bool | None = None  # whether the last training forward ran outside no_sync
     said: set[str] = field(default_factory=set)  # notes logged once
+    utilisation: Utilisation = field(default_factory=Utilisation)  # FLOPs of a sample, counted at the first step
+    lint: SpeedLint | None = None
     micro_batches: int = 0  # training forwards (or compile_step calls) since the last optimizer step
     unsynced: Any = None  # the strategy's no_sync, open from a non-final micro-batch's forward to its backward
     in_step: bool = False  # inside a compile_step step
@@ -162,6 +188,8 @@ class OwnLoop:
         if torch.is_grad_enabled() and self.module.training:
             self._micro_batch()
             self._count(args or tuple(kwargs.values()))
+            if not loop.utilisation.counted:  # on the first step's inputs, before it runs: warm-up time
+                loop.utilisation.count(_Counting(self), (args, kwargs))
         if loop.autocast_depth is not None:
             self._refuse_inner_autocast()
             return self.model(*args, **kwargs)
@@ -270,6 +298,9 @@ class OwnLoop:
 
     def _stepped(self: Engine) -> None:
         loop = self._loop
+        if loop.lint is None:  # after the first step the loaders are set up too: the settings are final
+            loop.lint = SpeedLint([], say=self.world.is_main)
+            loop.lint.start(self)
         if loop.first_step is None:  # compilation and warm-up are in the first step: throughput starts after it
             loop.first_step, loop.samples_at_first, loop.tokens_at_first = (
                 time.perf_counter(),
@@ -359,12 +390,15 @@ class OwnLoop:
         metrics: dict[str, Any] = {}
         for record in self.logged:
             metrics.update(record)
-        return {
+        samples_per_s = rate(loop.samples - loop.samples_at_first)
+        summary = {
             "steps": self.steps,
             "samples": loop.samples,
             "tokens": loop.tokens or None,
             "wall_s": now - loop.started,
-            "samples_per_s": rate(loop.samples - loop.samples_at_first),
+            "samples_per_s": samples_per_s,
+            "flops_per_sample": loop.utilisation.flops_per_sample,
+            **loop.utilisation.stats(samples_per_s),
             "tokens_per_s": rate(loop.tokens - loop.tokens_at_first),
             "data_wait_fraction": loop.data_s / (now - loop.started) if now > loop.started else None,
             "device": devices.device_name(self.device),
@@ -375,6 +409,8 @@ class OwnLoop:
             "speedup_metrics": {s.name: m for s in self.speedups if (m := s.metrics())},
             "metrics": metrics,
         }
+        summary["lint"] = loop.lint.end(summary) if loop.lint is not None else []
+        return summary
 
     def close(self: Engine) -> dict[str, Any]:
         """Tear the speed-ups down (every global flag restored); with `out`, write summary.json there."""

@@ -421,3 +421,13 @@ def test_accumulation_skips_the_reduction_on_all_but_the_last_micro_batch():
     with pytest.raises(AccelError, match="after 1 micro-batches, but the engine was given grad_accum=3"):
         optimizer.step()
     eng.close()
+
+
+def test_measuring_leaves_the_loops_random_stream_alone(tmp_path, monkeypatch):
+    monkeypatch.setenv("ACCEL_PEAKS_CACHE", str(tmp_path / "peaks.json"))  # the CPU's peak probed afresh
+    plain, _ = plain_loop()
+    mine, _, eng = engine_loop()
+    assert mine == plain  # the batches' order came from the same random stream
+    summary = eng.summary()
+    assert summary["flops_per_sample"] > 0 and summary["mfu"] is not None
+    assert isinstance(summary["lint"], list)
