@@ -30,11 +30,32 @@ def _has_state(value: Any) -> bool:
     return callable(getattr(value, "state_dict", None)) and callable(getattr(value, "load_state_dict", None))
 
 
+def _whole(engine: Engine) -> dict[str, Any]:
+    """The engine's model and optimizer as whole tensors (gathered from every rank under fsdp: collective)."""
+    model, optimizer = engine.strategy.full_state_dicts(engine.module, engine.optimizer)
+    return {"model": model, "optimizer": optimizer}
+
+
+def _role(engine: Engine, value: Any) -> str | None:
+    """ "model" or "optimizer" for the engine's own (as the loop holds them), else None."""
+    if engine.module is not None and getattr(value, "__dict__", None) is engine.module.__dict__:
+        return "model"  # the module, or the model eng.setup returned (which shares its attributes)
+    return "optimizer" if engine.optimizer is not None and unwrap(value) is engine.optimizer else None
+
+
+def _state_of(value: Any, whole: dict[str, Any], role: str | None) -> Any:
+    if role is not None:
+        return whole[role]
+    return devices.to_cpu(unwrap(value).state_dict()) if _has_state(value) else value
+
+
 def save(engine: Engine, path: str | Path, state: dict[str, Any]) -> None:
     """Rank 0 writes; every rank waits for it, so none reads a half-written file after."""
+    roles = {key: _role(engine, value) for key, value in state.items()}
+    whole = _whole(engine) if any(roles.values()) else {}
     payload = {
         "format": FORMAT,
-        "state": {key: devices.to_cpu(unwrap(v).state_dict()) if _has_state(v) else v for key, v in state.items()},
+        "state": {key: _state_of(value, whole, roles[key]) for key, value in state.items()},
         "engine": {
             "speedups": {s.name: s.state_dict() for s in engine.speedups},
             "rng": rng_state(),
@@ -65,7 +86,15 @@ def load(engine: Engine, path: str | Path, state: dict[str, Any]) -> dict[str, A
             f"{path} holds no {', '.join(missing)} (it holds {', '.join(sorted(saved)) or 'nothing'}): "
             "load with the keys it was saved with"
         )
+    roles = {key: _role(engine, value) for key, value in state.items()}
+    if engine.strategy.name == "fsdp" and any(roles.values()):  # collective: each rank keeps its slice
+        by_role = {role: saved[key] for key, role in roles.items() if role}
+        if len(by_role) < 2:
+            raise CheckpointError("under strategy fsdp, eng.load loads the model and the optimizer together")
+        engine.strategy.load_full_state_dicts(engine.module, engine.optimizer, by_role["model"], by_role["optimizer"])
     for key, value in state.items():
+        if roles[key] and engine.strategy.name == "fsdp":
+            continue
         if _has_state(value):
             unwrap(value).load_state_dict(saved[key])
         else:

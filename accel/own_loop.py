@@ -10,6 +10,7 @@ is not sharded again, and inputs are never cast behind autocast's back.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import time
@@ -30,7 +31,7 @@ from .errors import AccelError
 from .flops import Utilisation
 from .io import strict_json, write_atomic
 from .lint import SpeedLint
-from .speedups import Speedup
+from .speedups import Speedup, refuse
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -132,13 +133,14 @@ class OwnLoop:
         through them: `(model, optimizer)`, the user's own objects as far as the loop can tell."""
         if self._loop.set_up:
             raise AccelError("this engine has set up a model already: one engine trains one model and optimizer")
-        if self.strategy.name == "fsdp":
-            raise AccelError(
-                "strategy fsdp is not available in a hand-written loop yet (sharding replaces the parameters the "
-                "optimizer holds): use strategy ddp, or a recipe with `strategy: fsdp`"
-            )
         module, given = self._adopt(model)
-        self.attach(module, unwrap(optimizer), scheduler)
+        optimizer = unwrap(optimizer)
+        if self.strategy.name == "fsdp":  # sharding replaces the parameters: the optimizer is built anew on them
+            refuse(self.speedups, self.device, self.strategy, self.strategy.precision.name)  # before sharding
+            before = dict(module.to(self.device).named_parameters())
+            module = self.strategy.prepare(module)
+            optimizer = rebuilt(optimizer, before, dict(module.named_parameters()))
+        self.attach(module, optimizer, scheduler)
         if given is not None:  # the loop's own compiled model is what forward calls
             self.model = given
         self.setup_speedups()
@@ -431,6 +433,25 @@ class OwnLoop:
         if key not in self._loop.said:
             self._loop.said.add(key)
             log.info(message)
+
+
+def rebuilt(optimizer: torch.optim.Optimizer, before: dict, after: dict) -> torch.optim.Optimizer:
+    """The optimizer, built again with the same class, groups and settings over the sharded parameters."""
+    if optimizer.state:
+        raise AccelError(
+            "strategy fsdp shards the model's parameters, so the optimizer is built again over the shards; this "
+            "one has state already: call eng.setup before training or loading the optimizer"
+        )
+    name = {id(p): n for n, p in before.items()}
+    groups = [{**group, "params": [after[name[id(p)]] for p in group["params"]]} for group in optimizer.param_groups]
+    accepted = inspect.signature(type(optimizer).__init__).parameters  # defaults hold more (AdamW's own flag)
+    try:
+        return type(optimizer)(groups, **{k: v for k, v in optimizer.defaults.items() if k in accepted})
+    except TypeError as err:
+        raise AccelError(
+            f"strategy fsdp: {type(optimizer).__name__} could not be built again over the sharded parameters "
+            f"({err}); use strategy ddp for it"
+        ) from None
 
 
 def _no_clip() -> None:
