@@ -25,6 +25,7 @@ from torch import nn
 
 from . import devices, engine_state
 from .batches import map_tensors
+from .callbacks.tensorboard import TensorBoard
 from .engine_loaders import DeviceLoader, sharded
 from .engine_wrappers import unwrap, wrap_module, wrap_optimizer
 from .errors import AccelError
@@ -95,6 +96,7 @@ class LoopState:
     said: set[str] = field(default_factory=set)  # notes logged once
     utilisation: Utilisation = field(default_factory=Utilisation)  # FLOPs of a sample, counted at the first step
     lint: SpeedLint | None = None
+    tensorboard: TensorBoard | None = None  # with `out`, from the first `log`
     micro_batches: int = 0  # training forwards (or compile_step calls) since the last optimizer step
     unsynced: Any = None  # the strategy's no_sync, open from a non-final micro-batch's forward to its backward
     in_step: bool = False  # inside a compile_step step
@@ -369,13 +371,18 @@ class OwnLoop:
         return engine_state.load(self, path, state)
 
     def log(self: Engine, metrics: dict[str, Any]) -> None:
-        """Record scalars (a `val_loss`, anything): in the run's metrics.jsonl when the engine has an `out`."""
+        """Record scalars (a `val_loss`, anything): with an `out`, in its metrics.jsonl and TensorBoard (tb/)."""
         record = {"step": self.steps, **{k: _scalar(v) for k, v in metrics.items()}}
         self.logged.append(record)
-        if self.out is not None and self.world.is_main:
-            self.out.mkdir(parents=True, exist_ok=True)
-            with open(self.out / "metrics.jsonl", "a") as handle:
-                handle.write(strict_json(record) + "\n")
+        if self.out is None or not self.world.is_main:
+            return
+        self.out.mkdir(parents=True, exist_ok=True)
+        with open(self.out / "metrics.jsonl", "a") as handle:
+            handle.write(strict_json(record) + "\n")
+        if self._loop.tensorboard is None:
+            self._loop.tensorboard = TensorBoard(self.out / "tb")
+            self._loop.tensorboard.on_fit_start(self)
+        self._loop.tensorboard.on_log(self, {"kind": "log", **record})
 
     def meter_batch(self: Engine, batch: Any, data_s: float) -> None:
         """A training batch the engine's loader fetched, after waiting `data_s` for it."""
@@ -418,6 +425,8 @@ class OwnLoop:
         """Tear the speed-ups down (every global flag restored); with `out`, write summary.json there."""
         summary = self.summary()
         self.teardown()
+        if self._loop.tensorboard is not None:
+            self._loop.tensorboard.on_fit_end(self, summary)
         if self.out is not None and self.world.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
             write_atomic(self.out / "summary.json", json.dumps(json.loads(strict_json(summary)), indent=2))

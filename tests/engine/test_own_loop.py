@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import io
+import json
 
 import pytest
 import torch
@@ -431,3 +432,53 @@ def test_measuring_leaves_the_loops_random_stream_alone(tmp_path, monkeypatch):
     summary = eng.summary()
     assert summary["flops_per_sample"] > 0 and summary["mfu"] is not None
     assert isinstance(summary["lint"], list)
+
+
+def test_a_run_directory_of_its_own_with_out(tmp_path):
+    with accel.Engine(device="cpu", out=tmp_path / "run") as eng:
+        model, optimizer = eng.setup(*fresh())
+        x, y = data()[:8]
+        for _ in range(3):
+            eng.backward(F.cross_entropy(model(x), y))
+            optimizer.step()
+            optimizer.zero_grad()
+        eng.log({"val_loss": torch.tensor(1.5)})
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == [{"step": 3, "val_loss": 1.5}]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["steps"] == 3 and summary["samples"] == 24 and summary["metrics"]["val_loss"] == 1.5
+    assert list((tmp_path / "run" / "tb").glob("events.out.tfevents.*"))
+
+
+def test_an_optimizer_over_other_tensors_is_refused():
+    model, _ = fresh()
+    stale = torch.optim.SGD([nn.Parameter(torch.zeros(2))], lr=0.1)  # as one built before model.to(xla) would be
+    with pytest.raises(AccelError, match=r"create the optimizer after `model.to\(device\)`"):
+        accel.Engine(device="cpu").setup(model, stale)
+
+
+def test_a_loader_already_sharded_per_rank_is_left_alone():
+    from torch.utils.data import DistributedSampler
+
+    from accel.distributed import World
+    from accel.engine_loaders import sharded
+
+    two = type("TwoRanks", (), {"world": World(rank=1, size=2)})()
+    mine = DataLoader(data(), batch_size=4, sampler=DistributedSampler(data(), num_replicas=2, rank=1))
+    assert sharded(mine, two) is mine  # not a shard of a shard (Accelerate #4075)
+    plain = sharded(DataLoader(data(), batch_size=4, shuffle=True), two)
+    assert isinstance(plain.sampler, DistributedSampler) and plain.sampler.rank == 1 and len(plain) == 6
+
+
+def test_a_model_already_in_ddp_is_refused(tmp_path):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        model, optimizer = fresh()
+        wrapped = nn.parallel.DistributedDataParallel(model)
+        with pytest.raises(AccelError, match="wrapped in DistributedDataParallel already"):
+            accel.Engine(device="cpu").setup(wrapped, optimizer)
+    finally:
+        del wrapped
+        dist.destroy_process_group()
