@@ -66,7 +66,8 @@ class Engine(OwnLoop):
         run's records (metrics.jsonl from `log`, summary.json at `close`). `grad_accum`: micro-batches per
         optimizer step; all but a step's last skip the gradient reduction, and where the engine runs the step
         itself (the Trainer, `compile_step`) it divides the loss by it; a loop's own `backward` never divides."""
-        if not _built(speedups):
+        self.from_script = not _built(speedups)  # a hand-written loop's settings, not a recipe's
+        if self.from_script:
             settings = engine_settings(speedups, str(device), strategy if isinstance(strategy, str) else None)
             world = world or world_from_env()
             device = init_process_group(world, devices.resolve_device(settings.device))
@@ -115,7 +116,7 @@ class Engine(OwnLoop):
         choices rule out are refused first (accel.speedups.refuse); a failed setup undoes the ones before it."""
         if self._set_up:
             return
-        refuse(self.speedups, self.device, self.strategy, self.strategy.precision.name)
+        refuse(self.speedups, self.device, self.strategy, self.strategy.precision.name, self.from_script)
         parts = self.parts()
         for i, part in enumerate(parts):
             try:

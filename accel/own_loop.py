@@ -138,7 +138,7 @@ class OwnLoop:
         module, given = self._adopt(model)
         optimizer = unwrap(optimizer)
         if self.strategy.name == "fsdp":  # sharding replaces the parameters: the optimizer is built anew on them
-            refuse(self.speedups, self.device, self.strategy, self.strategy.precision.name)  # before sharding
+            refuse(self.speedups, self.device, self.strategy, self.strategy.precision.name, True)  # before sharding
             before = dict(module.to(self.device).named_parameters())
             module = self.strategy.prepare(module)
             optimizer = rebuilt(optimizer, before, dict(module.named_parameters()))

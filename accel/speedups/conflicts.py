@@ -69,18 +69,26 @@ def refusals(
     return problems
 
 
-def refuse(speedups: list[Speedup], device: torch.device, strategy: Strategy, precision: str | None = None) -> None:
-    """Raise the refusals, if any, as one error that says how to fix the recipe."""
+def refuse(
+    speedups: list[Speedup],
+    device: torch.device,
+    strategy: Strategy,
+    precision: str | None = None,
+    script: bool = False,
+) -> None:
+    """Raise the refusals, if any, as one error that says how to fix the recipe (or, `script`, the settings a
+    hand-written loop gave its engine)."""
     problems = refusals(speedups, device, strategy, precision)
     if not problems:
         return
+    source, setting = ("the engine's", "ACCEL_SET=") if script else ("the recipe's", "--set ")
     other = f" or use another strategy than `{strategy.name}` (`strategy: ddp` keeps a whole model per process)"
     raise AccelError(
-        "these speed-ups cannot run with the recipe's other choices"
+        f"these speed-ups cannot run with {source} other choices"
         + (f" (strategy: {strategy.name})" if not strategy.follows_device else "")
         + ":\n"
         + "\n".join(f"  - {p}" for p in problems)
-        + "\nDisable them (`--set speedups.NAME.enabled=false`)"
+        + f"\nDisable them (`{setting}speedups.NAME.enabled=false`)"
         + (other if not strategy.follows_device else "")
         + "."
     )

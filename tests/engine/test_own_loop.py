@@ -482,3 +482,9 @@ def test_a_model_already_in_ddp_is_refused(tmp_path):
     finally:
         del wrapped
         dist.destroy_process_group()
+
+
+def test_a_combination_the_conflict_rule_refuses_names_the_engines_settings():
+    eng = accel.Engine(speedups={"compile": {"backend": "eager"}, "jit": {}}, device="cpu")
+    with pytest.raises(AccelError, match=r"the engine's other choices(.|\n)*ACCEL_SET=speedups.NAME.enabled=false"):
+        eng.setup(*fresh())
