@@ -91,6 +91,43 @@ def test_the_resnet_loop_runs_under_torchrun(strategy):
     assert done.stdout.count("epoch 0: train loss") == 2  # both ranks trained and evaluated
 
 
+DATA_PARALLEL = """
+import torch, accel
+from torch import nn
+
+class Net(nn.Sequential):
+    def describe(self):
+        return "a net of " + str(len(self)) + " layers"
+
+torch.manual_seed(0)
+model = Net(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+model.config = {"width": 16}
+eng = accel.Engine(device="cpu")
+model, optimizer = eng.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+torch.manual_seed(eng.world.rank)  # each rank its own data: DDP averages the gradients
+for _ in range(2):
+    eng.backward(model(torch.randn(4, 8)).square().mean())
+    optimizer.step()
+    optimizer.zero_grad()
+assert type(eng.model).__name__ == "DistributedDataParallel" and eng.world.size == 2
+assert list(model.state_dict()) == ["0.weight", "0.bias", "2.weight", "2.bias"]  # no module. prefix
+assert model.config == {"width": 16} and model.describe() == "a net of 3 layers" and isinstance(model, Net)
+weights = torch.cat([p.detach().flatten() for p in model.parameters()])
+gathered = [torch.empty_like(weights) for _ in range(2)]
+torch.distributed.all_gather(gathered, weights)
+assert torch.equal(gathered[0], gathered[1])  # the ranks stepped together
+print("ddp: the user's model, in step")
+"""
+
+
+@pytest.mark.timeout(900)
+def test_under_ddp_the_model_keeps_its_attributes_and_keys_and_the_ranks_agree(tmp_path):
+    script = tmp_path / "ddp.py"
+    script.write_text(DATA_PARALLEL)
+    done = run(*TORCHRUN, str(script), timeout=900)
+    assert done.stdout.count("ddp: the user's model, in step") == 2
+
+
 SHARDED_SAVE = """
 import sys, torch, accel
 from torch import nn

@@ -99,6 +99,9 @@ def test_without_speedups_the_engine_loop_is_the_plain_loop_bit_for_bit():
         {"threads": {"intra_op": 2}},
         {"ema": {"decay": 0.9}},
         {"activation_checkpointing": {}},
+        {"attention": {"backend": "math"}},
+        {"cudnn": {"float32_matmul_precision": "high"}},
+        {"jit": {"method": "trace"}},
     ],
     ids=lambda s: next(iter(s)),
 )
