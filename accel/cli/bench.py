@@ -149,9 +149,10 @@ def bench(args: argparse.Namespace) -> int:
         return 0
     check_trial_options(args)
     if args.target:
-        from ..bench.target import parse_target
+        from ..bench.target import check_target_metric, parse_target
 
-        parse_target(args.target)  # a malformed target fails now, not in every trial
+        # a malformed target, or one the task never reports, fails now, not in every trial
+        check_target_metric(parse_target(args.target), (r.task for r in plan.recipes.values()))
     if args.eval_every is not None and (args.eval_every < 1 or not args.target):
         raise AccelError("--eval-every N needs N >= 1 and a --target")
     out = Path(args.out) if args.out else default_out(plan.name, kind="bench")
@@ -160,7 +161,23 @@ def bench(args: argparse.Namespace) -> int:
     report, _ = run_bench(plan, out, settings, args.trials, command=shlex.join(["accel", *args.argv]))
     print(out)
     print(summary_text(report))
-    return 130 if report.interrupted else 0
+    if report.interrupted:
+        return 130
+    if not any(v.ok_trials for v in report.variants):  # a report of failures only is not a measurement
+        print(f"error: {_all_failed(report, out)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _all_failed(report, out: Path) -> str:
+    from ..bench.report import failed_lines
+
+    failed = failed_lines(report)
+    first = failed[0] if failed else "no trial ran"
+    return (
+        f"every trial failed ({len(failed)} of {len(failed)}), so nothing was measured; each trial's log is under "
+        f"{out / 'trials'}. The first: {first}"
+    )
 
 
 def parse_duration(text: str) -> float:
@@ -179,7 +196,7 @@ def tune(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from ..bench.runner import TrialSettings
-    from ..bench.target import parse_target
+    from ..bench.target import check_target_metric, parse_target
     from ..bench.tune import NOTHING_MEASURED, Objective, check_fragment_out, table, time_settings, write_fragment
     from ..bench.tune import tune as run_tune
     from ..io import default_out
@@ -204,6 +221,8 @@ def tune(args: argparse.Namespace) -> int:
     check_fragment_out(out, reads)  # now, not after a search of minutes
     settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache, evaluate=False)
     objective = Objective(args.objective, parse_target(args.target) if args.target else None)
+    if objective.target is not None:
+        check_target_metric(objective.target, [base.task])
     if time:
         settings = time_settings(settings, base, args.eval_batches)
     try:
