@@ -117,3 +117,40 @@ def test_a_damaged_summary_is_a_warning_not_a_traceback(tmp_path, caplog, text):
     assert f"{tmp_path / 'summary.json'}" in caplog.text
     with pytest.raises(Exception, match="already holds a run; accel never overwrites one"):
         RunDir(tmp_path).check_new()
+
+
+@pytest.mark.parametrize(
+    "command, flag",
+    [("bench", "--out"), ("profile", "--out"), ("tune", "--work"), ("tune", "--out"), ("export", "--out")],
+)
+def test_an_output_path_under_a_file_is_refused_before_the_work(
+    monkeypatch, tiny, write_recipe, tmp_path, capsys, command, flag
+):
+    import accel.bench.runner
+    import accel.bench.tune
+    import accel.export.pipeline
+    import accel.profile
+
+    def started(*args, **kwargs):
+        raise AssertionError("the work started")
+
+    for module, name in [
+        (accel.bench.runner, "run_bench"),
+        (accel.profile, "profile_recipe"),
+        (accel.bench.tune, "tune"),
+        (accel.export.pipeline, "load_source"),
+    ]:
+        monkeypatch.setattr(module, name, started)
+    recipe, notes = write_recipe(tiny), tmp_path / "notes.txt"
+    notes.write_text("mine")
+    argv = {
+        "bench": ["bench", recipe, "--vary", "data.batch_size=8,16"],
+        "profile": ["profile", recipe],
+        "tune": ["tune", recipe, "--batch-sizes", "8,16", "--workers=", "--threads=", "--no-speedups"],
+        "export": ["export", tmp_path / "run"],
+    }[command]
+    if command == "tune":  # the other one of --work and --out goes somewhere writable
+        argv += ["--out", tmp_path / "t.yaml"] if flag == "--work" else ["--work", tmp_path / "work"]
+    err = refused(capsys, *argv, flag, notes / "x")
+    assert f"{flag} {notes / 'x'}: {notes} is a file, not a folder" in err and err.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "recipe.yaml"] and notes.read_text() == "mine"

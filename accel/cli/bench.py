@@ -216,7 +216,7 @@ def tune(args: argparse.Namespace) -> int:
     if not knobs:
         raise AccelError("nothing to tune: every knob was given an empty list.")
     work = Path(args.work) if args.work else default_out(base.name, kind="tune")
-    check_results_out(work, "tune")
+    check_results_out(work, "tune", "--work")
     out, reads = Path(args.out) if args.out else work / "tuned.yaml", recipe_files(find_recipe(args.recipe))
     check_fragment_out(out, reads)  # now, not after a search of minutes
     settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache, evaluate=False)

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from ..io import check_creatable
 from ..rundir import check_results_out
 from .config import ExportConfig
 from .errors import ExportError, QuantizeError
@@ -52,6 +53,7 @@ def export_run(path: str | Path, config: ExportConfig | None = None) -> dict[str
         check_results_out(config.out, "export")
     source = load_source(path)
     out = config.out or default_out(source.run_dir, config)
+    check_creatable(out)  # the default too: a run directory may be read-only
     out.mkdir(parents=True, exist_ok=True)
     threads = config.threads or torch.get_num_threads()
     variants, extras = _variants(source, config, out, threads)
