@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import shutil
 from pathlib import Path
@@ -14,7 +15,22 @@ from .fsdp import unsharded_class
 from .io import atomic_file
 from .rundir import epoch_checkpoints
 
+log = logging.getLogger("accel")
+
 TRAINING_STATE = ("model", "model_signature", "optimizer", "scheduler", "epoch", "step")  # what every reader uses
+# What a newer accel writes beside them, and what a resume from a checkpoint without it does instead: it
+# continues, but not exactly as the run would have gone on
+LATER_STATE = {
+    "speedups": ({}, "the speed-ups' state starts afresh (fp16's loss scale, EMA weights)"),
+    "callbacks": ({}, "the callbacks' state starts afresh (early stopping's best value and patience)"),
+    "rng": (
+        None,
+        "the random streams are seeded afresh from the seed and step, so data order, augmentation and "
+        "dropout differ from an uninterrupted run",
+    ),
+    "batch_in_epoch": (0, "the epoch starts again from its first batch"),
+    "meter": ({}, "the epoch's running figures start afresh"),
+}
 
 
 def save_checkpoint(state: dict[str, Any], path: Path) -> None:
@@ -77,6 +93,21 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
             f"(model, optimizer, schedule, RNG, epoch and step together).{tip}"
         )
     return state
+
+
+def with_later_state(state: dict[str, Any], path: Path) -> dict[str, Any]:
+    """`state` with what an older accel did not write (LATER_STATE) filled in, and a warning that names each
+    missing key and what the resume does without it."""
+    missing = [key for key in LATER_STATE if key not in state]
+    if missing:
+        log.warning(
+            "%s lacks %s (written by an older accel); resuming without %s: %s.",
+            path,
+            ", ".join(missing),
+            "it" if len(missing) == 1 else "them",
+            "; ".join(LATER_STATE[key][1] for key in missing),
+        )
+    return {**{key: LATER_STATE[key][0] for key in missing}, **state}
 
 
 def _describe(state: Any) -> str:
