@@ -584,3 +584,23 @@ def test_tune_json_holds_no_bare_nan(tiny, tmp_path):
 
     data = json.loads((tmp_path / "work" / "tune.json").read_text(), parse_constant=refuse)
     assert data["env"]["peak_flop_per_s"] is None and data["chosen"] == {BATCH_KEY: 32}
+
+
+@pytest.mark.parametrize(
+    "option, said",
+    [
+        (["--timeout", "nan"], "error: --timeout must be a positive, finite number of seconds, got nan"),
+        (["--budget", "nan"], "argument --budget: the budget must be a positive, finite duration, got `nan`"),
+        (["--budget", "infm"], "argument --budget: the budget must be a positive, finite duration, got `infm`"),
+    ],
+)
+def test_tune_refuses_a_timeout_or_budget_that_is_not_a_number(
+    monkeypatch, tiny, write_recipe, tmp_path, capsys, option, said
+):
+    monkeypatch.setattr(tune_module, "tune", lambda *args, **kwargs: pytest.fail("the search started"))
+    argv = ["tune", str(write_recipe(tiny)), "--no-speedups", "--work", str(tmp_path / "work"), *option]
+    try:
+        code = main(argv)
+    except SystemExit as exit:  # argparse's own refusal of a value its type rejects
+        code = exit.code
+    assert code == 2 and said in capsys.readouterr().err and not (tmp_path / "work").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 import sys
 from pathlib import Path
@@ -187,8 +188,8 @@ def parse_duration(text: str) -> float:
         seconds = float(text.strip()[:-1] if scale else text) * (scale or 1)
     except ValueError:
         raise argparse.ArgumentTypeError(f"`{text}` is not a duration: use e.g. 900, 90s, 15m or 1.5h") from None
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"the budget must be positive, got `{text}`")
+    if not 0 < seconds < math.inf:  # NaN fails every comparison: `seconds <= 0` let it through
+        raise argparse.ArgumentTypeError(f"the budget must be a positive, finite duration, got `{text}`")
     return seconds
 
 

@@ -133,6 +133,9 @@ def test_plan_resolves_each_variant_on_top_of_set(tiny, write_recipe):
         (["--ablate"], "at least one enabled speed-up"),
         (["--vary", "data.batch_size=0,8"], "variant `data.batch_size=0`"),
         (["--vary", "data.batch_size=8,16", "--steps", "0"], "--steps >= 1"),
+        # NaN compares false both ways: it was taken as no limit
+        (["--vary", "data.batch_size=8,16", "--timeout", "nan"], "--timeout must be a positive, finite number"),
+        (["--vary", "data.batch_size=8,16", "--timeout", "inf"], "leave it out for no limit"),
     ],
 )
 def test_bad_bench_input_exits_2(tiny, write_recipe, capsys, argv, message):
