@@ -152,6 +152,7 @@ def test_a_run_fine_tuned_from_a_weights_file_exports_without_it(tiny_run, tmp_p
     assert report["validation"]["accuracy_reported_by_training"] is not None
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the exporter folds huge weights
 def test_a_diverged_run_writes_strict_json_and_no_advice_that_cannot_apply(tiny_run, tmp_path, capsys):
     run, out = tmp_path / "run", tmp_path / "export"
     shutil.copytree(tiny_run, run, ignore=shutil.ignore_patterns("export"))
