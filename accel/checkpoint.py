@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,22 @@ from .fsdp import unsharded_class
 from .io import atomic_file
 from .rundir import epoch_checkpoints
 
+log = logging.getLogger("accel")
+
 TRAINING_STATE = ("model", "model_signature", "optimizer", "scheduler", "epoch", "step")  # what every reader uses
+# What a newer accel writes beside them, and what a resume from a checkpoint without it does instead: it
+# continues, but not exactly as the run would have gone on
+LATER_STATE = {
+    "speedups": ({}, "the speed-ups' state starts afresh (fp16's loss scale, EMA weights)"),
+    "callbacks": ({}, "the callbacks' state starts afresh (early stopping's best value and patience)"),
+    "rng": (
+        None,
+        "the random streams are seeded afresh from the seed and step, so data order, augmentation and "
+        "dropout differ from an uninterrupted run",
+    ),
+    "batch_in_epoch": (0, "the epoch starts again from its first batch"),
+    "meter": ({}, "the epoch's running figures start afresh"),
+}
 
 
 def save_checkpoint(state: dict[str, Any], path: Path) -> None:
@@ -78,6 +95,21 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     return state
 
 
+def with_later_state(state: dict[str, Any], path: Path) -> dict[str, Any]:
+    """`state` with what an older accel did not write (LATER_STATE) filled in, and a warning that names each
+    missing key and what the resume does without it."""
+    missing = [key for key in LATER_STATE if key not in state]
+    if missing:
+        log.warning(
+            "%s lacks %s (written by an older accel); resuming without %s: %s.",
+            path,
+            ", ".join(missing),
+            "it" if len(missing) == 1 else "them",
+            "; ".join(LATER_STATE[key][1] for key in missing),
+        )
+    return {**{key: LATER_STATE[key][0] for key in missing}, **state}
+
+
 def _describe(state: Any) -> str:
     if isinstance(state, dict) and state and all(isinstance(v, torch.Tensor) for v in state.values()):
         return f"{len(state)} tensors by name (a model's state_dict?)"
@@ -93,18 +125,31 @@ def _describe(state: Any) -> str:
 def unreadable_message(path: Path, err: Exception) -> str:
     """Why `path` cannot be loaded, without torch's advice to load it unsafely, and the newest file that can."""
     text = str(err)
-    if "Unsupported global" in text:  # a pickle that would import and call something: refused, as it should be
+    # torch words a refused import two ways: "Unsupported global: GLOBAL x.Y was not an allowed global" and
+    # (2.14, for a blocked module such as os) "Trying to load unsupported GLOBAL posix.system whose module ..."
+    refused = re.search(r"unsupported global\W*(?:GLOBAL\s+)?([\w.]+)?", text, re.IGNORECASE)
+    if refused:  # a pickle that would import and call something: refused, as it should be
+        what = f" (`{refused.group(1)}`)" if refused.group(1) else ""
         why = (
-            f"Refused to load {path}: it holds Python objects other than tensors and plain data, and accel "
-            "loads checkpoints with weights_only=True, so it never runs code from a file."
+            f"Refused to load {path}: it holds code that loading it would run{what}, not only tensors and plain "
+            "data. accel loads checkpoints with weights_only=True and never runs code from a file; do not load "
+            "this one elsewhere unless you trust where it came from."
         )
-    else:  # torch's own first lines advise loading the file unsafely: keep only the reason it gives
-        reason = text.split("WeightsUnpickler error:", 1)[-1].strip().splitlines()
-        why = f"Checkpoint {path} is damaged or not a checkpoint ({reason[0] if reason else type(err).__name__})."
+    else:
+        why = f"Checkpoint {path} is damaged or not a checkpoint ({_reason(text) or type(err).__name__})."
     intact = newest_intact(path)
     if intact is None:
         return why + " No intact epoch-NNN.pt checkpoint is beside it."
     return why + f" The newest intact checkpoint beside it is {intact}: copy it over {path} to continue from there."
+
+
+def _reason(text: str) -> str:
+    """torch's reason a file did not load, less its advice: every line naming weights_only (which says to load
+    the file unsafely) or torch.load's documentation."""
+    text = text.split("WeightsUnpickler error:", 1)[-1]
+    advice = ("weights_only", "weights only", "torch.load")
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return next((ln for ln in lines if not any(word in ln.lower() for word in advice)), "")
 
 
 def newest_intact(path: Path) -> Path | None:

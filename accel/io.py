@@ -75,6 +75,21 @@ def _json_key(key: Any) -> Any:
     return key if key is None or isinstance(key, (str, int, float, bool)) else str(key)
 
 
+def check_creatable(path: str | Path, flag: str = "--out") -> None:
+    """Refuse an output path whose folder cannot be made: one under a regular file, or in a folder this user may
+    not write. Called before the work starts: mkdir would otherwise fail only when the first file is written,
+    after a run of minutes, as a traceback."""
+    path = Path(path)
+    nearest = next(p for p in (path.absolute(), *path.absolute().parents) if p.exists())  # the root exists
+    if not nearest.is_dir():
+        raise AccelError(
+            f"{flag} {path}: {nearest} is a file, not a folder, so nothing can be written under it. "
+            f"Choose another {flag}."
+        )
+    if not os.access(nearest, os.W_OK | os.X_OK):
+        raise AccelError(f"{flag} {path}: this user may not write in {nearest}. Choose another {flag}.")
+
+
 def default_out(name: str, kind: str | None = None) -> Path:
     """runs/[<kind>-]<name>-<timestamp>: where `accel train` (no kind), `bench` or `tune` writes without --out."""
     prefix = f"{kind}-" if kind else ""

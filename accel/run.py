@@ -10,7 +10,7 @@ from typing import Any
 from . import devices, memory_snapshot, sharded_checkpoint, signals
 from .callbacks import Callback, Checkpointer, EarlyStopping, ProgressBar, RunDirWriter, TensorBoard
 from .callbacks.data_wait import DataWaitWarning
-from .checkpoint import load_checkpoint
+from .checkpoint import load_checkpoint, with_later_state
 from .data.pipeline import build_data_pipeline
 from .distributed import destroy_process_group, init_process_group, restart_count, world_from_env
 from .errors import AccelError, CheckpointError
@@ -217,12 +217,14 @@ def _train(recipe: Recipe, run_dir: RunDir, resume: bool, callbacks: list[Callba
 def _resume(trainer: Trainer, path: Path, recipe: Recipe) -> None:
     """From last.pt (whole tensors, rank 0's RNG) or a sharded folder (DCP reshards it to this world size)."""
     state = sharded_checkpoint.load(path, trainer, trainer.world.rank) if path.is_dir() else load_checkpoint(path)
+    state = with_later_state(state, path)  # an older accel's checkpoint resumes, saying what it lacks
     # the recipe is the truth: its optimizer settings replace the checkpoint's (README, "Run directories")
     changes = optimizer_changes(
         trainer.optimizer, state["optimizer"], recipe.optim, trainer.scheduler is not None, path
     )
     trainer.load_state_dict(state, path)
     apply_recipe_values(trainer.optimizer, changes)
-    if trainer.world.rank and not state.get("rank_state"):  # rank 0's RNG: other ranks need streams of their own
+    # no RNG state, or rank 0's: this rank needs streams of its own
+    if state["rng"] is None or (trainer.world.rank and not state.get("rank_state")):
         seed_everything(rank_seed(recipe.seed, trainer.world.rank) + trainer.step)
     log.info("resumed from %s at epoch %d, step %d", path, trainer.epoch, trainer.step)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import AccelError
-from .io import default_out, strict_json, write_atomic
+from .io import check_creatable, default_out, strict_json, write_atomic
 from .runlock import RunDirLock
 
 log = logging.getLogger("accel")
@@ -192,18 +192,19 @@ class RunDir:
         return self.write_json(SUMMARY, summary)
 
 
-def check_results_out(path: str | Path, command: str) -> None:
-    """Refuse an --out for `accel bench`, `tune`, `bench-data` or `profile` that holds a run or earlier results (or
-    is a file): what the command writes would overwrite and mix with them, as `RunDir.check_new` refuses for
-    `accel train`."""
+def check_results_out(path: str | Path, command: str, flag: str = "--out") -> None:
+    """Refuse an --out for `accel bench`, `tune`, `bench-data`, `profile` or `export` that holds a run or earlier
+    results, is a file, or cannot be made (under a file, not writable): what the command writes would overwrite
+    and mix with them, as `RunDir.check_new` refuses for `accel train`, or fail only once the work is done."""
     path = Path(path)
     if path.exists() and not path.is_dir():
-        raise AccelError(f"{path} is a file; `accel {command}` writes a folder there. Choose another --out.")
+        raise AccelError(f"{path} is a file; `accel {command}` writes a folder there. Choose another {flag}.")
+    check_creatable(path, flag)
     held = [name for name in RUN_FILES + BENCH_FILES if (path / name).exists()]
     if held:
         what = "a run" if set(held) & set(RUN_FILES) else "earlier results"
         raise AccelError(
-            f"{path} already holds {what} ({', '.join(held)}); accel never overwrites one. Choose another --out."
+            f"{path} already holds {what} ({', '.join(held)}); accel never overwrites one. Choose another {flag}."
         )
 
 

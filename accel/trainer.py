@@ -326,7 +326,8 @@ class Trainer:
             speedup.load_state_dict(state["speedups"].get(speedup.name, {}))
         for callback in self.callbacks:
             callback.load_state_dict(state["callbacks"].get(_state_name(callback), {}))
-        set_rng_state(state["rng"])
+        if state["rng"] is not None:  # None: an older checkpoint without it (checkpoint.LATER_STATE)
+            set_rng_state(state["rng"])
         self.epoch, self.step, self.batch_in_epoch = state["epoch"], state["step"], state["batch_in_epoch"]
         self.meter.load_state_dict(state.get("meter", {}))
 

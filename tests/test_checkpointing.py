@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from accel import run as run_module
 from accel.callbacks import Callback
@@ -86,3 +87,42 @@ def test_every_minutes_saves_when_the_time_has_come_at_a_logging_step(recipe, tm
 def test_a_negative_cadence_is_refused_by_name(recipe, capsys):
     assert main(["train", str(recipe), "--set", "checkpoint.every_minutes=-1"]) == 2
     assert "checkpoint.every_minutes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "dropped, said",
+    [
+        (
+            ["rng", "callbacks"],
+            "lacks callbacks, rng (written by an older accel); resuming without them: the "
+            "callbacks' state starts afresh (early stopping's best value and patience); the random streams are seeded "
+            "afresh",
+        ),
+        (["speedups", "batch_in_epoch", "meter"], "lacks speedups, batch_in_epoch, meter (written by an older accel)"),
+    ],
+)
+def test_a_checkpoint_an_older_accel_wrote_resumes_and_says_what_it_lacks(
+    tiny, write_recipe, tmp_path, capsys, caplog, dropped, said
+):
+    recipe, out = write_recipe(tiny), tmp_path / "run"
+    assert main(["train", str(recipe), "--out", str(out)]) == 0
+    last = out / "checkpoints" / "last.pt"
+    state = torch.load(last, weights_only=True)
+    torch.save({key: value for key, value in state.items() if key not in dropped}, last)
+    with caplog.at_level("WARNING", logger="accel"):
+        assert main(["train", str(recipe), "--out", str(out), "--resume", "--set", "train.epochs=3"]) == 0
+    assert said in caplog.text and "Traceback" not in capsys.readouterr().err
+    assert _summary(out)["status"] == "completed" and _summary(out)["epochs"] == 3
+
+
+def test_a_checkpoint_without_what_every_resume_needs_is_refused_by_name(tiny, write_recipe, tmp_path, capsys):
+    recipe, out = write_recipe(tiny), tmp_path / "run"
+    assert main(["train", str(recipe), "--out", str(out)]) == 0
+    last = out / "checkpoints" / "last.pt"
+    state = torch.load(last, weights_only=True)
+    torch.save({key: value for key, value in state.items() if key != "step"}, last)
+    before = last.read_bytes()
+    assert main(["train", str(recipe), "--out", str(out), "--resume", "--set", "train.epochs=3"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {last} is not a checkpoint written by accel: " in err and ", without step." in err
+    assert "Traceback" not in err and last.read_bytes() == before

@@ -53,3 +53,15 @@ def test_strict_json_writes_other_objects_and_keys_as_text():
 def test_default_out_is_a_timestamped_folder_under_runs():
     assert re.fullmatch(r"runs/quickstart-\d{8}-\d{6}", str(io.default_out("quickstart")))
     assert re.fullmatch(r"runs/tune-quickstart-\d{8}-\d{6}", str(io.default_out("quickstart", kind="tune")))
+
+
+def test_an_output_folder_that_cannot_be_made_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(AccelError, match=r"--work .*: .*file is a file, not a folder, so nothing can be written"):
+        io.check_creatable(tmp_path / "file" / "a" / "b", "--work")
+    io.check_creatable(tmp_path / "new" / "deeper")  # a folder that can be made is fine, and nothing is made
+    assert not (tmp_path / "new").exists()
+    # root may write anywhere, so a folder this user may not write is simulated
+    monkeypatch.setattr("accel.io.os.access", lambda path, mode: False)
+    with pytest.raises(AccelError, match=f"this user may not write in {tmp_path}. Choose another --out"):
+        io.check_creatable(tmp_path / "new")

@@ -117,3 +117,78 @@ def test_a_damaged_summary_is_a_warning_not_a_traceback(tmp_path, caplog, text):
     assert f"{tmp_path / 'summary.json'}" in caplog.text
     with pytest.raises(Exception, match="already holds a run; accel never overwrites one"):
         RunDir(tmp_path).check_new()
+
+
+@pytest.mark.parametrize(
+    "command, flag",
+    [("bench", "--out"), ("profile", "--out"), ("tune", "--work"), ("tune", "--out"), ("export", "--out")],
+)
+def test_an_output_path_under_a_file_is_refused_before_the_work(
+    monkeypatch, tiny, write_recipe, tmp_path, capsys, command, flag
+):
+    import accel.bench.runner
+    import accel.bench.tune
+    import accel.export.pipeline
+    import accel.profile
+
+    def started(*args, **kwargs):
+        raise AssertionError("the work started")
+
+    for module, name in [
+        (accel.bench.runner, "run_bench"),
+        (accel.profile, "profile_recipe"),
+        (accel.bench.tune, "tune"),
+        (accel.export.pipeline, "load_source"),
+    ]:
+        monkeypatch.setattr(module, name, started)
+    recipe, notes = write_recipe(tiny), tmp_path / "notes.txt"
+    notes.write_text("mine")
+    argv = {
+        "bench": ["bench", recipe, "--vary", "data.batch_size=8,16"],
+        "profile": ["profile", recipe],
+        "tune": ["tune", recipe, "--batch-sizes", "8,16", "--workers=", "--threads=", "--no-speedups"],
+        "export": ["export", tmp_path / "run"],
+    }[command]
+    if command == "tune":  # the other one of --work and --out goes somewhere writable
+        argv += ["--out", tmp_path / "t.yaml"] if flag == "--work" else ["--work", tmp_path / "work"]
+    err = refused(capsys, *argv, flag, notes / "x")
+    assert f"{flag} {notes / 'x'}: {notes} is a file, not a folder" in err and err.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "recipe.yaml"] and notes.read_text() == "mine"
+
+
+@pytest.mark.parametrize(
+    "size, dataset, said",
+    [
+        # 100 tokens held out of 1000: the set is long enough, its validation tail is not
+        (
+            1000,
+            {"context": 128},
+            "data.dataset.val_fraction 0.1 holds out the last 100 of 1000 tokens for validation, "
+            "too few for one validation window of context 128 plus its target (129 tokens): raise "
+            "data.dataset.val_fraction to 0.13 or more, lower data.dataset.context, or set "
+            "data.dataset.val_fraction: 0",
+        ),
+        # no share leaves a window on each side: the fraction is not offered
+        (
+            200,
+            {"context": 128},
+            "holds out the last 20 of 200 tokens for validation, too few for one validation "
+            "window of context 128 plus its target (129 tokens): lower data.dataset.context",
+        ),
+        (100, {"context": 128}, "the set holds 100 tokens, too few to fill one window of context 128 plus its target"),
+    ],
+)
+def test_a_token_validation_tail_shorter_than_a_window_names_the_split(
+    write_recipe, tmp_path, capsys, size, dataset, said
+):
+    tokens = tmp_path / "train.bin"
+    np.arange(size, dtype=np.uint16).tofile(tokens)
+    assert said in refused(capsys, "train", write_recipe(_token_recipe(tokens, **dataset)), "--out", tmp_path / "run")
+
+
+def test_a_short_validation_file_is_named(write_recipe, tmp_path, capsys):
+    tokens, val = tmp_path / "train.bin", tmp_path / "val.bin"
+    np.arange(1000, dtype=np.uint16).tofile(tokens)
+    np.arange(5, dtype=np.uint16).tofile(val)
+    err = refused(capsys, "train", write_recipe(_token_recipe(tokens, val_path=str(val))), "--out", tmp_path / "run")
+    assert f"token_file: val_path {val} holds 5 tokens, too few to fill one window of context 8" in err

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
 import signal
 import subprocess
@@ -215,8 +216,22 @@ class _Anything:  # a checkpoint holding an object: loading it would import and 
     pass
 
 
-def test_a_checkpoint_with_code_in_it_is_refused_as_such(finished, capsys):
+class _Shell:  # a checkpoint that runs a shell command when unpickled: torch words its refusal differently
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+@pytest.mark.parametrize("holds, named", [("an object", "_Anything"), ("os.system", "posix.system")])
+def test_a_checkpoint_with_code_in_it_is_refused_as_such(finished, capsys, tmp_path, holds, named):
     recipe, out = finished
-    torch.save({"model": _Anything()}, out / "checkpoints" / "last.pt")
-    err = refused(capsys, "train", str(recipe), "--out", str(out), "--resume", "--set", "train.epochs=3")
-    assert "Refused to load" in err and "never runs code from a file" in err and "epoch-002.pt" in err
+    marker = tmp_path / "ran"
+    torch.save({"model": _Anything() if holds == "an object" else _Shell(marker)}, out / "checkpoints" / "last.pt")
+    for argv in (["train", recipe, "--out", out, "--resume", "--set", "train.epochs=3"], ["export", out]):
+        err = refused(capsys, *map(str, argv))
+        assert f"Refused to load {out / 'checkpoints' / 'last.pt'}: it holds code that loading it would run" in err
+        assert named in err and "never runs code from a file" in err and "epoch-002.pt" in err
+        assert "damaged" not in err and "weights_only=False" not in err and "Re-running" not in err
+    assert not marker.exists()  # nothing ran

@@ -567,3 +567,40 @@ def test_tune_replaces_a_fragment_an_earlier_tune_wrote(monkeypatch, tiny, write
     old = write_recipe("# Written by `accel tune r.yaml` on 2024-01-01 10:00.\ndata:\n  batch_size: 8\n", "t.yaml")
     assert main(_tune_argv(write_recipe(tiny), old, tmp_path / "work")) == 0
     assert old.read_text().startswith("# Written by `accel tune ") and yaml.safe_load(old.read_text()) == {}
+
+
+def test_tune_json_holds_no_bare_nan(tiny, tmp_path):
+    def with_nan(jobs, out, settings, console=None, skip=None):
+        results = simulated([])(jobs, out, settings, console, skip)
+        return [r.updated(env={"device": "cpu (simulated)", "peak_flop_per_s": float("nan")}) for r in results]
+
+    knobs = [Knob(BATCH_KEY, [16, 32], bounded=True)]
+    tune(
+        validate_recipe(tiny), knobs, tmp_path / "work", TrialSettings(steps=5, warmup=1), trials=2, run_trials=with_nan
+    )
+
+    def refuse(constant):
+        raise AssertionError(f"tune.json holds a bare {constant}")
+
+    data = json.loads((tmp_path / "work" / "tune.json").read_text(), parse_constant=refuse)
+    assert data["env"]["peak_flop_per_s"] is None and data["chosen"] == {BATCH_KEY: 32}
+
+
+@pytest.mark.parametrize(
+    "option, said",
+    [
+        (["--timeout", "nan"], "error: --timeout must be a positive, finite number of seconds, got nan"),
+        (["--budget", "nan"], "argument --budget: the budget must be a positive, finite duration, got `nan`"),
+        (["--budget", "infm"], "argument --budget: the budget must be a positive, finite duration, got `infm`"),
+    ],
+)
+def test_tune_refuses_a_timeout_or_budget_that_is_not_a_number(
+    monkeypatch, tiny, write_recipe, tmp_path, capsys, option, said
+):
+    monkeypatch.setattr(tune_module, "tune", lambda *args, **kwargs: pytest.fail("the search started"))
+    argv = ["tune", str(write_recipe(tiny)), "--no-speedups", "--work", str(tmp_path / "work"), *option]
+    try:
+        code = main(argv)
+    except SystemExit as exit:  # argparse's own refusal of a value its type rejects
+        code = exit.code
+    assert code == 2 and said in capsys.readouterr().err and not (tmp_path / "work").exists()

@@ -13,7 +13,7 @@ import math
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 
 class Verdict(StrEnum):
@@ -45,6 +45,30 @@ def _finite(x: Any) -> Any:
     return x
 
 
+NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}  # as float() and JavaScript spell them
+
+
+def _tagged(x: Any) -> Any:
+    """`x` with every non-finite float, however deeply nested, as its NON_FINITE string."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return "NaN" if math.isnan(x) else "Infinity" if x > 0 else "-Infinity"
+    if isinstance(x, dict):
+        return {k: _tagged(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_tagged(v) for v in x]
+    return x
+
+
+def _untagged(x: Any) -> Any:
+    if isinstance(x, str):
+        return NON_FINITE.get(x, x)
+    if isinstance(x, dict):
+        return {k: _untagged(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_untagged(v) for v in x]
+    return x
+
+
 class Interval(Record):
     """A median and its bootstrap 95% interval; both None when nothing was measured."""
 
@@ -69,7 +93,8 @@ class Trial(Record):
     """One trial's result: what the trial process measured (`accel.bench.trial`), then the runner's bookkeeping.
     A failed trial holds `error` and whatever was measured before it failed."""
 
-    # NaN must survive the trial's JSON: a diverged loss reads as diverged, not as missing
+    # NaN must survive the trial's JSON: a diverged loss reads as diverged, not as missing. The file holds it as
+    # the string "NaN" (JSON has no NaN; a bare NaN stops strict parsers), which validation reads back as a float
     model_config = ConfigDict(extra="forbid", allow_inf_nan=True, ser_json_inf_nan="constants")
 
     variant: str | None = None
@@ -128,8 +153,18 @@ class Trial(Record):
         return Trial.model_validate(self.model_dump(exclude_unset=True, exclude=set(names)))
 
     def to_json(self) -> str:
-        """The trial process's output: NaN stays NaN."""
-        return json.dumps(self.model_dump(exclude_unset=True), default=str)
+        """The trial process's output, strict JSON: a non-finite number as the string "NaN", "Infinity" or
+        "-Infinity", which reading it back (`model_validate_json`) turns into the float again, in a typed field
+        or nested in one of any type (`target_evals`)."""
+        return json.dumps(_tagged(self.model_dump(exclude_unset=True)), default=str, allow_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _untag(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        text = {name for name, f in cls.model_fields.items() if f.annotation == str | None}  # an error says "NaN"
+        return {k: v if k in text else _untagged(v) for k, v in data.items()}
 
 
 class VariantSummary(Record):

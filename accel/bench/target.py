@@ -5,13 +5,15 @@ that catches a speed-up that is fast per step but slows learning."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import psutil
 
 from ..callbacks.base import Callback
-from ..errors import AccelError
+from ..errors import AccelError, did_you_mean
+from ..tasks import reported_metrics
 
 LOWER_IS_BETTER = ("loss", "perplexity", "bits", "mse", "mae", "error")
 
@@ -54,6 +56,18 @@ def parse_target(text: str) -> Target:
             f"--target {text!r}: write METRIC=VALUE with a validation metric of the task, e.g. "
             "val_accuracy=0.97 or val_loss=1.5"
         ) from None
+
+
+def check_target_metric(target: Target, tasks: Iterable[Any]) -> None:
+    """Refuse a target whose metric a recipe's task (`tasks`: their `task:` sections) never reports, before any
+    trial runs: otherwise every trial fails on it at its first evaluation, minutes in."""
+    for cfg in tasks:
+        known = reported_metrics(cfg)
+        if known is not None and target.metric not in known:
+            raise AccelError(
+                f"--target {target.arg}: the `{cfg.name}` task reports no `{target.metric}`"
+                f"{did_you_mean(target.metric, known)}; its metrics: {', '.join(sorted(known))}."
+            )
 
 
 class TargetClock(Callback):

@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         result, code = Trial(**head | {"error": traceback.format_exc()}), 1
         traceback.print_exc()
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(args.json, result.to_json())  # NaN stays NaN: a diverged loss must read as diverged
+    write_atomic(args.json, result.to_json())  # NaN as "NaN": a diverged loss must read as diverged
     return code
 
 

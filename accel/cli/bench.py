@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 import sys
 from pathlib import Path
@@ -149,9 +150,10 @@ def bench(args: argparse.Namespace) -> int:
         return 0
     check_trial_options(args)
     if args.target:
-        from ..bench.target import parse_target
+        from ..bench.target import check_target_metric, parse_target
 
-        parse_target(args.target)  # a malformed target fails now, not in every trial
+        # a malformed target, or one the task never reports, fails now, not in every trial
+        check_target_metric(parse_target(args.target), (r.task for r in plan.recipes.values()))
     if args.eval_every is not None and (args.eval_every < 1 or not args.target):
         raise AccelError("--eval-every N needs N >= 1 and a --target")
     out = Path(args.out) if args.out else default_out(plan.name, kind="bench")
@@ -160,7 +162,23 @@ def bench(args: argparse.Namespace) -> int:
     report, _ = run_bench(plan, out, settings, args.trials, command=shlex.join(["accel", *args.argv]))
     print(out)
     print(summary_text(report))
-    return 130 if report.interrupted else 0
+    if report.interrupted:
+        return 130
+    if not any(v.ok_trials for v in report.variants):  # a report of failures only is not a measurement
+        print(f"error: {_all_failed(report, out)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _all_failed(report, out: Path) -> str:
+    from ..bench.report import failed_lines
+
+    failed = failed_lines(report)
+    first = failed[0] if failed else "no trial ran"
+    return (
+        f"every trial failed ({len(failed)} of {len(failed)}), so nothing was measured; each trial's log is under "
+        f"{out / 'trials'}. The first: {first}"
+    )
 
 
 def parse_duration(text: str) -> float:
@@ -170,8 +188,8 @@ def parse_duration(text: str) -> float:
         seconds = float(text.strip()[:-1] if scale else text) * (scale or 1)
     except ValueError:
         raise argparse.ArgumentTypeError(f"`{text}` is not a duration: use e.g. 900, 90s, 15m or 1.5h") from None
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"the budget must be positive, got `{text}`")
+    if not 0 < seconds < math.inf:  # NaN fails every comparison: `seconds <= 0` let it through
+        raise argparse.ArgumentTypeError(f"the budget must be a positive, finite duration, got `{text}`")
     return seconds
 
 
@@ -179,7 +197,7 @@ def tune(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from ..bench.runner import TrialSettings
-    from ..bench.target import parse_target
+    from ..bench.target import check_target_metric, parse_target
     from ..bench.tune import NOTHING_MEASURED, Objective, check_fragment_out, table, time_settings, write_fragment
     from ..bench.tune import tune as run_tune
     from ..io import default_out
@@ -199,11 +217,13 @@ def tune(args: argparse.Namespace) -> int:
     if not knobs:
         raise AccelError("nothing to tune: every knob was given an empty list.")
     work = Path(args.work) if args.work else default_out(base.name, kind="tune")
-    check_results_out(work, "tune")
+    check_results_out(work, "tune", "--work")
     out, reads = Path(args.out) if args.out else work / "tuned.yaml", recipe_files(find_recipe(args.recipe))
     check_fragment_out(out, reads)  # now, not after a search of minutes
     settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache, evaluate=False)
     objective = Objective(args.objective, parse_target(args.target) if args.target else None)
+    if objective.target is not None:
+        check_target_metric(objective.target, [base.task])
     if time:
         settings = time_settings(settings, base, args.eval_batches)
     try:

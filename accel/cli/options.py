@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from ..errors import AccelError
 
@@ -47,5 +48,8 @@ def check_trial_options(args: argparse.Namespace) -> None:
         raise AccelError(
             f"need --steps >= 1, --warmup >= 0 and --trials >= 1; got {args.steps}, {args.warmup}, {args.trials}."
         )
-    if args.timeout is not None and args.timeout <= 0:
-        raise AccelError(f"--timeout must be a positive number of seconds, got {args.timeout}.")
+    # `not > 0`, not `<= 0`: NaN compares false both ways, and was taken as no limit at all
+    if args.timeout is not None and not (0 < args.timeout < math.inf):
+        raise AccelError(
+            f"--timeout must be a positive, finite number of seconds, got {args.timeout}; leave it out for no limit."
+        )

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ..io import check_creatable
 from ..rundir import check_results_out
 from .config import ExportConfig
 from .errors import ExportError, QuantizeError
@@ -52,6 +54,7 @@ def export_run(path: str | Path, config: ExportConfig | None = None) -> dict[str
         check_results_out(config.out, "export")
     source = load_source(path)
     out = config.out or default_out(source.run_dir, config)
+    check_creatable(out)  # the default too: a run directory may be read-only
     out.mkdir(parents=True, exist_ok=True)
     threads = config.threads or torch.get_num_threads()
     variants, extras = _variants(source, config, out, threads)
@@ -76,13 +79,31 @@ def export_run(path: str | Path, config: ExportConfig | None = None) -> dict[str
     if report["validation"]["note"]:
         log.warning("%s", report["validation"]["note"])
     if not report["verified"]:
-        raise ExportError(
-            f"The {config.format} export's logits differ from PyTorch's by up to "
-            f"{report['verification']['max_abs_diff']:.3g} on the validation set, more than --atol "
-            f"{config.atol:g} (see {out / 'export.json'}). Try another --format, or raise --atol if "
-            "that is acceptable."
-        )
+        raise ExportError(_unverified(report, config, evaluations, out / "export.json"))
     return report
+
+
+def _unverified(report: dict[str, Any], config: ExportConfig, evaluations: dict, written: Path) -> str:
+    """Why the export failed its check, with advice only where it can help: no --atol is wide enough for NaN."""
+    checked = report["verification"]
+    diff = checked["max_abs_diff"]
+    if math.isfinite(diff):
+        return (
+            f"The {config.format} export's logits differ from PyTorch's by up to {diff:.3g} on the validation set, "
+            f"more than --atol {config.atol:g} (see {written}). Try another --format, or raise --atol if that is "
+            "acceptable."
+        )
+    if not torch.isfinite(evaluations[checked["compared_with"]].logits).all():
+        return (
+            "The model's own logits hold NaN or infinity on the validation set (the weights of a run that "
+            f"diverged), so its {config.format} export predicts nothing and cannot be checked (see {written}). "
+            "Train again with a lower learning rate or gradient clipping (train.clip_grad_norm), or export an "
+            "earlier checkpoint of the run (an epoch-NNN.pt, with checkpoint.keep) if it kept one."
+        )
+    return (
+        f"The {config.format} export's logits hold NaN or infinity on the validation set where PyTorch's are "
+        f"finite (see {written}). Try another --format."
+    )
 
 
 def _latency_inputs(source: Source, batch_size: int) -> dict[str, torch.Tensor]:

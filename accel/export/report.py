@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import platform
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..io import write_atomic
+from ..io import strict_json, write_atomic
 from ..rundir import read_summary
 
 PACKAGES = ("torch", "onnx", "onnxruntime", "onnxscript")
@@ -86,6 +85,12 @@ def _trained_accuracy(source) -> dict[str, Any]:
     if said is None:
         return {"accuracy_reported_by_training": None, "note": None}
     status = said.get("status", "completed")
+    if status == "diverged":  # resuming would continue from the weights that diverged: no advice to resume
+        return {
+            "accuracy_reported_by_training": None,
+            "note": f"the run diverged: {source.checkpoint.name} holds the last weights it kept, not those of "
+            "its last evaluation, so training's val_accuracy is not compared with the export's",
+        }
     if status != "completed":
         return {
             "accuracy_reported_by_training": None,
@@ -113,7 +118,7 @@ def _versions() -> dict[str, str | None]:
 
 def write_report(report: dict[str, Any], out: Path) -> Path:
     """export.json in `out`, written whole or not at all."""
-    return write_atomic(out / "export.json", json.dumps(report, indent=2) + "\n")
+    return write_atomic(out / "export.json", strict_json(report, indent=2) + "\n")  # a diverged model's NaN: null
 
 
 def render_table(report: dict[str, Any]) -> str:

@@ -29,6 +29,7 @@ __all__ = [
     "Regression",
     "as_task",
     "build_task",
+    "reported_metrics",
 ]
 
 
@@ -48,3 +49,8 @@ def as_task(task: Task | Callable | None = None, loss_fn: Callable | None = None
 def build_task(cfg: Any, loss: nn.Module) -> Task:
     """The task a recipe's `task:` section names; `loss` is the recipe's `loss:` (classification, language_model)."""
     return TASKS.get(cfg.name).from_config(cfg, loss)
+
+
+def reported_metrics(cfg: Any) -> frozenset[str] | None:
+    """The validation metrics the task a recipe's `task:` section names may report; None: known only once it runs."""
+    return TASKS.get(cfg.name).reported_metrics(cfg)

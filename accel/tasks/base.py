@@ -53,6 +53,12 @@ class Task(ABC):
     name = "task"
     main_metric = ("val_loss", "min")  # what "better results" means: a metric and whether to minimise it
 
+    @classmethod
+    def reported_metrics(cls, cfg: Any) -> frozenset[str] | None:
+        """The validation metrics a task built from `cfg` may report, so a `--target` naming another fails before
+        any trial runs; None where only running the task can tell (a user's task may add its own)."""
+        return None
+
     @abstractmethod
     def loss(self, model: Any, batch: Any) -> torch.Tensor:
         """The training loss of `model` on `batch` (a scalar tensor)."""

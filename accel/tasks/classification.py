@@ -28,6 +28,10 @@ class Classification(Task):
         name: Literal["classification"] = "classification"
 
     @classmethod
+    def reported_metrics(cls, cfg: Config) -> frozenset[str]:
+        return frozenset({"val_loss", "val_accuracy"})  # accuracy only where the outputs are class scores
+
+    @classmethod
     def from_config(cls, cfg: Config, loss: nn.Module) -> Classification:
         return cls(loss)
 

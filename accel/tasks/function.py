@@ -57,6 +57,10 @@ class ModelLoss(FunctionTask):
         name: Literal["model_loss"] = "model_loss"
 
     @classmethod
+    def reported_metrics(cls, cfg: Config) -> frozenset[str]:
+        return frozenset({"val_loss"})
+
+    @classmethod
     def from_config(cls, cfg: Config, loss: nn.Module) -> ModelLoss:
         return cls()
 
@@ -88,6 +92,10 @@ class ImportedTask:
     class Config(StrictModel):
         name: str = Field(pattern=r"^[\w.]+:[\w.]+$", description="`package.module:attribute`")
         args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for a Task class")
+
+    @staticmethod
+    def reported_metrics(cfg: Config) -> None:
+        return None  # the user's task: its metrics are known once it runs
 
     @staticmethod
     def from_config(cfg: Config, loss: nn.Module) -> Task:

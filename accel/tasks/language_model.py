@@ -55,6 +55,11 @@ class LanguageModel(Task):
         )
 
     @classmethod
+    def reported_metrics(cls, cfg: Config) -> frozenset[str]:
+        plain = {"val_loss", "val_perplexity", "val_bits_per_token"}
+        return frozenset(plain | ({"val_accuracy"} if cfg.accuracy else set()))
+
+    @classmethod
     def from_config(cls, cfg: Config, loss: nn.Module) -> LanguageModel:
         return cls(
             label_smoothing=getattr(loss, "label_smoothing", 0.0),

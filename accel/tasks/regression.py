@@ -28,6 +28,10 @@ class Regression(Task):
         loss: Literal["mse", "l1", "smooth_l1"] = Field("mse", description="the training loss")
 
     @classmethod
+    def reported_metrics(cls, cfg: Config) -> frozenset[str]:
+        return frozenset({"val_loss", "val_mse", "val_mae"})
+
+    @classmethod
     def from_config(cls, cfg: Config, loss: nn.Module) -> Regression:
         return cls(cfg.loss)
 

@@ -133,7 +133,7 @@ def test_bench_and_tune_refuse_an_out_that_holds_results(held, said, tiny, write
     ):
         assert main(argv) == 2
         err = capsys.readouterr().err
-        assert f"error: {out} {said}; accel never overwrites one. Choose another --out" in err
+        assert f"error: {out} {said}; accel never overwrites one. Choose another {argv[-2]}" in err
     assert sorted(p.name for p in out.iterdir()) == [held]  # nothing written beside it
 
 

@@ -7,6 +7,7 @@ tests/bench/data holds files written by `accel bench` before the records were ty
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -55,10 +56,20 @@ def test_a_trial_record_on_disk_keeps_its_keys(name):
     assert json.loads(trial.to_json()) == json.loads(text)
 
 
-def test_a_trial_keeps_nan_in_its_own_file_and_writes_null_in_a_report():
-    trial = Trial(variant="v", trial=0, error=None, samples_per_s=1.0, final_loss=float("nan"))
-    assert '"final_loss": NaN' in trial.to_json()  # a diverged loss reads as diverged to the runner
-    assert trial.to_data()["final_loss"] is None  # JSON has no NaN
+def test_a_trial_keeps_nan_in_its_own_file_as_strict_json_and_writes_null_in_a_report():
+    evals = [{"step": 2, "wall_s": 1.5, "value": float("nan")}]
+    trial = Trial(variant="v", trial=0, error="NaN", samples_per_s=1.0, final_loss=float("nan"), target_evals=evals)
+    trial = trial.updated(step_times_s=[0.1, float("inf")], load={"low": float("-inf")})
+    text = trial.to_json()
+
+    def refuse(constant):
+        raise AssertionError(f"the trial's file holds a bare {constant}")
+
+    assert json.loads(text, parse_constant=refuse)["final_loss"] == "NaN"  # every JSON parser reads it
+    read = Trial.model_validate_json(text)  # and the runner reads a diverged loss as diverged, not as missing
+    assert math.isnan(read.final_loss) and math.isnan(read.target_evals[0]["value"])
+    assert read.step_times_s == [0.1, math.inf] and read.load == {"low": -math.inf} and read.error == "NaN"
+    assert trial.to_data()["final_loss"] is None  # a report's JSON: null
     assert set(Trial(error="boom").to_data()) == {"error"}  # a record writes only what it was given
 
 

@@ -133,6 +133,9 @@ def test_plan_resolves_each_variant_on_top_of_set(tiny, write_recipe):
         (["--ablate"], "at least one enabled speed-up"),
         (["--vary", "data.batch_size=0,8"], "variant `data.batch_size=0`"),
         (["--vary", "data.batch_size=8,16", "--steps", "0"], "--steps >= 1"),
+        # NaN compares false both ways: it was taken as no limit
+        (["--vary", "data.batch_size=8,16", "--timeout", "nan"], "--timeout must be a positive, finite number"),
+        (["--vary", "data.batch_size=8,16", "--timeout", "inf"], "leave it out for no limit"),
     ],
 )
 def test_bad_bench_input_exits_2(tiny, write_recipe, capsys, argv, message):
@@ -288,3 +291,18 @@ def test_ablation_names_that_start_with_a_dash_reach_the_trial_intact(tmp_path):
     argv = trial_argv(tmp_path / "r.yaml", TrialSettings(5, 1), tmp_path / "t.json", "-amp", 2)
     args = _parser().parse_args(argv[3:])
     assert args.variant == "-amp" and args.trial == 2 and args.steps == 5
+
+
+def test_a_bench_whose_every_trial_failed_exits_1_and_says_so(tiny, write_recipe, tmp_path, capsys):
+    out = tmp_path / "bench"
+    # both sizes exceed the 51 training samples: every trial raises in its process
+    argv = ["bench", str(write_recipe(tiny)), "--vary", "data.batch_size=4096,8192", "--trials", "1", "--steps", "1"]
+    assert main([*argv, "--warmup", "0", "--timeout", "120", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("error: ") == 1 and "Traceback" not in err
+    said = err[err.index("error: ") :]
+    assert said.startswith("error: every trial failed (2 of 2), so nothing was measured; each trial's log is under ")
+    assert "The first: data.batch_size=4096 trial 0: " in said and "training loader yields no batches" in said
+    report = json.loads((out / "report.json").read_text())  # the failures are still reported
+    assert [v["ok_trials"] for v in report["variants"]] == [0, 0] and (out / "report.md").is_file()
+    assert len(list((out / "trials").glob("*.log"))) == 2

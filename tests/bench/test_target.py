@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from accel.bench.target import Target, parse_target
+from accel.bench.target import Target, check_target_metric, parse_target
+from accel.bench.trial import main as trial_main
 from accel.cli import main
 from accel.errors import AccelError
 
@@ -59,26 +60,74 @@ def test_bench_reports_the_time_to_a_target_and_who_never_reached_it(tiny, write
 
 
 def test_a_metric_the_task_does_not_report_fails_the_trial(tiny, write_recipe, tmp_path):
-    out = tmp_path / "bench"
+    # what is left when the check before the trials cannot tell (a user's task): the trial fails at its first eval
+    out = tmp_path / "t.json"
     argv = [
-        "bench",
         str(write_recipe(tiny)),
-        "--vary",
-        "data.batch_size=8",
         "--steps",
         "2",
         "--warmup",
         "0",
-        "--trials",
-        "1",
-        "--out",
+        "--json",
         str(out),
         "--target",
         "val_perplexity=3",
     ]
-    assert main(argv) == 0
-    report = json.loads((out / "report.json").read_text())
-    assert "the task reports no `val_perplexity`" in report["variants"][0]["trials"][0]["error"]
+    assert trial_main(argv) == 1
+    assert "the task reports no `val_perplexity`" in json.loads(out.read_text())["error"]
+
+
+@pytest.mark.parametrize(
+    "task, target, said",
+    [
+        (
+            {},
+            "val_acc=0.9",
+            "the `classification` task reports no `val_acc` (did you mean `val_accuracy`?); its "
+            "metrics: val_accuracy, val_loss.",
+        ),
+        ({"name": "regression"}, "val_accuracy=0.9", "the `regression` task reports no `val_accuracy`"),
+        (
+            {"name": "language_model", "accuracy": False},
+            "val_accuracy=0.5",
+            "its metrics: val_bits_per_token, val_loss, val_perplexity.",
+        ),
+    ],
+)
+def test_bench_refuses_a_target_metric_the_task_never_reports_before_any_trial(
+    monkeypatch, tiny, write_recipe, tmp_path, capsys, task, target, said
+):
+    from accel.bench import runner
+
+    monkeypatch.setattr(runner, "run_bench", lambda *args, **kwargs: pytest.fail("the trials started"))
+    tiny["task"] = task or {"name": "classification"}
+    out = tmp_path / "bench"
+    argv = ["bench", str(write_recipe(tiny)), "--vary", "data.batch_size=8,16", "--target", target, "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --target {target}: ") and said in err and "Traceback" not in err
+    assert err.count("\n") == 1 and not out.exists()
+
+
+def test_a_user_task_is_not_judged_before_it_runs(tiny):
+    from accel.recipe import validate_recipe
+    from accel.tasks import reported_metrics
+
+    user = validate_recipe({**tiny, "task": {"name": "my_pkg.tasks:Segmentation"}}).task
+    assert reported_metrics(user) is None  # it may report its own metrics: only a trial can tell
+    check_target_metric(Target("val_iou", 0.5), [user])
+
+
+def test_tune_refuses_a_target_metric_the_task_never_reports_before_the_search(
+    monkeypatch, tiny, write_recipe, tmp_path, capsys
+):
+    from accel.bench import tune as tune_module
+
+    monkeypatch.setattr(tune_module, "tune", lambda *args, **kwargs: pytest.fail("the search started"))
+    argv = ["tune", str(write_recipe(tiny)), "--objective", "time", "--target", "val_perplexity=3"]
+    assert main([*argv, "--work", str(tmp_path / "work")]) == 2
+    err = capsys.readouterr().err
+    assert "the `classification` task reports no `val_perplexity`" in err and not (tmp_path / "work").exists()
 
 
 def test_a_trial_trains_on_samples_records_its_curve_without_its_evaluations_and_stops_at_the_target(

@@ -150,3 +150,31 @@ def test_a_run_fine_tuned_from_a_weights_file_exports_without_it(tiny_run, tmp_p
     (run / "recipe.yaml").write_text(yaml.safe_dump(recipe))
     report = export_run(run, ExportConfig(**QUICK))
     assert report["validation"]["accuracy_reported_by_training"] is not None
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the exporter folds huge weights
+def test_a_diverged_run_writes_strict_json_and_no_advice_that_cannot_apply(tiny_run, tmp_path, capsys):
+    run, out = tmp_path / "run", tmp_path / "export"
+    shutil.copytree(tiny_run, run, ignore=shutil.ignore_patterns("export"))
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps(summary | {"status": "diverged", "diverged_at_step": 9}))
+    last = run / "checkpoints" / "last.pt"
+    state = torch.load(last, weights_only=True)
+    for tensor in state["model"].values():  # finite weights whose outputs overflow, as a diverged run keeps
+        if tensor.is_floating_point():
+            tensor.mul_(1e30)
+    torch.save(state, last)
+    argv = ["export", str(run), "--out", str(out), "--runs", "2", "--warmup", "0", "--batch-size", "8"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "error: The model's own logits hold NaN or infinity on the validation set" in err
+    assert "atol" not in err and "Traceback" not in err
+    text = (out / "export.json").read_text()
+
+    def refuse(constant):
+        raise AssertionError(f"export.json holds a bare {constant}")
+
+    report = json.loads(text, parse_constant=refuse)  # what every JSON parser reads: no NaN, no Infinity
+    assert report["verified"] is False and report["verification"]["max_abs_diff"] is None
+    note = report["validation"]["note"]
+    assert note.startswith("the run diverged: last.pt holds the last weights it kept") and "Resume" not in note

@@ -6,7 +6,6 @@ simulated measurements.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -14,6 +13,7 @@ from typing import Any, Protocol
 from rich.console import Console
 
 from ...errors import AccelError
+from ...io import strict_json, write_atomic
 from ...load import busy_note
 from ...recipe import Recipe
 from .. import runner
@@ -295,7 +295,7 @@ def tune(
             # knobs chosen one by one, slower together (by either reading: tuning must never cost speed)
             result.final.reverted, result.chosen = dict(result.chosen), {}
     result.target = str(objective.target) if objective.target else None
-    (work / "tune.json").write_text(json.dumps(result.to_data(), indent=2, default=str) + "\n")
+    write_atomic(work / "tune.json", strict_json(result.to_data(), indent=2) + "\n")  # NaN as null: any parser reads it
     return result
 
 

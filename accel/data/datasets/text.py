@@ -4,6 +4,7 @@ windows without padding; the validation split is the stream's tail, so it never 
 
 from __future__ import annotations
 
+import math
 import sysconfig
 from pathlib import Path
 from typing import Any, Literal
@@ -33,9 +34,9 @@ class TokenChunks(Dataset):
 
     in_memory = True  # indexing is a cheap gather: no loader workers needed
 
-    def __init__(self, tokens: np.ndarray, context: int, layout: str = "pairs"):
+    def __init__(self, tokens: np.ndarray, context: int, layout: str = "pairs", what: str = "the set"):
         if len(tokens) < context + 1:
-            raise DataError(f"{len(tokens)} tokens cannot fill one window of context {context} plus its target")
+            raise _too_short(what, len(tokens), context)
         self.tokens, self.context, self.layout = tokens, context, layout
         self._offsets = np.arange(context + 1)
 
@@ -58,23 +59,44 @@ class TokenChunks(Dataset):
         return GatheredBatch(_int64(window[:, :-1]), _int64(window[:, 1:]))
 
 
+def _too_short(what: str, tokens: int, context: int) -> DataError:
+    return DataError(
+        f"{what} holds {tokens} tokens, too few to fill one window of context {context} plus its target "
+        f"({context + 1} tokens): give more tokens, or lower data.dataset.context."
+    )
+
+
 def _int64(ids: np.ndarray) -> torch.Tensor:
     """A C-contiguous int64 tensor of `ids` (any stored dtype, any strides)."""
     return torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64))
 
 
 def split_tail(tokens: np.ndarray, cfg: TextConfig) -> tuple[TokenChunks, TokenChunks | None]:
-    """The first (1 - val_fraction) of the stream trains, the rest validates."""
-    n_val = int(len(tokens) * cfg.val_fraction)
-    if len(tokens) - n_val < cfg.context + 1 <= len(tokens):
+    """The first (1 - val_fraction) of the stream trains, the rest validates. A split too short for one window
+    is named with the share that made it: the whole stream may be long enough."""
+    total, window = len(tokens), cfg.context + 1
+    n_val = int(total * cfg.val_fraction)
+    if total < window:
+        raise _too_short("the set", total, cfg.context)
+    if total - n_val < window:
         raise DataError(
-            f"data.dataset.val_fraction {cfg.val_fraction:g} holds out {n_val} of {len(tokens)} tokens "
-            f"for validation and leaves {len(tokens) - n_val}, too few for one training window of "
+            f"data.dataset.val_fraction {cfg.val_fraction:g} holds out {n_val} of {total} tokens "
+            f"for validation and leaves {total - n_val}, too few for one training window of "
             f"context {cfg.context} plus its target: lower data.dataset.val_fraction (or "
             "data.dataset.context)."
         )
-    train = TokenChunks(tokens[: len(tokens) - n_val], cfg.context, cfg.layout)
-    return train, TokenChunks(tokens[len(tokens) - n_val :], cfg.context, cfg.layout) if n_val else None
+    if 0 < n_val < window:
+        enough = math.ceil(window / total * 100) / 100  # a round share that holds out a window
+        fits = total - int(total * enough) >= window  # and leaves one to train on
+        fix = f"raise data.dataset.val_fraction to {enough:g} or more, " if fits else ""
+        raise DataError(
+            f"data.dataset.val_fraction {cfg.val_fraction:g} holds out the last {n_val} of {total} tokens for "
+            f"validation, too few for one validation window of context {cfg.context} plus its target ({window} "
+            f"tokens): {fix}lower data.dataset.context, or set data.dataset.val_fraction: 0 to train without "
+            "validation."
+        )
+    train = TokenChunks(tokens[: total - n_val], cfg.context, cfg.layout)
+    return train, TokenChunks(tokens[total - n_val :], cfg.context, cfg.layout) if n_val else None
 
 
 def token_splits(train: TokenChunks, val: TokenChunks | None, vocab_size: int, context: int) -> Splits:
@@ -147,7 +169,8 @@ class TokenFile:
             train, val = split_tail(tokens, cfg)
         else:
             val_tokens = map_tokens(cfg.val_path, cfg.dtype)
-            train, val = TokenChunks(tokens, cfg.context, cfg.layout), TokenChunks(val_tokens, cfg.context, cfg.layout)
+            train = TokenChunks(tokens, cfg.context, cfg.layout, f"token_file: {cfg.path}")
+            val = TokenChunks(val_tokens, cfg.context, cfg.layout, f"token_file: val_path {cfg.val_path}")
         largest = max(int(part.tokens.max()) for part in (train, val) if part is not None)
         vocab = cfg.vocab_size or largest + 1
         if largest >= vocab:
