@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import devices
+from . import devices, script_trial
 from .anatomy import Anatomy
 from .batches import map_tensors
 from .distributed import World, init_process_group, world_from_env
@@ -66,6 +66,7 @@ class Engine(OwnLoop):
         run's records (metrics.jsonl from `log`, summary.json at `close`). `grad_accum`: micro-batches per
         optimizer step; all but a step's last skip the gradient reduction, and where the engine runs the step
         itself (the Trainer, `compile_step`) it divides the loss by it; a loop's own `backward` never divides."""
+        settings = None  # the Trainer's engine: built speed-ups, no settings of a script's own
         self.from_script = not _built(speedups)  # a hand-written loop's settings, not a recipe's
         if self.from_script:
             settings = engine_settings(speedups, str(device), strategy if isinstance(strategy, str) else None)
@@ -95,6 +96,7 @@ class Engine(OwnLoop):
         self.out = Path(out) if out is not None else None
         self.logged: list[dict[str, Any]] = []  # what the loop reported through `log`
         self._loop = LoopState()
+        self._trial = script_trial.attach(self, settings)  # None unless `accel bench` runs the script
 
     # ---- what it trains -----------------------------------------------------------------------------
     def attach(self, module: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any = None) -> None:

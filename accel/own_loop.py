@@ -269,6 +269,8 @@ class OwnLoop:
                 "forward as well as the backward (DDP prepares the gradient reduction in the forward)"
             )
         loop.forward_synced = None
+        if self._trial is not None:
+            self._trial.loss(loss)
         try:
             self.strategy.backward(loss)
         finally:
@@ -311,6 +313,8 @@ class OwnLoop:
                 loop.samples,
                 loop.tokens,
             )
+        if self._trial is not None:  # `accel bench` times this step (accel.script_trial)
+            self._trial.stepped()
 
     @contextmanager
     def no_sync(self: Engine, model: nn.Module) -> Iterator[None]:
@@ -342,6 +346,8 @@ class OwnLoop:
             if boundary:
                 loop.micro_batches = 0
             self.after_batch()
+            if self._trial is not None:
+                self._trial.loss(loss, self.grad_accum)
             if boundary:
                 self._stepped()
             return loss.detach()

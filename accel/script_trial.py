@@ -1,0 +1,173 @@
+"""A bench trial inside a user's own script: `accel bench -- python train.py` runs the script with these variables,
+and the script's engine measures its own optimizer steps, writes a `Trial` record and ends the process (exit 0).
+
+- `ACCEL_TRIAL=PATH`: where the record goes; without it the engine holds no trial and pays one attribute test a
+  step (`engine._trial is None`).
+- `ACCEL_TRIAL_WARMUP=W`, `ACCEL_TRIAL_STEPS=N`: the record is written after W untimed (compilation happens there)
+  and N timed optimizer steps.
+- `ACCEL_TRIAL_PROBE=1`: write what the engine was given (speed-ups, device, strategy) and exit at once, before
+  anything is set up: the bench asks this first, to know the script's speed-ups and that it uses an engine at all.
+
+The device is synchronised after every step, so a step's time is its real time: from the end of the previous
+optimizer step to the end of this one, the loop's own work (data, logging) included, as its user waits for it.
+A script that ends (or crashes) before its steps are done leaves a record saying so.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import statistics
+import sys
+import time
+import traceback
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from . import devices
+from .io import strict_json, write_atomic
+
+if TYPE_CHECKING:
+    from .engine import Engine
+    from .engine_settings import Settings
+
+PATH, STEPS, WARMUP, PROBE = "ACCEL_TRIAL", "ACCEL_TRIAL_STEPS", "ACCEL_TRIAL_WARMUP", "ACCEL_TRIAL_PROBE"
+LAST_LOSS_STEPS = 5  # final_loss: the mean of the last timed steps' losses, as a recipe's trial has it
+
+
+def attach(engine: Engine, settings: Settings | None) -> ScriptTrial | None:
+    """The trial the bench asked for (None without ACCEL_TRIAL, or for the Trainer's engine: `settings` None)."""
+    path = os.environ.get(PATH)
+    if not path or settings is None:
+        return None
+    if os.environ.get(PROBE) == "1":
+        _probe(engine, settings, path)
+    return ScriptTrial(engine, path, int(os.environ.get(WARMUP, "0")), int(os.environ.get(STEPS, "1")))
+
+
+def _probe(engine: Engine, settings: Settings, path: str) -> None:
+    given = {
+        "speedups": {name: config.model_dump(mode="json") for name, config in settings.speedups.items()},
+        "device": settings.device,
+        "strategy": settings.strategy,
+        "skipped_speedups": engine.skipped_speedups,
+    }
+    if engine.world.is_main:
+        write_atomic(path, strict_json(given))
+    raise SystemExit(0)
+
+
+class ScriptTrial:
+    """Counts the engine's optimizer steps and times each; after warm-up + steps, writes the record and exits."""
+
+    def __init__(self, engine: Engine, path: str, warmup: int, steps: int):
+        self.engine, self.path, self.warmup, self.steps = engine, path, warmup, steps
+        self.created = time.perf_counter()
+        self.marks: list[dict[str, Any]] = []  # at the end of each optimizer step: time and the engine's counts
+        self.losses: list[torch.Tensor] = []  # this step's losses, as the loop gave them (device tensors: no sync)
+        self.step_losses: list[torch.Tensor] = []
+        self.done = False
+        self.failure: str | None = None
+        devices.reset_peak_memory(engine.device)
+        self._excepthook = sys.excepthook
+        sys.excepthook = self._crashed
+        atexit.register(self._ended_early)
+
+    def loss(self, loss: torch.Tensor, share: int = 1) -> None:
+        """A micro-batch's loss: the loop's backward gets its share of the step already (it divides by its
+        micro-batches itself); a compiled step's is whole (`share`: the engine divides it)."""
+        self.losses.append(loss.detach().float() / share)
+
+    def stepped(self) -> None:
+        """The end of an optimizer step (the engine counted it)."""
+        devices.synchronize(self.engine.device)
+        loop = self.engine._loop
+        self.marks.append(
+            {"t": time.perf_counter(), "samples": loop.samples, "tokens": loop.tokens, "data_s": loop.data_s}
+        )
+        self.step_losses.append(torch.stack(self.losses).sum() if self.losses else torch.tensor(float("nan")))
+        self.losses = []
+        if len(self.marks) >= self.warmup + self.steps:
+            self._write(self.record())
+            self.done = True
+            raise SystemExit(0)
+
+    def record(self) -> dict[str, Any]:
+        """The figures of `accel.bench.records.Trial`, from the engine's own counts."""
+        engine, loop = self.engine, self.engine._loop
+        setup_end = loop.started  # when eng.setup ended: the speed-ups were set up
+        starts = [setup_end] + [m["t"] for m in self.marks[:-1]]
+        before = [{"samples": 0, "tokens": 0, "data_s": 0.0}] + self.marks[:-1]
+        steps = [_delta(m, b, m["t"] - s) for m, b, s in zip(self.marks, before, starts)]
+        timed, setup_s = steps[self.warmup :], setup_end - self.created
+        total = sum(s["s"] for s in timed)
+        tokens = sum(s["tokens"] for s in timed)
+        losses = torch.stack(self.step_losses).tolist()  # one device sync, at the end
+        compiled = engine.summary()["speedup_metrics"].get("compile") or {}
+        return {
+            "samples_per_s": sum(s["samples"] for s in timed) / total if total > 0 else None,
+            "median_step_samples_per_s": _median([s["samples"] / s["s"] for s in timed if s["s"] > 0]),
+            "tokens_per_s": tokens / total if tokens and total > 0 else None,
+            "step_times_s": [s["s"] for s in timed],
+            # only a loader the engine set up is timed: without one the wait is unknown, not zero
+            "data_wait_fraction": sum(s["data_s"] for s in timed) / total
+            if engine.train_loader is not None and total
+            else None,
+            "setup_s": setup_s,
+            "first_step_s": setup_s + steps[0]["s"],
+            "warmup_s": setup_s + sum(s["s"] for s in steps[: self.warmup]),
+            "final_loss": _mean(losses[self.warmup :][-LAST_LOSS_STEPS:]),
+            "step_losses": losses,
+            "steps": len(timed),
+            "peak_memory_mb": devices.peak_memory_mb(engine.device),
+            "grad_accum": engine.grad_accum,
+            "wall_s": time.perf_counter() - self.created,
+            "skipped_speedups": engine.skipped_speedups,
+            **{k: compiled.get(v) for k, v in COMPILE_FIGURES.items() if compiled},
+            "env": devices.environment(engine.device),
+        }
+
+    def _write(self, record: dict[str, Any]) -> None:
+        from .bench.records import Trial  # validated as the runner reads it; NaN stays NaN (a diverged loss)
+
+        if self.engine.world.is_main:
+            write_atomic(self.path, Trial.model_validate(record).to_json())
+
+    def _crashed(self, kind, value, tb) -> None:
+        self.failure = "".join(traceback.format_exception(kind, value, tb))
+        self._excepthook(kind, value, tb)
+
+    def _ended_early(self) -> None:
+        """At exit before the record: the script crashed (its traceback) or ran out of steps first."""
+        if self.done:
+            return
+        asked = self.warmup + self.steps
+        self._write(
+            {
+                "error": self.failure
+                or f"the script ended after {len(self.marks)} of the {asked} optimizer steps the bench asked for "
+                f"({self.warmup} warm-up + {self.steps}): give it more steps through its own arguments, or fewer "
+                "--steps/--warmup"
+            }
+        )
+
+
+COMPILE_FIGURES = {"compile_s": "seconds", "graph_breaks": "graph_breaks", "recompiles": "recompiles"}
+
+
+def _delta(mark: dict[str, Any], before: dict[str, Any], seconds: float) -> dict[str, Any]:
+    return {
+        "s": seconds,
+        "samples": mark["samples"] - before["samples"],
+        "tokens": mark["tokens"] - before["tokens"],
+        "data_s": mark["data_s"] - before["data_s"],
+    }
+
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
