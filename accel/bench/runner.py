@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -273,18 +273,28 @@ def trial_argv(recipe: Path, settings: TrialSettings, json_path: Path, variant: 
     ]
 
 
-def _run_job(index: int, trial: int, variant: str, recipe: Path, out: Path, settings: TrialSettings) -> Trial:
+class Launch(Protocol):
+    """How a variant's trial starts when it is not a recipe file: a user's script (accel.bench.script)."""
+
+    def launch(self, settings: TrialSettings, json_path: Path) -> tuple[list[str], dict[str, str]]:
+        """The command line and the environment variables it adds."""
+
+
+def _run_job(index: int, trial: int, variant: str, recipe: Path | Launch, out: Path, settings: TrialSettings) -> Trial:
     stem = _slug(index, f"{variant}-t{trial}")
     json_path, log_path = out / "trials" / f"{stem}.json", out / "trials" / f"{stem}.log"
     if settings.warm_cache:
         cache = (out / "inductor-cache").resolve()
     else:
         cache = Path(tempfile.mkdtemp(prefix="accel-inductor-"))
-    argv = trial_argv(recipe, settings, json_path, variant, trial)
+    if isinstance(recipe, Path):
+        argv, added = trial_argv(recipe, settings, json_path, variant, trial), {}
+    else:
+        argv, added = recipe.launch(settings, json_path.resolve())
     started, tick = time.time(), time.perf_counter()
     try:
         with load.watched() as machine:  # other processes' share of the cores while the trial ran
-            result = run_trial_process(argv, json_path, log_path, settings.timeout, trial_env(cache))
+            result = run_trial_process(argv, json_path, log_path, settings.timeout, trial_env(cache) | added)
     finally:
         if not settings.warm_cache:
             shutil.rmtree(cache, ignore_errors=True)
@@ -332,7 +342,7 @@ class TrialResults(list):
 
 
 def run_trials(
-    jobs: list[tuple[int, str, Path]],
+    jobs: list[tuple[int, str, Path | Launch]],
     out: str | Path,
     settings: TrialSettings,
     console: Console | None = None,
@@ -389,10 +399,33 @@ def run_bench(
     out = Path(out)
     files = write_recipes(plan.recipes, out)
     jobs = [(t, v.name, files[v.name]) for t, v in interleave(plan.variants, trials)]
+    configs = {name: recipe.dump() for name, recipe in plan.recipes.items()}
+    run = BenchRun(plan.variants, plan.baseline, str(plan.recipe_path), configs, settings, trials, command)
+    return run_and_report(run, jobs, out, console)
+
+
+@dataclass
+class BenchRun:
+    """What a report says ran: the variants, the recipe (or script) and each variant's configuration."""
+
+    variants: list[Variant]
+    baseline: str
+    source: str  # the recipe file, or the script's command line
+    configs: dict[str, dict[str, Any]]  # report.json's `recipes`: each variant's resolved settings
+    settings: TrialSettings
+    trials: int
+    command: str | None = None
+
+
+def run_and_report(
+    run: BenchRun, jobs: list[tuple[int, str, Path | Launch]], out: Path, console: Console | None = None
+) -> tuple[Report, dict[str, Path]]:
+    """Run the jobs (interleaved already) and write the report of the finished trials into `out`."""
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    results = run_trials(jobs, out, settings, console)
+    results = run_trials(jobs, out, run.settings, console)
+    settings = run.settings
     extra = {
-        "recipe": str(plan.recipe_path),
+        "recipe": run.source,
         "started": started,
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "interrupted": len(results) < len(jobs),
@@ -400,17 +433,17 @@ def run_bench(
         "settings": {
             "steps": settings.steps,
             "warmup": settings.warmup,
-            "trials": trials,
+            "trials": run.trials,
             "timeout_s": settings.timeout,
             "compile_cache": "warm (shared)" if settings.warm_cache else "cold (fresh per trial)",
             "target": settings.target,
             "eval_every": settings.eval_every,
         },
-        "recipes": {name: recipe.dump() for name, recipe in plan.recipes.items()},
+        "recipes": run.configs,
     }
-    if command:
-        extra["command"] = command
+    if run.command:
+        extra["command"] = run.command
     # the report holds the environment once, not in every trial
     records = [r.without("env") for r in results]
-    report = summarize(records, plan.variants, plan.baseline, env=_environment(results), extra=extra)
+    report = summarize(records, run.variants, run.baseline, env=_environment(results), extra=extra)
     return report, write_reports(report, out)

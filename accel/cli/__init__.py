@@ -11,7 +11,7 @@ import logging
 import sys
 
 from ..errors import AccelError, user_message
-from . import bench, bench_data, cache, cluster, export, info, profile, train
+from . import bench, bench_data, cache, cluster, export, info, profile, script_args, train
 
 GROUPS = (train, cluster, info, bench, bench_data, profile, cache, export)  # in the order `accel --help` lists them
 
@@ -25,8 +25,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # for reports that say which command made them
+    given = list(sys.argv[1:] if argv is None else argv)
+    mine, script = script_args.split(given)  # a user's script and its own options, apart from accel's
+    args = _parser().parse_args(mine)
+    args.argv, args.user_script = given, script  # argv: for reports that say which command made them
     logging.basicConfig(level=logging.INFO, format="accel: %(message)s", stream=sys.stderr)
     try:
         return args.run(args)

@@ -17,9 +17,16 @@ TIME_EVAL_BATCHES = 4
 
 def add(commands) -> None:
     bench_parser = commands.add_parser(
-        "bench", help="A/B speed report: variants of a recipe, each trial a fresh process"
+        "bench",
+        help="A/B speed report: variants of a recipe or of your own script (`-- python train.py ARGS`), "
+        "each trial a fresh process",
     )
-    bench_parser.add_argument("recipe", help="path to a recipe YAML file")
+    bench_parser.add_argument(
+        "recipe",
+        nargs="?",
+        help="path to a recipe YAML file; or, after all options, your script: `-- python train.py ARGS` or "
+        "`train.py ARGS` (its accel.Engine measures the steps; docs/own-loop.md)",
+    )
     add_sets(bench_parser)
     bench_parser.add_argument(
         "--ablate",
@@ -144,6 +151,10 @@ def bench(args: argparse.Namespace) -> int:
     from ..io import default_out
     from ..rundir import check_results_out
 
+    if args.user_script is not None:
+        return bench_script(args)
+    if args.recipe is None:
+        raise AccelError("accel bench needs a recipe, or a script after the options: `-- python train.py ARGS`.")
     plan = plan_bench(args.recipe, args.overrides, args.ablate, args.vary, args.only)
     if args.list:
         print(describe(plan.variants))
@@ -179,6 +190,35 @@ def _all_failed(report, out: Path) -> str:
         f"every trial failed ({len(failed)} of {len(failed)}), so nothing was measured; each trial's log is under "
         f"{out / 'trials'}. The first: {first}"
     )
+
+
+def bench_script(args: argparse.Namespace) -> int:
+    """`accel bench [OPTIONS] -- python train.py ARGS`: the same report, every trial a fresh process of the script."""
+    from ..bench.report import summary_text
+    from ..bench.runner import TrialSettings
+    from ..bench.script import plan_script, run_script_bench
+    from ..bench.variants import describe
+    from ..io import default_out
+    from ..rundir import check_results_out
+
+    if not args.user_script:
+        raise AccelError("no script after `--`: give its command, e.g. `accel bench --ablate -- python train.py`.")
+    if args.recipe is not None:
+        raise AccelError(f"give a recipe or a script, not both: `{args.recipe}` and `{' '.join(args.user_script)}`.")
+    if args.target or args.eval_every is not None:
+        raise AccelError("--target and --eval-every are not available for a script yet: bench a recipe for them.")
+    check_trial_options(args)
+    plan = plan_script(args.user_script, args.overrides, args.ablate, args.vary, args.only, args.timeout)
+    if args.list:
+        print(describe(plan.variants))
+        return 0
+    out = Path(args.out) if args.out else default_out(plan.name, kind="bench")
+    check_results_out(out, "bench")
+    settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache)
+    report, _ = run_script_bench(plan, out, settings, args.trials, command=shlex.join(["accel", *args.argv]))
+    print(out)
+    print(summary_text(report))
+    return 130 if report.interrupted else 0
 
 
 def parse_duration(text: str) -> float:

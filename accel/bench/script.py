@@ -1,0 +1,180 @@
+"""`accel bench -- python train.py ARGS`: the A/B report of a user's own script, each trial a fresh process of it.
+
+A variant is the script with `ACCEL_SET` items added (accel.engine_settings), and its engine measures its own
+steps (accel.script_trial). One probe comes first: the script runs until it creates its `accel.Engine`, which
+writes what it was given (speed-ups, device) and exits. That tells the ablation the script's speed-ups, validates
+every variant's settings in a second rather than in every trial, and stops a script without an engine with one
+message before any trial runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import subprocess
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from .. import script_trial
+from ..engine_settings import SET_VARIABLE, engine_settings
+from ..errors import AccelError, RecipeError
+from .records import Report
+from .runner import BenchRun, TrialSettings, _exit_reason, _only, _tail, run_and_report, trial_env
+from .variants import Variant, ablation_variants, format_value, interleave, vary_variants
+
+NO_ENGINE = (
+    "`accel.Engine` not used: `{command}` ran to its end without creating an accel.Engine, so no trial record was "
+    "written. accel bench measures a script through its engine: create one and set the model up with it "
+    "(docs/own-loop.md), or bench a recipe."
+)
+
+
+@dataclass(frozen=True)
+class ScriptLaunch:
+    """One variant of the script: its command line and the `ACCEL_SET` items it runs with (the bench's `--set`
+    first, then the variant's, after any the caller's environment has)."""
+
+    command: tuple[str, ...]
+    sets: tuple[str, ...]
+
+    def accel_set(self) -> str:
+        return " ".join([os.environ.get(SET_VARIABLE, ""), *map(shlex.quote, self.sets)]).strip()
+
+    def launch(self, settings: TrialSettings, json_path: Path) -> tuple[list[str], dict[str, str]]:
+        """The command and the variables that make its engine a trial (accel.script_trial)."""
+        return list(self.command), {
+            SET_VARIABLE: self.accel_set(),
+            script_trial.PATH: str(json_path),
+            script_trial.STEPS: str(settings.steps),
+            script_trial.WARMUP: str(settings.warmup),
+        }
+
+
+@dataclass
+class ScriptPlan:
+    """What a bench of a script will run: the variants, each one's launch, and what the script's engine was given."""
+
+    command: list[str]
+    name: str
+    variants: list[Variant]
+    baseline: str
+    launches: dict[str, ScriptLaunch]
+    configs: dict[str, dict[str, Any]]  # each variant's settings as its engine will resolve them
+    given: dict[str, Any]
+
+
+def plan_script(
+    command: list[str],
+    sets: list[str],
+    ablate: bool,
+    vary: list[str],
+    only: list[str] | None = None,
+    timeout: float | None = None,
+) -> ScriptPlan:
+    """Probe the script, build the variants (--ablate over its engine's speed-ups, or --vary over engine keys) and
+    resolve each one's settings up front."""
+    if ablate == bool(vary):
+        raise AccelError(
+            "accel bench needs exactly one of --ablate (every speed-up of the script's engine on/off) or --vary "
+            "KEY=V1,V2 over engine keys (repeatable), e.g. --vary speedups.amp.dtype=bf16,fp16."
+        )
+    given = probe(command, sets, timeout)
+    variants = _ablation(given) if ablate else vary_variants(vary)
+    if only:
+        variants = _only(variants, only)
+    launches = {v.name: ScriptLaunch(tuple(command), tuple(sets) + _items(v)) for v in variants}
+    configs = {name: _resolved(given, launch, name) for name, launch in launches.items()}
+    name = Path(next((c for c in command if c.endswith(".py")), command[0])).stem
+    return ScriptPlan(command, name, variants, variants[0].name, launches, configs, given)
+
+
+def _ablation(given: dict[str, Any]) -> list[Variant]:
+    try:
+        return ablation_variants(given["speedups"])
+    except RecipeError:
+        raise AccelError(
+            "--ablate needs speed-ups, and the script's accel.Engine was given none (its `speedups=`, with "
+            "ACCEL_SET/ACCEL_SPEEDUPS and --set applied). Give it some, or compare settings with --vary, e.g. "
+            "--vary speedups.amp.enabled=false,true."
+        ) from None
+
+
+def _items(variant: Variant) -> tuple[str, ...]:
+    return tuple(f"{key}={format_value(value)}" for key, value in variant.overrides.items())
+
+
+def _resolved(given: dict[str, Any], launch: ScriptLaunch, name: str) -> dict[str, Any]:
+    """The variant's settings as its engine will resolve them (validated here: a bad key fails now)."""
+    env = {SET_VARIABLE: " ".join(map(shlex.quote, launch.sets))}
+    try:
+        with _quiet():
+            settings = engine_settings(given["speedups"], given["device"], given["strategy"], env=env)
+    except RecipeError as err:
+        raise RecipeError(f"variant `{name}`: {err}") from None
+    speedups = {key: config.model_dump(mode="json") for key, config in settings.speedups.items()}
+    return {SET_VARIABLE: launch.accel_set(), "speedups": speedups, "device": settings.device}
+
+
+@contextmanager
+def _quiet():
+    """The engine logs each override it applies: in a trial that is news, in the plan it would be noise."""
+    logger = logging.getLogger("accel")
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def probe(command: list[str], sets: list[str], timeout: float | None = None) -> dict[str, Any]:
+    """What the script's engine was given (speed-ups, device, strategy): the script runs until it creates its
+    engine, which writes them and exits (accel.script_trial). A script that never creates one fails here."""
+    with tempfile.TemporaryDirectory(prefix="accel-probe-") as folder:
+        path, log_path = Path(folder) / "given.json", Path(folder) / "probe.log"
+        env = trial_env(Path(folder) / "cache") | {
+            SET_VARIABLE: ScriptLaunch(tuple(command), tuple(sets)).accel_set(),
+            script_trial.PATH: str(path),
+            script_trial.PROBE: "1",
+        }
+        with log_path.open("w") as log:
+            try:
+                code = subprocess.run(
+                    command, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout
+                ).returncode
+            except subprocess.TimeoutExpired:
+                raise AccelError(
+                    f"`{shlex.join(command)}` created no accel.Engine within {timeout:g} s (--timeout)."
+                ) from None
+            except OSError as err:
+                raise AccelError(f"cannot run `{shlex.join(command)}`: {err}") from None
+        if path.is_file():
+            return json.loads(path.read_text())
+        if code == 0:
+            raise AccelError(NO_ENGINE.format(command=shlex.join(command)))
+        raise AccelError(
+            f"`{shlex.join(command)}` {_exit_reason(code)} before creating its accel.Engine; last output:\n"
+            f"{_tail(log_path)}"
+        )
+
+
+def run_script_bench(
+    plan: ScriptPlan,
+    out: str | Path,
+    settings: TrialSettings,
+    trials: int,
+    command: str | None = None,
+    console: Console | None = None,
+) -> tuple[Report, dict[str, Path]]:
+    """Run the script's variants interleaved, each trial a fresh process; write report.json/.md/.html into `out`."""
+    out = Path(out)
+    jobs = [(t, v.name, plan.launches[v.name]) for t, v in interleave(plan.variants, trials)]
+    run = BenchRun(plan.variants, plan.baseline, shlex.join(plan.command), plan.configs, settings, trials, command)
+    return run_and_report(run, jobs, out, console)
