@@ -1,0 +1,150 @@
+"""`accel bench -- python train.py`: a user's own script benched through its accel.Engine, each trial a fresh
+process of it (accel/bench/script.py), its steps measured by the engine (accel/script_trial.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import torch
+
+import accel
+from accel import script_trial
+from accel.bench.records import Trial
+from accel.cli import main
+from accel.cli.script_args import split
+
+# A few-line engine loop on random tensors; `crash` raises in the step of a bf16 variant.
+LOOP = """
+import torch
+import accel
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+eng = accel.Engine(speedups={{"amp": {{"dtype": "bf16"}}}}, device="cpu")
+model, optimizer = eng.setup(model, optimizer)
+for step in range(20):
+    loss = torch.nn.functional.cross_entropy(model(torch.randn(8, 16)), torch.randint(0, 4, (8,)))
+    eng.backward(loss)
+    if {crash} and eng.summary()["precision"] == "bf16":
+        raise RuntimeError("boom: this variant crashes")
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+"""
+SHORT = ["--steps", "3", "--warmup", "1", "--trials", "2", "--timeout", "120"]
+
+
+def script(tmp_path, crash: bool = False, text: str | None = None):
+    path = tmp_path / "train.py"
+    path.write_text(text if text is not None else LOOP.format(crash=crash))
+    return path
+
+
+def report(out) -> dict:
+    return json.loads((out / "report.json").read_text())
+
+
+def test_ablate_benches_the_scripts_own_speedups(tmp_path, capsys):
+    out = tmp_path / "bench"
+    argv = ["bench", "--ablate", *SHORT, "--out", str(out), "--", sys.executable, str(script(tmp_path))]
+    assert main(argv) == 0
+    assert capsys.readouterr().out.splitlines()[0] == str(out)
+    got = report(out)
+    assert [v["name"] for v in got["variants"]] == ["baseline", "+amp"]  # the script's engine was given amp only
+    assert got["speedups"]["amp"]["added"]["median"] > 0 and got["recipe"].endswith("train.py")
+    assert got["recipes"]["baseline"]["ACCEL_SET"] == "speedups.amp.enabled=false"
+    for variant in got["variants"]:
+        assert variant["ok_trials"] == 2 and variant["final_loss"] > 0
+        assert variant["samples_per_s"]["median"] > 0 and len(variant["samples_per_s"]["ci95"]) == 2
+        for trial in variant["trials"]:
+            assert len(trial["step_times_s"]) == 3 and len(trial["step_losses"]) == 4 and trial["first_step_s"] > 0
+    assert [
+        t["variant"]
+        for t in sorted(got["variants"][0]["trials"] + got["variants"][1]["trials"], key=lambda t: t["index"])
+    ] == [
+        "baseline",
+        "+amp",
+        "baseline",
+        "+amp",
+    ]  # interleaved
+    for name in ("report.md", "report.html"):
+        assert (out / name).is_file()
+    assert "amp:" in (out / "report.md").read_text()
+
+
+def test_a_crashing_variant_leaves_a_report_of_the_others(tmp_path, capsys):
+    out = tmp_path / "bench"
+    path = script(tmp_path, crash=True)
+    argv = ["bench", "--vary", "speedups.amp.enabled=false,true", *SHORT, "--out", str(out), str(path)]
+    assert main(argv) == 0  # the bare `train.py` form: run under this Python
+    assert "## Failed trials" in capsys.readouterr().out
+    good, bad = report(out)["variants"]
+    assert good["name"] == "speedups.amp.enabled=false" and good["ok_trials"] == 2 and good["errors"] == 0
+    assert bad["errors"] == 2 and bad["samples_per_s"]["median"] is None
+    assert all("boom: this variant crashes" in t["error"] for t in bad["trials"])
+    assert "boom: this variant crashes" in (out / "report.md").read_text()
+
+
+def test_a_script_without_an_engine_fails_with_one_message(tmp_path, capsys):
+    path = script(tmp_path, text="import torch\nprint(torch.ones(2).sum())\n")
+    out = tmp_path / "bench"
+    assert main(["bench", "--ablate", "--out", str(out), "--", sys.executable, str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("`accel.Engine` not used") == 1 and "no trial record was written" in err
+    assert not out.exists()
+
+
+def test_a_bad_engine_key_fails_before_any_trial(tmp_path, capsys):
+    out = tmp_path / "bench"
+    argv = ["bench", "--vary", "speedups.amp.dtyp=bf16,fp16", "--out", str(out), "--", sys.executable]
+    assert main([*argv, str(script(tmp_path))]) == 2
+    assert "did you mean" in capsys.readouterr().err and not out.exists()
+
+
+def test_the_script_is_split_from_accels_own_options(tmp_path):
+    path = script(tmp_path)
+    assert split(["bench", "--ablate", "--", "python", "t.py", "--steps", "9"]) == (
+        ["bench", "--ablate"],
+        ["python", "t.py", "--steps", "9"],
+    )
+    assert split(["bench", "--steps", "3", str(path), "--lr", "1"]) == (
+        ["bench", "--steps", "3"],
+        [sys.executable, str(path), "--lr", "1"],
+    )
+    assert split(["bench", "quickstart", "--ablate"]) == (["bench", "quickstart", "--ablate"], None)
+    assert split(["train", "--", "x"]) == (["train", "--", "x"], None)  # only commands that take a script
+
+
+def _steps(eng, model, optimizer, n: int) -> None:
+    for _ in range(n):
+        loss = torch.nn.functional.cross_entropy(model(torch.randn(4, 8)), torch.randint(0, 2, (4,)))
+        eng.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+
+def test_the_engine_writes_its_trial_after_warmup_and_steps_and_exits_0(tmp_path, monkeypatch):
+    record = tmp_path / "trial.json"
+    for name, value in ((script_trial.PATH, record), (script_trial.WARMUP, 2), (script_trial.STEPS, 3)):
+        monkeypatch.setenv(name, str(value))
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # the trial's hook is undone with the test
+    model = torch.nn.Linear(8, 2)
+    eng = accel.Engine(device="cpu")
+    model, optimizer = eng.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    with pytest.raises(SystemExit) as stopped:
+        _steps(eng, model, optimizer, 10)
+    assert stopped.value.code == 0 and eng.steps == 5  # 2 warm-up + 3 timed optimizer steps, no more
+    eng._trial.done = True  # its at-exit check belongs to a real process's end
+    trial = Trial.model_validate_json(record.read_text())
+    assert trial.steps == 3 and len(trial.step_times_s) == 3 and len(trial.step_losses) == 5
+    assert trial.samples_per_s == pytest.approx(12 / sum(trial.step_times_s))  # 4 samples a step
+    assert trial.warmup_s >= trial.first_step_s > 0 and trial.final_loss == pytest.approx(
+        sum(trial.step_losses[2:]) / 3
+    )
+
+
+def test_without_the_variable_the_engine_holds_no_trial(monkeypatch):
+    monkeypatch.delenv(script_trial.PATH, raising=False)
+    assert accel.Engine(device="cpu")._trial is None
