@@ -91,8 +91,12 @@ def plan_script(
         variants = _only(variants, only)
     launches = {v.name: ScriptLaunch(tuple(command), tuple(sets) + _items(v)) for v in variants}
     configs = {name: _resolved(given, launch, name) for name, launch in launches.items()}
-    name = Path(next((c for c in command if c.endswith(".py")), command[0])).stem
-    return ScriptPlan(command, name, variants, variants[0].name, launches, configs, given)
+    return ScriptPlan(command, script_name(command), variants, variants[0].name, launches, configs, given)
+
+
+def script_name(command: list[str]) -> str:
+    """The script's file name without `.py` (`train` for `python train.py`): the default output folder's name."""
+    return Path(next((c for c in command if c.endswith(".py")), command[0])).stem
 
 
 def _ablation(given: dict[str, Any]) -> list[Variant]:

@@ -196,7 +196,7 @@ def bench_script(args: argparse.Namespace) -> int:
     """`accel bench [OPTIONS] -- python train.py ARGS`: the same report, every trial a fresh process of the script."""
     from ..bench.report import summary_text
     from ..bench.runner import TrialSettings
-    from ..bench.script import plan_script, run_script_bench
+    from ..bench.script import plan_script, run_script_bench, script_name
     from ..bench.variants import describe
     from ..io import default_out
     from ..rundir import check_results_out
@@ -208,12 +208,13 @@ def bench_script(args: argparse.Namespace) -> int:
     if args.target or args.eval_every is not None:
         raise AccelError("--target and --eval-every are not available for a script yet: bench a recipe for them.")
     check_trial_options(args)
+    out = Path(args.out) if args.out else default_out(script_name(args.user_script), kind="bench")
+    if not args.list:
+        check_results_out(out, "bench")  # before the probe, which runs the script until it creates its engine
     plan = plan_script(args.user_script, args.overrides, args.ablate, args.vary, args.only, args.timeout)
     if args.list:
         print(describe(plan.variants))
         return 0
-    out = Path(args.out) if args.out else default_out(plan.name, kind="bench")
-    check_results_out(out, "bench")
     settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache)
     report, _ = run_script_bench(plan, out, settings, args.trials, command=shlex.join(["accel", *args.argv]))
     print(out)
