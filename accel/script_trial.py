@@ -16,6 +16,7 @@ A script that ends (or crashes) before its steps are done leaves a record saying
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import statistics
 import sys
@@ -89,7 +90,8 @@ class ScriptTrial:
         self.step_losses.append(torch.stack(self.losses).sum() if self.losses else torch.tensor(float("nan")))
         self.losses = []
         if len(self.marks) >= self.warmup + self.steps:
-            self._write(self.record())
+            record = self.record()
+            self._write(record | _diverged(record["step_losses"]))
             self.done = True
             raise SystemExit(0)
 
@@ -154,6 +156,14 @@ class ScriptTrial:
 
 
 COMPILE_FIGURES = {"compile_s": "seconds", "graph_breaks": "graph_breaks", "recompiles": "recompiles"}
+
+
+def _diverged(losses: list[float]) -> dict[str, str]:
+    """A trial whose loss went NaN or infinite failed, as a recipe's diverged run does; its figures are kept."""
+    bad = next((i for i, loss in enumerate(losses) if not math.isfinite(loss)), None)
+    if bad is None:
+        return {}
+    return {"error": f"diverged: the training loss was {losses[bad]} at optimizer step {bad + 1} (warm-up included)"}
 
 
 def _delta(mark: dict[str, Any], before: dict[str, Any], seconds: float) -> dict[str, Any]:

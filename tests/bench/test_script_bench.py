@@ -80,6 +80,38 @@ def test_a_crashing_variant_leaves_a_report_of_the_others(tmp_path, capsys):
     assert "boom: this variant crashes" in (out / "report.md").read_text()
 
 
+# Each variant fails its own way, chosen by the amp init_scale (harmless under bf16) the bench sets for it.
+FAILING = """
+import os, signal
+import torch
+import accel
+
+how = {"speedups.amp.init_scale=2": "diverge", "speedups.amp.init_scale=3": "kill"}.get(os.environ["ACCEL_SET"])
+model = torch.nn.Linear(8, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+eng = accel.Engine(speedups={"amp": {"dtype": "bf16"}}, device="cpu")
+model, optimizer = eng.setup(model, optimizer)
+for step in range(20):
+    loss = model(torch.randn(4, 8)).sum() * (float("nan") if how == "diverge" and step == 2 else 1.0)
+    if how == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    eng.backward(loss)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+"""
+
+
+def test_a_diverging_and_a_killed_variant_leave_a_report_of_the_others(tmp_path):
+    out = tmp_path / "bench"
+    path = script(tmp_path, text=FAILING)
+    argv = ["bench", "--vary", "speedups.amp.init_scale=1,2,3", "--steps", "3", "--warmup", "1", "--trials", "1"]
+    assert main([*argv, "--out", str(out), "--", sys.executable, str(path)]) == 0
+    good, diverged, killed = report(out)["variants"]
+    assert good["ok_trials"] == 1 and good["samples_per_s"]["median"] > 0
+    assert diverged["errors"] == 1 and diverged["trials"][0]["error"].startswith("diverged: the training loss was nan")
+    assert killed["errors"] == 1 and "killed by SIGKILL" in killed["trials"][0]["error"]
+
+
 def test_a_script_without_an_engine_fails_with_one_message(tmp_path, capsys):
     path = script(tmp_path, text="import torch\nprint(torch.ones(2).sum())\n")
     out = tmp_path / "bench"
