@@ -123,6 +123,7 @@ class ScriptTrial:
             "step_losses": losses,
             "steps": len(timed),
             "peak_memory_mb": devices.peak_memory_mb(engine.device),
+            "batch_size": steps[0]["samples"] // engine.grad_accum or None,  # per micro-batch, as a recipe's
             "grad_accum": engine.grad_accum,
             "wall_s": time.perf_counter() - self.created,
             "skipped_speedups": engine.skipped_speedups,

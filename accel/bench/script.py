@@ -1,10 +1,10 @@
 """`accel bench -- python train.py ARGS`: the A/B report of a user's own script, each trial a fresh process of it.
 
-A variant is the script with `ACCEL_SET` items added (accel.engine_settings), and its engine measures its own
-steps (accel.script_trial). One probe comes first: the script runs until it creates its `accel.Engine`, which
-writes what it was given (speed-ups, device) and exits. That tells the ablation the script's speed-ups, validates
-every variant's settings in a second rather than in every trial, and stops a script without an engine with one
-message before any trial runs.
+A variant is the script with `ACCEL_SET` items added (accel.engine_settings), or with one of its own options set
+(`--vary arg:--batch=16,32`), and its engine measures its own steps (accel.script_trial). One probe comes first: the
+script runs until it creates its `accel.Engine`, which writes what it was given (speed-ups, device) and exits. That
+tells the ablation the script's speed-ups, validates every variant's settings in a second rather than in every
+trial, and stops a script without an engine with one message before any trial runs.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from .records import Report
 from .runner import BenchRun, TrialSettings, _exit_reason, _only, _tail, run_and_report, trial_env
 from .variants import Variant, ablation_variants, format_value, interleave, vary_variants
 
+ARG = "arg:"  # --vary arg:--batch=16,32: the script's own option, not an engine key
 NO_ENGINE = (
     "`accel.Engine` not used: `{command}` ran to its end without creating an accel.Engine, so no trial record was "
     "written. accel bench measures a script through its engine: create one and set the model up with it "
@@ -89,7 +90,7 @@ def plan_script(
     variants = _ablation(given) if ablate else vary_variants(vary)
     if only:
         variants = _only(variants, only)
-    launches = {v.name: ScriptLaunch(tuple(command), tuple(sets) + _items(v)) for v in variants}
+    launches = {v.name: _launch(command, sets, v) for v in variants}
     configs = {name: _resolved(given, launch, name) for name, launch in launches.items()}
     return ScriptPlan(command, script_name(command), variants, variants[0].name, launches, configs, given)
 
@@ -110,8 +111,33 @@ def _ablation(given: dict[str, Any]) -> list[Variant]:
         ) from None
 
 
-def _items(variant: Variant) -> tuple[str, ...]:
-    return tuple(f"{key}={format_value(value)}" for key, value in variant.overrides.items())
+def _launch(command: list[str], sets: list[str], variant: Variant) -> ScriptLaunch:
+    """The variant's engine keys go to ACCEL_SET; its `arg:--OPTION` keys set the script's own option."""
+    items = []
+    for key, value in variant.overrides.items():
+        if key.startswith(ARG):
+            command = with_option(command, key[len(ARG) :], format_value(value))
+        else:
+            items.append(f"{key}={format_value(value)}")
+    return ScriptLaunch(tuple(command), (*sets, *items))
+
+
+def with_option(command: list[str], option: str, value: str) -> list[str]:
+    """`command` with the script's `option` set to `value`: replaced where given (`--batch 8`, `--batch=8`),
+    appended where not."""
+    if not option.startswith("-"):
+        raise AccelError(
+            f"--vary {ARG}{option}: name the script's option with its dashes, e.g. --vary {ARG}--batch=16,32."
+        )
+    command = list(command)
+    for i, token in enumerate(command):
+        if token == option and i + 1 < len(command):
+            command[i + 1] = value
+            return command
+        if token.startswith(f"{option}="):
+            command[i] = f"{option}={value}"
+            return command
+    return [*command, option, value]
 
 
 def _resolved(given: dict[str, Any], launch: ScriptLaunch, name: str) -> dict[str, Any]:
@@ -123,7 +149,12 @@ def _resolved(given: dict[str, Any], launch: ScriptLaunch, name: str) -> dict[st
     except RecipeError as err:
         raise RecipeError(f"variant `{name}`: {err}") from None
     speedups = {key: config.model_dump(mode="json") for key, config in settings.speedups.items()}
-    return {SET_VARIABLE: launch.accel_set(), "speedups": speedups, "device": settings.device}
+    return {
+        "command": shlex.join(launch.command),
+        SET_VARIABLE: launch.accel_set(),
+        "speedups": speedups,
+        "device": settings.device,
+    }
 
 
 @contextmanager

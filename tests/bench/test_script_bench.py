@@ -12,21 +12,27 @@ import torch
 import accel
 from accel import script_trial
 from accel.bench.records import Trial
+from accel.bench.script import with_option
 from accel.cli import main
 from accel.cli.script_args import split
+from accel.errors import AccelError
 
 # A few-line engine loop on random tensors; `crash` raises in the step of a bf16 variant.
 LOOP = """
+import argparse
 import torch
 import accel
 
+parser = argparse.ArgumentParser()
+parser.add_argument("--batch", type=int, default=8)
+args = parser.parse_args()
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 eng = accel.Engine(speedups={{"amp": {{"dtype": "bf16"}}}}, device="cpu")
 model, optimizer = eng.setup(model, optimizer)
 for step in range(20):
-    loss = torch.nn.functional.cross_entropy(model(torch.randn(8, 16)), torch.randint(0, 4, (8,)))
+    loss = torch.nn.functional.cross_entropy(model(torch.randn(args.batch, 16)), torch.randint(0, 4, (args.batch,)))
     eng.backward(loss)
     if {crash} and eng.summary()["precision"] == "bf16":
         raise RuntimeError("boom: this variant crashes")
@@ -65,6 +71,36 @@ def test_ablate_benches_the_scripts_own_speedups(tmp_path, capsys):
     for name in ("report.md", "report.html"):
         assert (out / name).is_file()
     assert "amp:" in (out / "report.md").read_text()
+
+
+def test_vary_takes_an_engine_key_and_the_scripts_own_option(tmp_path):
+    out = tmp_path / "bench"
+    argv = ["bench", "--vary", "speedups.amp.enabled=false,true", "--vary", "arg:--batch=4,6", "--trials", "1"]
+    command = ["--", sys.executable, str(script(tmp_path)), "--batch", "8"]
+    assert main([*argv, "--steps", "2", "--warmup", "1", "--out", str(out), *command]) == 0
+    got = report(out)
+    assert [v["name"] for v in got["variants"]] == [
+        "speedups.amp.enabled=false,arg:--batch=4",
+        "speedups.amp.enabled=false,arg:--batch=6",
+        "speedups.amp.enabled=true,arg:--batch=4",
+        "speedups.amp.enabled=true,arg:--batch=6",
+    ]
+    assert [v["trials"][0]["batch_size"] for v in got["variants"]] == [4, 6, 4, 6]
+    assert got["recipes"]["speedups.amp.enabled=true,arg:--batch=6"]["command"].endswith("train.py --batch 6")
+
+
+def test_a_scripts_option_is_replaced_where_given_and_appended_where_not():
+    assert with_option(["python", "t.py", "--batch", "8", "--lr=1"], "--batch", "16") == [
+        "python",
+        "t.py",
+        "--batch",
+        "16",
+        "--lr=1",
+    ]
+    assert with_option(["python", "t.py", "--lr=1"], "--lr", "2") == ["python", "t.py", "--lr=2"]
+    assert with_option(["python", "t.py"], "--lr", "2") == ["python", "t.py", "--lr", "2"]
+    with pytest.raises(AccelError, match="with its dashes"):
+        with_option(["python", "t.py"], "batch", "2")
 
 
 def test_a_crashing_variant_leaves_a_report_of_the_others(tmp_path, capsys):
