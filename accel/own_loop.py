@@ -380,6 +380,8 @@ class OwnLoop:
         """Record scalars (a `val_loss`, anything): with an `out`, in its metrics.jsonl and TensorBoard (tb/)."""
         record = {"step": self.steps, **{k: _scalar(v) for k, v in metrics.items()}}
         self.logged.append(record)
+        if self._trial is not None:  # `accel bench --target`: the time until the script reports its value
+            self._trial.logged(record)
         if self.out is None or not self.world.is_main:
             return
         self.out.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,8 @@ and the script's engine measures its own optimizer steps, writes a `Trial` recor
   step (`engine._trial is None`).
 - `ACCEL_TRIAL_WARMUP=W`, `ACCEL_TRIAL_STEPS=N`: the record is written after W untimed (compilation happens there)
   and N timed optimizer steps.
+- `ACCEL_TRIAL_TARGET=val_loss=1.5`: also the seconds from the process start until the script logs (`eng.log`)
+  that value, its evaluations excluded as a recipe trial's are (the time from the step before the log to the log).
 - `ACCEL_TRIAL_PROBE=1`: write what the engine was given (speed-ups, device, strategy) and exit at once, before
   anything is set up: the bench asks this first, to know the script's speed-ups and that it uses an engine at all.
 
@@ -24,16 +26,19 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any
 
+import psutil
 import torch
 
 from . import devices
 from .io import strict_json, write_atomic
 
 if TYPE_CHECKING:
+    from .bench.target import Target
     from .engine import Engine
     from .engine_settings import Settings
 
 PATH, STEPS, WARMUP, PROBE = "ACCEL_TRIAL", "ACCEL_TRIAL_STEPS", "ACCEL_TRIAL_WARMUP", "ACCEL_TRIAL_PROBE"
+TARGET = "ACCEL_TRIAL_TARGET"  # METRIC=VALUE: the time until the script's `eng.log` reports it
 LAST_LOSS_STEPS = 5  # final_loss: the mean of the last timed steps' losses, as a recipe's trial has it
 
 
@@ -44,7 +49,12 @@ def attach(engine: Engine, settings: Settings | None) -> ScriptTrial | None:
         return None
     if os.environ.get(PROBE) == "1":
         _probe(engine, settings, path)
-    return ScriptTrial(engine, path, int(os.environ.get(WARMUP, "0")), int(os.environ.get(STEPS, "1")))
+    trial = ScriptTrial(engine, path, int(os.environ.get(WARMUP, "0")), int(os.environ.get(STEPS, "1")))
+    if os.environ.get(TARGET):
+        from .bench.target import parse_target
+
+        trial.target = parse_target(os.environ[TARGET])
+    return trial
 
 
 def _probe(engine: Engine, settings: Settings, path: str) -> None:
@@ -70,6 +80,10 @@ class ScriptTrial:
         self.step_losses: list[torch.Tensor] = []
         self.done = False
         self.failure: str | None = None
+        self.target: Target | None = None
+        self.evals: list[dict[str, Any]] = []  # each logged value of the target's metric, as TargetClock's
+        self.process_started = psutil.Process().create_time()
+        self.eval_s, self.last_step = 0.0, time.time()
         devices.reset_peak_memory(engine.device)
         self._excepthook = sys.excepthook
         sys.excepthook = self._crashed
@@ -80,9 +94,22 @@ class ScriptTrial:
         micro-batches itself); a compiled step's is whole (`share`: the engine divides it)."""
         self.losses.append(loss.detach().float() / share)
 
+    def logged(self, record: dict[str, Any]) -> None:
+        """What the loop logged (`eng.log`): the target's metric, timed from the process start less the time the
+        script's evaluations took (each from the step before it to its log)."""
+        if self.target is None or self.target.metric not in record:
+            return
+        now = time.time()
+        self.eval_s += now - self.last_step
+        self.last_step = now
+        value = float(record[self.target.metric])
+        wall_s = now - self.process_started - self.eval_s
+        self.evals.append({"step": record["step"], "wall_s": wall_s, "value": value, "eval_s": self.eval_s})
+
     def stepped(self) -> None:
         """The end of an optimizer step (the engine counted it)."""
         devices.synchronize(self.engine.device)
+        self.last_step = time.time()
         loop = self.engine._loop
         self.marks.append(
             {"t": time.perf_counter(), "samples": loop.samples, "tokens": loop.tokens, "data_s": loop.data_s}
@@ -91,7 +118,7 @@ class ScriptTrial:
         self.losses = []
         if len(self.marks) >= self.warmup + self.steps:
             record = self.record()
-            self._write(record | _diverged(record["step_losses"]))
+            self._write(record | self._target_figures() | _diverged(record["step_losses"]))
             self.done = True
             raise SystemExit(0)
 
@@ -130,6 +157,19 @@ class ScriptTrial:
             **{k: compiled.get(v) for k, v in COMPILE_FIGURES.items() if compiled},
             "env": devices.environment(engine.device),
         }
+
+    def _target_figures(self) -> dict[str, Any]:
+        from .bench.target import time_to
+
+        if self.target is None:
+            return {}
+        if not self.evals:
+            return {
+                "error": f"--target {self.target.metric}: the script logged no `{self.target.metric}` through "
+                f"eng.log in its {len(self.marks)} optimizer steps: log it (eng.log({{'{self.target.metric}': "
+                "value}) after an evaluation), or give the trials more --steps"
+            }
+        return {"time_to_target_s": time_to(self.target, self.evals), "target_evals": self.evals}
 
     def _write(self, record: dict[str, Any]) -> None:
         from .bench.records import Trial  # validated as the runner reads it; NaN stays NaN (a diverged loss)

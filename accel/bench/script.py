@@ -55,6 +55,7 @@ class ScriptLaunch:
             script_trial.PATH: str(json_path),
             script_trial.STEPS: str(settings.steps),
             script_trial.WARMUP: str(settings.warmup),
+            **({script_trial.TARGET: settings.target} if settings.target else {}),
         }
 
 

@@ -205,8 +205,12 @@ def bench_script(args: argparse.Namespace) -> int:
         raise AccelError("no script after `--`: give its command, e.g. `accel bench --ablate -- python train.py`.")
     if args.recipe is not None:
         raise AccelError(f"give a recipe or a script, not both: `{args.recipe}` and `{' '.join(args.user_script)}`.")
-    if args.target or args.eval_every is not None:
-        raise AccelError("--target and --eval-every are not available for a script yet: bench a recipe for them.")
+    if args.eval_every is not None:
+        raise AccelError("--eval-every is for recipes: a script evaluates when it does, and logs it with eng.log.")
+    if args.target:
+        from ..bench.target import parse_target
+
+        parse_target(args.target)  # a malformed target fails now, not in every trial
     check_trial_options(args)
     out = Path(args.out) if args.out else default_out(script_name(args.user_script), kind="bench")
     if not args.list:
@@ -215,7 +219,7 @@ def bench_script(args: argparse.Namespace) -> int:
     if args.list:
         print(describe(plan.variants))
         return 0
-    settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache)
+    settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache, args.target)
     report, _ = run_script_bench(plan, out, settings, args.trials, command=shlex.join(["accel", *args.argv]))
     print(out)
     print(summary_text(report))

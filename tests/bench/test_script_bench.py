@@ -38,6 +38,7 @@ for step in range(20):
         raise RuntimeError("boom: this variant crashes")
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+    eng.log({{"val_loss": loss.item()}})
 """
 SHORT = ["--steps", "3", "--warmup", "1", "--trials", "2", "--timeout", "120"]
 
@@ -75,18 +76,17 @@ def test_ablate_benches_the_scripts_own_speedups(tmp_path, capsys):
 
 def test_vary_takes_an_engine_key_and_the_scripts_own_option(tmp_path):
     out = tmp_path / "bench"
-    argv = ["bench", "--vary", "speedups.amp.enabled=false,true", "--vary", "arg:--batch=4,6", "--trials", "1"]
+    argv = ["bench", "--vary", "speedups.amp.enabled=false", "--vary", "arg:--batch=4,6", "--trials", "1"]
     command = ["--", sys.executable, str(script(tmp_path)), "--batch", "8"]
-    assert main([*argv, "--steps", "2", "--warmup", "1", "--out", str(out), *command]) == 0
+    assert main([*argv, "--steps", "2", "--warmup", "1", "--target", "val_loss=100", "--out", str(out), *command]) == 0
     got = report(out)
-    assert [v["name"] for v in got["variants"]] == [
-        "speedups.amp.enabled=false,arg:--batch=4",
-        "speedups.amp.enabled=false,arg:--batch=6",
-        "speedups.amp.enabled=true,arg:--batch=4",
-        "speedups.amp.enabled=true,arg:--batch=6",
-    ]
-    assert [v["trials"][0]["batch_size"] for v in got["variants"]] == [4, 6, 4, 6]
-    assert got["recipes"]["speedups.amp.enabled=true,arg:--batch=6"]["command"].endswith("train.py --batch 6")
+    assert all(v["time_to_target_s"] > 0 and v["target_reached"] == 1 for v in got["variants"])
+    assert "time to val_loss=100 s" in (out / "report.md").read_text()
+    names = ["speedups.amp.enabled=false,arg:--batch=4", "speedups.amp.enabled=false,arg:--batch=6"]
+    assert [v["name"] for v in got["variants"]] == names
+    assert [v["trials"][0]["batch_size"] for v in got["variants"]] == [4, 6]
+    assert got["recipes"][names[1]]["command"].endswith("train.py --batch 6")
+    assert got["recipes"][names[1]]["speedups"]["amp"]["enabled"] is False
 
 
 def test_a_scripts_option_is_replaced_where_given_and_appended_where_not():
@@ -186,11 +186,16 @@ def _steps(eng, model, optimizer, n: int) -> None:
         optimizer.zero_grad(set_to_none=True)
 
 
-def test_the_engine_writes_its_trial_after_warmup_and_steps_and_exits_0(tmp_path, monkeypatch):
-    record = tmp_path / "trial.json"
-    for name, value in ((script_trial.PATH, record), (script_trial.WARMUP, 2), (script_trial.STEPS, 3)):
+def _trial_env(monkeypatch, record, **more) -> None:
+    settings = {script_trial.PATH: record, script_trial.WARMUP: 1, script_trial.STEPS: 3, **more}
+    for name, value in settings.items():
         monkeypatch.setenv(name, str(value))
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # the trial's hook is undone with the test
+
+
+def test_the_engine_writes_its_trial_after_warmup_and_steps_and_exits_0(tmp_path, monkeypatch):
+    record = tmp_path / "trial.json"
+    _trial_env(monkeypatch, record, **{script_trial.WARMUP: 2})
     model = torch.nn.Linear(8, 2)
     eng = accel.Engine(device="cpu")
     model, optimizer = eng.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
@@ -204,6 +209,34 @@ def test_the_engine_writes_its_trial_after_warmup_and_steps_and_exits_0(tmp_path
     assert trial.warmup_s >= trial.first_step_s > 0 and trial.final_loss == pytest.approx(
         sum(trial.step_losses[2:]) / 3
     )
+
+
+def test_the_engine_times_the_target_its_script_logs(tmp_path, monkeypatch):
+    record = tmp_path / "trial.json"
+    _trial_env(monkeypatch, record, **{script_trial.TARGET: "val_loss=0.5"})
+    model = torch.nn.Linear(8, 2)
+    eng = accel.Engine(device="cpu")
+    model, optimizer = eng.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    with pytest.raises(SystemExit):
+        for i in range(10):
+            _steps(eng, model, optimizer, 1)
+            eng.log({"val_loss": 1.0 - 0.3 * i, "val_accuracy": 0.5})  # after steps 1, 2, 3: 1.0, 0.7, 0.4
+    eng._trial.done = True
+    trial = Trial.model_validate_json(record.read_text())
+    assert [e["step"] for e in trial.target_evals] == [1, 2, 3] and trial.error is None
+    assert trial.time_to_target_s == trial.target_evals[2]["wall_s"] > 0
+
+
+def test_a_target_the_script_never_logs_is_said(tmp_path, monkeypatch):
+    record = tmp_path / "trial.json"
+    _trial_env(monkeypatch, record, **{script_trial.TARGET: "val_loss=0.5"})
+    model = torch.nn.Linear(8, 2)
+    eng = accel.Engine(device="cpu")
+    model, optimizer = eng.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    with pytest.raises(SystemExit):
+        _steps(eng, model, optimizer, 10)
+    eng._trial.done = True
+    assert "the script logged no `val_loss` through eng.log" in Trial.model_validate_json(record.read_text()).error
 
 
 def test_without_the_variable_the_engine_holds_no_trial(monkeypatch):
