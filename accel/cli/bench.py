@@ -38,7 +38,8 @@ def add(commands) -> None:
         action="append",
         default=[],
         metavar="KEY=V1,V2",
-        help="compare values of any recipe key; several --vary give their cartesian product",
+        help="compare values of any recipe key (for a script: engine keys, or its own option as arg:--OPTION); "
+        "several --vary give their cartesian product",
     )
     add_trial_options(bench_parser, steps=20, warmup=3, trials=3)
     bench_parser.add_argument(
