@@ -77,7 +77,7 @@ class ScriptTrial:
         self.created = time.perf_counter()
         self.marks: list[dict[str, Any]] = []  # at the end of each optimizer step: time and the engine's counts
         self.losses: list[torch.Tensor] = []  # this step's losses, as the loop gave them (device tensors: no sync)
-        self.step_losses: list[torch.Tensor] = []
+        self.step_losses: list[torch.Tensor | None] = []  # None: the loop's backward bypassed the engine
         self.done = False
         self.failure: str | None = None
         self.target: Target | None = None
@@ -114,11 +114,11 @@ class ScriptTrial:
         self.marks.append(
             {"t": time.perf_counter(), "samples": loop.samples, "tokens": loop.tokens, "data_s": loop.data_s}
         )
-        self.step_losses.append(torch.stack(self.losses).sum() if self.losses else torch.tensor(float("nan")))
+        self.step_losses.append(torch.stack(self.losses).sum() if self.losses else None)
         self.losses = []
         if len(self.marks) >= self.warmup + self.steps:
-            record = self.record()
-            self._write(record | self._target_figures() | _diverged(record["step_losses"]))
+            record = self.record() | self._losses()
+            self._write(record | self._target_figures() | _diverged(record.get("step_losses", [])))
             self.done = True
             raise SystemExit(0)
 
@@ -132,7 +132,6 @@ class ScriptTrial:
         timed, setup_s = steps[self.warmup :], setup_end - self.created
         total = sum(s["s"] for s in timed)
         tokens = sum(s["tokens"] for s in timed)
-        losses = torch.stack(self.step_losses).tolist()  # one device sync, at the end
         compiled = engine.summary()["speedup_metrics"].get("compile") or {}
         return {
             "samples_per_s": sum(s["samples"] for s in timed) / total if total > 0 else None,
@@ -146,8 +145,6 @@ class ScriptTrial:
             "setup_s": setup_s,
             "first_step_s": setup_s + steps[0]["s"],
             "warmup_s": setup_s + sum(s["s"] for s in steps[: self.warmup]),
-            "final_loss": _mean(losses[self.warmup :][-LAST_LOSS_STEPS:]),
-            "step_losses": losses,
             "steps": len(timed),
             "peak_memory_mb": devices.peak_memory_mb(engine.device),
             "batch_size": steps[0]["samples"] // engine.grad_accum or None,  # per micro-batch, as a recipe's
@@ -157,6 +154,13 @@ class ScriptTrial:
             **{k: compiled.get(v) for k, v in COMPILE_FIGURES.items() if compiled},
             "env": devices.environment(engine.device),
         }
+
+    def _losses(self) -> dict[str, Any]:
+        """Each step's loss and the final loss; none when a step's loss did not pass through `eng.backward`."""
+        if not self.step_losses or any(loss is None for loss in self.step_losses):
+            return {}
+        losses = torch.stack(self.step_losses).tolist()  # one device sync, at the end
+        return {"final_loss": _mean(losses[self.warmup :][-LAST_LOSS_STEPS:]), "step_losses": losses}
 
     def _target_figures(self) -> dict[str, Any]:
         from .bench.target import time_to

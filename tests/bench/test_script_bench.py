@@ -239,6 +239,22 @@ def test_a_target_the_script_never_logs_is_said(tmp_path, monkeypatch):
     assert "the script logged no `val_loss` through eng.log" in Trial.model_validate_json(record.read_text()).error
 
 
+def test_a_loop_whose_backward_bypasses_the_engine_is_timed_without_a_loss(tmp_path, monkeypatch):
+    record = tmp_path / "trial.json"
+    _trial_env(monkeypatch, record)
+    model = torch.nn.Linear(8, 2)
+    eng = accel.Engine(device="cpu")
+    model, optimizer = eng.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    with pytest.raises(SystemExit):
+        for _ in range(10):
+            model(torch.randn(4, 8)).sum().backward()  # fp32: the loop's own backward is allowed
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    eng._trial.done = True
+    trial = Trial.model_validate_json(record.read_text())
+    assert trial.ok and trial.final_loss is None and trial.step_losses is None  # unknown, not diverged
+
+
 def test_without_the_variable_the_engine_holds_no_trial(monkeypatch):
     monkeypatch.delenv(script_trial.PATH, raising=False)
     assert accel.Engine(device="cpu")._trial is None
