@@ -239,6 +239,23 @@ def test_a_target_the_script_never_logs_is_said(tmp_path, monkeypatch):
     assert "the script logged no `val_loss` through eng.log" in Trial.model_validate_json(record.read_text()).error
 
 
+def test_a_compiled_steps_trial_counts_optimizer_steps_and_whole_losses(tmp_path, monkeypatch):
+    record = tmp_path / "trial.json"
+    _trial_env(monkeypatch, record)
+    model = torch.nn.Linear(8, 2)
+    eng = accel.Engine(device="cpu", grad_accum=2)
+    model, optimizer = eng.setup(model, torch.optim.SGD(model.parameters(), lr=0.0))  # lr 0: the same loss
+    step = eng.compile_step(lambda x: model(x).sum())
+    x = torch.ones(4, 8)
+    with pytest.raises(SystemExit):
+        for _ in range(20):
+            loss = step(x)
+    eng._trial.done = True
+    trial = Trial.model_validate_json(record.read_text())
+    assert eng.steps == 4 and trial.batch_size == 4 and trial.grad_accum == 2  # 1 warm-up + 3, two micro-batches each
+    assert trial.step_losses == pytest.approx([float(loss)] * 4)  # a micro-batch's mean, not the sum of two
+
+
 def test_a_loop_whose_backward_bypasses_the_engine_is_timed_without_a_loss(tmp_path, monkeypatch):
     record = tmp_path / "trial.json"
     _trial_env(monkeypatch, record)
