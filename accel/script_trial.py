@@ -124,33 +124,28 @@ class ScriptTrial:
 
     def record(self) -> dict[str, Any]:
         """The figures of `accel.bench.records.Trial`, from the engine's own counts."""
-        engine, loop = self.engine, self.engine._loop
-        setup_end = loop.started  # when eng.setup ended: the speed-ups were set up
+        engine, setup_end = self.engine, self.engine._loop.started  # when eng.setup ended: the speed-ups were set up
         starts = [setup_end] + [m["t"] for m in self.marks[:-1]]
         before = [{"samples": 0, "tokens": 0, "data_s": 0.0}] + self.marks[:-1]
         steps = [_delta(m, b, m["t"] - s) for m, b, s in zip(self.marks, before, starts)]
         timed, setup_s = steps[self.warmup :], setup_end - self.created
-        total = sum(s["s"] for s in timed)
-        tokens = sum(s["tokens"] for s in timed)
-        compiled = engine.summary()["speedup_metrics"].get("compile") or {}
+        rates = _rates(timed, loader=engine.train_loader is not None)
+        summary = engine.summary()
+        compiled = summary["speedup_metrics"].get("compile") or {}
+        flops = engine._loop.utilisation.flops_per_sample
         return {
-            "samples_per_s": sum(s["samples"] for s in timed) / total if total > 0 else None,
-            "median_step_samples_per_s": _median([s["samples"] / s["s"] for s in timed if s["s"] > 0]),
-            "tokens_per_s": tokens / total if tokens and total > 0 else None,
-            "step_times_s": [s["s"] for s in timed],
-            # only a loader the engine set up is timed: without one the wait is unknown, not zero
-            "data_wait_fraction": sum(s["data_s"] for s in timed) / total
-            if engine.train_loader is not None and total
-            else None,
+            **rates,
+            **engine._loop.utilisation.stats(rates["samples_per_s"]),  # FLOP/s and MFU over the timed steps
+            "flops_per_step": flops * steps[0]["samples"] if flops else None,
             "setup_s": setup_s,
             "first_step_s": setup_s + steps[0]["s"],
             "warmup_s": setup_s + sum(s["s"] for s in steps[: self.warmup]),
-            "steps": len(timed),
             "peak_memory_mb": devices.peak_memory_mb(engine.device),
             "batch_size": steps[0]["samples"] // engine.grad_accum or None,  # per micro-batch, as a recipe's
             "grad_accum": engine.grad_accum,
             "wall_s": time.perf_counter() - self.created,
             "skipped_speedups": engine.skipped_speedups,
+            "lint": summary.get("lint") or [],
             **{k: compiled.get(v) for k, v in COMPILE_FIGURES.items() if compiled},
             "env": devices.environment(engine.device),
         }
@@ -201,6 +196,21 @@ class ScriptTrial:
 
 
 COMPILE_FIGURES = {"compile_s": "seconds", "graph_breaks": "graph_breaks", "recompiles": "recompiles"}
+
+
+def _rates(timed: list[dict[str, Any]], loader: bool) -> dict[str, Any]:
+    """Throughput over the timed steps, and each step's time; data wait only for a loader the engine set up
+    (without one the wait is unknown, not zero)."""
+    total = sum(s["s"] for s in timed)
+    tokens = sum(s["tokens"] for s in timed)
+    return {
+        "samples_per_s": sum(s["samples"] for s in timed) / total if total > 0 else None,
+        "median_step_samples_per_s": _median([s["samples"] / s["s"] for s in timed if s["s"] > 0]),
+        "tokens_per_s": tokens / total if tokens and total > 0 else None,
+        "step_times_s": [s["s"] for s in timed],
+        "data_wait_fraction": sum(s["data_s"] for s in timed) / total if loader and total > 0 else None,
+        "steps": len(timed),
+    }
 
 
 def _diverged(losses: list[float]) -> dict[str, str]:

@@ -206,6 +206,7 @@ def test_the_engine_writes_its_trial_after_warmup_and_steps_and_exits_0(tmp_path
     trial = Trial.model_validate_json(record.read_text())
     assert trial.steps == 3 and len(trial.step_times_s) == 3 and len(trial.step_losses) == 5
     assert trial.samples_per_s == pytest.approx(12 / sum(trial.step_times_s))  # 4 samples a step
+    assert trial.flops_per_step > 0 and trial.flop_per_s > 0 and trial.lint is not None  # as a recipe's trial
     assert trial.warmup_s >= trial.first_step_s > 0 and trial.final_loss == pytest.approx(
         sum(trial.step_losses[2:]) / 3
     )
