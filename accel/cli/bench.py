@@ -146,7 +146,6 @@ def add(commands) -> None:
 
 
 def bench(args: argparse.Namespace) -> int:
-    from ..bench.report import summary_text
     from ..bench.runner import TrialSettings, plan_bench, run_bench
     from ..bench.variants import describe
     from ..io import default_out
@@ -172,6 +171,13 @@ def bench(args: argparse.Namespace) -> int:
     check_results_out(out, "bench")
     settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache, args.target, args.eval_every)
     report, _ = run_bench(plan, out, settings, args.trials, command=shlex.join(["accel", *args.argv]))
+    return _finish(report, out)
+
+
+def _finish(report, out: Path) -> int:
+    """Print the report's folder and summary; the exit code: 130 interrupted, 1 when every trial failed."""
+    from ..bench.report import summary_text
+
     print(out)
     print(summary_text(report))
     if report.interrupted:
@@ -195,7 +201,6 @@ def _all_failed(report, out: Path) -> str:
 
 def bench_script(args: argparse.Namespace) -> int:
     """`accel bench [OPTIONS] -- python train.py ARGS`: the same report, every trial a fresh process of the script."""
-    from ..bench.report import summary_text
     from ..bench.runner import TrialSettings
     from ..bench.script import plan_script, run_script_bench, script_name
     from ..bench.variants import describe
@@ -222,9 +227,7 @@ def bench_script(args: argparse.Namespace) -> int:
         return 0
     settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache, args.target)
     report, _ = run_script_bench(plan, out, settings, args.trials, command=shlex.join(["accel", *args.argv]))
-    print(out)
-    print(summary_text(report))
-    return 130 if report.interrupted else 0
+    return _finish(report, out)
 
 
 def parse_duration(text: str) -> float:

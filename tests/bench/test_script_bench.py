@@ -148,6 +148,13 @@ def test_a_diverging_and_a_killed_variant_leave_a_report_of_the_others(tmp_path)
     assert killed["errors"] == 1 and "killed by SIGKILL" in killed["trials"][0]["error"]
 
 
+def test_a_bench_whose_every_trial_failed_exits_1(tmp_path, capsys):
+    out = tmp_path / "bench"
+    argv = ["bench", "--vary", "speedups.amp.init_scale=3", "--steps", "1", "--warmup", "0", "--trials", "1"]
+    assert main([*argv, "--out", str(out), "--", sys.executable, str(script(tmp_path, text=FAILING))]) == 1
+    assert "every trial failed" in capsys.readouterr().err and (out / "report.md").is_file()
+
+
 def test_a_script_without_an_engine_fails_with_one_message(tmp_path, capsys):
     path = script(tmp_path, text="import torch\nprint(torch.ones(2).sum())\n")
     out = tmp_path / "bench"
