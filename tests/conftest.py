@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -18,6 +19,10 @@ import yaml
 from accel.rundir import RunDir
 
 ROOT = Path(__file__).resolve().parent.parent
+# the tests that send SIGHUP model a terminal closing under a run: their processes must start as a terminal's do,
+# with SIGHUP at its default, even when the suite itself runs under nohup (which ignores it, and children inherit
+# that: accel keeps an ignored SIGHUP ignored, as nohup asks)
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
 # bf16 autocast runs on every CPU in the tests, including those that only emulate it (the tests check numbers,
 # not speed); subprocesses inherit this. tests/speedups/test_amp.py checks the refusal without it.
 os.environ["ACCEL_CPU_BF16"] = "1"
