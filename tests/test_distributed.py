@@ -231,9 +231,11 @@ def test_the_torchrun_relay_passes_one_signal_acknowledges_the_second_and_kills_
         stderr=err.open("w"),
         text=True,
     )
+    started = [psutil.Process(relay.pid)]
     try:
         _wait_for(lambda: (tmp_path / "rank-pid").exists() and (tmp_path / "rank-pid").read_text(), "torchrun")
         rank = psutil.Process(int((tmp_path / "rank-pid").read_text()))
+        started += [*started[0].children(recursive=True), rank]
         relay.send_signal(signum)
         _wait_for(lambda: (tmp_path / "got-signal").exists(), "the signal passed on")
         relay.send_signal(signum)
@@ -242,8 +244,8 @@ def test_the_torchrun_relay_passes_one_signal_acknowledges_the_second_and_kills_
         relay.send_signal(signum)
         out, _ = relay.communicate(timeout=60)
         _, alive = psutil.wait_procs([rank], timeout=30)
-    finally:
-        _kill([psutil.Process(relay.pid)] if relay.poll() is None else [])
+    finally:  # a failed test leaves nothing running: the relay, the fake torchrun and its rank
+        _kill(started)
     assert out.strip() == f"({-signal.SIGKILL}, {int(signum)})" and not alive
     assert "stopping torchrun and every rank now" in err.read_text()
 
