@@ -100,6 +100,7 @@ class LoopState:
     micro_batches: int = 0  # training forwards (or compile_step calls) since the last optimizer step
     unsynced: Any = None  # the strategy's no_sync, open from a non-final micro-batch's forward to its backward
     in_step: bool = False  # inside a compile_step step
+    forward_contexts: bool = False  # a forward outside eng.autocast() enters the step contexts (set by setup)
     samples: int = 0
     tokens: int = 0
     data_s: float = 0.0
@@ -147,6 +148,10 @@ class OwnLoop:
             self.model = given
         self.setup_speedups()
         self._loop.set_up, self._loop.started = True, time.perf_counter()
+        # whether a forward needs the step contexts (a precision, a speed-up's context): decided once, not per call
+        self._loop.forward_contexts = self.strategy.precision.name != "fp32" or any(
+            type(s).step_context is not Speedup.step_context for s in self.speedups
+        )
         return wrap_module(self.module, self), wrap_optimizer(self.optimizer, self)
 
     def _adopt(self: Engine, model: nn.Module) -> tuple[nn.Module, nn.Module | None]:
@@ -197,7 +202,7 @@ class OwnLoop:
         if loop.autocast_depth is not None:
             self._refuse_inner_autocast()
             return self.model(*args, **kwargs)
-        if not self._forward_contexts:
+        if not loop.forward_contexts:
             return self.model(*args, **kwargs)
         self._refuse_outer_autocast("the model is called inside an autocast the loop opened itself")
         with self.step_contexts():
@@ -223,13 +228,6 @@ class OwnLoop:
             self._loop.samples += len(leading)
             if not leading.is_floating_point() and leading.dim() == 2:  # token ids
                 self._loop.tokens += leading.numel()
-
-    @property
-    def _forward_contexts(self: Engine) -> bool:
-        """Whether a forward needs the step contexts: a precision, or a speed-up's context (attention kernels)."""
-        return self.strategy.precision.name != "fp32" or any(
-            type(s).step_context is not Speedup.step_context for s in self.speedups
-        )
 
     def _refuse_inner_autocast(self: Engine) -> None:
         if self.strategy.precision.name != "fp32" and _autocast_nesting() > self._loop.autocast_depth:
