@@ -194,6 +194,8 @@ class Engine(OwnLoop):
         return stack
 
     def after_batch(self) -> None:
+        if not self.speedups:  # every optimizer step of a plain loop passes here: nothing to time
+            return
         with self.anatomy.phase("speedups"):
             for speedup in self.speedups:
                 speedup.after_batch()

@@ -69,15 +69,20 @@ class _StepContext:
         self.engine, self._stacks = engine, []
 
     def __enter__(self) -> None:
-        engine = self.engine
+        engine, loop = self.engine, self.engine._loop
         engine._check_own_step()
+        if not loop.forward_contexts:  # fp32 and no speed-up context: nothing to enter, in every step
+            self._stacks.append(None)
+            loop.autocast_depth = 0
+            return
         engine._refuse_outer_autocast("eng.autocast() is inside an autocast the loop opened itself")
         self._stacks.append(engine.step_contexts().__enter__())
-        engine._loop.autocast_depth = _autocast_nesting()
+        loop.autocast_depth = _autocast_nesting()
 
     def __exit__(self, *exc: Any) -> Any:
         self.engine._loop.autocast_depth = None
-        return self._stacks.pop().__exit__(*exc)
+        stack = self._stacks.pop()
+        return stack.__exit__(*exc) if stack is not None else None
 
 
 def _full_precision(tensor: torch.Tensor) -> torch.Tensor:
@@ -101,6 +106,7 @@ class LoopState:
     unsynced: Any = None  # the strategy's no_sync, open from a non-final micro-batch's forward to its backward
     in_step: bool = False  # inside a compile_step step
     forward_contexts: bool = False  # a forward outside eng.autocast() enters the step contexts (set by setup)
+    whole_step: str | None = None  # the speed-up that replaces the whole step, if any (set by setup)
     samples: int = 0
     tokens: int = 0
     data_s: float = 0.0
@@ -152,6 +158,7 @@ class OwnLoop:
         self._loop.forward_contexts = self.strategy.precision.name != "fp32" or any(
             type(s).step_context is not Speedup.step_context for s in self.speedups
         )
+        self._loop.whole_step = self._whole_step()
         return wrap_module(self.module, self), wrap_optimizer(self.optimizer, self)
 
     def _adopt(self: Engine, model: nn.Module) -> tuple[nn.Module, nn.Module | None]:
@@ -352,13 +359,15 @@ class OwnLoop:
 
         return step
 
+    def _whole_step(self: Engine) -> str | None:
+        return next((s.name for s in self.speedups if s.replaces_step()), None)
+
     def _check_own_step(self: Engine) -> None:
-        if self._loop.step_function:
-            return
-        whole = [s.name for s in self.speedups if s.replaces_step()]
-        if whole:
+        loop = self._loop
+        whole = loop.whole_step if loop.set_up else self._whole_step()
+        if whole is not None and not loop.step_function:
             raise AccelError(
-                f"speed-up `{whole[0]}` replaces the whole training step, which a loop's own forward and backward "
+                f"speed-up `{whole}` replaces the whole training step, which a loop's own forward and backward "
                 "cannot give it: write the forward and loss as one function and let the engine run the step, "
                 "`step = eng.compile_step(fn)` then `loss = step(x, y)` (no backward or optimizer.step() of your "
                 "own), or disable the speed-up"

@@ -8,6 +8,7 @@ faster), reported as the median over rounds with a bootstrap 95% interval and th
 steps and evaluations on the same data with the same seed; the GPT loops print the same losses (a test checks).
 
     python benchmarks/engine_overhead.py --rounds 6 --out benchmarks/results/engine-overhead.json
+    python benchmarks/engine_overhead.py --device cuda --loops gpt --rounds 4 --set steps=600   # on a GPU
 """
 
 from __future__ import annotations
@@ -46,16 +47,34 @@ def run(script: Path, args: list[str], env: dict[str, str]) -> float:
     return float(TIME.search(done.stdout).group(1))
 
 
+def with_overrides(loop_args: list[str], overrides: list[str]) -> list[str]:
+    """The loop's arguments with `NAME=V` overrides applied (`steps=600` sets `--steps 600`)."""
+    loop_args = list(loop_args)
+    for override in overrides:
+        name, _, value = override.partition("=")
+        flag = f"--{name.replace('_', '-')}"
+        if flag in loop_args:
+            loop_args[loop_args.index(flag) + 1] = value
+        else:
+            loop_args += [flag, value]
+    return loop_args
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--loops", nargs="+", default=list(LOOPS), choices=list(LOOPS))
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--device", default="cpu", help="passed to both loops (their --device)")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="ARG=V", help="override a loop argument, e.g. steps=600"
+    )
     args = parser.parse_args()
     data = Path(tempfile.mkdtemp(prefix="accel-overhead-"))
     results = {}
     for name in args.loops:
-        loop_args = LOOPS[name] + (["--data", str(data / "bytes")] if name == "gpt" else [])
+        loop_args = with_overrides(LOOPS[name], args.set) + ["--device", args.device]
+        loop_args += ["--data", str(data / "bytes")] if name == "gpt" else []
         plain, engine = ROOT / "examples" / "plain" / f"{name}_loop.py", ROOT / "examples" / f"{name}_loop.py"
         run(plain, loop_args, {})  # warm the file cache and write the data once
         times: dict[str, list[float]] = {"plain": [], "engine": []}
@@ -79,7 +98,12 @@ def main() -> None:
             f"{name}: plain/engine time ratio {statistics.median(ratios):.3f} [{low:.3f}, {high:.3f}] "
             f"(range {min(ratios):.3f}-{max(ratios):.3f}, {args.rounds} rounds)"
         )
-    record = {"machine": platform.processor() or platform.machine(), "cores": os.cpu_count(), "results": results}
+    record = {
+        "machine": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "device": args.device,
+        "results": results,
+    }
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(record, indent=2) + "\n")

@@ -25,6 +25,8 @@ Run only when named (the standing GPU issue's figures):
   lm-tune     what `accel tune` picks for lm-bytes-cuda on the GPU (8 minutes)
   lm-time     what `accel tune --objective time` picks for it (8 minutes)
   resnet-host the compiled ResNet preset with inductor's compile workers released, and with CUDA graphs, on/off
+  own-loop    the examples' hand-written loops on the GPU, plain against accel.Engine (benchmarks/engine_overhead.py),
+              and `accel bench --ablate -- python examples/gpt_loop.py --bf16` there
 
 Each step runs its commands as subprocesses and adds {command, rc, seconds, output tail, result} to
 OUT/gpu-check.json, rewritten after every step (a step that runs out of time leaves the others' results);
@@ -58,7 +60,7 @@ from accel import devices  # noqa: E402
 
 STEPS = ["env", "peaks", "tests", "plain-loop", "ablate", "transformer", "lm", "profile", "jpeg"]
 # run only when named: the standing GPU issue's figures
-EXTRA = ["lm-levers", "lm-scale", "lm-muon", "lm-tune", "lm-time", "resnet-host"]
+EXTRA = ["lm-levers", "lm-scale", "lm-muon", "lm-tune", "lm-time", "resnet-host", "own-loop"]
 HALVES = {
     "ablate-remove": "all,-amp,-channels_last,-compile,-cudnn,-optim",
     "ablate-add": "+amp,+channels_last,+compile,+cudnn,+optim",
@@ -78,13 +80,14 @@ LM_VARY = {
 }
 LM_LEVERS = {  # the speedrun levers, each against the recipe as given
     "compiled-optimizer": "speedups.compiled_optimizer.enabled=false,true",
-    "cuda-graphs": "speedups.cuda_graphs.enabled=false,true",
+    # a captured step cannot be compiled as well (the conflict rule): against the recipe without compile
+    "cuda-graphs": "speedups.cuda_graphs.enabled=false,true --set speedups.compile.enabled=false",
     "fused-loss": "task.fused_loss=false,true",
 }
 LM_SCALE = {"batch": "data.batch_size=16,32", "max-autotune": "speedups.compile.mode=default,max-autotune"}
 RESNET_HOST = {  # what keeps the compiled ResNet preset waiting on its host
     "release-workers": "speedups.compile.release_workers=false,true",
-    "cuda-graphs": "speedups.cuda_graphs.enabled=false,true",
+    "cuda-graphs": "speedups.cuda_graphs.enabled=false,true --set speedups.compile.enabled=false",
 }
 RESNET_FULL = ["--steps", "150", "--warmup", "20", "--trials", "3"]
 RESNET_QUICK = [
@@ -139,6 +142,7 @@ class Check:
         print(
             f"[{step}] rc={rc} {record['seconds']} s: {record['command']}\n{record['output_tail'][-1500:]}", flush=True
         )
+        self.save()  # after every command: a call cut by its time limit keeps what had finished
         return record
 
     def save(self) -> None:
@@ -390,7 +394,7 @@ def step_lm(check: Check, step: str = "lm") -> None:
 def _bench_vary(check: Check, step: str, recipe: str, varies: dict[str, str], size: list[str]) -> None:
     """One `accel bench --vary` per entry, each its own bench folder and JSON key."""
     for name, vary in varies.items():
-        _bench(check, step, f"{step}-{name}", recipe, ["--vary", vary, *size], key=name)
+        _bench(check, step, f"{step}-{name}", recipe, ["--vary", *vary.split(), *size], key=name)
 
 
 def _bench(check: Check, step: str, name: str, recipe: str, how: list[str], key: str | None = None) -> None:
@@ -477,6 +481,26 @@ def step_profile(check: Check) -> None:
         )
 
 
+def step_own_loop(check: Check) -> None:
+    """A user's own loop on the GPU: the engine's cost against the plain loop (fresh processes, interleaved), and the
+    script bench's A/B report of the GPT loop."""
+    quick = check.args.quick
+    path = check.work / "engine-overhead.json"
+    full = ["--rounds", "4", "--set", "steps=600", "--loops", "gpt"]
+    sizes = ["--rounds", "1", "--set", "steps=3", "--loops", "gpt"] if quick else full
+    check.sh(
+        "own-loop",
+        [sys.executable, "benchmarks/engine_overhead.py", "--device", check.args.device, "--out", str(path), *sizes],
+    )
+    check.put("own-loop", overhead=check.load(path))
+    out = check.work / "bench-own-gpt"
+    size = ["--steps", "2", "--warmup", "1", "--trials", "1"] if quick else ["--steps", "60", "--warmup", "20"]
+    script = [sys.executable, "examples/gpt_loop.py", "--device", check.args.device, "--bf16", "--eval-every", "100000"]
+    command = [sys.executable, "-m", "accel.cli", "bench", "--ablate", *size, "--out", str(out), "--", *script]
+    check.sh("own-loop", command)
+    check.put("own-loop", bench=check.load(out / "report.json"))
+
+
 def step_jpeg(check: Check) -> None:
     folder, out = check.work / "jpeg-folder", check.work / "bench-data"
     per_class = ["--per-class", "20"] if check.args.quick else []
@@ -522,6 +546,7 @@ RUNNERS = {
     "lm-time": lambda check: step_lm_tune(check, "lm-time"),
     "lm-muon": step_lm_muon,
     "resnet-host": step_resnet_host,
+    "own-loop": step_own_loop,
 }
 
 

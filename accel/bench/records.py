@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
+
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(: |$)")  # `AccelError: ...` in a traceback
 
 
 class Verdict(StrEnum):
@@ -144,6 +147,19 @@ class Trial(Record):
         """Ran and measured a usable throughput; anything else counts as failed."""
         sps = self.samples_per_s
         return self.error is None and sps is not None and math.isfinite(sps) and sps > 0
+
+    def error_said(self, limit: int = 400) -> str:
+        """What the failure says, on one line: a traceback's own message whole (an error of several lines, such
+        as the conflict rule's, reads from its first line, not just its last), else the error's first line."""
+        lines = [ln.rstrip() for ln in (self.error or "trial reported no samples_per_s").strip().splitlines()]
+        lines = [ln for ln in lines if ln.strip()] or ["(empty error)"]
+        if lines[0].startswith("Traceback"):
+            # the exception's own text begins at the last unindented `Name: ...` line after the frames
+            starts = [i for i, ln in enumerate(lines) if _EXCEPTION_LINE.match(ln)]
+            said = " ".join(ln.strip() for ln in lines[starts[-1] if starts else -1 :])
+        else:
+            said = lines[0]
+        return said if len(said) <= limit else said[: limit - 3] + "..."
 
     def updated(self, **fields: Any) -> Trial:
         """A copy with `fields` set (and so written), validated like the rest."""

@@ -131,17 +131,13 @@ def _steady_disagrees(r: VariantSummary) -> str:
 
 
 def failed_lines(report: Report) -> list[str]:
-    """'variant trial N: message' for each failed trial; for a traceback the message is its last line."""
+    """'variant trial N: message' for each failed trial (a traceback's exception message, whole)."""
     out = []
     for r in report.variants:
         for t in r.trials:
             if t.ok:
                 continue
-            text = (t.error or "trial reported no samples_per_s").strip()
-            lines = [ln for ln in text.splitlines() if ln.strip()] or ["(empty error)"]
-            # A traceback's first line says nothing; its last line names the exception.
-            said = lines[-1] if lines[0].startswith("Traceback") else lines[0]
-            out.append(f"{r.name} trial {t.trial}: {said}")
+            out.append(f"{r.name} trial {t.trial}: {t.error_said()}")
     return out
 
 

@@ -177,9 +177,7 @@ def trial_line(result: Trial, done: int, total: int) -> str:
     """One progress line for a finished trial: its throughput, or why it failed."""
     head = f"[{done}/{total}] {result.variant} trial {result.trial}"
     if result.error:
-        lines = [ln for ln in result.error.strip().splitlines() if ln.strip()] or ["?"]
-        said = lines[-1] if lines[0].startswith("Traceback") else lines[0]
-        return f"{head}: FAILED: {said}"
+        return f"{head}: FAILED: {result.error_said()}"
     sps, first = result.samples_per_s, result.first_step_s
     line = f"{head}: {sps:.1f} samples/s" if sps is not None else f"{head}: no throughput"
     if first is not None:

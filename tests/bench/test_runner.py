@@ -306,3 +306,22 @@ def test_a_bench_whose_every_trial_failed_exits_1_and_says_so(tiny, write_recipe
     report = json.loads((out / "report.json").read_text())  # the failures are still reported
     assert [v["ok_trials"] for v in report["variants"]] == [0, 0] and (out / "report.md").is_file()
     assert len(list((out / "trials").glob("*.log"))) == 2
+
+
+def test_a_failed_trials_message_of_several_lines_is_said_whole():
+    """The conflict rule's refusal spans lines; its last line alone ('Disable them ...') hid why (seen on a GPU)."""
+    error = (
+        "Traceback (most recent call last):\n"
+        '  File "trial.py", line 3, in main\n'
+        "    run()\n"
+        "accel.errors.AccelError: speed-up `cuda_graphs` cannot be stacked with `compile`:\n"
+        "  - one program at a time\n"
+        "Disable them (`--set speedups.NAME.enabled=false`).\n"
+    )
+    said = Trial(variant="v", trial=0, error=error).error_said()
+    assert said == (
+        "accel.errors.AccelError: speed-up `cuda_graphs` cannot be stacked with `compile`: - one program at a time "
+        "Disable them (`--set speedups.NAME.enabled=false`)."
+    )
+    assert Trial(error="out of memory\nmore").error_said() == "out of memory"
+    assert Trial(error="x" * 1000).error_said().endswith("...") and len(Trial(error="x" * 1000).error_said()) == 400
