@@ -289,6 +289,7 @@ def tune(
             # knobs chosen one by one, slower together (by either reading: tuning must never cost speed)
             result.final.reverted, result.chosen = dict(result.chosen), {}
     result.target = str(objective.target) if objective.target else None
+    work.mkdir(parents=True, exist_ok=True)  # a script's trials write nothing of tune's own there
     write_atomic(work / "tune.json", strict_json(result.to_data(), indent=2) + "\n")  # NaN as null: any parser reads it
     return result
 
