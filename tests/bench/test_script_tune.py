@@ -126,3 +126,15 @@ def test_tune_for_time_on_the_gpt_loop_for_real(tmp_path, capsys):
         assert printed[-1] == f"ACCEL_SPEEDUPS={out} {' '.join(gpt)}"
     text = out.read_text()
     assert text.startswith("# Written by `accel tune --objective time") and yaml.safe_load(text) == {"speedups": {}}
+
+
+def test_the_speed_knobs_start_from_the_scripts_speedups_and_launch_as_measured(resnet):
+    from accel.bench.script import resolved
+    from accel.bench.tune.script import speed_knobs
+
+    knobs = {k.key: k for k in speed_knobs(resnet, True, None, None, [])}
+    assert {"speedups.amp", "speedups.channels_last", "speedups.compile"} <= set(knobs)
+    for knob in knobs.values():  # each candidate (a whole section, None values too) reaches the engine unchanged
+        for value in knob.values[1:]:
+            got = resolved(resnet.engine, resnet.launch({knob.key: value}), "v")["speedups"][knob.key.split(".")[1]]
+            assert got == got | value
