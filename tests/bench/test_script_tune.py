@@ -117,7 +117,7 @@ def test_tune_for_time_on_the_gpt_loop_for_real(tmp_path, capsys):
     assert got["target"].startswith("val_loss<=")  # the script's own end-of-run loss, read from its curves
     rows = {r["value"]: r for r in got["rows"] if r["knob"] == "optimizer"}
     assert rows[None]["target_reached"] == 2 and rows[None]["time_to_target_s"] > 0
-    assert rows["muon"]["time_ratio"] is not None or rows["muon"]["target_reached"] == 0
+    assert rows["muon"]["target_reached"] is not None  # measured beside it (reached or not)
     final = got["final"]
     if got["chosen"].get("optimizer") == "muon":  # kept: the final check measured it sooner, in every trial
         assert final["time_ratio"]["median"] < 1 and final["reached"]["tuned"] == "2/2"
