@@ -59,17 +59,21 @@ class Engine(OwnLoop):
         clip_grad_norm: float | None = None,
         strict: bool = False,
         world: World | None = None,
+        optimizer: str | None = None,
     ):
         """`speedups`: a recipe's `speedups:` section (a mapping), a preset name (`"fast-cuda"`) or a YAML file
         (ACCEL_SET and ACCEL_SPEEDUPS override them: accel.engine_settings); the Trainer passes built Speed-up
         objects. `strategy`: "ddp" or "fsdp" under torchrun (ddp by default there). `out`: a folder for the
         run's records (metrics.jsonl from `log`, summary.json at `close`). `grad_accum`: micro-batches per
         optimizer step; all but a step's last skip the gradient reduction, and where the engine runs the step
-        itself (the Trainer, `compile_step`) it divides the loss by it; a loop's own `backward` never divides."""
+        itself (the Trainer, `compile_step`) it divides the loss by it; a loop's own `backward` never divides.
+        `optimizer`: None (the loop's own, the default) or "muon": `setup` then steps Muon on the hidden matrices
+        and AdamW on the rest, built from the loop's optimizer (accel.optim.muon_from)."""
         settings = None  # the Trainer's engine: built speed-ups, no settings of a script's own
         self.from_script = not _built(speedups)  # a hand-written loop's settings, not a recipe's
         if self.from_script:
-            settings = engine_settings(speedups, str(device), strategy if isinstance(strategy, str) else None)
+            given = strategy if isinstance(strategy, str) else None
+            settings = engine_settings(speedups, str(device), given, optimizer=optimizer)
             world = world or world_from_env()
             device = init_process_group(world, devices.resolve_device(settings.device))
             strategy = choose(settings.strategy or "ddp", world, device)
@@ -95,6 +99,7 @@ class Engine(OwnLoop):
         self._set_up = False  # the speed-ups' setup has run and their teardown has not
         self.out = Path(out) if out is not None else None
         self.logged: list[dict[str, Any]] = []  # what the loop reported through `log`
+        self.optimizer_setting = settings.optimizer if settings else None  # "muon": built at setup
         self._loop = LoopState()
         self._trial = script_trial.attach(self, settings)  # None unless `accel bench` runs the script
 

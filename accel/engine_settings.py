@@ -1,8 +1,10 @@
 """An engine's settings from a hand-written script, and from outside it.
 
 The script gives `speedups=` as a recipe's `speedups:` section (a mapping), a preset by name (`"fast-cuda"`) or a
-YAML file, plus `device=` and `strategy=`. Outside the script, two environment variables win over what it passed,
-so `accel bench -- python train.py` (and a user) can change any setting without editing it:
+YAML file, plus `device=`, `strategy=` and `optimizer=` (None: the loop's own optimizer, always the default;
+`"muon"`: Muon on the hidden matrices and AdamW on the rest, built from the loop's optimizer by
+accel.optim.muon_from). Outside the script, two environment variables win over what it passed, so
+`accel bench -- python train.py` (and a user) can change any setting without editing it:
 - `ACCEL_SPEEDUPS=FILE`: the speed-ups section of FILE (or a preset name) replaces the script's;
 - `ACCEL_SET="speedups.compile.enabled=false device=cpu"`: `--set` overrides, separated by spaces.
 Each override is logged once; a key that does not exist is refused with the closest valid key.
@@ -25,8 +27,9 @@ from .shipped import find_base, preset_names
 
 log = logging.getLogger("accel")
 SET_VARIABLE, SPEEDUPS_VARIABLE = "ACCEL_SET", "ACCEL_SPEEDUPS"
-KEYS = ("device", "speedups", "strategy")
+KEYS = ("device", "optimizer", "speedups", "strategy")
 STRATEGIES = ("ddp", "fsdp")
+OPTIMIZERS = ("muon",)
 
 
 @dataclass(frozen=True)
@@ -34,9 +37,12 @@ class Settings:
     speedups: dict[str, StrictModel]  # name -> validated Config, in the order given
     device: str
     strategy: str | None  # None: ddp when torchrun starts several processes
+    optimizer: str | None = None  # None: the loop's own; "muon": built from it at setup (accel.optim.muon_from)
 
 
-def engine_settings(speedups: Any, device: str, strategy: str | None, env: dict | None = None) -> Settings:
+def engine_settings(
+    speedups: Any, device: str, strategy: str | None, env: dict | None = None, optimizer: str | None = None
+) -> Settings:
     """The script's settings with the environment's overrides applied, validated."""
     env = os.environ if env is None else env
     say_to_stderr()
@@ -44,7 +50,7 @@ def engine_settings(speedups: Any, device: str, strategy: str | None, env: dict 
     if env.get(SPEEDUPS_VARIABLE):
         section, origins = _speedups_section(env[SPEEDUPS_VARIABLE], SPEEDUPS_VARIABLE)
         log.info("%s=%s replaces the script's speed-ups", SPEEDUPS_VARIABLE, env[SPEEDUPS_VARIABLE])
-    data = {"speedups": section, "device": device, "strategy": strategy}
+    data = {"speedups": section, "device": device, "strategy": strategy, "optimizer": optimizer}
     overrides = shlex.split(env.get(SET_VARIABLE, ""))
     if overrides:
         data = apply_overrides(data, origins, overrides, label=SET_VARIABLE)
@@ -96,10 +102,15 @@ def _validated(data: dict, origins: Origins) -> Settings:
             f"{origins.where(('strategy',))}: `strategy` = {strategy!r}: one of {', '.join(STRATEGIES)} "
             "(or none: ddp when torchrun starts several processes)"
         )
+    if data.get("optimizer") not in (None, *OPTIMIZERS):
+        problems.append(
+            f"{origins.where(('optimizer',))}: `optimizer` = {data['optimizer']!r}: {', '.join(OPTIMIZERS)} (Muon "
+            "on the hidden matrices, AdamW on the rest, from the loop's own optimizer), or none: the loop's own"
+        )
     if not isinstance(data.get("speedups"), dict):
         problems.append(f"{origins.where(('speedups',))}: `speedups` must be a mapping of speed-ups")
     else:
         validate_speedups(data, origins, problems)
     if problems:
         raise RecipeError("Invalid engine settings:\n" + "\n".join(f"  - {p}" for p in problems))
-    return Settings(data["speedups"], str(data.get("device") or "auto"), strategy)
+    return Settings(data["speedups"], str(data.get("device") or "auto"), strategy, data.get("optimizer"))

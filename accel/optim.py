@@ -12,6 +12,7 @@ import torch
 from pydantic import Field
 from torch import nn
 
+from .errors import AccelError
 from .muon import MuonWithAdamW, refuse_sharded, split_parameters
 from .muon_ns import DtypeMuon, choose_ns_dtype
 from .registry import OPTIMIZERS, SCHEDULERS
@@ -118,6 +119,38 @@ class Muon:
 
 def build_optimizer(cfg: OptimizerConfig, model: nn.Module) -> torch.optim.Optimizer:
     return OPTIMIZERS.get(cfg.name).build(cfg, model)
+
+
+def muon_from(model: nn.Module, optimizer: torch.optim.Optimizer) -> MuonWithAdamW:
+    """A hand-written loop's engine with `optimizer="muon"`: Muon on the hidden matrices (those of the model's
+    repeated blocks), AdamW on the rest, over the loop's own optimizer's parameters and, group by group, its
+    learning rates and weight decay (and betas and eps where it has them), so the loop's schedule and its
+    no-decay groups carry over. Muon's own settings are the recipe optimizer's defaults."""
+    cfg = Muon.Config()
+    muon, _ = split_parameters(model, cfg.muon_params, cfg.adamw_params)
+    refuse_sharded(muon)
+    on_muon = {id(p) for _, p in muon}
+    muon_groups, adamw_groups = [], []
+    for group in optimizer.param_groups:
+        options = {"lr": group["lr"], "weight_decay": group.get("weight_decay", 0.0)}
+        mine = [p for p in group["params"] if id(p) in on_muon]
+        rest = [p for p in group["params"] if id(p) not in on_muon]
+        if mine:
+            muon_groups.append({"params": mine, **options})
+        if rest:
+            adam = {"betas": group.get("betas", cfg.betas), "eps": group.get("eps", cfg.eps)}
+            adamw_groups.append({"params": rest, **options, **adam})
+    if not muon_groups:
+        raise AccelError(
+            f"optimizer muon: the loop's optimizer holds none of the hidden matrices of {type(model).__name__}; "
+            "give it the model's parameters"
+        )
+    ns_dtype = choose_ns_dtype(cfg.ns_dtype, muon[0][1].device)
+    options = {"momentum": cfg.momentum, "nesterov": cfg.nesterov, "ns_steps": cfg.ns_steps}
+    parts = [DtypeMuon(muon_groups, ns_dtype, adjust_lr_fn="match_rms_adamw", **options)]
+    if adamw_groups:  # torch refuses an optimizer with no parameters
+        parts.append(torch.optim.AdamW(adamw_groups))
+    return MuonWithAdamW(parts)
 
 
 @SCHEDULERS.register("none")

@@ -32,6 +32,7 @@ from .errors import AccelError
 from .flops import Utilisation
 from .io import strict_json, write_atomic
 from .lint import SpeedLint
+from .optim import muon_from
 from .speedups import Speedup, refuse
 
 if TYPE_CHECKING:
@@ -149,6 +150,8 @@ class OwnLoop:
             before = dict(module.to(self.device).named_parameters())
             module = self.strategy.prepare(module)
             optimizer = rebuilt(optimizer, before, dict(module.named_parameters()))
+        if self.optimizer_setting == "muon":  # asked for by a setting (tune --objective time), never by default
+            optimizer = muon_from(module.to(self.device), optimizer)
         self.attach(module, optimizer, scheduler)
         if given is not None:  # the loop's own compiled model is what forward calls
             self.model = given

@@ -4,9 +4,11 @@ and the script's engine measures its own optimizer steps, writes a `Trial` recor
 - `ACCEL_TRIAL=PATH`: where the record goes; without it the engine holds no trial and pays one attribute test a
   step (`engine._trial is None`).
 - `ACCEL_TRIAL_WARMUP=W`, `ACCEL_TRIAL_STEPS=N`: the record is written after W untimed (compilation happens there)
-  and N timed optimizer steps.
+  and N timed optimizer steps; N=0: when the script ends by itself (its own run: `tune --objective time`).
 - `ACCEL_TRIAL_TARGET=val_loss=1.5`: also the seconds from the process start until the script logs (`eng.log`)
-  that value, its evaluations excluded as a recipe trial's are (the time from the step before the log to the log).
+  that value, its evaluations excluded as a recipe trial's are (the time from the step before the log to the log);
+  with `ACCEL_TRIAL_STOP=1` the record is written and the process ends there.
+- `ACCEL_TRIAL_CURVE=val_loss`: every logged value of that metric is recorded (the curve a target is read from).
 - `ACCEL_TRIAL_PROBE=1`: write what the engine was given (speed-ups, device, strategy) and exit at once, before
   anything is set up: the bench asks this first, to know the script's speed-ups and that it uses an engine at all.
 
@@ -31,6 +33,7 @@ import torch
 
 from . import devices
 from .io import strict_json, write_atomic
+from .models.blocks import model_traits
 
 if TYPE_CHECKING:
     from .bench.target import Target
@@ -39,6 +42,7 @@ if TYPE_CHECKING:
 
 PATH, STEPS, WARMUP, PROBE = "ACCEL_TRIAL", "ACCEL_TRIAL_STEPS", "ACCEL_TRIAL_WARMUP", "ACCEL_TRIAL_PROBE"
 TARGET = "ACCEL_TRIAL_TARGET"  # METRIC=VALUE: the time until the script's `eng.log` reports it
+STOP, CURVE = "ACCEL_TRIAL_STOP", "ACCEL_TRIAL_CURVE"  # end at the target; record this metric's every value
 LAST_LOSS_STEPS = 5  # final_loss: the mean of the last timed steps' losses, as a recipe's trial has it
 
 
@@ -54,6 +58,8 @@ def attach(engine: Engine, settings: Settings | None) -> ScriptTrial | None:
         from .bench.target import parse_target
 
         trial.target = parse_target(os.environ[TARGET])
+    trial.metric = trial.target.metric if trial.target else os.environ.get(CURVE) or None
+    trial.stop = os.environ.get(STOP) == "1" and trial.target is not None
     return trial
 
 
@@ -62,6 +68,7 @@ def _probe(engine: Engine, settings: Settings, path: str) -> None:
         "speedups": {name: config.model_dump(mode="json") for name, config in settings.speedups.items()},
         "device": settings.device,
         "strategy": settings.strategy,
+        "optimizer": settings.optimizer,
         "skipped_speedups": engine.skipped_speedups,
     }
     if engine.world.is_main:
@@ -70,7 +77,8 @@ def _probe(engine: Engine, settings: Settings, path: str) -> None:
 
 
 class ScriptTrial:
-    """Counts the engine's optimizer steps and times each; after warm-up + steps, writes the record and exits."""
+    """Counts the engine's optimizer steps and times each; after warm-up + steps (or at the target, or when the
+    script ends: see the module docstring), writes the record and exits."""
 
     def __init__(self, engine: Engine, path: str, warmup: int, steps: int):
         self.engine, self.path, self.warmup, self.steps = engine, path, warmup, steps
@@ -81,7 +89,9 @@ class ScriptTrial:
         self.done = False
         self.failure: str | None = None
         self.target: Target | None = None
-        self.evals: list[dict[str, Any]] = []  # each logged value of the target's metric, as TargetClock's
+        self.metric: str | None = None  # the logged metric whose values are recorded (the target's)
+        self.stop = False  # end the trial when the target is reached
+        self.evals: list[dict[str, Any]] = []  # each logged value of the metric, as TargetClock's
         self.process_started = psutil.Process().create_time()
         self.eval_s, self.last_step = 0.0, time.time()
         devices.reset_peak_memory(engine.device)
@@ -95,16 +105,18 @@ class ScriptTrial:
         self.losses.append(loss.detach().float() / share)
 
     def logged(self, record: dict[str, Any]) -> None:
-        """What the loop logged (`eng.log`): the target's metric, timed from the process start less the time the
-        script's evaluations took (each from the step before it to its log)."""
-        if self.target is None or self.target.metric not in record:
+        """What the loop logged (`eng.log`): the metric, timed from the process start less the time the script's
+        evaluations took (each from the step before it to its log)."""
+        if self.metric is None or self.metric not in record:
             return
         now = time.time()
         self.eval_s += now - self.last_step
         self.last_step = now
-        value = float(record[self.target.metric])
+        value = float(record[self.metric])
         wall_s = now - self.process_started - self.eval_s
         self.evals.append({"step": record["step"], "wall_s": wall_s, "value": value, "eval_s": self.eval_s})
+        if self.stop and self.target.reached(value):
+            self._finish()
 
     def stepped(self) -> None:
         """The end of an optimizer step (the engine counted it)."""
@@ -116,11 +128,18 @@ class ScriptTrial:
         )
         self.step_losses.append(torch.stack(self.losses).sum() if self.losses else None)
         self.losses = []
-        if len(self.marks) >= self.warmup + self.steps:
-            record = self.record() | self._losses()
-            self._write(record | self._target_figures() | _diverged(record.get("step_losses", [])))
-            self.done = True
-            raise SystemExit(0)
+        if self.steps and len(self.marks) >= self.warmup + self.steps:
+            self._finish()
+
+    def _finish(self) -> None:
+        """Write the whole record and end the process (exit 0)."""
+        self._write_record()
+        raise SystemExit(0)
+
+    def _write_record(self) -> None:
+        record = self.record() | self._losses()
+        self._write(record | self._target_figures() | _diverged(record.get("step_losses", [])))
+        self.done = True
 
     def record(self) -> dict[str, Any]:
         """The figures of `accel.bench.records.Trial`, from the engine's own counts."""
@@ -146,6 +165,7 @@ class ScriptTrial:
             "wall_s": time.perf_counter() - self.created,
             "skipped_speedups": engine.skipped_speedups,
             "lint": summary.get("lint") or [],
+            "model_traits": model_traits(engine.module),
             **{k: compiled.get(v) for k, v in COMPILE_FIGURES.items() if compiled},
             "env": devices.environment(engine.device),
         }
@@ -160,15 +180,16 @@ class ScriptTrial:
     def _target_figures(self) -> dict[str, Any]:
         from .bench.target import time_to
 
-        if self.target is None:
+        if self.metric is None:
             return {}
         if not self.evals:
             return {
-                "error": f"--target {self.target.metric}: the script logged no `{self.target.metric}` through "
-                f"eng.log in its {len(self.marks)} optimizer steps: log it (eng.log({{'{self.target.metric}': "
-                "value}) after an evaluation), or give the trials more --steps"
+                "error": f"the script logged no `{self.metric}` through eng.log in its "
+                f"{len(self.marks)} optimizer steps: log it (eng.log({{'{self.metric}': value}}) after an "
+                "evaluation), or give the trials more --steps"
             }
-        return {"time_to_target_s": time_to(self.target, self.evals), "target_evals": self.evals}
+        reached = time_to(self.target, self.evals) if self.target else None
+        return {"time_to_target_s": reached, "target_evals": self.evals, "val_metric_name": self.metric}
 
     def _write(self, record: dict[str, Any]) -> None:
         from .bench.records import Trial  # validated as the runner reads it; NaN stays NaN (a diverged loss)
@@ -181,8 +202,12 @@ class ScriptTrial:
         self._excepthook(kind, value, tb)
 
     def _ended_early(self) -> None:
-        """At exit before the record: the script crashed (its traceback) or ran out of steps first."""
+        """At exit before the record: the script crashed (its traceback) or ran out of steps first; or, with no
+        step count asked for, its run ended and this is the record."""
         if self.done:
+            return
+        if not self.steps and self.failure is None:
+            self._write_record()
             return
         asked = self.warmup + self.steps
         self._write(

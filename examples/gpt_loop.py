@@ -1,5 +1,6 @@
 """A GPT trained by a hand-written loop through accel.Engine: plain/gpt_loop.py with 5 lines changed (import,
-Engine, setup, the autocast context, backward). Speed-ups by the script, or from outside it:
+Engine, setup, the autocast context, backward) and one added (`eng.log` of the validation loss, which accel's
+bench and tune read). Speed-ups by the script, or from outside it:
 
     python examples/gpt_loop.py --steps 200 --bf16
     ACCEL_SET="speedups.compile.enabled=true" python examples/gpt_loop.py
@@ -69,6 +70,7 @@ def estimate_loss():
             _, loss = model(x, y)
         losses.append(loss.item())
     model.train()
+    eng.log({"val_loss": sum(losses) / len(losses)})  # read by `accel bench --target`, `accel tune --objective time`
     return sum(losses) / len(losses)
 
 

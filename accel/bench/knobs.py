@@ -61,9 +61,9 @@ class Knob:
         return self.labels[self.values.index(value)] if self.labels else format_value(value)
 
 
-def speedup_knobs(base: Recipe, device: torch.device) -> list[Knob]:
-    """One knob per speed-up tune knows, each value the recipe's section with the candidate's settings."""
-    sections = base.dump()["speedups"]
+def speedup_knobs(sections: dict[str, Any], device: torch.device) -> list[Knob]:
+    """One knob per speed-up tune knows, each value the given section (a recipe's `speedups:`, or what a
+    script's engine was given) with the candidate's settings."""
     knobs = []
     for speedup in tuned_speedups():
         name = speedup.name
@@ -169,7 +169,7 @@ def build_knobs(
     """The knobs to search, in order, with default candidates derived from the recipe and this machine's cores;
     with `speedups`, the speed-up knobs first."""
     b, cpus = base.data.batch_size, available_cpus()
-    knobs = speedup_knobs(base, device or torch.device("cpu")) if speedups else []
+    knobs = speedup_knobs(base.dump()["speedups"], device or torch.device("cpu")) if speedups else []
     knobs += [
         Knob(BATCH_KEY, _listed(batch_sizes, [max(1, b // 2), b, 2 * b, 4 * b]), bounded=True),
         Knob(WORKERS_KEY, _listed(workers, [n for n in (0, 1, 2, 4) if n <= cpus])),

@@ -30,6 +30,7 @@ from .runner import BenchRun, TrialSettings, _exit_reason, _only, _tail, run_and
 from .variants import Variant, ablation_variants, format_value, interleave, vary_variants
 
 ARG = "arg:"  # --vary arg:--batch=16,32: the script's own option, not an engine key
+CURVE_METRIC = "val_loss"  # what a script reports through eng.log for a target read from its own run
 NO_ENGINE = (
     "`accel.Engine` not used: `{command}` ran to its end without creating an accel.Engine, so no trial record was "
     "written. accel bench measures a script through its engine: create one and set the model up with it "
@@ -53,9 +54,11 @@ class ScriptLaunch:
         return list(self.command), {
             SET_VARIABLE: self.accel_set(),
             script_trial.PATH: str(json_path),
-            script_trial.STEPS: str(settings.steps),
+            script_trial.STEPS: str(settings.steps),  # 0: the script's own run (tune --objective time)
             script_trial.WARMUP: str(settings.warmup),
             **({script_trial.TARGET: settings.target} if settings.target else {}),
+            **({script_trial.STOP: "1"} if settings.stop_at_target else {}),
+            **({script_trial.CURVE: CURVE_METRIC} if settings.curve else {}),
         }
 
 
@@ -91,8 +94,8 @@ def plan_script(
     variants = _ablation(given) if ablate else vary_variants(vary)
     if only:
         variants = _only(variants, only)
-    launches = {v.name: _launch(command, sets, v) for v in variants}
-    configs = {name: _resolved(given, launch, name) for name, launch in launches.items()}
+    launches = {v.name: launch_of(command, sets, v) for v in variants}
+    configs = {name: resolved(given, launch, name) for name, launch in launches.items()}
     return ScriptPlan(command, script_name(command), variants, variants[0].name, launches, configs, given)
 
 
@@ -112,14 +115,16 @@ def _ablation(given: dict[str, Any]) -> list[Variant]:
         ) from None
 
 
-def _launch(command: list[str], sets: list[str], variant: Variant) -> ScriptLaunch:
+def launch_of(command: list[str], sets: list[str], variant: Variant) -> ScriptLaunch:
     """The variant's engine keys go to ACCEL_SET; its `arg:--OPTION` keys set the script's own option."""
     items = []
     for key, value in variant.overrides.items():
         if key.startswith(ARG):
-            command = with_option(command, key[len(ARG) :], format_value(value))
-        else:
-            items.append(f"{key}={format_value(value)}")
+            if value is not None:  # None: the option as the command has it (or not at all)
+                command = with_option(command, key[len(ARG) :], format_value(value))
+        else:  # a section (a speed-up's whole config, from tune) as JSON, which the YAML of ACCEL_SET reads back
+            text = json.dumps(value) if isinstance(value, (dict, list)) else format_value(value)
+            items.append(f"{key}={text}")
     return ScriptLaunch(tuple(command), (*sets, *items))
 
 
@@ -141,12 +146,14 @@ def with_option(command: list[str], option: str, value: str) -> list[str]:
     return [*command, option, value]
 
 
-def _resolved(given: dict[str, Any], launch: ScriptLaunch, name: str) -> dict[str, Any]:
+def resolved(given: dict[str, Any], launch: ScriptLaunch, name: str) -> dict[str, Any]:
     """The variant's settings as its engine will resolve them (validated here: a bad key fails now)."""
     env = {SET_VARIABLE: " ".join(map(shlex.quote, launch.sets))}
     try:
         with _quiet():
-            settings = engine_settings(given["speedups"], given["device"], given["strategy"], env=env)
+            settings = engine_settings(
+                given["speedups"], given["device"], given["strategy"], env=env, optimizer=given.get("optimizer")
+            )
     except RecipeError as err:
         raise RecipeError(f"variant `{name}`: {err}") from None
     speedups = {key: config.model_dump(mode="json") for key, config in settings.speedups.items()}
@@ -155,6 +162,7 @@ def _resolved(given: dict[str, Any], launch: ScriptLaunch, name: str) -> dict[st
         SET_VARIABLE: launch.accel_set(),
         "speedups": speedups,
         "device": settings.device,
+        "optimizer": settings.optimizer,
     }
 
 

@@ -66,9 +66,16 @@ def add(commands) -> None:
     bench_parser.set_defaults(run=bench)
 
     tune_parser = commands.add_parser(
-        "tune", help="choose speed-ups, batch size, workers and threads by measurement; write the best as YAML"
+        "tune",
+        help="choose speed-ups, batch size, workers and threads by measurement, for a recipe or your own script "
+        "(`-- python train.py ARGS`); write the best as YAML",
     )
-    tune_parser.add_argument("recipe", help="path to a recipe YAML file")
+    tune_parser.add_argument(
+        "recipe",
+        nargs="?",
+        help="path to a recipe YAML file; or, after all options, your script: `-- python train.py ARGS` (its "
+        "accel.Engine measures the steps; docs/own-loop.md)",
+    )
     add_sets(tune_parser)
     tune_parser.add_argument(
         "--batch-sizes",
@@ -126,10 +133,20 @@ def add(commands) -> None:
     tune_parser.add_argument(
         "--eval-batches",
         type=int,
-        default=TIME_EVAL_BATCHES,
         metavar="N",
         help=f"with --objective time: validation batches per evaluation, the same for every trial "
-        f"(default {TIME_EVAL_BATCHES}; 0: all)",
+        f"(default {TIME_EVAL_BATCHES}; 0: all; a recipe's)",
+    )
+    tune_parser.add_argument(
+        "--lr-arg",
+        metavar="=--OPTION",
+        help="a script's learning-rate option, varied with --objective time, e.g. --lr-arg=--lr (its value must be "
+        "on the script's command line)",
+    )
+    tune_parser.add_argument(
+        "--batch-arg",
+        metavar="=--OPTION",
+        help="a script's batch-size option, searched like a recipe's batch size, e.g. --batch-arg=--batch",
     )
     add_trial_options(
         tune_parser,
@@ -243,19 +260,27 @@ def parse_duration(text: str) -> float:
 
 
 def tune(args: argparse.Namespace) -> int:
-    from rich.console import Console
 
     from ..bench.runner import TrialSettings
     from ..bench.target import check_target_metric, parse_target
-    from ..bench.tune import NOTHING_MEASURED, Objective, check_fragment_out, table, time_settings, write_fragment
+    from ..bench.tune import Objective, check_fragment_out, time_settings, write_fragment
     from ..bench.tune import tune as run_tune
     from ..io import default_out
-    from ..load import busy_note
     from ..recipe import load_recipe
     from ..recipe_yaml import recipe_files
     from ..rundir import check_results_out
     from ..shipped import find_recipe
 
+    if args.user_script is not None:
+        from .tune_script import tune_script
+
+        return tune_script(args)
+    if args.recipe is None:
+        raise AccelError("accel tune needs a recipe, or a script after the options: `-- python train.py ARGS`.")
+    if args.lr_arg or args.batch_arg:
+        raise AccelError(
+            "--lr-arg and --batch-arg name a script's options; a recipe's are optim.lr and data.batch_size."
+        )
     time = args.objective == "time"
     default_steps, default_warmup = TIME_STEPS if time else SPEED_STEPS
     args.steps = default_steps if args.steps is None else args.steps
@@ -274,28 +299,45 @@ def tune(args: argparse.Namespace) -> int:
     if objective.target is not None:
         check_target_metric(objective.target, [base.task])
     if time:
-        settings = time_settings(settings, base, args.eval_batches)
-    try:
-        result = run_tune(
+        eval_batches = TIME_EVAL_BATCHES if args.eval_batches is None else args.eval_batches
+        settings = time_settings(settings, base, eval_batches)
+    result = searched(
+        lambda: run_tune(
             base, knobs, work, settings, args.trials, budget_s=args.budget, final_check=True, objective=objective
-        )
+        ),
+        work,
+    )
+    if result is None:
+        return 130
+    check_fragment_out(out, reads)  # again: the search took minutes, and the file may have appeared since
+    path = write_fragment(result, out, base, shlex.join(["accel", *args.argv]), settings, args.trials)
+    print(path)
+    return 0
+
+
+def searched(search, work: Path):
+    """Run tune's search and print its table and warnings; None when Ctrl-C or SIGTERM cut it short."""
+    from rich.console import Console
+
+    from ..bench.tune import NOTHING_MEASURED, table
+    from ..load import busy_note
+
+    try:
+        result = search()
     except KeyboardInterrupt:
         print(
             f"interrupted: no fragment written (nothing chosen from a search cut short); the trials so far are "
             f"under {work}",
             file=sys.stderr,
         )
-        return 130
+        return None
     busy = busy_note(result.loads)
     if busy:
         print(f"warning: busy machine. {busy}", file=sys.stderr)
     Console().print(table(result))
     if not result.compared and result.final is None:
         print(f"warning: {NOTHING_MEASURED}", file=sys.stderr)
-    check_fragment_out(out, reads)  # again: the search took minutes, and the file may have appeared since
-    path = write_fragment(result, out, base, shlex.join(["accel", *args.argv]), settings, args.trials)
-    print(path)
-    return 0
+    return result
 
 
 def _tune_knobs(args: argparse.Namespace, base) -> list:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-SCRIPT_COMMANDS = ("bench",)
+SCRIPT_COMMANDS = ("bench", "tune")
 
 
 def split(argv: list[str]) -> tuple[list[str], list[str] | None]:

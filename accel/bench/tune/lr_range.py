@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..knobs import LR_KEY, Knob, current
-from ..runner import TrialSettings, resolve_variant, write_recipes
+from ..runner import TrialSettings
 from ..variants import Variant, format_value
-from .configs import effective
 from .objective import Objective
 from .rows import TuneRow, skipped_row
 
@@ -61,7 +60,7 @@ def rates(lr: float, steps: int) -> list[float]:
 def lr_range_knob(m: Measure, chosen: dict[str, Any], out: Path) -> tuple[Knob | None, list[TuneRow]]:
     """Run the range test on the configuration chosen so far: the learning-rate knob to measure (None when the
     test proposes about the current rate, failed, or would overrun the budget), and its row."""
-    plain = m.base.dump()
+    plain = m.subject.plain()
     lr = current(LR_KEY, chosen, plain)
     steps = m.settings.warmup + m.settings.steps
 
@@ -71,8 +70,8 @@ def lr_range_knob(m: Measure, chosen: dict[str, Any], out: Path) -> tuple[Knob |
     if not m.budget.allows(1 + 2 * m.trials):
         return None, row("not measured: over the --budget")
     schedule = {"name": "lr_range", "start_factor": SPAN[0], "end_factor": SPAN[1]}
-    variant = Variant("lr-range-test", effective(m.base, {**chosen, "schedule": schedule}))
-    files = write_recipes({variant.name: resolve_variant(m.base, variant)}, out)
+    variant = Variant("lr-range-test", m.subject.effective({**chosen, "schedule": schedule}))
+    files = m.subject.inputs([variant], out)
     settings = TrialSettings(steps=steps, warmup=0, timeout=m.settings.timeout, evaluate=False)
     once = replace(m, settings=settings, trials=1, objective=Objective())
     trials = once.run([(0, variant.name, files[variant.name])], out)

@@ -105,37 +105,39 @@ def _nested(chosen: dict[str, Any]) -> dict:
     return data
 
 
-def _choice_line(result: TuneResult, plain: dict, key: str, value: Any) -> str:
+def choice_line(result: TuneResult, plain: dict, key: str, value: Any, given: str = "recipe") -> str:
+    """Why `key` has `value` (`given`: what had the value before, the recipe or the script)."""
     row = next((r for r in result.rows if r.knob == key and r.value == value), None)
+    was = format_value(lookup(plain, key))
     if row is None:  # carried by another knob's choice (a batch size's learning rate)
-        return f"{key}: {format_value(value)} (recipe had {format_value(lookup(plain, key))}; set with the batch size)"
+        return f"{key}: {format_value(value)} ({given} had {was}; set with the batch size)"
     if result.target:
         said = f"{_ratio(row.time_ratio)} the time to the target" if lookup(plain, key) != value else "kept"
-        return f"{key}: {format_value(value)} (recipe had {format_value(lookup(plain, key))}; {said})"
+        return f"{key}: {format_value(value)} ({given} had {was}; {said})"
     ratio, label = _ratio(row.ratio), row.label
     if key.startswith("speedups."):
         said = "nothing measurably beat off" if label == "off" else f"{ratio} samples/s vs off"
         return f"{key}: {label} ({said})"
-    was = lookup(plain, key)
-    said = f"{ratio} samples/s vs the previous choice" if was != value else "kept"
-    return f"{key}: {format_value(value)} (recipe had {format_value(was)}; {said})"
+    said = f"{ratio} samples/s vs the previous choice" if lookup(plain, key) != value else "kept"
+    return f"{key}: {format_value(value)} ({given} had {was}; {said})"
 
 
-def _final_lines(result: TuneResult) -> list[str]:
+def final_lines(result: TuneResult, given: str = "recipe") -> list[str]:
+    """What the final check measured, and whether the choice was undone."""
     final = result.final
     if not final:
         return []
     lines = [
-        f"Tuned vs the recipe as given, measured last: {_ratio(final.ratio)} samples/s "
+        f"Tuned vs the {given} as given, measured last: {_ratio(final.ratio)} samples/s "
         f"({final.verdict or 'too few trials for a verdict'}); by median step times "
         f"{_ratio(final.median_step_ratio)}."
     ]
     if final.reached is not None:
         reached = ", ".join(f"{k} {v}" for k, v in final.reached.items())
-        lines[0] += f" Time to {result.target}: {_ratio(final.time_ratio)} the recipe's (reached: {reached})."
+        lines[0] += f" Time to {result.target}: {_ratio(final.time_ratio)} the {given}'s (reached: {reached})."
     if final.reverted is not None:
         lines.append(
-            "Slower than the recipe as given, so nothing is changed: the recipe stays as it is (the "
+            f"Slower than the {given} as given, so nothing is changed: the {given} stays as it is (the "
             f"measured choice was {final.reverted})."
         )
     return lines
@@ -155,8 +157,8 @@ def _comment(result: TuneResult, base: Recipe, command: str, settings: TrialSett
         *_rule(result, settings),
     ]
     plain = base.dump()
-    lines += [_choice_line(result, plain, key, value) for key, value in result.chosen.items()]
-    lines += _final_lines(result)
+    lines += [choice_line(result, plain, key, value) for key, value in result.chosen.items()]
+    lines += final_lines(result)
     if not result.target and result.chosen.get(BATCH_KEY, base.data.batch_size) != base.data.batch_size:
         lines.append("The batch size changed: it changes optimisation, so re-check the learning rate and accuracy.")
     lines.append("Use: `base: <this file>` in a recipe; keys the recipe sets itself win over a base file.")

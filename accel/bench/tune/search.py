@@ -19,22 +19,23 @@ from ...recipe import Recipe
 from .. import runner
 from ..knobs import Knob, current, usable
 from ..records import Report, Trial, VariantSummary, Verdict
-from ..runner import SkipRule, TrialSettings, resolve_variant, write_recipes
+from ..runner import Launch, SkipRule, TrialSettings
 from ..summary import summarize
 from ..variants import Variant, format_value, interleave
 from .budget import Budget, WithinBudget
-from .configs import config_key, config_keys, effective
+from .configs import RecipeSubject, Subject
 from .lr_range import lr_range_knob
 from .objective import Objective
 from .rows import FinalCheck, TuneRow, final_check, measured_row, skipped_row, unusable_rows
 
 
 class TrialRunner(Protocol):
-    """Runs (trial, variant, recipe file) jobs in order and returns every result (accel.bench.runner.run_trials)."""
+    """Runs (trial, variant, recipe file or launch) jobs in order and returns every result
+    (accel.bench.runner.run_trials)."""
 
     def __call__(
         self,
-        jobs: list[tuple[int, str, Path]],
+        jobs: list[tuple[int, str, Path | Launch]],
         out: Path,
         settings: TrialSettings,
         console: Console | None = None,
@@ -73,9 +74,10 @@ class TuneResult:
 
 @dataclass
 class Measure:
-    """How every stage runs its trials: one recipe, settings, trial count, console, budget and runner."""
+    """How every stage runs its trials: one subject (recipe or script), settings, trial count, console, budget
+    and runner."""
 
-    base: Recipe
+    subject: Subject
     settings: TrialSettings
     trials: int
     console: Console
@@ -84,7 +86,7 @@ class Measure:
     objective: Objective = field(default_factory=Objective)
     loads: list[dict[str, Any] | None] = field(default_factory=list)  # every trial's machine load, shared by copies
 
-    def run(self, jobs: list[tuple[int, str, Path]], out: Path, skip: SkipRule | None = None) -> list[Trial]:
+    def run(self, jobs: list[tuple[int, str, Path | Launch]], out: Path, skip: SkipRule | None = None) -> list[Trial]:
         results = self.run_trials(jobs, out, self.objective.settings(self.settings), self.console, skip=skip)
         self.loads += [r.load for r in results]
         # Ctrl-C or SIGTERM ends the whole search, not only the stage it came in: no later stage runs, and no
@@ -151,16 +153,14 @@ def _run_stage(m: Measure, knob: Knob, chosen: dict[str, Any], out: Path, traits
     The reference is measured again in every stage, never taken from an earlier one: a shared machine's speed
     drifts from minute to minute, and only trials run side by side compare (a reference measured at a fast
     moment, reused four stages later, made a worker setting equal to it in effect read 0.94x, "hurt")."""
-    plain = m.base.dump()
+    plain = m.subject.plain()
     reference = _reference(knob, chosen, plain)
     variants = _variants(knob, chosen, plain, traits)
-    keys = config_keys(m.base, variants)  # each resolves a recipe: computed once
+    keys = {v.name: m.subject.config_key(v.overrides) for v in variants}  # each resolves a recipe: computed once
     runs: dict[str, Variant] = {}  # config key -> the first variant making it
     for v in variants:
         runs.setdefault(keys[v.name], v)
-    files = write_recipes(
-        {v.name: resolve_variant(m.base, Variant(v.name, effective(m.base, v.overrides))) for v in runs.values()}, out
-    )
+    files = m.subject.inputs(list(runs.values()), out)
     names = {v.name: v.overrides[knob.key] for v in variants}
     jobs = [(t, v.name, files[v.name]) for t, v in interleave(list(runs.values()), m.trials)]
     within = WithinBudget(m.budget, [name for _, name, _ in jobs])
@@ -203,14 +203,6 @@ def _pick(
     return best or report.variant(baseline), passed
 
 
-def planned_steps(base: Recipe, trials: list[Trial]) -> int | None:
-    """Optimizer steps the recipe will run, from its budget and the steps per epoch a trial reported."""
-    if base.train.max_steps:
-        return base.train.max_steps
-    per_epoch = next((t.steps_per_epoch for t in trials if t.steps_per_epoch), None)
-    return per_epoch * base.train.epochs if per_epoch else None
-
-
 def _stage_rows(stage: Stage, report: Report, best: str, passed: dict[str, str]) -> list[TuneRow]:
     rows = [measured_row(stage.knob.key, r, stage.reference, best, passed) for r in report.variants]
     if stage.cut:
@@ -223,12 +215,12 @@ def _stage_rows(stage: Stage, report: Report, best: str, passed: dict[str, str])
 
 def _search_knob(m: Measure, result: TuneResult, knob: Knob, out: Path, traits: dict[str, bool]) -> None:
     """One stage: measure `knob`'s candidates (unless they would overrun the budget) and record the choice."""
-    plain = m.base.dump()
+    plain = m.subject.plain()
     variants = _variants(knob, result.chosen, plain, traits)
     result.rows += unusable_rows(knob, traits)
     if len(variants) < 2:
         return
-    if not m.budget.allows(len(set(config_keys(m.base, variants).values())) * m.trials):
+    if not m.budget.allows(len({m.subject.config_key(v.overrides) for v in variants}) * m.trials):
         reference = _reference(knob, result.chosen, plain)
         result.rows += [
             skipped_row(knob.key, v.overrides[knob.key], v.name, "not measured: over the --budget")
@@ -249,7 +241,7 @@ def _search_knob(m: Measure, result: TuneResult, knob: Knob, out: Path, traits: 
         best, passed = m.objective.pick(report)
         best = best or report.variant(stage.reference)
     else:
-        best, passed = _pick(report, stage.reference, planned_steps(m.base, trials), guard=knob.speedup)
+        best, passed = _pick(report, stage.reference, m.subject.planned_steps(trials), guard=knob.speedup)
     result.chosen.update(best.overrides)  # the knob's value and any key it carries (a batch size's learning rate)
     if any(t.variant != stage.reference for t in trials):
         result.compared.append(knob.key)
@@ -258,7 +250,7 @@ def _search_knob(m: Measure, result: TuneResult, knob: Knob, out: Path, traits: 
 
 
 def tune(
-    base: Recipe,
+    base: Recipe | Subject,
     knobs: list[Knob],
     work: str | Path,
     settings: TrialSettings,
@@ -270,14 +262,16 @@ def tune(
     objective: Objective | None = None,
 ) -> TuneResult:
     """Search `knobs` in order by measurement (trials under `work`, run by `run_trials`); the chosen values and
-    every measurement. A knob whose trials would overrun `budget_s` is left as the recipe has it. With
-    `final_check`, the tuned configuration then runs against the recipe as given, in time kept back from the
-    budget for it; measured slower, the recipe as given is the result: tuning never leaves a user below where
-    they started. `objective`: what a candidate must improve (samples/s by default; time to a target)."""
+    every measurement. `base`: a recipe, or a script (accel.bench.tune.script.ScriptSubject). A knob whose trials
+    would overrun `budget_s` is left as given. With `final_check`, the tuned configuration then runs against the
+    one as given, in time kept back from the budget for it; measured slower, the one as given is the result:
+    tuning never leaves a user below where they started. `objective`: what a candidate must improve (samples/s by
+    default; time to a target)."""
     work = Path(work)
     budget = Budget(budget_s, reserve=2 * trials if final_check else 0)
     objective = objective or Objective()
-    m = Measure(base, settings, trials, console or Console(stderr=True), budget, run_trials, objective)
+    subject = RecipeSubject(base) if isinstance(base, Recipe) else base
+    m = Measure(subject, settings, trials, console or Console(stderr=True), budget, run_trials, objective)
     result, traits = TuneResult(loads=m.loads), {}
     if any(need for knob in knobs for need in knob.needs):  # a trial of the recipe reports the model's traits
         traits = _model_traits(m, knobs[0], work / "reference")
@@ -288,13 +282,14 @@ def tune(
             result.rows += rows
         if knob is not None:
             _search_knob(m, result, knob, out, traits)
-    if final_check and config_key(base, result.chosen) != config_key(base, {}):  # measure what tuning bought
+    if final_check and subject.config_key(result.chosen) != subject.config_key({}):  # measure what tuning bought
         budget.reserve = 0
         result.final = _final_check(m, result, work / "final")
         if result.final and result.final.slower:
             # knobs chosen one by one, slower together (by either reading: tuning must never cost speed)
             result.final.reverted, result.chosen = dict(result.chosen), {}
     result.target = str(objective.target) if objective.target else None
+    work.mkdir(parents=True, exist_ok=True)  # a script's trials write nothing of tune's own there
     write_atomic(work / "tune.json", strict_json(result.to_data(), indent=2) + "\n")  # NaN as null: any parser reads it
     return result
 
@@ -302,18 +297,20 @@ def tune(
 def _model_traits(m: Measure, first: Knob, out: Path) -> dict[str, bool]:
     """One trial of the first knob's reference configuration, for the model traits it reports, so no stage tries
     a candidate the model cannot use (its speed is not compared with anything)."""
-    reference = Knob(first.key, [_reference(first, {}, m.base.dump())], speedup=first.speedup, labels=first.labels[:1])
+    value = _reference(first, {}, m.subject.plain())
+    reference = Knob(first.key, [value], speedup=first.speedup, labels=first.labels[:1])
     stage = _run_stage(replace(m, trials=1, budget=None), reference, {}, out, {})
     m.budget.record(stage.new_trials)
     return next((t.model_traits for t in stage.trials if t.model_traits), {})
 
 
 def _final_check(m: Measure, result: TuneResult, out: Path) -> FinalCheck | None:
-    """The tuned configuration against the recipe as given, interleaved: what tuning bought, in one run."""
+    """The tuned configuration against the subject as given, interleaved: what tuning bought, in one run."""
     if not m.budget.allows(2 * m.trials):
         return None
-    variants = [Variant("recipe as given"), Variant("tuned", effective(m.base, result.chosen))]  # no `key: null`
-    files = write_recipes({v.name: resolve_variant(m.base, v) for v in variants}, out)
+    given = m.subject.given
+    variants = [Variant(given), Variant("tuned", m.subject.effective(result.chosen))]  # no `key: null`
+    files = m.subject.inputs(variants, out)
     done = m.run([(t, v.name, files[v.name]) for t, v in interleave(variants, m.trials)], out)
-    report = summarize(m.objective.read(done, "recipe as given"), variants, "recipe as given")
-    return final_check(report.variant("tuned"), report.variant("recipe as given"))
+    report = summarize(m.objective.read(done, given), variants, given)
+    return final_check(report.variant("tuned"), report.variant(given))

@@ -1,0 +1,240 @@
+"""`accel tune -- python train.py ARGS`: tune's stages on a user's own script, each trial a fresh process of it
+(accel.bench.script) whose engine measures itself (accel.script_trial); docs/bench.md says how it is run.
+
+- Speed (the default): the speed-ups the device runs, one knob each as for a recipe, starting from those the
+  script's engine was given; then the script's batch-size option, when named (`--batch-arg`), and any `--try`
+  key (an engine key, or `arg:--OPTION`). The result is the whole `speedups:` section to run with
+  (`ACCEL_SPEEDUPS=FILE` replaces the script's own) and the command line that runs it.
+- Time: what changes learning. The optimizer (`optimizer=muon`: the engine builds Muon and AdamW from the
+  script's own optimizer), then the script's learning-rate option (half and twice its value) and its batch-size
+  option (half, 1x, 2x, the learning rate scaled by the square root, as for AdamW and Muon), each named by the
+  user and given a value on the command line. Each trial runs the script to its own end (or its target).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ...devices import resolve_device
+from ...errors import AccelError
+from ...io import write_atomic
+from ...recipe_yaml import parse_value
+from ..knobs import Knob, _listed, _tried, current, lookup, speedup_knobs
+from ..records import Trial
+from ..runner import Launch
+from ..script import ARG, SET_VARIABLE, launch_of, probe, resolved
+from ..variants import Variant
+from .search import TuneResult
+
+OPTIMIZER = "optimizer"  # the engine key tune --objective time varies
+GIVEN = "script"  # how the fragment's comments name the configuration as given
+
+
+@dataclass
+class ScriptSubject:
+    """A script as tune measures it: its command, the bench's --set items and what its engine was given."""
+
+    command: list[str]
+    sets: list[str]
+    engine: dict[str, Any]  # the probe's answer: speed-ups, device, strategy, optimizer
+    given = "script as given"
+
+    @classmethod
+    def probed(cls, command: list[str], sets: list[str], timeout: float | None = None) -> ScriptSubject:
+        return cls(list(command), list(sets), probe(command, sets, timeout))
+
+    def plain(self) -> dict[str, Any]:
+        """The engine's settings and the script's options as its command gives them (`arg:--lr`: 0.003)."""
+        options = {f"{ARG}{k}": v for k, v in options_of(self.command).items()}
+        return {**{k: self.engine.get(k) for k in ("speedups", "device", "strategy", OPTIMIZER)}, **options}
+
+    def effective(self, overrides: dict[str, Any]) -> dict[str, Any]:
+        plain = self.plain()
+        return {k: v for k, v in overrides.items() if lookup(plain, k) != v}
+
+    def launch(self, overrides: dict[str, Any], name: str = "variant") -> Launch:
+        return launch_of(self.command, self.sets, Variant(name, self.effective(overrides)))
+
+    def config_key(self, overrides: dict[str, Any]) -> str:
+        """The command and the settings its engine resolves (validated: a bad key fails here, before a trial)."""
+        data = resolved(self.engine, self.launch(overrides), "variant")
+        data.pop(SET_VARIABLE)  # the same settings, however ACCEL_SET spells them
+        data["speedups"] = {k: v for k, v in data["speedups"].items() if v.get("enabled", True)}
+        return json.dumps(data, sort_keys=True, default=str)
+
+    def inputs(self, variants: list[Variant], out: Path) -> dict[str, Launch]:
+        return {v.name: self.launch(v.overrides, v.name) for v in variants}
+
+    def planned_steps(self, trials: list[Trial]) -> int | None:
+        return None  # the script's run length is its own: a compile candidate's break-even is not checked
+
+
+def options_of(command: list[str]) -> dict[str, Any]:
+    """The script's `--option value` and `--option=value` pairs, typed as YAML (flags without a value: none)."""
+    found: dict[str, Any] = {}
+    for i, token in enumerate(command):
+        if not token.startswith("--") or token == "--":
+            continue
+        name, sep, text = token.partition("=")
+        if sep:
+            found[name] = parse_value(text)
+        elif i + 1 < len(command) and not _is_option(command[i + 1]):
+            found[name] = parse_value(command[i + 1])
+    return found
+
+
+def _is_option(token: str) -> bool:
+    try:
+        float(token)  # -1 and -1e-3 are values
+        return False
+    except ValueError:
+        return token.startswith("-")
+
+
+def _option(subject: ScriptSubject, flag: str, name: str) -> tuple[str, Any]:
+    """`arg:OPTION` and its value in the command, which the search needs to start from."""
+    if not name.startswith("--"):
+        raise AccelError(f"{flag} {name}: name the script's option with its dashes, e.g. {flag}=--{name.lstrip('-')}.")
+    value = options_of(subject.command).get(name)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+        raise AccelError(
+            f"{flag}={name}: give the script's {name} a positive value on its command line (`... {name} VALUE`); "
+            f"tune varies it from there, and the script's own default is not visible from outside. "
+            f"Command: {shlex.join(subject.command)}"
+        )
+    return f"{ARG}{name}", value
+
+
+def speed_knobs(
+    subject: ScriptSubject, speedups: bool, batch_arg: str | None, batch_sizes: str | None, tries: list[str]
+) -> list[Knob]:
+    """The speed-up knobs the device runs, then the script's batch size (half to 4x), then `--try` keys."""
+    knobs = speedup_knobs(subject.engine["speedups"], resolve_device(subject.engine["device"])) if speedups else []
+    if batch_arg:
+        key, b = _option(subject, "--batch-arg", batch_arg)
+        knobs.append(Knob(key, _sizes(key, _listed(batch_sizes, [max(1, b // 2), b, 2 * b, 4 * b])), bounded=True))
+    return [k for k in knobs + _tried(tries) if k.values]
+
+
+def time_knobs(
+    subject: ScriptSubject, lr_arg: str | None, batch_arg: str | None, batch_sizes: str | None, tries: list[str]
+) -> list[Knob]:
+    """Muon (built by the engine from the script's optimizer), the script's learning rate, its batch size with
+    the learning rate scaled to it, then `--try` keys."""
+    knobs = [Knob(OPTIMIZER, ["muon"])] if subject.engine.get(OPTIMIZER) != "muon" else []
+    lr_key = None
+    if lr_arg:
+        lr_key, lr = _option(subject, "--lr-arg", lr_arg)
+        knobs.append(Knob(lr_key, [_round(lr / 2), _round(lr * 2)]))
+    if batch_arg:
+        key, b = _option(subject, "--batch-arg", batch_arg)
+        sizes = _sizes(key, _listed(batch_sizes, [max(1, b // 2), b, 2 * b]))
+        knobs.append(Knob(key, sizes, bounded=True, couple=_scaled_lr(key, lr_key) if lr_key else None))
+    return [k for k in knobs + _tried(tries) if k.values]
+
+
+def _sizes(key: str, sizes: list[Any]) -> list[Any]:
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sizes):
+        raise AccelError(f"{key} candidates must be positive integers, got {sizes}.")
+    return sizes
+
+
+def _round(x: float) -> float:
+    return float(f"{x:.4g}")
+
+
+def _scaled_lr(batch_key: str, lr_key: str):
+    """A batch size carries the learning rate scaled by the square root of its ratio (Malladi et al., 2022, for
+    adaptive optimizers: the script's optimizer is its own, so that is the assumption)."""
+
+    def couple(batch: int, chosen: dict[str, Any], plain: dict) -> dict[str, Any]:
+        before, lr = current(batch_key, chosen, plain), current(lr_key, chosen, plain)
+        return {lr_key: lr if batch == before else _round(lr * (batch / before) ** 0.5)}
+
+    return couple
+
+
+def tuned_speedups(subject: ScriptSubject, chosen: dict[str, Any]) -> dict[str, Any]:
+    """The whole `speedups:` section to run with: the script's, with the chosen speed-ups, those off left out
+    (ACCEL_SPEEDUPS replaces the script's section: absent is off)."""
+    section = json.loads(json.dumps(subject.engine["speedups"]))
+    for key, value in chosen.items():
+        parts = key.split(".")
+        if parts[0] != "speedups" or len(parts) < 2:
+            continue
+        node = section
+        for part in parts[1:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return {name: cfg for name, cfg in section.items() if not (isinstance(cfg, dict) and cfg.get("enabled") is False)}
+
+
+def run_line(subject: ScriptSubject, chosen: dict[str, Any], fragment: Path) -> str:
+    """The command that runs the script with the chosen settings."""
+    launch = subject.launch({k: v for k, v in chosen.items() if not k.startswith("speedups.")})
+    variables = [f"ACCEL_SPEEDUPS={shlex.quote(str(fragment))}"]
+    if launch.accel_set():
+        variables.append(f"{SET_VARIABLE}={shlex.quote(launch.accel_set())}")
+    return " ".join([*variables, shlex.join(launch.command)])
+
+
+def write_script_fragment(
+    result: TuneResult, subject: ScriptSubject, path: Path, comments: list[str]
+) -> tuple[Path, str]:
+    """The `speedups:` section to run with, headed by `comments` and the command line; (its path, the line)."""
+    from .output import choice_line, final_lines
+
+    path = Path(path)
+    line = run_line(subject, result.chosen, path)
+    plain = subject.plain()
+    comments = [
+        *comments,
+        *(choice_line(result, plain, key, value, GIVEN) for key, value in result.chosen.items()),
+        *final_lines(result, GIVEN),
+        "Run with:",
+        f"  {line}",
+    ]
+    header = "".join(f"# {text}\n" for text in comments)
+    body = yaml.safe_dump({"speedups": tuned_speedups(subject, result.chosen)}, sort_keys=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return write_atomic(path, header + body), line
+
+
+def comments(result: TuneResult, command: str, settings: Any, trials: int) -> list[str]:
+    """The fragment's head: who wrote it, where and how it measured, and the rule a value had to pass."""
+    import time
+
+    from ...load import busy_note
+    from ..summary import MIN_TRIALS
+    from .output import NOTHING_MEASURED
+
+    lines = [f"Written by `{command}` on {time.strftime('%Y-%m-%d %H:%M')}."]
+    if not result.compared and result.final is None:
+        return [*lines, NOTHING_MEASURED]
+    busy, env = busy_note(result.loads), result.env
+    lines += [f"BUSY MACHINE: {busy}"] if busy else []
+    where = (
+        f"Measured on {env.get('device', 'this machine')}, torch {env.get('torch', '?')}: each candidate ran {trials}"
+    )
+    if result.target:
+        run = f"{settings.steps} optimizer steps" if settings.steps else "its own run"
+        return [
+            *lines,
+            f"{where} trial(s), each a fresh process of the script over {run}, timed from its start to {result.target}"
+            " (its evaluations excluded), the target read from the script as given unless --target set it.",
+            f"A value replaced the previous choice only when it reached the target measurably sooner (its 95% "
+            f"interval of the time ratio below 1.0x, at least {MIN_TRIALS} trials, every one at the target).",
+        ]
+    return [
+        *lines,
+        f"{where} trial(s) in fresh processes of the script, {settings.steps} timed steps after {settings.warmup} "
+        "warm-up.",
+        f"A value replaced the previous choice only when measurably faster (its 95% interval above 1.0x, by mean "
+        f"samples/s and by median step time both, at least {MIN_TRIALS} trials, none failed).",
+    ]

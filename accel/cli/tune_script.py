@@ -1,0 +1,92 @@
+"""`accel tune [OPTIONS] -- python train.py ARGS`: tune's stages on a user's own script (accel.bench.tune.script)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+
+from ..errors import AccelError
+from .bench import SPEED_STEPS, TIME_STEPS, searched
+from .options import check_trial_options
+
+
+def tune_script(args: argparse.Namespace) -> int:
+    from ..bench.runner import TrialSettings
+    from ..bench.script import script_name
+    from ..bench.target import parse_target
+    from ..bench.tune import Objective, check_fragment_out
+    from ..bench.tune import tune as run_tune
+    from ..bench.tune.script import ScriptSubject, comments, speed_knobs, time_knobs, write_script_fragment
+    from ..io import default_out
+    from ..rundir import check_results_out
+
+    time = _check(args)
+    own_run = time and args.steps is None  # each trial runs the script to its own end (or the target)
+    args.steps = SPEED_STEPS[0] if args.steps is None else args.steps
+    args.warmup = (TIME_STEPS if time else SPEED_STEPS)[1] if args.warmup is None else args.warmup
+    check_trial_options(args)
+    objective = Objective(args.objective, parse_target(args.target) if args.target else None)
+    work = Path(args.work) if args.work else default_out(script_name(args.user_script), kind="tune")
+    check_results_out(work, "tune", "--work")
+    out, reads = Path(args.out) if args.out else work / "tuned.yaml", _files(args.user_script)
+    check_fragment_out(out, reads)  # before the probe, which runs the script until it creates its engine
+    subject = ScriptSubject.probed(args.user_script, args.overrides, args.timeout)
+    if time:
+        knobs = time_knobs(subject, args.lr_arg, args.batch_arg, args.batch_sizes, args.tries)
+    else:
+        knobs = speed_knobs(subject, args.speedups, args.batch_arg, args.batch_sizes, args.tries)
+    if not knobs:
+        raise AccelError(_nothing_to_tune(time))
+    settings = TrialSettings(0 if own_run else args.steps, args.warmup, args.timeout, args.warm_cache, evaluate=False)
+    result = searched(
+        lambda: run_tune(
+            subject, knobs, work, settings, args.trials, budget_s=args.budget, final_check=True, objective=objective
+        ),
+        work,
+    )
+    if result is None:
+        return 130
+    check_fragment_out(out, reads)  # again: the search took minutes, and the file may have appeared since
+    head = comments(result, shlex.join(["accel", *args.argv]), settings, args.trials)
+    path, line = write_script_fragment(result, subject, out, head)
+    print(path)
+    print(line)
+    return 0
+
+
+def _check(args: argparse.Namespace) -> bool:
+    """Options a script cannot take, refused before the probe runs it; whether the objective is time."""
+    if not args.user_script:
+        raise AccelError("no script after `--`: give its command, e.g. `accel tune -- python train.py`.")
+    if args.recipe is not None:
+        raise AccelError(f"give a recipe or a script, not both: `{args.recipe}` and `{' '.join(args.user_script)}`.")
+    if args.workers or args.threads or args.eval_batches is not None:
+        raise AccelError(
+            "--workers, --threads and --eval-batches set a recipe's keys; a script's loader and evaluation are its "
+            "own: vary its options with --try arg:--OPTION=V1,V2, or engine keys with --try KEY=V1,V2."
+        )
+    time = args.objective == "time"
+    if time and not args.speedups:
+        raise AccelError("--no-speedups belongs to --objective speed: --objective time leaves the speed-ups as given.")
+    if not time and (args.target or args.lr_arg):
+        raise AccelError("--target and --lr-arg need --objective time (the speed objective measures samples/s).")
+    if args.target:
+        from ..bench.target import parse_target
+
+        parse_target(args.target)
+    return time
+
+
+def _files(command: list[str]) -> list[Path]:
+    """The script's files, which the fragment must never replace."""
+    return [Path(token).resolve() for token in command if token.endswith(".py")]
+
+
+def _nothing_to_tune(time: bool) -> str:
+    if time:
+        return (
+            "nothing to tune for time: name the script's learning-rate and batch-size options (--lr-arg=--lr "
+            "--batch-arg=--batch), or --try KEY=V1,V2 (the engine's optimizer is muon already)."
+        )
+    return "nothing to tune: every knob was given an empty list, or --no-speedups with no --batch-arg or --try."

@@ -1,0 +1,140 @@
+"""`accel tune -- python train.py`: tune's stages on a user's own script (accel/bench/tune/script.py), each trial a
+fresh process of it. The search on simulated measurements of the real examples, the time objective once for real
+on the GPT loop, and the knobs a script's options make."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import yaml
+
+from accel.bench.records import Trial
+from accel.bench.runner import TrialSettings
+from accel.bench.tune import Knob, tune
+from accel.bench.tune.script import ScriptSubject, options_of, run_line, time_knobs, write_script_fragment
+from accel.cli import main
+from accel.errors import AccelError
+from conftest import ROOT
+
+RESNET = [sys.executable, str(ROOT / "examples" / "resnet_loop.py"), "--size", "8", "--batch", "4", "--samples", "32"]
+
+
+def simulated(final_slower: bool, seen: list):
+    """A run_trials stand-in over the script's launches: amp off is 2x faster in its stage; in the final check the
+    tuned configuration measures 2x slower than the script as given when `final_slower`."""
+
+    def run_trials(jobs, out, settings, console=None, skip=None):
+        results = []
+        for trial, name, launch in jobs:
+            seen.append((out.name, name, launch.accel_set()))
+            off = 'speedups.amp={"enabled": false}' in launch.accel_set()  # as JSON, read back as YAML
+            sps = 100.0 if off else 50.0
+            if out.name == "final":
+                sps = 50.0 if (name == "tuned") == final_slower else 100.0
+            sps *= 1 + 0.001 * trial
+            results.append(Trial(variant=name, trial=trial, samples_per_s=sps, median_step_samples_per_s=sps))
+        return results
+
+    return run_trials
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    """The ResNet loop as tune sees it: its engine was given amp (bf16) and channels_last (one real probe)."""
+    return ScriptSubject.probed(RESNET, [])
+
+
+@pytest.mark.parametrize("final_slower", [True, False])
+def test_tune_on_the_resnet_loop_never_writes_a_configuration_slower_than_the_script(resnet, tmp_path, final_slower):
+    assert set(resnet.engine["speedups"]) == {"amp", "channels_last"}
+    seen: list = []
+    off_first = {"speedups.amp": {"enabled": False}}  # amp measures slower than off, so the final check runs
+    knobs = [Knob("speedups.amp", [{"enabled": False}, resnet.engine["speedups"]["amp"]], speedup=True)]
+    fake = simulated(final_slower, seen)
+    result = tune(resnet, knobs, tmp_path / "work", TrialSettings(3, 1), trials=2, final_check=True, run_trials=fake)
+    assert [name for where, name, _ in seen if where == "final"] == ["script as given", "tuned"] * 2
+    given = [s for where, name, s in seen if name == "script as given"]
+    assert given == ["", ""]  # the script as given runs with no ACCEL_SET of tune's
+    path, line = write_script_fragment(result, resnet, tmp_path / "tuned.yaml", ["Written by `accel tune` test"])
+    written = yaml.safe_load(path.read_text())["speedups"]
+    if final_slower:  # measured slower together: the script's own speed-ups, and the line runs it unchanged
+        assert result.final.reverted == off_first and result.chosen == {}
+        assert written == resnet.engine["speedups"]
+        assert "Slower than the script as given, so nothing is changed" in path.read_text()
+    else:
+        assert result.chosen == off_first and not result.final.slower
+        assert set(written) == {"channels_last"}  # amp off: absent from the section that replaces the script's
+    assert line == f"ACCEL_SPEEDUPS={path} {' '.join(RESNET)}"
+    assert f"#   {line}\n" in path.read_text()
+
+
+def test_a_scripts_options_make_the_time_knobs(tmp_path):
+    command = ["python", "train.py", "--lr=3e-3", "--batch", "16", "--bf16", "--shift", "-1"]
+    assert options_of(command) == {"--lr": 3e-3, "--batch": 16, "--shift": -1}
+    subject = ScriptSubject(command, [], {"speedups": {}, "device": "cpu", "strategy": None, "optimizer": None})
+    optimizer, lr, batch = time_knobs(subject, "--lr", "--batch", None, [])
+    assert (optimizer.key, optimizer.values) == ("optimizer", ["muon"])
+    assert (lr.key, lr.values) == ("arg:--lr", [0.0015, 0.006])
+    assert (batch.key, batch.values, batch.bounded) == ("arg:--batch", [8, 16, 32], True)
+    plain = subject.plain()
+    assert batch.couple(64, {}, plain) == {"arg:--lr": 0.006}  # 4x the batch: 2x the rate (square root)
+    assert batch.couple(64, {"arg:--lr": 0.006}, plain) == {"arg:--lr": 0.012}  # from the rate chosen so far
+    chosen = {"optimizer": "muon", "arg:--lr": 0.006, "arg:--batch": 32}
+    assert run_line(subject, chosen, tmp_path / "t.yaml") == (
+        f"ACCEL_SPEEDUPS={tmp_path / 't.yaml'} ACCEL_SET=optimizer=muon python train.py --lr=0.006 --batch 32 "
+        "--bf16 --shift -1"
+    )
+    assert subject.config_key({"optimizer": None}) == subject.config_key({})  # as given, however said
+    with pytest.raises(AccelError, match="give the script's --steps a positive value on its command line"):
+        time_knobs(subject, "--steps", None, None, [])
+    with pytest.raises(AccelError, match="with its dashes"):
+        time_knobs(subject, "lr", None, None, [])
+
+
+def test_tune_refuses_what_a_script_cannot_take_before_running_it(tmp_path, capsys):
+    script = ["--", sys.executable, str(tmp_path / "never_run.py")]
+    for options, said in [
+        (["--workers", "0,1"], "--workers, --threads and --eval-batches set a recipe's keys"),
+        (["--lr-arg=--lr"], "need --objective time"),
+        (["--objective", "time", "--no-speedups"], "--no-speedups belongs to --objective speed"),
+    ]:
+        assert main(["tune", *options, "--work", str(tmp_path / "w"), *script]) == 2
+        assert said in capsys.readouterr().err
+    assert not (tmp_path / "w").exists()
+
+
+def test_tune_for_time_on_the_gpt_loop_for_real(tmp_path, capsys):
+    work, out = tmp_path / "work", tmp_path / "tuned.yaml"
+    gpt = [sys.executable, str(ROOT / "examples" / "gpt_loop.py"), "--data", str(tmp_path / "data")]
+    gpt += ["--steps", "6", "--batch", "4", "--accum", "1", "--block", "16", "--eval-every", "2", "--lr", "3e-3"]
+    argv = ["tune", "--objective", "time", "--trials", "2", "--timeout", "300", "--work", str(work), "--out", str(out)]
+    assert main([*argv, "--", *gpt]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[-2] == str(out)
+    got = json.loads((work / "tune.json").read_text())
+    assert got["target"].startswith("val_loss<=")  # the script's own end-of-run loss, read from its curves
+    rows = {r["value"]: r for r in got["rows"] if r["knob"] == "optimizer"}
+    assert rows[None]["target_reached"] == 2 and rows[None]["time_to_target_s"] > 0
+    assert rows["muon"]["target_reached"] is not None  # measured beside it (reached or not)
+    final = got["final"]
+    if got["chosen"].get("optimizer") == "muon":  # kept: the final check measured it sooner, in every trial
+        assert final["time_ratio"]["median"] < 1 and final["reached"]["tuned"] == "2/2"
+        assert "ACCEL_SET=optimizer=muon" in printed[-1]
+    else:  # the script as given: run as it was
+        assert printed[-1] == f"ACCEL_SPEEDUPS={out} {' '.join(gpt)}"
+    text = out.read_text()
+    assert text.startswith("# Written by `accel tune --objective time") and yaml.safe_load(text) == {"speedups": {}}
+
+
+def test_the_speed_knobs_start_from_the_scripts_speedups_and_launch_as_measured(resnet):
+    from accel.bench.script import resolved
+    from accel.bench.tune.script import speed_knobs
+
+    knobs = {k.key: k for k in speed_knobs(resnet, True, None, None, [])}
+    assert {"speedups.amp", "speedups.channels_last", "speedups.compile"} <= set(knobs)
+    for knob in knobs.values():  # each candidate (a whole section, None values too) reaches the engine unchanged
+        for value in knob.values[1:]:
+            got = resolved(resnet.engine, resnet.launch({knob.key: value}), "v")["speedups"][knob.key.split(".")[1]]
+            assert got == got | value
