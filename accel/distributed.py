@@ -137,8 +137,12 @@ def _release_mesh_groups() -> None:
 SAVE_GRACE_S = "300"  # how long torchrun lets the ranks save after a signal before it kills them (its default: 30)
 
 
-def run_torchrun(command: list[str], env: dict[str, str] | None = None) -> tuple[int, int | None]:
-    """Run torchrun and wait for it: (its exit code, the signal this process passed it, if any).
+RANKS = "torchrun and its ranks, which save a checkpoint"
+
+
+def run_torchrun(command: list[str], env: dict[str, str] | None = None, to: str = RANKS) -> tuple[int, int | None]:
+    """Run torchrun (or, `accel run` of one process, a user's script) and wait for it: (its exit code, the signal
+    this process passed it, if any). `to`: who the first signal goes to, as the log says.
 
     torchrun starts in a session of its own, so a Ctrl-C or a closed terminal reaches it once, from here. The first
     SIGINT, SIGTERM, SIGHUP or SIGUSR1 is passed on (torchrun passes it to every rank, and rank 0 saves); a second is
@@ -150,7 +154,7 @@ def run_torchrun(command: list[str], env: dict[str, str] | None = None) -> tuple
         "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", SAVE_GRACE_S),
         **(env or {}),
     }
-    relay = _SignalRelay()
+    relay = _SignalRelay(to)
     previous = {sig: signal.signal(sig, relay.handle) for sig in signals.handled()}
     try:
         relay.process = subprocess.Popen(command, start_new_session=True, env=env)
@@ -165,7 +169,8 @@ def run_torchrun(command: list[str], env: dict[str, str] | None = None) -> tuple
 class _SignalRelay:
     """The signals received while torchrun runs: the first passed on, the second acknowledged, the third kills."""
 
-    def __init__(self) -> None:
+    def __init__(self, to: str) -> None:
+        self.to = to
         self.process: subprocess.Popen | None = None
         self.received: list[int] = []
         self.passed_on = False
@@ -176,7 +181,7 @@ class _SignalRelay:
             return
         self.received.append(signum)
         if len(self.received) == 1:
-            log.warning("received signal %d: passing it to torchrun and its ranks, which save a checkpoint", signum)
+            log.warning("received signal %d: passing it to %s", signum, self.to)
             self.pass_on()
         elif len(self.received) == 2:
             log.warning(

@@ -80,18 +80,23 @@ class DeviceLoader:
 
     def __iter__(self) -> Iterator:
         iterator, self._finished = self._start(), False
-        engine, train = self.engine, self.train
+        engine, train, anatomy = self.engine, self.train, self.engine.anatomy
+        # the profile's phases (accel.anatomy; a flag test otherwise): an evaluation loader's batches are `eval`
+        fetching, copying = ("data", "to_device") if train else ("eval", "eval")
         while True:
             fetch = time.perf_counter()
             try:
-                batch = next(iterator)
+                with anatomy.phase(fetching):
+                    batch = next(iterator)
             except StopIteration:
                 self._finished = True
                 return
             self.taken += 1
             if train:
                 engine.meter_batch(batch, time.perf_counter() - fetch)
-            yield engine.on_device(batch)
+            with anatomy.phase(copying):
+                batch = engine.on_device(batch)
+            yield batch
 
     def _start(self) -> Iterator:
         """A new pass; after a load, the interrupted pass, drawn in the same order, past the batches it took."""

@@ -1,4 +1,5 @@
-"""How `accel train --nproc N` starts torchrun: processes, machines, how they meet, how often they restart.
+"""How `accel train --nproc N` (and `accel run --nproc N -- python train.py`) starts torchrun: processes,
+machines, how they meet, how often they restart.
 
 Two ways to meet: static (`--master-addr/--master-port`, each machine names its own `--node-rank`), or c10d
 rendezvous (`--rdzv-endpoint HOST:PORT`, ranks handed out as machines arrive, restarts re-run the rendezvous).
@@ -64,7 +65,9 @@ class Launch:
     max_restarts: int = 0
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace, out: Path) -> Launch:
+    def from_args(cls, args: argparse.Namespace, out: Path | None) -> Launch:
+        """`out`: the run directory of `accel train`; None for a user's script (`accel run`), which writes its own."""
+        job = (out.name if out is not None else "accel-run") if args.rdzv_endpoint else None
         launch = cls(
             args.nproc,
             args.nnodes,
@@ -72,11 +75,11 @@ class Launch:
             args.master_addr,
             args.master_port,
             args.rdzv_endpoint,
-            args.rdzv_id or (out.name if args.rdzv_endpoint else None),
+            args.rdzv_id or job,
             args.rdzv_timeout,
             args.max_restarts,
         )
-        launch.check(out_given=args.out is not None)
+        launch.check(out_given=out is None or args.out is not None)
         return launch
 
     def check(self, out_given: bool) -> None:
@@ -121,6 +124,13 @@ class Launch:
 
     def torchrun_command(self, argv: list[str]) -> list[str]:
         """The torchrun invocation that runs `accel ARGV` in each process."""
+        return self._torchrun() + ["-m", "accel.cli", *argv]
+
+    def script_command(self, command: list[str]) -> list[str]:
+        """The torchrun invocation that runs a user's `command` (`python train.py ARGS`) as it is in each process."""
+        return self._torchrun() + ["--no-python", *command]
+
+    def _torchrun(self) -> list[str]:
         command = [sys.executable, "-m", "accel.torchrun", f"--nproc-per-node={self.nproc}", f"--nnodes={self.nnodes}"]
         if self.max_restarts:
             command.append(f"--max-restarts={self.max_restarts}")
@@ -130,9 +140,6 @@ class Launch:
                 f"--rdzv-endpoint={self.rdzv_endpoint}",
                 f"--rdzv-id={self.rdzv_id}",
                 f"--rdzv-conf=join_timeout={self.rdzv_timeout}",
-                "-m",
-                "accel.cli",
-                *argv,
             ]
         if self.nnodes > 1:
             command.append(f"--node-rank={self.node_rank}")
@@ -142,7 +149,7 @@ class Launch:
             command.append(f"--master-port={self.master_port}")
         elif self.nnodes == 1:
             command.append("--standalone")  # picks a free port: two local runs do not collide
-        return command + ["-m", "accel.cli", *argv]
+        return command
 
 
 def _host_port(endpoint: str) -> bool:

@@ -72,12 +72,14 @@ class _StepContext:
     def __enter__(self) -> None:
         engine, loop = self.engine, self.engine._loop
         engine._check_own_step()
-        if not loop.forward_contexts:  # fp32 and no speed-up context: nothing to enter, in every step
+        if not loop.forward_contexts and not engine.anatomy.active:  # fp32, no speed-up context, no profile
             self._stacks.append(None)
             loop.autocast_depth = 0
             return
         engine._refuse_outer_autocast("eng.autocast() is inside an autocast the loop opened itself")
-        self._stacks.append(engine.step_contexts().__enter__())
+        stack = engine.step_contexts()
+        stack.enter_context(engine.anatomy.phase("loss"))  # forward and loss: the profile's `loss` phase
+        self._stacks.append(stack.__enter__())
         loop.autocast_depth = _autocast_nesting()
 
     def __exit__(self, *exc: Any) -> Any:
@@ -156,6 +158,8 @@ class OwnLoop:
         if given is not None:  # the loop's own compiled model is what forward calls
             self.model = given
         self.setup_speedups()
+        if self._trial is not None:  # `accel bench` or `accel profile` runs the script (accel.script_trial)
+            self._trial.set_up()
         self._loop.set_up, self._loop.started = True, time.perf_counter()
         # whether a forward needs the step contexts (a precision, a speed-up's context): decided once, not per call
         self._loop.forward_contexts = self.strategy.precision.name != "fp32" or any(
@@ -280,7 +284,8 @@ class OwnLoop:
         if self._trial is not None:
             self._trial.loss(loss)
         try:
-            self.strategy.backward(loss)
+            with self.anatomy.phase("backward"):
+                self.strategy.backward(loss)
         finally:
             if loop.unsynced is not None:
                 loop.unsynced.__exit__(None, None, None)
@@ -305,7 +310,8 @@ class OwnLoop:
                 "Engine the loop's own number of micro-batches per step"
             )
         loop.micro_batches = 0
-        self.strategy.optimizer_step(self.optimizer, _no_clip)
+        with self.anatomy.phase("optimizer"):
+            self.strategy.optimizer_step(self.optimizer, _no_clip)
         self.steps += 1
         self.after_batch()
         self._stepped()

@@ -9,8 +9,12 @@ and the script's engine measures its own optimizer steps, writes a `Trial` recor
   that value, its evaluations excluded as a recipe trial's are (the time from the step before the log to the log);
   with `ACCEL_TRIAL_STOP=1` the record is written and the process ends there.
 - `ACCEL_TRIAL_CURVE=val_loss`: every logged value of that metric is recorded (the curve a target is read from).
-- `ACCEL_TRIAL_PROBE=1`: write what the engine was given (speed-ups, device, strategy) and exit at once, before
-  anything is set up: the bench asks this first, to know the script's speed-ups and that it uses an engine at all.
+- `ACCEL_TRIAL_PROBE=1`: write what the engine was given (speed-ups, device, strategy, optimizer) as it is
+  created, add the model's traits (convolutions, attention, repeated blocks) at `eng.setup` and exit there, before
+  the first step: the bench asks this first, to know the script's speed-ups, the model, and that it uses an engine.
+- `ACCEL_TRIAL_COMPILE_CACHE=FILE` (`--warm-cache`): torch.compiler's cache artifacts, loaded from FILE as the
+  engine is created and saved there after the timed steps, so a variant's later trials skip the compilation the
+  first one did (the bench gives each variant its own file).
 
 The device is synchronised after every step, so a step's time is its real time: from the end of the previous
 optimizer step to the end of this one, the loop's own work (data, logging) included, as its user waits for it.
@@ -20,20 +24,21 @@ A script that ends (or crashes) before its steps are done leaves a record saying
 from __future__ import annotations
 
 import atexit
+import logging
 import math
 import os
 import statistics
 import sys
 import time
 import traceback
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psutil
 import torch
 
 from . import devices
-from .io import strict_json, write_atomic
-from .models.blocks import model_traits
+from .io import atomic_file, strict_json, write_atomic
 
 if TYPE_CHECKING:
     from .bench.target import Target
@@ -43,17 +48,30 @@ if TYPE_CHECKING:
 PATH, STEPS, WARMUP, PROBE = "ACCEL_TRIAL", "ACCEL_TRIAL_STEPS", "ACCEL_TRIAL_WARMUP", "ACCEL_TRIAL_PROBE"
 TARGET = "ACCEL_TRIAL_TARGET"  # METRIC=VALUE: the time until the script's `eng.log` reports it
 STOP, CURVE = "ACCEL_TRIAL_STOP", "ACCEL_TRIAL_CURVE"  # end at the target; record this metric's every value
+COMPILE_CACHE = "ACCEL_TRIAL_COMPILE_CACHE"
+PROFILE = "ACCEL_PROFILE"  # `accel profile -- SCRIPT`: the profile window's settings (accel.profile.script)
+log = logging.getLogger("accel")
 LAST_LOSS_STEPS = 5  # final_loss: the mean of the last timed steps' losses, as a recipe's trial has it
 
 
 def attach(engine: Engine, settings: Settings | None) -> ScriptTrial | None:
-    """The trial the bench asked for (None without ACCEL_TRIAL, or for the Trainer's engine: `settings` None)."""
+    """The trial the bench asked for, or the window `accel profile` asked for (accel.profile.script); None without
+    either, or for the Trainer's engine (`settings` None)."""
+    if settings is None:
+        return None
+    if os.environ.get(PROFILE):  # imported only here: the report's plots need matplotlib
+        from .profile.script import attach as profile
+
+        return profile(engine)
     path = os.environ.get(PATH)
-    if not path or settings is None:
+    if not path:
         return None
     if os.environ.get(PROBE) == "1":
-        _probe(engine, settings, path)
+        return Probe(engine, settings, path)
     trial = ScriptTrial(engine, path, int(os.environ.get(WARMUP, "0")), int(os.environ.get(STEPS, "1")))
+    trial.compile_cache = os.environ.get(COMPILE_CACHE) or None
+    if trial.compile_cache:
+        load_compile_cache(trial.compile_cache)
     if os.environ.get(TARGET):
         from .bench.target import parse_target
 
@@ -63,17 +81,51 @@ def attach(engine: Engine, settings: Settings | None) -> ScriptTrial | None:
     return trial
 
 
-def _probe(engine: Engine, settings: Settings, path: str) -> None:
-    given = {
-        "speedups": {name: config.model_dump(mode="json") for name, config in settings.speedups.items()},
-        "device": settings.device,
-        "strategy": settings.strategy,
-        "optimizer": settings.optimizer,
-        "skipped_speedups": engine.skipped_speedups,
-    }
-    if engine.world.is_main:
-        write_atomic(path, strict_json(given))
-    raise SystemExit(0)
+class Probe:
+    """What the engine was given, written as it is created (a script that fails before `eng.setup` still says
+    it), then again with the model's traits at `eng.setup`, where the process ends."""
+
+    def __init__(self, engine: Engine, settings: Settings, path: str):
+        self.engine, self.path = engine, path
+        self.given = {
+            "speedups": {name: config.model_dump(mode="json") for name, config in settings.speedups.items()},
+            "device": settings.device,
+            "resolved_device": str(engine.device),
+            "strategy": settings.strategy,
+            "optimizer": settings.optimizer,
+            "skipped_speedups": engine.skipped_speedups,
+        }
+        self._write()
+
+    def set_up(self) -> None:
+        from .models.blocks import model_traits
+
+        self.given["model_traits"] = model_traits(self.engine.module)
+        self._write()
+        raise SystemExit(0)
+
+    def _write(self) -> None:
+        if self.engine.world.is_main:
+            write_atomic(self.path, strict_json(self.given))
+
+
+def load_compile_cache(path: str) -> None:
+    """torch.compiler's cache artifacts from `path`, if an earlier trial saved them (none: a cold start)."""
+    try:
+        artifacts = Path(path).read_bytes()
+    except FileNotFoundError:
+        return
+    torch.compiler.load_cache_artifacts(artifacts)
+    log.info("loaded torch.compiler's cache artifacts from %s (--warm-cache)", path)
+
+
+def save_compile_cache(path: str) -> None:
+    """What this process compiled (and loaded), as torch.compiler's cache artifacts; nothing when it compiled
+    nothing."""
+    saved = torch.compiler.save_cache_artifacts()
+    if saved is not None:
+        with atomic_file(path) as handle:
+            handle.write(saved[0])
 
 
 class ScriptTrial:
@@ -92,12 +144,20 @@ class ScriptTrial:
         self.metric: str | None = None  # the logged metric whose values are recorded (the target's)
         self.stop = False  # end the trial when the target is reached
         self.evals: list[dict[str, Any]] = []  # each logged value of the metric, as TargetClock's
+        self.compile_cache: str | None = None  # where to save torch.compiler's artifacts after the steps
+        self.model_traits: dict[str, bool] | None = None
         self.process_started = psutil.Process().create_time()
         self.eval_s, self.last_step = 0.0, time.time()
         devices.reset_peak_memory(engine.device)
         self._excepthook = sys.excepthook
         sys.excepthook = self._crashed
         atexit.register(self._ended_early)
+
+    def set_up(self) -> None:
+        """`eng.setup` has run: the model's traits go into the record, as a recipe trial's do."""
+        from .models.blocks import model_traits
+
+        self.model_traits = model_traits(self.engine.module)
 
     def loss(self, loss: torch.Tensor, share: int = 1) -> None:
         """A micro-batch's loss: the loop's backward gets its share of the step already (it divides by its
@@ -140,6 +200,8 @@ class ScriptTrial:
         record = self.record() | self._losses()
         self._write(record | self._target_figures() | _diverged(record.get("step_losses", [])))
         self.done = True
+        if self.compile_cache and self.engine.world.is_main:
+            save_compile_cache(self.compile_cache)
 
     def record(self) -> dict[str, Any]:
         """The figures of `accel.bench.records.Trial`, from the engine's own counts."""
@@ -165,7 +227,7 @@ class ScriptTrial:
             "wall_s": time.perf_counter() - self.created,
             "skipped_speedups": engine.skipped_speedups,
             "lint": summary.get("lint") or [],
-            "model_traits": model_traits(engine.module),
+            "model_traits": self.model_traits,
             **{k: compiled.get(v) for k, v in COMPILE_FIGURES.items() if compiled},
             "env": devices.environment(engine.device),
         }

@@ -89,6 +89,25 @@ def _why_not_here(speedup: type[Speedup], candidate: Candidate, value: dict, dev
     return speedup(cfg).conflict(Context(device))
 
 
+def runnable_speedups(given: dict[str, Any], device: torch.device, traits: dict[str, bool] | None) -> dict[str, dict]:
+    """The speed-ups tune would try that `given` (a `speedups:` section) lacks, each as the section of its first
+    candidate this device can run and the model can use (`traits` None: not known, every need counted as met):
+    what `accel bench --ablate` of a script adds to the speed-ups the script gave its engine. One the section
+    names, even turned off, is the user's choice and is not added."""
+    added = {}
+    for speedup in tuned_speedups():
+        if speedup.name in given:
+            continue
+        for candidate in speedup.tune:
+            value = {"enabled": True, **candidate.patch}
+            need = candidate.needs or speedup.needs
+            fits = need is None or (traits or {}).get(need, True)
+            if fits and not _why_not_here(speedup, candidate, value, device):
+                added[speedup.name] = value
+                break
+    return added
+
+
 def usable(knob: Knob, traits: dict[str, bool]) -> list[Any]:
     """The values of `knob` the model can use, given the traits the first trials reported (all when unknown)."""
     needs = knob.needs or [None] * len(knob.values)

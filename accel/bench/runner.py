@@ -243,6 +243,9 @@ class TrialSettings:
     eval_batches: int | None = None
     curve: bool = False
     stop_at_target: bool = False
+    # warm through torch.compiler's cache artifacts, one file per variant (a script's trials), not a shared
+    # TORCHINDUCTOR_CACHE_DIR: each trial's cache folder stays fresh, and loads only its own variant's compilations
+    cache_artifacts: bool = False
 
 
 def trial_argv(recipe: Path, settings: TrialSettings, json_path: Path, variant: str, trial: int) -> list[str]:
@@ -281,7 +284,8 @@ class Launch(Protocol):
 def _run_job(index: int, trial: int, variant: str, recipe: Path | Launch, out: Path, settings: TrialSettings) -> Trial:
     stem = _slug(index, f"{variant}-t{trial}")
     json_path, log_path = out / "trials" / f"{stem}.json", out / "trials" / f"{stem}.log"
-    if settings.warm_cache:
+    shared = settings.warm_cache and not settings.cache_artifacts
+    if shared:
         cache = (out / "inductor-cache").resolve()
     else:
         cache = Path(tempfile.mkdtemp(prefix="accel-inductor-"))
@@ -294,7 +298,7 @@ def _run_job(index: int, trial: int, variant: str, recipe: Path | Launch, out: P
         with load.watched() as machine:  # other processes' share of the cores while the trial ran
             result = run_trial_process(argv, json_path, log_path, settings.timeout, trial_env(cache) | added)
     finally:
-        if not settings.warm_cache:
+        if not shared:
             shutil.rmtree(cache, ignore_errors=True)
     # The runner's own bookkeeping wins over anything the child wrote.
     return result.updated(
@@ -402,6 +406,13 @@ def run_bench(
     return run_and_report(run, jobs, out, console)
 
 
+def compile_cache(settings: TrialSettings) -> str:
+    """What the report says of the trials' compile caches."""
+    if not settings.warm_cache:
+        return "cold (fresh per trial)"
+    return "warm (torch.compiler cache artifacts per variant)" if settings.cache_artifacts else "warm (shared)"
+
+
 @dataclass
 class BenchRun:
     """What a report says ran: the variants, the recipe (or script) and each variant's configuration."""
@@ -433,7 +444,7 @@ def run_and_report(
             "warmup": settings.warmup,
             "trials": run.trials,
             "timeout_s": settings.timeout,
-            "compile_cache": "warm (shared)" if settings.warm_cache else "cold (fresh per trial)",
+            "compile_cache": compile_cache(settings),
             "target": settings.target,
             "eval_every": settings.eval_every,
         },

@@ -2,9 +2,11 @@
 
 A variant is the script with `ACCEL_SET` items added (accel.engine_settings), or with one of its own options set
 (`--vary arg:--batch=16,32`), and its engine measures its own steps (accel.script_trial). One probe comes first: the
-script runs until it creates its `accel.Engine`, which writes what it was given (speed-ups, device) and exits. That
-tells the ablation the script's speed-ups, validates every variant's settings in a second rather than in every
-trial, and stops a script without an engine with one message before any trial runs.
+script runs until its `accel.Engine` sets the model up, which writes what the engine was given (speed-ups, device)
+and the model's traits, and exits. That tells the ablation the script's speed-ups and which others this device
+and model can use (`--ablate` tries both), validates every variant's settings in a second rather than in every
+trial, and stops a script without an engine with one message before any trial runs. With `--warm-cache` each
+variant keeps torch.compiler's cache artifacts in OUT/compile-cache/, which its later trials load.
 """
 
 from __future__ import annotations
@@ -16,17 +18,19 @@ import shlex
 import subprocess
 import tempfile
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import torch
 from rich.console import Console
 
 from .. import script_trial
 from ..engine_settings import SET_VARIABLE, engine_settings
 from ..errors import AccelError, RecipeError
+from .knobs import runnable_speedups
 from .records import Report
-from .runner import BenchRun, TrialSettings, _exit_reason, _only, _tail, run_and_report, trial_env
+from .runner import BenchRun, TrialSettings, _exit_reason, _only, _slug, _tail, run_and_report, trial_env
 from .variants import Variant, ablation_variants, format_value, interleave, vary_variants
 
 ARG = "arg:"  # --vary arg:--batch=16,32: the script's own option, not an engine key
@@ -45,6 +49,7 @@ class ScriptLaunch:
 
     command: tuple[str, ...]
     sets: tuple[str, ...]
+    compile_cache: Path | None = None  # --warm-cache: this variant's torch.compiler cache artifacts
 
     def accel_set(self) -> str:
         return " ".join([os.environ.get(SET_VARIABLE, ""), *map(shlex.quote, self.sets)]).strip()
@@ -59,6 +64,7 @@ class ScriptLaunch:
             **({script_trial.TARGET: settings.target} if settings.target else {}),
             **({script_trial.STOP: "1"} if settings.stop_at_target else {}),
             **({script_trial.CURVE: CURVE_METRIC} if settings.curve else {}),
+            **({script_trial.COMPILE_CACHE: str(self.compile_cache)} if self.compile_cache else {}),
         }
 
 
@@ -105,13 +111,17 @@ def script_name(command: list[str]) -> str:
 
 
 def _ablation(given: dict[str, Any]) -> list[Variant]:
+    """The speed-ups the script's engine was given, and those tune would try that this device can run and the
+    model can use (its traits, from the probe)."""
+    device = torch.device(given.get("resolved_device") or "cpu")
+    added = runnable_speedups(given["speedups"], device, given.get("model_traits"))
     try:
-        return ablation_variants(given["speedups"])
+        return ablation_variants(given["speedups"], added)
     except RecipeError:
         raise AccelError(
-            "--ablate needs speed-ups, and the script's accel.Engine was given none (its `speedups=`, with "
-            "ACCEL_SET/ACCEL_SPEEDUPS and --set applied). Give it some, or compare settings with --vary, e.g. "
-            "--vary speedups.amp.enabled=false,true."
+            f"--ablate needs speed-ups: the script's accel.Engine was given none (its `speedups=`, with "
+            f"ACCEL_SET/ACCEL_SPEEDUPS and --set applied), and none that it was not given runs on {device} with "
+            "this model. Compare settings with --vary, e.g. --vary speedups.amp.enabled=false,true."
         ) from None
 
 
@@ -219,6 +229,15 @@ def run_script_bench(
 ) -> tuple[Report, dict[str, Path]]:
     """Run the script's variants interleaved, each trial a fresh process; write report.json/.md/.html into `out`."""
     out = Path(out)
-    jobs = [(t, v.name, plan.launches[v.name]) for t, v in interleave(plan.variants, trials)]
+    launches = plan.launches
+    if settings.warm_cache:  # each variant its own artifacts: a trial loads only what its own variant compiled
+        settings = replace(settings, cache_artifacts=True)
+        folder = (out / "compile-cache").resolve()
+        folder.mkdir(parents=True, exist_ok=True)
+        launches = {
+            v.name: replace(launches[v.name], compile_cache=folder / f"{_slug(i, v.name)}.bin")
+            for i, v in enumerate(plan.variants)
+        }
+    jobs = [(t, v.name, launches[v.name]) for t, v in interleave(plan.variants, trials)]
     run = BenchRun(plan.variants, plan.baseline, shlex.join(plan.command), plan.configs, settings, trials, command)
     return run_and_report(run, jobs, out, console)

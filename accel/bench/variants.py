@@ -31,30 +31,41 @@ def _enabled(options: Any) -> bool:
     return bool((options or {}).get("enabled", True))
 
 
-def _switches(names: list[str], on: set[str]) -> dict[str, bool]:
-    return {f"speedups.{n}.enabled": n in on for n in names}
+def _switches(names: list[str], on: set[str], added: dict[str, dict]) -> dict[str, Any]:
+    """The overrides that turn `on` on and the rest off; an `added` speed-up (not in the section) is set to its
+    section when on and left out when off: exactly not listing it."""
+    overrides: dict[str, Any] = {}
+    for n in names:
+        if n in added:
+            overrides |= {f"speedups.{n}.{key}": value for key, value in added[n].items()} if n in on else {}
+        else:
+            overrides[f"speedups.{n}.enabled"] = n in on
+    return overrides
 
 
-def ablation_variants(speedups: dict[str, dict]) -> list[Variant]:
-    """baseline, all, +NAME..., -NAME... for the enabled speed-ups of a recipe's `speedups:` section.
+def ablation_variants(speedups: dict[str, dict], added: dict[str, dict] | None = None) -> list[Variant]:
+    """baseline, all, +NAME..., -NAME... for the enabled speed-ups of a recipe's `speedups:` section, and for
+    the speed-ups in `added` (name -> the section that turns it on; a script's bench adds those the device can
+    run).
 
     Speed-ups the recipe already disables are left alone (off everywhere, absent from overrides). With a
     single speed-up, "all" would equal "+NAME" and "-NAME" would equal baseline, so only baseline and
     "+NAME" are returned: the duplicates would cost trials and add no information.
     """
-    names = [n for n, opts in (speedups or {}).items() if _enabled(opts)]
+    added = added or {}
+    names = [n for n, opts in (speedups or {}).items() if _enabled(opts)] + list(added)
     if not names:
         raise RecipeError(
             "--ablate needs at least one enabled speed-up in the recipe's `speedups:` section; "
             "this recipe has none. Add one (e.g. `speedups: {amp: {dtype: bf16}}`) or use --vary."
         )
     everything = set(names)
-    variants = [Variant("baseline", _switches(names, set()))]
+    variants = [Variant("baseline", _switches(names, set(), added))]
     if len(names) > 1:
-        variants.append(Variant("all", _switches(names, everything)))
-    variants += [Variant(f"+{n}", _switches(names, {n})) for n in names]
+        variants.append(Variant("all", _switches(names, everything, added)))
+    variants += [Variant(f"+{n}", _switches(names, {n}, added)) for n in names]
     if len(names) > 1:
-        variants += [Variant(f"-{n}", _switches(names, everything - {n})) for n in names]
+        variants += [Variant(f"-{n}", _switches(names, everything - {n}, added)) for n in names]
     return variants
 
 

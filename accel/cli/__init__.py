@@ -11,9 +11,19 @@ import logging
 import sys
 
 from ..errors import AccelError, user_message
-from . import bench, bench_data, cache, cluster, export, info, profile, script_args, train
+from . import bench, bench_data, cache, cluster, export, info, profile, run, script_args, train
 
-GROUPS = (train, cluster, info, bench, bench_data, profile, cache, export)  # in the order `accel --help` lists them
+GROUPS = (
+    train,
+    run,
+    cluster,
+    info,
+    bench,
+    bench_data,
+    profile,
+    cache,
+    export,
+)  # in the order `accel --help` lists them
 
 
 def _parser() -> argparse.ArgumentParser:

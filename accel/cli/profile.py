@@ -4,17 +4,25 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 from pathlib import Path
 
+from ..errors import AccelError
 from .options import add_sets
 
 
 def add(commands) -> None:
     parser = commands.add_parser(
         "profile",
-        help="profile a few training steps of a recipe: where the step's time and memory go, and what to do",
+        help="profile a few training steps of a recipe or of your own script (`-- python train.py ARGS`): where "
+        "the step's time and memory go, and what to do",
     )
-    parser.add_argument("recipe", help="path to a recipe YAML file, or a shipped recipe's name")
+    parser.add_argument(
+        "recipe",
+        nargs="?",
+        help="path to a recipe YAML file, or a shipped recipe's name; or, after all options, your script: "
+        "`-- python train.py ARGS` (its accel.Engine profiles its own steps; docs/own-loop.md)",
+    )
     add_sets(parser)
     parser.add_argument(
         "--warmup",
@@ -41,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
     from ..recipe import load_recipe
     from ..rundir import check_results_out
 
+    if args.user_script is not None or args.recipe is None:
+        return profile_script(args)
     recipe = load_recipe(args.recipe, [*args.overrides, *step_overrides(args.warmup, args.steps)])
     out = Path(args.out) if args.out else default_out(recipe.name, kind="profile")
     check_results_out(out, "profile")
@@ -49,4 +59,46 @@ def run(args: argparse.Namespace) -> int:
         args.warmup, args.steps, out, command, args.recipe, args.rows, args.sync_debug, args.overrides
     )
     print_report(profile_recipe(recipe, profiler), out)
+    return 0
+
+
+def profile_script(args: argparse.Namespace) -> int:
+    """`accel profile [OPTIONS] -- python train.py ARGS`: the same report, from the script's own engine."""
+    from ..bench.script import ScriptLaunch, probe, script_name
+    from ..io import default_out
+    from ..profile.report import print_report
+    from ..profile.script import Window, profile_script
+    from ..profile.steps import check_window
+    from ..rundir import check_results_out
+
+    if not args.user_script:
+        raise AccelError(
+            "accel profile needs a recipe, or a script after the options: `accel profile -- python train.py ARGS`."
+        )
+    if args.recipe is not None:
+        raise AccelError(f"give a recipe or a script, not both: `{args.recipe}` and `{shlex.join(args.user_script)}`.")
+    check_window(args.warmup, args.steps)
+    out = Path(args.out) if args.out else default_out(script_name(args.user_script), kind="profile")
+    check_results_out(out, "profile")
+    launch = ScriptLaunch(tuple(args.user_script), tuple(args.overrides))
+    given = probe(args.user_script, args.overrides)  # no engine, or a bad --set: one message, before any work
+    if args.sync_debug and not given["resolved_device"].startswith("cuda"):
+        raise AccelError("--sync-debug needs CUDA: it reports host-device syncs, and this script runs on the CPU.")
+    command = shlex.join(["accel", *args.argv])
+    window = Window(
+        str(out.resolve()),
+        args.warmup,
+        args.steps,
+        args.rows,
+        args.sync_debug,
+        command,
+        args.user_script,
+        args.overrides,
+    )
+    try:
+        report = profile_script(window, launch.accel_set())
+    except KeyboardInterrupt:
+        print(f"interrupted: no profile written to {out}", file=sys.stderr)
+        return 130
+    print_report(report, out)
     return 0

@@ -1,13 +1,13 @@
-"""A user's script on the command line: `accel bench [OPTIONS] -- python train.py ARGS`, or `accel bench [OPTIONS]
-train.py ARGS`. Everything from the script on is the script's, so its own options (`--lr`, even `--steps`) never
-reach accel's parser; accel's options come before it."""
+"""A user's script on the command line: `accel bench|profile|run [OPTIONS] -- python train.py ARGS`, or without
+the `--`, `accel bench [OPTIONS] train.py ARGS`. Everything from the script on is the script's, so its own options
+(`--lr`, even `--steps`) never reach accel's parser; accel's options come before it."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-SCRIPT_COMMANDS = ("bench", "tune")
+SCRIPT_COMMANDS = ("bench", "tune", "profile", "run")
 
 
 def split(argv: list[str]) -> tuple[list[str], list[str] | None]:

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt as stop:  # Ctrl-C in start-up, or the third signal
         if world_from_env().is_main:
             print(interrupted_message(out, stop), file=sys.stderr)
-        return _signal_exit(getattr(stop, "signum", None))
+        return signal_exit(getattr(stop, "signum", None))
     if not world_from_env().is_main:
         return 0
     return report(summary, recipe)
@@ -96,7 +96,8 @@ def report(summary: dict, recipe) -> int:
     return 0
 
 
-def _signal_exit(signum: int | None) -> int:
+def signal_exit(signum: int | None) -> int:
+    """The exit code of a run a signal stopped: 75 for preemption (SIGUSR1), else 130 (Ctrl-C's)."""
     return PREEMPTED_EXIT if signum == PREEMPT else 130
 
 
@@ -170,7 +171,7 @@ def _torchrun(args: argparse.Namespace, launch: Launch, out: Path) -> int:
     if status in EXIT_CODES:  # rank 0 printed the directory and, interrupted, the command that continues the run
         return EXIT_CODES[status]
     print(interrupted_message(out, KeyboardInterrupt()), file=sys.stderr)
-    return _signal_exit(signalled)
+    return signal_exit(signalled)
 
 
 def _read_summary(out: Path, written_since: float) -> dict:

@@ -1,6 +1,6 @@
 """Advice that names the fix: each rule is one finding (a test over the profile's figures), the speed-up or setting
-that addresses it, and the `accel bench` command that would prove it on this recipe. One rule per finding; add a
-rule here and a case to tests/profile/test_advice.py, nothing else."""
+that addresses it, and the `accel bench` command that would prove it on this recipe (or script). One rule per
+finding; add a rule here and a case to tests/profiling/test_advice.py, nothing else."""
 
 from __future__ import annotations
 
@@ -54,7 +54,8 @@ class Rule:
     applies: Callable[[Facts], bool]
     finding: str  # formatted with the Facts' fields
     fix: str
-    bench: str  # formatted with `recipe`: the command that measures the fix against the recipe as it is
+    bench: str  # the `accel bench` options that measure the fix against the recipe (or script) as it is
+    script_fix: str | None = None  # for a script, where `fix` names a recipe's keys: this, and no bench command
 
 
 RULES = (
@@ -64,15 +65,16 @@ RULES = (
         "{data:.0%} of each step waits for the next batch (loader workers: {workers}): the loader is the bottleneck",
         "more loader workers (data.loader.num_workers), the decoded cache (data.cache.enabled: true) for image "
         "files, or DALI (data.loader.backend: dali) to decode on the GPU",
-        "accel bench {recipe} --vary data.loader.num_workers=0,2,4 --vary data.cache.enabled=false,true",
+        "--vary data.loader.num_workers=0,2,4 --vary data.cache.enabled=false,true",
+        "more workers for the script's DataLoader (num_workers), batches through eng.setup_dataloaders, or "
+        "decoding on the GPU (DALI)",
     ),
     Rule(
         "host-bound",
         lambda f: f.cuda and f.gpu_idle is not None and f.gpu_idle >= 0.3,
         "the GPU is idle {gpu_idle:.0%} of the step: the host (Python, kernel launches) cannot keep it busy",
         "compile the model (speedups.compile) or replay the step as a CUDA graph (speedups.cuda_graphs)",
-        "accel bench {recipe} --vary speedups.compile.enabled=false,true "
-        "--vary speedups.cuda_graphs.enabled=false,true",
+        "--vary speedups.compile.enabled=false,true --vary speedups.cuda_graphs.enabled=false,true",
     ),
     Rule(
         "small-kernels",
@@ -80,14 +82,14 @@ RULES = (
         "{kernels_per_step:.0f} kernels per step with a median of {median_kernel_us:.0f} us: launch overhead "
         "and memory traffic between small kernels",
         "compile the model (speedups.compile) to fuse them",
-        "accel bench {recipe} --vary speedups.compile.enabled=false,true",
+        "--vary speedups.compile.enabled=false,true",
     ),
     Rule(
         "fp32-matmuls",
         lambda f: f.precision == "fp32" and f.bf16_fast and f.matmul >= 0.3,
         "{matmul:.0%} of op time is matmul/convolution in fp32 on a device with fast bf16",
         "mixed precision (speedups.amp: {{dtype: bf16}})",
-        "accel bench {recipe} --vary speedups.amp.enabled=false,true",
+        "--vary speedups.amp.enabled=false,true",
     ),
     Rule(
         "memory-bound",
@@ -95,31 +97,38 @@ RULES = (
         "the step's peak memory is {memory:.0%} of the device's: no room for a larger batch, and close to running out",
         "activation checkpointing (speedups.activation_checkpointing); for a language model the chunked loss "
         "(task.fused_loss: true) never holds the whole vocabulary's logits",
-        "accel bench {recipe} --vary speedups.activation_checkpointing.enabled=false,true",
+        "--vary speedups.activation_checkpointing.enabled=false,true",
     ),
     Rule(
         "slow-optimizer",
         lambda f: f.optimizer >= 0.15,
         "the optimizer step takes {optimizer:.0%} of the step",
         "a fused optimizer (speedups.optim: {{impl: fused}}) or a compiled one (speedups.compiled_optimizer)",
-        "accel bench {recipe} --vary speedups.optim.impl=foreach,fused "
-        "--vary speedups.compiled_optimizer.enabled=false,true",
+        "--vary speedups.optim.impl=foreach,fused --vary speedups.compiled_optimizer.enabled=false,true",
     ),
 )
 
 
-def advise(report: dict[str, Any], recipe: str, overrides: list[str] = ()) -> list[dict[str, str]]:
-    """The rules that apply to `report`, each as its finding, the fix and the bench command (on the recipe with
-    the `--set` overrides the profile was given: the bench must measure the run that was profiled)."""
-    target = shlex.join([recipe, *(f"--set={item}" for item in overrides)])
+def advise(report: dict[str, Any], recipe: str | list[str], overrides: list[str] = ()) -> list[dict[str, str]]:
+    """The rules that apply to `report`, each as its finding, the fix and the bench command: on the recipe (a
+    path) or the script (its command line, a list) with the `--set` overrides the profile was given, since the
+    bench must measure the run that was profiled. A rule whose keys only a recipe has gives a script no command."""
+    script = not isinstance(recipe, str)
+    sets = [f"--set={item}" for item in overrides]
     facts = Facts.of(report)
-    return [
-        {
-            "rule": rule.name,
-            "finding": rule.finding.format(**vars(facts)),
-            "fix": rule.fix.format(),
-            "bench": rule.bench.format(recipe=target),
-        }
-        for rule in RULES
-        if rule.applies(facts)
-    ]
+    advice = []
+    for rule in RULES:
+        if not rule.applies(facts):
+            continue
+        if script and rule.script_fix is not None:
+            fix, bench = rule.script_fix, None
+        elif script:
+            fix, bench = (
+                rule.fix,
+                " ".join(["accel bench", *map(shlex.quote, sets), rule.bench, "--", shlex.join(recipe)]),
+            )
+        else:
+            fix, bench = rule.fix, f"accel bench {shlex.join([recipe, *sets])} {rule.bench}"
+        finding = rule.finding.format(**vars(facts))
+        advice.append({"rule": rule.name, "finding": finding, "fix": fix.format(), "bench": bench})
+    return advice

@@ -22,9 +22,15 @@ ANATOMY_PNG = "anatomy.png"
 
 
 def build(
-    profiled: Profiled, folder: Path, command: str, recipe: str, rows: int = 15, overrides: list[str] = ()
+    profiled: Profiled,
+    folder: Path,
+    command: str,
+    recipe: str | list[str],
+    rows: int = 15,
+    overrides: list[str] = (),
 ) -> dict[str, Any]:
-    """Write the trace and gather the report (not yet written: `write` does)."""
+    """Write the trace and gather the report (not yet written: `write` does); `recipe`: the recipe's path, or the
+    script's command line (accel.profile.advice)."""
     trace = write_trace(profiled, folder)
     report = {
         "command": command,
@@ -84,7 +90,10 @@ def findings(report: dict[str, Any]) -> list[str]:
         top = sorted(report["anatomy"]["phases"], key=lambda row: row["share"], reverse=True)[:2]
         spent = " and ".join(f"{row['phase']} {row['share']:.0%}" for row in top)
         return [f"No finding: the step is {spent}, none of it a known trap. The operator tables say where it goes."]
-    return [f"{a['finding']}. Fix: {a['fix']}. Prove it: `{a['bench']}`" for a in report["advice"]]
+    return [
+        f"{a['finding']}. Fix: {a['fix']}." + (f" Prove it: `{a['bench']}`" if a["bench"] else "")
+        for a in report["advice"]
+    ]
 
 
 def summary_lines(report: dict[str, Any]) -> list[str]:

@@ -38,14 +38,14 @@ def profile_window(
     steps: int,
     folder: Path,
     command: str,
-    recipe: str,
+    recipe: str | list[str],
     rows: int = 15,
     sync_debug: bool = False,
     overrides: list[str] = (),
 ) -> ProfileWindow:
     """A ProfileWindow that writes its report (profile.json, .md, .html, the trace) into `folder` when the run
-    ends; the report dict is then its `.report`. `recipe` and its `overrides` (--set) go into the advice's
-    bench commands."""
+    ends; the report dict is then its `.report`. `recipe` (a path, or a script's command line) and its
+    `overrides` (--set) go into the advice's bench commands."""
 
     def finished(profiled) -> dict[str, Any]:
         built = report.build(profiled, folder, command, recipe, rows, overrides)

@@ -54,6 +54,11 @@ class ProfileWindow(Callback):
         self._closed = False
         self._load_start: load.Counters | None = None
 
+    @property
+    def closed(self) -> bool:
+        """The profiled steps are done (the report comes at the fit's end)."""
+        return self._closed
+
     def on_fit_start(self, trainer) -> None:
         cuda = trainer.device.type == "cuda"
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])

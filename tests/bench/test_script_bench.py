@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -53,15 +54,27 @@ def report(out) -> dict:
     return json.loads((out / "report.json").read_text())
 
 
+# the speed-ups --ablate would add to the script's own that this machine can run, turned off (as a user keeps one
+# out of an ablation): the tests that run trials keep to the script's amp
+OWN_ONLY = ["--set", "speedups.compile.enabled=false", "--set", "speedups.optim.enabled=false"]
+
+
 def test_ablate_benches_the_scripts_own_speedups(tmp_path, capsys):
     out = tmp_path / "bench"
-    argv = ["bench", "--ablate", *SHORT, "--out", str(out), "--", sys.executable, str(script(tmp_path))]
+    argv = ["bench", "--ablate", *SHORT, *OWN_ONLY, "--out", str(out), "--", sys.executable, str(script(tmp_path))]
     assert main(argv) == 0
     assert capsys.readouterr().out.splitlines()[0] == str(out)
     got = report(out)
     assert [v["name"] for v in got["variants"]] == ["baseline", "+amp"]  # the script's engine was given amp only
     assert got["speedups"]["amp"]["added"]["median"] > 0 and got["recipe"].endswith("train.py")
-    assert got["recipes"]["baseline"]["ACCEL_SET"] == "speedups.amp.enabled=false"
+    assert got["recipes"]["baseline"]["ACCEL_SET"] == (
+        "speedups.compile.enabled=false speedups.optim.enabled=false speedups.amp.enabled=false"
+    )
+    assert got["variants"][0]["trials"][0]["model_traits"] == {
+        "has_conv": False,
+        "has_attention": False,
+        "repeated_blocks": False,
+    }
     for variant in got["variants"]:
         assert variant["ok_trials"] == 2 and variant["final_loss"] > 0
         assert variant["samples_per_s"]["median"] > 0 and len(variant["samples_per_s"]["ci95"]) == 2
@@ -72,6 +85,42 @@ def test_ablate_benches_the_scripts_own_speedups(tmp_path, capsys):
     for name in ("report.md", "report.html"):
         assert (out / name).is_file()
     assert "amp:" in (out / "report.md").read_text()
+
+
+def test_ablate_adds_the_speedups_this_device_runs_and_the_model_uses(tmp_path, capsys):
+    linear = script(tmp_path)
+    conv = tmp_path / "conv.py"
+    conv.write_text(
+        linear.read_text().replace(
+            "torch.nn.Sequential(torch.nn.Linear(16, 32)",
+            "torch.nn.Sequential(torch.nn.Unflatten(1, (1, 4, 4)), torch.nn.Conv2d(1, 2, 3), torch.nn.Flatten(), "
+            "torch.nn.Linear(8, 32)",
+        )
+    )
+    listed = {}
+    for path in (linear, conv):
+        assert main(["bench", "--ablate", "--list", "--", sys.executable, str(path)]) == 0
+        listed[path.stem] = dict(line.split(maxsplit=1) for line in capsys.readouterr().out.splitlines())
+    # the script's amp; the fused optimizer and compile it was not given; channels_last only with convolutions
+    assert {"+amp", "+optim", "+compile"} <= listed["train"].keys() and "+channels_last" not in listed["train"]
+    assert "+channels_last" in listed["conv"]
+    assert listed["train"]["baseline"] == "speedups.amp.enabled=false"  # an added speed-up off: not listed at all
+    assert "speedups.optim.enabled=true speedups.optim.impl=fused" in listed["train"]["-amp"]
+    assert main(["bench", "--ablate", "--list", *OWN_ONLY, "--", sys.executable, str(linear)]) == 0
+    assert "+optim" not in capsys.readouterr().out  # one the user turned off stays off
+
+
+def test_warm_cache_loads_the_compile_artifacts_a_variants_first_trial_saved(tmp_path):
+    out = tmp_path / "bench"
+    argv = ["bench", "--vary", "speedups.compile.enabled=true", "--steps", "1", "--warmup", "1", "--trials", "2"]
+    assert main([*argv, "--warm-cache", "--out", str(out), "--", sys.executable, str(script(tmp_path))]) == 0
+    got = report(out)
+    assert got["settings"]["compile_cache"] == "warm (torch.compiler cache artifacts per variant)"
+    assert [path.name for path in (out / "compile-cache").iterdir()] == ["00-speedups.compile.enabled=true.bin"]
+    first, second = sorted(got["variants"][0]["trials"], key=lambda t: t["index"])
+    assert first["compile_s"] > 0 and second["compile_s"] > 0
+    assert "loaded torch.compiler's cache artifacts" not in Path(first["log"]).read_text()
+    assert "loaded torch.compiler's cache artifacts" in Path(second["log"]).read_text()
 
 
 def test_vary_takes_an_engine_key_and_the_scripts_own_option(tmp_path):

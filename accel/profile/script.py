@@ -1,0 +1,150 @@
+"""`accel profile -- python train.py ARGS`: the profile window inside a user's own script.
+
+The command runs the script with `ACCEL_PROFILE` set to the window's settings (JSON: the output folder, warm-up and
+profiled steps, rows, the commands for the report). The script's engine then drives the same ProfileWindow a
+recipe's trainer does: it opens after `eng.setup`, marks the end of every optimizer step, and after warm-up +
+steps writes the report (profile.json/.md/.html, the trace) and ends the process (exit 0).
+
+What the engine sees of the step is timed by phase (accel/anatomy.py): batches from `eng.setup_dataloaders`
+(`data`, `to_device`), the model's forward, `eng.autocast()` (`loss`), `eng.backward`, `optimizer.step()`, the
+speed-ups' hooks; the rest of the loop (its own batches, a loss outside `eng.autocast()`) is `other`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import shlex
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+from ..script_trial import PROFILE as VARIABLE
+from .steps import profile_window
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+
+log = logging.getLogger("accel")
+STEPPED = SimpleNamespace(optimizer_stepped=True)  # what ProfileWindow.on_batch_end reads of a batch
+
+
+@dataclass(frozen=True)
+class Window:
+    """The settings `accel profile` passes in ACCEL_PROFILE."""
+
+    out: str
+    warmup: int
+    steps: int
+    rows: int
+    sync_debug: bool
+    command: str  # the accel command, for the report
+    script: list[str]  # the script's command line, for the advice's bench commands
+    sets: list[str]  # its --set items, for the same
+
+    def to_env(self) -> dict[str, str]:
+        return {VARIABLE: json.dumps(vars(self))}
+
+
+def attach(engine: Engine) -> ScriptProfile | None:
+    """The profile `accel profile` asked for (rank 0 only), or None."""
+    text = os.environ.get(VARIABLE)
+    if not text or not engine.world.is_main:
+        return None
+    return ScriptProfile(engine, Window(**json.loads(text)))
+
+
+class _Run:
+    """What ProfileWindow reads of a trainer, from the engine of a hand-written loop."""
+
+    task = SimpleNamespace(name="own loop")
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+
+    def __getattr__(self, name: str) -> Any:  # device, anatomy, model, module, strategy, speedups, train_loader
+        return getattr(self.engine, name)
+
+    @property
+    def step(self) -> int:
+        return self.engine.steps
+
+
+class ScriptProfile:
+    """The engine's side of `accel profile`: the window over its optimizer steps, then the report and exit."""
+
+    def __init__(self, engine: Engine, window: Window):
+        self.run, self.settings = _Run(engine), window
+        self.window = profile_window(
+            window.warmup,
+            window.steps,
+            Path(window.out),
+            window.command,
+            window.script,
+            window.rows,
+            window.sync_debug,
+            window.sets,
+        )
+        self.done = False
+        atexit.register(self._ended_early)
+
+    def set_up(self) -> None:
+        """`eng.setup` has run: the window starts counting steps (the model is what the speed-ups made of it)."""
+        self.window.on_fit_start(self.run)
+
+    def stepped(self) -> None:
+        self.window.on_batch_end(self.run, STEPPED)
+        if self.window.closed:
+            self._finish()
+            raise SystemExit(0)
+
+    def loss(self, loss: Any, share: int = 1) -> None:
+        """The profile needs no loss (a bench trial does)."""
+
+    def logged(self, record: dict[str, Any]) -> None:
+        """Nor what the loop logs."""
+
+    def _finish(self) -> None:
+        self.done = True
+        self.window.on_fit_end(self.run, {})
+
+    def _ended_early(self) -> None:
+        """The script ended (or crashed) before the window did: no report, since the time from its last step to
+        its end is not a step (`accel profile` says what was missing). The profiler is stopped all the same: one
+        left running at the interpreter's exit ends it with SIGSEGV."""
+        profiled = self.window.profiled
+        if not self.done and profiled is not None:
+            if self.run.anatomy.active:
+                self.run.anatomy.stop()
+            profiled.profiler.stop()
+        if not self.done:
+            log.warning(
+                "profile: the script ended after %d of the %d optimizer steps asked for (%d warm-up + %d profiled)",
+                self.run.step,
+                self.settings.warmup + self.settings.steps,
+                self.settings.warmup,
+                self.settings.steps,
+            )
+
+
+def profile_script(window: Window, accel_set: str) -> dict[str, Any]:
+    """Run the script with the window in ACCEL_PROFILE (and `accel_set` as ACCEL_SET), its output the terminal's;
+    the report it wrote. A script that ends before its window does fails here, saying so."""
+    from ..bench.runner import _exit_reason
+    from ..engine_settings import SET_VARIABLE
+    from ..errors import AccelError
+
+    env = {**os.environ, SET_VARIABLE: accel_set, **window.to_env()}
+    code = subprocess.run(window.script, env=env).returncode
+    path = Path(window.out) / "profile.json"
+    if not path.is_file():
+        raise AccelError(
+            f"no profile written: `{shlex.join(window.script)}` {_exit_reason(code)} before its "
+            f"{window.warmup} + {window.steps} optimizer steps (its output above says why); let it run more steps "
+            "through its own arguments, or ask for fewer with --warmup/--steps."
+        )
+    return json.loads(path.read_text())

@@ -1,0 +1,79 @@
+"""`accel profile -- python train.py`: the profile window inside a user's own script (accel/profile/script.py)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+
+from accel.cli import main
+from accel.profile.advice import advise
+from tests.profiling.test_advice import data_bound, quiet, slow_optimizer
+
+# An engine loop with everything the engine can see: its loader, eng.autocast() around forward and loss
+LOOP = """
+import sys, torch, accel
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+eng = accel.Engine(device="cpu")
+model, optimizer = eng.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+data = torch.utils.data.TensorDataset(torch.randn(64, 16), torch.randint(0, 4, (64,)))
+loader = eng.setup_dataloaders(torch.utils.data.DataLoader(data, batch_size=8))
+for step, (x, y) in enumerate(loader):
+    if step == int(sys.argv[1]):
+        break
+    with eng.autocast():
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+    eng.backward(loss)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+print("the script ran to its end", flush=True)
+"""
+
+
+def _script(tmp_path, text: str = LOOP):
+    path = tmp_path / "train.py"
+    path.write_text(text)
+    return path
+
+
+def test_a_scripts_steps_are_profiled_by_its_engine(tmp_path, capfd):
+    out = tmp_path / "profile"
+    argv = ["profile", "--warmup", "1", "--steps", "2", "--out", str(out), "--", sys.executable]
+    assert main([*argv, str(_script(tmp_path)), "8"]) == 0
+    report = json.loads((out / "profile.json").read_text())
+    assert report["steps"] == 2 and report["command"].startswith("accel profile --warmup 1")
+    phases = {row["phase"] for row in report["anatomy"]["phases"]}
+    assert {"data", "to_device", "forward", "loss", "backward", "optimizer"} <= phases
+    assert any(row["op"].startswith("0 (Linear)") for row in report["modules"])  # the model's own modules
+    assert {"trace.json.gz", "profile.md", "profile.html"} <= {p.name for p in out.iterdir()}
+    printed = capfd.readouterr().out
+    assert "the script ran to its end" not in printed  # it ended after the window: 3 of its 8 steps
+    assert str(out / "profile.html") in printed
+
+
+def test_a_script_that_ends_before_its_window_says_so(tmp_path, capfd):
+    out = tmp_path / "profile"
+    assert main(["profile", "--out", str(out), "--", sys.executable, str(_script(tmp_path)), "2"]) == 2
+    err = capfd.readouterr().err
+    assert "no profile written" in err and "2 + 3 optimizer steps" in err and "exited with code 0" in err
+
+
+def test_a_script_without_an_engine_fails_with_one_message(tmp_path, capfd):
+    out = tmp_path / "profile"
+    assert main(["profile", "--out", str(out), "--", sys.executable, str(_script(tmp_path, "print(1)\n"))]) == 2
+    assert "`accel.Engine` not used" in capfd.readouterr().err and not out.exists()
+
+
+def test_a_scripts_advice_benches_the_script_with_its_settings():
+    report = copy.deepcopy(quiet())
+    slow_optimizer(report)
+    (advice,) = advise(report, ["python", "train.py", "--lr", "0.1"], ["speedups.amp.dtype=bf16"])
+    assert advice["bench"] == (
+        "accel bench --set=speedups.amp.dtype=bf16 --vary speedups.optim.impl=foreach,fused "
+        "--vary speedups.compiled_optimizer.enabled=false,true -- python train.py --lr 0.1"
+    )
+    report = copy.deepcopy(quiet())
+    data_bound(report)
+    (advice,) = advise(report, ["python", "train.py"])
+    assert advice["bench"] is None and "script's DataLoader" in advice["fix"]  # its keys are a recipe's
