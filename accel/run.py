@@ -21,7 +21,7 @@ from .recipe import Recipe
 from .registry import DATASETS
 from .resume import apply_recipe_values, optimizer_changes
 from .rng import rank_seed, seed_everything
-from .rundir import RunDir
+from .rundir import RunDir, read_summary
 from .sharded_checkpoint import ShardedSaver
 from .speedups import from_configs, refuse
 from .strategy import choose
@@ -187,6 +187,12 @@ def check_can_start(run_dir: RunDir, recipe: Recipe, resume: bool) -> None:
 
 
 def no_checkpoint_message(run_dir: RunDir) -> str:
+    if run_dir.holds_run():  # one that stopped before its first checkpoint: neither resumable nor reusable as is
+        status = (read_summary(run_dir.path) or {}).get("status")
+        return (
+            f"--resume: {run_dir.path} holds a run{f' ({status})' if status else ''} that stopped before its "
+            f"first checkpoint, so there is nothing to continue. {run_dir.start_over()}"
+        )
     return (
         f"--resume: no checkpoint at {run_dir.last_checkpoint}. Run without --resume first, or point --out at "
         "the run directory that has checkpoints/last.pt (or checkpoints/last/, sharded)."
