@@ -14,6 +14,7 @@ from torch import nn
 
 from .muon import MuonWithAdamW, refuse_sharded, split_parameters
 from .muon_ns import DtypeMuon, choose_ns_dtype
+from .param_groups import ParamGroupConfig, param_groups
 from .registry import OPTIMIZERS, SCHEDULERS
 from .schema import StrictModel
 
@@ -24,9 +25,24 @@ class OptimizerConfig(StrictModel):
     weight_decay: float = Field(0.0, ge=0, description="decoupled (AdamW) or L2 (SGD) weight decay")
 
 
+class GroupedConfig(OptimizerConfig):
+    """An optimizer whose parameters accel groups by name (accel/param_groups.py)."""
+
+    decay_1d: bool = Field(
+        True,
+        description="apply weight_decay to parameters of one dimension (biases, norm weights) too; false leaves "
+        "them undecayed, as nanoGPT, timm and Hugging Face train them",
+    )
+    groups: list[ParamGroupConfig] = Field(
+        default_factory=list,
+        description="parameter groups by name, each `{params: [patterns], lr:, weight_decay:}`: a parameter "
+        "joins the first group whose fnmatch pattern matches its name; the rest keep the settings above",
+    )
+
+
 @OPTIMIZERS.register("sgd")
 class SGD:
-    class Config(OptimizerConfig):
+    class Config(GroupedConfig):
         name: Literal["sgd"] = "sgd"
         momentum: float = Field(0.9, ge=0, lt=1, description="heavy-ball momentum")
         nesterov: bool = Field(True, description="Nesterov momentum (needs momentum > 0)")
@@ -34,7 +50,7 @@ class SGD:
     @staticmethod
     def build(cfg: "SGD.Config", model: nn.Module) -> torch.optim.Optimizer:
         return torch.optim.SGD(
-            model.parameters(),
+            param_groups(model, cfg, cfg.decay_1d),
             lr=cfg.lr,
             momentum=cfg.momentum,
             weight_decay=cfg.weight_decay,
@@ -44,16 +60,25 @@ class SGD:
 
 @OPTIMIZERS.register("adamw")
 class AdamW:
-    class Config(OptimizerConfig):
+    class Config(GroupedConfig):
         name: Literal["adamw"] = "adamw"
         betas: tuple[float, float] = Field((0.9, 0.999), description="moment decay rates")
         eps: float = Field(1e-8, gt=0, description="denominator guard")
         weight_decay: float = Field(0.01, ge=0, description="decoupled weight decay")
+        decay_1d: bool = Field(
+            False,
+            description="also decay parameters of one dimension (biases, norm weights); false (the default) "
+            "leaves them undecayed, as nanoGPT, timm and Hugging Face train them",
+        )
 
     @staticmethod
     def build(cfg: "AdamW.Config", model: nn.Module) -> torch.optim.Optimizer:
         return torch.optim.AdamW(
-            model.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay
+            param_groups(model, cfg, cfg.decay_1d),
+            lr=cfg.lr,
+            betas=cfg.betas,
+            eps=cfg.eps,
+            weight_decay=cfg.weight_decay,
         )
 
 

@@ -17,6 +17,7 @@ from .errors import AccelError, CheckpointError
 from .losses import build_loss
 from .models import build_model
 from .optim import build_optimizer, build_scheduler
+from .param_groups import regroup
 from .recipe import Recipe
 from .registry import DATASETS
 from .resume import apply_recipe_values, optimizer_changes
@@ -224,6 +225,9 @@ def _resume(trainer: Trainer, path: Path, recipe: Recipe) -> None:
     """From last.pt (whole tensors, rank 0's RNG) or a sharded folder (DCP reshards it to this world size)."""
     state = sharded_checkpoint.load(path, trainer, trainer.world.rank) if path.is_dir() else load_checkpoint(path)
     state = with_later_state(state, path)  # an older accel's checkpoint resumes, saying what it lacks
+    # one from before per-name groups (1-D parameters undecayed) is laid out as this recipe's groups
+    order = [name for name, _ in trainer.module.named_parameters()]
+    state["optimizer"] = regroup(state["optimizer"], trainer.optimizer, order, path)
     # the recipe is the truth: its optimizer settings replace the checkpoint's (README, "Run directories")
     changes = optimizer_changes(
         trainer.optimizer, state["optimizer"], recipe.optim, trainer.scheduler is not None, path
