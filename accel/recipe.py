@@ -71,7 +71,9 @@ class LogConfig(StrictModel):
 
 
 class Recipe(StrictModel):
-    name: str = Field("run", description="names the run directory runs/<name>-<timestamp>")
+    name: str = Field(
+        "run", description="names the run directory runs/<name>-<timestamp>: a folder name, without / or \\"
+    )
     seed: int = Field(0, description="seeds python, numpy and torch, the split and the shuffles")
     model: ModelConfig
     data: DataConfig
