@@ -60,8 +60,8 @@ class MuonWithAdamW(torch.optim.Optimizer):
         if saved != mine:  # torch's own message would name neither the optimizer nor the settings
             raise CheckpointError(
                 f"the checkpoint's optimizer has parameter groups of {saved} tensors, this recipe's muon optimizer "
-                f"{mine} (Muon, then AdamW). Resume with the optimizer settings the run started with "
-                "(optim.name, optim.muon_params, optim.adamw_params)."
+                f"{mine} (Muon, then AdamW's). Resume with the optimizer settings the run started with "
+                "(optim.name, optim.muon_params, optim.adamw_params, optim.decay_1d)."
             )
         super().load_state_dict(state_dict)
         self._link()

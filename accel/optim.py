@@ -50,7 +50,7 @@ class SGD:
     @staticmethod
     def build(cfg: "SGD.Config", model: nn.Module) -> torch.optim.Optimizer:
         return torch.optim.SGD(
-            param_groups(model, cfg, cfg.decay_1d),
+            param_groups(list(model.named_parameters()), cfg.groups, cfg.decay_1d),
             lr=cfg.lr,
             momentum=cfg.momentum,
             weight_decay=cfg.weight_decay,
@@ -74,7 +74,7 @@ class AdamW:
     @staticmethod
     def build(cfg: "AdamW.Config", model: nn.Module) -> torch.optim.Optimizer:
         return torch.optim.AdamW(
-            param_groups(model, cfg, cfg.decay_1d),
+            param_groups(list(model.named_parameters()), cfg.groups, cfg.decay_1d),
             lr=cfg.lr,
             betas=cfg.betas,
             eps=cfg.eps,
@@ -115,6 +115,11 @@ class Muon:
         adamw_params: list[str] = Field(
             default_factory=list, description="patterns of parameter names kept on AdamW even where chosen above"
         )
+        decay_1d: bool = Field(
+            False,
+            description="also decay AdamW's parameters of one dimension (biases, norm weights); false (the "
+            "default) leaves them undecayed, as the adamw optimizer does",
+        )
 
     @staticmethod
     def build(cfg: "Muon.Config", model: nn.Module) -> torch.optim.Optimizer:
@@ -122,7 +127,7 @@ class Muon:
         refuse_sharded(muon)
         parts = [
             DtypeMuon(
-                [p for _, p in muon],
+                muon,  # named: a checkpoint says which tensor each state is (accel/param_groups.py)
                 choose_ns_dtype(cfg.ns_dtype, muon[0][1].device),
                 lr=cfg.lr,
                 weight_decay=cfg.weight_decay,
@@ -135,7 +140,11 @@ class Muon:
         if adamw:  # torch refuses an optimizer with no parameters
             parts.append(
                 torch.optim.AdamW(
-                    [p for _, p in adamw], lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay
+                    param_groups(adamw, [], cfg.decay_1d),
+                    lr=cfg.lr,
+                    betas=cfg.betas,
+                    eps=cfg.eps,
+                    weight_decay=cfg.weight_decay,
                 )
             )
         return MuonWithAdamW(parts)

@@ -24,6 +24,7 @@ from .errors import AccelError, did_you_mean
 from .schema import StrictModel
 
 log = logging.getLogger("accel")
+Named = list[tuple[str, nn.Parameter]]
 
 
 class ParamGroupConfig(StrictModel):
@@ -36,13 +37,12 @@ class ParamGroupConfig(StrictModel):
     )
 
 
-def param_groups(model: nn.Module, cfg: Any, decay_1d: bool) -> list[dict[str, Any]]:
-    """torch param groups for `model`: each of `cfg.groups` takes the parameters its patterns match first; the
-    rest form the default group, split by dimension where `decay_1d` is false (those of one dimension or none get
-    no weight decay). Empty groups are left out; every group names its parameters."""
-    named = list(model.named_parameters())
+def param_groups(named: Named, extra: list[ParamGroupConfig], decay_1d: bool) -> list[dict[str, Any]]:
+    """torch param groups of the `named` parameters: each of `extra` (optim.groups) takes the parameters its
+    patterns match first; the rest form the default group, split by dimension where `decay_1d` is false (those of
+    one dimension or none get no weight decay). Empty groups are left out; every group names its parameters."""
     names = [name for name, _ in named]
-    for i, group in enumerate(cfg.groups):
+    for i, group in enumerate(extra):
         for pattern in group.params:
             if not any(fnmatch.fnmatchcase(name, pattern) for name in names):
                 raise AccelError(
@@ -52,25 +52,37 @@ def param_groups(model: nn.Module, cfg: Any, decay_1d: bool) -> list[dict[str, A
                 )
     chosen: dict[Any, list[tuple[str, nn.Parameter]]] = {}
     for name, param in named:
-        mine = next((i for i, g in enumerate(cfg.groups) if any(fnmatch.fnmatchcase(name, p) for p in g.params)), None)
+        mine = next((i for i, g in enumerate(extra) if any(fnmatch.fnmatchcase(name, p) for p in g.params)), None)
         key = mine if mine is not None else ("decay" if decay_1d or param.ndim >= 2 else "no_decay")
         chosen.setdefault(key, []).append((name, param))
     groups = []
-    for key in ["decay", "no_decay", *range(len(cfg.groups))]:
+    for key in ["decay", "no_decay", *range(len(extra))]:
         if key not in chosen:
             continue
         settings = {"weight_decay": 0.0} if key == "no_decay" else {}
         if isinstance(key, int):
-            extra = cfg.groups[key]
-            settings = {k: v for k, v in (("lr", extra.lr), ("weight_decay", extra.weight_decay)) if v is not None}
+            own = extra[key]
+            settings = {k: v for k, v in (("lr", own.lr), ("weight_decay", own.weight_decay)) if v is not None}
         groups.append({"params": chosen[key], **settings})
     return groups
 
 
+def older_order(optimizer: torch.optim.Optimizer, model_order: list[str]) -> list[str]:
+    """The parameter order of the state an older accel wrote for this optimizer, which named no parameters: each
+    part's parameters (muon: Muon's, then AdamW's; otherwise the one optimizer's) in the model's order."""
+    rank = {name: i for i, name in enumerate(model_order)}
+    parts = getattr(optimizer, "parts", [optimizer])
+    return [
+        name
+        for part in parts
+        for name in sorted((n for g in part.param_groups for n in g.get("param_names", [])), key=rank.__getitem__)
+    ]
+
+
 def group_names(groups: list[dict[str, Any]], order: list[str]) -> list[list[str]] | None:
     """Each saved group's parameter names: torch's `param_names`, FQNs where the state is keyed by name (a
-    gathered FSDP state), else by position in `order` (an older accel built its groups from
-    `model.parameters()` in that order); None where they cannot be known."""
+    gathered FSDP state), else by position in `order` (an older accel's layout: `older_order`); None where they
+    cannot be known."""
     named = []
     for group in groups:
         if "param_names" in group:
@@ -84,12 +96,15 @@ def group_names(groups: list[dict[str, Any]], order: list[str]) -> list[list[str
     return named
 
 
-def regroup(saved: dict[str, Any], optimizer: torch.optim.Optimizer, order: list[str], path: Any) -> dict[str, Any]:
+def regroup(
+    saved: dict[str, Any], optimizer: torch.optim.Optimizer, model_order: list[str], path: Any
+) -> dict[str, Any]:
     """`saved` (an optimizer state_dict) laid out as `optimizer`'s groups, by parameter name: each tensor keeps its
     state, each group takes the recipe's settings (the fresh group's). Unchanged where the layouts agree."""
     fresh = optimizer.state_dict()["param_groups"]
-    if not all("param_names" in group for group in fresh):  # not grouped by accel (muon refuses a mismatch itself)
+    if not all("param_names" in group for group in fresh):  # not grouped by accel: its own loader decides
         return saved
+    order = older_order(optimizer, model_order)
     new_names, old_names = group_names(fresh, order), group_names(saved.get("param_groups", []), order)
     if new_names is None or old_names is None or new_names == old_names:
         return saved

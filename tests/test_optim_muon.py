@@ -256,9 +256,10 @@ def test_a_resume_applies_edited_settings_to_the_groups_that_hold_them():
     changes = optimizer_changes(edited, saved, Muon.Config(momentum=0.9, eps=1e-6), False, Path("last.pt"))
     edited.load_state_dict(saved)
     apply_recipe_values(edited, changes)
-    muon_group, adamw_group = edited.param_groups
-    assert muon_group["momentum"] == 0.9 and "momentum" not in adamw_group
-    assert adamw_group["eps"] == 1e-6 and muon_group["eps"] == 1e-7  # Muon's own eps (Newton-Schulz) untouched
+    muon_group, *adamw_groups = edited.param_groups  # AdamW's: matrices, then 1-D parameters (undecayed)
+    assert muon_group["momentum"] == 0.9 and not any("momentum" in group for group in adamw_groups)
+    assert all(group["eps"] == 1e-6 for group in adamw_groups)
+    assert muon_group["eps"] == 1e-7  # Muon's own eps (Newton-Schulz) untouched
 
 
 def test_the_optim_speedup_keeps_torchs_implementation():

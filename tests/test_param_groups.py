@@ -14,7 +14,9 @@ from torch import nn
 
 from accel.cli import main
 from accel.errors import AccelError
-from accel.optim import SGD, AdamW, build_optimizer
+from accel.muon import MuonWithAdamW, split_parameters
+from accel.muon_ns import DtypeMuon
+from accel.optim import SGD, AdamW, Muon, build_optimizer
 from accel.param_groups import regroup
 from accel.recipe import validate_recipe
 
@@ -112,3 +114,30 @@ def test_an_older_accels_checkpoint_resumes_with_1d_parameters_undecayed(tiny, w
     assert [g["weight_decay"] for g in resumed] == [0.05, 0.0]
     assert all(name.endswith(".weight") for name in resumed[0]["param_names"])
     assert json.loads((out / "summary.json").read_text())["status"] == "completed"
+
+
+def test_muons_adamw_part_leaves_1d_parameters_undecayed_and_an_older_muon_state_is_regrouped():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 8), nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8)), nn.LayerNorm(8))
+    cfg = Muon.Config(lr=1e-2, weight_decay=0.1, muon_params=["1.*.weight"])
+    fresh = build_optimizer(cfg, net)
+    assert [(g["param_names"], g["weight_decay"]) for g in fresh.param_groups] == [
+        (["1.0.weight", "1.1.weight"], 0.1),
+        (["0.weight"], 0.1),
+        (["0.bias", "1.0.bias", "1.1.bias", "2.weight", "2.bias"], 0.0),
+    ]
+    # what an older accel built: Muon on plain tensors, then one AdamW group for every other parameter
+    on_muon, on_adamw = split_parameters(net, cfg.muon_params, cfg.adamw_params)
+    old = MuonWithAdamW(
+        [
+            DtypeMuon([p for _, p in on_muon], torch.float32, lr=1e-2, weight_decay=0.1),
+            torch.optim.AdamW([p for _, p in on_adamw], lr=1e-2, weight_decay=0.1),
+        ]
+    )
+    _stepped(old, net)
+    order = [name for name, _ in net.named_parameters()]
+    fresh.load_state_dict(regroup(old.state_dict(), fresh, order, "last.pt"))
+    for name, param in net.named_parameters():
+        assert fresh.state[param].keys() == old.state[param].keys() and fresh.state[param], name
+        for key, value in old.state[param].items():
+            assert torch.equal(fresh.state[param][key], value), (name, key)
