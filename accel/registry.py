@@ -111,6 +111,6 @@ def import_attribute(target: str) -> Any:
     except (ImportError, AttributeError) as err:
         raise AccelError(
             f"Cannot import `{target}`: {err}. Use `package.module:attribute`, with the package "
-            "importable (installed, or on PYTHONPATH)."
+            "importable (installed, on PYTHONPATH, or a module beside the recipe or in the current folder)."
         ) from None
     return value

@@ -46,14 +46,13 @@ def test_a_key_merged_from_a_base_file_names_the_file_that_set_its_section(capsy
 
 
 @pytest.mark.parametrize("name", ["../../escaped", "/tmp/absolute", "a/b", ".."])
-def test_a_run_name_that_is_a_path_is_refused_before_anything_is_written(capsys, tiny, write_recipe, tmp_path, name):
+def test_a_run_name_that_is_a_path_is_refused_before_anything_is_written(
+    capsys, tiny, write_recipe, tmp_path, monkeypatch, name
+):
     tiny["name"] = name
     recipe = write_recipe(tiny)
-    os.chdir(tmp_path)  # pytest's own tmp folder: runs/ would be made here
-    try:
-        err = _fails_cleanly(capsys, "train", recipe)
-    finally:
-        os.chdir(ROOT)
+    monkeypatch.chdir(tmp_path)  # runs/ would be made here
+    err = _fails_cleanly(capsys, "train", recipe)
     assert f"`name` = {name!r}" in err and "plain folder name" in err and "--out" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["recipe.yaml"]
 
@@ -116,3 +115,22 @@ def test_the_accel_command_imports_a_module_beside_the_recipe_or_in_the_current_
     )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "run" / "checkpoints" / "last.pt").is_file()
+
+
+def test_the_roots_come_after_the_installed_packages_and_only_for_a_recipe_that_names_user_code(
+    tiny, tmp_path, monkeypatch
+):
+    from accel.recipe import load_recipe
+
+    recipe = tmp_path / "project" / "recipe.yaml"
+    recipe.parent.mkdir(), (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    recipe.write_text(yaml.safe_dump(tiny))
+    before = list(sys.path)
+    load_recipe(recipe)
+    assert sys.path == before  # a registered model: nothing to import from there
+    tiny["model"] = {"name": "mymodel:build"}
+    recipe.write_text(yaml.safe_dump(tiny))
+    load_recipe(recipe)
+    assert sys.path[: len(before)] == before and sys.path[len(before) :] == [str(recipe.parent), os.getcwd()]
+    assert os.environ["PYTHONPATH"].split(os.pathsep)[-2:] == [str(recipe.parent), os.getcwd()]
