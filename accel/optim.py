@@ -86,7 +86,7 @@ class AdamW:
 class Muon:
     """torch.optim.Muon on the hidden matrices, AdamW on the rest (accel.muon, docs/optimizers.md)."""
 
-    class Config(OptimizerConfig):
+    class Config(GroupedConfig):
         name: Literal["muon"] = "muon"
         lr: float = Field(
             1e-3,
@@ -120,6 +120,11 @@ class Muon:
             description="also decay AdamW's parameters of one dimension (biases, norm weights); false (the "
             "default) leaves them undecayed, as the adamw optimizer does",
         )
+        groups: list[ParamGroupConfig] = Field(
+            default_factory=list,
+            description="settings by name for AdamW's parameters, as adamw's optim.groups; Muon's matrices keep "
+            "the settings above",
+        )
 
     @staticmethod
     def build(cfg: "Muon.Config", model: nn.Module) -> torch.optim.Optimizer:
@@ -140,7 +145,7 @@ class Muon:
         if adamw:  # torch refuses an optimizer with no parameters
             parts.append(
                 torch.optim.AdamW(
-                    param_groups(adamw, [], cfg.decay_1d),
+                    param_groups(adamw, cfg.groups, cfg.decay_1d, [name for name, _ in model.named_parameters()]),
                     lr=cfg.lr,
                     betas=cfg.betas,
                     eps=cfg.eps,

@@ -37,11 +37,14 @@ class ParamGroupConfig(StrictModel):
     )
 
 
-def param_groups(named: Named, extra: list[ParamGroupConfig], decay_1d: bool) -> list[dict[str, Any]]:
+def param_groups(
+    named: Named, extra: list[ParamGroupConfig], decay_1d: bool, names: list[str] | None = None
+) -> list[dict[str, Any]]:
     """torch param groups of the `named` parameters: each of `extra` (optim.groups) takes the parameters its
     patterns match first; the rest form the default group, split by dimension where `decay_1d` is false (those of
-    one dimension or none get no weight decay). Empty groups are left out; every group names its parameters."""
-    names = [name for name, _ in named]
+    one dimension or none get no weight decay). Empty groups are left out; every group names its parameters.
+    A pattern must match one of `names` (the model's: muon groups only its AdamW part's `named`)."""
+    names = names if names is not None else [name for name, _ in named]
     for i, group in enumerate(extra):
         for pattern in group.params:
             if not any(fnmatch.fnmatchcase(name, pattern) for name in names):

@@ -141,3 +141,20 @@ def test_muons_adamw_part_leaves_1d_parameters_undecayed_and_an_older_muon_state
         assert fresh.state[param].keys() == old.state[param].keys() and fresh.state[param], name
         for key, value in old.state[param].items():
             assert torch.equal(fresh.state[param][key], value), (name, key)
+
+
+def test_a_resolved_adamw_recipe_switches_to_muon_whose_groups_set_adamws_part(tiny):
+    """`accel tune` and `--vary optim.name=adamw,muon` change the name of a resolved recipe, which holds every
+    adamw key (groups and decay_1d among them): muon must take them."""
+    tiny["optim"] = {"name": "adamw"}
+    resolved = validate_recipe(tiny).dump()
+    resolved["optim"]["name"] = "muon"
+    assert validate_recipe(resolved).optim.groups == []
+    net = nn.Sequential(nn.Linear(4, 8), nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8)), nn.LayerNorm(8))
+    cfg = Muon.Config(lr=1e-2, muon_params=["1.*.weight"], groups=[{"params": ["1.*"], "lr": 1e-3}])
+    assert [(g["param_names"], g["lr"]) for g in build_optimizer(cfg, net).param_groups] == [
+        (["1.0.weight", "1.1.weight"], 1e-2),  # Muon's matrices keep optim's settings
+        (["0.weight"], 1e-2),
+        (["0.bias", "2.weight", "2.bias"], 1e-2),
+        (["1.0.bias", "1.1.bias"], 1e-3),
+    ]
