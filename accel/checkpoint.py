@@ -166,22 +166,40 @@ def newest_intact(path: Path) -> Path | None:
 
 
 def model_signature(module: torch.nn.Module) -> dict[str, Any]:
-    """Enough to tell that a checkpoint belongs to a different model before loading it."""
+    """Enough to tell that a checkpoint belongs to a different model before loading it: the class, and every
+    state_dict entry's name and shape (two models of one class and size can still differ in both)."""
+    state = module.state_dict()
     return {
         "class": unsharded_class(module).__name__,
         "params": sum(p.numel() for p in module.parameters()),
-        "keys": len(module.state_dict()),
+        "keys": len(state),
+        "shapes": {name: list(value.shape) for name, value in state.items() if isinstance(value, torch.Tensor)},
     }
 
 
 def check_same_model(saved: dict[str, Any], module: torch.nn.Module, path: Path) -> None:
     current = model_signature(module)
-    if saved != current:
-        raise CheckpointError(
-            f"Checkpoint {path} was written for a different model ({saved['class']}, {saved['params']:,} parameters) "
-            f"than this recipe builds ({current['class']}, {current['params']:,} parameters). Resume with the "
-            "recipe that wrote it, or start a new run directory (a different --out)."
-        )
+    # an older accel's checkpoint has no shapes: compare what it wrote
+    if {key: current[key] for key in saved if key in current} == saved:
+        return
+    raise CheckpointError(
+        f"Checkpoint {path} was written for a different model ({saved['class']}, {saved['params']:,} parameters"
+        f"{_first_difference(saved.get('shapes'), current['shapes'])}) than this recipe builds "
+        f"({current['class']}, {current['params']:,} parameters). Resume with the recipe that wrote it, or start "
+        "a new run directory (a different --out)."
+    )
+
+
+def _first_difference(saved: dict[str, list[int]] | None, current: dict[str, list[int]]) -> str:
+    if saved is None:
+        return ""
+    for name, shape in saved.items():
+        if name not in current:
+            return f"; its `{name}` is not in this model"
+        if current[name] != shape:
+            return f"; its `{name}` is {shape}, here {current[name]}"
+    extra = next((name for name in current if name not in saved), None)
+    return f"; this model's `{extra}` is not in it" if extra else ""
 
 
 SCHEDULE_LENGTHS = ("total_steps", "T_max", "total_iters", "step_size")  # torch schedulers' length settings

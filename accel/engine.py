@@ -106,6 +106,7 @@ class Engine(OwnLoop):
     # ---- what it trains -----------------------------------------------------------------------------
     def attach(self, module: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any = None) -> None:
         """The module (moved to the device) and the optimizer that owns its parameters."""
+        _check_materialised(module)
         self.module = self.model = module.to(self.device)
         self.optimizer, self.scheduler = optimizer, scheduler
         _check_optimizer_owns(self.module, optimizer)
@@ -234,6 +235,20 @@ class Engine(OwnLoop):
 def _built(speedups: Any) -> bool:
     """Speed-up objects (the Trainer's, built from a recipe), rather than settings to build them from."""
     return isinstance(speedups, (list, tuple)) and all(isinstance(s, Speedup) for s in speedups)
+
+
+def _check_materialised(module: nn.Module) -> None:
+    """A model built on the meta device has shapes but no values: torch's error at `.to()` says only that it
+    cannot copy them, not where they went missing or what to do."""
+    meta = next(
+        (name for name, tensor in [*module.named_parameters(), *module.named_buffers()] if tensor.is_meta), None
+    )
+    if meta is not None:
+        raise AccelError(
+            f"the model's `{meta}` is on the meta device (built under `torch.device('meta')` or an empty-weights "
+            "context): it has a shape but no values to train. Give it values first: `model.to_empty(device=...)` "
+            "and then initialise it (its `reset_parameters()`) or load a state_dict."
+        )
 
 
 def _check_optimizer_owns(module: nn.Module, optimizer: torch.optim.Optimizer) -> None:

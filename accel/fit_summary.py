@@ -26,7 +26,7 @@ def fit_summary(trainer: Trainer, status: str, wall_s: float) -> dict[str, Any]:
         "wall_s": wall_s,
         "startup_s": trainer.startup_s,
         "steps": trainer.step,
-        "epochs": trainer.epoch,
+        "epochs": epochs_done(trainer),
         "flops_per_step": per_batch * trainer.cfg.grad_accum if per_batch else None,
         "flop_per_s": None,
         "mfu": None,
@@ -48,3 +48,15 @@ def part_metrics(trainer: Trainer) -> dict[str, dict[str, Any]]:
     """Each speed-up's metrics, and the strategy's where it has any (XLA's compilations)."""
     strategy = trainer.strategy.metrics()
     return {s.name: s.metrics() for s in trainer.speedups} | ({trainer.strategy.name: strategy} if strategy else {})
+
+
+def epochs_done(trainer: Trainer) -> int | float:
+    """Whole epochs, or with the share of the one a step budget or a signal stopped in (0.4, where a whole count
+    would say 0 of a run that trained); an int when the run stopped between epochs, as `--resume` checks read."""
+    try:
+        batches = len(trainer.train_loader)
+    except TypeError:  # an iterable without a length: only whole epochs can be told
+        return trainer.epoch
+    if not trainer.batch_in_epoch or not batches:
+        return trainer.epoch
+    return round(trainer.epoch + trainer.batch_in_epoch / batches, 3)

@@ -80,6 +80,7 @@ def check_creatable(path: str | Path, flag: str = "--out") -> None:
     not write. Called before the work starts: mkdir would otherwise fail only when the first file is written,
     after a run of minutes, as a traceback."""
     path = Path(path)
+    check_not_dangling(path, flag)
     nearest = next(p for p in (path.absolute(), *path.absolute().parents) if p.exists())  # the root exists
     if not nearest.is_dir():
         raise AccelError(
@@ -88,6 +89,15 @@ def check_creatable(path: str | Path, flag: str = "--out") -> None:
         )
     if not os.access(nearest, os.W_OK | os.X_OK):
         raise AccelError(f"{flag} {path}: this user may not write in {nearest}. Choose another {flag}.")
+
+
+def check_not_dangling(path: Path, flag: str = "--out") -> None:
+    """mkdir says "File exists" of a link to nothing: say what is there."""
+    if path.is_symlink() and not path.exists():
+        raise AccelError(
+            f"{flag} {path} is a link to {os.readlink(path)}, which does not exist. Create that folder, or "
+            f"choose another {flag}."
+        )
 
 
 def default_out(name: str, kind: str | None = None) -> Path:

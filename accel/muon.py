@@ -60,8 +60,8 @@ class MuonWithAdamW(torch.optim.Optimizer):
         if saved != mine:  # torch's own message would name neither the optimizer nor the settings
             raise CheckpointError(
                 f"the checkpoint's optimizer has parameter groups of {saved} tensors, this recipe's muon optimizer "
-                f"{mine} (Muon, then AdamW). Resume with the optimizer settings the run started with "
-                "(optim.name, optim.muon_params, optim.adamw_params)."
+                f"{mine} (Muon, then AdamW's). Resume with the optimizer settings the run started with "
+                "(optim.name, optim.muon_params, optim.adamw_params, optim.decay_1d)."
             )
         super().load_state_dict(state_dict)
         self._link()
@@ -74,7 +74,7 @@ def split_parameters(model: nn.Module, include: list[str], exclude: list[str]) -
     named = list(model.named_parameters())
     _check_patterns("optim.adamw_params", exclude, [name for name, _ in named])
     if include:
-        _check_patterns("optim.muon_params", include, [name for name, p in named if p.ndim == 2])
+        _check_patterns("optim.muon_params", include, [name for name, p in named if p.ndim == 2], named)
         chosen = {name for name, _ in named if _matches(name, include)}
     else:
         in_blocks = {id(p) for block in repeated_blocks(model) for p in block.parameters()}
@@ -92,10 +92,15 @@ def _matches(name: str, patterns: list[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
 
-def _check_patterns(key: str, patterns: list[str], names: list[str]) -> None:
+def _check_patterns(key: str, patterns: list[str], names: list[str], named: Named = ()) -> None:
     """A pattern that selects nothing is a typo or names the wrong tensors: say so rather than train without it."""
     for pattern in patterns:
         if not any(fnmatch.fnmatchcase(name, pattern) for name in names):
+            filters = [(n, p) for n, p in named if p.ndim > 2 and fnmatch.fnmatchcase(n, pattern)]
+            if filters:
+                raise AccelError(
+                    f"{key}: `{pattern}` matches no matrix; what it matches includes {_filters_note(filters)}"
+                )
             what = "matrix (2-D parameter)" if key == "optim.muon_params" else "parameter"
             raise AccelError(
                 f"{key}: `{pattern}` matches no {what} of the model{did_you_mean(pattern, names)}. Patterns are "
@@ -113,10 +118,24 @@ def _nothing_for_muon(model: nn.Module, chosen: set[str], explicit: bool) -> str
             "accel cannot tell its hidden matrices. Name them with optim.muon_params (patterns of parameter "
             "names, e.g. `layers.*.weight`), or use optim.name: adamw."
         )
+    filters = [(n, p) for n, p in model.named_parameters() if n in chosen and p.ndim > 2]
+    if filters:  # a convolutional net: no pattern can help, so none is suggested
+        return f"optim muon: the repeated blocks of {where} hold {_filters_note(filters)} Use optim.name: adamw or sgd."
     return (
         f"optim muon: the repeated blocks of {where} hold no matrix Muon may take (torch's Muon takes "
-        "2-D parameters only: convolution weights, norms and biases stay on AdamW). Name matrices with "
-        "optim.muon_params, or use optim.name: adamw."
+        "2-D parameters only: norms and biases stay on AdamW). Name matrices with optim.muon_params, or use "
+        "optim.name: adamw."
+    )
+
+
+def _filters_note(filters: Named) -> str:
+    """Why a convolution's filters cannot go to Muon, said where they are first chosen."""
+    name, param = filters[0]
+    return (
+        f"convolution filters ({len(filters)} tensors of more than 2 dimensions, e.g. `{name}` "
+        f"{list(param.shape)}), and torch's Muon orthogonalises 2-D matrices only: accel keeps filters on AdamW "
+        "(airbench's Muon flattens each filter to [out, in x kernel], a variant of the algorithm that torch's "
+        "Muon does not implement), so no optim.muon_params pattern can give them to Muon."
     )
 
 

@@ -15,6 +15,7 @@ from torch import nn
 from .errors import AccelError
 from .muon import MuonWithAdamW, refuse_sharded, split_parameters
 from .muon_ns import DtypeMuon, choose_ns_dtype
+from .param_groups import ParamGroupConfig, param_groups
 from .registry import OPTIMIZERS, SCHEDULERS
 from .schema import StrictModel
 
@@ -25,9 +26,24 @@ class OptimizerConfig(StrictModel):
     weight_decay: float = Field(0.0, ge=0, description="decoupled (AdamW) or L2 (SGD) weight decay")
 
 
+class GroupedConfig(OptimizerConfig):
+    """An optimizer whose parameters accel groups by name (accel/param_groups.py)."""
+
+    decay_1d: bool = Field(
+        True,
+        description="apply weight_decay to parameters of one dimension (biases, norm weights) too; false leaves "
+        "them undecayed, as nanoGPT, timm and Hugging Face train them",
+    )
+    groups: list[ParamGroupConfig] = Field(
+        default_factory=list,
+        description="parameter groups by name, each `{params: [patterns], lr:, weight_decay:}`: a parameter "
+        "joins the first group whose fnmatch pattern matches its name; the rest keep the settings above",
+    )
+
+
 @OPTIMIZERS.register("sgd")
 class SGD:
-    class Config(OptimizerConfig):
+    class Config(GroupedConfig):
         name: Literal["sgd"] = "sgd"
         momentum: float = Field(0.9, ge=0, lt=1, description="heavy-ball momentum")
         nesterov: bool = Field(True, description="Nesterov momentum (needs momentum > 0)")
@@ -35,7 +51,7 @@ class SGD:
     @staticmethod
     def build(cfg: "SGD.Config", model: nn.Module) -> torch.optim.Optimizer:
         return torch.optim.SGD(
-            model.parameters(),
+            param_groups(list(model.named_parameters()), cfg.groups, cfg.decay_1d),
             lr=cfg.lr,
             momentum=cfg.momentum,
             weight_decay=cfg.weight_decay,
@@ -45,16 +61,25 @@ class SGD:
 
 @OPTIMIZERS.register("adamw")
 class AdamW:
-    class Config(OptimizerConfig):
+    class Config(GroupedConfig):
         name: Literal["adamw"] = "adamw"
         betas: tuple[float, float] = Field((0.9, 0.999), description="moment decay rates")
         eps: float = Field(1e-8, gt=0, description="denominator guard")
         weight_decay: float = Field(0.01, ge=0, description="decoupled weight decay")
+        decay_1d: bool = Field(
+            False,
+            description="also decay parameters of one dimension (biases, norm weights); false (the default) "
+            "leaves them undecayed, as nanoGPT, timm and Hugging Face train them",
+        )
 
     @staticmethod
     def build(cfg: "AdamW.Config", model: nn.Module) -> torch.optim.Optimizer:
         return torch.optim.AdamW(
-            model.parameters(), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay
+            param_groups(list(model.named_parameters()), cfg.groups, cfg.decay_1d),
+            lr=cfg.lr,
+            betas=cfg.betas,
+            eps=cfg.eps,
+            weight_decay=cfg.weight_decay,
         )
 
 
@@ -62,7 +87,7 @@ class AdamW:
 class Muon:
     """torch.optim.Muon on the hidden matrices, AdamW on the rest (accel.muon, docs/optimizers.md)."""
 
-    class Config(OptimizerConfig):
+    class Config(GroupedConfig):
         name: Literal["muon"] = "muon"
         lr: float = Field(
             1e-3,
@@ -91,6 +116,16 @@ class Muon:
         adamw_params: list[str] = Field(
             default_factory=list, description="patterns of parameter names kept on AdamW even where chosen above"
         )
+        decay_1d: bool = Field(
+            False,
+            description="also decay AdamW's parameters of one dimension (biases, norm weights); false (the "
+            "default) leaves them undecayed, as the adamw optimizer does",
+        )
+        groups: list[ParamGroupConfig] = Field(
+            default_factory=list,
+            description="settings by name for AdamW's parameters, as adamw's optim.groups; Muon's matrices keep "
+            "the settings above",
+        )
 
     @staticmethod
     def build(cfg: "Muon.Config", model: nn.Module) -> torch.optim.Optimizer:
@@ -98,7 +133,7 @@ class Muon:
         refuse_sharded(muon)
         parts = [
             DtypeMuon(
-                [p for _, p in muon],
+                muon,  # named: a checkpoint says which tensor each state is (accel/param_groups.py)
                 choose_ns_dtype(cfg.ns_dtype, muon[0][1].device),
                 lr=cfg.lr,
                 weight_decay=cfg.weight_decay,
@@ -111,7 +146,11 @@ class Muon:
         if adamw:  # torch refuses an optimizer with no parameters
             parts.append(
                 torch.optim.AdamW(
-                    [p for _, p in adamw], lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay
+                    param_groups(adamw, cfg.groups, cfg.decay_1d, [name for name, _ in model.named_parameters()]),
+                    lr=cfg.lr,
+                    betas=cfg.betas,
+                    eps=cfg.eps,
+                    weight_decay=cfg.weight_decay,
                 )
             )
         return MuonWithAdamW(parts)

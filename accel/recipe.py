@@ -23,7 +23,18 @@ from .data.prefetch import PrefetchConfig
 from .errors import RecipeError, did_you_mean
 from .models import ModelConfig
 from .recipe_yaml import Origins, apply_overrides, load_with_bases
-from .registry import DATASETS, LOSSES, OPTIMIZERS, SCHEDULERS, SPEEDUPS, TASKS, Registry, announce_user_code
+from .registry import (
+    DATASETS,
+    LOSSES,
+    OPTIMIZERS,
+    SCHEDULERS,
+    SPEEDUPS,
+    TASKS,
+    Registry,
+    add_import_roots,
+    announce_user_code,
+    is_import_string,
+)
 from .schema import StrictModel
 from .shipped import find_recipe
 from .train_config import TrainConfig
@@ -60,7 +71,9 @@ class LogConfig(StrictModel):
 
 
 class Recipe(StrictModel):
-    name: str = Field("run", description="names the run directory runs/<name>-<timestamp>")
+    name: str = Field(
+        "run", description="names the run directory runs/<name>-<timestamp>: a folder name, without / or \\"
+    )
     seed: int = Field(0, description="seeds python, numpy and torch, the split and the shuffles")
     model: ModelConfig
     data: DataConfig
@@ -93,6 +106,17 @@ class Recipe(StrictModel):
     log: LogConfig = Field(default_factory=LogConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
 
+    @field_validator("name")
+    @classmethod
+    def _one_folder(cls, value: str) -> str:
+        # the name is joined under runs/ when no --out is given: a path in it would put the run elsewhere
+        if not value.strip() or any(c in value for c in "/\\\0") or value in {".", ".."}:
+            raise ValueError(
+                "a run's name becomes its folder (runs/<name>-<timestamp>), so it must be a plain folder name, "
+                "without / or \\; choose where a run goes with --out"
+            )
+        return value
+
     @field_validator("device")
     @classmethod
     def _known_device(cls, value: str) -> str:
@@ -122,16 +146,14 @@ NAMED_SECTIONS: list[tuple[tuple[str, ...], Registry]] = [
 def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
     """Read a recipe file (with its `base:` files), apply `key=value` overrides, and validate it. The user code it
     names (import strings) is logged: every command reads its recipe here."""
-    data, origins = load_with_bases(find_recipe(path))
+    path = find_recipe(path)
+    data, origins = load_with_bases(path)
     data = apply_overrides(data, origins, overrides or [])
     recipe = validate_recipe(data, origins)
-    announce_user_code(
-        {
-            "model": recipe.model.name,
-            "task": recipe.task.name,  # the sections that take code
-            "dataset": recipe.data.dataset.name,
-        }
-    )
+    user_code = {"model": recipe.model.name, "task": recipe.task.name, "dataset": recipe.data.dataset.name}
+    if any(is_import_string(name) for name in user_code.values()):
+        add_import_roots(path)
+    announce_user_code(user_code)  # the sections that take code
     return recipe
 
 

@@ -184,8 +184,30 @@ def load_with_bases(path: Path, _chain: tuple[Path, ...] = ()) -> tuple[dict, Or
         base_data, base_origins = load_with_bases(base_path, _chain + (path,))
         merged = deep_merge(merged, base_data)
         merged_origins.update(base_origins)
+    merged_origins = _under(merged_origins, data, origins)
     merged_origins.update({k: v for k, v in origins.items() if k != ("base",)})
     return deep_merge(merged, data), merged_origins
+
+
+def _under(base_origins: Origins, top: dict, top_origins: Origins) -> Origins:
+    """The base files' origins as they stand under the file that names them: a key whose section the top file
+    replaced whole is gone (an error there is the top file's); one merged into a section the top file also sets
+    says so, since the user edits that file (`optim: {name: sgd}` there makes the base's `betas` wrong)."""
+    kept = Origins()
+    for path, where in base_origins.items():
+        set_above = [path[:end] for end in range(len(path) - 1, 0, -1) if path[:end] in top_origins]
+        if not set_above:
+            kept[path] = where
+        elif isinstance(_get(top, set_above[0]), dict):
+            section = set_above[0]
+            kept[path] = f"{where} (merged from `base:` into `{'.'.join(map(str, section))}` at {top_origins[section]})"
+    return kept
+
+
+def _get(data: Any, path: Path_) -> Any:
+    for key in path:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data
 
 
 def apply_overrides(data: dict, origins: Origins, overrides: list[str], label: str = "--set") -> dict:
@@ -204,6 +226,8 @@ def apply_overrides(data: dict, origins: Origins, overrides: list[str], label: s
                 node[part] = {}
             node = node[part]
         node[parts[-1]] = parse_value(text)
+        for below in [path for path in origins if len(path) > len(parts) and path[: len(parts)] == tuple(parts)]:
+            del origins[below]  # replaced with the value: an error under it is the override's
         for depth in range(1, len(parts) + 1):
             origins.setdefault(tuple(parts[:depth]), f"{label} {item}")
         origins[tuple(parts)] = f"{label} {item}"

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from .errors import AccelError, did_you_mean
@@ -76,6 +79,17 @@ def is_import_string(name: str) -> bool:
     return ":" in name and not is_library_model(name)
 
 
+def add_import_roots(recipe: Path) -> None:
+    """Make a module beside the recipe, then one in the current folder, importable by name (`model: {name:
+    mymodel:build}`), as `python train.py` finds one beside the script; the `accel` command, unlike `python -m
+    accel.cli`, puts neither on sys.path. Appended after the installed packages, so a file there never shadows
+    one accel needs; processes started from here (bench trials, torchrun's ranks) get them through PYTHONPATH."""
+    roots = [str(recipe.resolve().parent), os.getcwd()]
+    sys.path.extend(root for root in roots if root not in sys.path)
+    given = [part for part in os.environ.get("PYTHONPATH", "").split(os.pathsep) if part]
+    os.environ["PYTHONPATH"] = os.pathsep.join(given + [root for root in roots if root not in given])
+
+
 _announced: set[tuple[tuple[str, str], ...]] = set()
 
 
@@ -97,6 +111,6 @@ def import_attribute(target: str) -> Any:
     except (ImportError, AttributeError) as err:
         raise AccelError(
             f"Cannot import `{target}`: {err}. Use `package.module:attribute`, with the package "
-            "importable (installed, or on PYTHONPATH)."
+            "importable (installed, on PYTHONPATH, or a module beside the recipe or in the current folder)."
         ) from None
     return value

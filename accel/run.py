@@ -17,11 +17,12 @@ from .errors import AccelError, CheckpointError
 from .losses import build_loss
 from .models import build_model
 from .optim import build_optimizer, build_scheduler
+from .param_groups import regroup
 from .recipe import Recipe
 from .registry import DATASETS
 from .resume import apply_recipe_values, optimizer_changes
 from .rng import rank_seed, seed_everything
-from .rundir import RunDir
+from .rundir import RunDir, read_summary
 from .sharded_checkpoint import ShardedSaver
 from .speedups import from_configs, refuse
 from .strategy import choose
@@ -187,6 +188,12 @@ def check_can_start(run_dir: RunDir, recipe: Recipe, resume: bool) -> None:
 
 
 def no_checkpoint_message(run_dir: RunDir) -> str:
+    if run_dir.holds_run():  # one that stopped before its first checkpoint: neither resumable nor reusable as is
+        status = (read_summary(run_dir.path) or {}).get("status")
+        return (
+            f"--resume: {run_dir.path} holds a run{f' ({status})' if status else ''} that stopped before its "
+            f"first checkpoint, so there is nothing to continue. {run_dir.start_over()}"
+        )
     return (
         f"--resume: no checkpoint at {run_dir.last_checkpoint}. Run without --resume first, or point --out at "
         "the run directory that has checkpoints/last.pt (or checkpoints/last/, sharded)."
@@ -218,6 +225,9 @@ def _resume(trainer: Trainer, path: Path, recipe: Recipe) -> None:
     """From last.pt (whole tensors, rank 0's RNG) or a sharded folder (DCP reshards it to this world size)."""
     state = sharded_checkpoint.load(path, trainer, trainer.world.rank) if path.is_dir() else load_checkpoint(path)
     state = with_later_state(state, path)  # an older accel's checkpoint resumes, saying what it lacks
+    # one from before per-name groups (1-D parameters undecayed) is laid out as this recipe's groups
+    order = [name for name, _ in trainer.module.named_parameters()]
+    state["optimizer"] = regroup(state["optimizer"], trainer.optimizer, order, path)
     # the recipe is the truth: its optimizer settings replace the checkpoint's (README, "Run directories")
     changes = optimizer_changes(
         trainer.optimizer, state["optimizer"], recipe.optim, trainer.scheduler is not None, path

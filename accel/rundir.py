@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import AccelError
-from .io import check_creatable, default_out, strict_json, write_atomic
+from .io import check_creatable, check_not_dangling, default_out, strict_json, write_atomic
 from .runlock import RunDirLock
 
 log = logging.getLogger("accel")
@@ -43,6 +43,7 @@ class RunDir:
             self._make()
 
     def _make(self) -> None:
+        check_not_dangling(self.path)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as err:  # a file in the way, no permission, read-only file system
@@ -122,14 +123,23 @@ class RunDir:
         if not self.holds_run():
             return
         status = self._status()
-        resume = (
-            f"Continue it with `{resume_command(self.path)}`, or start a new run in another folder"
-            if self.has_checkpoint()
-            else "Start the new run in another folder"
-        )
+        if self.has_checkpoint():
+            what = (
+                f"Continue it with `{resume_command(self.path)}`, or start a new run in another folder "
+                "(a different --out)."
+            )
+        else:
+            what = self.start_over()
         raise AccelError(
-            f"{self.path} already holds a run{f' ({status})' if status else ''}; accel never "
-            f"overwrites one. {resume} (a different --out)."
+            f"{self.path} already holds a run{f' ({status})' if status else ''}; accel never overwrites one. {what}"
+        )
+
+    def start_over(self) -> str:
+        """What to do with a run that ended before its first checkpoint: nothing in it can be resumed."""
+        return (
+            "It has no checkpoint, so it cannot be resumed: to start it over there, remove the folder first "
+            f"(`rm -r {shlex.quote(str(self.path))}`: only you can decide to delete a run), or start the new run in "
+            "another folder (a different --out)."
         )
 
     def check_resumable(self, epochs: int, max_steps: int | None) -> None:
@@ -189,7 +199,22 @@ class RunDir:
         self.write_json(ENV, env)
 
     def write_summary(self, summary: dict[str, Any]) -> Path:
-        return self.write_json(SUMMARY, summary)
+        """summary.json, or, where it cannot be replaced (permissions, an immutable file), an error that holds
+        the summary and says the file on disk is out of date: the run's result is never lost or misread."""
+        try:
+            return self.write_json(SUMMARY, summary)
+        except OSError as err:
+            earlier = self._status()
+            stale = (
+                f"it still holds an earlier summary (status {earlier!r}), which is now out of date"
+                if self.summary.exists()
+                else "the run has no summary.json"
+            )
+            raise AccelError(
+                f"the run ended ({summary.get('status')}), but {self.summary} could not be written "
+                f"({err.strerror or err}): {stale}. Its summary follows; make the file writable and save it "
+                f"there:\n{strict_json(summary, indent=2)}"
+            ) from None
 
 
 def check_results_out(path: str | Path, command: str, flag: str = "--out") -> None:

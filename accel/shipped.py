@@ -41,7 +41,16 @@ def find_recipe(arg: str | Path) -> Path:
     """The file ARG names, else the shipped recipe called ARG; an error listing the shipped names otherwise."""
     path = Path(arg)
     if path.is_file():
+        if path.suffix == ".py":  # read as YAML it would be "a syntax error, line 1"
+            raise RecipeError(
+                f"{arg} is a Python script, not a recipe: this command takes a recipe YAML file or a shipped "
+                "recipe's name. A script that uses accel.Engine runs as itself (`python "
+                f"{arg}`); `accel bench -- python {arg}` measures it, and `accel COMMAND --help` says whether "
+                "another command takes a script after `--`."
+            )
         return path
+    if path.is_dir():
+        raise RecipeError(f"{arg} is a folder, not a recipe file: name the recipe's YAML file inside it.")
     shipped = _shipped(str(arg), RECIPES_DIR)
     if shipped is not None:
         return shipped

@@ -44,6 +44,19 @@ TINY = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _import_path_restored():
+    """A recipe naming user code adds its folder to sys.path and PYTHONPATH (accel.registry.add_import_roots):
+    each test starts from the suite's, so one test's modules are never another's."""
+    path, env = list(sys.path), os.environ.get("PYTHONPATH")
+    yield
+    sys.path[:] = path
+    if env is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = env
+
+
 @pytest.fixture
 def tiny() -> dict:
     """A fresh copy of a tiny recipe as plain data; tests change what they need."""

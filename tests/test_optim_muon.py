@@ -107,12 +107,19 @@ def test_a_model_without_repeated_blocks_or_without_matrices_in_them_is_refused_
     with pytest.raises(AccelError, match="has no repeated blocks .* optim.muon_params") as err:
         muon(small_cnn(4))
     assert "optim.name: adamw" in str(err.value)
-    # a ResNet's blocks (torchvision's layer1..4) hold convolutions: torch's Muon takes matrices only
+    # a ResNet's blocks (torchvision's layer1..4) hold convolutions: torch's Muon takes matrices only, and the
+    # first message says so, suggesting no pattern (one would match no matrix either)
     resnet = pytest.importorskip("torchvision.models").resnet18(num_classes=10)
-    with pytest.raises(AccelError, match="2-D parameters only"):
+    with pytest.raises(AccelError) as first:
         muon(resnet)
-    with pytest.raises(AccelError, match="optim.muon_params: `layer1.\\*` matches no matrix"):
+    message = str(first.value)
+    assert "hold convolution filters (" in message and "`layer1.0.conv1.weight` [64, 64, 3, 3]" in message
+    assert "orthogonalises 2-D matrices only" in message and "airbench's Muon flattens each filter" in message
+    assert "no optim.muon_params pattern can give them to Muon" in message and "optim.name: adamw" in message
+    with pytest.raises(AccelError) as pattern:
         muon(resnet, muon_params=["layer1.*"])
+    assert str(pattern.value).startswith("optim.muon_params: `layer1.*` matches no matrix; what it matches includes")
+    assert "convolution filters" in str(pattern.value)
 
 
 def test_muon_changes_the_hidden_matrices_step_and_adamw_steps_the_rest_exactly_as_adamw_does():
@@ -249,9 +256,10 @@ def test_a_resume_applies_edited_settings_to_the_groups_that_hold_them():
     changes = optimizer_changes(edited, saved, Muon.Config(momentum=0.9, eps=1e-6), False, Path("last.pt"))
     edited.load_state_dict(saved)
     apply_recipe_values(edited, changes)
-    muon_group, adamw_group = edited.param_groups
-    assert muon_group["momentum"] == 0.9 and "momentum" not in adamw_group
-    assert adamw_group["eps"] == 1e-6 and muon_group["eps"] == 1e-7  # Muon's own eps (Newton-Schulz) untouched
+    muon_group, *adamw_groups = edited.param_groups  # AdamW's: matrices, then 1-D parameters (undecayed)
+    assert muon_group["momentum"] == 0.9 and not any("momentum" in group for group in adamw_groups)
+    assert all(group["eps"] == 1e-6 for group in adamw_groups)
+    assert muon_group["eps"] == 1e-7  # Muon's own eps (Newton-Schulz) untouched
 
 
 def test_the_optim_speedup_keeps_torchs_implementation():

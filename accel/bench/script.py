@@ -37,8 +37,8 @@ ARG = "arg:"  # --vary arg:--batch=16,32: the script's own option, not an engine
 CURVE_METRIC = "val_loss"  # what a script reports through eng.log for a target read from its own run
 NO_ENGINE = (
     "`accel.Engine` not used: `{command}` ran to its end without creating an accel.Engine, so no trial record was "
-    "written. accel bench measures a script through its engine: create one and set the model up with it "
-    "(docs/own-loop.md), or bench a recipe."
+    "written. accel bench, tune and profile measure a script through its engine: create one and set the model up "
+    "with it (docs/own-loop.md), or give them a recipe."
 )
 
 

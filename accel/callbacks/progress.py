@@ -11,11 +11,19 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from .base import BatchInfo, Callback
 
+LINE_EVERY_S = 30.0  # off a terminal: a step line at most this often, so a log shows progress, not a flood
+
 
 class ProgressBar(Callback):
+    """On a terminal, a bar; elsewhere (a pipe, a log file) a line for the first logged step and then at most one
+    every LINE_EVERY_S seconds, so a run shows life before its first epoch ends. `bar=False` keeps only the
+    epoch lines."""
+
     def __init__(self, console: Console | None = None, bar: bool = True):
         self.console = console or Console(stderr=True)
         self.bar = bar and self.console.is_terminal
+        self.lines = bar and not self.console.is_terminal
+        self._last_line: float | None = None
         self.progress: Progress | None = None
         self.task = None
         self._samples, self._since = 0, time.perf_counter()
@@ -47,6 +55,17 @@ class ProgressBar(Callback):
         if self.progress is not None:
             rate = self._samples / max(time.perf_counter() - self._since, 1e-9)
             self.progress.update(self.task, advance=1, rate=rate)
+
+    def on_log(self, trainer, record: dict[str, Any]) -> None:
+        if not self.lines or record.get("kind") != "step":
+            return
+        now = time.perf_counter()
+        if self._last_line is not None and now - self._last_line < LINE_EVERY_S:
+            return
+        self._last_line = now
+        parts = [f"step {record['step']}", f"epoch {record['epoch']}", f"loss {record['loss']:.4f}"]
+        parts.append(f"{record['samples_per_s']:.0f} samples/s")
+        self.console.print("  ".join(parts), highlight=False, soft_wrap=True)
 
     def on_epoch_end(self, trainer, record: dict[str, Any]) -> None:
         parts = [f"epoch {record['epoch']}", f"train_loss {record['train_loss']:.4f}"]

@@ -28,9 +28,9 @@ PORT_BASE, PORT_SPAN = 20000, 20000  # master port from the job id: two jobs sha
 
 def script(job: Job, time: str | None = None, partition: str | None = None) -> str:
     """The sbatch script for `job`. `time` and `partition` are passed to Slurm as given (it checks them)."""
-    for option, value in (("--time", time), ("--partition", partition)):
+    for option, value, example in (("--time", time, "4:00:00"), ("--partition", partition, "gpu")):
         if value is not None and (not value.strip() or any(c.isspace() for c in value)):
-            raise AccelError(f"{option} {value!r}: expected one word, such as {option} 4:00:00 or {option} gpu.")
+            raise AccelError(f"{option} {value!r}: expected one word, such as {option} {example}.")
     signal_name = PREEMPT.name.removeprefix("SIG")
     return "\n".join(
         [

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from .. import load
 from ..io import check_creatable
 from ..rundir import check_results_out
 from .config import ExportConfig
@@ -71,9 +72,10 @@ def export_run(path: str | Path, config: ExportConfig | None = None) -> dict[str
             config.warmup,
             threads,
         )
-        latencies = latency({v.name: v.run for v in variants}, inputs, config.runs, config.warmup)
+        with load.watched() as machine:  # others' load swings the latencies: 165-276 ms against 0.75 ms was seen
+            latencies = latency({v.name: v.run for v in variants}, inputs, config.runs, config.warmup)
     report = build_report(
-        source, config, variants, evaluations, latencies, {**extras, "threads": threads, "out": str(out)}
+        source, config, variants, evaluations, latencies, {**extras, "threads": threads, "out": str(out)}, machine
     )
     write_report(report, out)
     if report["validation"]["note"]:

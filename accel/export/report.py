@@ -10,14 +10,18 @@ from typing import Any
 import torch
 
 from ..io import strict_json, write_atomic
+from ..load import busy
 from ..rundir import read_summary
 
 PACKAGES = ("torch", "onnx", "onnxruntime", "onnxscript")
 
 
-def build_report(source, config, variants, evaluations, latencies, extras: dict[str, Any]) -> dict[str, Any]:
+def build_report(
+    source, config, variants, evaluations, latencies, extras: dict[str, Any], machine: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Everything export.json holds: where the model came from, what the graph takes, and per variant its size,
-    validation accuracy, agreement with the model it was made from, and latency."""
+    validation accuracy, agreement with the model it was made from, and latency, with the machine's load while
+    the latencies were measured (`machine`, accel.load's record)."""
     original = evaluations["eager"]
     rows = [_row(v, evaluations, latencies, original, variants[0].size["size_bytes"]) for v in variants]
     checked = next(row for row in rows if row["name"] == config.format)
@@ -52,6 +56,8 @@ def build_report(source, config, variants, evaluations, latencies, extras: dict[
             "statistic": "median of per-call wall time",
             "order": "after warm-up, variants take turns in 5 blocks of runs",
             "device": "cpu",
+            "load": machine or None,
+            "busy": busy_note(machine),
         },
         "variants": rows,
         "verification": verification,
@@ -105,6 +111,18 @@ def _trained_accuracy(source) -> dict[str, Any]:
     }
 
 
+def busy_note(machine: dict[str, Any] | None) -> str | None:
+    """What the latency table must say when others took a share of the cores while it was measured (accel.load's
+    rule, as the bench and the profile apply it); None on a quiet machine."""
+    if not busy(machine):
+        return None
+    return (
+        f"The machine was busy while the latencies were measured: other processes took {machine['others_share']:.0%} "
+        f"of the {machine['cores']} core(s) this process may use (load average {machine['load_avg_1m']:.1f}), so "
+        "the latencies, and the ratios between variants, are not to be trusted. Stop the other work and export again."
+    )
+
+
 def _versions() -> dict[str, str | None]:
     found: dict[str, str | None] = {"python": platform.python_version(), "machine": platform.machine()}
     for name in PACKAGES:
@@ -137,7 +155,8 @@ def render_table(report: dict[str, Any]) -> str:
             f"{row['val_accuracy']:.4f} | {row['accuracy_delta']:+.4f} | {row['max_abs_diff']:.2e}{versus} | "
             f"{_ms(one)} | {_ms(many)} | {many['samples_per_s']:.0f} |"
         )
-    return "\n".join(lines)
+    note = report["timing"].get("busy")  # an export.json from before the load was recorded has none
+    return "\n".join(lines + ([f"\nNote: {note}"] if note else []))
 
 
 def _ms(stats: dict[str, float]) -> str:

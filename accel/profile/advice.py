@@ -73,8 +73,10 @@ RULES = (
         "host-bound",
         lambda f: f.cuda and f.gpu_idle is not None and f.gpu_idle >= 0.3,
         "the GPU is idle {gpu_idle:.0%} of the step: the host (Python, kernel launches) cannot keep it busy",
-        "compile the model (speedups.compile) or replay the step as a CUDA graph (speedups.cuda_graphs)",
-        "--vary speedups.compile.enabled=false,true --vary speedups.cuda_graphs.enabled=false,true",
+        "compile the model (speedups.compile; its mode: reduce-overhead also replays the step as CUDA graphs), "
+        "or capture the step as a CUDA graph without compiling (speedups.cuda_graphs)",
+        # compile alone: it and cuda_graphs refuse each other, and every variant of a --vary product must run
+        "--vary speedups.compile.enabled=false,true",
     ),
     Rule(
         "small-kernels",
@@ -104,7 +106,8 @@ RULES = (
         lambda f: f.optimizer >= 0.15,
         "the optimizer step takes {optimizer:.0%} of the step",
         "a fused optimizer (speedups.optim: {{impl: fused}}) or a compiled one (speedups.compiled_optimizer)",
-        "--vary speedups.optim.impl=foreach,fused --vary speedups.compiled_optimizer.enabled=false,true",
+        # not foreach: the compiled optimizer refuses it, and every variant of the product must run
+        "--vary speedups.optim.impl=auto,fused --vary speedups.compiled_optimizer.enabled=false,true",
     ),
 )
 

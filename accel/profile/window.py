@@ -6,6 +6,7 @@ CUDA, the allocator's history; the report is written when the run ends. `accel p
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ from ..callbacks import Callback
 
 log = logging.getLogger("accel")
 SNAPSHOT = "memory.pickle"
+KINETO_LOG_LEVEL, QUIET = "KINETO_LOG_LEVEL", "5"  # kineto's levels: 4 is ERROR, 5 only what it addresses to users
 
 
 @dataclass
@@ -61,6 +63,8 @@ class ProfileWindow(Callback):
 
     def on_fit_start(self, trainer) -> None:
         cuda = trainer.device.type == "cuda"
+        if not cuda:  # kineto logs "gpuGetDeviceCount failed with code 35" where CUDA is installed but no GPU is
+            os.environ.setdefault(KINETO_LOG_LEVEL, QUIET)  # read when the profiler starts; a user's setting wins
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
         plan = schedule(wait=max(self.warmup - 1, 0), warmup=min(self.warmup, 1), active=self.steps, repeat=1)
         self.profiled = Profiled(profile(activities=activities, schedule=plan), self.steps, trainer.device)

@@ -24,6 +24,17 @@ def logits_of(outputs: Any) -> torch.Tensor:
     """A model's scores, however its forward returns them: a tensor, a dict or object holding `logits` (Hugging
     Face outputs, a user's dataclass), or a tuple whose first element they are (`(logits, aux)`, torchvision's
     GoogLeNet and Inception outputs)."""
+    logits = _find_logits(outputs)
+    if not logits.is_floating_point():  # torch would blame the targets ("expected floating point type for target")
+        raise AccelError(
+            f"the model returned {logits.dtype} outputs of shape {list(logits.shape)}, not scores: cross-entropy "
+            "needs floating-point scores (logits), one per class. Return the scores before any argmax or "
+            "rounding; take the argmax for predictions outside the model's forward."
+        )
+    return logits
+
+
+def _find_logits(outputs: Any) -> torch.Tensor:
     if isinstance(outputs, torch.Tensor):
         return outputs
     if isinstance(outputs, Mapping):

@@ -8,6 +8,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from ..errors import AccelError
 from ..registry import TASKS
 from ..schema import StrictModel
 from .base import Task, logits_of
@@ -43,7 +44,15 @@ class Classification(Task):
     def loss(self, model: Any, batch: Any) -> torch.Tensor:
         inputs, targets = batch
         outputs = model(inputs)
-        return self.loss_fn(logits_of(outputs) if self.cross_entropy else outputs, targets)
+        loss = self.loss_fn(logits_of(outputs) if self.cross_entropy else outputs, targets)
+        if not isinstance(loss, torch.Tensor) or loss.dim() != 0:  # torch would say it in backward, of a "grad"
+            what = f"a loss of shape {list(loss.shape)}" if isinstance(loss, torch.Tensor) else type(loss).__name__
+            raise AccelError(
+                f"loss_fn returned {what}, not one number in a tensor: a training step needs the "
+                "batch's loss as a scalar. Use a loss that reduces (reduction='mean', the default: not "
+                "reduction='none'), or pass one that does, e.g. `lambda out, y: fn(out, y).mean()`."
+            )
+        return loss
 
     def samples(self, batch: Any) -> int:
         return len(batch[1])

@@ -80,8 +80,32 @@ def model_loss(model: Any, batch: Any) -> torch.Tensor:
     else:
         out = model(batch)
     if isinstance(out, Mapping):
-        return out["loss"]
-    return getattr(out, "loss", out)
+        loss = out.get("loss")
+    elif isinstance(out, (tuple, list)):  # nanoGPT's (logits, loss); Hugging Face's (loss, logits, ...) unwrapped
+        scalars = [item for item in out if isinstance(item, torch.Tensor) and item.dim() == 0]
+        loss = scalars[0] if len(scalars) == 1 else None
+    else:
+        loss = getattr(out, "loss", out)
+    if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+        raise AccelError(
+            f"task model_loss: the model's forward returned {_describe(out)}, with no loss in it. model_loss needs "
+            "the loss: a scalar tensor, a dict or object with `loss`, or a tuple holding one scalar tensor "
+            "(nanoGPT's `(logits, loss)`). The batch is passed as model(*batch) for a tuple, model(**batch) for a "
+            "dict: check that the targets reach the forward, so that it computes the loss; or, for a model that "
+            "returns logits, use task: classification or language_model."
+        )
+    return loss
+
+
+def _describe(value: Any) -> str:
+    """What a forward returned, in a message: types and shapes, never values."""
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {list(value.shape)}"
+    if isinstance(value, Mapping):
+        return f"a dict of {', '.join(map(str, value)) or 'nothing'}"
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of ({', '.join(_describe(item) for item in value)})"
+    return "None" if value is None else f"a {type(value).__name__}"
 
 
 @TASKS.register(IMPORTED)

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
+from ..errors import AccelError
 from ..registry import TASKS
 from ..schema import StrictModel
 from .base import Task, logits_of
@@ -86,7 +87,7 @@ class LanguageModel(Task):
         # the model's FLOPs (MFU counts no recomputation, and the fused loss recomputes the logits in backward)
         if self.fused_loss and isinstance(model, nn.Module):
             return self._fused_loss(model, inputs, targets)
-        logits = logits_of(model(inputs))
+        logits = _scores_per_target(logits_of(model(inputs)), targets)
         return F.cross_entropy(
             logits.flatten(0, -2), targets.flatten(), ignore_index=IGNORE, label_smoothing=self.label_smoothing
         )
@@ -124,12 +125,13 @@ class LanguageModel(Task):
 
     def eval_sums(self, model: Any, batch: Any) -> dict[str, torch.Tensor]:
         inputs, targets = batch
-        targets = targets.flatten()
         if self.fused_loss:
             hidden, head = hidden_and_head(model, inputs)
+            targets = targets.flatten()
             loss, correct = chunked_eval_sums(hidden, head.weight, head.bias, targets, IGNORE, self._chunk(head))
         else:
-            logits = logits_of(model(inputs)).flatten(0, -2).float()
+            logits = _scores_per_target(logits_of(model(inputs)), targets).flatten(0, -2).float()
+            targets = targets.flatten()
             loss = F.cross_entropy(logits, targets, ignore_index=IGNORE, reduction="sum")
             correct = ((logits.argmax(-1) == targets) & (targets != IGNORE)).sum() if self.accuracy else None
         sums = {"loss": loss, "tokens": (targets != IGNORE).sum().double()}
@@ -148,3 +150,23 @@ class LanguageModel(Task):
         if "accuracy" in totals:
             metrics["val_accuracy"] = totals["accuracy"] / tokens
         return metrics
+
+
+def _scores_per_target(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The logits, checked to hold one row of scores per target token: torch's own error for a mismatch is a
+    batch-size complaint from deep inside cross_entropy."""
+    if logits.shape[:-1] != targets.shape:
+        last = logits.dim() == 3 and logits.shape[1] == 1 and targets.dim() == 2 and targets.shape[1] > 1
+        why = (
+            " The model returned the last position's logits only (nanoGPT's forward does so without targets, "
+            "for generation): return every position's logits in training, e.g. by calling the output layer on "
+            "all positions when the model is in training mode, or use task: model_loss with a forward that "
+            "takes the targets and returns its loss."
+            if last
+            else ""
+        )
+        raise AccelError(
+            f"task language_model: the model returned logits of shape {list(logits.shape)} for targets of shape "
+            f"{list(targets.shape)}; it needs [*targets' shape, vocabulary], scores for every target token.{why}"
+        )
+    return logits

@@ -4,10 +4,18 @@ and the bench command that proves it."""
 from __future__ import annotations
 
 import copy
+import shlex
 
 import pytest
+import torch
 
+from accel.bench.variants import format_value, vary_variants
 from accel.profile.advice import RULES, advise
+from accel.recipe import validate_recipe
+from accel.recipe_yaml import Origins, apply_overrides
+from accel.speedups import from_configs
+from accel.speedups.conflicts import refusals
+from accel.strategy import Strategy
 
 
 def quiet() -> dict:
@@ -68,7 +76,7 @@ CASES = {
     "small-kernels": (small_kernels, "speedups.compile", "--vary speedups.compile.enabled=false,true"),
     "fp32-matmuls": (fp32_matmuls, "speedups.amp: {dtype: bf16}", "--vary speedups.amp.enabled=false,true"),
     "memory-bound": (memory_bound, "task.fused_loss", "speedups.activation_checkpointing.enabled=false,true"),
-    "slow-optimizer": (slow_optimizer, "speedups.compiled_optimizer", "--vary speedups.optim.impl=foreach,fused"),
+    "slow-optimizer": (slow_optimizer, "speedups.compiled_optimizer", "--vary speedups.optim.impl=auto,fused"),
 }
 
 
@@ -101,3 +109,17 @@ def test_fp32_matmuls_are_not_flagged_where_bf16_is_slow_or_matmuls_are_few():
         report["facts"].update(precision="fp32", **change)
         report["matmul_share"] = 0.6 if change else 0.1
         assert advise(report, "r.yaml") == []
+
+
+def test_every_variant_of_every_bench_command_is_one_accel_runs(tiny):
+    """The commands vary keys as a product: no combination may be one the conflict rule refuses (issue 39: the
+    slow-optimizer command crossed `optim.impl=foreach` with the compiled optimizer, and host-bound's `compile`
+    with `cuda_graphs`: pairs the conflict rule refuses)."""
+    for rule in RULES:
+        varied = shlex.split(rule.bench.format(recipe="r.yaml"))
+        items = [varied[i + 1] for i, word in enumerate(varied) if word == "--vary"]
+        for variant in vary_variants(items):
+            sets = [f"{key}={format_value(value)}" for key, value in variant.overrides.items()]
+            recipe = validate_recipe(apply_overrides(tiny, Origins(), sets))
+            problems = refusals(from_configs(recipe.speedups), torch.device("cpu"), Strategy())
+            assert not problems, (rule.name, variant.name, problems)

@@ -70,7 +70,7 @@ def test_a_scripts_advice_benches_the_script_with_its_settings():
     slow_optimizer(report)
     (advice,) = advise(report, ["python", "train.py", "--lr", "0.1"], ["speedups.amp.dtype=bf16"])
     assert advice["bench"] == (
-        "accel bench --set=speedups.amp.dtype=bf16 --vary speedups.optim.impl=foreach,fused "
+        "accel bench --set=speedups.amp.dtype=bf16 --vary speedups.optim.impl=auto,fused "
         "--vary speedups.compiled_optimizer.enabled=false,true -- python train.py --lr 0.1"
     )
     report = copy.deepcopy(quiet())
