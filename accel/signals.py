@@ -15,10 +15,12 @@ deliver it to every process of a job, and more than once, so a repeated SIGUSR1 
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
 import stat
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -27,6 +29,8 @@ PREEMPT = signal.SIGUSR1
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, PREEMPT)
 FORCE_AT = 3  # the signal that forces exit without waiting for the save
 PREEMPTED_EXIT = 75  # EX_TEMPFAIL (sysexits.h): stopped to be run again later; distinct from Ctrl-C's 130
+PR_SET_PDEATHSIG = 1  # prctl(2)
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None  # loaded before any fork
 
 
 def handled(sigs: tuple[int, ...] = SIGNALS) -> tuple[int, ...]:
@@ -50,6 +54,14 @@ def leave_closed_terminal(signum: int) -> None:
             null = os.open(os.devnull, os.O_WRONLY)
             os.dup2(null, fd)
             os.close(null)
+
+
+def die_with_parent() -> None:
+    """A child's `preexec_fn`: the kernel SIGKILLs it when the process that started it dies (Linux; elsewhere
+    nothing). A bench trial runs in a session of its own, out of reach of its terminal's signals: when its bench
+    was killed with SIGKILL (which no handler sees), the trial trained on to its end under PID 1."""
+    if _LIBC is not None:
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def stop_status(signum: int | None) -> str:
