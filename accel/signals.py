@@ -93,6 +93,7 @@ class _Requests:
         self.listeners: list[Callable[[int], None]] = []
         self.finishing = False  # the loop is over: what is left is saving
         self.preempted = False
+        self.saves = True  # a checkpoint follows the stop (not in `accel profile`, which writes none)
 
     def handle(self, signum: int, _frame) -> None:
         leave_closed_terminal(signum)
@@ -104,13 +105,16 @@ class _Requests:
         if self.received >= FORCE_AT:
             raise ForcedStop(signum)
         if self.received == 1 and not self.finishing:
-            log.warning("received signal %d: stopping after this step and saving a checkpoint", signum)
-        else:
+            then = " and saving a checkpoint" if self.saves else ""
+            log.warning("received signal %d: stopping after this step%s", signum, then)
+        elif self.saves:
             log.warning(
                 "received signal %d: saving, please wait (a third signal stops at once, without the "
                 "final checkpoint; the previous one stays intact)",
                 signum,
             )
+        else:
+            log.warning("received signal %d: finishing, please wait (a third signal stops at once)", signum)
         for listener in list(self.listeners):
             listener(signum)
 
@@ -119,8 +123,9 @@ _active: _Requests | None = None
 
 
 @contextmanager
-def stop_requests(on_signal: Callable[[int], None]) -> Iterator[_Requests | None]:
+def stop_requests(on_signal: Callable[[int], None], saves: bool = True) -> Iterator[_Requests | None]:
     """Route SIGNALS (`handled`) to `on_signal(signum)` inside the block, and restore the old handlers after.
+    `saves`: whether a checkpoint follows a stop, as the messages then promise.
 
     Blocks nest: an inner block shares the outer one's count of signals, so a run that began handling them
     before its trainer's loop started (`accel train`) still counts to three across both."""
@@ -133,6 +138,7 @@ def stop_requests(on_signal: Callable[[int], None]) -> Iterator[_Requests | None
             _active.listeners.remove(on_signal)
         return
     requests = _Requests()
+    requests.saves = saves
     requests.listeners.append(on_signal)
     try:
         previous = {sig: signal.signal(sig, requests.handle) for sig in handled()}

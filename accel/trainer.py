@@ -160,7 +160,8 @@ class Trainer:
         self.setup()
         self.lint.start(self)
         self._emit("on_fit_start")
-        with signals.stop_requests(self._request_stop):  # until the final checkpoint and summary are written
+        saves = any(getattr(c, "saves_checkpoints", False) for c in self.callbacks)
+        with signals.stop_requests(self._request_stop, saves):  # until the final checkpoint and summary are written
             try:
                 while not budget.spent(self):
                     if self._train_epoch():
