@@ -34,7 +34,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     root = cache.cache_dir(args.dir)
     if args.action == "clear":
-        print(f"removed {cache.clear(root)} cache entries from {root}")
+        removed, building = cache.clear(root)
+        print(f"removed {removed} cache entries from {root}")
+        for folder in building:
+            print(f"left {folder}: another process is building it now")
         return 0
     found = cache.entries(root)
     print(f"{root}: {len(found)} entries" + "".join(f"\n{cache.describe(entry)}" for entry in found))
