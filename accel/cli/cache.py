@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ..errors import AccelError
 from .options import add_sets
@@ -26,8 +27,15 @@ def run(args: argparse.Namespace) -> int:
 
     if args.action == "build":
         from ..recipe import load_recipe
+        from ..signals import abort_on_signals
 
-        folders = cache.build_for_recipe(load_recipe(args.recipe, args.overrides))
+        recipe = load_recipe(args.recipe, args.overrides)
+        try:
+            with abort_on_signals():  # the entry being written is temporary until renamed: it goes
+                folders = cache.build_for_recipe(recipe)
+        except KeyboardInterrupt:
+            print("interrupted: the entry being built was removed; entries already complete are kept", file=sys.stderr)
+            return 130
         if not folders:
             raise AccelError(f"{args.recipe}: the dataset is already in memory; there is nothing to cache.")
         print("\n".join(map(str, folders)))

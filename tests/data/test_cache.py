@@ -216,3 +216,27 @@ def test_clear_leaves_a_build_in_progress_and_removes_a_dead_one(tmp_path, capsy
     assert "removed 1 cache entries" in said["clear"] and not dead.exists()
     assert f"left {root}/imgs-" in said["clear"] and "another process is building it now" in said["clear"]
     assert "being built now (by another process)" in said["info"]
+
+
+def test_ctrl_c_during_cache_build_exits_130_and_leaves_no_half_entry(
+    tmp_path, tiny, write_recipe, capsys, monkeypatch
+):
+    import signal
+
+    write_images(tmp_path / "images", {"a": 3, "b": 3}, fmt="jpg")
+    tiny["data"] = {
+        "dataset": {"name": "imagefolder", "root": str(tmp_path / "images"), "image_size": 8},
+        "batch_size": 2,
+        "cache": {"enabled": True, "dir": str(tmp_path / "cache")},
+    }
+    decode = cache._decode_into
+
+    def ctrl_c_while_decoding(dataset, folder):
+        os.kill(os.getpid(), signal.SIGINT)
+        return decode(dataset, folder)
+
+    monkeypatch.setattr(cache, "_decode_into", ctrl_c_while_decoding)
+    assert main(["cache", "build", str(write_recipe(tiny))]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted: the entry being built was removed" in err and "Traceback" not in err
+    assert list((tmp_path / "cache").iterdir()) == []
