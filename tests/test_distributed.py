@@ -305,3 +305,18 @@ def test_a_device_mesh_kept_after_the_run_does_not_keep_the_group_alive(tmp_path
     finally:
         destroy_process_group(wait_for_others=True)
     assert not _gloo_threads() and cache[0]._pg_registry == {}
+
+
+def test_a_resume_every_rank_refuses_is_said_once_and_exits_2_as_one_process_does(recipe, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", str(recipe), "--out", str(out), "--set", "train.epochs=1"]) == 0
+    capsys.readouterr()
+    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    other_model = ("--set", "model.args.width=4", "--set", "train.epochs=2")
+    refused = _train(recipe, out, "--nproc", "2", "--resume", *other_model)
+    _, err = refused.communicate(timeout=300)
+    assert refused.returncode == 2, err[-3000:]
+    said = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(said) == 1 and "was written for a different model" in said[0]  # not once per rank
+    assert "Traceback" not in err and "ChildFailedError" not in err and "failed (exitcode" not in err
+    assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
