@@ -14,7 +14,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -22,7 +21,7 @@ import torch
 from accel.callbacks import Checkpointer
 from accel.cli import main as cli_main
 from accel.rundir import RunDir
-from conftest import ROOT
+from conftest import ROOT, Progress, finish
 
 
 def ctrl_c(times: int = 1) -> None:
@@ -191,15 +190,17 @@ def test_a_closed_terminal_ends_a_run_with_its_checkpoint_and_summary(tiny, writ
     )
     os.close(tty)
     try:
-        deadline = time.time() + 60
+        progress = Progress(run)
         # well into training, its workers running (the epoch checkpoints rotate, so any after the first)
         while not [p for p in (out / "checkpoints").glob("epoch-*.pt") if p.name != "epoch-001.pt"]:
-            assert run.poll() is None and time.time() < deadline, "the run ended before its second epoch"
+            assert run.poll() is None, "the run ended before its second epoch"
+            progress.check("waiting for its second epoch")
             while select.select([terminal], [], [], 0.05)[0]:  # read what it writes, or its writes block
                 os.read(terminal, 65536)
         os.close(terminal)
         os.killpg(run.pid, signal.SIGHUP)
-        assert run.wait(timeout=60) == 130
+        finish(run)
+        assert run.returncode == 130
     finally:
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)

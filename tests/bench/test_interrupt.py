@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from accel.cli import main
-from conftest import ROOT
+from conftest import ROOT, Progress, finish
 
 
 def _trial_pids(out: Path) -> list[int]:
@@ -36,11 +36,12 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _running_trial(out: Path, bench: subprocess.Popen, timeout: float = 120) -> int:
+def _running_trial(out: Path, bench: subprocess.Popen) -> int:
     """Wait until a trial has imported torch (well past its start), and return its pid."""
-    deadline = time.time() + timeout
+    progress = Progress(bench)
     while True:
-        assert bench.poll() is None and time.time() < deadline, "the bench ended before a trial was running"
+        assert bench.poll() is None, "the bench ended before a trial was running"
+        progress.check("waiting for a trial to run")
         for pid in _trial_pids(out):
             try:
                 if b"libtorch" in (Path("/proc") / str(pid) / "maps").read_bytes():
@@ -93,7 +94,7 @@ def test_a_signal_stops_the_running_trial_and_the_report_says_interrupted(
     try:
         trial = _running_trial(out, bench)
         bench.send_signal(signum)  # to the bench alone, as `kill` does; Ctrl-C in a terminal also reaches only it
-        stdout, stderr = bench.communicate(timeout=120)
+        stdout, stderr = finish(bench)
         assert bench.returncode == 130, stderr[-3000:]
         assert not _alive(trial)
         report = json.loads((out / "report.json").read_text())
@@ -172,7 +173,7 @@ def test_a_parent_killed_by_sigkill_takes_its_trial_along_and_its_folder_is_refu
         start_new_session=True,
     )
     try:
-        trial = _running_trial(out, parent, timeout=300)
+        trial = _running_trial(out, parent)
         # while it runs, the folder is its own: a second command there is refused and changes nothing
         assert main(args) == 2
         assert f"error: {out} is in use: accel process {parent.pid} is writing its results there." in (
@@ -204,9 +205,9 @@ def test_a_tune_stopped_by_sighup_records_that_it_was_interrupted(tiny, write_re
         [*argv, "--work", str(work)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
-        trial = _running_trial(work, tune, timeout=300)
+        trial = _running_trial(work, tune)
         tune.send_signal(signal.SIGHUP)  # a closed terminal
-        _, stderr = tune.communicate(timeout=120)
+        _, stderr = finish(tune)
         assert tune.returncode == 130, stderr[-3000:]
         assert "interrupted: no fragment written" in stderr
         assert _wait_dead(trial)
