@@ -213,7 +213,8 @@ def _recommend_speedups(ups: dict[str, SpeedupReadings], rows: dict[str, Variant
     left_out = failed + unsure
     chosen = [n for n, v in said.items() if Verdict.HELPED in v and Verdict.HURT not in v and n not in left_out]
     changed = [n for n in chosen if rows[f"+{n}"].result_changed]
-    text = ", ".join(chosen) if chosen else "baseline (no speed-up helped measurably)"
+    quiet = " on a quiet machine" if unsure else ""
+    text = ", ".join(chosen) if chosen else f"baseline (no speed-up helped measurably{quiet})"
     if failed:
         text += f"; left out because trials failed: {', '.join(failed)}"
     text += _unsure(unsure)
@@ -243,9 +244,10 @@ def _recommend(baseline: str, rows: dict[str, VariantSummary], ups: dict[str, Sp
         return _recommend_speedups(ups, rows)
     helped = [r for r in rows.values() if r.verdict == Verdict.HELPED and not r.errors]
     best = max(helped, key=lambda r: r.samples_per_s.median, default=rows[baseline])
-    unsure = _unsure([r.name for r in rows.values() if r.name != baseline and r.busy is not None])
+    busy = [r.name for r in rows.values() if r.name != baseline and r.busy is not None]
+    unsure = _unsure(busy)
     if best.name == baseline:
-        text = f"{best.name} (nothing was measurably faster){unsure}"
+        text = f"{best.name} (nothing was measurably faster{' on a quiet machine' if busy else ''}){unsure}"
         return Recommendation(overrides=dict(best.overrides), text=text)
     text = f"{best.name} ({best.ratio_vs_baseline.text()} vs baseline){unsure}"
     return Recommendation(overrides=dict(best.overrides), text=text)

@@ -336,5 +336,6 @@ def test_a_busy_baseline_withholds_every_verdict_of_an_ablation():
     assert rep.speedups["amp"].removed.verdict == Verdict.HELPED and rep.speedups["amp"].verdict is None
     assert rep.speedups["amp"].added.busy == pytest.approx(0.6)
     assert rep.recommended.overrides == {"speedups.amp.enabled": False, "speedups.cudnn.enabled": False}
+    assert rep.recommended.text.startswith("baseline (no speed-up helped measurably on a quiet machine); no verdict")
     assert "no verdict for amp, cudnn: the machine was busy" in rep.recommended.text
     assert verdict_lines(rep)[0].startswith("amp: inconclusive: busy machine (others took 60% of the cores).")
