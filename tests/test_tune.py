@@ -289,7 +289,9 @@ def test_an_interrupt_ends_the_whole_search(tiny, tmp_path):
     knobs = [Knob(BATCH_KEY, [8, 16], bounded=True), Knob(WORKERS_KEY, [0, 1])]
     with pytest.raises(KeyboardInterrupt):
         tune(validate_recipe(tiny), knobs, tmp_path / "work", TrialSettings(5, 1), trials=2, run_trials=interrupted)
-    assert len(stages) == 1 and not (tmp_path / "work" / "tune.json").exists()  # the workers stage never ran
+    assert len(stages) == 1  # the workers stage never ran
+    record = json.loads((tmp_path / "work" / "tune.json").read_text())  # says what happened, chooses nothing
+    assert record["interrupted"] is True and record["chosen"] == {}
 
 
 def test_an_interrupted_tune_command_writes_no_fragment(monkeypatch, tiny, write_recipe, tmp_path, capsys):

@@ -280,18 +280,19 @@ def tune(
     budget = Budget(budget_s, reserve=2 * trials if final_check else 0)
     objective = objective or Objective()
     m = Measure(base, settings, trials, console or Console(stderr=True), budget, run_trials, objective)
-    result = TuneResult(loads=m.loads, target=str(objective.target) if objective.target else None)
+    result = TuneResult(loads=m.loads)
     try:
         _search(m, result, knobs, work, final_check)
     except KeyboardInterrupt:  # the record says so, and what was measured before (nothing is chosen from it)
         result.interrupted, result.chosen = True, {}
-        _write_record(result, work)
+        _write_record(result, work, objective)
         raise
-    _write_record(result, work)
+    _write_record(result, work, objective)
     return result
 
 
-def _write_record(result: TuneResult, work: Path) -> None:
+def _write_record(result: TuneResult, work: Path, objective: Objective) -> None:
+    result.target = str(objective.target) if objective.target else None  # a default target is set by the search
     work.mkdir(parents=True, exist_ok=True)
     write_atomic(work / "tune.json", strict_json(result.to_data(), indent=2) + "\n")  # NaN as null: any parser
 
