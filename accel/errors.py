@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import difflib
 import errno
+import os
+import sys
 from collections.abc import Iterable
+from pathlib import Path
+
+# set by accel's torchrun (accel/torchrun.py) for its ranks: a folder where each leaves its error, said once there
+RANK_ERRORS = "ACCEL_RANK_ERRORS"
 
 
 class AccelError(Exception):
@@ -42,6 +48,19 @@ def user_message(err: BaseException) -> str:
     marker = f"{type(err).__module__}.{type(err).__qualname__}: "
     where = text.rfind(marker)
     return text[where + len(marker) :].strip() if where >= 0 else text.strip().splitlines()[-1]
+
+
+def say_error(message: str) -> None:
+    """'error: MESSAGE' on stderr; a rank under accel's torchrun leaves it in RANK_ERRORS instead, where torchrun
+    says each distinct message once (every rank refusing the same resume printed it once each)."""
+    folder, rank = os.environ.get(RANK_ERRORS), os.environ.get("RANK")
+    if folder and rank is not None:
+        try:
+            (Path(folder) / f"rank-{rank}.txt").write_text(message)
+            return
+        except OSError:  # its folder is gone: say it here
+            pass
+    print(f"error: {message}", file=sys.stderr)
 
 
 def disk_full(err: BaseException | None) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any
 
@@ -15,8 +16,10 @@ if TYPE_CHECKING:
     from .trainer import Trainer
 
 
-def evaluate(trainer: Trainer) -> dict[str, Any]:
-    """The task's metrics over the validation set (`val_loss` always): one sync for the whole pass."""
+def evaluate(trainer: Trainer, stop: Callable[[], bool] | None = None) -> dict[str, Any] | None:
+    """The task's metrics over the validation set (`val_loss` always): one sync for the whole pass. None when
+    `stop()` turned true between two batches (a signal): a part of the set gives no metrics, so nothing is kept.
+    With several processes `stop` is not given: each would have to agree to stop at the same batch."""
     if trainer.val_loader is None:
         return {}
     trainer.model.eval()
@@ -29,6 +32,9 @@ def evaluate(trainer: Trainer) -> dict[str, Any]:
         stack.enter_context(trainer.engine.eval_contexts())  # outside inference mode: EMA swaps weights in place
         stack.enter_context(devices.inference_mode(trainer.device))
         for batch in itertools.islice(trainer.val_loader, trainer.cfg.eval_max_batches):
+            if stop is not None and stop():
+                trainer.model.train()
+                return None
             batch = trainer.on_device(batch, trainer.eval_transform)
             for name, value in _eval_sums(trainer, batch).items():
                 sums[name] = sums[name] + value if name in sums else value.double()

@@ -13,7 +13,7 @@ from typing import Any
 
 from .errors import AccelError
 from .io import check_creatable, check_not_dangling, default_out, strict_json, write_atomic
-from .runlock import RunDirLock
+from .runlock import RunDirLock, check_free
 
 log = logging.getLogger("accel")
 # the layout (README.md, "Run directories"): only RunDir joins these names; everything else asks it for paths
@@ -225,12 +225,28 @@ def check_results_out(path: str | Path, command: str, flag: str = "--out") -> No
     if path.exists() and not path.is_dir():
         raise AccelError(f"{path} is a file; `accel {command}` writes a folder there. Choose another {flag}.")
     check_creatable(path, flag)
+    check_free(path, "its results", flag)
+    unfinished = _unfinished_trials(path)
+    if unfinished:
+        raise AccelError(
+            f"{path} holds the trials of an `accel bench` or `accel tune` that was killed before it wrote its "
+            f"report (no report.json or tune.json; its finished trials' records and logs are in "
+            f"{', '.join(map(str, unfinished))}). accel never overwrites them: choose another {flag}, or delete "
+            f"{path} to run there again."
+        )
     held = [name for name in RUN_FILES + BENCH_FILES if (path / name).exists()]
     if held:
         what = "a run" if set(held) & set(RUN_FILES) else "earlier results"
         raise AccelError(
             f"{path} already holds {what} ({', '.join(held)}); accel never overwrites one. Choose another {flag}."
         )
+
+
+def _unfinished_trials(path: Path) -> list[Path]:
+    """The trials/ folders of a bench (OUT/trials) or tune (WORK/STAGE/trials) with no report to end them."""
+    if not path.is_dir() or any((path / name).exists() for name in ("report.json", "tune.json")):
+        return []
+    return sorted(p for p in [path / "trials", *path.glob("*/trials")] if p.is_dir())
 
 
 def read_summary(folder: Path) -> dict[str, Any] | None:

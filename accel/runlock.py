@@ -57,6 +57,33 @@ class RunDirLock:
         self.release()
 
 
+def hold(directory: Path) -> RunDirLock:
+    """`directory`, made if missing, with its lock to hold in a `with` block: a bench's or tune's folder, which a
+    second command then refuses (`check_free`) while this one writes there."""
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    return RunDirLock(directory)
+
+
+def check_free(directory: Path, what: str, flag: str = "--out") -> None:
+    """Refuse `directory` while a living accel process holds its lock (a bench or tune writing `what` there),
+    without creating the lock file."""
+    try:
+        fd = os.open(Path(directory) / LOCK_NAME, os.O_RDWR)
+    except OSError:  # no lock file: no accel process holds the folder
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        pid = _read_pid(fd)
+        who, stop = (f"accel process {pid}", f"`kill -INT {pid}`") if pid else ("another accel process", "Ctrl-C")
+        raise RunDirBusy(
+            f"{directory} is in use: {who} is writing {what} there. Nothing in it was changed. Wait for it to end, "
+            f"or stop it ({stop} keeps its finished trials and writes their report), or choose another {flag}."
+        ) from None
+    finally:
+        os.close(fd)  # releases the lock if this call took it
+
+
 def _read_pid(fd: int) -> int | None:
     try:
         return int(os.pread(fd, 32, 0).decode().strip())

@@ -15,10 +15,12 @@ deliver it to every process of a job, and more than once, so a repeated SIGUSR1 
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
 import stat
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -27,6 +29,8 @@ PREEMPT = signal.SIGUSR1
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, PREEMPT)
 FORCE_AT = 3  # the signal that forces exit without waiting for the save
 PREEMPTED_EXIT = 75  # EX_TEMPFAIL (sysexits.h): stopped to be run again later; distinct from Ctrl-C's 130
+PR_SET_PDEATHSIG = 1  # prctl(2)
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None  # loaded before any fork
 
 
 def handled(sigs: tuple[int, ...] = SIGNALS) -> tuple[int, ...]:
@@ -50,6 +54,14 @@ def leave_closed_terminal(signum: int) -> None:
             null = os.open(os.devnull, os.O_WRONLY)
             os.dup2(null, fd)
             os.close(null)
+
+
+def die_with_parent() -> None:
+    """A child's `preexec_fn`: the kernel SIGKILLs it when the process that started it dies (Linux; elsewhere
+    nothing). A bench trial runs in a session of its own, out of reach of its terminal's signals: when its bench
+    was killed with SIGKILL (which no handler sees), the trial trained on to its end under PID 1."""
+    if _LIBC is not None:
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def stop_status(signum: int | None) -> str:
@@ -81,6 +93,7 @@ class _Requests:
         self.listeners: list[Callable[[int], None]] = []
         self.finishing = False  # the loop is over: what is left is saving
         self.preempted = False
+        self.saves = True  # a checkpoint follows the stop (not in `accel profile`, which writes none)
 
     def handle(self, signum: int, _frame) -> None:
         leave_closed_terminal(signum)
@@ -92,13 +105,16 @@ class _Requests:
         if self.received >= FORCE_AT:
             raise ForcedStop(signum)
         if self.received == 1 and not self.finishing:
-            log.warning("received signal %d: stopping after this step and saving a checkpoint", signum)
-        else:
+            then = " and saving a checkpoint" if self.saves else ""
+            log.warning("received signal %d: stopping after this step%s", signum, then)
+        elif self.saves:
             log.warning(
                 "received signal %d: saving, please wait (a third signal stops at once, without the "
                 "final checkpoint; the previous one stays intact)",
                 signum,
             )
+        else:
+            log.warning("received signal %d: finishing, please wait (a third signal stops at once)", signum)
         for listener in list(self.listeners):
             listener(signum)
 
@@ -107,8 +123,9 @@ _active: _Requests | None = None
 
 
 @contextmanager
-def stop_requests(on_signal: Callable[[int], None]) -> Iterator[_Requests | None]:
+def stop_requests(on_signal: Callable[[int], None], saves: bool = True) -> Iterator[_Requests | None]:
     """Route SIGNALS (`handled`) to `on_signal(signum)` inside the block, and restore the old handlers after.
+    `saves`: whether a checkpoint follows a stop, as the messages then promise.
 
     Blocks nest: an inner block shares the outer one's count of signals, so a run that began handling them
     before its trainer's loop started (`accel train`) still counts to three across both."""
@@ -121,6 +138,7 @@ def stop_requests(on_signal: Callable[[int], None]) -> Iterator[_Requests | None
             _active.listeners.remove(on_signal)
         return
     requests = _Requests()
+    requests.saves = saves
     requests.listeners.append(on_signal)
     try:
         previous = {sig: signal.signal(sig, requests.handle) for sig in handled()}

@@ -160,7 +160,8 @@ class Trainer:
         self.setup()
         self.lint.start(self)
         self._emit("on_fit_start")
-        with signals.stop_requests(self._request_stop):  # until the final checkpoint and summary are written
+        saves = any(getattr(c, "saves_checkpoints", False) for c in self.callbacks)
+        with signals.stop_requests(self._request_stop, saves):  # until the final checkpoint and summary are written
             try:
                 while not budget.spent(self):
                     if self._train_epoch():
@@ -173,8 +174,8 @@ class Trainer:
                     if self.diverged_at is not None
                     else "completed"
                 )
-                if status == "completed" and self._eval_step != self.step:
-                    self._run_eval()
+                if status == "completed" and self._eval_step != self.step and not self._run_eval():
+                    self.interrupted, status = True, signals.stop_status(self.stop_signal)  # in the final pass
                 if status == "completed" and not math.isfinite(self.last_eval.get("val_loss") or 0.0):
                     status, self.diverged_at = "diverged", self.step  # finite weights whose outputs overflow
             finally:
@@ -208,8 +209,8 @@ class Trainer:
                     )
                 )
             if stepped and self.cfg.eval_every_steps and self.step % self.cfg.eval_every_steps == 0:
-                self._run_eval()  # between batches: its time is neither data wait nor training
-                self._log({"kind": "eval", "epoch": self.epoch, "step": self.step, **self.last_eval})
+                if self._run_eval():  # between batches: its time is neither data wait nor training
+                    self._log({"kind": "eval", "epoch": self.epoch, "step": self.step, **self.last_eval})
             tick = time.perf_counter()
             if stepped and budget.spent(self):
                 break
@@ -247,9 +248,18 @@ class Trainer:
         """The task's metrics over the validation set (accel.evaluation)."""
         return evaluation.evaluate(self)
 
-    def _run_eval(self) -> None:
+    def _run_eval(self) -> bool:
+        """Evaluate now, unless a signal cuts the pass short (one process: it stops at the next batch instead of
+        finishing the set): then False, and the last metrics stay those of the last whole pass."""
         with self.anatomy.phase("eval"):
-            self.last_eval, self._eval_step = self.evaluate(), self.step
+            metrics = evaluation.evaluate(self, stop=None if self.world.distributed else self._stop_asked)
+        if metrics is None:
+            return False
+        self.last_eval, self._eval_step = metrics, self.step
+        return True
+
+    def _stop_asked(self) -> bool:
+        return self.stop_signal is not None
 
     # ---- bookkeeping ----------------------------------------------------------------------------------
     def _account(self, info: BatchInfo) -> None:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 import torch
 import yaml
@@ -101,23 +102,94 @@ def cuda_only(test):
     )(test)
 
 
-def wait_for_first_checkpoint(run_dir: Path, process: subprocess.Popen, timeout: float = 240) -> None:
-    """Block until RUN_DIR/checkpoints/last.pt (or a sharded checkpoint, strategy fsdp) exists; fail if the run
-    ends or the time runs out first."""
-    deadline = time.time() + timeout
-    while not RunDir(run_dir, create=False).has_checkpoint():
-        assert process.poll() is None and time.time() < deadline, "the run ended before its first checkpoint"
+# A process the tests wait for is bounded by its progress, not by a clock: on a busy machine a run is slow, not
+# stuck (a resume has taken 5 minutes to start at load 15, and a fixed 300 s wait failed it). It fails only when
+# its process tree used no CPU time for STALL_S (hung: a deadlock, a wait that never ends), or after LIMIT_S.
+STALL_S = 300.0
+LIMIT_S = 3600.0
+
+
+class Progress:
+    """Whether `process` and its children still use CPU time; `check()` fails the test when they stopped."""
+
+    def __init__(self, process: subprocess.Popen, stall_s: float = STALL_S, limit_s: float = LIMIT_S):
+        self.process, self.stall_s = process, stall_s
+        self.started = self.moved = self.looked = time.monotonic()
+        self.limit_s, self.cpu = limit_s, -1.0
+
+    def _cpu(self) -> float:
+        try:
+            root = psutil.Process(self.process.pid)
+            tree = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return self.cpu
+        total = 0.0
+        for proc in tree:
+            try:
+                t = proc.cpu_times()
+            except psutil.NoSuchProcess:  # ended while we looked: its time is in its parent's children_* now
+                continue
+            total += t.user + t.system + t.children_user + t.children_system
+        return total
+
+    def check(self, waiting_for: str) -> None:
+        now = time.monotonic()
+        if now - self.looked < 1 and self.cpu >= 0:  # a look walks /proc: once a second is enough
+            return
+        self.looked, cpu = now, self._cpu()
+        if cpu > self.cpu:
+            self.cpu, self.moved = cpu, now
+        if now - self.moved > self.stall_s or now - self.started > self.limit_s:
+            kill_tree(self.process)
+            idle = now - self.moved
+            pytest.fail(
+                f"{waiting_for}: {self.process.args} used no CPU time for {idle:.0f} s (or ran past "
+                f"{self.limit_s:.0f} s); killed"
+            )
+
+
+def kill_tree(process: subprocess.Popen) -> None:
+    try:
+        root = psutil.Process(process.pid)
+        tree = [*root.children(recursive=True), root]
+    except psutil.NoSuchProcess:
+        return
+    for proc in tree:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def finish(process: subprocess.Popen, stall_s: float = STALL_S) -> tuple[str | None, str | None]:
+    """`process.communicate()`, for as long as the process makes progress (`Progress`); its (stdout, stderr)."""
+    progress = Progress(process, stall_s)
+    while True:
+        try:
+            return process.communicate(timeout=2)
+        except subprocess.TimeoutExpired:  # retrying communicate() loses no output
+            progress.check("waiting for it to end")
+
+
+def wait_until(condition, process: subprocess.Popen, what: str) -> None:
+    """Block until `condition()` holds; fail if `process` ends first or stops making progress (`Progress`)."""
+    progress = Progress(process)
+    while not condition():
+        assert process.poll() is None, f"the process ended before {what}"
+        progress.check(f"waiting for {what}")
         time.sleep(0.05)
 
 
-def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`accel ARGS` in a fresh process, as a user runs it."""
+def wait_for_first_checkpoint(run_dir: Path, process: subprocess.Popen) -> None:
+    """Block until RUN_DIR/checkpoints/last.pt (or a sharded checkpoint, strategy fsdp) exists; fail if the run
+    ends or stops making progress first."""
+    wait_until(lambda: RunDir(run_dir, create=False).has_checkpoint(), process, "its first checkpoint")
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    """`accel ARGS` in a fresh process, as a user runs it, for as long as it makes progress (`finish`)."""
+    argv = [sys.executable, "-m", "accel.cli", *map(str, args)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "accel.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        env=env,
-    )
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    out, err = finish(process)
+    return subprocess.CompletedProcess(argv, process.returncode, out, err)

@@ -12,7 +12,7 @@ import torch
 import yaml
 
 from accel.cli import main
-from conftest import ROOT, wait_for_first_checkpoint
+from conftest import ROOT, finish, wait_for_first_checkpoint
 
 
 def _fails_cleanly(capsys, *argv: str) -> str:
@@ -116,8 +116,10 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path):
     victim.wait()
     assert not (killed / "summary.json").exists()  # killed: no chance to write anything more
     resumed = _train(recipe, "--out", str(killed), "--resume", *fast)
-    assert resumed.wait(timeout=240) == 0, resumed.stderr.read()
-    assert reference.wait(timeout=240) == 0, reference.stderr.read()
+    _, err = finish(resumed)
+    assert resumed.returncode == 0, err
+    _, err = finish(reference)
+    assert reference.returncode == 0, err
     a = json.loads((whole / "summary.json").read_text())
     b = json.loads((killed / "summary.json").read_text())
     assert a["metrics"] == b["metrics"] and a["steps"] == b["steps"] == b["epochs"] * 31

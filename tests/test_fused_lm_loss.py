@@ -23,7 +23,7 @@ from accel.recipe import validate_recipe
 from accel.run import build_trainer
 from accel.tasks import LanguageModel
 from accel.tasks.chunked_ce import chunked_eval_sums, chunked_linear_cross_entropy
-from conftest import cuda_only
+from conftest import cuda_only, finish
 
 TOL = {"rtol": 1e-5, "atol": 1e-5}
 
@@ -269,8 +269,10 @@ def test_two_ddp_processes_with_the_fused_loss_train_as_one_with_the_plain_loss(
     path.write_text(yaml.safe_dump(recipe))
     two = _train(path, tmp_path / "two", "--nproc", "2", "--set", "task.fused_loss=true")
     one = _train(path, tmp_path / "one", "--set", "data.batch_size=16")
-    assert two.wait(timeout=300) == 0, two.stderr.read()
-    assert one.wait(timeout=300) == 0, one.stderr.read()
+    _, err = finish(two)
+    assert two.returncode == 0, err
+    _, err = finish(one)
+    assert one.returncode == 0, err
     a, b = (json.loads((tmp_path / run / "summary.json").read_text())["metrics"] for run in ("two", "one"))
     for key in ("train_loss", "val_loss", "val_accuracy"):
         assert a[key] == pytest.approx(b[key], rel=TOLERANCE, abs=TOLERANCE), key

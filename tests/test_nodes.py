@@ -16,12 +16,12 @@ import yaml
 from test_distributed import RECIPE as DDP_RECIPE
 
 from accel.distributed import _kill_tree
-from conftest import ROOT, wait_for_first_checkpoint
+from conftest import LIMIT_S, ROOT, Progress, finish, wait_for_first_checkpoint
 
 RECIPE = {**DDP_RECIPE, "name": "nodes"}
 TOLERANCE = 1e-5
 # several torch processes at once: on 2 busy cores a test can take minutes (pyproject's default is 600 s)
-pytestmark = pytest.mark.timeout(1500)
+pytestmark = pytest.mark.timeout(LIMIT_S)  # bounded by the runs' progress (conftest.finish)
 METRICS = ("train_loss", "val_loss", "val_accuracy")
 
 
@@ -58,14 +58,10 @@ def _train(recipe, out, *args: str, log: str = "") -> subprocess.Popen:
     return process
 
 
-def _ended(process: subprocess.Popen, timeout: float = 600) -> tuple[int, str, str]:
-    """Wait for `process` (killing it and its children if it overstays): its exit code, stdout and stderr."""
-    try:
-        code = process.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_tree(process.pid)
-        raise
-    return code, open(f"{process.log}.out").read(), open(f"{process.log}.err").read()
+def _ended(process: subprocess.Popen) -> tuple[int, str, str]:
+    """Wait for `process` while it makes progress (conftest.finish): its exit code, stdout and stderr."""
+    finish(process)
+    return process.returncode, open(f"{process.log}.out").read(), open(f"{process.log}.err").read()
 
 
 def _free_port() -> int:
@@ -126,7 +122,7 @@ def test_a_machine_that_never_comes_is_a_clear_timeout(recipe, tmp_path):
 
 def _worker(run: subprocess.Popen, rank: int) -> psutil.Process:
     """The training process of global rank `rank`: a child of `run`'s torchrun with RANK=rank."""
-    deadline = time.monotonic() + 120
+    progress = Progress(run)
     while True:
         for process in psutil.Process(run.pid).children(recursive=True):
             try:  # a short-lived child (a tool a rank runs) may end between the listing and the look
@@ -134,7 +130,7 @@ def _worker(run: subprocess.Popen, rank: int) -> psutil.Process:
                     return process
             except (psutil.Error, AttributeError):  # gone, or its parent is
                 continue
-        assert time.monotonic() < deadline, f"no rank {rank} process under {run.args}"
+        progress.check(f"waiting for a rank {rank} process")
         time.sleep(0.05)
 
 

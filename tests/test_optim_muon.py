@@ -28,7 +28,7 @@ from accel.recipe import validate_recipe
 from accel.resume import apply_recipe_values, optimizer_changes
 from accel.run import build_trainer
 from accel.speedups.optim import choose_impl
-from conftest import run_cli
+from conftest import finish, run_cli
 
 HIDDEN = ("attn.qkv.weight", "attn.proj.weight", "mlp.0.weight", "mlp.2.weight")
 
@@ -354,7 +354,8 @@ def test_two_processes_train_muon_as_one_does(lm, tmp_path):
     path.write_text(yaml.safe_dump(lm))
     two = _train(path, tmp_path / "two", "--nproc", "2")
     one = run_cli("train", path, "--out", tmp_path / "one", "--set", "data.batch_size=16")
-    assert two.wait(timeout=300) == 0, two.stderr.read()
+    _, err = finish(two)
+    assert two.returncode == 0, err
     assert one.returncode == 0, one.stderr
     a, b = (json.loads((tmp_path / run / "summary.json").read_text()) for run in ("two", "one"))
     assert a["steps"] == b["steps"] == 6

@@ -13,9 +13,11 @@ import psutil
 import pytest
 
 from accel.signals import PREEMPTED_EXIT
-from conftest import ROOT, run_cli, wait_for_first_checkpoint
+from conftest import LIMIT_S, ROOT, finish, run_cli, wait_for_first_checkpoint
 
-WAIT_S = 900  # each run starts three Pythons that import torch: minutes on 2 busy cores
+# several processes that import torch: bounded by their progress (conftest.finish), not by the suite's 600 s clock
+pytestmark = pytest.mark.timeout(LIMIT_S)
+
 EPOCHS = 40  # long enough that the signal lands mid-run; one step an epoch (51 training samples, 2 ranks x 16)
 
 
@@ -40,12 +42,12 @@ def test_sigusr1_checkpoints_every_rank_exits_with_the_preemption_code_and_resum
         stderr=subprocess.PIPE,
         text=True,
     )
-    wait_for_first_checkpoint(out, run, timeout=WAIT_S)
+    wait_for_first_checkpoint(out, run)  # three Pythons that import torch: minutes on 2 busy cores
     tree = psutil.Process(run.pid).children(recursive=True)  # torchrun and both ranks
     for process in [psutil.Process(run.pid), *(tree if reached == "every process" else [])]:
         process.send_signal(signal.SIGUSR1)
     try:
-        _, err = run.communicate(timeout=WAIT_S)
+        _, err = finish(run)
         _, alive = psutil.wait_procs(tree, timeout=60)
     finally:
         _kill(tree)
@@ -56,7 +58,7 @@ def test_sigusr1_checkpoints_every_rank_exits_with_the_preemption_code_and_resum
     )
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "preempted" and 0 < summary["steps"] < EPOCHS
-    resumed = run_cli("train", out / "recipe.yaml", "--out", out, "--resume", "--nproc", "2", timeout=WAIT_S)
+    resumed = run_cli("train", out / "recipe.yaml", "--out", out, "--resume", "--nproc", "2")
     assert resumed.returncode == 0, resumed.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["steps"] == EPOCHS

@@ -125,3 +125,56 @@ def test_training_without_profile_needs_no_matplotlib(tiny, write_recipe, tmp_pa
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
     tiny["train"] = {"max_steps": 2}
     assert main(["train", str(write_recipe(tiny)), "--out", str(tmp_path / "run")]) == 0
+
+
+def test_a_diverging_recipe_is_profiled_and_said_diverged_with_train_s_exit_code(tiny, write_recipe, tmp_path, capsys):
+    tiny["optim"] = {"name": "adamw", "lr": 1e6}
+    out = tmp_path / "p"
+    assert main(["profile", str(write_recipe(tiny)), "--warmup", "1", "--steps", "3", "--out", str(out)]) == 3
+    printed = capsys.readouterr().out
+    report = json.loads((out / "profile.json").read_text())
+    assert report["status"] == "diverged" and isinstance(report["diverged_at_step"], int)
+    said = f"DIVERGED: the loss became NaN or infinite at step {report['diverged_at_step']}"
+    assert printed.startswith(said) and f"- {said}" in (out / "profile.md").read_text()
+    assert said in (out / "profile.html").read_text()
+
+
+def _signal_when(monkeypatch, target, name):
+    """SIGINT to this process when `target.name` is called: a signal at a known point of the run, not a clock."""
+    import os
+    import signal
+
+    original = getattr(target, name)
+
+    def then_signal(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(target, name, then_signal)
+
+
+def test_an_interrupted_profile_says_so_exits_130_and_promises_no_checkpoint(
+    tiny, write_recipe, tmp_path, capsys, caplog, monkeypatch
+):
+    from accel.profile.window import ProfileWindow
+
+    _signal_when(monkeypatch, ProfileWindow, "_open")  # as the profiled window begins
+    out = tmp_path / "p"
+    assert main(["profile", str(write_recipe(tiny)), "--warmup", "1", "--steps", "50", "--out", str(out)]) == 130
+    report = json.loads((out / "profile.json").read_text())
+    assert report["status"] == "interrupted" and report["steps_planned"] == 50 and report["steps"] < 50
+    said = f"INTERRUPTED: a signal stopped the run after {report['steps']} of its 50 profiled steps"
+    assert capsys.readouterr().out.startswith(said) and said in (out / "profile.md").read_text()
+    assert f"Profiled {report['steps']} of 50 steps" in (out / "profile.md").read_text()
+    stops = [r.getMessage() for r in caplog.records if "received signal" in r.getMessage()]
+    assert stops == ["received signal 2: stopping after this step"]  # profile writes no checkpoint
+
+
+def test_a_profile_interrupted_in_its_start_up_writes_nothing(tiny, write_recipe, tmp_path, capsys, monkeypatch):
+    import accel.run
+
+    _signal_when(monkeypatch, accel.run, "build_trainer")
+    out = tmp_path / "p"
+    assert main(["profile", str(write_recipe(tiny)), "--out", str(out)]) == 130
+    assert f"interrupted before the profiled steps began: nothing written to {out}" in capsys.readouterr().err
+    assert not out.exists()

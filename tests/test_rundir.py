@@ -17,7 +17,7 @@ import torch
 
 from accel.cli import main
 from accel.errors import DataError, user_message
-from conftest import ROOT, wait_for_first_checkpoint
+from conftest import ROOT, finish, run_cli, wait_for_first_checkpoint
 
 
 def snapshot(folder) -> dict[str, str]:
@@ -139,14 +139,12 @@ def test_the_printed_resume_command_continues_the_same_run(tiny, write_recipe, t
     )
     wait_for_first_checkpoint(out, run)
     run.send_signal(signal.SIGINT)
-    _, err = run.communicate(timeout=240)
+    _, err = finish(run)
     assert run.returncode == 130, err
     printed = err.strip().splitlines()[-1]
     assert printed.startswith("interrupted; continue with: accel train ")
     argv = printed.split("continue with: accel ", 1)[1].split()
-    resumed = subprocess.run(
-        [sys.executable, "-m", "accel.cli", *argv], cwd=ROOT, capture_output=True, text=True, timeout=600
-    )
+    resumed = run_cli(*argv)
     assert resumed.returncode == 0, resumed.stderr
     assert strict((out / "summary.json").read_text())["epochs"] == 30  # the run's --set, not the file's 3
 

@@ -16,11 +16,13 @@ from accel.errors import CheckpointError
 from accel.export.source import load_source
 from accel.rundir import RunDir
 from accel.sharded_checkpoint import _read, commit
+from conftest import finish
 
 
 def _finish(*runs) -> None:
     for run in runs:
-        assert run.wait(timeout=300) == 0, run.stderr.read()
+        _, err = finish(run)
+        assert run.returncode == 0, err
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -22,7 +21,7 @@ import torch
 from accel.callbacks import Checkpointer
 from accel.cli import main as cli_main
 from accel.rundir import RunDir
-from conftest import ROOT
+from conftest import ROOT, Progress, finish
 
 
 def ctrl_c(times: int = 1) -> None:
@@ -191,15 +190,17 @@ def test_a_closed_terminal_ends_a_run_with_its_checkpoint_and_summary(tiny, writ
     )
     os.close(tty)
     try:
-        deadline = time.time() + 60
+        progress = Progress(run)
         # well into training, its workers running (the epoch checkpoints rotate, so any after the first)
         while not [p for p in (out / "checkpoints").glob("epoch-*.pt") if p.name != "epoch-001.pt"]:
-            assert run.poll() is None and time.time() < deadline, "the run ended before its second epoch"
+            assert run.poll() is None, "the run ended before its second epoch"
+            progress.check("waiting for its second epoch")
             while select.select([terminal], [], [], 0.05)[0]:  # read what it writes, or its writes block
                 os.read(terminal, 65536)
         os.close(terminal)
         os.killpg(run.pid, signal.SIGHUP)
-        assert run.wait(timeout=60) == 130
+        finish(run)
+        assert run.returncode == 130
     finally:
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)
@@ -210,3 +211,57 @@ def test_a_closed_terminal_ends_a_run_with_its_checkpoint_and_summary(tiny, writ
     more = [f"--set=train.max_steps={summary['steps'] + 2}", "--set=data.loader.num_workers=0"]  # pytest: no stderr fd
     assert main(["train", str(out / "recipe.yaml"), "--out", str(out), "--resume", *more]) == 0
     assert json.loads((out / "summary.json").read_text())["steps"] == summary["steps"] + 2
+
+
+def _ctrl_c_in_evaluation(monkeypatch) -> list[int]:
+    """Ctrl-C as the first validation batch is evaluated; the list counts the batches evaluated after it."""
+    from accel import evaluation
+
+    sums, evaluated = evaluation._eval_sums, []
+
+    def signalled(trainer, batch):
+        if not evaluated:
+            ctrl_c()
+        evaluated.append(1)
+        return sums(trainer, batch)
+
+    monkeypatch.setattr(evaluation, "_eval_sums", signalled)
+    return evaluated
+
+
+def _with_five_val_batches(tiny: dict) -> dict:
+    tiny["data"]["dataset"]["num_samples"] = 200  # 40 validation samples: 5 batches of 8
+    tiny["data"]["batch_size"] = 8
+    return tiny
+
+
+def test_ctrl_c_in_the_final_evaluation_stops_it_and_the_run_is_interrupted_then_resumes(
+    tiny, write_recipe, tmp_path, capsys, monkeypatch
+):
+    tiny = _with_five_val_batches(tiny)
+    tiny["train"] |= {"epochs": 1, "eval_every_epochs": 0}  # the only evaluation is the final one
+    recipe, out = write_recipe(tiny), tmp_path / "run"
+    evaluated = _ctrl_c_in_evaluation(monkeypatch)
+    assert main(["train", str(recipe), "--out", str(out)]) == 130  # was "completed", exit 0
+    assert len(evaluated) == 1  # the pass stopped at the next batch, not after all 5
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["metrics"]["val_loss"] is None
+    assert "interrupted; continue with:" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert main(["train", str(recipe), "--out", str(out), "--resume"]) == 0  # the pass runs whole on resume
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["metrics"]["val_loss"] > 0
+
+
+def test_ctrl_c_in_an_evaluation_between_epochs_stops_it_and_keeps_no_partial_metrics(
+    tiny, write_recipe, tmp_path, monkeypatch
+):
+    tiny = _with_five_val_batches(tiny)
+    out = tmp_path / "run"
+    evaluated = _ctrl_c_in_evaluation(monkeypatch)  # in epoch 1's evaluation, of 2 epochs
+    assert main(["train", str(write_recipe(tiny)), "--out", str(out)]) == 130
+    assert len(evaluated) == 1
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["epochs"] == 1
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert not any("val_loss" in r for r in records)  # no metrics of a fifth of the set

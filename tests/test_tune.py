@@ -289,7 +289,9 @@ def test_an_interrupt_ends_the_whole_search(tiny, tmp_path):
     knobs = [Knob(BATCH_KEY, [8, 16], bounded=True), Knob(WORKERS_KEY, [0, 1])]
     with pytest.raises(KeyboardInterrupt):
         tune(validate_recipe(tiny), knobs, tmp_path / "work", TrialSettings(5, 1), trials=2, run_trials=interrupted)
-    assert len(stages) == 1 and not (tmp_path / "work" / "tune.json").exists()  # the workers stage never ran
+    assert len(stages) == 1  # the workers stage never ran
+    record = json.loads((tmp_path / "work" / "tune.json").read_text())  # says what happened, chooses nothing
+    assert record["interrupted"] is True and record["chosen"] == {}
 
 
 def test_an_interrupted_tune_command_writes_no_fragment(monkeypatch, tiny, write_recipe, tmp_path, capsys):
@@ -516,6 +518,30 @@ def test_a_busy_machine_is_said_first_in_the_fragment_and_tune_json(tiny, tmp_pa
     assert lines.splitlines()[1].startswith("# BUSY MACHINE: The machine was busy during 6 of 6 trials: other ")
     assert "40% of the 2 core(s)" in lines
     assert json.loads((tmp_path / "work" / "tune.json").read_text())["busy"].startswith("The machine was busy")
+
+
+def test_tune_never_chooses_from_a_verdict_measured_on_a_busy_machine(tiny, tmp_path):
+    base, seen = validate_recipe(tiny), []
+    fake = simulated(seen)  # 1 worker is 1.5x faster
+    busy = {"wall_s": 10.0, "cores": 2, "own_cpu_s": 9.0, "others_cpu_s": 8.0, "steal_s": 0.0}
+    busy |= {"others_share": 0.4, "load_avg_1m": 3.2}
+
+    def one_worker_beside_a_busy_process(jobs, out, settings, console=None, skip=None):
+        done = fake(jobs, out, settings, console, skip)
+        return [t.updated(load=busy) if t.variant.endswith("num_workers=1") and t.trial == 0 else t for t in done]
+
+    result = tune(
+        base,
+        [Knob(WORKERS_KEY, [0, 1])],
+        tmp_path / "work",
+        TrialSettings(5, 1),
+        2,
+        run_trials=one_worker_beside_a_busy_process,
+    )
+    assert result.chosen.get(WORKERS_KEY) != 1
+    row = next(r for r in result.rows if r.value == 1)
+    assert row.verdict is None and row.ratio.median == pytest.approx(1.5, rel=0.01)
+    assert row.note == "not chosen: no verdict, the machine was busy during the trials (others took 40% of the cores)"
 
 
 def _files(root) -> dict:

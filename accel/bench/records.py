@@ -87,9 +87,12 @@ class Interval(Record):
 
 
 class Reading(Interval):
-    """A ratio with the verdict its interval gives (None: too few trials, or nothing measured)."""
+    """A ratio with the verdict its interval gives (None: too few trials, nothing measured, or `busy`)."""
 
     verdict: Verdict | None = None
+    # set only when the machine was busy during the trials compared (accel/load.py): others' largest share of
+    # the cores, for which the verdict is withheld
+    busy: float | None = None
 
 
 class Trial(Record):
@@ -198,6 +201,9 @@ class VariantSummary(Record):
     time_to_target_ratio: Reading | None = None
     ratio_vs_baseline: Interval
     verdict: Verdict | None
+    # set only when the machine was busy during this variant's or the baseline's trials: others' largest share of
+    # the cores; every verdict of the variant is then withheld (None), its figures kept
+    busy: float | None = None
     median_step_ratio: Interval
     median_step_verdict: Verdict | None
     step_time_p50_s: float | None
@@ -220,11 +226,18 @@ class VariantSummary(Record):
 
     @property
     def ratio_reading(self) -> Reading:
-        return Reading(**self.ratio_vs_baseline.model_dump(), verdict=self.verdict)
+        return Reading(**self.ratio_vs_baseline.model_dump(), verdict=self.verdict, **busy_fields(self.busy))
 
     @property
     def median_step_reading(self) -> Reading:
-        return Reading(**self.median_step_ratio.model_dump(), verdict=self.median_step_verdict)
+        steady = self.median_step_ratio.model_dump()
+        return Reading(**steady, verdict=self.median_step_verdict, **busy_fields(self.busy))
+
+
+def busy_fields(share: float | None) -> dict[str, float]:
+    """`busy=share` as keyword arguments when the machine was busy; nothing otherwise, so the field stays unset
+    (and out of report.json) on a quiet machine."""
+    return {} if share is None else {"busy": share}
 
 
 class SpeedupReadings(Record):

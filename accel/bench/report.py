@@ -28,10 +28,17 @@ def _f(x: float | None, fmt: str = "{:.1f}") -> str:
     return "n/a" if x is None else fmt.format(x)
 
 
+def say(verdict: Verdict | None, busy: float | None = None) -> str:
+    """A verdict in words; one withheld because the machine was busy (`busy`: others' share) says so."""
+    if busy is not None:
+        return f"inconclusive: busy machine (others took {busy:.0%} of the cores)"
+    return SAY[verdict]
+
+
 def _reading(reading: Reading | None) -> str:
     if reading is None or reading.median is None:
         return "no successful trials"
-    return f"{SAY[reading.verdict]}, {reading.text()}"
+    return f"{say(reading.verdict, reading.busy)}, {reading.text()}"
 
 
 def _target_cell(r: VariantSummary, target: str | None, is_base: bool) -> list[str]:
@@ -51,7 +58,7 @@ def _row(r: VariantSummary, is_base: bool, target: str | None = None, compiled: 
         r.samples_per_s.text("{:.1f}", "") + _tokens(r),
         r.ratio_vs_baseline.text(),
         r.median_step_ratio.text(),
-        "baseline" if is_base else SAY[r.verdict],
+        "baseline" if is_base else say(r.verdict, r.busy),
         _step_ms(r),
         _f(r.mfu, "{:.1%}"),
         _f(r.data_wait_fraction, "{:.0%}"),
@@ -107,7 +114,8 @@ def verdict_lines(report: Report) -> list[str]:
     if report.speedups:
         lines, rows = [], report.by_name
         for name, s in report.speedups.items():
-            line = f"{name}: {SAY[s.verdict]}. Added to baseline: {_reading(s.added)}"
+            busy = [x.busy for x in (s.added, s.removed) if x is not None and x.busy is not None]
+            line = f"{name}: {say(s.verdict, max(busy, default=None))}. Added to baseline: {_reading(s.added)}"
             if f"-{name}" in rows:
                 line += f"; removed from all (all vs -{name}): {_reading(s.removed)}"
             failed = sum(rows[n].errors for n in (f"+{name}", f"-{name}") if n in rows)

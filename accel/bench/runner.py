@@ -1,9 +1,11 @@
 """Run an A/B bench: resolve variants into recipe files, run interleaved trials in fresh processes, report.
 
 Each trial is `python -m accel.bench.trial` in its own process (and process group, so a timeout kills its
-DataLoader workers too), so no global state, allocator pool or warm cache leaks from one trial into the next.
-Compilation caches are cold by default (a fresh TORCHINDUCTOR_CACHE_DIR per trial): the compile time a user
-pays on a new machine is part of the honest price of `torch.compile`. `warm_cache` shares one cache under OUT.
+DataLoader workers too), so no global state, allocator pool or warm cache leaks from one trial into the next;
+it dies with the bench (`signals.die_with_parent`), even one killed by SIGKILL.
+Compilation caches are cold by default (a fresh TORCHINDUCTOR_CACHE_DIR per trial, under OUT/trials, removed
+after it, so a killed bench leaves nothing outside OUT): the compile time a user pays on a new machine is part
+of the honest price of `torch.compile`. `warm_cache` shares one cache under OUT.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,7 +30,7 @@ from .. import load
 from ..errors import AccelError, RecipeError
 from ..recipe import Recipe, load_recipe, validate_recipe
 from ..recipe_yaml import Origins, apply_overrides
-from ..signals import handled, leave_closed_terminal
+from ..signals import die_with_parent, handled, leave_closed_terminal
 from .records import Report, Trial
 from .report import write_reports
 from .summary import summarize
@@ -152,7 +153,9 @@ def run_trial_process(
     timed out or wrote no readable record. Output goes to `log_path`."""
     json_path.unlink(missing_ok=True)
     with log_path.open("w") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, preexec_fn=die_with_parent
+        )
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -285,10 +288,10 @@ def _run_job(index: int, trial: int, variant: str, recipe: Path | Launch, out: P
     stem = _slug(index, f"{variant}-t{trial}")
     json_path, log_path = out / "trials" / f"{stem}.json", out / "trials" / f"{stem}.log"
     shared = settings.warm_cache and not settings.cache_artifacts
-    if shared:
-        cache = (out / "inductor-cache").resolve()
-    else:
-        cache = Path(tempfile.mkdtemp(prefix="accel-inductor-"))
+    # a trial's own cache lives in its bench folder (nothing left in the temp folder if the bench is killed)
+    cache = (out / "inductor-cache" if shared else out / "trials" / f"{stem}.inductor-cache").resolve()
+    if not shared:
+        shutil.rmtree(cache, ignore_errors=True)  # cold: nothing from an earlier try at this trial
     if isinstance(recipe, Path):
         argv, added = trial_argv(recipe, settings, json_path, variant, trial), {}
     else:

@@ -28,6 +28,7 @@ from rich.console import Console
 from .. import script_trial
 from ..engine_settings import SET_VARIABLE, engine_settings
 from ..errors import AccelError, RecipeError
+from ..signals import die_with_parent
 from .knobs import runnable_speedups
 from .records import Report
 from .runner import BenchRun, TrialSettings, _exit_reason, _only, _slug, _tail, run_and_report, trial_env
@@ -201,7 +202,7 @@ def probe(command: list[str], sets: list[str], timeout: float | None = None) -> 
         with log_path.open("w") as log:
             try:
                 code = subprocess.run(
-                    command, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout
+                    command, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout, preexec_fn=die_with_parent
                 ).returncode
             except subprocess.TimeoutExpired:
                 raise AccelError(

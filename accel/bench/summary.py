@@ -11,6 +11,10 @@ against the dense GPU datasheet peak or the CPU's measured matmul peak), `val_ac
 baseline beyond noise; None when there is nothing to compare), `errors` (failed trials) and `ok_trials`. The
 report adds `speedups` (ablation only: each speed-up read as added to baseline and as all vs -NAME) and
 `recommended`. The caller passes `env` and the run's context (`recipes`, `command`, ...) as `extra`.
+
+A comparison whose trials (the variant's or the baseline's) ran while other processes took a large share of the
+cores (accel/load.py's `busy`) gets no verdict: its ratios are kept, `busy` says why, and nothing is recommended
+from it. On two busy cores the same bench once read "hurt 0.12x" and minutes later "helped 2.32x".
 """
 
 from __future__ import annotations
@@ -19,7 +23,18 @@ from typing import Any
 
 import numpy as np
 
-from .records import Interval, Reading, Recommendation, Report, SpeedupReadings, Trial, VariantSummary, Verdict
+from .. import load
+from .records import (
+    Interval,
+    Reading,
+    Recommendation,
+    Report,
+    SpeedupReadings,
+    Trial,
+    VariantSummary,
+    Verdict,
+    busy_fields,
+)
 from .stats import (
     bootstrap_median_ci,
     bootstrap_ratio_ci,
@@ -46,15 +61,22 @@ def _median(xs: list[float]) -> float | None:
     return float(np.median(xs)) if xs else None
 
 
-def _ratio(sps: list[float], base_sps: list[float], is_base: bool) -> Reading:
-    """The ratio of medians with its interval, and a verdict when both sides have enough trials."""
+def busy_share(*sides: list[Trial]) -> float | None:
+    """Others' largest share of the cores during the trials compared, when the machine was busy in any of them
+    (`load.busy`); None when it was quiet."""
+    return max((t.load["others_share"] for side in sides for t in side if load.busy(t.load)), default=None)
+
+
+def _ratio(sps: list[float], base_sps: list[float], is_base: bool, busy: float | None = None) -> Reading:
+    """The ratio of medians with its interval, and a verdict when both sides have enough trials and the machine
+    was quiet (`busy` None)."""
     if is_base and sps:
         return Reading(median=1.0, ci95=(1.0, 1.0), verdict=None)
     if not sps or not base_sps:
         return Reading(median=None, ci95=None, verdict=None)
     r, ci = bootstrap_ratio_ci(sps, base_sps)
-    enough = min(len(sps), len(base_sps)) >= MIN_TRIALS
-    return Reading(median=r, ci95=ci, verdict=verdict(r, ci) if enough else None)
+    enough = min(len(sps), len(base_sps)) >= MIN_TRIALS and busy is None
+    return Reading(median=r, ci95=ci, verdict=verdict(r, ci) if enough else None, **busy_fields(busy))
 
 
 def _median_interval(xs: list[float]) -> Interval:
@@ -79,9 +101,11 @@ def _break_even(ok: list[Trial], base_ok: list[Trial], ratio: Reading, p50: floa
 
 def _summarize_variant(variant: Variant, trials: list[Trial], base_ok: list[Trial], is_base: bool) -> VariantSummary:
     ok = ok_trials(trials)
+    busy = busy_share(ok, base_ok)
     sps = _values(ok, "samples_per_s")
-    ratio = _ratio(sps, _values(base_ok, "samples_per_s"), is_base)
-    steady = _ratio(_values(ok, "median_step_samples_per_s"), _values(base_ok, "median_step_samples_per_s"), is_base)
+    ratio = _ratio(sps, _values(base_ok, "samples_per_s"), is_base, busy)
+    steady_sps = _values(ok, "median_step_samples_per_s")
+    steady = _ratio(steady_sps, _values(base_ok, "median_step_samples_per_s"), is_base, busy)
     steps = percentiles([s for t in ok for s in (t.step_times_s or [])])
     peaks = _values(ok, "peak_memory_mb")
     return VariantSummary(
@@ -94,9 +118,10 @@ def _summarize_variant(variant: Variant, trials: list[Trial], base_ok: list[Tria
         # --target: the median over the trials that reached it; `target_reached` says how many did
         time_to_target_s=_median(_values(ok, "time_to_target_s")),
         target_reached=sum(t.time_to_target_s is not None for t in ok) if _targeted(ok) else None,
-        time_to_target_ratio=_time_ratio(ok, base_ok, is_base) if _targeted(ok) and _targeted(base_ok) else None,
+        time_to_target_ratio=_time_ratio(ok, base_ok, is_base, busy) if _targeted(ok) and _targeted(base_ok) else None,
         ratio_vs_baseline=_interval(ratio),
         verdict=ratio.verdict,
+        **busy_fields(busy),
         median_step_ratio=_interval(steady),
         median_step_verdict=steady.verdict,
         step_time_p50_s=steps["p50"],
@@ -119,7 +144,7 @@ def _summarize_variant(variant: Variant, trials: list[Trial], base_ok: list[Tria
     )
 
 
-def _time_ratio(ok: list[Trial], base_ok: list[Trial], is_base: bool) -> Reading:
+def _time_ratio(ok: list[Trial], base_ok: list[Trial], is_base: bool, busy: float | None) -> Reading:
     """The time to target over the baseline's, read through each trial's speed to it (1/s; 0 when it never got
     there), so a trial that never reached the target counts as slowest rather than dropping out, and the
     verdict reads like a throughput's: helped means sooner."""
@@ -130,12 +155,13 @@ def _time_ratio(ok: list[Trial], base_ok: list[Trial], is_base: bool) -> Reading
     base = speeds(base_ok)
     if not base or np.median(base) <= 0:  # the baseline never got there: nothing to compare with
         return Reading(median=None, ci95=None, verdict=None)
-    speed = _ratio(speeds(ok), base, is_base)
+    speed = _ratio(speeds(ok), base, is_base, busy)
     if not speed.median:
+        # never reaching the target is counted in steps, not timed: a busy machine does not change it
         return Reading(median=None, ci95=None, verdict=Verdict.HURT if speed.median == 0 else None)
     lo, hi = speed.ci95
     ci = (1 / hi, 1 / lo) if lo > 0 else None  # an upper end of "never" has no number
-    return Reading(median=1 / speed.median, ci95=ci, verdict=speed.verdict)
+    return Reading(median=1 / speed.median, ci95=ci, verdict=speed.verdict, **busy_fields(busy))
 
 
 def _targeted(trials: list[Trial]) -> bool:
@@ -153,27 +179,45 @@ def _result_changed(ok: list[Trial], base_ok: list[Trial], is_base: bool) -> boo
 def _speedup_readings(rows: dict[str, VariantSummary]) -> dict[str, SpeedupReadings]:
     """Each ablated speed-up read twice: +NAME vs baseline, and all vs -NAME (its effect among the others)."""
     out = {}
-    sps = {n: _values(ok_trials(r.trials), "samples_per_s") for n, r in rows.items()}
+    ok = {n: ok_trials(r.trials) for n, r in rows.items()}
+    sps = {n: _values(trials, "samples_per_s") for n, trials in ok.items()}
     for name in (n[1:] for n in rows if n.startswith("+")):
         added = rows[f"+{name}"].ratio_reading
         removed = None
         if sps.get("all") and sps.get(f"-{name}"):
-            removed = _ratio(sps["all"], sps[f"-{name}"], is_base=False)
+            removed = _ratio(sps["all"], sps[f"-{name}"], False, busy_share(ok["all"], ok[f"-{name}"]))
         said = {x.verdict for x in (added, removed) if x and x.verdict}
-        overall = None if not said else said.pop() if len(said) == 1 else Verdict.MIXED
+        overall = None if not said or _busy(added, removed) else said.pop() if len(said) == 1 else Verdict.MIXED
         out[name] = SpeedupReadings(added=added, removed=removed, verdict=overall)
     return out
+
+
+def _busy(*readings: Reading | None) -> bool:
+    return any(r is not None and r.busy is not None for r in readings)
+
+
+def _unsure(names: list[str]) -> str:
+    if not names:
+        return ""
+    return (
+        f"; no verdict for {', '.join(names)}: the machine was busy during their trials, so nothing is "
+        "recommended from them (run again when it is quiet)"
+    )
 
 
 def _recommend_speedups(ups: dict[str, SpeedupReadings], rows: dict[str, VariantSummary]) -> Recommendation:
     # Helped in at least one reading and hurt in none; a speed-up with any failed trial is never recommended.
     said = {n: {x.verdict for x in (s.added, s.removed) if x} for n, s in ups.items()}
     failed = [n for n in ups if rows[f"+{n}"].errors or (f"-{n}" in rows and rows[f"-{n}"].errors)]
-    chosen = [n for n, v in said.items() if Verdict.HELPED in v and Verdict.HURT not in v and n not in failed]
+    unsure = [n for n, s in ups.items() if _busy(s.added, s.removed)]
+    left_out = failed + unsure
+    chosen = [n for n, v in said.items() if Verdict.HELPED in v and Verdict.HURT not in v and n not in left_out]
     changed = [n for n in chosen if rows[f"+{n}"].result_changed]
-    text = ", ".join(chosen) if chosen else "baseline (no speed-up helped measurably)"
+    quiet = " on a quiet machine" if unsure else ""
+    text = ", ".join(chosen) if chosen else f"baseline (no speed-up helped measurably{quiet})"
     if failed:
         text += f"; left out because trials failed: {', '.join(failed)}"
+    text += _unsure(unsure)
     if changed:
         text += f"; check results: {', '.join(changed)} changed final loss or accuracy beyond noise"
     return Recommendation(overrides={f"speedups.{n}.enabled": n in chosen for n in ups}, text=text)
@@ -200,11 +244,13 @@ def _recommend(baseline: str, rows: dict[str, VariantSummary], ups: dict[str, Sp
         return _recommend_speedups(ups, rows)
     helped = [r for r in rows.values() if r.verdict == Verdict.HELPED and not r.errors]
     best = max(helped, key=lambda r: r.samples_per_s.median, default=rows[baseline])
+    busy = [r.name for r in rows.values() if r.name != baseline and r.busy is not None]
+    unsure = _unsure(busy)
     if best.name == baseline:
-        return Recommendation(overrides=dict(best.overrides), text=f"{best.name} (nothing was measurably faster)")
-    return Recommendation(
-        overrides=dict(best.overrides), text=f"{best.name} ({best.ratio_vs_baseline.text()} vs baseline)"
-    )
+        text = f"{best.name} (nothing was measurably faster{' on a quiet machine' if busy else ''}){unsure}"
+        return Recommendation(overrides=dict(best.overrides), text=text)
+    text = f"{best.name} ({best.ratio_vs_baseline.text()} vs baseline){unsure}"
+    return Recommendation(overrides=dict(best.overrides), text=text)
 
 
 def _by_variant(trials: list[Trial], names: list[str]) -> dict[str, list[Trial]]:

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
 class Callback:
     state_name = ""  # the key of its state in a checkpoint: a stable name (default: the class name)
+    saves_checkpoints = False  # a stop by a signal ends with a checkpoint this callback writes
 
     def on_fit_start(self, trainer: "Trainer") -> None: ...
 

@@ -58,6 +58,8 @@ class Checkpointer(Callback):
     """`gathered`: every rank runs this callback (a sharded model's state is gathered from all of them, or each
     rank writes its shards through `sharded`), so every rank must decide alike when to save."""
 
+    saves_checkpoints = True
+
     def __init__(
         self,
         run_dir: RunDir | None,

@@ -10,7 +10,7 @@ import argparse
 import logging
 import sys
 
-from ..errors import AccelError, user_message
+from ..errors import AccelError, say_error, user_message
 from . import bench, bench_data, cache, cluster, export, info, profile, run, script_args, train
 
 GROUPS = (
@@ -43,5 +43,5 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(args)
     except AccelError as err:
-        print(f"error: {user_message(err)}", file=sys.stderr)
+        say_error(user_message(err))
         return 2

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from ..errors import AccelError
+from ..runlock import hold
 from .options import add_sets, add_trial_options, check_trial_options
 
 SPEED_STEPS, TIME_STEPS = (10, 3), (60, 1)  # tune's (steps, warmup) per objective: a speed, and a short run
@@ -187,7 +188,8 @@ def bench(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else default_out(plan.name, kind="bench")
     check_results_out(out, "bench")
     settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache, args.target, args.eval_every)
-    report, _ = run_bench(plan, out, settings, args.trials, command=shlex.join(["accel", *args.argv]))
+    with hold(out):  # a second bench there is refused while this one runs
+        report, _ = run_bench(plan, out, settings, args.trials, command=shlex.join(["accel", *args.argv]))
     return _finish(report, out)
 
 
@@ -243,7 +245,8 @@ def bench_script(args: argparse.Namespace) -> int:
         print(describe(plan.variants))
         return 0
     settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache, args.target)
-    report, _ = run_script_bench(plan, out, settings, args.trials, command=shlex.join(["accel", *args.argv]))
+    with hold(out):
+        report, _ = run_script_bench(plan, out, settings, args.trials, command=shlex.join(["accel", *args.argv]))
     return _finish(report, out)
 
 
@@ -323,7 +326,8 @@ def searched(search, work: Path):
     from ..load import busy_note
 
     try:
-        result = search()
+        with hold(work):  # a second tune there is refused while this one runs
+            result = search()
     except KeyboardInterrupt:
         print(
             f"interrupted: no fragment written (nothing chosen from a search cut short); the trials so far are "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ..errors import AccelError
 from .options import add_sets
@@ -26,15 +27,25 @@ def run(args: argparse.Namespace) -> int:
 
     if args.action == "build":
         from ..recipe import load_recipe
+        from ..signals import abort_on_signals
 
-        folders = cache.build_for_recipe(load_recipe(args.recipe, args.overrides))
+        recipe = load_recipe(args.recipe, args.overrides)
+        try:
+            with abort_on_signals():  # the entry being written is temporary until renamed: it goes
+                folders = cache.build_for_recipe(recipe)
+        except KeyboardInterrupt:
+            print("interrupted: the entry being built was removed; entries already complete are kept", file=sys.stderr)
+            return 130
         if not folders:
             raise AccelError(f"{args.recipe}: the dataset is already in memory; there is nothing to cache.")
         print("\n".join(map(str, folders)))
         return 0
     root = cache.cache_dir(args.dir)
     if args.action == "clear":
-        print(f"removed {cache.clear(root)} cache entries from {root}")
+        removed, building = cache.clear(root)
+        print(f"removed {removed} cache entries from {root}")
+        for folder in building:
+            print(f"left {folder}: another process is building it now")
         return 0
     found = cache.entries(root)
     print(f"{root}: {len(found)} entries" + "".join(f"\n{cache.describe(entry)}" for entry in found))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -44,9 +45,18 @@ def add(commands) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..export import ExportConfig, export_run, render_table
+    from ..signals import abort_on_signals
 
     options = {key: value for key, value in vars(args).items() if key not in ("command", "source", "argv", "run")}
-    report = export_run(args.source, ExportConfig.from_options(**options))
+    try:
+        with abort_on_signals():  # Ctrl-C, SIGTERM, SIGHUP: stop, and say what is left
+            report = export_run(args.source, ExportConfig.from_options(**options))
+    except KeyboardInterrupt:
+        print(
+            "interrupted: nothing exported (an output folder already made holds an export.json that says so)",
+            file=sys.stderr,
+        )
+        return 130
     print(render_table(report))
     print(Path(report["out"]) / "export.json")
     return 0

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..errors import AccelError
 from .options import add_sets
+from .train import EXIT_CODES
 
 
 def add(commands) -> None:
@@ -58,8 +59,12 @@ def run(args: argparse.Namespace) -> int:
     profiler = profile_window(
         args.warmup, args.steps, out, command, args.recipe, args.rows, args.sync_debug, args.overrides
     )
-    print_report(profile_recipe(recipe, profiler), out)
-    return 0
+    report = profile_recipe(recipe, profiler)
+    if report is None:
+        print(f"interrupted before the profiled steps began: nothing written to {out}", file=sys.stderr)
+        return 130
+    print_report(report, out)
+    return EXIT_CODES[report["status"]]  # as `accel train` ends: 3 diverged, 130 interrupted
 
 
 def profile_script(args: argparse.Namespace) -> int:

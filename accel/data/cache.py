@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..devices import available_cpus
 from ..errors import DataError
+from ..runlock import RunDirBusy, RunDirLock, check_free
 from ..schema import StrictModel
 from .datasets.memory import TensorImageDataset
 from .loaders import worker_init
@@ -139,11 +140,18 @@ def _decode_into(dataset: Any, folder: Path) -> dict[str, Any]:
 
 
 def build_entry(dataset: Any, root: Path, name: str, key: str) -> Path:
-    """Decode `dataset` into a new entry under `root`, written under a temporary name and then renamed."""
+    """Decode `dataset` into a new entry under `root`, written under a temporary name and then renamed. The
+    temporary folder is locked while it is built, so `clear` leaves it alone (the OS frees the lock of a
+    process that died: its leftover is cleared)."""
     final = root / f"{name}-{key[:20]}"
     tmp = root / f"{final.name}{TMP_MARK}{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
+    with RunDirLock(tmp):
+        return _build_in(dataset, tmp, final, name, key)
+
+
+def _build_in(dataset: Any, tmp: Path, final: Path, name: str, key: str) -> Path:
     started = time.perf_counter()
     try:
         meta = _decode_into(dataset, tmp)
@@ -201,25 +209,52 @@ def cached(dataset: Any, cfg: CacheConfig, name: str) -> Any:
 
 
 def entries(root: Path) -> list[dict[str, Any]]:
-    """meta.json of every complete entry under `root`, with its folder and size on disk."""
+    """meta.json of every complete entry under `root`, with its folder and size on disk; an entry whose meta.json
+    cannot be read holds `damaged` (why) instead, as one being built holds `building`."""
     found = []
     for meta_file in sorted(root.glob("*/meta.json")) if root.is_dir() else []:
         if TMP_MARK in meta_file.parent.name:
             continue
-        meta = json.loads(meta_file.read_text())
         size = sum(f.stat().st_size for f in meta_file.parent.iterdir())
-        found.append({**meta, "path": str(meta_file.parent), "size_mb": round(size / 2**20, 1)})
-    return found
+        place = {"path": str(meta_file.parent), "size_mb": round(size / 2**20, 1)}
+        try:
+            meta = json.loads(meta_file.read_text())
+            describe(meta | place)  # every field the listing needs is there
+        except (OSError, ValueError, TypeError, KeyError) as err:
+            found.append({**place, "damaged": f"meta.json unreadable ({type(err).__name__}: {err})"})
+            continue
+        found.append({**meta, **place})
+    return found + [{"path": str(p), "building": True} for p in _building(root)]
 
 
-def clear(root: Path) -> int:
-    """Remove every entry and leftover temporary folder under `root`; return how many folders went."""
-    removed = 0
+def _building(root: Path) -> list[Path]:
+    """Temporary folders whose build is in progress (their lock is held)."""
+    return [p for p in _temporary(root) if _locked(p)]
+
+
+def _temporary(root: Path) -> list[Path]:
+    return sorted(p for p in root.iterdir() if p.is_dir() and TMP_MARK in p.name) if root.is_dir() else []
+
+
+def _locked(folder: Path) -> bool:
+    try:
+        check_free(folder, "a cache entry")
+    except RunDirBusy:
+        return True
+    return False
+
+
+def clear(root: Path) -> tuple[int, list[Path]]:
+    """Remove every entry (damaged ones too) and every temporary folder a dead build left under `root`; return
+    how many folders went, and the builds in progress, which are left alone (deleting one crashed its build)."""
+    removed, building = 0, _building(root)
     for folder in root.iterdir() if root.is_dir() else []:
-        if folder.is_dir() and ((folder / "meta.json").is_file() or TMP_MARK in folder.name):
+        if folder in building or not folder.is_dir():
+            continue
+        if (folder / "meta.json").is_file() or TMP_MARK in folder.name:
             shutil.rmtree(folder)
             removed += 1
-    return removed
+    return removed, building
 
 
 def build_for_recipe(recipe: Any) -> list[Path]:
@@ -237,6 +272,10 @@ def build_for_recipe(recipe: Any) -> list[Path]:
 
 def describe(entry: dict[str, Any]) -> str:
     """One line per entry for `accel cache info`."""
+    if entry.get("building"):
+        return f"{entry['path']}  being built now (by another process)"
+    if "damaged" in entry:
+        return f"{entry['path']}  DAMAGED: {entry['damaged']}; `accel cache clear` removes it ({entry['size_mb']} MB)"
     shape = "x".join(map(str, entry["shape"]))
     return (
         f"{entry['path']}  {entry['samples']} samples of {shape}  {entry['size_mb']} MB  "

@@ -57,6 +57,35 @@ def export_run(path: str | Path, config: ExportConfig | None = None) -> dict[str
     out = config.out or default_out(source.run_dir, config)
     check_creatable(out)  # the default too: a run directory may be read-only
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        report, evaluations = _export(source, config, out)
+    except KeyboardInterrupt:  # the files written so far are unchecked: export.json says so, never an older one
+        write_report(interrupted_report(source, config, out), out)
+        raise
+    write_report(report, out)
+    if report["validation"]["note"]:
+        log.warning("%s", report["validation"]["note"])
+    if not report["verified"]:
+        raise ExportError(_unverified(report, config, evaluations, out / "export.json"))
+    return report
+
+
+def interrupted_report(source: Source, config: ExportConfig, out: Path) -> dict[str, Any]:
+    files = sorted(p.name for p in out.iterdir() if p.is_file() and p.name != "export.json")
+    return {
+        "interrupted": True,
+        "verified": False,
+        "source": str(source.run_dir),
+        "format": config.format,
+        "out": str(out),
+        "files": files,
+        "note": "interrupted before the export was checked against the eager model and measured: the files here "
+        "are unverified; run `accel export` again",
+    }
+
+
+def _export(source: Source, config: ExportConfig, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The variants made, checked and timed: export.json's content, and each variant's evaluation."""
     threads = config.threads or torch.get_num_threads()
     variants, extras = _variants(source, config, out, threads)
     inputs = _latency_inputs(source, config.batch_size)
@@ -74,15 +103,8 @@ def export_run(path: str | Path, config: ExportConfig | None = None) -> dict[str
         )
         with load.watched() as machine:  # others' load swings the latencies: 165-276 ms against 0.75 ms was seen
             latencies = latency({v.name: v.run for v in variants}, inputs, config.runs, config.warmup)
-    report = build_report(
-        source, config, variants, evaluations, latencies, {**extras, "threads": threads, "out": str(out)}, machine
-    )
-    write_report(report, out)
-    if report["validation"]["note"]:
-        log.warning("%s", report["validation"]["note"])
-    if not report["verified"]:
-        raise ExportError(_unverified(report, config, evaluations, out / "export.json"))
-    return report
+    extras = {**extras, "threads": threads, "out": str(out)}
+    return build_report(source, config, variants, evaluations, latencies, extras, machine), evaluations
 
 
 def _unverified(report: dict[str, Any], config: ExportConfig, evaluations: dict, written: Path) -> str:

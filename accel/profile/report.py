@@ -36,6 +36,9 @@ def build(
         "command": command,
         "device": str(profiled.device),
         "steps": profiled.steps,
+        "steps_planned": profiled.planned,
+        "status": profiled.status,
+        "diverged_at_step": profiled.diverged_at,
         "anatomy": phases.anatomy(profiled.segments, profiled.boundaries, profiled.cuda),
         "gpu": gpu_view(profiled),
         "matmul_share": matmul_share(profiled),
@@ -96,9 +99,30 @@ def findings(report: dict[str, Any]) -> list[str]:
     ]
 
 
-def summary_lines(report: dict[str, Any]) -> list[str]:
-    lines = [f"BUSY MACHINE: {report['busy']}"] if report.get("busy") else []
-    lines.append(f"Profiled {report['steps']} steps on {report['device']}; ")
+def status_line(report: dict[str, Any]) -> str | None:
+    """How the profiled run ended, when it did not complete: said first, since it changes what the figures mean."""
+    status, planned = report.get("status", "completed"), report.get("steps_planned") or report["steps"]
+    if status in ("interrupted", "preempted"):
+        return (
+            f"INTERRUPTED: a signal stopped the run after {report['steps']} of its {planned} profiled steps; the "
+            "figures cover those steps only."
+        )
+    if status == "diverged":
+        return (
+            f"DIVERGED: the loss became NaN or infinite at step {report.get('diverged_at_step')}, so these steps "
+            "computed with non-finite numbers (`accel train` of this recipe exits 3). Make the run stable first "
+            "(a lower learning rate, train.clip_grad_norm), then profile it."
+        )
+    return None
+
+
+def summary_lines(report: dict[str, Any], status: bool = True) -> list[str]:
+    ended = status_line(report) if status else None
+    lines = [ended] if ended else []
+    lines += [f"BUSY MACHINE: {report['busy']}"] if report.get("busy") else []
+    planned = report.get("steps_planned") or report["steps"]
+    of = f" of {planned}" if planned != report["steps"] else ""
+    lines.append(f"Profiled {report['steps']}{of} steps on {report['device']}; ")
     lines[-1] += f"matmul/convolution: {report['matmul_share']:.0%} of op time"
     gpu = report["gpu"]
     if gpu:
@@ -174,12 +198,16 @@ def _md_table(table: tuple[list[str], list[list[str]]]) -> str:
 
 
 def print_report(report: dict[str, Any], folder: Path) -> None:
-    """What the CLI prints: the anatomy, the top modules, the advice, and where the files are."""
+    """What the CLI prints: how the run ended if it did not complete, the anatomy, the top modules, the advice,
+    and where the files are."""
+    ended = status_line(report)
+    if ended:
+        print(ended + "\n")
     print(phases.render(report["anatomy"]))
     print()
     for row in report["modules"][:8]:
         print(f"{row['op'][:28]:<28} {row['ms_per_step']:>9.1f} {row['share']:>7.1%}  {', '.join(row['top'])}")
     print()
-    for line in [*findings(report), *summary_lines(report)]:
+    for line in [*findings(report), *summary_lines(report, status=False)]:
         print(line)
     print(f"{folder / 'profile.html'}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .. import signals
 from ..errors import AccelError
 from ..recipe import Recipe
 from . import report
@@ -55,14 +56,19 @@ def profile_window(
     return ProfileWindow(warmup, steps, folder, finished, sync_debug)
 
 
-def profile_recipe(recipe: Recipe, profiler: ProfileWindow) -> dict[str, Any]:
-    """Run the recipe (given `step_overrides`) with `profiler` in its trainer; returns the report."""
+def profile_recipe(recipe: Recipe, profiler: ProfileWindow) -> dict[str, Any] | None:
+    """Run the recipe (given `step_overrides`) with `profiler` in its trainer; returns the report, or None when a
+    signal stopped the run before its profiled steps."""
     from ..run import build_trainer
 
     check_sync_debug(recipe, profiler.sync_debug)
-    trainer = build_trainer(recipe, extra_callbacks=[profiler])
+    try:
+        with signals.abort_on_signals():  # start-up writes nothing: a signal ends it at once
+            trainer = build_trainer(recipe, extra_callbacks=[profiler])
+    except signals.StartupInterrupted:
+        return None
     trainer.val_loader = None  # the final evaluation is not part of a step
-    trainer.fit()
-    if profiler.report is None:
+    summary = trainer.fit()
+    if profiler.report is None and summary["status"] not in ("interrupted", "preempted"):
         raise AccelError(f"`{recipe.name}` ended before its profiled steps: nothing to report.")
     return profiler.report

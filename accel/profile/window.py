@@ -36,6 +36,9 @@ class Profiled:
     snapshot: Path | None = None  # CUDA memory snapshot
     facts: dict[str, Any] = field(default_factory=dict)  # what the advice needs to know of the run's settings
     load: dict[str, Any] | None = None  # the machine's load over the window (accel/load.py)
+    planned: int = 0  # the profiled steps asked for: `steps` is fewer when the run ended first
+    status: str = "completed"  # how the run ended (summary.json's status): interrupted and diverged are said
+    diverged_at: int | None = None
 
     @property
     def cuda(self) -> bool:
@@ -68,6 +71,7 @@ class ProfileWindow(Callback):
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
         plan = schedule(wait=max(self.warmup - 1, 0), warmup=min(self.warmup, 1), active=self.steps, repeat=1)
         self.profiled = Profiled(profile(activities=activities, schedule=plan), self.steps, trainer.device)
+        self.profiled.planned = self.steps
         self._first, self._closed = trainer.step, False
         self.profiled.profiler.start()
         if self.warmup == 0:
@@ -104,6 +108,7 @@ class ProfileWindow(Callback):
             log.warning("profile: the run ended before its profiled steps; nothing written to %s", self.folder)
             return
         profiled.facts = _facts(trainer)
+        profiled.status, profiled.diverged_at = summary["status"], summary.get("diverged_at_step")
         self.report = self.finished(profiled)
 
     def _open(self, trainer) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from accel.cli import main
-from conftest import ROOT
+from conftest import ROOT, Progress, finish
 
 
 def _trial_pids(out: Path) -> list[int]:
@@ -36,11 +36,12 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _running_trial(out: Path, bench: subprocess.Popen, timeout: float = 120) -> int:
+def _running_trial(out: Path, bench: subprocess.Popen) -> int:
     """Wait until a trial has imported torch (well past its start), and return its pid."""
-    deadline = time.time() + timeout
+    progress = Progress(bench)
     while True:
-        assert bench.poll() is None and time.time() < deadline, "the bench ended before a trial was running"
+        assert bench.poll() is None, "the bench ended before a trial was running"
+        progress.check("waiting for a trial to run")
         for pid in _trial_pids(out):
             try:
                 if b"libtorch" in (Path("/proc") / str(pid) / "maps").read_bytes():
@@ -93,7 +94,7 @@ def test_a_signal_stops_the_running_trial_and_the_report_says_interrupted(
     try:
         trial = _running_trial(out, bench)
         bench.send_signal(signum)  # to the bench alone, as `kill` does; Ctrl-C in a terminal also reaches only it
-        stdout, stderr = bench.communicate(timeout=120)
+        stdout, stderr = finish(bench)
         assert bench.returncode == 130, stderr[-3000:]
         assert not _alive(trial)
         report = json.loads((out / "report.json").read_text())
@@ -143,3 +144,79 @@ def test_bench_refuses_an_out_that_is_a_file(tiny, write_recipe, tmp_path, capsy
         main(["bench", str(write_recipe(tiny)), "--vary", "data.batch_size=8,16", "--out", str(tmp_path / "file")]) == 2
     )
     assert f"error: {tmp_path / 'file'} is a file; `accel bench` writes a folder there" in capsys.readouterr().err
+
+
+def _wait_dead(pid: int, timeout: float = 60) -> bool:
+    deadline = time.time() + timeout
+    while _alive(pid) and time.time() < deadline:
+        time.sleep(0.1)
+    return not _alive(pid)
+
+
+@pytest.mark.parametrize("command", ["bench", "tune"])
+def test_a_parent_killed_by_sigkill_takes_its_trial_along_and_its_folder_is_refused_with_what_to_do(
+    command, tiny, write_recipe, tmp_path, capsys
+):
+    recipe, out, temp = write_recipe(tiny), tmp_path / "out", tmp_path / "tmp"
+    temp.mkdir()
+    if command == "bench":
+        args = ["bench", str(recipe), "--vary", "data.batch_size=8,16", "--trials", "1", "--out", str(out)]
+    else:
+        args = ["tune", str(recipe), "--no-speedups", "--workers=", "--threads=", "--batch-sizes=8,16"]
+        args += ["--trials", "1", "--work", str(out)]
+    parent = subprocess.Popen(
+        [sys.executable, "-m", "accel.cli", *args, "--steps", "1000000", "--warmup", "0"],
+        cwd=ROOT,
+        env={**os.environ, "TMPDIR": str(temp)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        trial = _running_trial(out, parent)
+        # while it runs, the folder is its own: a second command there is refused and changes nothing
+        assert main(args) == 2
+        assert f"error: {out} is in use: accel process {parent.pid} is writing its results there." in (
+            capsys.readouterr().err
+        )
+        parent.kill()  # SIGKILL: no handler runs, no report is written
+        parent.wait()
+        assert _wait_dead(trial), "the trial outlived its killed parent"
+        assert not list(temp.iterdir())  # no compile cache left in the temporary folder
+        before = sorted(p.relative_to(out) for p in out.rglob("*"))
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert f"error: {out} holds the trials of an `accel bench` or `accel tune` that was killed before it " in err
+        assert "choose another --" in err and f"or delete {out} to run there again." in err
+        assert sorted(p.relative_to(out) for p in out.rglob("*")) == before  # the refusal changed nothing
+    finally:
+        for pid in _trial_pids(out):
+            os.kill(pid, signal.SIGKILL)
+        if parent.poll() is None:
+            os.killpg(parent.pid, signal.SIGKILL)
+            parent.wait()
+
+
+def test_a_tune_stopped_by_sighup_records_that_it_was_interrupted(tiny, write_recipe, tmp_path):
+    work = tmp_path / "work"
+    argv = [sys.executable, "-m", "accel.cli", "tune", str(write_recipe(tiny)), "--no-speedups", "--workers="]
+    argv += ["--threads=", "--batch-sizes=8,16", "--trials", "1", "--steps", "1000000", "--warmup", "0"]
+    tune = subprocess.Popen(
+        [*argv, "--work", str(work)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        trial = _running_trial(work, tune)
+        tune.send_signal(signal.SIGHUP)  # a closed terminal
+        _, stderr = finish(tune)
+        assert tune.returncode == 130, stderr[-3000:]
+        assert "interrupted: no fragment written" in stderr
+        assert _wait_dead(trial)
+        record = json.loads((work / "tune.json").read_text())
+        assert record["interrupted"] is True and record["chosen"] == {}
+        assert not (work / "tuned.yaml").exists()
+    finally:
+        for pid in _trial_pids(work):
+            os.kill(pid, signal.SIGKILL)
+        if tune.poll() is None:
+            tune.kill()
+            tune.wait()

@@ -289,3 +289,53 @@ def test_a_stalled_trial_moves_the_mean_but_not_the_median_step():
     old = [t.without("median_step_samples_per_s") for t in trials]  # an older report
     fast = summarize(old, [Variant("base"), Variant("fast")], "base").variants[1]
     assert fast.median_step_verdict is None and fast.median_step_ratio.median is None
+
+
+def _beside_others(t: Trial, share: float) -> Trial:
+    load = {"wall_s": 10.0, "cores": 2, "own_cpu_s": 9.0, "others_cpu_s": 20 * share, "steal_s": 0.0}
+    return t.updated(load=load | {"others_share": share, "load_avg_1m": 7.5})
+
+
+def test_a_verdict_measured_on_a_busy_machine_is_withheld_and_said(tmp_path):
+    variants = vary_variants(["data.batch_size=32,64,128"])
+    speeds = {32: 100.0, 64: 300.0, 128: 181.0}
+    trials = [trial(v.name, i, speeds[v.overrides["data.batch_size"]] + i) for i in range(3) for v in variants]
+    # one trial of the fastest variant ran while others took 45% of the cores; another's 5% is not busy
+    trials = [
+        _beside_others(t, 0.45) if (t.variant, t.trial) == ("data.batch_size=64", 1) else _beside_others(t, 0.05)
+        for t in trials
+    ]
+    rep = summarize(trials, variants, variants[0].name)
+    fast, quiet = rep.by_name["data.batch_size=64"], rep.by_name["data.batch_size=128"]
+    assert fast.verdict is None and fast.median_step_verdict is None and fast.busy == pytest.approx(0.45)
+    assert fast.ratio_vs_baseline.median == pytest.approx(3.0, rel=0.02)  # the figures are kept
+    assert quiet.verdict == Verdict.HELPED and quiet.busy is None
+    assert rep.recommended.overrides == {"data.batch_size": 128}  # not the busy one, though faster
+    assert "no verdict for data.batch_size=64: the machine was busy" in rep.recommended.text
+    paths = write_reports(rep, tmp_path)
+    said = "inconclusive: busy machine (others took 45% of the cores)"
+    stored = {v["name"]: v for v in json.loads(paths["json"].read_text())["variants"]}
+    assert stored["data.batch_size=64"]["busy"] == 0.45 and stored["data.batch_size=64"]["verdict"] is None
+    assert "busy" not in stored["data.batch_size=128"]  # a quiet comparison's record is as before
+    md = paths["md"].read_text()
+    assert f"| {said} |" in md and f"data.batch_size=64: {said}, 2.9" in md
+    assert said in paths["html"].read_text()
+    from accel.bench.report import summary_text
+
+    assert f"| {said} |" in summary_text(rep)  # the printed table
+
+
+def test_a_busy_baseline_withholds_every_verdict_of_an_ablation():
+    variants = ablation_variants({"amp": {"dtype": "bf16"}, "cudnn": {}})
+    speed = {"baseline": 100, "all": 250, "+amp": 250, "+cudnn": 100, "-amp": 100, "-cudnn": 250}
+    trials = [trial(v.name, i, speed[v.name] + i) for i in range(3) for v in variants]
+    trials = [_beside_others(t, 0.6) if t.variant == "baseline" and t.trial == 0 else t for t in trials]
+    rep = summarize(trials, variants, "baseline")
+    assert all(rep.by_name[n].verdict is None for n in ("+amp", "+cudnn", "all", "-amp", "-cudnn"))
+    # all vs -amp did not involve the busy baseline: that reading stands, but the speed-up's verdict does not
+    assert rep.speedups["amp"].removed.verdict == Verdict.HELPED and rep.speedups["amp"].verdict is None
+    assert rep.speedups["amp"].added.busy == pytest.approx(0.6)
+    assert rep.recommended.overrides == {"speedups.amp.enabled": False, "speedups.cudnn.enabled": False}
+    assert rep.recommended.text.startswith("baseline (no speed-up helped measurably on a quiet machine); no verdict")
+    assert "no verdict for amp, cudnn: the machine was busy" in rep.recommended.text
+    assert verdict_lines(rep)[0].startswith("amp: inconclusive: busy machine (others took 60% of the cores).")

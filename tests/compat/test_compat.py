@@ -25,7 +25,7 @@ from accel.models import ModelConfig, build_model
 from accel.recipe import TrainConfig, validate_recipe
 from accel.run import run_recipe
 from accel.tasks import ModelLoss
-from conftest import ROOT, wait_for_first_checkpoint
+from conftest import ROOT, finish, wait_for_first_checkpoint
 from tests.compat import data as compat_data
 from tests.compat import models as compat_models
 
@@ -208,7 +208,7 @@ def test_the_gpt_resumes_exactly_after_sigkill(write_recipe, tmp_path):
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     for run in (train(whole), train(killed, "--resume")):
-        _, err = run.communicate(timeout=300)
+        _, err = finish(run)
         assert run.returncode == 0, err
     a, b = (json.loads((out / "summary.json").read_text()) for out in (whole, killed))
     assert a["metrics"] == b["metrics"] and a["steps"] == b["steps"]

@@ -181,3 +181,62 @@ def test_a_dataset_of_wider_pixels_is_refused_not_wrapped(tmp_path):
     with pytest.raises(DataError, match=r"samples 0\.\.3 are torch.int32 images; the cache holds uint8"):
         cached(Wide(tmp_path / "images"), CacheConfig(enabled=True, dir=str(tmp_path / "cache")), "wide")
     assert cache.entries(tmp_path / "cache") == []
+
+
+def test_info_names_a_damaged_entry_and_clear_removes_it(tmp_path, capsys):
+    root = tmp_path / "cache"
+    cached(folder_dataset(tmp_path / "images"), CacheConfig(enabled=True, dir=str(root)), "imgs")
+    [entry] = [p for p in root.iterdir()]
+    (entry / "meta.json").write_text('{"samples": 5, "sha')  # cut short
+    assert main(["cache", "info", "--dir", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert f"{entry}  DAMAGED: meta.json unreadable (JSONDecodeError: " in out
+    assert "`accel cache clear` removes it" in out
+    assert main(["cache", "clear", "--dir", str(root)]) == 0
+    assert "removed 1 cache entries" in capsys.readouterr().out and list(root.iterdir()) == []
+
+
+def test_clear_leaves_a_build_in_progress_and_removes_a_dead_one(tmp_path, capsys, monkeypatch):
+    root = tmp_path / "cache"
+    dead = root / f"imgs-0123{cache.TMP_MARK}99999"  # a build whose process died: its lock is free
+    dead.mkdir(parents=True)
+    decode, said = cache._decode_into, {}
+
+    def clear_meanwhile(dataset, folder):
+        assert main(["cache", "clear", "--dir", str(root)]) == 0  # another process's `accel cache clear`
+        said["clear"] = capsys.readouterr().out
+        assert main(["cache", "info", "--dir", str(root)]) == 0
+        said["info"] = capsys.readouterr().out
+        return decode(dataset, folder)
+
+    monkeypatch.setattr(cache, "_decode_into", clear_meanwhile)
+    data = folder_dataset(tmp_path / "images")
+    out = cached(data, CacheConfig(enabled=True, dir=str(root)), "imgs")  # the build completes
+    assert decoded(out)[0].equal(decoded(data)[0])
+    assert "removed 1 cache entries" in said["clear"] and not dead.exists()
+    assert f"left {root}/imgs-" in said["clear"] and "another process is building it now" in said["clear"]
+    assert "being built now (by another process)" in said["info"]
+
+
+def test_ctrl_c_during_cache_build_exits_130_and_leaves_no_half_entry(
+    tmp_path, tiny, write_recipe, capsys, monkeypatch
+):
+    import signal
+
+    write_images(tmp_path / "images", {"a": 3, "b": 3}, fmt="jpg")
+    tiny["data"] = {
+        "dataset": {"name": "imagefolder", "root": str(tmp_path / "images"), "image_size": 8},
+        "batch_size": 2,
+        "cache": {"enabled": True, "dir": str(tmp_path / "cache")},
+    }
+    decode = cache._decode_into
+
+    def ctrl_c_while_decoding(dataset, folder):
+        os.kill(os.getpid(), signal.SIGINT)
+        return decode(dataset, folder)
+
+    monkeypatch.setattr(cache, "_decode_into", ctrl_c_while_decoding)
+    assert main(["cache", "build", str(write_recipe(tiny))]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted: the entry being built was removed" in err and "Traceback" not in err
+    assert list((tmp_path / "cache").iterdir()) == []

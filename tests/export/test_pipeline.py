@@ -180,3 +180,22 @@ def test_a_diverged_run_writes_strict_json_and_no_advice_that_cannot_apply(tiny_
     assert report["verified"] is False and report["verification"]["max_abs_diff"] is None
     note = report["validation"]["note"]
     assert note.startswith("the run diverged: last.pt holds the last weights it kept") and "Resume" not in note
+
+
+def test_ctrl_c_during_an_export_exits_130_and_its_export_json_says_the_files_are_unverified(
+    tiny_run, tmp_path, capsys, monkeypatch
+):
+    import os
+    import signal
+
+    def ctrl_c(*args, **kwargs):  # the model file is written by now; its timing has not begun
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(pipeline, "latency", ctrl_c)
+    out = tmp_path / "onnx"
+    assert main(["export", str(tiny_run), "--out", str(out), "--runs", "3", "--warmup", "1"]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted: nothing exported" in err and "Traceback" not in err
+    record = json.loads((out / "export.json").read_text())
+    assert record["interrupted"] is True and record["verified"] is False and "model.onnx" in record["files"]
+    assert "unverified" in record["note"]

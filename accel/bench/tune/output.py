@@ -57,7 +57,7 @@ def table(result: TuneResult) -> Table:
             final.samples_per_s.text("{:.1f}", ""),
             _ratio(final.ratio),
             _ratio(final.median_step_ratio),
-            final.verdict or "",
+            final.verdict or ("no verdict: busy machine" if final.busy is not None else ""),
             f"by median steps: {final.median_step_verdict}" if disagree else "",
         )
     return out
@@ -129,7 +129,7 @@ def final_lines(result: TuneResult, given: str = "recipe") -> list[str]:
         return []
     lines = [
         f"Tuned vs the {given} as given, measured last: {_ratio(final.ratio)} samples/s "
-        f"({final.verdict or 'too few trials for a verdict'}); by median step times "
+        f"({_final_verdict(final)}); by median step times "
         f"{_ratio(final.median_step_ratio)}."
     ]
     if final.reached is not None:
@@ -141,6 +141,14 @@ def final_lines(result: TuneResult, given: str = "recipe") -> list[str]:
             f"measured choice was {final.reverted})."
         )
     return lines
+
+
+def _final_verdict(final) -> str:
+    if final.verdict:
+        return final.verdict
+    if final.busy is not None:
+        return f"no verdict: the machine was busy during the trials (others took {final.busy:.0%} of the cores)"
+    return "too few trials for a verdict"
 
 
 def _comment(result: TuneResult, base: Recipe, command: str, settings: TrialSettings, trials: int) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..knobs import TRAITS, Knob
-from ..records import Interval, Reading, Record, VariantSummary, Verdict
+from ..records import Interval, Reading, Record, VariantSummary, Verdict, busy_fields
 from ..summary import MIN_TRIALS
 
 
@@ -37,6 +37,7 @@ class FinalCheck(Record):
     verdict: Verdict | None
     median_step_ratio: Interval
     median_step_verdict: Verdict | None
+    busy: float | None = None  # the machine was busy during its trials: others' largest share; no verdict
     reverted: dict[str, Any] | None = None
     # --objective time: the tuned time to the target over the recipe's, and how many trials of each reached it
     time_ratio: Reading | None = None
@@ -60,6 +61,7 @@ def final_check(tuned: VariantSummary, recipe: VariantSummary) -> FinalCheck:
         verdict=tuned.verdict,
         median_step_ratio=tuned.median_step_ratio,
         median_step_verdict=tuned.median_step_verdict,
+        **busy_fields(tuned.busy),
         time_ratio=tuned.time_to_target_ratio if timed else None,
         reached={r.name: f"{r.target_reached or 0}/{len(r.trials)}" for r in (tuned, recipe)} if timed else None,
     )
@@ -94,6 +96,8 @@ def _note(key: str, r: VariantSummary, current: str, best: str, passed: dict[str
     faster = (timed.median or 2) < 1 if timed else (r.ratio_vs_baseline.median or 0) > 1
     if r.verdict is None and faster and r.name not in (best, current) and r.ok_trials < MIN_TRIALS:
         note = f"not trusted: fewer than {MIN_TRIALS} trials"
+    elif r.busy is not None and r.name not in (best, current):
+        note = f"not chosen: no verdict, the machine was busy during the trials (others took {r.busy:.0%} of the cores)"
     failed = [t.error for t in r.trials if t.error]
     if not r.trials:
         note = "not run (a smaller value failed)"

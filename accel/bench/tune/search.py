@@ -54,6 +54,7 @@ class TuneResult:
     compared: list[str] = field(default_factory=list)  # knobs with a candidate that ran beside the reference
     target: str | None = None  # --objective time: the target every time was measured to
     loads: list[dict[str, Any] | None] = field(default_factory=list)  # each trial's machine load (accel/load.py)
+    interrupted: bool = False  # Ctrl-C, SIGTERM or SIGHUP ended the search: nothing was chosen
 
     @property
     def labels(self) -> dict[str, str]:
@@ -69,6 +70,7 @@ class TuneResult:
             "final": self.final.to_data() if self.final else None,
             "target": self.target,
             "busy": busy_note(self.loads),
+            **({"interrupted": True} if self.interrupted else {}),
         }
 
 
@@ -272,7 +274,25 @@ def tune(
     objective = objective or Objective()
     subject = RecipeSubject(base) if isinstance(base, Recipe) else base
     m = Measure(subject, settings, trials, console or Console(stderr=True), budget, run_trials, objective)
-    result, traits = TuneResult(loads=m.loads), {}
+    result = TuneResult(loads=m.loads)
+    try:
+        _search(m, result, knobs, work, final_check)
+    except KeyboardInterrupt:  # the record says so, and what was measured before (nothing is chosen from it)
+        result.interrupted, result.chosen = True, {}
+        _write_record(result, work, objective)
+        raise
+    _write_record(result, work, objective)
+    return result
+
+
+def _write_record(result: TuneResult, work: Path, objective: Objective) -> None:
+    result.target = str(objective.target) if objective.target else None  # a default target is set by the search
+    work.mkdir(parents=True, exist_ok=True)
+    write_atomic(work / "tune.json", strict_json(result.to_data(), indent=2) + "\n")  # NaN as null: any parser
+
+
+def _search(m: Measure, result: TuneResult, knobs: list[Knob], work: Path, final_check: bool) -> None:
+    traits = {}
     if any(need for knob in knobs for need in knob.needs):  # a trial of the recipe reports the model's traits
         traits = _model_traits(m, knobs[0], work / "reference")
     for i, knob in enumerate(knobs):
@@ -282,16 +302,12 @@ def tune(
             result.rows += rows
         if knob is not None:
             _search_knob(m, result, knob, out, traits)
-    if final_check and subject.config_key(result.chosen) != subject.config_key({}):  # measure what tuning bought
-        budget.reserve = 0
+    if final_check and m.subject.config_key(result.chosen) != m.subject.config_key({}):  # what tuning bought
+        m.budget.reserve = 0
         result.final = _final_check(m, result, work / "final")
         if result.final and result.final.slower:
             # knobs chosen one by one, slower together (by either reading: tuning must never cost speed)
             result.final.reverted, result.chosen = dict(result.chosen), {}
-    result.target = str(objective.target) if objective.target else None
-    work.mkdir(parents=True, exist_ok=True)  # a script's trials write nothing of tune's own there
-    write_atomic(work / "tune.json", strict_json(result.to_data(), indent=2) + "\n")  # NaN as null: any parser reads it
-    return result
 
 
 def _model_traits(m: Measure, first: Knob, out: Path) -> dict[str, bool]:
