@@ -29,7 +29,7 @@ from .callbacks.tensorboard import TensorBoard
 from .engine_loaders import DeviceLoader, sharded
 from .engine_wrappers import unwrap, wrap_module, wrap_optimizer
 from .errors import AccelError
-from .flops import Utilisation
+from .flops import COUNT_SAMPLES, Utilisation, first_samples
 from .io import strict_json, write_atomic
 from .lint import SpeedLint
 from .optim import muon_from
@@ -102,7 +102,8 @@ class LoopState:
     in_no_sync: bool = False
     forward_synced: bool | None = None  # whether the last training forward ran outside no_sync
     said: set[str] = field(default_factory=set)  # notes logged once
-    utilisation: Utilisation = field(default_factory=Utilisation)  # FLOPs of a sample, counted at the first step
+    utilisation: Utilisation = field(default_factory=Utilisation)  # FLOPs of a sample, counted when first asked
+    flops_inputs: Any = None  # a few samples of the first training forward's inputs, until their FLOPs are counted
     lint: SpeedLint | None = None
     tensorboard: TensorBoard | None = None  # with `out`, from the first `log`
     micro_batches: int = 0  # training forwards (or compile_step calls) since the last optimizer step
@@ -124,6 +125,14 @@ def _autocast_nesting() -> int:
     depth = torch.autocast_increment_nesting()
     torch.autocast_decrement_nesting()
     return depth - 1
+
+
+def _few_samples(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The first COUNT_SAMPLES samples of a forward's inputs, copied (the loop may refill its own tensors)."""
+    leading = _leading((args, kwargs))
+    samples = len(leading) if leading is not None and leading.dim() else 1
+    few = first_samples((args, kwargs), samples, min(samples, COUNT_SAMPLES))
+    return map_tensors(lambda t: t.detach().clone(), few)
 
 
 def _leading(value: Any) -> torch.Tensor | None:
@@ -211,8 +220,8 @@ class OwnLoop:
         if torch.is_grad_enabled() and self.module.training:
             self._micro_batch()
             self._count(args or tuple(kwargs.values()))
-            if not loop.utilisation.counted:  # on the first step's inputs, before it runs: warm-up time
-                loop.utilisation.count(_Counting(self), (args, kwargs))
+            if loop.flops_inputs is None and not loop.utilisation.counted:
+                loop.flops_inputs = _few_samples(args, kwargs)
         if loop.autocast_depth is not None:
             self._refuse_inner_autocast()
             return self.model(*args, **kwargs)
@@ -412,10 +421,19 @@ class OwnLoop:
         """A training batch the engine's loader fetched, after waiting `data_s` for it."""
         self._loop.data_s += data_s
 
+    def _count_flops(self: Engine) -> None:
+        """FLOPs per sample of the first training forward's inputs, counted when a figure first needs them (the
+        summary, a bench trial's record), not in the loop's first step, whose time is the loop's own."""
+        loop = self._loop
+        if loop.flops_inputs is not None:
+            inputs, loop.flops_inputs = loop.flops_inputs, None
+            loop.utilisation.count(_Counting(self), inputs)
+
     def summary(self: Engine) -> dict[str, Any]:
         """What the run did: steps, throughput after the first step, data wait, speed-ups, the last metrics."""
         loop, now = self._loop, time.perf_counter()
         timed = now - loop.first_step if loop.first_step is not None else None
+        self._count_flops()
 
         def rate(count: int) -> float | None:
             return count / timed if timed and count else None

@@ -437,6 +437,17 @@ def test_measuring_leaves_the_loops_random_stream_alone(tmp_path, monkeypatch):
     assert isinstance(summary["lint"], list)
 
 
+def test_flops_are_counted_when_the_summary_asks_not_in_the_loops_first_step():
+    eng = accel.Engine(device="cpu")
+    model, optimizer = eng.setup(*fresh())
+    x, y = data()[:8]
+    eng.backward(F.cross_entropy(model(x), y))
+    optimizer.step()
+    assert not eng._loop.utilisation.counted  # the loop's own first step paid nothing for it
+    assert eng.summary()["flops_per_sample"] > 0 and eng._loop.utilisation.counted
+    eng.close()
+
+
 def test_a_run_directory_of_its_own_with_out(tmp_path):
     with accel.Engine(device="cpu", out=tmp_path / "run") as eng:
         model, optimizer = eng.setup(*fresh())
