@@ -100,7 +100,8 @@ class Engine(OwnLoop):
         self.out = Path(out) if out is not None else None
         self.logged: list[dict[str, Any]] = []  # what the loop reported through `log`
         self.optimizer_setting = settings.optimizer if settings else None  # "muon": built at setup
-        self._loop = LoopState()
+        # the speed-ups are resolved once, here: what the loop's own step would be refused for is known now
+        self._loop = LoopState(whole_step=next((s.name for s in self.speedups if s.replaces_step()), None))
         self._trial = script_trial.attach(self, settings)  # None unless `accel bench` runs the script
 
     # ---- what it trains -----------------------------------------------------------------------------

@@ -55,8 +55,7 @@ class _Counting:
         self.step_contexts, self.task = engine.step_contexts, self
 
     def samples(self, batch: Any) -> int:
-        leading = _leading(batch)
-        return len(leading) if leading is not None and leading.dim() else 1
+        return _sample_count(batch)
 
     def loss(self, model: Any, batch: Any) -> torch.Tensor:
         args, kwargs = batch
@@ -110,7 +109,7 @@ class LoopState:
     unsynced: Any = None  # the strategy's no_sync, open from a non-final micro-batch's forward to its backward
     in_step: bool = False  # inside a compile_step step
     forward_contexts: bool = False  # a forward outside eng.autocast() enters the step contexts (set by setup)
-    whole_step: str | None = None  # the speed-up that replaces the whole step, if any (set by setup)
+    whole_step: str | None = None  # the speed-up that replaces the whole step, if any (the engine's, fixed)
     samples: int = 0
     tokens: int = 0
     data_s: float = 0.0
@@ -129,10 +128,15 @@ def _autocast_nesting() -> int:
 
 def _few_samples(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """The first COUNT_SAMPLES samples of a forward's inputs, copied (the loop may refill its own tensors)."""
-    leading = _leading((args, kwargs))
-    samples = len(leading) if leading is not None and leading.dim() else 1
+    samples = _sample_count((args, kwargs))
     few = first_samples((args, kwargs), samples, min(samples, COUNT_SAMPLES))
     return map_tensors(lambda t: t.detach().clone(), few)
+
+
+def _sample_count(batch: Any) -> int:
+    """The leading dimension of the batch's first tensor (1 for a scalar or none)."""
+    leading = _leading(batch)
+    return len(leading) if leading is not None and leading.dim() else 1
 
 
 def _leading(value: Any) -> torch.Tensor | None:
@@ -174,7 +178,6 @@ class OwnLoop:
         self._loop.forward_contexts = self.strategy.precision.name != "fp32" or any(
             type(s).step_context is not Speedup.step_context for s in self.speedups
         )
-        self._loop.whole_step = self._whole_step()
         return wrap_module(self.module, self), wrap_optimizer(self.optimizer, self)
 
     def _adopt(self: Engine, model: nn.Module) -> tuple[nn.Module, nn.Module | None]:
@@ -377,12 +380,8 @@ class OwnLoop:
 
         return step
 
-    def _whole_step(self: Engine) -> str | None:
-        return next((s.name for s in self.speedups if s.replaces_step()), None)
-
     def _check_own_step(self: Engine) -> None:
-        loop = self._loop
-        whole = loop.whole_step if loop.set_up else self._whole_step()
+        loop, whole = self._loop, self._loop.whole_step
         if whole is not None and not loop.step_function:
             raise AccelError(
                 f"speed-up `{whole}` replaces the whole training step, which a loop's own forward and backward "
