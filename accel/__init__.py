@@ -1,7 +1,7 @@
 """accel: composable PyTorch training speed-ups, driven by YAML recipes or a hand-written loop (`accel.Engine`),
 with A/B speed reports.
 
-The names below load on first use, so `import accel.trainer` (bring your own model and data) does not import
+The names below load on first use, so `import accel.train.trainer` (bring your own model and data) does not import
 the recipe machinery with every model and dataset it can name.
 """
 
@@ -12,12 +12,12 @@ from typing import Any
 
 _WHERE = {
     "AccelError": "errors",
-    "Engine": "engine",
-    "Recipe": "recipe",
-    "load_recipe": "recipe",
-    "build_trainer": "run",
-    "run_recipe": "run",
-    "Trainer": "trainer",
+    "Engine": "engine.core",
+    "Recipe": "config.recipe",
+    "load_recipe": "config.recipe",
+    "build_trainer": "train.run",
+    "run_recipe": "train.run",
+    "Trainer": "train.trainer",
     "speedups": None,
     "tasks": None,
 }

@@ -9,7 +9,8 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-# set by accel's torchrun (accel/torchrun.py) for its ranks: a folder where each leaves its error, said once there
+# set by accel's torchrun (accel/launch/torchrun.py) for its ranks: a folder where each leaves its error, said
+# once there
 RANK_ERRORS = "ACCEL_RANK_ERRORS"
 
 

@@ -26,11 +26,11 @@ import torch
 import torch.nn.functional as F
 
 from accel import devices
+from accel.config.recipe import Recipe, load_recipe
 from accel.models import build_model
-from accel.optim import build_optimizer, build_scheduler
-from accel.recipe import Recipe, load_recipe
+from accel.optimizers.builders import build_optimizer, build_scheduler
 from accel.registry import DATASETS
-from accel.run import run_recipe
+from accel.train.run import run_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 LOSS_TARGET, SPEED_TARGET = 0.02, 0.03

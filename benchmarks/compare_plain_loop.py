@@ -47,10 +47,10 @@ import torch
 from accel import devices
 from accel.bench.stats import bootstrap_median_ci
 from accel.callbacks.base import Callback
+from accel.config.recipe import Recipe, load_recipe, validate_recipe
 from accel.errors import AccelError
-from accel.recipe import Recipe, load_recipe, validate_recipe
-from accel.run import build_trainer
-from accel.trainer import Trainer
+from accel.train.run import build_trainer
+from accel.train.trainer import Trainer
 
 TARGET = 1.03  # accel may take at most 3% longer than the plain loop
 

@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
+from accel.config.recipe import load_recipe  # noqa: E402
 from accel.data.pipeline import build_data_pipeline  # noqa: E402
 from accel.models import build_model  # noqa: E402
-from accel.recipe import load_recipe  # noqa: E402
 from accel.registry import DATASETS  # noqa: E402
 
 FETCHES = 60

@@ -60,7 +60,7 @@ class PeakMemory:
 def one_pass(args: argparse.Namespace) -> dict:
     """Build the loader with workers of kind `args.one` and time its batches in this process."""
     from accel.bench.data_pipelines import accel_loader
-    from accel.recipe import load_recipe
+    from accel.config.recipe import load_recipe
     from accel.registry import DATASETS
 
     sets = [*args.overrides, "data.cache.enabled=false", f"data.loader.workers_kind={args.one}"]

@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Time of Muon's Newton-Schulz orthogonalisation of one matrix in each `optim.ns_dtype` (accel/muon_ns.py), at
+"""Time of Muon's Newton-Schulz orthogonalisation of one matrix in each `optim.ns_dtype` (accel/optimizers/muon_ns.py),
+at
 the shape of lm-bytes' GPT matrices (192 x 768 and 768 x 192). On a CPU without native bf16 the bf16 run is
 emulated, which is why `auto` picks float32 there. Median of --repeats calls after one warm-up; prints a table
 and writes JSON.
@@ -21,7 +22,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from accel import devices  # noqa: E402
-from accel.muon_ns import DTYPES, orthogonalise  # noqa: E402
+from accel.optimizers.muon_ns import DTYPES, orthogonalise  # noqa: E402
 
 COEFFICIENTS = (3.4445, -4.7750, 2.0315)  # torch's Muon defaults
 

@@ -4,7 +4,7 @@
 MFU is only as honest as its denominator. A datasheet peak assumes boost clocks and ideal data; this measures
 what one large `a @ b` reaches here (fp32 exact, fp32 through TF32, bf16, fp16, and float8 through
 `torch._scaled_mm` on GPUs that have it), on random inputs (zeros run faster than real data), timed as MFU's
-own CPU probe times it (`accel.peaks.best_seconds`: the fastest of the repeats after a warm-up call).
+own CPU probe times it (`accel.measure.peaks.best_seconds`: the fastest of the repeats after a warm-up call).
 On CUDA, bandwidth is a large device-to-device copy, counting bytes read plus bytes written.
 
     python scripts/peak_rates.py                       # this machine's default device, JSON to runs/
@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from accel import devices  # noqa: E402
-from accel.peaks import best_seconds  # noqa: E402
+from accel.measure.peaks import best_seconds  # noqa: E402
 
 
 def timed(fn, device: torch.device, repeats: int) -> float:

@@ -32,8 +32,8 @@ import compare_peer_gpt as peer  # noqa: E402
 
 from accel.bench.stats import bootstrap_median_ci  # noqa: E402
 from accel.callbacks import Callback  # noqa: E402
-from accel.recipe import load_recipe  # noqa: E402
-from accel.run import build_trainer  # noqa: E402
+from accel.config.recipe import load_recipe  # noqa: E402
+from accel.train.run import build_trainer  # noqa: E402
 from tests.compat.models import ViewGPT  # noqa: E402
 
 SIZE = peer.SIZES["small"]

@@ -279,8 +279,8 @@ def step_flops(recipe_path: str, device_spec: str, quick: bool) -> dict:
     """FLOPs of one training step (forward + backward) at the recipe's batch size, counted by torch."""
     from torch.utils.flop_counter import FlopCounterMode
 
+    from accel.config.recipe import load_recipe
     from accel.models import build_model
-    from accel.recipe import load_recipe
 
     recipe = load_recipe(recipe_path, ["model.name=small_cnn"] if quick else [])
     device = devices.resolve_device(device_spec)

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from accel.recipe import Recipe
+from accel.config.recipe import Recipe
 from accel.registry import DATASETS, IMPORTED, LOSSES, OPTIMIZERS, SCHEDULERS, SPEEDUPS, TASKS
 
 TARGET = Path(__file__).resolve().parent.parent / "docs" / "recipe-reference.md"

@@ -17,7 +17,7 @@ import pytest
 import torch
 import yaml
 
-from accel.rundir import RunDir
+from accel.runs.rundir import RunDir
 
 ROOT = Path(__file__).resolve().parent.parent
 # the tests that send SIGHUP model a terminal closing under a run: their processes must start as a terminal's do,

@@ -29,8 +29,9 @@ def installed(tmp_path_factory) -> Path:
     """A venv with accel installed from a copy of the checkout; returns its bin folder."""
     tmp = tmp_path_factory.mktemp("install")
     source = tmp / "source"
-    shutil.copytree(ROOT / "accel", source / "accel", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md"):
+    for folder in ("accel", "recipes", "configs"):
+        shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(ROOT / name, source / name)
     venv = tmp / "venv"
     _run(sys.executable, "-m", "venv", "--without-pip", str(venv), cwd=tmp)

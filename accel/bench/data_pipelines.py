@@ -15,11 +15,11 @@ from typing import Any
 
 import torch
 
+from ..config.recipe import Recipe
 from ..data.cache import CacheConfig, cached
 from ..data.loaders import LoaderConfig, build_loader
 from ..data.sampler import EpochSampler
 from ..errors import AccelError
-from ..recipe import Recipe
 from ..registry import DATASETS
 
 PIPELINES = ("plain", "tuned", "cache", "dali")

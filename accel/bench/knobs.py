@@ -17,11 +17,11 @@ from typing import Any
 
 import torch
 
+from ..config.recipe import Recipe
+from ..config.recipe_yaml import parse_value
 from ..devices import available_cpus
 from ..errors import AccelError
 from ..models.blocks import TRAITS as MODEL_TRAITS
-from ..recipe import Recipe
-from ..recipe_yaml import parse_value
 from ..registry import SPEEDUPS
 from ..speedups import Candidate, Context, Phase, Speedup
 from .variants import format_value, vary_variants

@@ -90,7 +90,7 @@ class Reading(Interval):
     """A ratio with the verdict its interval gives (None: too few trials, nothing measured, or `busy`)."""
 
     verdict: Verdict | None = None
-    # set only when the machine was busy during the trials compared (accel/load.py): others' largest share of
+    # set only when the machine was busy during the trials compared (accel/measure/load.py): others' largest share of
     # the cores, for which the verdict is withheld
     busy: float | None = None
 
@@ -138,7 +138,7 @@ class Trial(Record):
     time_to_target_s: float | None = None
     target_evals: list[dict[str, Any]] | None = None
     step_losses: list[float] | None = None  # each optimizer step's training loss, warm-up included
-    load: dict[str, Any] | None = None  # the machine's load during the trial (accel/load.py), the runner's
+    load: dict[str, Any] | None = None  # the machine's load during the trial (accel/measure/load.py), the runner's
     # the runner's, added in the parent process
     index: int | None = None
     started_at: float | None = None

@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 
 from ..io import strict_json, write_atomic
-from ..load import busy_note
+from ..measure.load import busy_note
 from . import plots
 from .records import Reading, Report, VariantSummary, Verdict
 from .variants import format_value
@@ -159,7 +159,7 @@ def lint_lines(report: Report) -> list[str]:
 
 
 def busy_line(report: Report) -> str | None:
-    """The warning that the machine was busy during the trials (accel/load.py's rule), or None."""
+    """The warning that the machine was busy during the trials (accel/measure/load.py's rule), or None."""
     return busy_note([t.load for r in report.variants for t in r.trials])
 
 

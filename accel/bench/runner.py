@@ -26,11 +26,11 @@ from typing import Any, Protocol
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from .. import load
+from ..config.recipe import Recipe, load_recipe, validate_recipe
+from ..config.recipe_yaml import Origins, apply_overrides
 from ..errors import AccelError, RecipeError
-from ..recipe import Recipe, load_recipe, validate_recipe
-from ..recipe_yaml import Origins, apply_overrides
-from ..signals import die_with_parent, handled, leave_closed_terminal
+from ..measure import load
+from ..runs.signals import die_with_parent, handled, leave_closed_terminal
 from .records import Report, Trial
 from .report import write_reports
 from .summary import summarize

@@ -1,7 +1,8 @@
 """`accel bench -- python train.py ARGS`: the A/B report of a user's own script, each trial a fresh process of it.
 
-A variant is the script with `ACCEL_SET` items added (accel.engine_settings), or with one of its own options set
-(`--vary arg:--batch=16,32`), and its engine measures its own steps (accel.script_trial). One probe comes first: the
+A variant is the script with `ACCEL_SET` items added (accel.engine.settings), or with one of its own options set
+(`--vary arg:--batch=16,32`), and its engine measures its own steps (accel.engine.script_trial). One probe comes
+first: the
 script runs until its `accel.Engine` sets the model up, which writes what the engine was given (speed-ups, device)
 and the model's traits, and exits. That tells the ablation the script's speed-ups and which others this device
 and model can use (`--ablate` tries both), validates every variant's settings in a second rather than in every
@@ -25,10 +26,10 @@ from typing import Any
 import torch
 from rich.console import Console
 
-from .. import script_trial
-from ..engine_settings import SET_VARIABLE, engine_settings
+from ..engine import script_trial
+from ..engine.settings import SET_VARIABLE, engine_settings
 from ..errors import AccelError, RecipeError
-from ..signals import die_with_parent
+from ..runs.signals import die_with_parent
 from .knobs import runnable_speedups
 from .records import Report
 from .runner import BenchRun, TrialSettings, _exit_reason, _only, _slug, _tail, run_and_report, trial_env
@@ -56,7 +57,7 @@ class ScriptLaunch:
         return " ".join([os.environ.get(SET_VARIABLE, ""), *map(shlex.quote, self.sets)]).strip()
 
     def launch(self, settings: TrialSettings, json_path: Path) -> tuple[list[str], dict[str, str]]:
-        """The command and the variables that make its engine a trial (accel.script_trial)."""
+        """The command and the variables that make its engine a trial (accel.engine.script_trial)."""
         return list(self.command), {
             SET_VARIABLE: self.accel_set(),
             script_trial.PATH: str(json_path),
@@ -191,7 +192,7 @@ def _quiet():
 
 def probe(command: list[str], sets: list[str], timeout: float | None = None) -> dict[str, Any]:
     """What the script's engine was given (speed-ups, device, strategy): the script runs until it creates its
-    engine, which writes them and exits (accel.script_trial). A script that never creates one fails here."""
+    engine, which writes them and exits (accel.engine.script_trial). A script that never creates one fails here."""
     with tempfile.TemporaryDirectory(prefix="accel-probe-") as folder:
         path, log_path = Path(folder) / "given.json", Path(folder) / "probe.log"
         env = trial_env(Path(folder) / "cache") | {

@@ -13,7 +13,7 @@ report adds `speedups` (ablation only: each speed-up read as added to baseline a
 `recommended`. The caller passes `env` and the run's context (`recipes`, `command`, ...) as `extra`.
 
 A comparison whose trials (the variant's or the baseline's) ran while other processes took a large share of the
-cores (accel/load.py's `busy`) gets no verdict: its ratios are kept, `busy` says why, and nothing is recommended
+cores (accel/measure/load.py's `busy`) gets no verdict: its ratios are kept, `busy` says why, and nothing is recommended
 from it. On two busy cores the same bench once read "hurt 0.12x" and minutes later "helped 2.32x".
 """
 
@@ -23,26 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import load
-from .records import (
-    Interval,
-    Reading,
-    Recommendation,
-    Report,
-    SpeedupReadings,
-    Trial,
-    VariantSummary,
-    Verdict,
-    busy_fields,
-)
-from .stats import (
-    bootstrap_median_ci,
-    bootstrap_ratio_ci,
-    break_even_steps,
-    differs_beyond_noise,
-    percentiles,
-    verdict,
-)
+from ..measure import load
+from .records import Interval, Reading, Recommendation, Report, SpeedupReadings, Trial, VariantSummary, Verdict, busy_fields
+from .stats import bootstrap_median_ci, bootstrap_ratio_ci, break_even_steps, differs_beyond_noise, percentiles, verdict
 from .variants import Variant
 
 MIN_TRIALS = 2  # one trial per side gives an interval of zero width: no verdict can rest on it

@@ -138,7 +138,7 @@ def _total_steps(recipe_path: Path, steps: int, warmup: int, samples: int | None
     size (at least warmup + 1)."""
     if samples is None:
         return warmup + steps
-    from ..recipe import load_recipe
+    from ..config.recipe import load_recipe
 
     recipe = load_recipe(recipe_path)
     per_step = recipe.data.batch_size * recipe.train.grad_accum
@@ -170,9 +170,9 @@ def run_trial(
     (bf16, a fused kernel) would look like a changed result; with it, the trials' spread shows how far results
     move by chance, and a variant's result is flagged only when it moves further.
     """
+    from ..config.recipe import load_recipe
     from ..models.blocks import model_traits
-    from ..recipe import load_recipe
-    from ..run import build_trainer
+    from ..train.run import build_trainer
 
     started = time.perf_counter()
     total = _total_steps(recipe_path, steps, warmup, samples)
@@ -233,7 +233,7 @@ def _compile_figures(summary: dict) -> dict[str, Any]:
 
 
 def _steps_per_epoch(trainer) -> int | None:
-    from ..trainer import steps_per_epoch
+    from ..train.trainer import steps_per_epoch
 
     try:
         return steps_per_epoch(len(trainer.train_loader), trainer.cfg.grad_accum)

@@ -13,8 +13,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..config.recipe_yaml import parse_value
 from ..errors import AccelError, RecipeError
-from ..recipe_yaml import parse_value
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..meter import BatchInfo
+from ..measure.meter import BatchInfo
 
 if TYPE_CHECKING:
-    from ..trainer import Trainer
+    from ..train.trainer import Trainer
 
 
 class Callback:

@@ -11,12 +11,11 @@ from typing import Any
 import torch
 from pydantic import Field
 
-from ..checkpoint import save_checkpoint
-from ..divergence import finite_weights
-from ..meter import BatchInfo
-from ..rundir import RunDir, epoch_checkpoints
+from ..measure.meter import BatchInfo
+from ..runs.checkpoint import finite_weights, save_checkpoint
+from ..runs.rundir import RunDir, epoch_checkpoints
+from ..runs.sharded_checkpoint import ShardedSaver
 from ..schema import StrictModel
-from ..sharded_checkpoint import ShardedSaver
 from .base import Callback
 
 log = logging.getLogger("accel")

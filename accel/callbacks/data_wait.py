@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from .base import Callback
 
 if TYPE_CHECKING:
-    from ..trainer import Trainer
+    from ..train.trainer import Trainer
 
 log = logging.getLogger("accel")
 DATA_BOUND = 0.2  # above this share of step time waiting for data, the input pipeline is the thing to speed up

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..errors import AccelError, disk_full
 from ..io import strict_json
-from ..rundir import RunDir, cut_metrics
+from ..runs.rundir import RunDir, cut_metrics
 from .base import Callback
 
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from ..errors import AccelError
-from ..runlock import hold
+from ..runs.runlock import hold
 from .options import add_sets, add_trial_options, check_trial_options
 
 SPEED_STEPS, TIME_STEPS = (10, 3), (60, 1)  # tune's (steps, warmup) per objective: a speed, and a short run
@@ -167,7 +167,7 @@ def bench(args: argparse.Namespace) -> int:
     from ..bench.runner import TrialSettings, plan_bench, run_bench
     from ..bench.variants import describe
     from ..io import default_out
-    from ..rundir import check_results_out
+    from ..runs.rundir import check_results_out
 
     if args.user_script is not None:
         return bench_script(args)
@@ -224,7 +224,7 @@ def bench_script(args: argparse.Namespace) -> int:
     from ..bench.script import plan_script, run_script_bench, script_name
     from ..bench.variants import describe
     from ..io import default_out
-    from ..rundir import check_results_out
+    from ..runs.rundir import check_results_out
 
     if not args.user_script:
         raise AccelError("no script after `--`: give its command, e.g. `accel bench --ablate -- python train.py`.")
@@ -268,11 +268,11 @@ def tune(args: argparse.Namespace) -> int:
     from ..bench.target import check_target_metric, parse_target
     from ..bench.tune import Objective, check_fragment_out, time_settings, write_fragment
     from ..bench.tune import tune as run_tune
+    from ..config.recipe import load_recipe
+    from ..config.recipe_yaml import recipe_files
+    from ..config.shipped import find_recipe
     from ..io import default_out
-    from ..recipe import load_recipe
-    from ..recipe_yaml import recipe_files
-    from ..rundir import check_results_out
-    from ..shipped import find_recipe
+    from ..runs.rundir import check_results_out
 
     if args.user_script is not None:
         from .tune_script import tune_script
@@ -323,7 +323,7 @@ def searched(search, work: Path):
     from rich.console import Console
 
     from ..bench.tune import NOTHING_MEASURED, table
-    from ..load import busy_note
+    from ..measure.load import busy_note
 
     try:
         with hold(work):  # a second tune there is refused while this one runs

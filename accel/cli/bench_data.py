@@ -32,11 +32,11 @@ def add(commands) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..bench.data_pipelines import PIPELINES, make_loaders
     from ..bench.data_rates import render, rows, run_rounds
+    from ..config.recipe import load_recipe
     from ..devices import environment, resolve_device
     from ..errors import AccelError
     from ..io import default_out, strict_json, write_atomic
-    from ..recipe import load_recipe
-    from ..rundir import check_results_out
+    from ..runs.rundir import check_results_out
 
     if args.batches < 1 or args.warmup < 0 or args.rounds < 1:
         raise AccelError(

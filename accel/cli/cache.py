@@ -26,8 +26,8 @@ def run(args: argparse.Namespace) -> int:
     from ..data import cache
 
     if args.action == "build":
-        from ..recipe import load_recipe
-        from ..signals import abort_on_signals
+        from ..config.recipe import load_recipe
+        from ..runs.signals import abort_on_signals
 
         recipe = load_recipe(args.recipe, args.overrides)
         try:

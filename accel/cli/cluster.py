@@ -1,4 +1,4 @@
-"""`accel slurm` and `accel k8s`: write the job file that runs a recipe on a cluster (accel/cluster/)."""
+"""`accel slurm` and `accel k8s`: write the job file that runs a recipe on a cluster (accel/launch/cluster/)."""
 
 from __future__ import annotations
 
@@ -38,9 +38,9 @@ def _add_job(parser: argparse.ArgumentParser) -> None:
 def _job(args: argparse.Namespace, place: Callable[[str], str]):
     """The job, with its run directory placed by `place(default_out)`; the recipe is checked here, not on the
     cluster after a wait in the queue."""
-    from ..cluster import Job
+    from ..config.recipe import load_recipe
     from ..io import default_out
-    from ..recipe import load_recipe
+    from ..launch.cluster import Job
 
     recipe = load_recipe(args.recipe, args.overrides)
     local = Path(args.recipe)
@@ -50,7 +50,7 @@ def _job(args: argparse.Namespace, place: Callable[[str], str]):
 
 
 def run_slurm(args: argparse.Namespace) -> int:
-    from ..cluster import slurm
+    from ..launch.cluster import slurm
 
     job = _job(args, lambda out: str(Path(out).resolve()))  # one directory for every node and every requeue
     path = Path(args.script or f"{Path(job.out).name}.sbatch")
@@ -62,7 +62,7 @@ def run_slurm(args: argparse.Namespace) -> int:
 
 
 def run_k8s(args: argparse.Namespace) -> int:
-    from ..cluster import k8s
+    from ..launch.cluster import k8s
 
     job = _job(args, k8s.run_dir)
     path = Path(args.manifest or f"{Path(job.out).name}.yaml")

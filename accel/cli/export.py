@@ -45,7 +45,7 @@ def add(commands) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..export import ExportConfig, export_run, render_table
-    from ..signals import abort_on_signals
+    from ..runs.signals import abort_on_signals
 
     options = {key: value for key, value in vars(args).items() if key not in ("command", "source", "argv", "run")}
     try:

@@ -18,7 +18,7 @@ def add(commands) -> None:
 
 
 def recipes(args: argparse.Namespace) -> int:
-    from ..shipped import RECIPES_DIR, recipe_names
+    from ..config.shipped import RECIPES_DIR, recipe_names
 
     for name in recipe_names():
         text = (RECIPES_DIR / f"{name}.yaml").read_text()
@@ -31,7 +31,7 @@ def recipes(args: argparse.Namespace) -> int:
 def speedups(args: argparse.Namespace) -> int:
     """Every registered speed-up, a user's own included once its module is imported: the registry is the one
     list (reading it imports torch, seconds on a small machine; `accel --help` and `accel recipes` do not).
-    Importing accel.speedups registers the built-in ones, without the models and datasets accel.builtins adds."""
+    Importing accel.speedups registers the built-in ones, without the models and datasets accel.config.builtins adds."""
     from ..devices import resolve_device
     from ..registry import SPEEDUPS
     from ..speedups import Context
@@ -52,8 +52,8 @@ def _first_line(doc: str | None) -> str:
 def doctor(args: argparse.Namespace) -> int:
     import json
 
-    from ..doctor import collect, render
-    from ..recipe import load_recipe
+    from ..config.recipe import load_recipe
+    from ..measure.doctor import collect, render
 
     recipe = load_recipe(args.recipe, args.overrides) if args.recipe else None
     info = collect(recipe)

@@ -44,11 +44,11 @@ def add(commands) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..config.recipe import load_recipe
     from ..io import default_out
     from ..profile import profile_recipe, profile_window, step_overrides
     from ..profile.report import print_report
-    from ..recipe import load_recipe
-    from ..rundir import check_results_out
+    from ..runs.rundir import check_results_out
 
     if args.user_script is not None or args.recipe is None:
         return profile_script(args)
@@ -74,7 +74,7 @@ def profile_script(args: argparse.Namespace) -> int:
     from ..profile.report import print_report
     from ..profile.script import Window, profile_script
     from ..profile.steps import check_window
-    from ..rundir import check_results_out
+    from ..runs.rundir import check_results_out
 
     if not args.user_script:
         raise AccelError(

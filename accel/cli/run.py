@@ -8,8 +8,8 @@ import shlex
 import sys
 
 from ..errors import AccelError
-from ..launch import Launch
-from ..launch import add_options as add_launch_options
+from ..launch.torchrun_command import Launch
+from ..launch.torchrun_command import add_options as add_launch_options
 from .options import add_sets
 from .train import signal_exit
 
@@ -29,8 +29,8 @@ def run(args: argparse.Namespace) -> int:
     """Start the script and wait: its exit code, or 130 (75 for SIGUSR1) when a signal stopped it, as `accel
     train` reports a run."""
     from ..bench.script import ScriptLaunch, _quiet
-    from ..distributed import run_torchrun
-    from ..engine_settings import SET_VARIABLE, engine_settings
+    from ..engine.settings import SET_VARIABLE, engine_settings
+    from ..launch.relay import run_torchrun
 
     if not args.user_script:
         raise AccelError("accel run needs your script after the options: `accel run -- python train.py ARGS`.")

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 from ..errors import AccelError
-from ..launch import Launch
-from ..launch import add_options as add_launch_options
-from ..signals import PREEMPT, PREEMPTED_EXIT
+from ..launch.torchrun_command import Launch
+from ..launch.torchrun_command import add_options as add_launch_options
+from ..runs.signals import PREEMPT, PREEMPTED_EXIT
 from .options import add_sets
 
 EXIT_CODES = {"completed": 0, "diverged": 3, "interrupted": 130, "preempted": PREEMPTED_EXIT}
@@ -37,10 +37,10 @@ def add(commands) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..distributed import under_torchrun, world_from_env
+    from ..config.recipe import load_recipe
     from ..io import default_out
-    from ..recipe import load_recipe
-    from ..run import run_recipe
+    from ..strategy.world import under_torchrun, world_from_env
+    from ..train.run import run_recipe
 
     if args.resume and not args.out:
         raise AccelError("--resume needs --out RUN_DIR: the run directory whose checkpoints/last.pt to continue.")
@@ -67,14 +67,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _profiler(args: argparse.Namespace, out: Path) -> list:
     """`--profile STEPS`: a profile window in the writing process (rank 0) of this run."""
-    from ..distributed import world_from_env
+    from ..strategy.world import world_from_env
 
     if args.profile is None or not world_from_env().is_main:
         return []
     # only now: the report's plots need matplotlib, which a training-only environment (the XLA one) lacks
     from ..profile import profile_window
     from ..profile.steps import check_window
-    from ..rundir import RunDir
+    from ..runs.rundir import RunDir
 
     check_window(PROFILE_WARMUP, args.profile)
     command = shlex.join(["accel", *args.argv])
@@ -84,7 +84,7 @@ def _profiler(args: argparse.Namespace, out: Path) -> list:
 
 def report(summary: dict, recipe) -> int:
     """Print the run directory and how the run ended; return the exit code that says it."""
-    from ..rundir import resume_command
+    from ..runs.rundir import resume_command
 
     print(summary["run_dir"])
     if summary["status"] == "diverged":
@@ -102,8 +102,8 @@ def signal_exit(signum: int | None) -> int:
 
 
 def interrupted_message(out: Path, stop: BaseException) -> str:
-    from ..rundir import RunDir, resume_command
-    from ..signals import StartupInterrupted
+    from ..runs.rundir import RunDir, resume_command
+    from ..runs.signals import StartupInterrupted
 
     if isinstance(stop, StartupInterrupted):
         return (
@@ -119,9 +119,9 @@ def interrupted_message(out: Path, stop: BaseException) -> str:
 
 def _check_before_torchrun(args: argparse.Namespace, launch: Launch, recipe, out: Path) -> None:
     """One clear refusal before torchrun starts, instead of one per rank (rank 0 checks again, holding the lock)."""
-    from ..run import check_can_start
-    from ..rundir import RunDir
-    from ..runlock import RunDirLock
+    from ..runs.rundir import RunDir
+    from ..runs.runlock import RunDirLock
+    from ..train.run import check_can_start
 
     if recipe.strategy == "fsdp" and launch.nproc * launch.nnodes > 1:
         from ..devices import resolve_device
@@ -157,7 +157,7 @@ def _torchrun(args: argparse.Namespace, launch: Launch, out: Path) -> int:
 
     SIGINT and SIGTERM are passed on to torchrun, which passes them to every rank; this process waits for them
     to save and then reports how the run ended, as one process would."""
-    from ..distributed import run_torchrun
+    from ..launch.relay import run_torchrun
 
     argv = ["train", args.recipe, "--out", str(out), *(f"--set={item}" for item in args.overrides)]
     argv += ["--resume"] if args.resume else []
@@ -176,7 +176,7 @@ def _torchrun(args: argparse.Namespace, launch: Launch, out: Path) -> int:
 
 def _read_summary(out: Path, written_since: float) -> dict:
     """summary.json if this run wrote it (an earlier part of a resumed run wrote one too)."""
-    from ..rundir import RunDir, read_summary
+    from ..runs.rundir import RunDir, read_summary
 
     try:
         if RunDir(out, create=False).summary.stat().st_mtime < written_since:
@@ -188,7 +188,7 @@ def _read_summary(out: Path, written_since: float) -> dict:
 
 def diverged_message(summary: dict, recipe) -> str:
     """What happened, what is kept, and what to try: a diverged run is a result to act on, not a crash."""
-    from ..rundir import RunDir
+    from ..runs.rundir import RunDir
 
     run = RunDir(summary["run_dir"], create=False)
     kept = (

@@ -19,7 +19,7 @@ def tune_script(args: argparse.Namespace) -> int:
     from ..bench.tune import tune as run_tune
     from ..bench.tune.script import ScriptSubject, comments, speed_knobs, time_knobs, write_script_fragment
     from ..io import default_out
-    from ..rundir import check_results_out
+    from ..runs.rundir import check_results_out
 
     time = _check(args)
     own_run = time and args.steps is None  # each trial runs the script to its own end (or the target)

@@ -17,7 +17,7 @@ from pydantic import Field, model_serializer, model_validator
 
 from ..callbacks.base import Callback
 from ..errors import DataError
-from ..rng import rank_seed
+from ..runs.rng import rank_seed
 from ..schema import StrictModel
 from .normalize import Normalize
 

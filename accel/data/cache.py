@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..devices import available_cpus
 from ..errors import DataError
-from ..runlock import RunDirBusy, RunDirLock, check_free
+from ..runs.runlock import RunDirBusy, RunDirLock, check_free
 from ..schema import StrictModel
 from .datasets.memory import TensorImageDataset
 from .loaders import worker_init

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 from ..devices import available_cpus
 from ..schema import StrictModel
 from .datasets.memory import GatheredBatch, GatheredDict
-from .threads import ThreadLoader
+from .thread_loader import ThreadLoader
 
 MAX_AUTO_WORKERS = 4
 
@@ -40,7 +40,7 @@ class LoaderConfig(StrictModel):
     workers_kind: Literal["processes", "threads", "auto"] = Field(
         "processes",
         description="What the `num_workers` workers are. `processes`: DataLoader worker processes. `threads`: a "
-        "pool of threads in the training process (accel/data/threads.py), for decoders that release the GIL "
+        "pool of threads in the training process (accel/data/thread_loader.py), for decoders that release the GIL "
         "(torchvision's decode_jpeg, PIL, OpenCV): no pickling, shared memory, the same batches. `auto`: "
         "threads for datasets that decode files with such a decoder (image folders), else processes.",
     )
@@ -85,7 +85,7 @@ def worker_init(worker_id: int) -> None:
     decoding down instead of up; one thread per worker process is the parallelism that is wanted.
     """
     faulthandler.enable()  # a worker that crashes in native code (a decoder, OpenCV) prints its Python stack
-    # preemption and a closed terminal are the training process's business (accel/signals.py); a cluster may send
+    # preemption and a closed terminal are the training process's business (accel/runs/signals.py); a cluster may send
     # SIGUSR1, and a shell whose terminal closes SIGHUP, to every process of a job, and their default action would
     # end the worker and with it the loop before it can save
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)

@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
-from .. import load
 from ..io import check_creatable
-from ..rundir import check_results_out
+from ..measure import load
+from ..runs.rundir import check_results_out
 from .config import ExportConfig
 from .errors import ExportError, QuantizeError
 from .formats import RUNTIME, SUFFIX, Runner, eager_runner, export_model, load_runner, ort_runner

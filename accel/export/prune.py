@@ -58,7 +58,7 @@ def sparsity(model: nn.Module) -> dict[str, float | int]:
 def finetune(source: Source, model: nn.Module, masks: Masks, steps: int) -> tuple[nn.Module, dict]:
     """`steps` optimizer steps of the recipe's training (data, loss, optimizer, schedule squeezed into `steps`)
     on a copy of `model`, with the masks held so pruned weights stay zero; returns the model and the summary."""
-    from ..run import build_trainer
+    from ..train.run import build_trainer
 
     recipe = cpu_recipe(source.recipe)
     train = recipe.train.model_copy(update={"max_steps": steps, "eval_every_epochs": 0, "early_stopping": None})

@@ -10,8 +10,8 @@ from typing import Any
 import torch
 
 from ..io import strict_json, write_atomic
-from ..load import busy
-from ..rundir import read_summary
+from ..measure.load import busy
+from ..runs.rundir import read_summary
 
 PACKAGES = ("torch", "onnx", "onnxruntime", "onnxscript")
 
@@ -21,7 +21,7 @@ def build_report(
 ) -> dict[str, Any]:
     """Everything export.json holds: where the model came from, what the graph takes, and per variant its size,
     validation accuracy, agreement with the model it was made from, and latency, with the machine's load while
-    the latencies were measured (`machine`, accel.load's record)."""
+    the latencies were measured (`machine`, accel.measure.load's record)."""
     original = evaluations["eager"]
     rows = [_row(v, evaluations, latencies, original, variants[0].size["size_bytes"]) for v in variants]
     checked = next(row for row in rows if row["name"] == config.format)
@@ -112,7 +112,7 @@ def _trained_accuracy(source) -> dict[str, Any]:
 
 
 def busy_note(machine: dict[str, Any] | None) -> str | None:
-    """What the latency table must say when others took a share of the cores while it was measured (accel.load's
+    """What the latency table must say when others took a share of the cores while it was measured (accel.measure.load's
     rule, as the bench and the profile apply it); None on a quiet machine."""
     if not busy(machine):
         return None

@@ -20,10 +20,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from .. import sharded_checkpoint
-from ..checkpoint import check_same_model, load_checkpoint
-from ..recipe import Recipe, load_recipe
-from ..rundir import CHECKPOINTS, RunDir
+from ..config.recipe import Recipe, load_recipe
+from ..runs import sharded_checkpoint
+from ..runs.checkpoint import check_same_model, load_checkpoint
+from ..runs.rundir import CHECKPOINTS, RunDir
 from .errors import ExportError
 
 log = logging.getLogger("accel")
@@ -125,7 +125,7 @@ def locate(path: str | Path) -> tuple[Path, Path]:
 
 def load_source(path: str | Path) -> Source:
     """Rebuild a run's model and data from its recipe.yaml and load the checkpoint's weights (weights_only)."""
-    from ..run import build_trainer
+    from ..train.run import build_trainer
 
     run_dir, checkpoint = locate(path)
     recipe_path = RunDir(run_dir, create=False).recipe

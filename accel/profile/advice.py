@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..traps import DATA_WAIT
+from ..measure.traps import DATA_WAIT
 from .phases import share
 
 

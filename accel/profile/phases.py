@@ -1,11 +1,11 @@
 """The step's anatomy as a table: wall time per phase per profiled step, its share of the step, and the memory
-peak seen in it, from the flat segments accel/anatomy.py recorded and the window's step boundaries."""
+peak seen in it, from the flat segments accel/measure/anatomy.py recorded and the window's step boundaries."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..anatomy import Segment
+from ..measure.anatomy import Segment
 
 # in the loop's order; "profiler" is torch.profiler's own cost at each step's end, "other" the loop's own time
 # between phases (the for statement, the budget check)

@@ -10,7 +10,7 @@ from typing import Any
 from ..bench.plots import STYLE, _figure, _html_list, _html_table, _save
 from ..devices import environment
 from ..io import strict_json, write_atomic
-from ..load import busy_note
+from ..measure.load import busy_note
 from . import phases
 from .advice import advise
 from .gpu import gpu_view

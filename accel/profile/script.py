@@ -5,7 +5,7 @@ profiled steps, rows, the commands for the report). The script's engine then dri
 recipe's trainer does: it opens after `eng.setup`, marks the end of every optimizer step, and after warm-up +
 steps writes the report (profile.json/.md/.html, the trace) and ends the process (exit 0).
 
-What the engine sees of the step is timed by phase (accel/anatomy.py): batches from `eng.setup_dataloaders`
+What the engine sees of the step is timed by phase (accel/measure/anatomy.py): batches from `eng.setup_dataloaders`
 (`data`, `to_device`), the model's forward, `eng.autocast()` (`loss`), `eng.backward`, `optimizer.step()`, the
 speed-ups' hooks; the rest of the loop (its own batches, a loss outside `eng.autocast()`) is `other`.
 """
@@ -23,11 +23,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from ..script_trial import PROFILE as VARIABLE
+from ..engine.script_trial import PROFILE as VARIABLE
 from .steps import profile_window
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from ..engine.core import Engine
 
 log = logging.getLogger("accel")
 STEPPED = SimpleNamespace(optimizer_stepped=True)  # what ProfileWindow.on_batch_end reads of a batch
@@ -135,7 +135,7 @@ def profile_script(window: Window, accel_set: str) -> dict[str, Any]:
     """Run the script with the window in ACCEL_PROFILE (and `accel_set` as ACCEL_SET), its output the terminal's;
     the report it wrote. A script that ends before its window does fails here, saying so."""
     from ..bench.runner import _exit_reason
-    from ..engine_settings import SET_VARIABLE
+    from ..engine.settings import SET_VARIABLE
     from ..errors import AccelError
 
     env = {**os.environ, SET_VARIABLE: accel_set, **window.to_env()}

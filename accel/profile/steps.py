@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .. import signals
+from ..config.recipe import Recipe
 from ..errors import AccelError
-from ..recipe import Recipe
+from ..runs import signals
 from . import report
 from .window import ProfileWindow
 
@@ -59,7 +59,7 @@ def profile_window(
 def profile_recipe(recipe: Recipe, profiler: ProfileWindow) -> dict[str, Any] | None:
     """Run the recipe (given `step_overrides`) with `profiler` in its trainer; returns the report, or None when a
     signal stopped the run before its profiled steps."""
-    from ..run import build_trainer
+    from ..train.run import build_trainer
 
     check_sync_debug(recipe, profiler.sync_debug)
     try:

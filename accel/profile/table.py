@@ -9,7 +9,7 @@ from typing import Any
 
 from torch.autograd import DeviceType
 
-from ..anatomy import MODULE, PREFIX
+from ..measure.anatomy import MODULE, PREFIX
 from .gpu import STEP
 from .window import Profiled
 

@@ -1,5 +1,5 @@
 """The profiled window of a run: `warmup` optimizer steps unprofiled (compilation, the allocator, oneDNN/cuDNN
-kernel choice), then `steps` recorded by torch.profiler with the loop's phases timed (accel/anatomy.py) and, on
+kernel choice), then `steps` recorded by torch.profiler with the loop's phases timed (accel/measure/anatomy.py) and, on
 CUDA, the allocator's history; the report is written when the run ends. `accel profile` and `accel train
 --profile` both add this callback to the trainer."""
 
@@ -15,9 +15,10 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from .. import devices, load, memory_snapshot
-from ..anatomy import Segment
+from .. import devices
 from ..callbacks import Callback
+from ..measure import load, memory_snapshot
+from ..measure.anatomy import Segment
 
 log = logging.getLogger("accel")
 SNAPSHOT = "memory.pickle"
@@ -31,11 +32,11 @@ class Profiled:
     profiler: profile
     steps: int
     device: torch.device
-    segments: list[Segment] = field(default_factory=list)  # the phases' time, flat (accel.anatomy)
+    segments: list[Segment] = field(default_factory=list)  # the phases' time, flat (accel.measure.anatomy)
     boundaries: list[float] = field(default_factory=list)  # perf_counter at each profiled step's start and end
     snapshot: Path | None = None  # CUDA memory snapshot
     facts: dict[str, Any] = field(default_factory=dict)  # what the advice needs to know of the run's settings
-    load: dict[str, Any] | None = None  # the machine's load over the window (accel/load.py)
+    load: dict[str, Any] | None = None  # the machine's load over the window (accel/measure/load.py)
     planned: int = 0  # the profiled steps asked for: `steps` is fewer when the run ended first
     status: str = "completed"  # how the run ended (summary.json's status): interrupted and diverged are said
     diverged_at: int | None = None

@@ -1,6 +1,6 @@
 """`amp`: mixed precision. bf16 autocast anywhere it is supported; fp16 autocast with a GradScaler on CUDA.
 
-The speed-up only chooses: the Precision it builds (accel.precision) is what the strategy runs the step with.
+The speed-up only chooses: the Precision it builds (accel.strategy.precision) is what the strategy runs the step with.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any, Literal
 from pydantic import Field
 
 from .. import devices
-from ..precision import Autocast, Precision, ScaledFp16
 from ..registry import SPEEDUPS
+from ..strategy.precision import Autocast, Precision, ScaledFp16
 from .base import Candidate, Context, Phase, Speedup, SpeedupConfig
 
 

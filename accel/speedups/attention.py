@@ -17,7 +17,7 @@ from ..registry import SPEEDUPS
 from .base import Candidate, Context, Phase, Speedup, SpeedupConfig
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from ..engine.core import Engine
 
 BACKENDS = {
     "flash": SDPBackend.FLASH_ATTENTION,

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from pydantic import Field
 
-from ..phases import Phase
-from ..precision import Precision
 from ..schema import StrictModel
+from ..strategy.precision import Precision
+from ..strategy.setup_phases import Phase
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from ..engine.core import Engine
 
 
 @dataclass(frozen=True)

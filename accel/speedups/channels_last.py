@@ -11,7 +11,7 @@ from ..registry import SPEEDUPS
 from .base import Candidate, Context, Phase, Speedup, SpeedupConfig
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from ..engine.core import Engine
 
 # By tensor rank: images (N, C, H, W) and volumes (N, C, D, H, W). Other ranks have no channels-last layout.
 FORMATS = {4: torch.channels_last, 5: torch.channels_last_3d}

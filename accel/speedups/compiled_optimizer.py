@@ -30,7 +30,7 @@ from .base import Context, Phase, Speedup, SpeedupConfig
 from .compile import check_backend, unavailable
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from ..engine.core import Engine
 
 log = logging.getLogger("accel")
 

@@ -9,8 +9,8 @@ from dataclasses import replace
 import torch
 
 from ..errors import AccelError, SpeedupUnavailable
-from ..precision import Precision
 from ..strategy.base import Strategy
+from ..strategy.precision import Precision
 from .base import Context, Speedup
 
 log = logging.getLogger("accel")

@@ -32,7 +32,7 @@ from .base import Context, Phase, Speedup, SpeedupConfig, one_program
 from .compiled_optimizer import tensor_lrs
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from ..engine.core import Engine
 
 log = logging.getLogger("accel")
 

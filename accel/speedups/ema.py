@@ -18,7 +18,7 @@ from ..registry import SPEEDUPS
 from .base import Context, Phase, Speedup, SpeedupConfig
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from ..engine.core import Engine
 
 
 def live_tensors(module: nn.Module) -> dict[str, torch.Tensor]:

@@ -14,7 +14,7 @@ from ..registry import SPEEDUPS
 from .base import Candidate, Context, Phase, Speedup, SpeedupConfig
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from ..engine.core import Engine
 
 log = logging.getLogger("accel")
 FP8_CAPABILITY = (8, 9)  # Ada and Hopper onwards have FP8 tensor cores

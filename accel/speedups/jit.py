@@ -22,7 +22,7 @@ from ..registry import SPEEDUPS
 from .base import Context, Phase, Speedup, SpeedupConfig, one_program
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from ..engine.core import Engine
 
 log = logging.getLogger("accel")
 _deprecation_said = False

@@ -1,7 +1,7 @@
 """How the processes share the model and run backward and the step: plain, ddp, fsdp or xla.
 
 The run chooses one (`choose`); the trainer calls its `backward` and `optimizer_step`, and it hands their numeric
-part to a Precision (accel.precision), so any strategy combines with any precision it does not refuse.
+part to a Precision (accel.strategy.precision), so any strategy combines with any precision it does not refuse.
 """
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import logging
 
 import torch
 
-from ..distributed import World
 from ..errors import AccelError
 from .base import Strategy
 from .ddp import DataParallel
 from .fsdp import FullyShard
+from .world import World
 
 log = logging.getLogger("accel")
 __all__ = ["DataParallel", "FullyShard", "Strategy", "choose"]

@@ -10,12 +10,12 @@ import torch
 from torch import nn
 
 from .. import devices
-from ..phases import Phase
-from ..precision import Precision
+from .precision import Precision
+from .setup_phases import Phase
 
 if TYPE_CHECKING:
-    from ..distributed import World
-    from ..engine import Engine
+    from ..engine.core import Engine
+    from .world import World
 
 
 class Strategy:

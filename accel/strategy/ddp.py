@@ -10,7 +10,7 @@ import torch
 from .base import Strategy
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from ..engine.core import Engine
 
 
 class DataParallel(Strategy):

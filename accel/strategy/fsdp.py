@@ -1,4 +1,4 @@
-"""`fsdp`: parameters, gradients and optimizer state sharded across processes with FSDP2 (accel.fsdp)."""
+"""`fsdp`: parameters, gradients and optimizer state sharded across processes with FSDP2 (accel.strategy.sharding)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from .. import fsdp
 from ..errors import AccelError
+from . import sharding
 from .base import Strategy
 
 if TYPE_CHECKING:
-    from ..distributed import World
+    from .world import World
 
 
 class FullyShard(Strategy):
@@ -23,10 +23,10 @@ class FullyShard(Strategy):
     follows_device = False  # the recipe asked for it: a speed-up that cannot run sharded refuses the run
 
     def prepare(self, model: nn.Module) -> nn.Module:
-        return fsdp.shard_model(model)
+        return sharding.shard_model(model)
 
     def no_sync(self, module: nn.Module) -> AbstractContextManager:
-        return fsdp.no_gradient_sync(module)
+        return sharding.no_gradient_sync(module)
 
     def eval_forwards_short(self, batches: int, world: World, device: torch.device) -> int:
         """A sharded model gathers its weights collectively in every forward, so each rank runs as many
@@ -40,9 +40,9 @@ class FullyShard(Strategy):
         return short
 
     def full_state_dicts(self, module: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
-        return fsdp.full_state_dicts(module, optimizer)  # collective: only rank 0's holds the state
+        return sharding.full_state_dicts(module, optimizer)  # collective: only rank 0's holds the state
 
     def load_full_state_dicts(
         self, module: nn.Module, optimizer: torch.optim.Optimizer, model_state: dict, optim_state: dict
     ) -> None:
-        fsdp.load_full_state_dicts(module, optimizer, model_state, optim_state)  # collective: the same file
+        sharding.load_full_state_dicts(module, optimizer, model_state, optim_state)  # collective: the same file

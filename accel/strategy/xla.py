@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..xla import XlaLoader, compile_stats
 from .base import Strategy
 from .ddp import DataParallel
+from .xla_runtime import XlaLoader, compile_stats
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from ..engine.core import Engine
 
 log = logging.getLogger("accel")
 

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ..errors import AccelError
-from ..fsdp import is_sharded
+from ..strategy.sharding import is_sharded
 
 HIDDEN = "return_hidden"  # the forward keyword of accel's own models
 # Hugging Face config keys that change the logits after the output layer (softcapping, a scale): a loss on the

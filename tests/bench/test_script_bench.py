@@ -1,5 +1,5 @@
 """`accel bench -- python train.py`: a user's own script benched through its accel.Engine, each trial a fresh
-process of it (accel/bench/script.py), its steps measured by the engine (accel/script_trial.py)."""
+process of it (accel/bench/script.py), its steps measured by the engine (accel/engine/script_trial.py)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import pytest
 import torch
 
 import accel
-from accel import script_trial
 from accel.bench.records import Trial
 from accel.bench.script import with_option
 from accel.cli import main
 from accel.cli.script_args import split
+from accel.engine import script_trial
 from accel.errors import AccelError
 
 # A few-line engine loop on random tensors; `crash` raises in the step of a bf16 variant.

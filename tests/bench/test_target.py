@@ -110,7 +110,7 @@ def test_bench_refuses_a_target_metric_the_task_never_reports_before_any_trial(
 
 
 def test_a_user_task_is_not_judged_before_it_runs(tiny):
-    from accel.recipe import validate_recipe
+    from accel.config.recipe import validate_recipe
     from accel.tasks import reported_metrics
 
     user = validate_recipe({**tiny, "task": {"name": "my_pkg.tasks:Segmentation"}}).task

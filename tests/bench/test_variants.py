@@ -1,8 +1,8 @@
 import pytest
 
 from accel.bench.variants import Variant, ablation_variants, describe, interleave, vary_variants
+from accel.config.recipe_yaml import parse_value
 from accel.errors import AccelError, RecipeError
-from accel.recipe_yaml import parse_value
 
 
 def test_ablation_names_and_overrides_exactly():

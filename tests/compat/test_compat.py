@@ -21,10 +21,10 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from accel import Trainer
+from accel.config.recipe import TrainConfig, validate_recipe
 from accel.models import ModelConfig, build_model
-from accel.recipe import TrainConfig, validate_recipe
-from accel.run import run_recipe
 from accel.tasks import ModelLoss
+from accel.train.run import run_recipe
 from conftest import ROOT, finish, wait_for_first_checkpoint
 from tests.compat import data as compat_data
 from tests.compat import models as compat_models

@@ -7,12 +7,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from accel.config.recipe_yaml import parse_value
 from accel.data import augment as A
 from accel.data.augment import AugmentConfig, AugmentOp, AugmentState, BatchAugment, CollateAugment, build_augment
 from accel.data.loaders import LoaderConfig, build_loader
 from accel.data.normalize import Normalize
 from accel.errors import DataError
-from accel.recipe_yaml import parse_value
 
 from .test_loaders import memory_dataset
 
@@ -199,8 +199,8 @@ def test_on_loader_augments_in_reseeded_workers_reproducibly():
 def test_resumed_training_draws_what_the_full_run_drew(tiny):
     """Through the trainer: the augmentation generator travels in the checkpoint (AugmentState)."""
     from accel.callbacks.base import Callback
-    from accel.recipe import validate_recipe
-    from accel.run import build_trainer
+    from accel.config.recipe import validate_recipe
+    from accel.train.run import build_trainer
 
     class StopAt(Callback):
         def on_batch_end(self, trainer, info):

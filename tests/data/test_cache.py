@@ -126,8 +126,8 @@ def test_cli_build_info_clear(tmp_path, tiny, write_recipe, capsys):
 
 
 def test_trainer_reads_the_cache(tmp_path, tiny):
-    from accel.recipe import validate_recipe
-    from accel.run import build_trainer
+    from accel.config.recipe import validate_recipe
+    from accel.train.run import build_trainer
 
     write_images(tmp_path / "images", {"a": 4, "b": 4}, fmt="jpg")
     tiny["data"] = {

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from accel.batches import tensors
+from accel.config.recipe import validate_recipe
 from accel.data.pipeline import build_data_pipeline
-from accel.recipe import validate_recipe
 from accel.registry import DATASETS
-from accel.run import build_trainer
+from accel.train.run import build_trainer
 from conftest import jpeg_folder, run_cli
 from tests.compat.models import ViewGPT, ViewMLP
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from accel.config.recipe import load_recipe
 from accel.data.cpu_transforms import CpuTransformsConfig, TransformedDataset, apply_cpu_transforms, build_transform
 from accel.errors import DataError, RecipeError
-from accel.recipe import load_recipe
 
 from .test_loaders import memory_dataset
 

@@ -8,10 +8,10 @@ import pytest
 import torch
 from PIL import Image
 
+from accel.config.recipe import validate_recipe
 from accel.data import dali
 from accel.data.dali import DaliLoader
 from accel.errors import DataError
-from accel.recipe import validate_recipe
 from conftest import cuda_only
 
 try:
@@ -90,7 +90,7 @@ def test_a_corrupt_jpeg_is_a_data_error_naming_it(tmp_path):
 
 @needs_dali
 def test_a_recipe_trains_with_the_dali_backend(tmp_path, tiny):
-    from accel.run import build_trainer
+    from accel.train.run import build_trainer
 
     write_folder(tmp_path / "images")
     tiny["data"] = {
@@ -110,7 +110,7 @@ def test_missing_dali_is_a_clear_error(monkeypatch, tmp_path):
 
 
 def test_dali_refuses_what_only_the_torch_loader_does(tmp_path, tiny):
-    from accel.run import build_trainer
+    from accel.train.run import build_trainer
 
     tiny["data"]["loader"] = {"backend": "dali"}
     tiny["data"]["cache"] = {"enabled": True, "dir": str(tmp_path)}

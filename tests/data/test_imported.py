@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from accel.config.recipe import validate_recipe
 from accel.errors import AccelError
-from accel.recipe import validate_recipe
 from accel.registry import DATASETS
 
 

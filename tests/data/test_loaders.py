@@ -127,7 +127,7 @@ class HangsUp(Dataset):
 
 
 def test_workers_outlive_the_sighup_that_stops_the_run():
-    """The training process stops on SIGHUP and saves (accel/signals.py); a worker killed by it first would end
+    """The training process stops on SIGHUP and saves (accel/runs/signals.py); a worker killed by it first would end
     the loop with "DataLoader worker ... killed by signal: Hangup" before it could."""
     cfg = LoaderConfig(num_workers=1, persistent_workers=False)
     batches = build_loader(HangsUp(), cfg, batch_size=2, sampler=None, drop_last=False, seed=0, device=CPU)

@@ -10,14 +10,14 @@ import pytest
 import torch
 
 from accel.callbacks.data_wait import DataWaitWarning, suggestions
+from accel.config.recipe import validate_recipe
 from accel.data.datasets import ImageFileDataset, ImageFolder
 from accel.data.loaders import LoaderConfig, build_loader
 from accel.data.normalize import Normalize
 from accel.data.prefetch import DevicePrefetcher, PrefetchConfig, resolve_prefetch, wrap_loader
 from accel.data.sampler import EpochSampler
 from accel.errors import DataError
-from accel.recipe import validate_recipe
-from accel.run import build_trainer
+from accel.train.run import build_trainer
 from conftest import cuda_only
 
 from .test_datasets import write_images

@@ -8,14 +8,14 @@ import pytest
 import torch
 from torch.utils.data import IterableDataset
 
+from accel.config.recipe import load_recipe
 from accel.data.datasets import ImageFolder
 from accel.data.loaders import LoaderConfig, build_loader, resolve_workers_kind
 from accel.data.normalize import Normalize
 from accel.data.prefetch import DevicePrefetcher
 from accel.data.sampler import EpochSampler
-from accel.data.threads import ThreadLoader
+from accel.data.thread_loader import ThreadLoader
 from accel.errors import DataError, RecipeError
-from accel.recipe import load_recipe
 from conftest import cuda_only, jpeg_folder
 
 from .test_loaders import FileLike, memory_dataset

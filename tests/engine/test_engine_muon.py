@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_optim_muon import HIDDEN, lm_step, tiny_gpt
 
 import accel
 from accel.errors import AccelError, RecipeError
-from accel.muon import MuonWithAdamW
+from accel.optimizers.muon import MuonWithAdamW
+from tests.optimizers.test_optim_muon import HIDDEN, lm_step, tiny_gpt
 
 
 def groups_by_name(model, optimizer):

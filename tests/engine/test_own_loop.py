@@ -474,8 +474,8 @@ def test_an_optimizer_over_other_tensors_is_refused():
 def test_a_loader_already_sharded_per_rank_is_left_alone():
     from torch.utils.data import DistributedSampler
 
-    from accel.distributed import World
-    from accel.engine_loaders import sharded
+    from accel.engine.dataloaders import sharded
+    from accel.strategy.world import World
 
     two = type("TwoRanks", (), {"world": World(rank=1, size=2)})()
     mine = DataLoader(data(), batch_size=4, sampler=DistributedSampler(data(), num_replicas=2, rank=1))

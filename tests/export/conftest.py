@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from accel.config.recipe import validate_recipe
 from accel.export import ExportConfig, export_run
-from accel.recipe import validate_recipe
-from accel.run import run_recipe
+from accel.train.run import run_recipe
 from conftest import TINY
 
 # the shared tiny recipe, with enough validation samples (40) for accuracy to mean something

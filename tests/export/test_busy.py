@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from accel import load
 from accel.cli import main
+from accel.measure import load
 
 from .conftest import QUICK
 

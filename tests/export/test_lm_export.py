@@ -8,11 +8,11 @@ import json
 import pytest
 import yaml
 
+from accel.config.recipe import validate_recipe
 from accel.export import ExportConfig, export_run
 from accel.export.errors import ExportError
 from accel.export.source import load_source
-from accel.recipe import validate_recipe
-from accel.run import run_recipe
+from accel.train.run import run_recipe
 
 from .conftest import QUICK
 

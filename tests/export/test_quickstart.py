@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from accel.config.recipe import load_recipe
+from accel.config.shipped import RECIPES_DIR
 from accel.data.datasets.mnist import locate_mnist5k
 from accel.errors import DataError
 from accel.export import ExportConfig, export_run
-from accel.recipe import load_recipe
-from accel.run import run_recipe
-from accel.shipped import RECIPES_DIR
+from accel.train.run import run_recipe
 
 
 @pytest.fixture(scope="module")

@@ -9,13 +9,13 @@ import pytest
 import torch
 import yaml
 
+from accel.config.recipe import validate_recipe
 from accel.errors import CheckpointError
 from accel.export.errors import ExportError
 from accel.export.formats import eager_runner
 from accel.export.measure import evaluate
 from accel.export.source import ImageClassifier, load_source, locate
-from accel.recipe import validate_recipe
-from accel.run import run_recipe
+from accel.train.run import run_recipe
 
 
 def test_exported_module_takes_loader_images_and_reproduces_training_evaluation(tiny_run):

@@ -10,10 +10,10 @@ import torch
 import torchvision
 from safetensors.torch import save_file
 
+from accel.config.recipe import validate_recipe
 from accel.errors import AccelError, RecipeError
 from accel.models import ModelConfig, build_model
-from accel.recipe import validate_recipe
-from accel.run import run_recipe
+from accel.train.run import run_recipe
 from conftest import run_cli
 
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from accel.bench.variants import format_value, vary_variants
+from accel.config.recipe import validate_recipe
+from accel.config.recipe_yaml import Origins, apply_overrides
 from accel.profile.advice import RULES, advise
-from accel.recipe import validate_recipe
-from accel.recipe_yaml import Origins, apply_overrides
 from accel.speedups import from_configs
 from accel.speedups.conflicts import refusals
 from accel.strategy import Strategy

@@ -1,4 +1,5 @@
-"""accel/anatomy.py on its own: the model's forward and its parts become ranges, and the segments tile the time."""
+"""accel/measure/anatomy.py on its own: the model's forward and its parts become ranges, and the segments tile the
+time."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import torch
 from torch import nn
 from torch.profiler import profile
 
-from accel.anatomy import Anatomy
+from accel.measure.anatomy import Anatomy
 
 
 class Net(nn.Module):

@@ -8,7 +8,7 @@ import io
 import json
 
 from accel.cli import main
-from accel.run import build_trainer
+from accel.train.run import build_trainer
 
 
 def test_a_slow_loader_without_workers_is_diagnosed_data_bound_with_the_workers_advice(tiny, write_recipe, tmp_path):
@@ -51,7 +51,7 @@ def test_train_profile_writes_the_report_into_the_run_directory(tiny, write_reci
 
 
 def test_outside_the_window_the_phases_are_not_timed_and_no_hooks_stay(tiny, write_recipe, tmp_path):
-    from accel.recipe import load_recipe
+    from accel.config.recipe import load_recipe
 
     trainer = build_trainer(load_recipe(str(write_recipe(tiny)), ["train.epochs=1"]))
     trainer.fit()

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import torch
 
-from accel.recipe import validate_recipe
-from accel.run import build_trainer
-from accel.trainer import Trainer
+from accel.config.recipe import validate_recipe
+from accel.train.run import build_trainer
+from accel.train.trainer import Trainer
 
 RECIPE: dict[str, Any] = {
     "name": "speedup-test",

@@ -6,10 +6,10 @@ import torch
 from torch import nn
 
 from accel import Trainer
+from accel.config.train_config import TrainConfig
 from accel.models import GPT
 from accel.speedups.activation_checkpointing import ActivationCheckpointing, repeated_blocks
 from accel.tasks import LanguageModel
-from accel.train_config import TrainConfig
 
 
 def test_the_repeated_blocks_are_found_in_a_gpt_and_by_class_name():

@@ -9,8 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from accel import devices, precision
+from accel import devices
 from accel.errors import SpeedupUnavailable
+from accel.strategy import precision
 from conftest import cuda_only
 
 

@@ -7,12 +7,12 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from accel import Trainer
+from accel.config.train_config import TrainConfig
 from accel.models import GPT
 from accel.speedups import Context, resolve
 from accel.speedups.attention import Attention
 from accel.strategy import Strategy
 from accel.tasks import LanguageModel
-from accel.train_config import TrainConfig
 
 
 def ops_run(backend: str | None) -> set[str]:

@@ -15,12 +15,12 @@ import torch._dynamo
 from torch import nn
 
 from accel.callbacks import Callback
+from accel.config.recipe import TrainConfig, validate_recipe
 from accel.errors import RecipeError
-from accel.recipe import TrainConfig, validate_recipe
-from accel.run import build_trainer
 from accel.speedups import Context
 from accel.speedups.compile import Compile
-from accel.trainer import Trainer
+from accel.train.run import build_trainer
+from accel.train.trainer import Trainer
 
 
 class Recorder(Callback):

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from accel.callbacks import Callback
-from accel.recipe import validate_recipe
+from accel.config.recipe import validate_recipe
 from accel.speedups import Context
 from accel.speedups.compiled_optimizer import CompiledOptimizer, tensor_lrs
 

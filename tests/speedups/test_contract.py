@@ -13,11 +13,11 @@ import torch
 from pydantic import ValidationError
 
 from accel.callbacks import Callback
+from accel.config.recipe import validate_recipe
 from accel.errors import RecipeError
-from accel.recipe import validate_recipe
 from accel.registry import SPEEDUPS
 from accel.speedups import Context, Phase, Speedup, SpeedupConfig
-from accel.trainer import Trainer
+from accel.train.trainer import Trainer
 
 from .conftest import RECIPE, global_state, tiny_trainer, weights
 
@@ -151,7 +151,7 @@ def test_state_survives_a_checkpoint_round_trip(name, fitted):
     buffer = io.BytesIO()
     torch.save(first.state_dict(), buffer)
     buffer.seek(0)
-    loaded = torch.load(buffer, weights_only=True)  # as accel.checkpoint reads checkpoints
+    loaded = torch.load(buffer, weights_only=True)  # as accel.runs.checkpoint reads checkpoints
     saved = {s.name: s.state_dict() for s in first.speedups}
     assert _same(loaded["speedups"], saved)
     resumed = tiny_trainer({name: config(name)})  # resume: state is loaded before fit() runs setup

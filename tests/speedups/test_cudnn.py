@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from accel.callbacks import Callback
+from accel.config.recipe import validate_recipe
 from accel.errors import RecipeError
-from accel.recipe import validate_recipe
 from accel.speedups.cudnn import Cudnn, apply_flags, read_flags, requested_flags, restore_flags
 from conftest import cuda_only
 

@@ -7,10 +7,10 @@ import io
 import pytest
 import torch
 
-from accel.recipe import validate_recipe
-from accel.run import build_trainer
+from accel.config.recipe import validate_recipe
 from accel.speedups import Speedup
 from accel.speedups.ema import Ema, decay_at, live_tensors, update_ema
+from accel.train.run import build_trainer
 
 
 def tiny_trainer(tiny, ema: dict | None = None, **train):

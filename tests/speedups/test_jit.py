@@ -11,10 +11,10 @@ from torch import nn
 
 import accel.speedups.jit as jit_module
 from accel.callbacks import Callback
+from accel.config.recipe import validate_recipe
 from accel.errors import AccelError
-from accel.recipe import validate_recipe
-from accel.run import build_trainer
 from accel.speedups.jit import Jit, TracedPerMode, apply_jit
+from accel.train.run import build_trainer
 
 
 class Recorder(Callback):

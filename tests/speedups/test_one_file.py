@@ -14,7 +14,7 @@ import torch
 from accel.bench.knobs import build_knobs
 from accel.bench.variants import ablation_variants
 from accel.cli import main
-from accel.recipe import validate_recipe
+from accel.config.recipe import validate_recipe
 from accel.registry import SPEEDUPS
 
 from . import test_contract

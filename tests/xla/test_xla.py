@@ -10,9 +10,9 @@ import torch
 torch_xla = pytest.importorskip("torch_xla", reason="needs torch_xla: run scripts/test-xla")
 pytestmark = pytest.mark.xla
 
-from accel.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
-from accel.recipe import validate_recipe  # noqa: E402
-from accel.run import build_trainer  # noqa: E402
+from accel.config.recipe import validate_recipe  # noqa: E402
+from accel.runs.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
+from accel.train.run import build_trainer  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

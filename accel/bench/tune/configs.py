@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from ...recipe import Recipe
+from ...config.recipe import Recipe
 from ..knobs import lookup
 from ..records import Trial
 from ..runner import Launch, resolve_variant, write_recipes

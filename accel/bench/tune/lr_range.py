@@ -51,7 +51,7 @@ def propose(losses: list[float], rates: list[float]) -> tuple[float, float] | No
 
 
 def rates(lr: float, steps: int) -> list[float]:
-    """The rate each step trains at under the `lr_range` schedule (accel/optim.py) from `lr`."""
+    """The rate each step trains at under the `lr_range` schedule (accel/optimizers/builders.py) from `lr`."""
     start, end = SPAN
     growth = (end / start) ** (1 / max(steps - 1, 1))
     return [lr * start * growth**i for i in range(steps)]

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ...config.recipe import Recipe
 from ...errors import AccelError
-from ...recipe import Recipe
 from ..records import Report, Trial, VariantSummary, Verdict
 from ..runner import TrialSettings
 from ..target import Target, time_to

@@ -9,10 +9,10 @@ from typing import Any
 import yaml
 from rich.table import Table
 
+from ...config.recipe import Recipe
 from ...errors import AccelError
 from ...io import write_atomic
-from ...load import busy_note
-from ...recipe import Recipe
+from ...measure.load import busy_note
 from ..knobs import BATCH_KEY, lookup
 from ..records import Interval
 from ..runner import TrialSettings

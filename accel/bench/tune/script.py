@@ -1,5 +1,5 @@
 """`accel tune -- python train.py ARGS`: tune's stages on a user's own script, each trial a fresh process of it
-(accel.bench.script) whose engine measures itself (accel.script_trial); docs/bench.md says how it is run.
+(accel.bench.script) whose engine measures itself (accel.engine.script_trial); docs/bench.md says how it is run.
 
 - Speed (the default): the speed-ups the device runs, one knob each as for a recipe, starting from those the
   script's engine was given; then the script's batch-size option, when named (`--batch-arg`), and any `--try`
@@ -21,10 +21,10 @@ from typing import Any
 
 import yaml
 
+from ...config.recipe_yaml import parse_value
 from ...devices import resolve_device
 from ...errors import AccelError
 from ...io import write_atomic
-from ...recipe_yaml import parse_value
 from ..knobs import Knob, _listed, _tried, current, lookup, speedup_knobs
 from ..records import Trial
 from ..runner import Launch
@@ -210,7 +210,7 @@ def comments(result: TuneResult, command: str, settings: Any, trials: int) -> li
     """The fragment's head: who wrote it, where and how it measured, and the rule a value had to pass."""
     import time
 
-    from ...load import busy_note
+    from ...measure.load import busy_note
     from ..summary import MIN_TRIALS
     from .output import NOTHING_MEASURED
 

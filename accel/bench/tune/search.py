@@ -12,10 +12,10 @@ from typing import Any, Protocol
 
 from rich.console import Console
 
+from ...config.recipe import Recipe
 from ...errors import AccelError
 from ...io import strict_json, write_atomic
-from ...load import busy_note
-from ...recipe import Recipe
+from ...measure.load import busy_note
 from .. import runner
 from ..knobs import Knob, current, usable
 from ..records import Report, Trial, VariantSummary, Verdict
@@ -53,7 +53,9 @@ class TuneResult:
     final: FinalCheck | None = None  # the tuned configuration against the recipe as given, measured last
     compared: list[str] = field(default_factory=list)  # knobs with a candidate that ran beside the reference
     target: str | None = None  # --objective time: the target every time was measured to
-    loads: list[dict[str, Any] | None] = field(default_factory=list)  # each trial's machine load (accel/load.py)
+    loads: list[dict[str, Any] | None] = field(
+        default_factory=list
+    )  # each trial's machine load (accel/measure/load.py)
     interrupted: bool = False  # Ctrl-C, SIGTERM or SIGHUP ended the search: nothing was chosen
 
     @property

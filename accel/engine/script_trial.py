@@ -1,0 +1,325 @@
+"""A bench trial inside a user's own script: `accel bench -- python train.py` runs the script with these variables,
+and the script's engine measures its own optimizer steps, writes a `Trial` record and ends the process (exit 0).
+
+- `ACCEL_TRIAL=PATH`: where the record goes; without it the engine holds no trial and pays one attribute test a
+  step (`engine._trial is None`).
+- `ACCEL_TRIAL_WARMUP=W`, `ACCEL_TRIAL_STEPS=N`: the record is written after W untimed (compilation happens there)
+  and N timed optimizer steps; N=0: when the script ends by itself (its own run: `tune --objective time`).
+- `ACCEL_TRIAL_TARGET=val_loss=1.5`: also the seconds from the process start until the script logs (`eng.log`)
+  that value, its evaluations excluded as a recipe trial's are (the time from the step before the log to the log);
+  with `ACCEL_TRIAL_STOP=1` the record is written and the process ends there.
+- `ACCEL_TRIAL_CURVE=val_loss`: every logged value of that metric is recorded (the curve a target is read from).
+- `ACCEL_TRIAL_PROBE=1`: write what the engine was given (speed-ups, device, strategy, optimizer) as it is
+  created, add the model's traits (convolutions, attention, repeated blocks) at `eng.setup` and exit there, before
+  the first step: the bench asks this first, to know the script's speed-ups, the model, and that it uses an engine.
+- `ACCEL_TRIAL_COMPILE_CACHE=FILE` (`--warm-cache`): torch.compiler's cache artifacts, loaded from FILE as the
+  engine is created and saved there after the timed steps, so a variant's later trials skip the compilation the
+  first one did (the bench gives each variant its own file).
+
+The device is synchronised after every step, so a step's time is its real time: from the end of the previous
+optimizer step to the end of this one, the loop's own work (data, logging) included, as its user waits for it.
+A script that ends (or crashes) before its steps are done leaves a record saying so.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import math
+import os
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import psutil
+import torch
+
+from .. import devices
+from ..io import atomic_file, strict_json, write_atomic
+
+if TYPE_CHECKING:
+    from ..bench.target import Target
+    from .core import Engine
+    from .settings import Settings
+
+PATH, STEPS, WARMUP, PROBE = "ACCEL_TRIAL", "ACCEL_TRIAL_STEPS", "ACCEL_TRIAL_WARMUP", "ACCEL_TRIAL_PROBE"
+TARGET = "ACCEL_TRIAL_TARGET"  # METRIC=VALUE: the time until the script's `eng.log` reports it
+STOP, CURVE = "ACCEL_TRIAL_STOP", "ACCEL_TRIAL_CURVE"  # end at the target; record this metric's every value
+COMPILE_CACHE = "ACCEL_TRIAL_COMPILE_CACHE"
+PROFILE = "ACCEL_PROFILE"  # `accel profile -- SCRIPT`: the profile window's settings (accel.profile.script)
+log = logging.getLogger("accel")
+LAST_LOSS_STEPS = 5  # final_loss: the mean of the last timed steps' losses, as a recipe's trial has it
+
+
+def attach(engine: Engine, settings: Settings | None) -> ScriptTrial | None:
+    """The trial the bench asked for, or the window `accel profile` asked for (accel.profile.script); None without
+    either, or for the Trainer's engine (`settings` None)."""
+    if settings is None:
+        return None
+    if os.environ.get(PROFILE):  # imported only here: the report's plots need matplotlib
+        from ..profile.script import attach as profile
+
+        return profile(engine)
+    path = os.environ.get(PATH)
+    if not path:
+        return None
+    if os.environ.get(PROBE) == "1":
+        return Probe(engine, settings, path)
+    trial = ScriptTrial(engine, path, int(os.environ.get(WARMUP, "0")), int(os.environ.get(STEPS, "1")))
+    trial.compile_cache = os.environ.get(COMPILE_CACHE) or None
+    if trial.compile_cache:
+        load_compile_cache(trial.compile_cache)
+    if os.environ.get(TARGET):
+        from ..bench.target import parse_target
+
+        trial.target = parse_target(os.environ[TARGET])
+    trial.metric = trial.target.metric if trial.target else os.environ.get(CURVE) or None
+    trial.stop = os.environ.get(STOP) == "1" and trial.target is not None
+    return trial
+
+
+class Probe:
+    """What the engine was given, written as it is created (a script that fails before `eng.setup` still says
+    it), then again with the model's traits at `eng.setup`, where the process ends."""
+
+    def __init__(self, engine: Engine, settings: Settings, path: str):
+        self.engine, self.path = engine, path
+        self.given = {
+            "speedups": {name: config.model_dump(mode="json") for name, config in settings.speedups.items()},
+            "device": settings.device,
+            "resolved_device": str(engine.device),
+            "strategy": settings.strategy,
+            "optimizer": settings.optimizer,
+            "skipped_speedups": engine.skipped_speedups,
+        }
+        self._write()
+
+    def set_up(self) -> None:
+        from ..models.blocks import model_traits
+
+        self.given["model_traits"] = model_traits(self.engine.module)
+        self._write()
+        raise SystemExit(0)
+
+    def _write(self) -> None:
+        if self.engine.world.is_main:
+            write_atomic(self.path, strict_json(self.given))
+
+
+def load_compile_cache(path: str) -> None:
+    """torch.compiler's cache artifacts from `path`, if an earlier trial saved them (none: a cold start)."""
+    try:
+        artifacts = Path(path).read_bytes()
+    except FileNotFoundError:
+        return
+    torch.compiler.load_cache_artifacts(artifacts)
+    log.info("loaded torch.compiler's cache artifacts from %s (--warm-cache)", path)
+
+
+def save_compile_cache(path: str) -> None:
+    """What this process compiled (and loaded), as torch.compiler's cache artifacts; nothing when it compiled
+    nothing."""
+    saved = torch.compiler.save_cache_artifacts()
+    if saved is not None:
+        with atomic_file(path) as handle:
+            handle.write(saved[0])
+
+
+class ScriptTrial:
+    """Counts the engine's optimizer steps and times each; after warm-up + steps (or at the target, or when the
+    script ends: see the module docstring), writes the record and exits."""
+
+    def __init__(self, engine: Engine, path: str, warmup: int, steps: int):
+        self.engine, self.path, self.warmup, self.steps = engine, path, warmup, steps
+        self.created = time.perf_counter()
+        self.marks: list[dict[str, Any]] = []  # at the end of each optimizer step: time and the engine's counts
+        self.losses: list[torch.Tensor] = []  # this step's losses, as the loop gave them (device tensors: no sync)
+        self.step_losses: list[torch.Tensor | None] = []  # None: the loop's backward bypassed the engine
+        self.done = False
+        self.failure: str | None = None
+        self.target: Target | None = None
+        self.metric: str | None = None  # the logged metric whose values are recorded (the target's)
+        self.stop = False  # end the trial when the target is reached
+        self.evals: list[dict[str, Any]] = []  # each logged value of the metric, as TargetClock's
+        self.compile_cache: str | None = None  # where to save torch.compiler's artifacts after the steps
+        self.model_traits: dict[str, bool] | None = None
+        self.process_started = psutil.Process().create_time()
+        self.eval_s, self.last_step = 0.0, time.time()
+        devices.reset_peak_memory(engine.device)
+        self._excepthook = sys.excepthook
+        sys.excepthook = self._crashed
+        atexit.register(self._ended_early)
+
+    def set_up(self) -> None:
+        """`eng.setup` has run: the model's traits go into the record, as a recipe trial's do."""
+        from ..models.blocks import model_traits
+
+        self.model_traits = model_traits(self.engine.module)
+
+    def loss(self, loss: torch.Tensor, share: int = 1) -> None:
+        """A micro-batch's loss: the loop's backward gets its share of the step already (it divides by its
+        micro-batches itself); a compiled step's is whole (`share`: the engine divides it)."""
+        self.losses.append(loss.detach().float() / share)
+
+    def logged(self, record: dict[str, Any]) -> None:
+        """What the loop logged (`eng.log`): the metric, timed from the process start less the time the script's
+        evaluations took (each from the step before it to its log)."""
+        if self.metric is None or self.metric not in record:
+            return
+        now = time.time()
+        self.eval_s += now - self.last_step
+        self.last_step = now
+        value = float(record[self.metric])
+        wall_s = now - self.process_started - self.eval_s
+        self.evals.append({"step": record["step"], "wall_s": wall_s, "value": value, "eval_s": self.eval_s})
+        if self.stop and self.target.reached(value):
+            self._finish()
+
+    def stepped(self) -> None:
+        """The end of an optimizer step (the engine counted it)."""
+        devices.synchronize(self.engine.device)
+        self.last_step = time.time()
+        loop = self.engine._loop
+        self.marks.append(
+            {"t": time.perf_counter(), "samples": loop.samples, "tokens": loop.tokens, "data_s": loop.data_s}
+        )
+        self.step_losses.append(torch.stack(self.losses).sum() if self.losses else None)
+        self.losses = []
+        if self.steps and len(self.marks) >= self.warmup + self.steps:
+            self._finish()
+
+    def _finish(self) -> None:
+        """Write the whole record and end the process (exit 0)."""
+        self._write_record()
+        raise SystemExit(0)
+
+    def _write_record(self) -> None:
+        record = self.record() | self._losses()
+        self._write(record | self._target_figures() | _diverged(record.get("step_losses", [])))
+        self.done = True
+        if self.compile_cache and self.engine.world.is_main:
+            save_compile_cache(self.compile_cache)
+
+    def record(self) -> dict[str, Any]:
+        """The figures of `accel.bench.records.Trial`, from the engine's own counts."""
+        engine, setup_end = self.engine, self.engine._loop.started  # when eng.setup ended: the speed-ups were set up
+        starts = [setup_end] + [m["t"] for m in self.marks[:-1]]
+        before = [{"samples": 0, "tokens": 0, "data_s": 0.0}] + self.marks[:-1]
+        steps = [_delta(m, b, m["t"] - s) for m, b, s in zip(self.marks, before, starts)]
+        timed, setup_s = steps[self.warmup :], setup_end - self.created
+        rates = _rates(timed, loader=engine.train_loader is not None)
+        summary = engine.summary()
+        compiled = summary["speedup_metrics"].get("compile") or {}
+        flops = engine._loop.utilisation.flops_per_sample
+        return {
+            **rates,
+            **engine._loop.utilisation.stats(rates["samples_per_s"]),  # FLOP/s and MFU over the timed steps
+            "flops_per_step": flops * steps[0]["samples"] if flops else None,
+            "setup_s": setup_s,
+            "first_step_s": setup_s + steps[0]["s"],
+            "warmup_s": setup_s + sum(s["s"] for s in steps[: self.warmup]),
+            "peak_memory_mb": devices.peak_memory_mb(engine.device),
+            "batch_size": steps[0]["samples"] // engine.grad_accum or None,  # per micro-batch, as a recipe's
+            "grad_accum": engine.grad_accum,
+            "wall_s": time.perf_counter() - self.created,
+            "skipped_speedups": engine.skipped_speedups,
+            "lint": summary.get("lint") or [],
+            "model_traits": self.model_traits,
+            **{k: compiled.get(v) for k, v in COMPILE_FIGURES.items() if compiled},
+            "env": devices.environment(engine.device),
+        }
+
+    def _losses(self) -> dict[str, Any]:
+        """Each step's loss and the final loss; none when a step's loss did not pass through `eng.backward`."""
+        if not self.step_losses or any(loss is None for loss in self.step_losses):
+            return {}
+        losses = torch.stack(self.step_losses).tolist()  # one device sync, at the end
+        return {"final_loss": _mean(losses[self.warmup :][-LAST_LOSS_STEPS:]), "step_losses": losses}
+
+    def _target_figures(self) -> dict[str, Any]:
+        from ..bench.target import time_to
+
+        if self.metric is None:
+            return {}
+        if not self.evals:
+            return {
+                "error": f"the script logged no `{self.metric}` through eng.log in its "
+                f"{len(self.marks)} optimizer steps: log it (eng.log({{'{self.metric}': value}}) after an "
+                "evaluation), or give the trials more --steps"
+            }
+        reached = time_to(self.target, self.evals) if self.target else None
+        return {"time_to_target_s": reached, "target_evals": self.evals, "val_metric_name": self.metric}
+
+    def _write(self, record: dict[str, Any]) -> None:
+        from ..bench.records import Trial  # validated as the runner reads it; NaN stays NaN (a diverged loss)
+
+        if self.engine.world.is_main:
+            write_atomic(self.path, Trial.model_validate(record).to_json())
+
+    def _crashed(self, kind, value, tb) -> None:
+        self.failure = "".join(traceback.format_exception(kind, value, tb))
+        self._excepthook(kind, value, tb)
+
+    def _ended_early(self) -> None:
+        """At exit before the record: the script crashed (its traceback) or ran out of steps first; or, with no
+        step count asked for, its run ended and this is the record."""
+        if self.done:
+            return
+        if not self.steps and self.failure is None:
+            self._write_record()
+            return
+        asked = self.warmup + self.steps
+        self._write(
+            {
+                "error": self.failure
+                or f"the script ended after {len(self.marks)} of the {asked} optimizer steps the bench asked for "
+                f"({self.warmup} warm-up + {self.steps}): give it more steps through its own arguments, or fewer "
+                "--steps/--warmup"
+            }
+        )
+
+
+COMPILE_FIGURES = {"compile_s": "seconds", "graph_breaks": "graph_breaks", "recompiles": "recompiles"}
+
+
+def _rates(timed: list[dict[str, Any]], loader: bool) -> dict[str, Any]:
+    """Throughput over the timed steps, and each step's time; data wait only for a loader the engine set up
+    (without one the wait is unknown, not zero)."""
+    total = sum(s["s"] for s in timed)
+    tokens = sum(s["tokens"] for s in timed)
+    return {
+        "samples_per_s": sum(s["samples"] for s in timed) / total if total > 0 else None,
+        "median_step_samples_per_s": _median([s["samples"] / s["s"] for s in timed if s["s"] > 0]),
+        "tokens_per_s": tokens / total if tokens and total > 0 else None,
+        "step_times_s": [s["s"] for s in timed],
+        "data_wait_fraction": sum(s["data_s"] for s in timed) / total if loader and total > 0 else None,
+        "steps": len(timed),
+    }
+
+
+def _diverged(losses: list[float]) -> dict[str, str]:
+    """A trial whose loss went NaN or infinite failed, as a recipe's diverged run does; its figures are kept."""
+    bad = next((i for i, loss in enumerate(losses) if not math.isfinite(loss)), None)
+    if bad is None:
+        return {}
+    return {"error": f"diverged: the training loss was {losses[bad]} at optimizer step {bad + 1} (warm-up included)"}
+
+
+def _delta(mark: dict[str, Any], before: dict[str, Any], seconds: float) -> dict[str, Any]:
+    return {
+        "s": seconds,
+        "samples": mark["samples"] - before["samples"],
+        "tokens": mark["tokens"] - before["tokens"],
+        "data_s": mark["data_s"] - before["data_s"],
+    }
+
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None

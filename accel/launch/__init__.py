@@ -1,0 +1,1 @@
+"""Starting processes and machines: torchrun's command and its relay, clusters (SLURM, Kubernetes)."""

@@ -1,0 +1,1 @@
+"""What a step costs and why: anatomy, FLOPs and peaks, machine load, the speed lint and its traps, doctor."""

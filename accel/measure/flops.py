@@ -1,0 +1,137 @@
+"""FLOPs of one training step, counted once for any model by torch's FlopCounterMode, not by a per-model formula.
+
+The count runs forward, loss and backward of the task on the plain module over a real batch, without side
+effects: the parameters are used as they are but gradients are returned, not accumulated; buffers (BatchNorm's
+running statistics) are copies; the RNG streams are forked. The optimizer's own arithmetic is not counted (the
+usual convention for MFU), nor what a speed-up's `counting_context` leaves out (activation checkpointing's
+recomputed forward: extra hardware work, not model work).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import AbstractContextManager, ExitStack
+from typing import Any
+
+import torch
+from torch.func import functional_call
+from torch.utils import flop_counter
+
+from ..batches import map_tensors
+from ..strategy import sharding
+from . import peaks
+
+log = logging.getLogger("accel")
+aten = torch.ops.aten
+
+
+def _attention(query, key, value, *args, out_shape=None, **kwargs) -> int:
+    return flop_counter.sdpa_flop_count(query, key, value)
+
+
+def _attention_backward(grad_out, query, key, value, *args, out_shape=None, **kwargs) -> int:
+    return flop_counter.sdpa_backward_flop_count(grad_out, query, key, value)
+
+
+# torch counts the CUDA attention kernels but not the CPU one: without these, a GPT's attention is missing
+EXTRA_FORMULAS = {
+    aten._scaled_dot_product_flash_attention_for_cpu: _attention,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward: _attention_backward,
+}
+
+
+def count_step_flops(module: torch.nn.Module, task: Any, batch: Any, contexts: AbstractContextManager) -> int:
+    """Floating-point operations of forward + loss + backward of `task` on `batch` (one micro-batch)."""
+    params = dict(module.named_parameters())
+    state = {**params, **{name: buffer.clone() for name, buffer in module.named_buffers()}}
+    trainable = [p for p in params.values() if p.requires_grad]
+
+    def model(*args: Any, **kwargs: Any) -> Any:
+        return functional_call(module, state, args, kwargs)
+
+    cuda = sorted({p.device.index or 0 for p in trainable if p.device.type == "cuda"})
+    # compiled parts (regional compile) run eagerly here: counting must not trigger a compile of its own
+    with torch.random.fork_rng(devices=cuda), torch.compiler.set_stance("force_eager"), contexts:
+        with flop_counter.FlopCounterMode(display=False, custom_mapping=EXTRA_FORMULAS) as counter:
+            loss = task.loss(model, batch)
+            torch.autograd.grad(loss, trainable, allow_unused=True)
+    return counter.get_total_flops()
+
+
+def compute_dtype(precision: str, device: torch.device) -> str:
+    """The dtype the step's matmuls and convolutions run in: the precision's, else TF32 where CUDA allows it,
+    else fp32."""
+    if precision != "fp32":
+        return precision
+    if device.type == "cuda" and (torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32):
+        return "tf32"  # cuDNN convolutions default to TF32: a ResNet "in fp32" would read over 100% of the fp32 peak
+    return "fp32"
+
+
+COUNT_SAMPLES = 4  # FLOPs grow linearly with the batch: counting a few samples costs a few % of one step
+
+
+def first_samples(batch: Any, samples: int, few: int) -> Any:
+    """The batch cut to its first `few` samples: every tensor whose leading dimension is the sample count."""
+    return map_tensors(lambda t: t[:few] if t.dim() and len(t) == samples else t, batch)
+
+
+def _counting_contexts(trainer: Any) -> ExitStack:
+    stack = trainer.step_contexts()
+    for speedup in trainer.speedups:
+        stack.enter_context(speedup.counting_context())
+    return stack
+
+
+class Utilisation:
+    """FLOPs per sample, counted on the first training batch, and the peak they are compared with: what turns a
+    throughput into FLOP/s and MFU (model FLOPs utilisation)."""
+
+    def __init__(self) -> None:
+        self.counted = False
+        self.flops_per_batch: int | None = None  # the first micro-batch's
+        self.flops_per_sample: float | None = None
+        self.peak = None
+        self._remeasured = False
+
+    def count(self, trainer: Any, batch: Any) -> float:
+        """Count once, on the batch's first few samples (not on sharded or XLA models); the seconds it took,
+        which are not training time. A model or task the counter cannot follow costs the figure, not the run."""
+        self.counted, start = True, time.perf_counter()
+        if trainer.device.type == "xla" or sharding.is_sharded(trainer.module):
+            return 0.0
+        samples = max(trainer.task.samples(batch), 1)
+        few = min(samples, COUNT_SAMPLES)
+        try:
+            flops = count_step_flops(
+                trainer.module, trainer.task, first_samples(batch, samples, few), _counting_contexts(trainer)
+            )
+        except Exception as err:  # noqa: BLE001 - any failure only loses the figure
+            log.info("FLOPs not counted: %s: %s", type(err).__name__, err)
+            flops = None
+        if flops:
+            self.flops_per_sample = flops / few
+            self.flops_per_batch = round(self.flops_per_sample * samples)
+            try:
+                self.peak = peaks.run_peak(
+                    trainer.device, compute_dtype(trainer.strategy.precision.name, trainer.device)
+                )
+            except Exception as err:  # noqa: BLE001 - a probe that fails costs the MFU, not the run
+                log.info("no peak FLOP/s for MFU: %s", err)
+        return time.perf_counter() - start
+
+    def stats(self, samples_per_s: float | None) -> dict[str, float | None]:
+        if self.flops_per_sample is None or samples_per_s is None:
+            return {}
+        flop_per_s = self.flops_per_sample * samples_per_s
+        if self.peak and flop_per_s > self.peak.flop_per_s:
+            self._remeasure(flop_per_s)
+        return {"flop_per_s": flop_per_s, "mfu": flop_per_s / self.peak.flop_per_s if self.peak else None}
+
+    def _remeasure(self, flop_per_s: float) -> None:
+        """A run faster than its peak means the CPU probe ran on a slowed machine: probe again, once per run."""
+        if self._remeasured or not self.peak.source.startswith("measured"):
+            return
+        self._remeasured = True
+        self.peak = peaks.cpu_peak(self.peak.dtype, at_least=flop_per_s)

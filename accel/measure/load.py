@@ -1,0 +1,95 @@
+"""How busy the machine was while something ran: whether a measurement taken then can be trusted.
+
+Other processes' CPU time is the busy time of the cores this process may use (/proc/stat's per-CPU counters,
+through psutil) less what this process and its waited-for children used (getrusage): a bench trial is such a
+child, its DataLoader workers are its children, so the trial's whole process tree is left out. The hypervisor's
+steal on those cores counts as taken by others too. `busy()` is the one rule; the bench, tune and the profile
+report say the same thing through `busy_note()`. GPU use by other processes is not recorded: NVML is not a
+dependency, and inside a container its process ids are the host's, so "other" could not be told from "ours".
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import psutil
+
+from ..devices import usable_cpu_ids
+
+BUSY_SHARE = 0.2  # others took a fifth of the cores a measurement may use: its timings swing, its intervals widen
+
+
+@dataclass(frozen=True)
+class Counters:
+    """CPU seconds at one moment: busy and stolen on the usable cores, and this process tree's own."""
+
+    wall_s: float
+    busy_s: float
+    steal_s: float
+    own_s: float
+    cores: int
+
+
+def counters() -> Counters:
+    ids = usable_cpu_ids()
+    per_cpu = psutil.cpu_times(percpu=True)
+    mine = [per_cpu[i] for i in ids if i < len(per_cpu)] or per_cpu
+    own = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    return Counters(
+        wall_s=time.perf_counter(),
+        busy_s=sum(c.user + c.nice + c.system + c.irq + c.softirq for c in mine),
+        steal_s=sum(getattr(c, "steal", 0.0) for c in mine),
+        own_s=sum(u.ru_utime + u.ru_stime for u in own),
+        cores=len(mine),
+    )
+
+
+def between(start: Counters, end: Counters) -> dict[str, Any]:
+    """The load record of the time from `start` to `end` (a bench trial's `load`)."""
+    wall = max(end.wall_s - start.wall_s, 1e-9)
+    own = end.own_s - start.own_s
+    others = max(end.busy_s - start.busy_s - own, 0.0)  # tick-sampled busy time can trail the exact own time
+    steal = max(end.steal_s - start.steal_s, 0.0)
+    return {
+        "wall_s": wall,
+        "cores": end.cores,
+        "own_cpu_s": own,
+        "others_cpu_s": others,
+        "steal_s": steal,
+        "others_share": (others + steal) / (wall * end.cores),
+        "load_avg_1m": os.getloadavg()[0],
+    }
+
+
+@contextmanager
+def watched() -> Iterator[dict[str, Any]]:
+    """The machine's load while the body runs, in the yielded dict once it ends (empty if it raised)."""
+    start, record = counters(), {}
+    yield record
+    record.update(between(start, counters()))
+
+
+def busy(load: dict[str, Any] | None) -> bool:
+    """Whether other processes (and steal) took at least BUSY_SHARE of the cores the measurement may use."""
+    return bool(load) and load["others_share"] >= BUSY_SHARE
+
+
+def busy_note(loads: list[dict[str, Any] | None], what: str = "trials") -> str | None:
+    """A warning for the top of a report when the machine was busy during any of `loads`; None when quiet."""
+    seen = [load for load in loads if load]
+    hit = [load for load in seen if busy(load)]
+    if not hit:
+        return None
+    worst = max(hit, key=lambda load: load["others_share"])
+    return (
+        f"The machine was busy during {len(hit)} of {len(seen)} {what}: other processes took up to "
+        f"{worst['others_share']:.0%} of the {worst['cores']} core(s) they may use (load average "
+        f"{worst['load_avg_1m']:.1f}), so timings swing and intervals widen. Stop the other work and run again, "
+        "or give more trials (--trials)."
+    )

@@ -1,0 +1,1 @@
+"""Optimizers and schedules by name, parameter groups, Muon."""

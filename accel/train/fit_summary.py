@@ -1,0 +1,62 @@
+"""What a fit reports when it ends (summary.json): status, metrics, throughput, utilisation, what ran."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .. import devices
+
+if TYPE_CHECKING:
+    from .trainer import Trainer
+
+
+def fit_summary(trainer: Trainer, status: str, wall_s: float) -> dict[str, Any]:
+    totals = trainer.meter.totals()
+    utilisation = trainer.utilisation
+    per_batch, peak = utilisation.flops_per_batch, utilisation.peak
+    summary = {
+        "status": status,
+        "metrics": {
+            "val_accuracy": None,
+            "val_loss": None,
+            **trainer.last_eval,  # the task's metric names
+            "train_loss": totals.pop("train_loss"),
+        },
+        **totals,
+        "wall_s": wall_s,
+        "startup_s": trainer.startup_s,
+        "steps": trainer.step,
+        "epochs": epochs_done(trainer),
+        "flops_per_step": per_batch * trainer.cfg.grad_accum if per_batch else None,
+        "flop_per_s": None,
+        "mfu": None,
+        **utilisation.stats(totals["samples_per_s"]),
+        "peak_flop_per_s": peak.flop_per_s if peak else None,
+        "peak_source": peak.source if peak else None,
+        "device": devices.device_name(trainer.device),
+        "diverged_at_step": trainer.diverged_at,
+        "speedups": [s.name for s in trainer.speedups],
+        "skipped_speedups": trainer.skipped_speedups,
+        "strategy": trainer.strategy.name,
+        "speedup_metrics": part_metrics(trainer),
+    }
+    summary["lint"] = trainer.lint.end(summary)
+    return summary
+
+
+def part_metrics(trainer: Trainer) -> dict[str, dict[str, Any]]:
+    """Each speed-up's metrics, and the strategy's where it has any (XLA's compilations)."""
+    strategy = trainer.strategy.metrics()
+    return {s.name: s.metrics() for s in trainer.speedups} | ({trainer.strategy.name: strategy} if strategy else {})
+
+
+def epochs_done(trainer: Trainer) -> int | float:
+    """Whole epochs, or with the share of the one a step budget or a signal stopped in (0.4, where a whole count
+    would say 0 of a run that trained); an int when the run stopped between epochs, as `--resume` checks read."""
+    try:
+        batches = len(trainer.train_loader)
+    except TypeError:  # an iterable without a length: only whole epochs can be told
+        return trainer.epoch
+    if not trainer.batch_in_epoch or not batches:
+        return trainer.epoch
+    return round(trainer.epoch + trainer.batch_in_epoch / batches, 3)

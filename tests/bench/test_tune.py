@@ -1,0 +1,632 @@
+"""`accel tune`: the search on simulated measurements, then once for real through the CLI."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+import yaml
+from rich.console import Console
+
+from accel.bench import tune as tune_module
+from accel.bench.records import Trial, Verdict
+from accel.bench.runner import TrialResults, TrialSettings
+from accel.bench.tune import BATCH_KEY, WORKERS_KEY, Knob, build_knobs, table, tune, write_fragment
+from accel.cli import main
+from accel.config.recipe import load_recipe, validate_recipe
+from accel.devices import available_cpus
+from accel.errors import AccelError
+
+
+def simulated(seen: list):
+    """A run_trials stand-in: samples/s grows with batch size up to 64 (then "OOM"); 1 worker is 1.5x faster."""
+
+    def run_trials(jobs, out, settings, console=None, skip=None):
+        results = []
+        for trial, name, path in jobs:
+            if skip is not None and skip(name, results):
+                continue
+            data = yaml.safe_load(path.read_text())["data"]
+            batch, workers = data["batch_size"], data["loader"]["num_workers"]
+            seen.append((batch, workers))
+            if batch > 64:
+                results.append(Trial(variant=name, trial=trial, error="torch.OutOfMemoryError: out of memory"))
+                continue
+            sps = batch * 10 * (1.5 if workers == 1 else 1.0) * (1 + 0.001 * trial)
+            results.append(
+                Trial(
+                    variant=name,
+                    trial=trial,
+                    error=None,
+                    samples_per_s=sps,
+                    env={"device": "cpu (simulated)", "torch": "2.x"},
+                )
+            )
+        return results
+
+    return run_trials
+
+
+def test_search_picks_measured_best_bounds_batch_and_reuses(tiny, tmp_path):
+    seen: list = []
+    fake = simulated(seen)
+    base = validate_recipe(tiny)  # batch_size 16, num_workers auto
+    knobs = [Knob(BATCH_KEY, [16, 32, 64, 128, 256], bounded=True), Knob(WORKERS_KEY, [0, 1])]
+    settings = TrialSettings(steps=5, warmup=1)
+    result = tune(base, knobs, tmp_path / "work", settings, trials=3, run_trials=fake)
+    assert result.chosen == {BATCH_KEY: 64, WORKERS_KEY: 1}
+    # 128 failed in the first round, so 256 never ran and 128 was not retried; the workers stage measured its
+    # reference (64, auto) again beside its candidates instead of comparing with the batch stage's trials.
+    assert set(seen) == {(16, "auto"), (32, "auto"), (64, "auto"), (128, "auto"), (64, 0), (64, 1)}
+    assert seen.count((128, "auto")) == 1 and seen.count((64, "auto")) == 6 and seen.count((64, 1)) == 3
+    assert seen[-9:-6] == [(64, "auto"), (64, 0), (64, 1)]  # interleaved: reference and candidates by turns
+    notes = {(r.knob, r.value): r.note for r in result.rows}
+    assert notes[(BATCH_KEY, 64)] == "chosen" and notes[(BATCH_KEY, 16)] == "current"
+    assert notes[(BATCH_KEY, 128)].startswith("1 failed: torch.OutOfMemoryError")
+    assert notes[(BATCH_KEY, 256)] == "not run (a smaller value failed)"
+    assert json.loads((tmp_path / "work" / "tune.json").read_text())["chosen"] == {BATCH_KEY: 64, WORKERS_KEY: 1}
+
+    fragment = write_fragment(result, tmp_path / "configs" / "tuned.yaml", base, "accel tune r.yaml", settings, 3)
+    text = fragment.read_text()
+    assert yaml.safe_load(text) == {"data": {"batch_size": 64, "loader": {"num_workers": 1}}}
+    assert "# Written by `accel tune r.yaml` on " in text and "3 trial(s) in fresh processes, 5 timed steps" in text
+    assert "data.batch_size: 64 (recipe had 16; 4.00x" in text and "re-check the learning rate" in text
+    user = {k: v for k, v in tiny.items()} | {
+        "base": "configs/tuned.yaml",
+        "data": {"dataset": tiny["data"]["dataset"]},
+    }
+    (tmp_path / "user.yaml").write_text(yaml.safe_dump(user))
+    tuned = load_recipe(tmp_path / "user.yaml")
+    assert (tuned.data.batch_size, tuned.data.loader.num_workers) == (64, 1)
+    console = Console(file=io.StringIO(), width=250)
+    console.print(table(result))
+    rendered = " ".join(console.file.getvalue().replace("│", "|").split())
+    assert "| data.batch_size | 256 | n/a | n/a | n/a | | not run (a smaller value failed) |" in rendered
+    assert "| data.batch_size | 64 | 640.6 [640.0, 641.3] | 4.00x [3.99, 4.01] | n/a | helped | chosen |" in rendered
+
+
+def test_a_noise_level_win_keeps_the_current_value(tiny, tmp_path):
+    fake = simulated([])
+    result = tune(
+        validate_recipe(tiny), [Knob(WORKERS_KEY, [0])], tmp_path, TrialSettings(5, 1), trials=3, run_trials=fake
+    )
+    assert result.chosen == {WORKERS_KEY: "auto"}  # 0 measured the same as auto: no reason to change
+    one = tune(
+        validate_recipe(tiny),
+        [Knob(BATCH_KEY, [64], bounded=True)],
+        tmp_path,
+        TrialSettings(5, 1),
+        trials=1,
+        run_trials=fake,
+    )
+    assert one.chosen == {BATCH_KEY: 16}  # 4x faster, but one trial cannot tell a gain from a noisy moment
+    assert [r.note for r in one.rows] == ["chosen", "not trusted: fewer than 2 trials"]
+
+
+def test_default_knobs(tiny):
+    base = validate_recipe(tiny)
+    knobs = {k.key: k for k in build_knobs(base)}
+    assert knobs[BATCH_KEY].values == [8, 16, 32, 64] and knobs[BATCH_KEY].bounded
+    assert knobs[WORKERS_KEY].values == [n for n in (0, 1, 2, 4) if n <= available_cpus()]
+    assert knobs["speedups.threads.intra_op"].values[-1] == available_cpus()
+    only = build_knobs(base, batch_sizes="32,8", workers="", threads="", tries=["optim.lr=0.1,0.2"])
+    assert [(k.key, k.values) for k in only] == [(BATCH_KEY, [32, 8]), ("optim.lr", [0.1, 0.2])]
+    with pytest.raises(AccelError, match="positive integers"):
+        build_knobs(base, batch_sizes="0,8")
+
+
+def test_tune_command_for_real(tiny, write_recipe, tmp_path, capsys):
+    out, work = tmp_path / "tuned.yaml", tmp_path / "work"
+    # 4096 is more than the training set holds, so it fails and bounds the search: 8192 is never run.
+    argv = [
+        "tune",
+        str(write_recipe(tiny)),
+        "--batch-sizes",
+        "16,4096,8192",
+        "--workers=",
+        "--threads=",
+        "--no-speedups",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--trials",
+        "1",
+        "--out",
+        str(out),
+        "--work",
+        str(work),
+    ]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip().splitlines()[-1] == str(out)
+    table_text = captured.out.replace("│", " ")  # a narrow non-terminal console wraps cells: compare words
+    assert "accel tune" in table_text and {"4096", "8192", "failed:", "smaller", "chosen"} <= set(table_text.split())
+    assert "data.batch_size=8192 trial 0: skipped" in captured.err
+    assert yaml.safe_load(out.read_text()) == {}  # the recipe's own batch size: nothing to change
+    assert "data.batch_size: 16 (recipe had 16; kept)" in out.read_text()
+    trials = [json.loads(path.read_text()) for path in work.rglob("trials/*.json")]
+    assert len(trials) == 2 and trials[0]["val_accuracy"] is None  # tune's trials evaluate nothing
+
+
+def test_tune_rejects_nothing_to_do(tiny, write_recipe, capsys):
+    argv = ["tune", str(write_recipe(tiny)), "--batch-sizes=", "--workers=", "--threads=", "--no-speedups"]
+    assert main(argv) == 2
+    assert "nothing to tune" in capsys.readouterr().err
+
+
+def simulated_speedups(
+    seen: list,
+    has_conv: bool = True,
+    compile_wall_s: float = 10.0,
+    final_mean: float = 1.0,
+    final_median_step: float = 1.0,
+):
+    """amp bf16 2x; channels_last noise; compile 1.5x per step but 100 s to compile; every trial takes 10 s (one
+    that compiles `compile_wall_s`). In the final check, the tuned configuration runs `final_mean` times as fast by
+    mean samples/s and `final_median_step` times by its median step (where they interact, not one by one)."""
+
+    def run_trials(jobs, out, settings, console=None, skip=None):
+        results = []
+        for trial, name, path in jobs:
+            if skip is not None and skip(name, results):
+                continue
+            speedups = yaml.safe_load(path.read_text())["speedups"]
+            on = {k for k, v in speedups.items() if v.get("enabled", True)}
+            seen.append((name, tuple(sorted(on))))
+            sps = 100.0 * (2 if "amp" in on else 1) * (1.5 if "compile" in on else 1) * (1 + 0.001 * trial)
+            sps *= 1 + 0.002 * ("channels_last" in on) * (-1) ** trial
+            steady = None
+            if out.name == "final":
+                tuned = name == "tuned"
+                steady = sps * (final_median_step if tuned else 1.0)
+                sps *= final_mean if tuned else 1.0
+            step = 16 / sps
+            wall = compile_wall_s if "compile" in on else 10.0
+            results.append(
+                Trial(
+                    variant=name,
+                    trial=trial,
+                    error=None,
+                    samples_per_s=sps,
+                    wall_s=wall,
+                    median_step_samples_per_s=steady,
+                    step_times_s=[step] * 4,
+                    first_step_s=100.0 if "compile" in on else 1.0,
+                    model_traits={"has_conv": has_conv, "has_attention": False, "repeated_blocks": False},
+                    steps_per_epoch=10,
+                    env={"device": "cpu (simulated)", "torch": "2.x"},
+                )
+            )
+        return results
+
+    return run_trials
+
+
+def test_speedups_are_kept_only_when_they_help_and_repay_their_start_up(monkeypatch, tiny, tmp_path):
+    seen: list = []
+    fake = simulated_speedups(seen)
+    monkeypatch.setenv("ACCEL_CPU_BF16", "1")
+    tiny["speedups"] = {"channels_last": {}}  # the recipe has it on; it measures as noise, so off wins
+    base = validate_recipe(tiny)
+    knobs = [k for k in build_knobs(base, speedups=True) if k.speedup]
+    assert [k.key for k in knobs] == [
+        "speedups.amp",
+        "speedups.channels_last",
+        "speedups.attention",
+        "speedups.optim",
+        "speedups.compile",
+    ]
+    assert knobs[2].labels == ["off", "backend=flash"]  # the CUDA-only kernels are not candidates on a CPU
+    assert knobs[4].labels == ["off", "on", "regional=true"]  # max-autotune: GPUs only
+    result = tune(base, knobs, tmp_path, TrialSettings(5, 1), trials=3, final_check=True, run_trials=fake)
+    assert result.labels["speedups.amp"] == "dtype=bf16" and result.chosen["speedups.amp"]["dtype"] == "bf16"
+    assert result.labels["speedups.channels_last"] == "off"
+    # compile: 1.5x, but 99 s more start-up is repaid after ~1,500 steps and the recipe runs 2 epochs x 10
+    assert result.labels["speedups.compile"] == "off"
+    notes = {(r.knob, r.label): r.note for r in result.rows}
+    assert (
+        notes[("speedups.compile", "on")].startswith("repays its start-up after")
+        and "the run has 20" in notes[("speedups.compile", "on")]
+    )
+    assert notes[("speedups.compile", "regional=true")] == "not tried: the model has no repeated blocks"
+    assert notes[("speedups.attention", "backend=flash")] == "not tried: the model has no attention modules"
+    assert not any("regional" in name or "attention" in name for name, _ in seen)
+    assert result.final.verdict == Verdict.HELPED and result.final.ratio.median == pytest.approx(2.0, rel=0.01)
+    settings = TrialSettings(5, 1)
+    text = write_fragment(result, tmp_path / "tuned.yaml", base, "accel tune r.yaml", settings, 3).read_text()
+    assert yaml.safe_load(text)["speedups"]["channels_last"]["enabled"] is False
+    assert "speedups.amp: dtype=bf16 (2.00x" in text and "Tuned vs the recipe as given" in text
+
+
+def test_a_budget_leaves_the_knobs_that_do_not_fit(tiny, tmp_path):
+    seen: list = []
+    fake = simulated_speedups(seen)
+    knobs = [
+        Knob("speedups.compile", [{"enabled": False}, {"enabled": True}], speedup=True, labels=["off", "on"]),
+        Knob(BATCH_KEY, [8, 32], bounded=True),
+    ]
+    result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=2, budget_s=50, run_trials=fake)
+    assert len(seen) == 4  # the compile stage (4 trials of 10 s) ran; the batch stage's 6 trials would not fit
+    skipped = [r for r in result.rows if r.knob == BATCH_KEY]  # every candidate but the recipe's own 16
+    assert [(r.label, r.note) for r in skipped] == [(b, "not measured: over the --budget") for b in ("8", "32")]
+    assert BATCH_KEY not in result.chosen
+
+
+def test_a_budget_that_fits_no_comparison_writes_a_fragment_saying_nothing_was_measured(tiny, tmp_path):
+    fake = simulated_speedups([])
+    knobs = [
+        Knob(
+            "speedups.channels_last",
+            [{"enabled": False}, {"enabled": True}],
+            speedup=True,
+            labels=["off", "on"],
+            needs=[None, "has_conv"],
+        ),
+        Knob(BATCH_KEY, [8, 32], bounded=True),
+    ]
+    base = validate_recipe(tiny)
+    # the traits probe (one 10 s trial) is all that runs in 1 s, then every stage is over the budget
+    result = tune(base, knobs, tmp_path, TrialSettings(5, 1), trials=2, budget_s=1, final_check=True, run_trials=fake)
+    assert result.compared == [] and result.final is None
+    text = write_fragment(
+        result, tmp_path / "tuned.yaml", base, "accel tune r.yaml --budget 1s", TrialSettings(5, 1), 2
+    ).read_text()
+    assert "# Nothing was measured: no knob's candidates ran beside its reference within the --budget" in text
+    assert "trial(s) in fresh processes" not in text and yaml.safe_load(text) == {}
+
+
+def test_an_interrupt_ends_the_whole_search(tiny, tmp_path):
+    stages = []
+
+    def interrupted(jobs, out, settings, console=None, skip=None):  # Ctrl-C or SIGTERM in the stage's first trial
+        stages.append(out)
+        results = TrialResults()
+        results.interrupted = True
+        return results
+
+    knobs = [Knob(BATCH_KEY, [8, 16], bounded=True), Knob(WORKERS_KEY, [0, 1])]
+    with pytest.raises(KeyboardInterrupt):
+        tune(validate_recipe(tiny), knobs, tmp_path / "work", TrialSettings(5, 1), trials=2, run_trials=interrupted)
+    assert len(stages) == 1  # the workers stage never ran
+    record = json.loads((tmp_path / "work" / "tune.json").read_text())  # says what happened, chooses nothing
+    assert record["interrupted"] is True and record["chosen"] == {}
+
+
+def test_an_interrupted_tune_command_writes_no_fragment(monkeypatch, tiny, write_recipe, tmp_path, capsys):
+    def interrupted(*args, **kwargs):  # the search, stopped by Ctrl-C or SIGTERM (the test above)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tune_module, "tune", interrupted)  # the command's entry into the search, not the runner
+    out = tmp_path / "tuned.yaml"
+    argv = [
+        "tune",
+        str(write_recipe(tiny)),
+        "--batch-sizes",
+        "8,16",
+        "--workers",
+        "0,1",
+        "--threads=",
+        "--no-speedups",
+        "--out",
+        str(out),
+        "--work",
+        str(tmp_path / "work"),
+    ]
+    assert main(argv) == 130
+    assert not out.exists()
+    assert (
+        f"interrupted: no fragment written (nothing chosen from a search cut short); the trials so far are "
+        f"under {tmp_path / 'work'}" in capsys.readouterr().err
+    )
+
+
+def test_a_stage_ends_when_its_first_trials_show_the_rest_would_overrun_the_budget(tiny, tmp_path):
+    seen: list = []
+    fake = simulated_speedups(seen, compile_wall_s=100.0)
+    knobs = [Knob("speedups.compile", [{"enabled": False}, {"enabled": True}], speedup=True, labels=["off", "on"])]
+    result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=2, budget_s=150, run_trials=fake)
+    # off (10 s) then on (100 s): the second round (10 + 100 s more) would end at 220 s, so it is not run
+    assert [name for name, _ in seen] == ["speedups.compile=off", "speedups.compile=on"]
+    assert "speedups.compile" not in result.chosen or result.chosen["speedups.compile"]["enabled"] is False
+    notes = [r.note for r in result.rows if r.knob == "speedups.compile"]
+    assert notes and all(n.endswith("stage ended early: over the --budget") for n in notes)
+
+
+def test_the_budget_keeps_back_the_final_checks_trials(tiny, tmp_path):
+    seen: list = []
+    knobs = [
+        Knob("speedups.amp", [{"enabled": False}, {"dtype": "bf16"}], speedup=True, labels=["off", "bf16"]),
+        Knob(BATCH_KEY, [16, 32], bounded=True),
+    ]
+    # 85 s: after amp's 4 trials (40 s) the batch stage's 2 would fit, but not with the final check's 4 after it
+    result = tune(
+        validate_recipe(tiny),
+        knobs,
+        tmp_path,
+        TrialSettings(5, 1),
+        trials=2,
+        budget_s=85,
+        final_check=True,
+        run_trials=simulated_speedups(seen),
+    )
+    assert [r.note for r in result.rows if r.knob == BATCH_KEY] == ["not measured: over the --budget"]
+    assert result.final.verdict == Verdict.HELPED and len(seen) == 4 + 4
+
+
+def test_a_tuned_configuration_slower_than_the_recipe_is_not_written(tiny, tmp_path):
+    fake = simulated_speedups([], final_mean=0.45)  # amp's 2x, but 0.9x the recipe once measured in the final check
+    knobs = [Knob("speedups.amp", [{"enabled": False}, {"dtype": "bf16"}], speedup=True, labels=["off", "bf16"])]
+    base = validate_recipe(tiny)
+    result = tune(base, knobs, tmp_path, TrialSettings(5, 1), trials=2, final_check=True, run_trials=fake)
+    assert result.final.verdict == Verdict.HURT and result.final.ratio.median == pytest.approx(0.9, rel=0.01)
+    assert result.chosen == {} and result.final.reverted == {"speedups.amp": {"dtype": "bf16"}}
+    text = write_fragment(
+        result, tmp_path / "tuned.yaml", base, "accel tune r.yaml", TrialSettings(5, 1), 2
+    ).read_text()
+    assert yaml.safe_load(text) == {} and "the recipe stays as it is" in text
+
+
+def test_a_model_without_convolutions_never_runs_channels_last(tiny, tmp_path):
+    seen: list = []
+    fake = simulated_speedups(seen, has_conv=False)
+    knobs = [
+        Knob(
+            "speedups.channels_last",
+            [{"enabled": False}, {"enabled": True}],
+            speedup=True,
+            labels=["off", "on"],
+            needs=[None, "has_conv"],
+        )
+    ]
+    result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=2, run_trials=fake)
+    assert {name for name, _ in seen} == {"speedups.channels_last=off"}  # the reference, to learn the traits
+    assert [r.note for r in result.rows] == ["not tried: the model has no convolutions"]
+
+
+def test_a_knob_the_recipe_does_not_set_starts_from_its_absence(tiny, tmp_path):
+    seen: list = []
+    fake = simulated(seen)
+    base = validate_recipe(tiny)  # no `threads` speed-up: the reference is the recipe without one
+    result = tune(
+        base, [Knob("speedups.threads.intra_op", [1, 2])], tmp_path, TrialSettings(5, 1), trials=2, run_trials=fake
+    )
+    assert [r.label for r in result.rows] == ["null", "1", "2"]
+    assert result.chosen == {"speedups.threads.intra_op": None}  # the simulated threads change nothing
+    fragment = write_fragment(result, tmp_path / "tuned.yaml", base, "accel tune r.yaml", TrialSettings(5, 1), 2)
+    assert yaml.safe_load(fragment.read_text()) == {}  # nothing changed, and no invalid `intra_op: null`
+    # with another knob chosen, the final check runs the tuned configuration without the absent one's null
+    knobs = [Knob("speedups.threads.intra_op", [1, 2]), Knob(WORKERS_KEY, [0, 1])]
+    result = tune(base, knobs, tmp_path / "again", TrialSettings(5, 1), trials=2, final_check=True, run_trials=fake)
+    assert result.chosen == {"speedups.threads.intra_op": None, WORKERS_KEY: 1}
+    assert result.final.verdict == Verdict.HELPED
+
+
+def test_a_gain_seen_only_in_the_mean_is_not_chosen(tiny, tmp_path):
+    """The reference's trials each had a stalled step (mean 100 samples/s, median step 130); bf16 ran 130 in
+    both readings. Its mean says helped, its median step says no effect: a stall, not a speed-up."""
+
+    def fake(jobs, out, settings, console=None, skip=None):
+        results = []
+        for trial, name, path in jobs:
+            on = yaml.safe_load(path.read_text())["speedups"]["amp"].get("enabled", True)
+            mean = (130.0 if on else 100.0) + trial
+            results.append(
+                Trial(
+                    variant=name,
+                    trial=trial,
+                    error=None,
+                    samples_per_s=mean,
+                    median_step_samples_per_s=130.0 + trial / 10,
+                    wall_s=10.0,
+                )
+            )
+        return results
+
+    tiny["speedups"] = {"amp": {"dtype": "bf16", "enabled": False}}
+    knobs = [
+        Knob(
+            "speedups.amp",
+            [{"dtype": "bf16", "enabled": False}, {"dtype": "bf16", "enabled": True}],
+            speedup=True,
+            labels=["off", "bf16"],
+        )
+    ]
+    result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=3, run_trials=fake)
+    assert result.labels["speedups.amp"] == "off"
+    bf16 = next(r for r in result.rows if r.label == "bf16")
+    assert bf16.verdict == Verdict.HELPED and bf16.median_step_ratio.median == pytest.approx(1.0)
+    assert bf16.note.startswith("faster on average but not by median step times (1.00x")
+
+
+def test_a_tuned_configuration_slower_by_its_median_step_is_not_written(tiny, tmp_path):
+    # in the final check the tuned configuration's mean equals the recipe's, its median step is 0.9x
+    fake = simulated_speedups([], final_mean=0.5, final_median_step=0.45)
+    knobs = [Knob("speedups.amp", [{"enabled": False}, {"dtype": "bf16"}], speedup=True, labels=["off", "bf16"])]
+    result = tune(
+        validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=2, final_check=True, run_trials=fake
+    )
+    assert result.final.verdict == Verdict.NO_EFFECT and result.final.median_step_verdict == Verdict.HURT
+    assert result.chosen == {} and result.final.reverted == {"speedups.amp": {"dtype": "bf16"}}
+    console = Console(file=io.StringIO(), width=250)
+    console.print(table(result))
+    assert "by median steps: hurt" in console.file.getvalue()
+
+
+def test_a_speed_up_that_moves_the_training_loss_is_not_chosen(tiny, tmp_path):
+    """A 2x speed-up whose training loss went from 0.5 to 0.9 (a broken kernel, a dtype that diverges) is passed
+    over; a batch size that moves the loss as much is chosen: a larger batch trains differently by design."""
+
+    def fake(jobs, out, settings, console=None, skip=None):
+        results = []
+        for trial, name, path in jobs:
+            recipe = yaml.safe_load(path.read_text())
+            fast = recipe["speedups"]["amp"].get("enabled", True) or recipe["data"]["batch_size"] == 32
+            results.append(
+                Trial(
+                    variant=name,
+                    trial=trial,
+                    error=None,
+                    wall_s=10.0,
+                    samples_per_s=(200.0 if fast else 100.0) + trial,
+                    final_loss=(0.9 if fast else 0.5) + trial / 100,
+                )
+            )
+        return results
+
+    tiny["speedups"] = {"amp": {"dtype": "bf16", "enabled": False}}
+    knobs = [
+        Knob(
+            "speedups.amp",
+            [{"dtype": "bf16", "enabled": False}, {"dtype": "bf16", "enabled": True}],
+            speedup=True,
+            labels=["off", "bf16"],
+        ),
+        Knob(BATCH_KEY, [16, 32], bounded=True),
+    ]
+    result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=3, run_trials=fake)
+    assert result.labels["speedups.amp"] == "off" and result.chosen[BATCH_KEY] == 32
+    bf16 = next(r for r in result.rows if r.label == "bf16")
+    assert bf16.verdict == Verdict.HELPED and bf16.note.startswith("faster, but its training loss moved beyond noise")
+
+
+def test_the_fragment_holds_only_what_differs_from_the_recipe(tiny, tmp_path):
+    fake = simulated_speedups([])
+    tiny["speedups"] = {"compile": {"enabled": False}}  # off in the recipe, and found best off: nothing to write
+    base = validate_recipe(tiny)
+    knobs = [k for k in build_knobs(base, speedups=True) if k.key in ("speedups.compile", "speedups.optim")]
+    result = tune(base, knobs, tmp_path, TrialSettings(5, 1), trials=2, run_trials=fake)
+    assert set(result.chosen) == {"speedups.compile", "speedups.optim"}  # both off: optim as absent, compile as set
+    text = write_fragment(result, tmp_path / "tuned.yaml", base, "accel tune r.yaml", TrialSettings(5, 1), 2)
+    assert yaml.safe_load(text.read_text()) == {}
+
+
+def test_a_busy_machine_is_said_first_in_the_fragment_and_tune_json(tiny, tmp_path):
+    base, seen = validate_recipe(tiny), []
+    fake = simulated(seen)
+    busy = {"wall_s": 10.0, "cores": 2, "own_cpu_s": 9.0, "others_cpu_s": 8.0, "steal_s": 0.0}
+    busy |= {"others_share": 0.4, "load_avg_1m": 3.2}
+
+    def beside_a_busy_process(jobs, out, settings, console=None, skip=None):
+        return [t.updated(load=busy) for t in fake(jobs, out, settings, console, skip)]
+
+    result = tune(
+        base, [Knob(WORKERS_KEY, [0, 1])], tmp_path / "work", TrialSettings(5, 1), 2, run_trials=beside_a_busy_process
+    )
+    lines = write_fragment(result, tmp_path / "t.yaml", base, "accel tune r.yaml", TrialSettings(5, 1), 2).read_text()
+    assert lines.splitlines()[1].startswith("# BUSY MACHINE: The machine was busy during 6 of 6 trials: other ")
+    assert "40% of the 2 core(s)" in lines
+    assert json.loads((tmp_path / "work" / "tune.json").read_text())["busy"].startswith("The machine was busy")
+
+
+def test_tune_never_chooses_from_a_verdict_measured_on_a_busy_machine(tiny, tmp_path):
+    base, seen = validate_recipe(tiny), []
+    fake = simulated(seen)  # 1 worker is 1.5x faster
+    busy = {"wall_s": 10.0, "cores": 2, "own_cpu_s": 9.0, "others_cpu_s": 8.0, "steal_s": 0.0}
+    busy |= {"others_share": 0.4, "load_avg_1m": 3.2}
+
+    def one_worker_beside_a_busy_process(jobs, out, settings, console=None, skip=None):
+        done = fake(jobs, out, settings, console, skip)
+        return [t.updated(load=busy) if t.variant.endswith("num_workers=1") and t.trial == 0 else t for t in done]
+
+    result = tune(
+        base,
+        [Knob(WORKERS_KEY, [0, 1])],
+        tmp_path / "work",
+        TrialSettings(5, 1),
+        2,
+        run_trials=one_worker_beside_a_busy_process,
+    )
+    assert result.chosen.get(WORKERS_KEY) != 1
+    row = next(r for r in result.rows if r.value == 1)
+    assert row.verdict is None and row.ratio.median == pytest.approx(1.5, rel=0.01)
+    assert row.note == "not chosen: no verdict, the machine was busy during the trials (others took 40% of the cores)"
+
+
+def _files(root) -> dict:
+    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))}
+
+
+def _tune_argv(recipe, out, work) -> list[str]:
+    knobs = ["--batch-sizes", "8,16", "--workers=", "--threads=", "--no-speedups"]
+    return ["tune", str(recipe), *knobs, "--out", str(out), "--work", str(work)]
+
+
+@pytest.mark.parametrize(
+    "case, said",
+    [
+        ("the recipe", "is the recipe being tuned or one of its `base:` files"),
+        ("its base fragment", "is the recipe being tuned or one of its `base:` files"),
+        ("a user's file", "already exists and was not written by `accel tune`; tune never replaces such a file"),
+        ("under a file", "is a file, not a folder"),
+        ("a folder", "is a folder; tune writes one YAML file there"),
+    ],
+)
+def test_tune_refuses_an_out_it_must_not_replace_before_the_search(
+    monkeypatch, tiny, write_recipe, tmp_path, capsys, case, said
+):
+    def search(*args, **kwargs):
+        raise AssertionError("the search started")
+
+    monkeypatch.setattr(tune_module, "tune", search)
+    fragment = write_recipe("# Written by `accel tune r.yaml` on 2024-01-01 10:00.\ndata:\n  batch_size: 8\n", "t.yaml")
+    recipe = write_recipe({"base": fragment.name, **tiny})
+    (tmp_path / "notes.yaml").write_text("my: own\n")
+    (tmp_path / "folder").mkdir()
+    out = {
+        "the recipe": recipe,
+        "its base fragment": fragment,
+        "a user's file": tmp_path / "notes.yaml",
+        "under a file": tmp_path / "notes.yaml" / "tuned.yaml",
+        "a folder": tmp_path / "folder",
+    }[case]
+    before = _files(tmp_path)
+    assert main(_tune_argv(recipe, out, tmp_path / "work")) == 2
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err
+    assert _files(tmp_path) == before  # nothing written, nothing replaced, no work folder
+
+
+def test_tune_replaces_a_fragment_an_earlier_tune_wrote(monkeypatch, tiny, write_recipe, tmp_path, capsys):
+    monkeypatch.setattr(tune_module, "tune", lambda *args, **kwargs: tune_module.TuneResult())
+    old = write_recipe("# Written by `accel tune r.yaml` on 2024-01-01 10:00.\ndata:\n  batch_size: 8\n", "t.yaml")
+    assert main(_tune_argv(write_recipe(tiny), old, tmp_path / "work")) == 0
+    assert old.read_text().startswith("# Written by `accel tune ") and yaml.safe_load(old.read_text()) == {}
+
+
+def test_tune_json_holds_no_bare_nan(tiny, tmp_path):
+    def with_nan(jobs, out, settings, console=None, skip=None):
+        results = simulated([])(jobs, out, settings, console, skip)
+        return [r.updated(env={"device": "cpu (simulated)", "peak_flop_per_s": float("nan")}) for r in results]
+
+    knobs = [Knob(BATCH_KEY, [16, 32], bounded=True)]
+    tune(
+        validate_recipe(tiny), knobs, tmp_path / "work", TrialSettings(steps=5, warmup=1), trials=2, run_trials=with_nan
+    )
+
+    def refuse(constant):
+        raise AssertionError(f"tune.json holds a bare {constant}")
+
+    data = json.loads((tmp_path / "work" / "tune.json").read_text(), parse_constant=refuse)
+    assert data["env"]["peak_flop_per_s"] is None and data["chosen"] == {BATCH_KEY: 32}
+
+
+@pytest.mark.parametrize(
+    "option, said",
+    [
+        (["--timeout", "nan"], "error: --timeout must be a positive, finite number of seconds, got nan"),
+        (["--budget", "nan"], "argument --budget: the budget must be a positive, finite duration, got `nan`"),
+        (["--budget", "infm"], "argument --budget: the budget must be a positive, finite duration, got `infm`"),
+    ],
+)
+def test_tune_refuses_a_timeout_or_budget_that_is_not_a_number(
+    monkeypatch, tiny, write_recipe, tmp_path, capsys, option, said
+):
+    monkeypatch.setattr(tune_module, "tune", lambda *args, **kwargs: pytest.fail("the search started"))
+    argv = ["tune", str(write_recipe(tiny)), "--no-speedups", "--work", str(tmp_path / "work"), *option]
+    try:
+        code = main(argv)
+    except SystemExit as exit:  # argparse's own refusal of a value its type rejects
+        code = exit.code
+    assert code == 2 and said in capsys.readouterr().err and not (tmp_path / "work").exists()

@@ -1,0 +1,234 @@
+"""`accel tune --objective time`: the search by time to a target on simulated learning curves, its parts, and once
+for real through the CLI on a tiny language model."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+
+import pytest
+import yaml
+from rich.console import Console
+
+from accel.bench.knobs import BATCH_KEY, LR_KEY, OPTIMIZER_KEY, lr_for_batch
+from accel.bench.records import Trial, Verdict
+from accel.bench.runner import TrialSettings
+from accel.bench.summary import summarize
+from accel.bench.target import Target
+from accel.bench.tune import Objective, table, time_knobs, tune, write_fragment
+from accel.bench.tune.lr_range import LAG, propose, rates
+from accel.bench.tune.objective import reached_by
+from accel.bench.variants import Variant
+from accel.cli import main
+from accel.config.recipe import validate_recipe
+from tests.optimizers.test_optim_muon import TINY_LM
+
+BEST_LR = 0.004  # the simulated model learns fastest at this rate
+
+
+def learning(optim: str, lr: float, batch: int, final: str | None = None) -> float:
+    """Loss drop per sample: Muon 1.6x AdamW, best at BEST_LR, a larger batch a little less per sample."""
+    per_sample = 1e-3 * (1.6 if optim == "muon" else 1.0) * math.exp(-(math.log10(lr / BEST_LR) ** 2))
+    return per_sample * (32 / batch) ** 0.1 * (1.5 if final == "tuned-interacts-badly" else 1.0)
+
+
+def simulated_learning(seen: list, final_slower: bool = False):
+    """A run_trials stand-in: every step costs batch/100 s, the loss falls from 3.0 with the samples seen at the
+    rate `learning` gives, ten evaluations a run. A `lr_range` schedule gives a U-shaped loss with its bottom
+    at 10 x BEST_LR."""
+
+    def run_trials(jobs, out, settings, console=None, skip=None):
+        results = []
+        for trial, name, path in jobs:
+            if skip is not None and skip(name, results):
+                continue
+            recipe = yaml.safe_load(path.read_text())
+            optim, batch = recipe["optim"], recipe["data"]["batch_size"]
+            seen.append((out.name, name, optim["name"], optim["lr"], batch, settings.target))
+            if recipe["schedule"]["name"] == "lr_range":
+                lrs = rates(optim["lr"], settings.steps + settings.warmup)
+                losses = [3 + math.log10(lr / (10 * BEST_LR)) ** 2 for lr in lrs]
+                results.append(Trial(variant=name, trial=trial, samples_per_s=1.0, wall_s=5.0, step_losses=losses))
+                continue
+            slow = final_slower and out.name == "final" and name == "tuned"
+            drop = learning(optim["name"], optim["lr"], batch) * (0.5 if slow else 1.0) * (1 + 0.01 * trial)
+            steps = settings.samples // batch
+            evals, step_s = [], batch / 100
+            for k in range(1, 11):
+                step = steps * k // 10
+                value = 3.0 - drop * step * batch
+                evals.append({"step": step, "wall_s": 2.0 + step * step_s + k * 0.5, "value": value})
+                if settings.stop_at_target and value <= float(settings.target.partition("=")[2]):
+                    break
+            results.append(
+                Trial(
+                    variant=name,
+                    trial=trial,
+                    samples_per_s=100.0,
+                    wall_s=evals[-1]["wall_s"],
+                    val_metric_name="val_loss",
+                    target_evals=evals,
+                    env={"device": "cpu (simulated)", "torch": "2.x"},
+                )
+            )
+        return results
+
+    return run_trials
+
+
+@pytest.fixture
+def lm_base() -> dict:
+    return {**TINY_LM, "optim": {"name": "adamw", "lr": 0.001}, "data": {**TINY_LM["data"], "batch_size": 32}}
+
+
+def time_settings(base) -> TrialSettings:
+    return TrialSettings(steps=59, warmup=1, evaluate=True, samples=60 * base.data.batch_size, eval_batches=4)
+
+
+def test_time_objective_picks_muon_the_proposed_rate_and_a_batch_with_its_rate(lm_base, tmp_path):
+    seen: list = []
+    base = validate_recipe(lm_base)
+    knobs = time_knobs(base)
+    assert [k.key for k in knobs] == [OPTIMIZER_KEY, LR_KEY, BATCH_KEY] and knobs[2].values == [16, 32, 64]
+    result = tune(
+        base,
+        knobs,
+        tmp_path,
+        time_settings(base),
+        trials=3,
+        final_check=True,
+        run_trials=simulated_learning(seen),
+        objective=Objective("time"),
+    )
+    # the target: where the recipe as given ended its run, the worst of its three trials (trial 0 learns least)
+    assert result.target == f"val_loss<={3.0 - learning('adamw', 0.001, 32) * 60 * 32:g}"
+    first = [s for s in seen if s[0] == f"0-{OPTIMIZER_KEY}"]
+    assert {s[5] for s in first} == {None}  # the first stage records curves: no target yet
+    assert all(s[5] is not None for s in seen if s[0] not in (f"0-{OPTIMIZER_KEY}", "range-test"))
+    # the range test ran once, on Muon (chosen before it), and its proposal is a tenth of the lowest loss's rate
+    tested = [s for s in seen if s[0] == "range-test"]
+    assert len(tested) == 1 and tested[0][2] == "muon"
+    assert result.chosen[OPTIMIZER_KEY] == "muon"
+    assert result.chosen[LR_KEY] == pytest.approx(BEST_LR, rel=0.1) or BATCH_KEY in result.chosen
+    # the batch stage carries the rate: half the batch, the rate over sqrt(2)
+    batch_rows = {r.value: r for r in result.rows if r.knob == BATCH_KEY}
+    assert "(optim.lr=" in batch_rows[16].label and "(optim.lr=" not in batch_rows[32].label
+    assert result.final is not None and result.final.time_ratio.median < 0.7 and not result.final.slower
+    assert result.final.reached == {"tuned": "3/3", "recipe as given": "3/3"}
+
+    console = Console(file=io.StringIO(), width=250)
+    console.print(table(result))
+    rendered = " ".join(console.file.getvalue().replace("│", "|").split())
+    assert f"time to {result.target}" in rendered and "range test: loss lowest at lr" in rendered
+    settings = time_settings(base)
+    text = write_fragment(result, tmp_path / "tuned.yaml", base, "accel tune lm.yaml --objective time", settings, 3)
+    fragment = text.read_text()
+    assert yaml.safe_load(fragment)["optim"]["name"] == "muon"
+    assert f"Objective: the wall time from process start to {result.target}" in fragment
+    assert "the time to the target" in fragment
+    assert json.loads((tmp_path / "tune.json").read_text())["target"] == result.target
+
+
+def test_a_tuned_configuration_slower_to_the_target_is_reverted(lm_base, tmp_path):
+    base = validate_recipe(lm_base)
+    result = tune(
+        base,
+        [time_knobs(base)[0]],
+        tmp_path,
+        time_settings(base),
+        trials=3,
+        final_check=True,
+        run_trials=simulated_learning([], final_slower=True),
+        objective=Objective("time"),
+    )
+    assert result.final.slower and result.chosen == {} and result.final.reverted[OPTIMIZER_KEY] == "muon"
+
+
+def test_a_given_target_is_used_from_the_first_stage(lm_base, tmp_path):
+    seen: list = []
+    base = validate_recipe(lm_base)
+    target = Target("val_loss", 2.0)
+    tune(
+        base,
+        [time_knobs(base)[0]],
+        tmp_path,
+        time_settings(base),
+        trials=2,
+        run_trials=simulated_learning(seen),
+        objective=Objective("time", target),
+    )
+    assert {s[5] for s in seen} == {"val_loss=2.0"}
+
+
+def test_the_range_test_proposes_a_tenth_of_the_lowest_losses_rate():
+    lrs = rates(1e-3, 60)
+    assert lrs[0] == pytest.approx(1e-3 / 30) and lrs[-1] == pytest.approx(1e-3 * 30)
+    losses = [3 + math.log10(lr / 4e-3) ** 2 for lr in lrs]
+    at, proposed = propose(losses, lrs)
+    assert at == pytest.approx(4e-3, rel=0.25) and proposed == pytest.approx(at / 10)
+    # a loss that blows up ends the reading: the bottom before it counts, not a lucky value after it
+    blown = [3.0 - 0.01 * i for i in range(30)] + [50.0] * 10 + [0.1] + [math.nan] * 19
+    at, _ = propose(blown, lrs)
+    assert at == lrs[29 - LAG]
+    assert propose([math.nan] * 3, lrs[:3]) is None
+
+
+def test_the_learning_rate_scales_with_the_batch_size():
+    plain = {"optim": {"name": "adamw", "lr": 0.002}, "data": {"batch_size": 32}}
+    assert lr_for_batch(32, {}, plain) == {LR_KEY: 0.002}  # the reference keeps its rate exactly
+    assert lr_for_batch(128, {}, plain) == {LR_KEY: 0.004}  # adaptive: by the square root
+    assert lr_for_batch(64, {LR_KEY: 0.01, OPTIMIZER_KEY: "sgd"}, plain) == {LR_KEY: 0.02}  # SGD: linearly
+
+
+def test_the_default_target_is_the_worst_end_of_the_reference_curves():
+    def ending(value: float, metric: str) -> Trial:
+        return Trial(
+            samples_per_s=1.0, val_metric_name=metric, target_evals=[{"step": 9, "wall_s": 1.0, "value": value}]
+        )
+
+    assert reached_by([ending(2.1, "val_loss"), ending(2.3, "val_loss")]) == Target("val_loss", 2.3)
+    assert reached_by([ending(0.91, "val_accuracy"), ending(0.9, "val_accuracy")]) == Target("val_accuracy", 0.9)
+
+
+def test_time_to_target_ratio_counts_a_trial_that_never_got_there_as_slowest():
+    def reached(name: str, seconds: float | None, trial: int) -> Trial:
+        evals = [{"step": 1, "wall_s": 1.0, "value": 1.0}]
+        return Trial(variant=name, trial=trial, samples_per_s=1.0, time_to_target_s=seconds, target_evals=evals)
+
+    trials = [reached("base", 10.0 + i, i) for i in range(3)] + [reached("fast", 5.0 + i, i) for i in range(3)]
+    trials += [reached("never", None, i) for i in range(3)]
+    report = summarize(trials, [Variant("base"), Variant("fast", {"x": 1}), Variant("never", {"x": 2})], "base")
+    fast, never = report.variant("fast").time_to_target_ratio, report.variant("never").time_to_target_ratio
+    assert fast.verdict == Verdict.HELPED and fast.median == pytest.approx(6 / 11)
+    assert never.verdict == Verdict.HURT and never.median is None
+
+
+def test_tune_for_time_for_real(tmp_path, capsys):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.py").write_text("the quick brown fox jumps over the lazy dog. " * 200)
+    recipe = {**TINY_LM, "optim": {"name": "adamw", "lr": 3e-3}, "data": {**TINY_LM["data"], "batch_size": 4}}
+    recipe["data"]["dataset"] = {**recipe["data"]["dataset"], "root": str(corpus)}
+    path = tmp_path / "lm.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    work, out = tmp_path / "work", tmp_path / "tuned.yaml"
+    argv = ["tune", str(path), "--objective", "time", "--steps", "5", "--trials", "1", "--batch-sizes="]
+    assert main([*argv, "--work", str(work), "--out", str(out)]) == 0
+    data = json.loads((work / "tune.json").read_text())
+    assert data["target"].startswith("val_loss<=")
+    trials = {p.parent.parent.name: json.loads(p.read_text()) for p in work.rglob("trials/*.json")}
+    assert set(trials) >= {f"0-{OPTIMIZER_KEY}", "range-test"}
+    range_test = trials["range-test"]
+    assert len(range_test["step_losses"]) == 6 and "target_evals" not in range_test
+    curve = trials[f"0-{OPTIMIZER_KEY}"]
+    assert curve["target_evals"] and curve["steps"] == 5  # 6 steps of 4 samples, one of them warm-up
+    assert "Objective: the wall time from process start to val_loss<=" in out.read_text()
+    assert "time to val_loss<=" in capsys.readouterr().out.replace("│", " ")
+
+
+def test_tune_for_time_refuses_speed_options(tiny, write_recipe, capsys):
+    assert main(["tune", str(write_recipe(tiny)), "--objective", "time", "--workers", "0,1"]) == 2
+    assert "belong to --objective speed" in capsys.readouterr().err
+    assert main(["tune", str(write_recipe(tiny)), "--target", "val_loss=1"]) == 2
+    assert "--target needs --objective time" in capsys.readouterr().err

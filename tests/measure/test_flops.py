@@ -1,0 +1,124 @@
+"""FLOPs per step, counted by torch's FlopCounterMode on any model, against analytic counts; MFU's peaks."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from accel import Trainer
+from accel.config.train_config import TrainConfig
+from accel.measure import peaks
+from accel.measure.flops import Utilisation, count_step_flops
+from accel.models import GPT, resnet18_cifar
+from accel.tasks import Classification, LanguageModel
+
+
+def test_gpt_flops_match_six_times_parameters_times_tokens_plus_attention():
+    width, depth, context, batch, vocab = 64, 2, 32, 4, 256
+    model = GPT(vocab, context, width, depth, heads=4)
+    tokens = torch.randint(0, vocab, (batch, context + 1))
+    counted = count_step_flops(model, LanguageModel(), (tokens[:, :-1], tokens[:, 1:]), torch.enable_grad())
+    matmul_params = depth * 12 * width * width + vocab * width  # blocks, and the (tied) output layer
+    n = batch * context
+    analytic = 6 * matmul_params * n + 3 * depth * 4 * n * context * width  # + QK^T and AV, forward and backward
+    assert abs(counted / analytic - 1) < 0.10
+
+
+def test_resnet18_flops_match_its_convolutions_and_layer():
+    model, batch = resnet18_cifar(num_classes=10), 2
+    macs = []
+    for module in model.modules():
+        if isinstance(module, (nn.Conv2d, nn.Linear)):
+            module.register_forward_hook(
+                lambda m, i, out: macs.append(
+                    out.numel()
+                    * (
+                        m.in_features
+                        if isinstance(m, nn.Linear)
+                        else m.in_channels * m.kernel_size[0] * m.kernel_size[1]
+                    )
+                )
+            )
+    with torch.no_grad():
+        model(torch.randn(batch, 3, 32, 32))
+    forward = 2 * sum(macs)
+    analytic = 3 * forward - 2 * 2 * macs[0]  # backward twice the forward, but no input gradient for the stem
+    counted = count_step_flops(
+        model, Classification(), (torch.randn(batch, 3, 32, 32), torch.arange(batch)), torch.enable_grad()
+    )
+    assert abs(counted / analytic - 1) < 0.10
+
+
+def test_counting_changes_nothing_the_run_depends_on():
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Dropout(0.5), nn.Linear(8, 2))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    batch = (torch.randn(6, 4), torch.arange(6) % 2)
+    rng = torch.get_rng_state()
+    count_step_flops(model, Classification(), batch, torch.enable_grad())
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # running stats untouched
+    assert all(p.grad is None for p in model.parameters()) and torch.equal(rng, torch.get_rng_state())
+
+
+def test_every_run_reports_flops_and_mfu_against_the_measured_cpu_peak():
+    model = nn.Sequential(nn.Flatten(), nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 3))
+    data = [(torch.randn(8, 1, 4, 4), torch.randint(0, 3, (8,))) for _ in range(4)]
+    summary = Trainer(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        data,
+        device="cpu",
+        config=TrainConfig(epochs=1, grad_accum=2),
+    ).fit()
+    assert summary["flops_per_step"] == 2 * 3 * 2 * 8 * (16 * 32 + 32 * 3) - 2 * 2 * 8 * 16 * 32
+    assert summary["flop_per_s"] > 0 and 0 < summary["mfu"] < 1
+    assert summary["peak_source"].startswith("measured: best of 4 matmul shapes")
+
+
+def test_gpu_peaks_are_dense_and_unknown_gpus_have_none():
+    assert peaks.gpu_peak("NVIDIA H100 80GB HBM3", "bf16").flop_per_s == 989e12  # not 1979, the sparse figure
+    assert peaks.gpu_peak("NVIDIA H100 PCIe", "bf16").flop_per_s == 756e12
+    assert peaks.gpu_peak("NVIDIA A100-SXM4-80GB", "tf32").flop_per_s == 156e12
+    assert peaks.gpu_peak("NVIDIA GeForce RTX 4090", "bf16") is None
+
+
+def test_the_cpu_peak_is_measured_once_and_cached(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(peaks, "measure_matmul", lambda dtype: calls.append(dtype) or 1e11)
+    cache = tmp_path / "peaks.json"
+    assert peaks.cpu_peak("fp32", cache).flop_per_s == peaks.cpu_peak("fp32", cache).flop_per_s == 1e11
+    assert calls == [torch.float32] and cache.is_file()
+
+
+def test_a_cpu_peak_below_a_reached_rate_is_measured_again_and_the_higher_kept(tmp_path, monkeypatch):
+    probes = iter([4.5e10, 6.8e10, 3e10])  # the first probe ran on a slowed machine
+    monkeypatch.setattr(peaks, "measure_matmul", lambda dtype: next(probes))
+    cache = tmp_path / "peaks.json"
+    assert peaks.cpu_peak("fp32", cache).flop_per_s == 4.5e10
+    assert peaks.cpu_peak("fp32", cache, at_least=4.9e10).flop_per_s == 6.8e10
+    assert peaks.cpu_peak("fp32", cache).flop_per_s == 6.8e10  # cached
+    assert peaks.cpu_peak("fp32", cache, at_least=7e10).flop_per_s == 6.8e10  # a lower probe never lowers it
+
+
+def test_mfu_over_one_on_a_cpu_measures_the_peak_again_once(monkeypatch):
+    asked = []
+    monkeypatch.setattr(
+        peaks, "cpu_peak", lambda dtype, at_least: asked.append(at_least) or peaks.Peak(2e10, dtype, "measured: again")
+    )
+    util = Utilisation()
+    util.flops_per_sample, util.peak = 1e8, peaks.Peak(1e10, "fp32", "measured: best of 4 matmul shapes")
+    assert util.stats(150.0)["mfu"] == 0.75  # 1.5e10 FLOP/s against the peak measured again
+    assert util.stats(300.0)["mfu"] == 1.5 and asked == [1.5e10]  # only once per run
+    gpu = Utilisation()
+    gpu.flops_per_sample, gpu.peak = 1e8, peaks.Peak(1e10, "bf16", "datasheet, dense: some GPU")
+    assert gpu.stats(300.0)["mfu"] == 3.0 and len(asked) == 1  # a datasheet figure is never measured
+
+
+def test_a_task_the_counter_cannot_follow_costs_the_figure_not_the_run():
+    def step(model, batch):
+        return F.mse_loss(model.weight.sum() * batch[0], batch[1])  # reaches into the module: not countable
+
+    model = nn.Linear(1, 1)
+    data = [(torch.randn(4), torch.randn(4))] * 2
+    summary = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), data, task=step, device="cpu").fit()
+    assert summary["status"] == "completed" and summary["flops_per_step"] is None and summary["mfu"] is None

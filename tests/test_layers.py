@@ -1,0 +1,165 @@
+"""The package's rooms and what each may import (docs/architecture.md, "Rooms"): read from the source, so a new
+import that points up a layer, a module-level import cycle, a crowded package root or a second module of the same
+name fails here rather than in review."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "accel"
+
+# Bottom to top: a room imports its own layer and those below it. The same table is drawn in docs/architecture.md.
+LAYERS = [
+    {"root"},  # errors, io, devices, batches, schema, registry
+    {"strategy"},
+    {"runs", "models", "tasks", "optimizers", "measure"},
+    {"speedups", "callbacks", "data"},
+    {"config"},
+    {"engine"},
+    {"train"},
+    {"bench", "profile", "export"},
+    {"cli", "launch"},
+]
+# Imports that point up, each for a reason, called inside a function
+UPWARD = {
+    # the in-script half of `accel bench -- python train.py` and `accel profile -- ...`: present only under their
+    # environment variables, it writes the bench's typed Trial and drives the profile's window
+    ("accel.engine.script_trial", "accel.bench.records"),
+    ("accel.engine.script_trial", "accel.bench.target"),
+    ("accel.engine.script_trial", "accel.profile.script"),
+    # `torchvision:NAME` and `timm:NAME` are names in the model registry, built by the libraries' own builders
+    ("accel.registry", "accel.models.libraries"),
+}
+# Names a module may share with another room's: the seams' roles, and the CLI's modules named after commands
+ROLES = {"base", "errors", "pipeline", "report", "script"}
+ROOT_MODULES_AT_MOST = 10
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def room(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 2 and MODULES[module].name != "__init__.py":
+        return "root"
+    return parts[1] if len(parts) > 1 else "root"
+
+
+def layer(name: str) -> int:
+    return next(i for i, rooms in enumerate(LAYERS) if name in rooms)
+
+
+def imports(module: str, top_level_only: bool = False) -> set[str]:
+    """The accel modules `module` imports when it runs: not those under `if TYPE_CHECKING:`; with
+    `top_level_only`, only those its import runs (not inside functions or classes)."""
+    path = MODULES[module]
+    tree = ast.parse(path.read_text())
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    skipped = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for inner in ast.walk(node)
+    }
+    found = set()
+    for node in nodes:
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                found.add(sub if sub in MODULES else target)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {name for name in found if name in MODULES and name != module}
+
+
+def test_every_import_points_down_a_layer_or_is_a_named_exception():
+    wrong = sorted(
+        f"{module} imports {target} ({room(module)} -> {room(target)})"
+        for module in MODULES
+        for target in imports(module)
+        if layer(room(target)) > layer(room(module)) and (module, target) not in UPWARD
+    )
+    assert not wrong, "imports up a layer (docs/architecture.md, Rooms):\n" + "\n".join(wrong)
+
+
+def test_every_room_is_in_a_layer():
+    rooms = {room(module) for module in MODULES if module != "accel"}
+    assert rooms == set().union(*LAYERS)
+
+
+def test_no_import_cycle_when_modules_load():
+    graph = {module: _with_packages(module, imports(module, top_level_only=True)) for module in MODULES}
+    done, path = set(), []
+
+    def visit(module: str) -> None:
+        if module in path:
+            cycle = path[path.index(module) :] + [module]
+            raise AssertionError("import cycle: " + " -> ".join(cycle))
+        if module in done:
+            return
+        path.append(module)
+        for target in sorted(graph[module]):
+            visit(target)
+        path.pop()
+        done.add(module)
+
+    for module in sorted(MODULES):
+        visit(module)
+
+
+def _with_packages(module: str, targets: set[str]) -> set[str]:
+    """Importing a.b.c runs a and a.b first: those of them not already running as `module`'s own packages."""
+    own = _packages(module)
+    return targets | {package for target in targets for package in _packages(target) - own}
+
+
+def _packages(module: str) -> set[str]:
+    parts = module.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))} | {module}
+
+
+def test_the_package_root_holds_few_modules():
+    root = sorted(module for module in MODULES if room(module) == "root")
+    assert len(root) <= ROOT_MODULES_AT_MOST, root
+
+
+def test_no_two_modules_share_a_name_but_the_seams_roles():
+    names = Counter(
+        path.stem
+        for module, path in MODULES.items()
+        if path.name != "__init__.py" and room(module) != "cli" and path.stem not in ROLES
+    )
+    assert [name for name, count in names.items() if count > 1] == []
+
+
+def test_every_documented_import_works():
+    """`import accel...` and `from accel... import ...` lines of the README and docs/ (and accel's public names),
+    run in one fresh interpreter: a move between rooms keeps every path a user was shown."""
+    root = PACKAGE.parent
+    lines = {
+        line.strip().lstrip("+")
+        for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+        for line in doc.read_text().splitlines()
+        if line.strip().lstrip("+").startswith(("import accel", "from accel"))
+    }
+    names = "import accel\n" + "".join(f"accel.{name}\n" for name in __import__("accel").__all__)
+    assert len(lines) >= 5, lines  # the README and docs do show imports
+    done = subprocess.run([sys.executable, "-c", names + "\n".join(sorted(lines))], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
