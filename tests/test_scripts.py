@@ -65,6 +65,7 @@ def test_compare_plain_loop_reports_a_ratio_and_a_verdict(tmp_path):
     assert all(r["accel_step_s"] > 0 and r["plain_step_s"] > 0 for r in result["rounds"])
 
 
+@pytest.mark.slow
 def test_compare_plain_loop_on_a_recipe_with_overrides(tiny, write_recipe, tmp_path):
     report = tmp_path / "compare.json"
     tiny |= {"schedule": {"name": "onecycle"}, "train": tiny["train"] | {"clip_grad_norm": 1.0}}
@@ -110,6 +111,7 @@ def test_compare_plain_loop_on_a_recipe_with_overrides(tiny, write_recipe, tmp_p
     assert r["ratio"] == pytest.approx(r["accel_s"] / r["plain_s"] * 2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["whole", "regional"])
 def test_compile_cost_times_a_compiled_first_step(mode):
     out = _script("benchmarks/compile_cost.py", mode, "--warm", "--depth", "1", "--backend", "aot_eager")
@@ -184,6 +186,7 @@ def test_gpu_check_writes_one_json_that_later_runs_add_to(tmp_path):
     assert (tmp_path / "raw.tar.gz").is_file()
 
 
+@pytest.mark.slow
 def test_time_cli_times_each_quick_command_in_a_fresh_process():
     lines = _script("benchmarks/time_cli.py", "--repeat", "1").splitlines()
     assert [line.split(" median ")[0].strip() for line in lines] == [
@@ -194,6 +197,7 @@ def test_time_cli_times_each_quick_command_in_a_fresh_process():
     ]
 
 
+@pytest.mark.slow
 def test_compare_peer_gpt_times_both_loops_at_two_lengths(tmp_path):
     """A user's GPT file (its loss calls `.view()`) trains through `accel train` and a plain loop alike."""
     report = tmp_path / "peer.json"

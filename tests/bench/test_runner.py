@@ -34,6 +34,7 @@ TRIAL_KEYS = {
 }
 
 
+@pytest.mark.slow
 def test_bench_end_to_end_interleaves_and_reports_a_crashing_variant(tiny, write_recipe, tmp_path, capsys):
     out = tmp_path / "bench"
     # 4096 > the 51 training samples with drop_last: that variant's trials raise inside the trial process.
@@ -293,6 +294,7 @@ def test_ablation_names_that_start_with_a_dash_reach_the_trial_intact(tmp_path):
     assert args.variant == "-amp" and args.trial == 2 and args.steps == 5
 
 
+@pytest.mark.slow
 def test_a_bench_whose_every_trial_failed_exits_1_and_says_so(tiny, write_recipe, tmp_path, capsys):
     out = tmp_path / "bench"
     # both sizes exceed the 51 training samples: every trial raises in its process

@@ -59,6 +59,7 @@ def report(out) -> dict:
 OWN_ONLY = ["--set", "speedups.compile.enabled=false", "--set", "speedups.optim.enabled=false"]
 
 
+@pytest.mark.slow
 def test_ablate_benches_the_scripts_own_speedups(tmp_path, capsys):
     out = tmp_path / "bench"
     argv = ["bench", "--ablate", *SHORT, *OWN_ONLY, "--out", str(out), "--", sys.executable, str(script(tmp_path))]
@@ -87,6 +88,7 @@ def test_ablate_benches_the_scripts_own_speedups(tmp_path, capsys):
     assert "amp:" in (out / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_ablate_adds_the_speedups_this_device_runs_and_the_model_uses(tmp_path, capsys):
     linear = script(tmp_path)
     conv = tmp_path / "conv.py"
@@ -110,6 +112,7 @@ def test_ablate_adds_the_speedups_this_device_runs_and_the_model_uses(tmp_path, 
     assert "+optim" not in capsys.readouterr().out  # one the user turned off stays off
 
 
+@pytest.mark.slow
 def test_warm_cache_loads_the_compile_artifacts_a_variants_first_trial_saved(tmp_path):
     out = tmp_path / "bench"
     argv = ["bench", "--vary", "speedups.compile.enabled=true", "--steps", "1", "--warmup", "1", "--trials", "2"]
@@ -123,6 +126,7 @@ def test_warm_cache_loads_the_compile_artifacts_a_variants_first_trial_saved(tmp
     assert "loaded torch.compiler's cache artifacts" in Path(second["log"]).read_text()
 
 
+@pytest.mark.slow
 def test_vary_takes_an_engine_key_and_the_scripts_own_option(tmp_path):
     out = tmp_path / "bench"
     argv = ["bench", "--vary", "speedups.amp.enabled=false", "--vary", "arg:--batch=4,6", "--trials", "1"]
@@ -152,6 +156,7 @@ def test_a_scripts_option_is_replaced_where_given_and_appended_where_not():
         with_option(["python", "t.py"], "batch", "2")
 
 
+@pytest.mark.slow
 def test_a_crashing_variant_leaves_a_report_of_the_others(tmp_path, capsys):
     out = tmp_path / "bench"
     path = script(tmp_path, crash=True)
@@ -186,6 +191,7 @@ for step in range(20):
 """
 
 
+@pytest.mark.slow
 def test_a_diverging_and_a_killed_variant_leave_a_report_of_the_others(tmp_path):
     out = tmp_path / "bench"
     path = script(tmp_path, text=FAILING)

@@ -105,6 +105,7 @@ def test_tune_refuses_what_a_script_cannot_take_before_running_it(tmp_path, caps
     assert not (tmp_path / "w").exists()
 
 
+@pytest.mark.slow
 def test_tune_for_time_on_the_gpt_loop_for_real(tmp_path, capsys):
     work, out = tmp_path / "work", tmp_path / "tuned.yaml"
     gpt = [sys.executable, str(ROOT / "examples" / "gpt_loop.py"), "--data", str(tmp_path / "data")]

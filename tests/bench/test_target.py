@@ -21,6 +21,7 @@ def test_targets_know_which_way_is_better():
         parse_target("accuracy")
 
 
+@pytest.mark.slow
 def test_bench_reports_the_time_to_a_target_and_who_never_reached_it(tiny, write_recipe, tmp_path, capsys):
     out = tmp_path / "bench"
     # accuracy 0.0 is reached at the first evaluation, 1.01 never

@@ -116,6 +116,7 @@ def test_default_knobs(tiny):
         build_knobs(base, batch_sizes="0,8")
 
 
+@pytest.mark.slow
 def test_tune_command_for_real(tiny, write_recipe, tmp_path, capsys):
     out, work = tmp_path / "tuned.yaml", tmp_path / "work"
     # 4096 is more than the training set holds, so it fails and bounds the search: 8192 is never run.

@@ -204,6 +204,7 @@ def test_time_to_target_ratio_counts_a_trial_that_never_got_there_as_slowest():
     assert never.verdict == Verdict.HURT and never.median is None
 
 
+@pytest.mark.slow
 def test_tune_for_time_for_real(tmp_path, capsys):
     corpus = tmp_path / "corpus"
     corpus.mkdir()

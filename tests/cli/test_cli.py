@@ -105,6 +105,7 @@ def _train(*args: str) -> subprocess.Popen:
     )
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path):
     recipe = "quickstart"
     fast = ["--set", "train.epochs=3", "--set", "log.tensorboard=false", "--set", "model.args={width: 16}"]

@@ -57,6 +57,7 @@ def _wait_for(condition, what: str, timeout: float = 300) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_two_processes_of_the_resnet_example_train_with_the_settings_given(tmp_path):
     log = tmp_path / "log.txt"
     tiny = ["--epochs", "1", "--samples", "16", "--batch", "8", "--size", "16"]
@@ -71,6 +72,7 @@ def test_two_processes_of_the_resnet_example_train_with_the_settings_given(tmp_p
     assert text.count("ACCEL_SET overrides the script: speedups.channels_last.enabled=false") == 2  # in each rank
 
 
+@pytest.mark.slow
 def test_sigint_reaches_every_rank_and_the_run_stops_cleanly(tmp_path):
     script, log = tmp_path / "endless.py", tmp_path / "log.txt"
     script.write_text(ENDLESS)

@@ -180,6 +180,7 @@ def test_trains_and_evaluates_through_the_trainer(name):
 @pytest.mark.parametrize(
     "name, speedup", [(name, speedup) for name, case in CASES.items() for speedup in case.speedups]
 )
+@pytest.mark.slow
 def test_gets_the_speedups_that_apply(name, speedup, tmp_path):
     summary = run_recipe(validate_recipe(recipe(CASES[name], {speedup: SPEEDUPS[speedup]})), out=tmp_path / "run")
     # timm's test_resnet in bf16 on an AMX CPU turns NaN in about 1 run of 5 at the same seed (seen before the
@@ -189,6 +190,7 @@ def test_gets_the_speedups_that_apply(name, speedup, tmp_path):
     assert speedup in summary["speedups"] and not summary["skipped_speedups"], summary["skipped_speedups"]
 
 
+@pytest.mark.slow
 def test_the_gpt_resumes_exactly_after_sigkill(write_recipe, tmp_path):
     """`accel train` killed outright, then `--resume`d, ends exactly where an uninterrupted run does."""
     path = write_recipe(recipe(CASES["view_gpt"], max_steps=None, epochs=2))

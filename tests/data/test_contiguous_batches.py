@@ -115,6 +115,7 @@ def assert_contiguous(batch, where: str) -> None:
         assert tensor.is_contiguous(), f"{where}: tensor {i} {tuple(tensor.shape)} has strides {tensor.stride()}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", kinds())
 def test_every_batch_tensor_is_contiguous(kind, tmp_path):
     """What the data pipeline hands the trainer, after the device transform (normalisation, augmentation)."""
@@ -131,6 +132,7 @@ def test_every_batch_tensor_is_contiguous(kind, tmp_path):
                 assert_contiguous(transform(*batch), f"{kind} {split} batch {i}, transformed")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", kinds())
 def test_a_model_that_views_its_inputs_and_targets_trains_on_every_dataset_kind(kind, tmp_path):
     """`x.view(...)` / `targets.view(-1)` in the model: ViewGPT for token windows, ViewMLP for images."""

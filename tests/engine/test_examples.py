@@ -50,6 +50,7 @@ def run(*argv: str, env: dict | None = None, timeout: int = 600) -> subprocess.C
 GPT_ARGS = ("--steps", "3", "--batch", "4", "--block", "32", "--eval-every", "2")
 
 
+@pytest.mark.slow
 def test_the_gpt_loop_through_the_engine_prints_the_plain_loops_losses(tmp_path):
     data = ("--data", str(tmp_path / "bytes"))
     plain = run(sys.executable, "examples/plain/gpt_loop.py", *GPT_ARGS, *data).stdout
@@ -75,6 +76,7 @@ def test_the_gpt_loops_settings_come_from_outside(tmp_path):
 RESNET_ARGS = ("--epochs", "1", "--samples", "64", "--batch", "16", "--size", "32")
 
 
+@pytest.mark.slow
 def test_the_resnet_loop_trains_through_the_engine():
     assert "epoch 0: train loss" in run(sys.executable, "examples/resnet_loop.py", *RESNET_ARGS).stdout
 
@@ -82,6 +84,7 @@ def test_the_resnet_loop_trains_through_the_engine():
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_the_resnet_loop_runs_under_torchrun(strategy):

@@ -252,6 +252,7 @@ def test_a_whole_step_speedup_needs_the_step_as_one_function():
     eng.close()
 
 
+@pytest.mark.slow
 def test_fp16_steps_skip_and_update_through_the_loops_optimizer_step(monkeypatch):
     monkeypatch.setattr(devices, "supports_fp16_scaler", lambda device: True)  # torch has a CPU GradScaler
     eng = accel.Engine(speedups={"amp": {"dtype": "fp16", "init_scale": 1024.0}}, device="cpu")

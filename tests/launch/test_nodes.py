@@ -84,6 +84,7 @@ def _assert_same_metrics(a: dict, b: dict) -> None:
         assert a[key] == pytest.approx(b[key], rel=TOLERANCE, abs=TOLERANCE), key
 
 
+@pytest.mark.slow
 def test_two_machines_on_loopback_train_as_one_machine_with_as_many_processes(recipe, tmp_path):
     endpoint = f"127.0.0.1:{_free_port()}"
     out = tmp_path / "two-nodes"
@@ -107,6 +108,7 @@ def test_two_machines_on_loopback_train_as_one_machine_with_as_many_processes(re
         _assert_same_metrics(x, y)
 
 
+@pytest.mark.slow
 def test_a_machine_that_never_comes_is_a_clear_timeout(recipe, tmp_path):
     out = tmp_path / "alone"
     started = time.monotonic()
@@ -134,6 +136,7 @@ def _worker(run: subprocess.Popen, rank: int) -> psutil.Process:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rank", [0, 1])
 def test_a_killed_rank_is_restarted_and_the_run_ends_as_an_uninterrupted_one(recipe, tmp_path, rank):
     longer = ("--set", "train.epochs=8", "--set", "checkpoint.every_steps=7")  # the kill lands early, mid-epoch

@@ -29,6 +29,7 @@ def _kill(processes) -> None:
             pass
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reached", ["launcher", "every process"])
 def test_sigusr1_checkpoints_every_rank_exits_with_the_preemption_code_and_resumes(
     tiny, write_recipe, tmp_path, reached

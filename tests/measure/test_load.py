@@ -53,6 +53,7 @@ def spinner():
     proc.wait()
 
 
+@pytest.mark.slow
 def test_a_bench_beside_a_cpu_bound_process_says_the_machine_was_busy(spinner, tiny, write_recipe, tmp_path, capsys):
     out = tmp_path / "bench"
     argv = ["bench", str(write_recipe(tiny)), "--vary", "data.batch_size=8,16", "--trials", "1", "--out", str(out)]

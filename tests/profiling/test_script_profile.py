@@ -6,6 +6,8 @@ import copy
 import json
 import sys
 
+import pytest
+
 from accel.cli import main
 from accel.profile.advice import advise
 from tests.profiling.test_advice import data_bound, quiet, slow_optimizer
@@ -37,6 +39,7 @@ def _script(tmp_path, text: str = LOOP):
     return path
 
 
+@pytest.mark.slow
 def test_a_scripts_steps_are_profiled_by_its_engine(tmp_path, capfd):
     out = tmp_path / "profile"
     argv = ["profile", "--warmup", "1", "--steps", "2", "--out", str(out), "--", sys.executable]
@@ -52,6 +55,7 @@ def test_a_scripts_steps_are_profiled_by_its_engine(tmp_path, capfd):
     assert str(out / "profile.html") in printed
 
 
+@pytest.mark.slow
 def test_a_script_that_ends_before_its_window_says_so(tmp_path, capfd):
     out = tmp_path / "profile"
     assert main(["profile", "--out", str(out), "--", sys.executable, str(_script(tmp_path)), "2"]) == 2

@@ -125,6 +125,7 @@ def test_a_diverging_run_stops_keeps_finite_weights_and_says_what_to_try(tiny, w
         assert all(torch.isfinite(t).all() for t in state["model"].values() if t.is_floating_point())
 
 
+@pytest.mark.slow
 def test_the_printed_resume_command_continues_the_same_run(tiny, write_recipe, tmp_path):
     tiny["schedule"] = {"name": "onecycle"}
     tiny["data"]["dataset"]["num_samples"] = 640  # 32 steps an epoch: room to interrupt, quick to resume

@@ -34,6 +34,7 @@ def sharded(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_saved_by_two_processes_resumes_at_one_and_two_with_the_uninterrupted_metrics(sharded, tmp_path):
     four, two = ("--set", "train.epochs=4"), ("--set", "train.epochs=2")
     whole = _train(sharded, tmp_path / "whole", "--nproc", "2", *four)

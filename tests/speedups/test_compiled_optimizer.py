@@ -88,6 +88,7 @@ def test_the_schedule_and_the_logged_lr_stay_python_floats():
     assert all(type(v) is float for v in trainer.scheduler.state_dict()["_last_lr"])
 
 
+@pytest.mark.slow
 def test_the_compiled_step_runs_inside_the_grad_scalers_step(monkeypatch):
     """fp16 with torch's CPU GradScaler: scaler.step checks for infs on the host, then calls optimizer.step(),
     the compiled one. (accel runs fp16 on CUDA only; here the device check is told the CPU has a scaler.)
@@ -104,6 +105,7 @@ def test_the_compiled_step_runs_inside_the_grad_scalers_step(monkeypatch):
         torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_fused_adamw_compiles_too():
     fused = {"optim": {"impl": "fused"}}
     eager, _ = fitted(fused)

@@ -64,6 +64,7 @@ def recipe(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_two_processes_match_one_process_with_the_same_global_batch(recipe, tmp_path):
     two = _train(recipe, tmp_path / "two", "--nproc", "2")
     one = _train(recipe, tmp_path / "one", "--set", "data.batch_size=16")
@@ -78,6 +79,7 @@ def test_two_processes_match_one_process_with_the_same_global_batch(recipe, tmp_
         assert a["metrics"][key] == pytest.approx(b["metrics"][key], rel=TOLERANCE, abs=TOLERANCE)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_a_killed_two_process_run_resumes_to_the_same_result(recipe, tmp_path, strategy):
     longer = ("--set", "train.epochs=30", "--set", f"strategy={strategy}")  # room to kill it mid-run
@@ -104,6 +106,7 @@ def test_a_killed_two_process_run_resumes_to_the_same_result(recipe, tmp_path, s
         assert a["metrics"][key] == pytest.approx(b["metrics"][key], rel=TOLERANCE, abs=TOLERANCE)
 
 
+@pytest.mark.slow
 def test_fsdp_trains_as_ddp_does_and_writes_the_same_checkpoint(recipe, tmp_path):
     # accumulation (no reduce-scatter on the first micro-batch), clipping of sharded gradients, momentum state;
     # 165 samples leave 33 for validation: 17 and 16 per rank, so 3 and 2 batches, which FSDP must even out
@@ -153,6 +156,7 @@ def test_fsdp_trains_as_ddp_does_and_writes_the_same_checkpoint(recipe, tmp_path
         assert again["metrics"][key] == pytest.approx(fsdp["metrics"][key], rel=TOLERANCE, abs=TOLERANCE)
 
 
+@pytest.mark.slow
 def test_a_signal_to_one_process_stops_every_rank_at_the_same_step(recipe, tmp_path):
     longer = ("--set", "train.epochs=40")  # long enough that the signal lands mid-run
     run = _train(recipe, tmp_path / "run", "--nproc", "2", *longer)
@@ -182,6 +186,7 @@ def _kill(processes) -> None:
             pass
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["sigterm", "sighup"])
 def test_a_stop_signal_to_accel_train_reaches_every_rank_which_save_and_report(recipe, tmp_path, signum):
     run = _train(recipe, tmp_path / "run", "--nproc", "2", "--set", "train.epochs=40")
@@ -264,6 +269,7 @@ def test_a_master_port_in_use_is_refused_before_torchrun_starts(recipe, tmp_path
     assert "leave out --master-port" in err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_no_gloo_thread_outlives_a_finished_run(recipe, tmp_path, strategy):
     """gloo threads still running at interpreter exit abort the process now and then ("terminate called without
@@ -309,6 +315,7 @@ def test_a_device_mesh_kept_after_the_run_does_not_keep_the_group_alive(tmp_path
     assert not _gloo_threads() and cache[0]._pg_registry == {}
 
 
+@pytest.mark.slow
 def test_a_resume_every_rank_refuses_is_said_once_and_exits_2_as_one_process_does(recipe, tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["train", str(recipe), "--out", str(out), "--set", "train.epochs=1"]) == 0

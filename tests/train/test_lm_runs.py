@@ -45,6 +45,7 @@ def _summary(out: Path) -> dict:
     return json.loads((out / "summary.json").read_text())
 
 
+@pytest.mark.slow
 def test_two_processes_train_the_language_model_as_one_does(lm_recipe, tmp_path):
     # 40 steps: Adam amplifies the all-reduce's float32 rounding step by step; by 250 steps it is 1.2e-5
     short = ("--set", "train.max_steps=40")
@@ -59,6 +60,7 @@ def test_two_processes_train_the_language_model_as_one_does(lm_recipe, tmp_path)
         assert a["metrics"][key] == pytest.approx(b["metrics"][key], rel=TOLERANCE, abs=TOLERANCE), key
 
 
+@pytest.mark.slow
 def test_a_killed_language_model_run_resumes_exactly(lm_recipe, tmp_path):
     # killed at its first checkpoint (epoch 1, polled every 50 ms): three epochs of room, where 20 took the
     # three runs past 10 minutes at load 9
