@@ -246,9 +246,6 @@ class TrialSettings:
     eval_batches: int | None = None
     curve: bool = False
     stop_at_target: bool = False
-    # warm through torch.compiler's cache artifacts, one file per variant (a script's trials), not a shared
-    # TORCHINDUCTOR_CACHE_DIR: each trial's cache folder stays fresh, and loads only its own variant's compilations
-    cache_artifacts: bool = False
 
 
 def trial_argv(recipe: Path, settings: TrialSettings, json_path: Path, variant: str, trial: int) -> list[str]:
@@ -287,7 +284,7 @@ class Launch(Protocol):
 def _run_job(index: int, trial: int, variant: str, recipe: Path | Launch, out: Path, settings: TrialSettings) -> Trial:
     stem = _slug(index, f"{variant}-t{trial}")
     json_path, log_path = out / "trials" / f"{stem}.json", out / "trials" / f"{stem}.log"
-    shared = settings.warm_cache and not settings.cache_artifacts
+    shared = settings.warm_cache
     # a trial's own cache lives in its bench folder (nothing left in the temp folder if the bench is killed)
     cache = (out / "inductor-cache" if shared else out / "trials" / f"{stem}.inductor-cache").resolve()
     if not shared:
@@ -413,7 +410,7 @@ def compile_cache(settings: TrialSettings) -> str:
     """What the report says of the trials' compile caches."""
     if not settings.warm_cache:
         return "cold (fresh per trial)"
-    return "warm (torch.compiler cache artifacts per variant)" if settings.cache_artifacts else "warm (shared)"
+    return "warm (shared)"
 
 
 @dataclass

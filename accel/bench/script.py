@@ -6,8 +6,8 @@ first: the
 script runs until its `accel.Engine` sets the model up, which writes what the engine was given (speed-ups, device)
 and the model's traits, and exits. That tells the ablation the script's speed-ups and which others this device
 and model can use (`--ablate` tries both), validates every variant's settings in a second rather than in every
-trial, and stops a script without an engine with one message before any trial runs. With `--warm-cache` each
-variant keeps torch.compiler's cache artifacts in OUT/compile-cache/, which its later trials load.
+trial, and stops a script without an engine with one message before any trial runs. With `--warm-cache` the
+trials share one inductor cache under OUT, as a recipe's do.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import shlex
 import subprocess
 import tempfile
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ from ..errors import AccelError, RecipeError
 from ..runs.signals import die_with_parent
 from .knobs import runnable_speedups
 from .records import Report
-from .runner import BenchRun, TrialSettings, _exit_reason, _only, _slug, _tail, run_and_report, trial_env
+from .runner import BenchRun, TrialSettings, _exit_reason, _only, _tail, run_and_report, trial_env
 from .variants import Variant, ablation_variants, format_value, interleave, vary_variants
 
 ARG = "arg:"  # --vary arg:--batch=16,32: the script's own option, not an engine key
@@ -51,7 +51,6 @@ class ScriptLaunch:
 
     command: tuple[str, ...]
     sets: tuple[str, ...]
-    compile_cache: Path | None = None  # --warm-cache: this variant's torch.compiler cache artifacts
 
     def accel_set(self) -> str:
         return " ".join([os.environ.get(SET_VARIABLE, ""), *map(shlex.quote, self.sets)]).strip()
@@ -66,7 +65,6 @@ class ScriptLaunch:
             **({script_trial.TARGET: settings.target} if settings.target else {}),
             **({script_trial.STOP: "1"} if settings.stop_at_target else {}),
             **({script_trial.CURVE: CURVE_METRIC} if settings.curve else {}),
-            **({script_trial.COMPILE_CACHE: str(self.compile_cache)} if self.compile_cache else {}),
         }
 
 
@@ -230,16 +228,6 @@ def run_script_bench(
     console: Console | None = None,
 ) -> tuple[Report, dict[str, Path]]:
     """Run the script's variants interleaved, each trial a fresh process; write report.json/.md/.html into `out`."""
-    out = Path(out)
-    launches = plan.launches
-    if settings.warm_cache:  # each variant its own artifacts: a trial loads only what its own variant compiled
-        settings = replace(settings, cache_artifacts=True)
-        folder = (out / "compile-cache").resolve()
-        folder.mkdir(parents=True, exist_ok=True)
-        launches = {
-            v.name: replace(launches[v.name], compile_cache=folder / f"{_slug(i, v.name)}.bin")
-            for i, v in enumerate(plan.variants)
-        }
-    jobs = [(t, v.name, launches[v.name]) for t, v in interleave(plan.variants, trials)]
+    jobs = [(t, v.name, plan.launches[v.name]) for t, v in interleave(plan.variants, trials)]
     run = BenchRun(plan.variants, plan.baseline, shlex.join(plan.command), plan.configs, settings, trials, command)
-    return run_and_report(run, jobs, out, console)
+    return run_and_report(run, jobs, Path(out), console)

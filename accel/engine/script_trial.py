@@ -12,9 +12,6 @@ and the script's engine measures its own optimizer steps, writes a `Trial` recor
 - `ACCEL_TRIAL_PROBE=1`: write what the engine was given (speed-ups, device, strategy, optimizer) as it is
   created, add the model's traits (convolutions, attention, repeated blocks) at `eng.setup` and exit there, before
   the first step: the bench asks this first, to know the script's speed-ups, the model, and that it uses an engine.
-- `ACCEL_TRIAL_COMPILE_CACHE=FILE` (`--warm-cache`): torch.compiler's cache artifacts, loaded from FILE as the
-  engine is created and saved there after the timed steps, so a variant's later trials skip the compilation the
-  first one did (the bench gives each variant its own file).
 
 The device is synchronised after every step, so a step's time is its real time: from the end of the previous
 optimizer step to the end of this one, the loop's own work (data, logging) included, as its user waits for it.
@@ -31,14 +28,13 @@ import statistics
 import sys
 import time
 import traceback
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psutil
 import torch
 
 from .. import devices
-from ..io import atomic_file, strict_json, write_atomic
+from ..io import strict_json, write_atomic
 
 if TYPE_CHECKING:
     from ..bench.target import Target
@@ -48,7 +44,6 @@ if TYPE_CHECKING:
 PATH, STEPS, WARMUP, PROBE = "ACCEL_TRIAL", "ACCEL_TRIAL_STEPS", "ACCEL_TRIAL_WARMUP", "ACCEL_TRIAL_PROBE"
 TARGET = "ACCEL_TRIAL_TARGET"  # METRIC=VALUE: the time until the script's `eng.log` reports it
 STOP, CURVE = "ACCEL_TRIAL_STOP", "ACCEL_TRIAL_CURVE"  # end at the target; record this metric's every value
-COMPILE_CACHE = "ACCEL_TRIAL_COMPILE_CACHE"
 PROFILE = "ACCEL_PROFILE"  # `accel profile -- SCRIPT`: the profile window's settings (accel.profile.script)
 log = logging.getLogger("accel")
 LAST_LOSS_STEPS = 5  # final_loss: the mean of the last timed steps' losses, as a recipe's trial has it
@@ -69,9 +64,6 @@ def attach(engine: Engine, settings: Settings | None) -> ScriptTrial | None:
     if os.environ.get(PROBE) == "1":
         return Probe(engine, settings, path)
     trial = ScriptTrial(engine, path, int(os.environ.get(WARMUP, "0")), int(os.environ.get(STEPS, "1")))
-    trial.compile_cache = os.environ.get(COMPILE_CACHE) or None
-    if trial.compile_cache:
-        load_compile_cache(trial.compile_cache)
     if os.environ.get(TARGET):
         from ..bench.target import parse_target
 
@@ -109,25 +101,6 @@ class Probe:
             write_atomic(self.path, strict_json(self.given))
 
 
-def load_compile_cache(path: str) -> None:
-    """torch.compiler's cache artifacts from `path`, if an earlier trial saved them (none: a cold start)."""
-    try:
-        artifacts = Path(path).read_bytes()
-    except FileNotFoundError:
-        return
-    torch.compiler.load_cache_artifacts(artifacts)
-    log.info("loaded torch.compiler's cache artifacts from %s (--warm-cache)", path)
-
-
-def save_compile_cache(path: str) -> None:
-    """What this process compiled (and loaded), as torch.compiler's cache artifacts; nothing when it compiled
-    nothing."""
-    saved = torch.compiler.save_cache_artifacts()
-    if saved is not None:
-        with atomic_file(path) as handle:
-            handle.write(saved[0])
-
-
 class ScriptTrial:
     """Counts the engine's optimizer steps and times each; after warm-up + steps (or at the target, or when the
     script ends: see the module docstring), writes the record and exits."""
@@ -144,7 +117,6 @@ class ScriptTrial:
         self.metric: str | None = None  # the logged metric whose values are recorded (the target's)
         self.stop = False  # end the trial when the target is reached
         self.evals: list[dict[str, Any]] = []  # each logged value of the metric, as TargetClock's
-        self.compile_cache: str | None = None  # where to save torch.compiler's artifacts after the steps
         self.model_traits: dict[str, bool] | None = None
         self.process_started = psutil.Process().create_time()
         self.eval_s, self.last_step = 0.0, time.time()
@@ -200,8 +172,6 @@ class ScriptTrial:
         record = self.record() | self._losses()
         self._write(record | self._target_figures() | _diverged(record.get("step_losses", [])))
         self.done = True
-        if self.compile_cache and self.engine.world.is_main:
-            save_compile_cache(self.compile_cache)
 
     def record(self) -> dict[str, Any]:
         """The figures of `accel.bench.records.Trial`, from the engine's own counts."""

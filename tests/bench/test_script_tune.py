@@ -57,6 +57,7 @@ def test_tune_on_the_resnet_loop_never_writes_a_configuration_slower_than_the_sc
     assert [name for where, name, _ in seen if where == "final"] == ["script as given", "tuned"] * 2
     given = [s for where, name, s in seen if name == "script as given"]
     assert given == ["", ""]  # the script as given runs with no ACCEL_SET of tune's
+    assert result.final.given == "script as given"  # the table's final row: "tuned vs script as given"
     path, line = write_script_fragment(result, resnet, tmp_path / "tuned.yaml", ["Written by `accel tune` test"])
     written = yaml.safe_load(path.read_text())["speedups"]
     if final_slower:  # measured slower together: the script's own speed-ups, and the line runs it unchanged

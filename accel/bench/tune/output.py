@@ -53,7 +53,7 @@ def table(result: TuneResult) -> Table:
         disagree = final.median_step_verdict not in (None, final.verdict)
         out.add_row(
             "final check",
-            "tuned vs recipe",
+            f"tuned vs {final.given}",
             final.samples_per_s.text("{:.1f}", ""),
             _ratio(final.ratio),
             _ratio(final.median_step_ratio),
@@ -85,7 +85,7 @@ def _time_table(result: TuneResult) -> Table:
     if final:
         out.add_row(
             "final check",
-            "tuned vs recipe",
+            f"tuned vs {final.given}",
             ", ".join(f"{k} {v}" for k, v in (final.reached or {}).items()),
             _ratio(final.time_ratio),
             (final.time_ratio and final.time_ratio.verdict) or "",

@@ -42,6 +42,7 @@ class FinalCheck(Record):
     # --objective time: the tuned time to the target over the recipe's, and how many trials of each reached it
     time_ratio: Reading | None = None
     reached: dict[str, str] | None = None  # {"tuned": "2/2", "recipe as given": "2/2"}
+    given: str = "recipe as given"  # what the tuned configuration was measured against ("script as given")
 
     @property
     def slower(self) -> bool:
@@ -64,6 +65,7 @@ def final_check(tuned: VariantSummary, recipe: VariantSummary) -> FinalCheck:
         **busy_fields(tuned.busy),
         time_ratio=tuned.time_to_target_ratio if timed else None,
         reached={r.name: f"{r.target_reached or 0}/{len(r.trials)}" for r in (tuned, recipe)} if timed else None,
+        given=recipe.name,
     )
 
 
