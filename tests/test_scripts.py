@@ -136,6 +136,7 @@ def test_muon_ns_dtype_times_each_dtype_at_both_orientations(tmp_path):
     assert all(r["median_s"] > 0 for r in rows)
 
 
+@pytest.mark.slow
 def test_transformer_probe_reports_tokens_per_second_and_a_row_per_variant(tmp_path):
     out = tmp_path / "probe.json"
     _script(
@@ -177,6 +178,7 @@ def test_transformer_probe_reports_tokens_per_second_and_a_row_per_variant(tmp_p
     assert typo.returncode == 2 and "unknown variant(s) bf16+flsh" in typo.stderr
 
 
+@pytest.mark.slow
 def test_gpu_check_writes_one_json_that_later_runs_add_to(tmp_path):
     for step in ("env", "peaks"):
         _script("scripts/gpu_check.py", "--out", str(tmp_path), "--device", "cpu", "--quick", step)
@@ -215,6 +217,7 @@ def test_compare_peer_gpt_times_both_loops_at_two_lengths(tmp_path):
         assert len(result["ratio_plain_over_accel"]["pairs"]) == 1
 
 
+@pytest.mark.slow
 def test_peer_gpt_steps_times_all_four_loops(tmp_path):
     out = tmp_path / "steps.json"
     _script("benchmarks/peer_gpt_steps.py", "--rounds", "1", "--steps", "8", "--json", str(out))

@@ -60,6 +60,7 @@ def _ignore_sigint() -> None:
     [(signal.SIGINT, False), (signal.SIGTERM, False), (signal.SIGHUP, False), (signal.SIGINT, True)],
     ids=["sigint", "sigterm", "sighup", "sigint-in-a-background-job"],
 )
+@pytest.mark.slow
 def test_a_signal_stops_the_running_trial_and_the_report_says_interrupted(
     signum, started_ignoring_sigint, tiny, write_recipe, tmp_path
 ):
@@ -197,6 +198,7 @@ def test_a_parent_killed_by_sigkill_takes_its_trial_along_and_its_folder_is_refu
             parent.wait()
 
 
+@pytest.mark.slow
 def test_a_tune_stopped_by_sighup_records_that_it_was_interrupted(tiny, write_recipe, tmp_path):
     work = tmp_path / "work"
     argv = [sys.executable, "-m", "accel.cli", "tune", str(write_recipe(tiny)), "--no-speedups", "--workers="]

@@ -201,6 +201,7 @@ def test_a_diverging_and_a_killed_variant_leave_a_report_of_the_others(tmp_path)
     assert killed["errors"] == 1 and "killed by SIGKILL" in killed["trials"][0]["error"]
 
 
+@pytest.mark.slow
 def test_a_bench_whose_every_trial_failed_exits_1(tmp_path, capsys):
     out = tmp_path / "bench"
     argv = ["bench", "--vary", "speedups.amp.init_scale=3", "--steps", "1", "--warmup", "0", "--trials", "1"]
@@ -217,6 +218,7 @@ def test_a_script_without_an_engine_fails_with_one_message(tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_a_bad_engine_key_fails_before_any_trial(tmp_path, capsys):
     out = tmp_path / "bench"
     argv = ["bench", "--vary", "speedups.amp.dtyp=bf16,fp16", "--out", str(out), "--", sys.executable]

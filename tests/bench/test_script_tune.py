@@ -46,6 +46,7 @@ def resnet():
     return ScriptSubject.probed(RESNET, [])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("final_slower", [True, False])
 def test_tune_on_the_resnet_loop_never_writes_a_configuration_slower_than_the_script(resnet, tmp_path, final_slower):
     assert set(resnet.engine["speedups"]) == {"amp", "channels_last"}

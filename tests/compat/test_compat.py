@@ -131,6 +131,7 @@ def trained(summary: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CASES)
 def test_trains_and_evaluates_through_a_recipe(name, tmp_path):
     summary = trained(run_recipe(validate_recipe(recipe(CASES[name])), out=tmp_path / "run"))

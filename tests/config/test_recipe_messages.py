@@ -104,6 +104,7 @@ def build(num_classes=4, **_):
 CONSOLE = [sys.executable, "-P", "-c", "import sys; from accel.cli import main; sys.exit(main())"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["beside the recipe", "in the current folder"])
 def test_the_accel_command_imports_a_module_beside_the_recipe_or_in_the_current_folder(tiny, tmp_path, where):
     recipe_dir, cwd = tmp_path / "project", tmp_path / "elsewhere"

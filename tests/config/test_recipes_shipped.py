@@ -51,6 +51,7 @@ def test_resnet_recipe_inherits_the_cpu_preset_and_its_shape():
     assert set(recipe.speedups) == {"amp", "channels_last", "compile"}
 
 
+@pytest.mark.slow
 def test_resnet_recipe_trains_two_steps():
     # eager backend: dynamo still captures the whole ResNet, without inductor's 30 s of code generation
     overrides = [
@@ -70,6 +71,7 @@ def test_resnet_recipe_trains_two_steps():
     assert summary["speedups"] == ["channels_last", "amp", "compile"]  # none skipped on a CPU
 
 
+@pytest.mark.slow
 def test_lm_recipe_trains_a_few_steps_on_the_standard_library():
     # amp off: the tests let bf16 run on any CPU, and where it is emulated it makes this minutes instead of seconds
     overrides = [

@@ -183,6 +183,7 @@ def test_a_dataset_of_wider_pixels_is_refused_not_wrapped(tmp_path):
     assert cache.entries(tmp_path / "cache") == []
 
 
+@pytest.mark.slow
 def test_info_names_a_damaged_entry_and_clear_removes_it(tmp_path, capsys):
     root = tmp_path / "cache"
     cached(folder_dataset(tmp_path / "images"), CacheConfig(enabled=True, dir=str(root)), "imgs")

@@ -92,6 +92,7 @@ print(torch.equal(first, again), torch.equal(first, other), torch.equal(first, d
 """
 
 
+@pytest.mark.slow
 def test_random_transforms_in_workers_repeat_with_the_seed():
     done = subprocess.run([sys.executable, "-c", SEEDED_WORKERS], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

@@ -84,6 +84,7 @@ def test_a_worker_error_reaches_the_consumer_with_the_file_name(tmp_path):
         list(DevicePrefetcher(loader, CPU))
 
 
+@pytest.mark.slow
 def test_training_with_the_prefetcher_equals_training_without(tiny):
     """Batch for batch through the real trainer: identical losses and weights."""
     results = []

@@ -59,6 +59,7 @@ def test_the_gpt_loop_through_the_engine_prints_the_plain_loops_losses(tmp_path)
     assert len(losses) == 5 and [line for line in mine.splitlines() if "loss" in line] == losses
 
 
+@pytest.mark.slow
 def test_the_gpt_loops_settings_come_from_outside(tmp_path):
     done = run(
         sys.executable,
@@ -124,6 +125,7 @@ print("ddp: the user's model, in step")
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_under_ddp_the_model_keeps_its_attributes_and_keys_and_the_ranks_agree(tmp_path):
     script = tmp_path / "ddp.py"
@@ -162,6 +164,7 @@ if other.world.rank == 0:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_an_fsdp_loop_saves_whole_tensors_and_loads_them_back_sharded(tmp_path):
     script = tmp_path / "sharded.py"

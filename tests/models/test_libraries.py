@@ -50,6 +50,7 @@ def test_a_misspelt_torchvision_name_lists_the_close_ones():
         build_model(ModelConfig(name="torchvision:resnet19"), num_classes=10, in_channels=3)
 
 
+@pytest.mark.slow
 def test_accel_train_builds_a_timm_model_by_name(tiny, write_recipe, tmp_path):
     tiny["model"] = {"name": "timm:resnet18"}
     tiny["data"]["dataset"]["shape"] = [3, 16, 16]

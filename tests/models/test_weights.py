@@ -125,6 +125,7 @@ def test_a_recipe_takes_a_path_or_a_mapping_and_rejects_a_misspelt_key(tiny):
         validate_recipe({**tiny, "model": {"name": "small_cnn", "weights": {"path": "w.pt", "strickt": False}}})
 
 
+@pytest.mark.slow
 def test_accel_train_fine_tunes_from_local_weights(tiny, write_recipe, tmp_path):
     torch.save(torchvision.models.resnet18().state_dict(), tmp_path / "imagenet.pth")
     tiny["model"] = {"name": "torchvision:resnet18", "weights": str(tmp_path / "imagenet.pth")}

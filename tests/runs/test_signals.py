@@ -170,6 +170,7 @@ def test_sighup_is_handled_unless_ignored_as_nohup_wants():
         signal.signal(signal.SIGHUP, previous)
 
 
+@pytest.mark.slow
 def test_a_closed_terminal_ends_a_run_with_its_checkpoint_and_summary(tiny, write_recipe, tmp_path, capsys):
     """The real thing: the run writes to a terminal (progress bar, log), the terminal closes (every later write
     fails with EIO) and its shell sends SIGHUP to the job's process group, loader workers included."""
