@@ -21,15 +21,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from engine_overhead import NO_SPEEDUPS, ROOT  # benchmarks/: the overhead script's switch for the examples
 
-# (script arguments, optimizer steps per unit of the loop's own count): the GPT loop counts steps, the ResNet
-# loop epochs of `samples / batch` steps
+# each loop's arguments for `steps` optimizer steps: the GPT loop counts steps, the ResNet loop one epoch of
+# `samples / batch` steps
 LOOPS = {
     "gpt": lambda steps: ["--steps", str(steps), "--eval-every", "100000", "--batch", "16", "--block", "64"],
     "resnet": lambda steps: ["--epochs", "1", "--samples", str(32 * steps), "--batch", "32", "--size", "32"],
 }
-NO_SPEEDUPS = "speedups.amp.enabled=false speedups.channels_last.enabled=false"  # the resnet example asks for both
 
 CHILD = r"""
 import cProfile, json, pstats, runpy, sys, time
@@ -78,7 +77,7 @@ def main() -> None:
         data = ["--data", str(Path(tmp) / "bytes")]
         for loop in args.loops:
             loop_args = LOOPS[loop](args.steps) + (data if loop == "gpt" else [])
-            settings = {"ACCEL_SET": NO_SPEEDUPS} if loop == "resnet" else {}
+            settings = NO_SPEEDUPS if loop == "resnet" else {}
             trial = {
                 "ACCEL_TRIAL": str(Path(tmp) / f"{loop}-trial.json"),
                 "ACCEL_TRIAL_WARMUP": "3",

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import gc
 import importlib
-import logging
 import os
 import sys
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-
-log = logging.getLogger("accel")
 
 
 @dataclass(frozen=True)
