@@ -10,7 +10,7 @@ from accel.errors import AccelError, SpeedupUnavailable
 from accel.speedups import Context
 from accel.speedups.compile import Compile
 from accel.speedups.cuda_graphs import CudaGraphs, capture_problems, make_capturable
-from conftest import GRAPH_BF16_TOLERANCE, cuda_only
+from conftest import assert_captured_step_trains_alike, cuda_only
 
 from .conftest import tiny_trainer, weights
 
@@ -85,13 +85,11 @@ def test_the_captured_step_trains_like_the_eager_step_on_cuda(amp):
     train = {"max_steps": 8, "clip_grad_norm": 1.0}
     eager = tiny_trainer(amp, device="cuda", train=train, **GPU_RUN)
     graphed = tiny_trainer({**amp, "cuda_graphs": {"warmup_steps": 3}}, device="cuda", train=train, **GPU_RUN)
+    start = weights(eager)
     losses = [t.fit()["metrics"]["train_loss"] for t in (eager, graphed)]
     assert graphed.skipped_speedups == {}
     assert next(s for s in graphed.speedups if s.name == "cuda_graphs").metrics() == {"captured": True}
-    rel, atol = GRAPH_BF16_TOLERANCE if amp else (1e-3, 1e-4)
-    assert losses[1] == pytest.approx(losses[0], rel=rel)  # replays run the same arithmetic: rounding only
-    for a, b in zip(weights(eager), weights(graphed), strict=True):
-        torch.testing.assert_close(b, a, rtol=rel, atol=atol)
+    assert_captured_step_trains_alike(([losses[0]], weights(eager)), ([losses[1]], weights(graphed)), start, bool(amp))
 
 
 @cuda_only
