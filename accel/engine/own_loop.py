@@ -31,6 +31,7 @@ from ..io import strict_json, write_atomic
 from ..measure.flops import COUNT_SAMPLES, Utilisation, first_samples
 from ..measure.lint import SpeedLint
 from ..optimizers.builders import muon_from
+from ..runs.records import LoopRecord
 from ..speedups import Speedup, refuse
 from . import state as engine_state
 from .dataloaders import DeviceLoader, sharded
@@ -410,12 +411,13 @@ class OwnLoop:
         if self.out is None or not self.world.is_main:
             return
         self.out.mkdir(parents=True, exist_ok=True)
+        written = LoopRecord.from_flat(record)
         with open(self.out / "metrics.jsonl", "a") as handle:
-            handle.write(strict_json(record) + "\n")
+            handle.write(written.to_json() + "\n")
         if self._loop.tensorboard is None:
             self._loop.tensorboard = TensorBoard(self.out / "tb")
             self._loop.tensorboard.on_fit_start(self)
-        self._loop.tensorboard.on_log(self, {"kind": "log", **record})
+        self._loop.tensorboard.on_log(self, written)
 
     def meter_batch(self: Engine, batch: Any, data_s: float) -> None:
         """A training batch the engine's loader fetched, after waiting `data_s` for it."""
@@ -468,7 +470,7 @@ class OwnLoop:
         summary = self.summary()
         self.teardown()
         if self._loop.tensorboard is not None:
-            self._loop.tensorboard.on_fit_end(self, summary)
+            self._loop.tensorboard.on_fit_end(self, None)  # it closes its file; the summary is the own loop's
         if self.out is not None and self.world.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
             write_atomic(self.out / "summary.json", json.dumps(json.loads(strict_json(summary)), indent=2))

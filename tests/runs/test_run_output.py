@@ -11,6 +11,7 @@ from rich.console import Console
 from accel.callbacks import progress
 from accel.callbacks.progress import LINE_EVERY_S, ProgressBar
 from accel.cli import main
+from accel.runs.records import StepRecord
 from conftest import run_cli
 
 
@@ -29,13 +30,14 @@ def test_off_a_terminal_the_first_step_line_comes_at_once_and_then_at_most_one_p
     without = ProgressBar(Console(file=quiet, force_terminal=False), bar=False)
     clock = iter([100.0, 101.0, 100.0 + LINE_EVERY_S + 1])
     monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))
+    figures = {"epoch": 1, "lr": 0.1, "loss": 1.5, "samples_per_s": 300.0, "data_wait_fraction": 0.0}
     for step in (2, 4, 6):
-        bar.on_log(None, {"kind": "step", "step": step, "epoch": 1, "loss": 1.5, "samples_per_s": 300.0})
+        bar.on_log(None, StepRecord(step=step, **figures))
     assert text.getvalue().splitlines() == [
         "step 2  epoch 1  loss 1.5000  300 samples/s",
         "step 6  epoch 1  loss 1.5000  300 samples/s",
     ]
-    without.on_log(None, {"kind": "step", "step": 2})
+    without.on_log(None, StepRecord(step=2, **figures))
     assert quiet.getvalue() == ""  # log.progress: false keeps only the epoch lines
 
 

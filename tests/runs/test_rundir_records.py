@@ -270,6 +270,7 @@ def test_a_full_disk_writing_summary_or_metrics_is_a_clear_error(tmp_path, monke
 
     from accel.callbacks import RunDirWriter
     from accel.errors import AccelError
+    from accel.runs.records import LoopRecord
     from accel.runs.rundir import RunDir
 
     run_dir = RunDir(tmp_path)
@@ -285,4 +286,4 @@ def test_a_full_disk_writing_summary_or_metrics_is_a_clear_error(tmp_path, monke
     assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]
     monkeypatch.setattr("accel.callbacks.run_dir_writer.os.write", _no_space)
     with pytest.raises(AccelError, match=f"Disk full: could not append a record to {tmp_path / 'metrics.jsonl'}"):
-        RunDirWriter(run_dir).on_log(SimpleNamespace(), {"step": 1})
+        RunDirWriter(run_dir).on_log(SimpleNamespace(), LoopRecord(step=1))

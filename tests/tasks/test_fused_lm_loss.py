@@ -19,6 +19,7 @@ from accel.config.recipe import validate_recipe
 from accel.errors import AccelError
 from accel.measure.flops import count_step_flops
 from accel.models import GPT
+from accel.runs.records import StepRecord
 from accel.tasks import LanguageModel
 from accel.tasks.chunked_ce import chunked_eval_sums, chunked_linear_cross_entropy
 from accel.train.run import build_trainer
@@ -170,8 +171,8 @@ class Recorder(Callback):
         self.losses = []
 
     def on_log(self, trainer, record):
-        if "loss" in record:
-            self.losses.append(record["loss"])
+        if isinstance(record, StepRecord):
+            self.losses.append(record.loss)
 
 
 def recipe_losses(tmp_path, task: dict, **changes) -> list[float]:

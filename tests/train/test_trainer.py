@@ -13,6 +13,7 @@ from accel import Trainer
 from accel.callbacks import Callback, EarlyStopping
 from accel.config.recipe import validate_recipe
 from accel.errors import CheckpointError
+from accel.runs.records import EpochRecord
 from accel.strategy import Strategy
 from accel.train.run import build_trainer
 
@@ -106,8 +107,9 @@ def test_early_stopping_tracks_max_mode():
         should_stop = False
 
     stub = Stub()
-    for value in (0.5, 0.6, 0.6, 0.59):
-        stopper.on_epoch_end(stub, {"val_accuracy": value})
+    for epoch, value in enumerate((0.5, 0.6, 0.6, 0.59), 1):
+        figures = {"lr": 0.1, "train_loss": 1.0, "samples_per_s": 100.0, "data_wait_fraction": 0.0}
+        stopper.on_epoch_end(stub, EpochRecord(epoch=epoch, step=epoch, metrics={"val_accuracy": value}, **figures))
     assert stopper.best == 0.6 and stub.should_stop
 
 
