@@ -1,6 +1,7 @@
-"""The run's own records, typed: summary.json (`FitSummary`) and the lines of metrics.jsonl (`StepRecord`,
-`EpochRecord`, `EvalRecord`, and the own loop's `LoopRecord`). A misspelt field fails where a record is built or
-read; JSON exists only at the write (`to_json`) and the read (`read_summary`, `read_metrics`, `parse_record`).
+"""The run's own records, typed: summary.json (`FitSummary`; a user's own loop writes a `LoopSummary`) and the lines
+of metrics.jsonl (`StepRecord`, `EpochRecord`, `EvalRecord`, and the own loop's `LoopRecord`). A misspelt field
+fails where a record is built or read; JSON exists only at the write (`to_json`) and the read (`read_summary`,
+`read_metrics`, `parse_record`).
 
 The files keep the shape users' scripts read (docs/architecture.md, "Contracts kept for users"): a record's
 open-ended names (the task's metrics, `val_accuracy`...; a speed-up's, `compile/recompiles`) are typed mappings
@@ -35,26 +36,27 @@ class _Record(BaseModel):
 
 
 class FitSummary(_Record):
-    """summary.json: how a fit ended and what it measured. Only DESIGN.md's first fields are required: the rest
-    came later, and a summary written before them reads with their defaults."""
+    """summary.json: how a fit ended and what it measured, its fields in the order the file has them. Only
+    DESIGN.md's first fields are required: the rest came later, and a summary written before them reads with their
+    defaults."""
 
     status: Status
     metrics: Metrics = Field(description="val_accuracy, val_loss (null where not measured), train_loss, the task's")
     samples_per_s: Number | None
-    wall_s: Number
-    steps: int
-    epochs: int | float = Field(description="whole epochs, or with the share of the one the run stopped in")
-    device: str
     tokens_per_s: Number | None = Field(None, description="written only for a task that counts tokens")
     train_s: Number | None = None
     first_step_s: Number | None = None
     data_wait_fraction: Number | None = None
+    wall_s: Number
     startup_s: Number | None = None
+    steps: int
+    epochs: int | float = Field(description="whole epochs, or with the share of the one the run stopped in")
     flops_per_step: Number | None = None
     flop_per_s: Number | None = None
     mfu: Number | None = None
     peak_flop_per_s: Number | None = None
     peak_source: str | None = None
+    device: str
     diverged_at_step: int | None = None
     speedups: list[str] = []
     skipped_speedups: dict[str, str] = {}
@@ -62,6 +64,29 @@ class FitSummary(_Record):
     speedup_metrics: dict[str, dict[str, Any]] = {}
     lint: list[dict[str, str]] = []
     run_dir: str | None = Field(None, description="written only where the run has a run directory")
+
+
+class LoopSummary(_Record):
+    """summary.json of a user's own loop (`eng.summary()`, written by `eng.close()` with an `out`)."""
+
+    steps: int
+    samples: int
+    tokens: int | None = None
+    wall_s: Number
+    samples_per_s: Number | None = Field(None, description="after the first step")
+    flops_per_sample: Number | None = None
+    flop_per_s: Number | None = Field(None, description="written only where the FLOPs were counted")
+    mfu: Number | None = Field(None, description="written only where the FLOPs were counted")
+    tokens_per_s: Number | None = None
+    data_wait_fraction: Number | None = None
+    device: str
+    precision: str = "fp32"
+    strategy: str = "plain"
+    speedups: list[str] = []
+    skipped_speedups: dict[str, str] = {}
+    speedup_metrics: dict[str, dict[str, Any]] = {}
+    metrics: dict[str, Any] = Field({}, description="the last value of each name the script logged, `step` too")
+    lint: list[dict[str, str]] = []
 
 
 class _FlatRecord(_Record):
@@ -125,12 +150,12 @@ class EpochRecord(_FlatRecord):
     epoch: int
     step: int
     lr: Number
-    train_loss: Number | None
     samples_per_s: Number
     tokens_per_s: Number | None = None
     data_wait_fraction: Number
     flop_per_s: Number | None = None
     mfu: Number | None = None
+    train_loss: Number | None
     metrics: Metrics = Field({}, description="the task's, where the epoch ended with an evaluation")
     parts: dict[str, dict[str, Any]] = Field({}, description="each speed-up's (and the strategy's) metrics")
 
