@@ -4,24 +4,23 @@ share of an epoch a step budget stopped in, not 0."""
 from __future__ import annotations
 
 import io
-import json
 
 from rich.console import Console
 
 from accel.callbacks import progress
 from accel.callbacks.progress import LINE_EVERY_S, ProgressBar
 from accel.cli import main
-from accel.runs.records import StepRecord
+from accel.runs.records import StepRecord, read_summary
 from conftest import run_cli
 
 
 def test_a_step_budget_that_ends_inside_the_first_epoch_reports_the_share_of_it(tiny, write_recipe, tmp_path):
     out = tmp_path / "run"  # 64 samples less the validation share, batches of 16, the last dropped: 3 an epoch
     assert main(["train", str(write_recipe(tiny)), "--out", str(out), "--set", "train.max_steps=2"]) == 0
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "completed" and summary["steps"] == 2 and summary["epochs"] == 0.667
+    summary = read_summary(out / "summary.json")
+    assert summary.status == "completed" and summary.steps == 2 and summary.epochs == 0.667
     assert main(["train", str(write_recipe(tiny)), "--out", str(tmp_path / "whole")]) == 0
-    assert json.loads((tmp_path / "whole" / "summary.json").read_text())["epochs"] == 2  # whole: an int
+    assert read_summary(tmp_path / "whole" / "summary.json").epochs == 2  # whole: an int
 
 
 def test_off_a_terminal_the_first_step_line_comes_at_once_and_then_at_most_one_per_interval(monkeypatch):

@@ -16,6 +16,7 @@ import torch
 
 from accel.callbacks import Callback
 from accel.cli import main
+from accel.runs.records import StepRecord, read_metrics
 from accel.train import run as run_module
 from conftest import ROOT, Progress, wait_for_first_checkpoint
 
@@ -95,8 +96,9 @@ def test_a_resume_after_sigkill_logs_each_step_once_in_strict_json(tiny, write_r
         )
         == 0
     )
-    records = [strict(line) for line in metrics.read_text().splitlines()]
-    steps = [r["step"] for r in records if r["kind"] == "step"]
+    for line in metrics.read_text().splitlines():
+        strict(line)
+    steps = [r.step for r in read_metrics(metrics) if isinstance(r, StepRecord)]
     assert steps == list(range(1, saved + 4))
 
 
