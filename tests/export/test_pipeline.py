@@ -118,7 +118,7 @@ def test_an_interrupted_run_is_not_compared_with_its_last_evaluation(tiny_run, t
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run, ignore=shutil.ignore_patterns("export"))
     summary = read_summary(run / "summary.json")
-    (run / "summary.json").write_text(json.dumps(summary | {"status": "interrupted"}))
+    (run / "summary.json").write_text(summary.model_copy(update={"status": "interrupted"}).to_json())
     with caplog.at_level(logging.WARNING, logger="accel"):
         report = export_run(run, ExportConfig(**QUICK))
     said = (
@@ -160,7 +160,9 @@ def test_a_diverged_run_writes_strict_json_and_no_advice_that_cannot_apply(tiny_
     run, out = tmp_path / "run", tmp_path / "export"
     shutil.copytree(tiny_run, run, ignore=shutil.ignore_patterns("export"))
     summary = read_summary(run / "summary.json")
-    (run / "summary.json").write_text(json.dumps(summary | {"status": "diverged", "diverged_at_step": 9}))
+    (run / "summary.json").write_text(
+        summary.model_copy(update={"status": "diverged", "diverged_at_step": 9}).to_json()
+    )
     last = run / "checkpoints" / "last.pt"
     state = torch.load(last, weights_only=True)
     for tensor in state["model"].values():  # finite weights whose outputs overflow, as a diverged run keeps
