@@ -123,7 +123,8 @@ class Engine(OwnLoop):
     # ---- set up and torn down -----------------------------------------------------------------------
     def setup_speedups(self) -> None:
         """Set up the speed-ups and the strategy, once, phase by phase (accel.strategy.setup_phases). Speed-ups
-        the other choices rule out are refused first (accel.speedups.refuse); a failed setup undoes the ones before it."""
+        the other choices rule out are refused first (accel.speedups.refuse); a failed setup undoes the ones before
+        it."""
         if self._set_up:
             return
         refuse(self.speedups, self.device, self.strategy, self.strategy.precision.name, self.from_script)
