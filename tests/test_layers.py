@@ -34,8 +34,9 @@ UPWARD = {
     # `torchvision:NAME` and `timm:NAME` are names in the model registry, built by the libraries' own builders
     ("accel.registry", "accel.models.libraries"),
 }
-# Names a module may share with another room's: the seams' roles, and the CLI's modules named after commands
-ROLES = {"base", "errors", "pipeline", "report", "script"}
+# Names a module may share with another room's: the seams' roles (`records`: a room's typed files, the bench's
+# and the run's), and the CLI's modules named after commands
+ROLES = {"base", "errors", "pipeline", "records", "report", "script"}
 ROOT_MODULES_AT_MOST = 10
 
 

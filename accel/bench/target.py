@@ -13,6 +13,7 @@ import psutil
 
 from ..callbacks.base import Callback
 from ..errors import AccelError, did_you_mean
+from ..runs.records import EvalRecord, Record
 from ..tasks import reported_metrics
 
 LOWER_IS_BETTER = ("loss", "perplexity", "bits", "mse", "mae", "error")
@@ -87,20 +88,17 @@ class TargetClock(Callback):
     def on_batch_end(self, trainer, info) -> None:
         self.last_batch = time.time()
 
-    def on_log(self, trainer, record: dict[str, Any]) -> None:
-        if record["kind"] != "eval":
+    def on_log(self, trainer, record: Record) -> None:
+        if not isinstance(record, EvalRecord):
             return
         metric = self.target.metric if self.target else trainer.task.main_metric[0]
-        if metric not in record:
-            raise AccelError(
-                f"--target: the task reports no `{metric}`; its metrics: "
-                f"{', '.join(k for k in record if k.startswith('val_'))}"
-            )
+        if metric not in record.metrics:
+            raise AccelError(f"--target: the task reports no `{metric}`; its metrics: {', '.join(record.metrics)}")
         now = time.time()
         self.eval_s += now - (self.last_batch or now)  # the trainer logs an evaluation as soon as it ends
         self.last_batch = now
-        wall_s, value = now - self.started - self.eval_s, record[metric]
-        self.evals.append({"step": record["step"], "wall_s": wall_s, "value": value, "eval_s": self.eval_s})
+        wall_s, value = now - self.started - self.eval_s, record.metrics[metric]
+        self.evals.append({"step": record.step, "wall_s": wall_s, "value": value, "eval_s": self.eval_s})
         if self.target and self.reached_s is None and self.target.reached(value):
             self.reached_s = wall_s
             if self.stop:  # the rest of the run would only cost time: tune has what it measures

@@ -29,6 +29,7 @@ from .. import devices
 from ..callbacks.base import BatchInfo, Callback
 from ..errors import AccelError
 from ..io import write_atomic
+from ..runs.records import FitSummary
 from .records import Trial
 from .target import Target, TargetClock, parse_target
 
@@ -185,10 +186,10 @@ def run_trial(
         trainer.val_loader = None
     built = time.perf_counter()
     devices.reset_peak_memory(trainer.device)
-    summary = trainer.fit()
-    reached = clock is not None and clock.stopped
-    if summary["status"] != "completed" and not reached:
-        raise AccelError(f"training did not complete (status {summary['status']}).")
+    trainer.fit()
+    summary, reached = trainer.summary, clock is not None and clock.stopped
+    if summary.status != "completed" and not reached:
+        raise AccelError(f"training did not complete (status {summary.status}).")
     if len(timer.steps) < total and not reached:
         raise AccelError(f"only {len(timer.steps)} of {total} steps ran.")
     result = measure(timer, warmup, setup_s=(timer.fit_started or built) - built)
@@ -196,20 +197,20 @@ def run_trial(
         **result,
         **{
             "peak_memory_mb": devices.peak_memory_mb(trainer.device),
-            "flops_per_step": summary.get("flops_per_step"),
+            "flops_per_step": summary.flops_per_step,
             "flop_per_s": None,
             "mfu": None,
             **trainer.utilisation.stats(result["samples_per_s"]),  # over the timed steps, as samples_per_s
-            "val_accuracy": summary["metrics"].get("val_accuracy"),
+            "val_accuracy": summary.metrics.get("val_accuracy"),
             # the task's main metric guards the results: accuracy for classification, val_loss for most others
             "val_metric_name": trainer.task.main_metric[0],
-            "val_metric": summary["metrics"].get(trainer.task.main_metric[0]),
+            "val_metric": summary.metrics.get(trainer.task.main_metric[0]),
             "batch_size": recipe.data.batch_size,
             "grad_accum": recipe.train.grad_accum,
             "build_s": built - started,
             "wall_s": time.perf_counter() - started,
-            "skipped_speedups": summary.get("skipped_speedups") or {},
-            "lint": summary.get("lint") or [],
+            "skipped_speedups": summary.skipped_speedups,
+            "lint": summary.lint,
             **_compile_figures(summary),
             "model_traits": model_traits(trainer.module),
             "steps_per_epoch": _steps_per_epoch(trainer),
@@ -220,9 +221,9 @@ def run_trial(
     )
 
 
-def _compile_figures(summary: dict) -> dict[str, Any]:
+def _compile_figures(summary: FitSummary) -> dict[str, Any]:
     """What torch.compile cost this trial (dynamo's own compile seconds, apart from the first step's run time)."""
-    compiled = (summary.get("speedup_metrics") or {}).get("compile")
+    compiled = summary.speedup_metrics.get("compile")
     if not compiled:
         return {}
     return {

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..measure.meter import BatchInfo
+from ..runs.records import EpochRecord, FitSummary, Record
 
 if TYPE_CHECKING:
     from ..train.trainer import Trainer
@@ -20,12 +21,12 @@ class Callback:
 
     def on_batch_end(self, trainer: "Trainer", info: BatchInfo) -> None: ...
 
-    def on_log(self, trainer: "Trainer", record: dict[str, Any]) -> None:
-        """Every record also written to metrics.jsonl: kind 'step', 'epoch' or 'eval'."""
+    def on_log(self, trainer: "Trainer", record: Record) -> None:
+        """Every record also written to metrics.jsonl (accel.runs.records): a step, epoch or eval record."""
 
-    def on_epoch_end(self, trainer: "Trainer", record: dict[str, Any]) -> None: ...
+    def on_epoch_end(self, trainer: "Trainer", record: EpochRecord) -> None: ...
 
-    def on_fit_end(self, trainer: "Trainer", summary: dict[str, Any]) -> None: ...
+    def on_fit_end(self, trainer: "Trainer", summary: FitSummary) -> None: ...
 
     def state_dict(self) -> dict[str, Any]:
         return {}

@@ -13,6 +13,7 @@ from pydantic import Field
 
 from ..measure.meter import BatchInfo
 from ..runs.checkpoint import finite_weights, save_checkpoint
+from ..runs.records import EpochRecord, FitSummary
 from ..runs.rundir import RunDir, epoch_checkpoints
 from ..runs.sharded_checkpoint import ShardedSaver
 from ..schema import StrictModel
@@ -109,7 +110,7 @@ class Checkpointer(Callback):
         # clocks differ between ranks: those that gather agree, at a step where they already meet (stopping)
         return trainer.world.any(late, trainer.device) if self.gathered else late
 
-    def on_epoch_end(self, trainer, record: dict[str, Any]) -> None:
+    def on_epoch_end(self, trainer, record: EpochRecord) -> None:
         every = self.cfg.every_epochs
         if not every or trainer.epoch % every:
             return
@@ -120,8 +121,8 @@ class Checkpointer(Callback):
             for old in epoch_checkpoints(self.run_dir.checkpoints)[:-keep]:
                 old.unlink()
 
-    def on_fit_end(self, trainer, summary: dict[str, Any]) -> None:
-        if summary["status"] in {"completed", "interrupted", "preempted"}:
+    def on_fit_end(self, trainer, summary: FitSummary) -> None:
+        if summary.status in {"completed", "interrupted", "preempted"}:
             self.save(trainer)
         if self.sharded is not None:  # the last save is on disk before the run reports its end
             self.sharded.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from ..runs.records import EpochRecord, FitSummary
 from .base import Callback
 
 if TYPE_CHECKING:
@@ -48,12 +49,12 @@ class DataWaitWarning(Callback):
     def __init__(self, data: Any, threshold: float = DATA_BOUND):
         self.data, self.threshold, self.warned = data, threshold, False
 
-    def on_epoch_end(self, trainer: Trainer, record: dict[str, Any]) -> None:
-        self._check(trainer, record.get("data_wait_fraction"))
+    def on_epoch_end(self, trainer: Trainer, record: EpochRecord) -> None:
+        self._check(trainer, record.data_wait_fraction)
 
-    def on_fit_end(self, trainer: Trainer, summary: dict[str, Any]) -> None:
-        if summary["status"] != "failed":  # a loader that raised was not slow: its error is the message
-            self._check(trainer, summary.get("data_wait_fraction"))
+    def on_fit_end(self, trainer: Trainer, summary: FitSummary) -> None:
+        if summary.status != "failed":  # a loader that raised was not slow: its error is the message
+            self._check(trainer, summary.data_wait_fraction)
 
     def _check(self, trainer: Trainer, fraction: float | None) -> None:
         if self.warned or fraction is None or fraction <= self.threshold:

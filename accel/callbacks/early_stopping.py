@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from ..errors import AccelError, did_you_mean
+from ..runs.records import EpochRecord
 from .base import Callback
 
 log = logging.getLogger("accel")
@@ -20,14 +21,14 @@ class EarlyStopping(Callback):
         self.best = math.inf if mode == "min" else -math.inf
         self.bad_epochs = 0
 
-    def on_epoch_end(self, trainer, record: dict[str, Any]) -> None:
-        value = record.get(self.monitor)
+    def on_epoch_end(self, trainer, record: EpochRecord) -> None:
+        value = record.named(self.monitor)
         if value is None:
-            if "val_loss" in record:  # an evaluated epoch without the metric: a name the task does not report
-                metrics = ", ".join(k for k in record if k.startswith("val_") or k == "train_loss")
+            if record.metrics:  # an evaluated epoch without the metric: a name the task does not report
+                metrics = ", ".join([*record.metrics, "train_loss"])
                 raise AccelError(
                     f"train.early_stopping.monitor: `{self.monitor}` is not a metric of this run's task"
-                    f"{did_you_mean(self.monitor, list(record))}. Its metrics: {metrics}."
+                    f"{did_you_mean(self.monitor, list(record.model_dump()))}. Its metrics: {metrics}."
                 )
             return
         better = value < self.best - self.min_delta if self.mode == "min" else value > self.best + self.min_delta

@@ -4,11 +4,11 @@ task reports)."""
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from ..runs.records import EpochRecord, FitSummary, Record, StepRecord
 from .base import BatchInfo, Callback
 
 LINE_EVERY_S = 30.0  # off a terminal: a step line at most this often, so a log shows progress, not a flood
@@ -56,29 +56,29 @@ class ProgressBar(Callback):
             rate = self._samples / max(time.perf_counter() - self._since, 1e-9)
             self.progress.update(self.task, advance=1, rate=rate)
 
-    def on_log(self, trainer, record: dict[str, Any]) -> None:
-        if not self.lines or record.get("kind") != "step":
+    def on_log(self, trainer, record: Record) -> None:
+        if not self.lines or not isinstance(record, StepRecord):
             return
         now = time.perf_counter()
         if self._last_line is not None and now - self._last_line < LINE_EVERY_S:
             return
         self._last_line = now
-        parts = [f"step {record['step']}", f"epoch {record['epoch']}", f"loss {record['loss']:.4f}"]
-        parts.append(f"{record['samples_per_s']:.0f} samples/s")
+        parts = [f"step {record.step}", f"epoch {record.epoch}", f"loss {record.loss:.4f}"]
+        parts.append(f"{record.samples_per_s:.0f} samples/s")
         self.console.print("  ".join(parts), highlight=False, soft_wrap=True)
 
-    def on_epoch_end(self, trainer, record: dict[str, Any]) -> None:
-        parts = [f"epoch {record['epoch']}", f"train_loss {record['train_loss']:.4f}"]
-        parts += [f"{k} {value:.4f}" for k, value in record.items() if k.startswith("val_")]  # the task's metrics
-        parts.append(f"{record['samples_per_s']:.0f} samples/s")
-        if "tokens_per_s" in record:
-            parts.append(f"{record['tokens_per_s']:.0f} tokens/s")
-        if record.get("flop_per_s"):
-            mfu = f" (MFU {100 * record['mfu']:.1f}%)" if record.get("mfu") is not None else ""
-            parts.append(f"{record['flop_per_s'] / 1e9:.1f} GFLOP/s{mfu}")
-        parts.append(f"data wait {100 * record['data_wait_fraction']:.0f}%")
+    def on_epoch_end(self, trainer, record: EpochRecord) -> None:
+        parts = [f"epoch {record.epoch}", f"train_loss {record.train_loss:.4f}"]
+        parts += [f"{k} {value:.4f}" for k, value in record.metrics.items()]  # the task's metrics
+        parts.append(f"{record.samples_per_s:.0f} samples/s")
+        if record.tokens_per_s is not None:
+            parts.append(f"{record.tokens_per_s:.0f} tokens/s")
+        if record.flop_per_s:
+            mfu = f" (MFU {100 * record.mfu:.1f}%)" if record.mfu is not None else ""
+            parts.append(f"{record.flop_per_s / 1e9:.1f} GFLOP/s{mfu}")
+        parts.append(f"data wait {100 * record.data_wait_fraction:.0f}%")
         self.console.print("  ".join(parts), highlight=False, soft_wrap=True)
 
-    def on_fit_end(self, trainer, summary: dict[str, Any]) -> None:
+    def on_fit_end(self, trainer, summary: FitSummary) -> None:
         if self.progress is not None:
             self.progress.stop()

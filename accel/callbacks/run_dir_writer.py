@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from ..errors import AccelError, disk_full
-from ..io import strict_json
+from ..runs.records import FitSummary, Record
 from ..runs.rundir import RunDir, cut_metrics
 from .base import Callback
 
@@ -27,10 +26,10 @@ class RunDirWriter(Callback):
         if self.metrics.is_file():
             cut_metrics(self.metrics, trainer.step)
 
-    def on_log(self, trainer, record: dict[str, Any]) -> None:
+    def on_log(self, trainer, record: Record) -> None:
         # one write of one whole line: a process killed mid-record leaves a cut line, never half of one glued
         # to the next (buffered text I/O may split a long line into several writes)
-        line = (strict_json(record) + "\n").encode()
+        line = (record.to_json() + "\n").encode()
         fd = os.open(self.metrics, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line)
@@ -43,6 +42,6 @@ class RunDirWriter(Callback):
         finally:
             os.close(fd)
 
-    def on_fit_end(self, trainer, summary: dict[str, Any]) -> None:
-        summary["run_dir"] = str(self.run_dir.path)
+    def on_fit_end(self, trainer, summary: FitSummary) -> None:
+        summary.run_dir = str(self.run_dir.path)
         self.run_dir.write_summary(summary)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
+from ..runs.records import FitSummary, Record
 from .base import Callback
 
 
@@ -18,14 +18,14 @@ class TensorBoard(Callback):
 
         self.writer = SummaryWriter(log_dir=str(self.log_dir))
 
-    def on_log(self, trainer, record: dict[str, Any]) -> None:
+    def on_log(self, trainer, record: Record) -> None:
         if self.writer is None:
             return
-        prefix = {"step": "train"}.get(record["kind"], record["kind"])  # train/, epoch/, eval/
-        for key, value in record.items():
+        prefix = {"step": "train", "": "log"}.get(record.kind, record.kind)  # train/, epoch/, eval/, log/ (own loop)
+        for key, value in record.model_dump().items():  # as metrics.jsonl names them
             if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in {"step", "epoch"}:
-                self.writer.add_scalar(f"{prefix}/{key}", value, record["step"])
+                self.writer.add_scalar(f"{prefix}/{key}", value, record.step)
 
-    def on_fit_end(self, trainer, summary: dict[str, Any]) -> None:
+    def on_fit_end(self, trainer, summary: FitSummary | None) -> None:
         if self.writer is not None:
             self.writer.close()

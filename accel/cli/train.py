@@ -8,12 +8,16 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import AccelError
 from ..launch.torchrun_command import Launch
 from ..launch.torchrun_command import add_options as add_launch_options
 from ..runs.signals import PREEMPT, PREEMPTED_EXIT
 from .options import add_sets
+
+if TYPE_CHECKING:
+    from ..runs.records import FitSummary
 
 EXIT_CODES = {"completed": 0, "diverged": 3, "interrupted": 130, "preempted": PREEMPTED_EXIT}
 PROFILE_WARMUP = 2  # steps before `--profile` records: compilation, the allocator, kernel choice
@@ -40,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from ..config.recipe import load_recipe
     from ..io import default_out
     from ..strategy.world import under_torchrun, world_from_env
-    from ..train.run import run_recipe
+    from ..train.run import train_recipe
 
     if args.resume and not args.out:
         raise AccelError("--resume needs --out RUN_DIR: the run directory whose checkpoints/last.pt to continue.")
@@ -53,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     if args.max_restarts and not under_torchrun():
         raise AccelError("--max-restarts needs --nproc: torchrun restarts the processes it started.")
     try:
-        summary = run_recipe(
+        summary = train_recipe(
             recipe, out, resume=args.resume, restartable=args.max_restarts > 0, callbacks=_profiler(args, out)
         )
     except KeyboardInterrupt as stop:  # Ctrl-C in start-up, or the third signal
@@ -82,17 +86,17 @@ def _profiler(args: argparse.Namespace, out: Path) -> list:
     return [profile_window(PROFILE_WARMUP, args.profile, folder, command, args.recipe, overrides=args.overrides)]
 
 
-def report(summary: dict, recipe) -> int:
+def report(summary: FitSummary, recipe) -> int:
     """Print the run directory and how the run ended; return the exit code that says it."""
     from ..runs.rundir import resume_command
 
-    print(summary["run_dir"])
-    if summary["status"] == "diverged":
+    print(summary.run_dir)
+    if summary.status == "diverged":
         print(diverged_message(summary, recipe), file=sys.stderr)
         return 3
-    if summary["status"] in {"interrupted", "preempted"}:  # the run's own resolved recipe: every --set is in it
-        print(f"{summary['status']}; continue with: {resume_command(summary['run_dir'])}", file=sys.stderr)
-        return EXIT_CODES[summary["status"]]
+    if summary.status in {"interrupted", "preempted"}:  # the run's own resolved recipe: every --set is in it
+        print(f"{summary.status}; continue with: {resume_command(summary.run_dir)}", file=sys.stderr)
+        return EXIT_CODES[summary.status]
     return 0
 
 
@@ -167,30 +171,32 @@ def _torchrun(args: argparse.Namespace, launch: Launch, out: Path) -> int:
     code, signalled = run_torchrun(launch.torchrun_command(argv), launch.torchrun_env())
     if signalled is None:
         return code
-    status = _read_summary(out, written_since=started).get("status")
+    summary = _read_summary(out, written_since=started)
+    status = summary.status if summary is not None else None
     if status in EXIT_CODES:  # rank 0 printed the directory and, interrupted, the command that continues the run
         return EXIT_CODES[status]
     print(interrupted_message(out, KeyboardInterrupt()), file=sys.stderr)
     return signal_exit(signalled)
 
 
-def _read_summary(out: Path, written_since: float) -> dict:
+def _read_summary(out: Path, written_since: float) -> FitSummary | None:
     """summary.json if this run wrote it (an earlier part of a resumed run wrote one too)."""
-    from ..runs.rundir import RunDir, read_summary
+    from ..runs.rundir import RunDir
 
+    run = RunDir(out, create=False)
     try:
-        if RunDir(out, create=False).summary.stat().st_mtime < written_since:
-            return {}
+        if run.summary.stat().st_mtime < written_since:
+            return None
     except OSError:
-        return {}
-    return read_summary(out) or {}
+        return None
+    return run.read_summary()
 
 
-def diverged_message(summary: dict, recipe) -> str:
+def diverged_message(summary: FitSummary, recipe) -> str:
     """What happened, what is kept, and what to try: a diverged run is a result to act on, not a crash."""
     from ..runs.rundir import RunDir
 
-    run = RunDir(summary["run_dir"], create=False)
+    run = RunDir(summary.run_dir, create=False)
     kept = (
         f"The last checkpoint with finite weights is {run.resume_checkpoint()}"
         if run.has_checkpoint()
@@ -203,6 +209,6 @@ def diverged_message(summary: dict, recipe) -> str:
     if amp is not None and amp.enabled and getattr(amp, "dtype", None) == "fp16":
         tips.append("bf16 instead of fp16 (speedups.amp.dtype: bf16), where the hardware has it")
     return (
-        f"error: training diverged: the loss became NaN or infinite by step {summary['diverged_at_step']}. "
+        f"error: training diverged: the loss became NaN or infinite by step {summary.diverged_at_step}. "
         f"{kept}. Try {'; '.join(tips)}."
     )

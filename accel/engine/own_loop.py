@@ -11,7 +11,6 @@ is not sharded again, and inputs are never cast behind autocast's back.
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -27,10 +26,11 @@ from .. import devices
 from ..batches import map_tensors
 from ..callbacks.tensorboard import TensorBoard
 from ..errors import AccelError
-from ..io import strict_json, write_atomic
+from ..io import write_atomic
 from ..measure.flops import COUNT_SAMPLES, Utilisation, first_samples
 from ..measure.lint import SpeedLint
 from ..optimizers.builders import muon_from
+from ..runs.records import LoopRecord, LoopSummary
 from ..speedups import Speedup, refuse
 from . import state as engine_state
 from .dataloaders import DeviceLoader, sharded
@@ -410,12 +410,13 @@ class OwnLoop:
         if self.out is None or not self.world.is_main:
             return
         self.out.mkdir(parents=True, exist_ok=True)
+        written = LoopRecord.from_flat(record)
         with open(self.out / "metrics.jsonl", "a") as handle:
-            handle.write(strict_json(record) + "\n")
+            handle.write(written.to_json() + "\n")
         if self._loop.tensorboard is None:
             self._loop.tensorboard = TensorBoard(self.out / "tb")
             self._loop.tensorboard.on_fit_start(self)
-        self._loop.tensorboard.on_log(self, {"kind": "log", **record})
+        self._loop.tensorboard.on_log(self, written)
 
     def meter_batch(self: Engine, batch: Any, data_s: float) -> None:
         """A training batch the engine's loader fetched, after waiting `data_s` for it."""
@@ -431,6 +432,9 @@ class OwnLoop:
 
     def summary(self: Engine) -> dict[str, Any]:
         """What the run did: steps, throughput after the first step, data wait, speed-ups, the last metrics."""
+        return self._loop_summary().model_dump(exclude_unset=True)
+
+    def _loop_summary(self: Engine) -> LoopSummary:
         loop, now = self._loop, time.perf_counter()
         timed = now - loop.first_step if loop.first_step is not None else None
         self._count_flops()
@@ -442,37 +446,37 @@ class OwnLoop:
         for record in self.logged:
             metrics.update(record)
         samples_per_s = rate(loop.samples - loop.samples_at_first)
-        summary = {
-            "steps": self.steps,
-            "samples": loop.samples,
-            "tokens": loop.tokens or None,
-            "wall_s": now - loop.started,
-            "samples_per_s": samples_per_s,
-            "flops_per_sample": loop.utilisation.flops_per_sample,
+        summary = LoopSummary(
+            steps=self.steps,
+            samples=loop.samples,
+            tokens=loop.tokens or None,
+            wall_s=now - loop.started,
+            samples_per_s=samples_per_s,
+            flops_per_sample=loop.utilisation.flops_per_sample,
             **loop.utilisation.stats(samples_per_s),
-            "tokens_per_s": rate(loop.tokens - loop.tokens_at_first),
-            "data_wait_fraction": loop.data_s / (now - loop.started) if now > loop.started else None,
-            "device": devices.device_name(self.device),
-            "precision": self.strategy.precision.name,
-            "strategy": self.strategy.name,
-            "speedups": [s.name for s in self.speedups],
-            "skipped_speedups": self.skipped_speedups,
-            "speedup_metrics": {s.name: m for s in self.speedups if (m := s.metrics())},
-            "metrics": metrics,
-        }
-        summary["lint"] = loop.lint.end(summary) if loop.lint is not None else []
+            tokens_per_s=rate(loop.tokens - loop.tokens_at_first),
+            data_wait_fraction=loop.data_s / (now - loop.started) if now > loop.started else None,
+            device=devices.device_name(self.device),
+            precision=self.strategy.precision.name,
+            strategy=self.strategy.name,
+            speedups=[s.name for s in self.speedups],
+            skipped_speedups=self.skipped_speedups,
+            speedup_metrics={s.name: m for s in self.speedups if (m := s.metrics())},
+            metrics=metrics,
+        )
+        summary.lint = loop.lint.end(summary.model_dump()) if loop.lint is not None else []
         return summary
 
     def close(self: Engine) -> dict[str, Any]:
         """Tear the speed-ups down (every global flag restored); with `out`, write summary.json there."""
-        summary = self.summary()
+        summary = self._loop_summary()
         self.teardown()
         if self._loop.tensorboard is not None:
-            self._loop.tensorboard.on_fit_end(self, summary)
+            self._loop.tensorboard.on_fit_end(self, None)  # it closes its file; the summary is the own loop's
         if self.out is not None and self.world.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.out / "summary.json", json.dumps(json.loads(strict_json(summary)), indent=2))
-        return summary
+            write_atomic(self.out / "summary.json", summary.to_json(indent=2))
+        return summary.model_dump(exclude_unset=True)
 
     def __enter__(self: Engine) -> Engine:
         return self

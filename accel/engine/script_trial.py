@@ -181,8 +181,8 @@ class ScriptTrial:
         steps = [_delta(m, b, m["t"] - s) for m, b, s in zip(self.marks, before, starts)]
         timed, setup_s = steps[self.warmup :], setup_end - self.created
         rates = _rates(timed, loader=engine.train_loader is not None)
-        summary = engine.summary()
-        compiled = summary["speedup_metrics"].get("compile") or {}
+        summary = engine._loop_summary()
+        compiled = summary.speedup_metrics.get("compile") or {}
         flops = engine._loop.utilisation.flops_per_sample
         return {
             **rates,
@@ -196,7 +196,7 @@ class ScriptTrial:
             "grad_accum": engine.grad_accum,
             "wall_s": time.perf_counter() - self.created,
             "skipped_speedups": engine.skipped_speedups,
-            "lint": summary.get("lint") or [],
+            "lint": summary.lint,
             "model_traits": self.model_traits,
             **{k: compiled.get(v) for k, v in COMPILE_FIGURES.items() if compiled},
             "env": devices.environment(engine.device),

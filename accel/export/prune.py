@@ -68,6 +68,6 @@ def finetune(source: Source, model: nn.Module, masks: Masks, steps: int) -> tupl
         # the optimizer holds the weight Parameter, which pruning keeps as weight_orig: it is still trained
         prune.custom_from_mask(layer, "weight", masks[name])
     log.info("fine-tuning the pruned model for %d steps", steps)
-    summary = trainer.fit()
+    trainer.fit()
     make_permanent(trainer.module)
-    return trainer.module.eval(), {"steps": summary["steps"], "train_loss": summary["metrics"]["train_loss"]}
+    return trainer.module.eval(), {"steps": trainer.summary.steps, "train_loss": trainer.summary.metrics["train_loss"]}

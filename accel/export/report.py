@@ -11,7 +11,7 @@ import torch
 
 from ..io import strict_json, write_atomic
 from ..measure.load import busy
-from ..runs.rundir import read_summary
+from ..runs.rundir import RunDir
 
 PACKAGES = ("torch", "onnx", "onnxruntime", "onnxscript")
 
@@ -87,10 +87,10 @@ def _row(variant, evaluations, latencies, original, original_bytes: int) -> dict
 def _trained_accuracy(source) -> dict[str, Any]:
     """val_accuracy from the run's summary.json, which the eager figure here must equal (same data, same model),
     when the checkpoint holds the weights it was measured on: not so for a run that stopped before its end."""
-    said = read_summary(source.run_dir)  # None when missing or unreadable (the latter with a warning)
+    said = RunDir(source.run_dir, create=False).read_summary()  # None when missing or unreadable (with a warning)
     if said is None:
         return {"accuracy_reported_by_training": None, "note": None}
-    status = said.get("status", "completed")
+    status = said.status
     if status == "diverged":  # resuming would continue from the weights that diverged: no advice to resume
         return {
             "accuracy_reported_by_training": None,
@@ -104,9 +104,8 @@ def _trained_accuracy(source) -> dict[str, Any]:
             "not those of its last evaluation, so training's val_accuracy is not compared with the "
             "export's. Resume the run to its end for that comparison",
         }
-    metrics = said.get("metrics")
     return {
-        "accuracy_reported_by_training": metrics.get("val_accuracy") if isinstance(metrics, dict) else None,
+        "accuracy_reported_by_training": said.metrics.get("val_accuracy"),
         "note": None,
     }
 

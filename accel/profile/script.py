@@ -110,7 +110,7 @@ class ScriptProfile:
 
     def _finish(self) -> None:
         self.done = True
-        self.window.on_fit_end(self.run, {"status": "completed"})  # the window closed: its steps all ran
+        self.window.end(self.run, "completed")  # the window closed: its steps all ran
 
     def _ended_early(self) -> None:
         """The script ended (or crashed) before the window did: no report, since the time from its last step to

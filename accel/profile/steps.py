@@ -68,7 +68,7 @@ def profile_recipe(recipe: Recipe, profiler: ProfileWindow) -> dict[str, Any] | 
     except signals.StartupInterrupted:
         return None
     trainer.val_loader = None  # the final evaluation is not part of a step
-    summary = trainer.fit()
-    if profiler.report is None and summary["status"] not in ("interrupted", "preempted"):
+    trainer.fit()
+    if profiler.report is None and trainer.summary.status not in ("interrupted", "preempted"):
         raise AccelError(f"`{recipe.name}` ended before its profiled steps: nothing to report.")
     return profiler.report

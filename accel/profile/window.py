@@ -19,6 +19,7 @@ from .. import devices
 from ..callbacks import Callback
 from ..measure import load, memory_snapshot
 from ..measure.anatomy import Segment
+from ..runs.records import FitSummary
 
 log = logging.getLogger("accel")
 SNAPSHOT = "memory.pickle"
@@ -96,7 +97,11 @@ class ProfileWindow(Callback):
         if self._closed:
             self.profiled.profiler.stop()
 
-    def on_fit_end(self, trainer, summary) -> None:
+    def on_fit_end(self, trainer, summary: FitSummary) -> None:
+        self.end(trainer, summary.status, summary.diverged_at_step)
+
+    def end(self, trainer, status: str, diverged_at: int | None = None) -> None:
+        """Report the window of a run that ended with `status` (a trainer's fit, or a script's loop)."""
         profiled, self.profiled = self.profiled, None
         if profiled is None:
             return
@@ -109,7 +114,7 @@ class ProfileWindow(Callback):
             log.warning("profile: the run ended before its profiled steps; nothing written to %s", self.folder)
             return
         profiled.facts = _facts(trainer)
-        profiled.status, profiled.diverged_at = summary["status"], summary.get("diverged_at_step")
+        profiled.status, profiled.diverged_at = status, diverged_at
         self.report = self.finished(profiled)
 
     def _open(self, trainer) -> None:

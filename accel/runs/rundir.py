@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import AccelError
 from ..io import check_creatable, check_not_dangling, default_out, strict_json, write_atomic
+from .records import FitSummary, read_summary
 from .runlock import RunDirLock, check_free
 
 log = logging.getLogger("accel")
@@ -90,6 +91,10 @@ class RunDir:
         """The newest sharded checkpoint's folder (accel.runs.sharded_checkpoint), through a link swapped atomically."""
         return self.checkpoints / SHARDED_LAST
 
+    def read_summary(self) -> FitSummary | None:
+        """summary.json, typed (accel.runs.records.read_summary: None, with a warning, when missing or unreadable)."""
+        return read_summary(self.summary)
+
     def has_checkpoint(self) -> bool:
         return self.last_checkpoint.is_file() or self.sharded_checkpoint.is_dir()
 
@@ -145,11 +150,13 @@ class RunDir:
     def check_resumable(self, epochs: int, max_steps: int | None) -> None:
         """Refuse a --resume that would rewrite a finished result: a completed run asked for no more training
         than it did, or a diverged one (it would continue from the same weights and optimizer state)."""
-        summary = read_summary(self.path) or {}
-        status, done = summary.get("status"), summary.get("steps" if max_steps else "epochs")
+        summary = self.read_summary()
+        if summary is None:
+            return
+        status, done = summary.status, summary.steps if max_steps else summary.epochs
         if status == "diverged":
             raise AccelError(
-                f"{self.path} holds a run that diverged at step {summary.get('diverged_at_step')}: "
+                f"{self.path} holds a run that diverged at step {summary.diverged_at_step}: "
                 "resuming it would continue from the same weights and optimizer state (its learning "
                 "rate included), so nothing in it was changed. Start a new run in another folder (a "
                 "different --out) with a lower optim.lr or train.clip_grad_norm."
@@ -166,7 +173,8 @@ class RunDir:
         )
 
     def _status(self) -> str | None:
-        return (read_summary(self.path) or {}).get("status")
+        summary = self.read_summary()
+        return summary.status if summary is not None else None
 
     def remove_stale_temp_files(self) -> list[Path]:
         """Delete the temporary files and folders of checkpoint writes that a killed process left behind."""
@@ -198,11 +206,11 @@ class RunDir:
         self.write_text(RECIPE, recipe_yaml)
         self.write_json(ENV, env)
 
-    def write_summary(self, summary: dict[str, Any]) -> Path:
+    def write_summary(self, summary: FitSummary) -> Path:
         """summary.json, or, where it cannot be replaced (permissions, an immutable file), an error that holds
         the summary and says the file on disk is out of date: the run's result is never lost or misread."""
         try:
-            return self.write_json(SUMMARY, summary)
+            return self.write_text(SUMMARY, summary.to_json(indent=2) + "\n")
         except OSError as err:
             earlier = self._status()
             stale = (
@@ -211,9 +219,9 @@ class RunDir:
                 else "the run has no summary.json"
             )
             raise AccelError(
-                f"the run ended ({summary.get('status')}), but {self.summary} could not be written "
+                f"the run ended ({summary.status}), but {self.summary} could not be written "
                 f"({err.strerror or err}): {stale}. Its summary follows; make the file writable and save it "
-                f"there:\n{strict_json(summary, indent=2)}"
+                f"there:\n{summary.to_json(indent=2)}"
             ) from None
 
 
@@ -247,23 +255,6 @@ def _unfinished_trials(path: Path) -> list[Path]:
     if not path.is_dir() or any((path / name).exists() for name in ("report.json", "tune.json")):
         return []
     return sorted(p for p in [path / "trials", *path.glob("*/trials")] if p.is_dir())
-
-
-def read_summary(folder: Path) -> dict[str, Any] | None:
-    """A run's summary.json; None, with a warning that names it, when it is missing, unreadable or not a summary
-    (a copy cut short, an edit): every command that reads one goes on without it."""
-    path = RunDir(folder, create=False).summary
-    if not path.is_file():
-        return None
-    try:
-        summary = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        log.warning("%s is unreadable (%s); going on without it", path, err)
-        return None
-    if not isinstance(summary, dict):
-        log.warning("%s holds a %s, not a run summary; going on without it", path, type(summary).__name__)
-        return None
-    return summary
 
 
 def epoch_checkpoints(folder: Path) -> list[Path]:
@@ -303,7 +294,8 @@ def cut_metrics(path: Path, step: int) -> None:
 
 
 def _record_step(line: str) -> float | None:
-    """The record's optimizer step (0 for a record without one), or None for a line that is not a record."""
+    """The record's optimizer step (0 for a record without one), or None for a line that is not a record. Not
+    `records.parse_record`: this only filters lines, and must keep an older accel's records as they are."""
     try:
         record = json.loads(line)
     except ValueError:

@@ -4,18 +4,21 @@ in the losses and weights no record has read. Every rank reaches the same verdic
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..runs.checkpoint import finite_weights
+from ..runs.records import EpochRecord, EvalRecord, StepRecord
 
 if TYPE_CHECKING:
     from .trainer import Trainer
 
 
-def notice(trainer: Trainer, record: dict[str, Any]) -> None:
+def notice(trainer: Trainer, record: StepRecord | EvalRecord | EpochRecord) -> None:
     """Every logged record passes here: the one place a diverged loss is noticed, with no extra device sync
     (the window's loss is read for the record anyway). Every rank sees the same all-reduced loss."""
-    loss = record.get("loss", record.get("train_loss"))
+    if isinstance(record, EvalRecord):
+        return
+    loss = record.loss if isinstance(record, StepRecord) else record.train_loss
     if loss is not None and not math.isfinite(loss) and trainer.diverged_at is None:
         trainer.diverged_at, trainer.should_stop = trainer.step, True
 

@@ -5,42 +5,41 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .. import devices
+from ..runs.records import FitSummary
 
 if TYPE_CHECKING:
     from .trainer import Trainer
 
 
-def fit_summary(trainer: Trainer, status: str, wall_s: float) -> dict[str, Any]:
+def fit_summary(trainer: Trainer, status: str, wall_s: float) -> FitSummary:
     totals = trainer.meter.totals()
     utilisation = trainer.utilisation
     per_batch, peak = utilisation.flops_per_batch, utilisation.peak
-    summary = {
-        "status": status,
-        "metrics": {
+    summary = FitSummary(
+        status=status,
+        metrics={
             "val_accuracy": None,
             "val_loss": None,
             **trainer.last_eval,  # the task's metric names
             "train_loss": totals.pop("train_loss"),
         },
         **totals,
-        "wall_s": wall_s,
-        "startup_s": trainer.startup_s,
-        "steps": trainer.step,
-        "epochs": epochs_done(trainer),
-        "flops_per_step": per_batch * trainer.cfg.grad_accum if per_batch else None,
-        "flop_per_s": None,
-        "mfu": None,
-        **utilisation.stats(totals["samples_per_s"]),
-        "peak_flop_per_s": peak.flop_per_s if peak else None,
-        "peak_source": peak.source if peak else None,
-        "device": devices.device_name(trainer.device),
-        "diverged_at_step": trainer.diverged_at,
-        "speedups": [s.name for s in trainer.speedups],
-        "skipped_speedups": trainer.skipped_speedups,
-        "strategy": trainer.strategy.name,
-        "speedup_metrics": part_metrics(trainer),
-    }
-    summary["lint"] = trainer.lint.end(summary)
+        wall_s=wall_s,
+        startup_s=trainer.startup_s,
+        steps=trainer.step,
+        epochs=epochs_done(trainer),
+        flops_per_step=per_batch * trainer.cfg.grad_accum if per_batch else None,
+        **({"flop_per_s": None, "mfu": None} | utilisation.stats(totals["samples_per_s"])),
+        peak_flop_per_s=peak.flop_per_s if peak else None,
+        peak_source=peak.source if peak else None,
+        device=devices.device_name(trainer.device),
+        diverged_at_step=trainer.diverged_at,
+        speedups=[s.name for s in trainer.speedups],
+        skipped_speedups=trainer.skipped_speedups,
+        strategy=trainer.strategy.name,
+        speedup_metrics=part_metrics(trainer),
+    )
+    summary.lint = trainer.lint.end(summary.model_dump())  # the lint's traps read the own loop's summary too
     return summary
 
 

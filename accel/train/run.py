@@ -20,9 +20,10 @@ from ..optimizers.param_groups import regroup
 from ..registry import DATASETS
 from ..runs import sharded_checkpoint, signals
 from ..runs.checkpoint import load_checkpoint, with_later_state
+from ..runs.records import FitSummary
 from ..runs.resume import apply_recipe_values, optimizer_changes
 from ..runs.rng import rank_seed, seed_everything
-from ..runs.rundir import RunDir, read_summary
+from ..runs.rundir import RunDir
 from ..runs.sharded_checkpoint import ShardedSaver
 from ..speedups import from_configs, refuse
 from ..strategy import choose
@@ -130,6 +131,18 @@ def run_recipe(
     restartable: bool = False,
     callbacks: list[Callback] = (),
 ) -> dict[str, Any]:
+    """Train a recipe into a run directory and return its summary: summary.json's fields (`train_recipe`'s,
+    as a dict)."""
+    return train_recipe(recipe, out, resume, restartable, callbacks).model_dump(exclude_unset=True)
+
+
+def train_recipe(
+    recipe: Recipe,
+    out: str | Path | None = None,
+    resume: bool = False,
+    restartable: bool = False,
+    callbacks: list[Callback] = (),
+) -> FitSummary:
     """Train a recipe into a run directory and return its summary (also written to summary.json); `callbacks`
     join the recipe's (`accel train --profile`'s profile window).
 
@@ -161,7 +174,7 @@ def run_recipe(
     finally:
         if lock is not None:
             lock.release()
-    summary["run_dir"] = str(run_dir.path)
+    summary.run_dir = str(run_dir.path)
     return summary
 
 
@@ -191,7 +204,8 @@ def check_can_start(run_dir: RunDir, recipe: Recipe, resume: bool) -> None:
 
 def no_checkpoint_message(run_dir: RunDir) -> str:
     if run_dir.holds_run():  # one that stopped before its first checkpoint: neither resumable nor reusable as is
-        status = (read_summary(run_dir.path) or {}).get("status")
+        summary = run_dir.read_summary()
+        status = summary.status if summary is not None else None
         return (
             f"--resume: {run_dir.path} holds a run{f' ({status})' if status else ''} that stopped before its "
             f"first checkpoint, so there is nothing to continue. {run_dir.start_over()}"
@@ -202,7 +216,7 @@ def no_checkpoint_message(run_dir: RunDir) -> str:
     )
 
 
-def _train(recipe: Recipe, run_dir: RunDir, resume: bool, callbacks: list[Callback]) -> dict[str, Any]:
+def _train(recipe: Recipe, run_dir: RunDir, resume: bool, callbacks: list[Callback]) -> FitSummary:
     with signals.abort_on_signals():  # start-up writes nothing: a signal stops it and leaves the directory as it was
         # a resume takes the weights from its checkpoint: the recipe's pretrained file is not read again
         built = recipe.model_copy(update={"model": recipe.model.without_weights()}) if resume else recipe
@@ -220,7 +234,8 @@ def _train(recipe: Recipe, run_dir: RunDir, resume: bool, callbacks: list[Callba
             if trainer.world.is_main
             else nullcontext()
         ):
-            return trainer.fit()
+            trainer.fit()
+            return trainer.summary
 
 
 def _resume(trainer: Trainer, path: Path, recipe: Recipe) -> None:

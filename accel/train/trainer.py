@@ -22,6 +22,7 @@ from ..measure.flops import Utilisation
 from ..measure.meter import BatchInfo, Meter
 from ..runs import sharded_checkpoint, signals
 from ..runs.checkpoint import check_same_model, check_same_schedule, model_signature
+from ..runs.records import EpochRecord, EvalRecord, FitSummary, StepRecord
 from ..runs.rng import rng_state, set_rng_state
 from ..speedups import Speedup
 from ..strategy import Strategy
@@ -99,6 +100,7 @@ class Trainer:
         self.utilisation = Utilisation()
         self._uncounted_s = 0.0  # time inside the loop that is not training (counting FLOPs)
         self.startup_s: float | None = None  # from the process's start to its first training step
+        self.summary: FitSummary | None = None  # the last fit's, typed (fit() returns it as a dict)
         self._fitted = False  # fit() has run on this trainer
 
     # ---- the loop -------------------------------------------------------------------------------------
@@ -156,7 +158,8 @@ class Trainer:
         self.engine.steps = value
 
     def fit(self) -> dict[str, Any]:
-        """Train until the epoch or step budget is spent, a callback stops it, or a signal interrupts it."""
+        """Train until the epoch or step budget is spent, a callback stops it, or a signal interrupts it; return
+        summary.json's fields (typed: `trainer.summary`)."""
         if self._fitted:  # a trainer given a finished state (as a resume does) evaluates and reports it, as before
             stopping.check_left(self)
         start, status = time.perf_counter(), "failed"
@@ -183,11 +186,11 @@ class Trainer:
                     status, self.diverged_at = "diverged", self.step  # finite weights whose outputs overflow
             finally:
                 signals.finishing()
-                summary = fit_summary(self, status, time.perf_counter() - start)
+                self.summary = fit_summary(self, status, time.perf_counter() - start)
                 self._fitted = True
-                self._emit("on_fit_end", summary)
+                self._emit("on_fit_end", self.summary)
                 self.engine.teardown()
-        return summary
+        return self.summary.model_dump(exclude_unset=True)
 
     def _train_epoch(self) -> bool:
         """Train until the epoch ends (True) or the budget or a signal stops it mid-epoch (False)."""
@@ -213,7 +216,7 @@ class Trainer:
                 )
             if stepped and self.cfg.eval_every_steps and self.step % self.cfg.eval_every_steps == 0:
                 if self._run_eval():  # between batches: its time is neither data wait nor training
-                    self._log({"kind": "eval", "epoch": self.epoch, "step": self.step, **self.last_eval})
+                    self._log(EvalRecord(epoch=self.epoch, step=self.step, metrics=self.last_eval))
             tick = time.perf_counter()
             if stepped and stopping.spent(self):
                 break
@@ -269,7 +272,7 @@ class Trainer:
         self.meter.add(info)
         self._emit("on_batch_end", info)
         if info.optimizer_stepped and self.step % self.log_every_steps == 0:
-            self._log({"kind": "step", **self._window_stats()})
+            self._log(StepRecord(**self._window_stats()))
 
     def _window_stats(self) -> dict[str, Any]:
         stats = self.meter.window_stats()
@@ -283,22 +286,21 @@ class Trainer:
 
     def _end_epoch(self) -> None:
         stats = self._window_stats()
-        if not math.isfinite(stats["loss"]):  # no evaluation, and no checkpoint of non-finite weights
-            self._log({"kind": "epoch", "train_loss": stats.pop("loss"), **stats})
+        stats["train_loss"] = stats.pop("loss")
+        if not math.isfinite(stats["train_loss"]):  # no evaluation, and no checkpoint of non-finite weights
+            self._log(EpochRecord(**stats))
             return
         every = self.cfg.eval_every_epochs
         if every and self.epoch % every == 0:
             self._run_eval()
-        record = {"kind": "epoch", **stats, **(self.last_eval if self._eval_step == self.step else {})}
-        record["train_loss"] = record.pop("loss")
         for part in self.engine.parts():
             part.end_epoch()
-        for name, metrics in part_metrics(self).items():
-            record.update({f"{name}/{k}": v for k, v in metrics.items()})
+        evaluated = self.last_eval if self._eval_step == self.step else {}
+        record = EpochRecord(**stats, metrics=evaluated, parts=part_metrics(self))
         self._log(record)
         self._emit("on_epoch_end", record)
 
-    def _log(self, record: dict[str, Any]) -> None:
+    def _log(self, record: StepRecord | EvalRecord | EpochRecord) -> None:
         divergence.notice(self, record)
         self._emit("on_log", record)
 

@@ -8,7 +8,6 @@ loss), a torchvision ResNet and ViT, and classifiers that return a dict or a dat
 
 from __future__ import annotations
 
-import json
 import math
 import signal
 import subprocess
@@ -23,6 +22,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from accel import Trainer
 from accel.config.recipe import TrainConfig, validate_recipe
 from accel.models import ModelConfig, build_model
+from accel.runs.records import read_summary
 from accel.tasks import ModelLoss
 from accel.train.run import run_recipe
 from conftest import ROOT, finish, wait_for_first_checkpoint
@@ -213,5 +213,5 @@ def test_the_gpt_resumes_exactly_after_sigkill(write_recipe, tmp_path):
     for run in (train(whole), train(killed, "--resume")):
         _, err = finish(run)
         assert run.returncode == 0, err
-    a, b = (json.loads((out / "summary.json").read_text()) for out in (whole, killed))
-    assert a["metrics"] == b["metrics"] and a["steps"] == b["steps"]
+    a, b = (read_summary(out / "summary.json") for out in (whole, killed))
+    assert a.metrics == b.metrics and a.steps == b.steps

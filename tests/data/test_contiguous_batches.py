@@ -4,7 +4,6 @@ model code that calls `.view()` on its inputs and targets (tests/compat/models.p
 from __future__ import annotations
 
 import importlib.util
-import json
 import math
 
 import numpy as np
@@ -15,6 +14,7 @@ from accel.batches import tensors
 from accel.config.recipe import validate_recipe
 from accel.data.pipeline import build_data_pipeline
 from accel.registry import DATASETS
+from accel.runs.records import read_summary
 from accel.train.run import build_trainer
 from conftest import jpeg_folder, run_cli
 from tests.compat.models import ViewGPT, ViewMLP
@@ -168,5 +168,5 @@ def test_the_gpt_trains_from_the_command_line_by_import_string(tmp_path, write_r
     out = tmp_path / "run"
     result = run_cli("train", write_recipe(recipe(KINDS["token_file pairs"](tmp_path))), "--out", out)
     assert result.returncode == 0, result.stderr
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "completed" and math.isfinite(summary["metrics"]["val_loss"])
+    summary = read_summary(out / "summary.json")
+    assert summary.status == "completed" and math.isfinite(summary.metrics["val_loss"])

@@ -17,6 +17,7 @@ from accel.data.normalize import Normalize
 from accel.data.prefetch import DevicePrefetcher, PrefetchConfig, resolve_prefetch, wrap_loader
 from accel.data.sampler import EpochSampler
 from accel.errors import DataError
+from accel.runs.records import FitSummary
 from accel.train.run import build_trainer
 from conftest import cuda_only
 
@@ -145,5 +146,7 @@ def test_a_failed_run_gets_no_data_bound_warning(tiny, caplog):
     recipe = validate_recipe(tiny)
     trainer = build_trainer(recipe, extra_callbacks=[DataWaitWarning(recipe.data, threshold=0.0)])
     with caplog.at_level(logging.WARNING, logger="accel"):
-        trainer.callbacks[-1].on_fit_end(trainer, {"status": "failed", "data_wait_fraction": 0.9})
+        failed = {"status": "failed", "metrics": {}, "samples_per_s": None, "wall_s": 1.0, "device": "cpu"}
+        summary = FitSummary(**failed, steps=0, epochs=0, data_wait_fraction=0.9)
+        trainer.callbacks[-1].on_fit_end(trainer, summary)
     assert "data-bound" not in caplog.text

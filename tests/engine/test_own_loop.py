@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import accel
 from accel import devices
 from accel.errors import AccelError, RecipeError
+from accel.runs.records import LoopSummary
 
 
 class Net(nn.Module):
@@ -460,8 +461,8 @@ def test_a_run_directory_of_its_own_with_out(tmp_path):
         eng.log({"val_loss": torch.tensor(1.5)})
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line) for line in lines] == [{"step": 3, "val_loss": 1.5}]
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["steps"] == 3 and summary["samples"] == 24 and summary["metrics"]["val_loss"] == 1.5
+    summary = LoopSummary.model_validate_json((tmp_path / "run" / "summary.json").read_text())
+    assert summary.steps == 3 and summary.samples == 24 and summary.metrics["val_loss"] == 1.5
     assert list((tmp_path / "run" / "tb").glob("events.out.tfevents.*"))
 
 

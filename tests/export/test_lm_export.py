@@ -3,8 +3,6 @@ onnxruntime against PyTorch on the validation set; dict-batch (Hugging Face layo
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import yaml
 
@@ -12,6 +10,7 @@ from accel.config.recipe import validate_recipe
 from accel.export import ExportConfig, export_run
 from accel.export.errors import ExportError
 from accel.export.source import load_source
+from accel.runs.records import read_summary
 from accel.train.run import run_recipe
 
 from .conftest import QUICK
@@ -46,8 +45,8 @@ def test_a_language_model_exports_to_onnx_and_matches_pytorch(lm_run):
     rows = {v["name"]: v for v in report["variants"]}
     # next-token accuracy of the exported graph equals PyTorch's and the run's own evaluation
     assert rows["onnx"]["val_accuracy"] == rows["eager"]["val_accuracy"]
-    summary = json.loads((lm_run / "summary.json").read_text())
-    assert rows["eager"]["val_accuracy"] == pytest.approx(summary["metrics"]["val_accuracy"], abs=1e-6)
+    summary = read_summary(lm_run / "summary.json")
+    assert rows["eager"]["val_accuracy"] == pytest.approx(summary.metrics["val_accuracy"], abs=1e-6)
     assert set(rows["onnx"]["latency"]) == {"batch_1", "batch_4"}
 
 

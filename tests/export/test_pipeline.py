@@ -12,6 +12,7 @@ import torch
 
 from accel.cli import main
 from accel.export import ExportConfig, ExportError, export_run, pipeline, render_table
+from accel.runs.records import read_summary
 
 from .conftest import QUICK
 
@@ -116,8 +117,8 @@ def test_cli_exports_prints_the_table_and_refuses_bad_input_with_exit_2(tiny_run
 def test_an_interrupted_run_is_not_compared_with_its_last_evaluation(tiny_run, tmp_path, caplog):
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run, ignore=shutil.ignore_patterns("export"))
-    summary = json.loads((run / "summary.json").read_text())
-    (run / "summary.json").write_text(json.dumps(summary | {"status": "interrupted"}))
+    summary = read_summary(run / "summary.json")
+    (run / "summary.json").write_text(summary.model_copy(update={"status": "interrupted"}).to_json())
     with caplog.at_level(logging.WARNING, logger="accel"):
         report = export_run(run, ExportConfig(**QUICK))
     said = (
@@ -158,8 +159,10 @@ def test_a_run_fine_tuned_from_a_weights_file_exports_without_it(tiny_run, tmp_p
 def test_a_diverged_run_writes_strict_json_and_no_advice_that_cannot_apply(tiny_run, tmp_path, capsys):
     run, out = tmp_path / "run", tmp_path / "export"
     shutil.copytree(tiny_run, run, ignore=shutil.ignore_patterns("export"))
-    summary = json.loads((run / "summary.json").read_text())
-    (run / "summary.json").write_text(json.dumps(summary | {"status": "diverged", "diverged_at_step": 9}))
+    summary = read_summary(run / "summary.json")
+    (run / "summary.json").write_text(
+        summary.model_copy(update={"status": "diverged", "diverged_at_step": 9}).to_json()
+    )
     last = run / "checkpoints" / "last.pt"
     state = torch.load(last, weights_only=True)
     for tensor in state["model"].values():  # finite weights whose outputs overflow, as a diverged run keeps

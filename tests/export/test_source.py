@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import pytest
@@ -15,6 +14,7 @@ from accel.export.errors import ExportError
 from accel.export.formats import eager_runner
 from accel.export.measure import evaluate
 from accel.export.source import ImageClassifier, load_source, locate
+from accel.runs.records import read_summary
 from accel.train.run import run_recipe
 
 
@@ -28,9 +28,9 @@ def test_exported_module_takes_loader_images_and_reproduces_training_evaluation(
     )
     with torch.no_grad():
         torch.testing.assert_close(classifier(images), source.model(normalised), atol=1e-5, rtol=1e-5)
-    summary = json.loads((tiny_run / "summary.json").read_text())
+    summary = read_summary(tiny_run / "summary.json")
     # same weights, same validation data, same normalisation: the accuracy the run reported, to the sample
-    assert evaluate(eager_runner(classifier), source.val_loader).accuracy == summary["metrics"]["val_accuracy"]
+    assert evaluate(eager_runner(classifier), source.val_loader).accuracy == summary.metrics["val_accuracy"]
     spec = source.input_spec()
     assert spec["dtype"] == "uint8" and spec["shape"] == ["batch", 1, 8, 8] and spec["mean"] == list(source.mean)
 
@@ -77,8 +77,8 @@ def test_a_run_that_evaluated_ema_weights_exports_them(recipe_data, tmp_path):
     name = next(k for k in raw if k.endswith("weight"))
     assert source.weights == "ema" and not torch.equal(shadow[name], raw[name])
     assert torch.equal(source.model.state_dict()[name], shadow[name])
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert evaluate(eager_runner(source.servable()), source.val_loader).accuracy == summary["metrics"]["val_accuracy"]
+    summary = read_summary(tmp_path / "summary.json")
+    assert evaluate(eager_runner(source.servable()), source.val_loader).accuracy == summary.metrics["val_accuracy"]
 
 
 def test_a_run_of_another_task_is_refused_with_where_its_weights_are(tiny_run, tmp_path):

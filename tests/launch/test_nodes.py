@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from accel.launch.relay import _kill_tree
+from accel.runs.records import FitSummary, read_summary
 from conftest import LIMIT_S, ROOT, Progress, finish, wait_for_first_checkpoint
 from tests.strategy.test_distributed import RECIPE as DDP_RECIPE
 
@@ -70,8 +71,8 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _summary(out) -> dict:
-    return json.loads((out / "summary.json").read_text())
+def _summary(out) -> FitSummary:
+    return read_summary(out / "summary.json")
 
 
 def _epoch_records(out) -> list[dict]:
@@ -100,8 +101,8 @@ def test_two_machines_on_loopback_train_as_one_machine_with_as_many_processes(re
     code, _, err = _ended(one)
     assert code == 0, err
     a, b = _summary(out), _summary(tmp_path / "one-node")
-    assert a["steps"] == b["steps"] == 3 * (256 // 16)
-    _assert_same_metrics(a["metrics"], b["metrics"])
+    assert a.steps == b.steps == 3 * (256 // 16)
+    _assert_same_metrics(a.metrics, b.metrics)
     epochs_a, epochs_b = _epoch_records(out), _epoch_records(tmp_path / "one-node")
     assert len(epochs_a) == len(epochs_b) == 3
     for x, y in zip(epochs_a, epochs_b):
@@ -152,6 +153,6 @@ def test_a_killed_rank_is_restarted_and_the_run_ends_as_an_uninterrupted_one(rec
     code, _, whole_err = _ended(whole)
     assert code == 0, whole_err
     a, b = _summary(tmp_path / "whole"), _summary(out)
-    assert a["status"] == b["status"] == "completed" and a["steps"] == b["steps"] == 8 * 16
-    _assert_same_metrics(a["metrics"], b["metrics"])
+    assert a.status == b.status == "completed" and a.steps == b.steps == 8 * 16
+    _assert_same_metrics(a.metrics, b.metrics)
     assert [r["step"] for r in _epoch_records(out)] == [r["step"] for r in _epoch_records(tmp_path / "whole")]

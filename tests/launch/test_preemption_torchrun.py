@@ -4,7 +4,6 @@ its task) or every process of the job step at once (proctrack/cgroup): both are 
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import sys
 import psutil
 import pytest
 
+from accel.runs.records import read_summary
 from accel.runs.signals import PREEMPTED_EXIT
 from conftest import LIMIT_S, ROOT, finish, run_cli, wait_for_first_checkpoint
 
@@ -57,9 +57,9 @@ def test_sigusr1_checkpoints_every_rank_exits_with_the_preemption_code_and_resum
     assert (
         err.strip().splitlines()[-1] == f"preempted; continue with: accel train {out}/recipe.yaml --out {out} --resume"
     )
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "preempted" and 0 < summary["steps"] < EPOCHS
+    summary = read_summary(out / "summary.json")
+    assert summary.status == "preempted" and 0 < summary.steps < EPOCHS
     resumed = run_cli("train", out / "recipe.yaml", "--out", out, "--resume", "--nproc", "2")
     assert resumed.returncode == 0, resumed.stderr
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "completed" and summary["steps"] == EPOCHS
+    summary = read_summary(out / "summary.json")
+    assert summary.status == "completed" and summary.steps == EPOCHS

@@ -5,7 +5,6 @@ resume with edited settings, the recipe and CLI path."""
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import textwrap
 from pathlib import Path
@@ -24,6 +23,7 @@ from accel.models.gpt import gpt
 from accel.models.vision import small_cnn
 from accel.optimizers.builders import AdamW, Muon, build_optimizer, build_scheduler
 from accel.optimizers.muon_ns import DTYPES, DtypeMuon, orthogonalise
+from accel.runs.records import read_summary
 from accel.runs.resume import apply_recipe_values, optimizer_changes
 from accel.speedups.optim import choose_impl
 from accel.train.run import build_trainer
@@ -340,8 +340,8 @@ def test_the_cli_trains_a_muon_recipe(lm, tmp_path, caplog):
     path.write_text(yaml.safe_dump({**lm, "optim": {"name": "adamw", "lr": 3e-3}}))
     with caplog.at_level(logging.INFO, logger="accel"):
         assert main(["train", str(path), "--out", str(tmp_path / "run"), "--set", "optim.name=muon"]) == 0
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["steps"] == 6 and summary["metrics"]["val_loss"] < 10
+    summary = read_summary(tmp_path / "run" / "summary.json")
+    assert summary.steps == 6 and summary.metrics["val_loss"] < 10
     assert "muon: 8 matrices" in caplog.text
     assert yaml.safe_load((tmp_path / "run" / "recipe.yaml").read_text())["optim"]["momentum"] == 0.95
 
@@ -357,10 +357,10 @@ def test_two_processes_train_muon_as_one_does(lm, tmp_path):
     _, err = finish(two)
     assert two.returncode == 0, err
     assert one.returncode == 0, one.stderr
-    a, b = (json.loads((tmp_path / run / "summary.json").read_text()) for run in ("two", "one"))
-    assert a["steps"] == b["steps"] == 6
+    a, b = (read_summary(tmp_path / run / "summary.json") for run in ("two", "one"))
+    assert a.steps == b.steps == 6
     for key in ("train_loss", "val_loss"):
-        assert a["metrics"][key] == pytest.approx(b["metrics"][key], rel=1e-3), key
+        assert a.metrics[key] == pytest.approx(b.metrics[key], rel=1e-3), key
 
 
 def test_a_muon_checkpoint_on_disk_resumes_with_an_edited_momentum(lm, tmp_path, caplog):
@@ -373,4 +373,4 @@ def test_a_muon_checkpoint_on_disk_resumes_with_an_edited_momentum(lm, tmp_path,
     assert "optim.momentum 0.95 -> 0.9" in caplog.text
     groups = torch.load(out / "checkpoints" / "last.pt", weights_only=True)["optimizer"]["param_groups"]
     assert groups[0]["momentum"] == 0.9 and "momentum" not in groups[1]
-    assert json.loads((out / "summary.json").read_text())["steps"] == 5
+    assert read_summary(out / "summary.json").steps == 5

@@ -4,7 +4,6 @@ each tensor keeps its optimizer state in its new group."""
 
 from __future__ import annotations
 
-import json
 import logging
 
 import pytest
@@ -19,6 +18,7 @@ from accel.optimizers.builders import SGD, AdamW, Muon, build_optimizer
 from accel.optimizers.muon import MuonWithAdamW, split_parameters
 from accel.optimizers.muon_ns import DtypeMuon
 from accel.optimizers.param_groups import regroup
+from accel.runs.records import read_summary
 
 
 def model() -> nn.Module:
@@ -113,7 +113,7 @@ def test_an_older_accels_checkpoint_resumes_with_1d_parameters_undecayed(tiny, w
     resumed = torch.load(last, weights_only=True)["optimizer"]["param_groups"]
     assert [g["weight_decay"] for g in resumed] == [0.05, 0.0]
     assert all(name.endswith(".weight") for name in resumed[0]["param_names"])
-    assert json.loads((out / "summary.json").read_text())["status"] == "completed"
+    assert read_summary(out / "summary.json").status == "completed"
 
 
 def test_muons_adamw_part_leaves_1d_parameters_undecayed_and_an_older_muon_state_is_regrouped():

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
@@ -11,6 +9,7 @@ from accel.callbacks import Callback
 from accel.callbacks import checkpointing as checkpointing_module
 from accel.cli import main
 from accel.runs.checkpoint import load_checkpoint
+from accel.runs.records import FitSummary, read_metrics, read_summary
 from accel.train import run as run_module
 
 
@@ -25,8 +24,8 @@ class _CrashAt(Callback):
             raise RuntimeError("crashed on purpose")
 
 
-def _summary(out) -> dict:
-    return json.loads((out / "summary.json").read_text())
+def _summary(out) -> FitSummary:
+    return read_summary(out / "summary.json")
 
 
 @pytest.fixture
@@ -50,9 +49,9 @@ def test_a_crash_resumes_exactly_from_the_last_mid_epoch_checkpoint(recipe, tmp_
     assert (state["epoch"], state["step"], state["batch_in_epoch"]) == (1, 12, 4)  # every 3 steps, mid-epoch
     assert main(["train", str(recipe), "--out", str(out), "--resume"]) == 0
     whole, resumed = _summary(tmp_path / "whole"), _summary(out)
-    assert resumed["status"] == "completed" and resumed["steps"] == whole["steps"] == 24
-    assert resumed["metrics"] == whole["metrics"]
-    steps = lambda path: [r["step"] for r in map(json.loads, (path / "metrics.jsonl").read_text().splitlines())]  # noqa: E731
+    assert resumed.status == "completed" and resumed.steps == whole.steps == 24
+    assert resumed.metrics == whole.metrics
+    steps = lambda path: [r.step for r in read_metrics(path / "metrics.jsonl")]  # noqa: E731
     assert steps(out) == steps(tmp_path / "whole")  # each record once: those after step 12 were dropped, then rewritten
     capsys.readouterr()
 
@@ -112,7 +111,7 @@ def test_a_checkpoint_an_older_accel_wrote_resumes_and_says_what_it_lacks(
     with caplog.at_level("WARNING", logger="accel"):
         assert main(["train", str(recipe), "--out", str(out), "--resume", "--set", "train.epochs=3"]) == 0
     assert said in caplog.text and "Traceback" not in capsys.readouterr().err
-    assert _summary(out)["status"] == "completed" and _summary(out)["epochs"] == 3
+    assert _summary(out).status == "completed" and _summary(out).epochs == 3
 
 
 def test_a_checkpoint_without_what_every_resume_needs_is_refused_by_name(tiny, write_recipe, tmp_path, capsys):

@@ -4,7 +4,6 @@ In-process, as tests/test_signals.py: each test sends SIGUSR1 to its own process
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 
@@ -13,6 +12,7 @@ import torch
 
 from accel.cli import main as cli_main
 from accel.engine.core import Engine
+from accel.runs.records import FitSummary, StepRecord, read_metrics, read_summary
 from accel.runs.signals import PREEMPTED_EXIT
 
 
@@ -36,8 +36,8 @@ def main(argv: list[str]) -> int:
         pytest.fail(f"a signal escaped accel train as {type(escaped).__name__}")
 
 
-def summary(out) -> dict:
-    return json.loads((out / "summary.json").read_text())
+def summary(out) -> FitSummary:
+    return read_summary(out / "summary.json")
 
 
 def weights(out) -> dict[str, torch.Tensor]:
@@ -45,8 +45,7 @@ def weights(out) -> dict[str, torch.Tensor]:
 
 
 def losses(out) -> list[float]:
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return [r["loss"] for r in records if r["kind"] == "step"]
+    return [r.loss for r in read_metrics(out / "metrics.jsonl") if isinstance(r, StepRecord)]
 
 
 @pytest.mark.parametrize("times", [1, 3])  # a repeated notice is one request: it never forces a stop
@@ -61,11 +60,11 @@ def test_sigusr1_checkpoints_exits_with_the_preemption_code_and_the_resumed_run_
         assert main(["train", str(recipe), "--out", str(out)]) == PREEMPTED_EXIT
     err = capsys.readouterr().err
     assert f"preempted; continue with: accel train {out}/recipe.yaml --out {out} --resume" in err
-    assert summary(out)["status"] == "preempted" and summary(out)["steps"] == 2
+    assert summary(out).status == "preempted" and summary(out).steps == 2
     assert torch.load(out / "checkpoints" / "last.pt", weights_only=True)["step"] == 2
     assert main(["train", str(out / "recipe.yaml"), "--out", str(out), "--resume"]) == 0
-    assert summary(out)["status"] == "completed"
-    assert summary(out)["metrics"] == summary(whole)["metrics"]
+    assert summary(out).status == "completed"
+    assert summary(out).metrics == summary(whole).metrics
     assert len(losses(whole)) == 3 and losses(out) == losses(whole)
     for name, tensor in weights(whole).items():
         assert torch.equal(weights(out)[name], tensor), name

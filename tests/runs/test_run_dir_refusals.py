@@ -15,6 +15,7 @@ from torch import nn
 from accel.cli import main
 from accel.errors import CheckpointError
 from accel.runs.checkpoint import check_same_model, model_signature
+from accel.runs.records import read_summary
 
 
 def _fails_cleanly(capsys, *argv) -> str:
@@ -117,7 +118,7 @@ def test_a_run_that_failed_before_its_first_checkpoint_says_how_to_start_over(
     with pytest.raises(ValueError, match="the user's loss failed"):  # the user's bug: its own traceback
         main(["train", str(recipe), "--out", str(out)])
     capsys.readouterr()
-    assert json.loads((out / "summary.json").read_text())["status"] == "failed"
+    assert read_summary(out / "summary.json").status == "failed"
     before = _files(out)
     start_over = f"to start it over there, remove the folder first (`rm -r {shlex.quote(str(out))}`"
     again = _fails_cleanly(capsys, "train", recipe, "--out", out)

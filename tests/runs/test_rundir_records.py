@@ -16,6 +16,7 @@ import torch
 
 from accel.callbacks import Callback
 from accel.cli import main
+from accel.runs.records import StepRecord, read_metrics
 from accel.train import run as run_module
 from conftest import ROOT, Progress, wait_for_first_checkpoint
 
@@ -95,8 +96,9 @@ def test_a_resume_after_sigkill_logs_each_step_once_in_strict_json(tiny, write_r
         )
         == 0
     )
-    records = [strict(line) for line in metrics.read_text().splitlines()]
-    steps = [r["step"] for r in records if r["kind"] == "step"]
+    for line in metrics.read_text().splitlines():
+        strict(line)
+    steps = [r.step for r in read_metrics(metrics) if isinstance(r, StepRecord)]
     assert steps == list(range(1, saved + 4))
 
 
@@ -270,6 +272,7 @@ def test_a_full_disk_writing_summary_or_metrics_is_a_clear_error(tmp_path, monke
 
     from accel.callbacks import RunDirWriter
     from accel.errors import AccelError
+    from accel.runs.records import LoopRecord
     from accel.runs.rundir import RunDir
 
     run_dir = RunDir(tmp_path)
@@ -285,4 +288,4 @@ def test_a_full_disk_writing_summary_or_metrics_is_a_clear_error(tmp_path, monke
     assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]
     monkeypatch.setattr("accel.callbacks.run_dir_writer.os.write", _no_space)
     with pytest.raises(AccelError, match=f"Disk full: could not append a record to {tmp_path / 'metrics.jsonl'}"):
-        RunDirWriter(run_dir).on_log(SimpleNamespace(), {"step": 1})
+        RunDirWriter(run_dir).on_log(SimpleNamespace(), LoopRecord(step=1))

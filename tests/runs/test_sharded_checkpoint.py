@@ -53,9 +53,9 @@ def test_saved_by_two_processes_resumes_at_one_and_two_with_the_uninterrupted_me
     expected = _summary(tmp_path / "whole")
     for out in ("at1", "at2"):
         resumed = _summary(tmp_path / out)
-        assert resumed["steps"] == expected["steps"] == 4 * 16
+        assert resumed.steps == expected.steps == 4 * 16
         for key in ("train_loss", "val_loss", "val_accuracy"):
-            assert resumed["metrics"][key] == pytest.approx(expected["metrics"][key], rel=TOLERANCE, abs=TOLERANCE)
+            assert resumed.metrics[key] == pytest.approx(expected.metrics[key], rel=TOLERANCE, abs=TOLERANCE)
     # export reads the shards of both ranks whole: the weights the one-process resume wrote into last.pt, but for
     # 32 steps of float32 sums in another order (its metrics agree to 1e-5; a shard misplaced would be far off)
     one = load_checkpoint(tmp_path / "at1" / "checkpoints" / "last.pt")["model"]

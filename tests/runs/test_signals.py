@@ -20,6 +20,7 @@ import torch
 
 from accel.callbacks import Checkpointer
 from accel.cli import main as cli_main
+from accel.runs.records import read_summary
 from accel.runs.rundir import RunDir
 from conftest import ROOT, Progress, finish
 
@@ -66,13 +67,13 @@ def test_a_signal_before_the_first_step_ends_with_a_checkpoint_and_the_quoted_re
     assert main(["train", str(write_recipe(tiny)), "--out", str(out)]) == 130
     printed = capsys.readouterr().err.strip().splitlines()[-1]
     assert printed == f"interrupted; continue with: accel train '{out}/recipe.yaml' --out '{out}' --resume"
-    assert json.loads((out / "summary.json").read_text())["status"] == "interrupted"
+    assert read_summary(out / "summary.json").status == "interrupted"
     assert torch.load(out / "checkpoints" / "last.pt", weights_only=True)["step"] == 0
     monkeypatch.setattr(Trainer, "fit", fit)
     argv = shlex.split(printed.split("continue with: accel ", 1)[1])
     assert main(argv) == 0
-    resumed = json.loads((out / "summary.json").read_text())
-    assert resumed["status"] == "completed" and resumed["epochs"] == 2
+    resumed = read_summary(out / "summary.json")
+    assert resumed.status == "completed" and resumed.epochs == 2
 
 
 def test_a_second_signal_during_the_final_save_is_acknowledged_and_the_save_completes(
@@ -88,9 +89,9 @@ def test_a_second_signal_during_the_final_save_is_acknowledged_and_the_save_comp
     out = tmp_path / "run"
     assert main(["train", str(write_recipe(tiny)), "--out", str(out)]) == 0  # it completed: the signals came late
     assert caplog.text.count("saving, please wait") == 2
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "completed"
-    assert torch.load(out / "checkpoints" / "last.pt", weights_only=True)["step"] == summary["steps"] > 0
+    summary = read_summary(out / "summary.json")
+    assert summary.status == "completed"
+    assert torch.load(out / "checkpoints" / "last.pt", weights_only=True)["step"] == summary.steps > 0
 
 
 def test_a_third_signal_stops_at_once_and_leaves_the_previous_checkpoint_intact(
@@ -125,7 +126,7 @@ def test_a_third_signal_stops_at_once_and_leaves_the_previous_checkpoint_intact(
     monkeypatch.setattr(torch, "save", save)
     monkeypatch.setattr(Checkpointer, "on_fit_end", end)
     assert main(["train", str(recipe), "--out", str(out), "--resume"]) == 0
-    assert json.loads((out / "summary.json").read_text())["status"] == "completed"
+    assert read_summary(out / "summary.json").status == "completed"
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["sigterm", "sighup"])
@@ -144,14 +145,14 @@ def test_sighup_ends_a_run_exactly_as_sigterm_does(tiny, write_recipe, tmp_path,
         patch.setattr(Checkpointer, "on_batch_end", signalled)
         assert main(["train", str(recipe), "--out", str(out)]) == 130
     assert f"interrupted; continue with: accel train {out}/recipe.yaml --out {out} --resume" in capsys.readouterr().err
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "interrupted" and summary["steps"] == 2
+    summary = read_summary(out / "summary.json")
+    assert summary.status == "interrupted" and summary.steps == 2
     assert torch.load(out / "checkpoints" / "last.pt", weights_only=True)["step"] == 2
     assert (out / ".lock").read_text() == ""  # released: no dead PID left behind
     assert main(["train", str(out / "recipe.yaml"), "--out", str(out), "--resume"]) == 0
-    resumed = json.loads((out / "summary.json").read_text())
-    assert resumed["status"] == "completed"
-    assert resumed["metrics"] == json.loads((whole / "summary.json").read_text())["metrics"]
+    resumed = read_summary(out / "summary.json")
+    assert resumed.status == "completed"
+    assert resumed.metrics == read_summary(whole / "summary.json").metrics
 
 
 def test_sighup_is_handled_unless_ignored_as_nohup_wants():
@@ -205,13 +206,13 @@ def test_a_closed_terminal_ends_a_run_with_its_checkpoint_and_summary(tiny, writ
     finally:
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "interrupted" and summary["steps"] >= 6
-    assert torch.load(out / "checkpoints" / "last.pt", weights_only=True)["step"] == summary["steps"]
+    summary = read_summary(out / "summary.json")
+    assert summary.status == "interrupted" and summary.steps >= 6
+    assert torch.load(out / "checkpoints" / "last.pt", weights_only=True)["step"] == summary.steps
     assert (out / ".lock").read_text() == ""
-    more = [f"--set=train.max_steps={summary['steps'] + 2}", "--set=data.loader.num_workers=0"]  # pytest: no stderr fd
+    more = [f"--set=train.max_steps={summary.steps + 2}", "--set=data.loader.num_workers=0"]  # pytest: no stderr fd
     assert main(["train", str(out / "recipe.yaml"), "--out", str(out), "--resume", *more]) == 0
-    assert json.loads((out / "summary.json").read_text())["steps"] == summary["steps"] + 2
+    assert read_summary(out / "summary.json").steps == summary.steps + 2
 
 
 def _ctrl_c_in_evaluation(monkeypatch) -> list[int]:
@@ -245,13 +246,13 @@ def test_ctrl_c_in_the_final_evaluation_stops_it_and_the_run_is_interrupted_then
     evaluated = _ctrl_c_in_evaluation(monkeypatch)
     assert main(["train", str(recipe), "--out", str(out)]) == 130  # was "completed", exit 0
     assert len(evaluated) == 1  # the pass stopped at the next batch, not after all 5
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "interrupted" and summary["metrics"]["val_loss"] is None
+    summary = read_summary(out / "summary.json")
+    assert summary.status == "interrupted" and summary.metrics["val_loss"] is None
     assert "interrupted; continue with:" in capsys.readouterr().err
     monkeypatch.undo()
     assert main(["train", str(recipe), "--out", str(out), "--resume"]) == 0  # the pass runs whole on resume
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "completed" and summary["metrics"]["val_loss"] > 0
+    summary = read_summary(out / "summary.json")
+    assert summary.status == "completed" and summary.metrics["val_loss"] > 0
 
 
 def test_ctrl_c_in_an_evaluation_between_epochs_stops_it_and_keeps_no_partial_metrics(
@@ -262,7 +263,7 @@ def test_ctrl_c_in_an_evaluation_between_epochs_stops_it_and_keeps_no_partial_me
     evaluated = _ctrl_c_in_evaluation(monkeypatch)  # in epoch 1's evaluation, of 2 epochs
     assert main(["train", str(write_recipe(tiny)), "--out", str(out)]) == 130
     assert len(evaluated) == 1
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "interrupted" and summary["epochs"] == 1
+    summary = read_summary(out / "summary.json")
+    assert summary.status == "interrupted" and summary.epochs == 1
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert not any("val_loss" in r for r in records)  # no metrics of a fifth of the set

@@ -19,6 +19,7 @@ from torch.distributed.device_mesh import init_device_mesh
 
 from accel.cli import main
 from accel.runs.checkpoint import load_checkpoint
+from accel.runs.records import FitSummary, read_summary
 from accel.strategy.world import destroy_process_group
 from conftest import LIMIT_S, ROOT, finish, wait_for_first_checkpoint, wait_until
 
@@ -53,8 +54,8 @@ def _train(recipe, out, *args: str) -> subprocess.Popen:
     )
 
 
-def _summary(out) -> dict:
-    return json.loads((out / "summary.json").read_text())
+def _summary(out) -> FitSummary:
+    return read_summary(out / "summary.json")
 
 
 @pytest.fixture
@@ -74,9 +75,9 @@ def test_two_processes_match_one_process_with_the_same_global_batch(recipe, tmp_
     assert one.returncode == 0, err
     assert printed.strip() == str(tmp_path / "two")  # only rank 0 speaks
     a, b = _summary(tmp_path / "two"), _summary(tmp_path / "one")
-    assert a["steps"] == b["steps"] == 3 * (256 // 16)
+    assert a.steps == b.steps == 3 * (256 // 16)
     for key in ("train_loss", "val_loss", "val_accuracy"):
-        assert a["metrics"][key] == pytest.approx(b["metrics"][key], rel=TOLERANCE, abs=TOLERANCE)
+        assert a.metrics[key] == pytest.approx(b.metrics[key], rel=TOLERANCE, abs=TOLERANCE)
 
 
 @pytest.mark.slow
@@ -101,9 +102,9 @@ def test_a_killed_two_process_run_resumes_to_the_same_result(recipe, tmp_path, s
     _, err = finish(whole)
     assert whole.returncode == 0, err
     a, b = _summary(tmp_path / "whole"), _summary(tmp_path / "killed")
-    assert a["steps"] == b["steps"]
+    assert a.steps == b.steps
     for key in ("train_loss", "val_loss", "val_accuracy"):
-        assert a["metrics"][key] == pytest.approx(b["metrics"][key], rel=TOLERANCE, abs=TOLERANCE)
+        assert a.metrics[key] == pytest.approx(b.metrics[key], rel=TOLERANCE, abs=TOLERANCE)
 
 
 @pytest.mark.slow
@@ -129,9 +130,9 @@ def test_fsdp_trains_as_ddp_does_and_writes_the_same_checkpoint(recipe, tmp_path
         _, err = finish(run)
         assert run.returncode == 0, f"{strategy}: {err}"
     ddp, fsdp = _summary(tmp_path / "ddp"), _summary(tmp_path / "fsdp")
-    assert ddp["steps"] == fsdp["steps"] > 0
+    assert ddp.steps == fsdp.steps > 0
     for key in ("train_loss", "val_loss", "val_accuracy"):
-        assert fsdp["metrics"][key] == pytest.approx(ddp["metrics"][key], rel=TOLERANCE, abs=TOLERANCE)
+        assert fsdp.metrics[key] == pytest.approx(ddp.metrics[key], rel=TOLERANCE, abs=TOLERANCE)
     # whole, plain tensors under the same keys: loadable with weights_only, by either strategy or one process
     a, b = (load_checkpoint(tmp_path / s / "checkpoints" / "last.pt") for s in ("ddp", "fsdp"))
     assert b["model_signature"] == a["model_signature"]
@@ -146,14 +147,14 @@ def test_fsdp_trains_as_ddp_does_and_writes_the_same_checkpoint(recipe, tmp_path
         )
     # the fsdp run as if stopped after its last step (a completed run is never resumed with no more to train),
     # resumed under ddp: nothing left to train, and its final evaluation agrees
-    (tmp_path / "fsdp" / "summary.json").write_text(json.dumps({**fsdp, "status": "interrupted"}))
+    (tmp_path / "fsdp" / "summary.json").write_text(fsdp.model_copy(update={"status": "interrupted"}).to_json())
     resumed = _train(recipe, tmp_path / "fsdp", "--nproc", "2", "--resume", "--set", "strategy=ddp", *harder)
     _, err = finish(resumed)
     assert resumed.returncode == 0, err
     again = _summary(tmp_path / "fsdp")
-    assert again["steps"] == fsdp["steps"]
+    assert again.steps == fsdp.steps
     for key in ("val_loss", "val_accuracy"):
-        assert again["metrics"][key] == pytest.approx(fsdp["metrics"][key], rel=TOLERANCE, abs=TOLERANCE)
+        assert again.metrics[key] == pytest.approx(fsdp.metrics[key], rel=TOLERANCE, abs=TOLERANCE)
 
 
 @pytest.mark.slow
@@ -170,12 +171,12 @@ def test_a_signal_to_one_process_stops_every_rank_at_the_same_step(recipe, tmp_p
     workers[-1].send_signal(signal.SIGTERM)  # one rank only: the others learn of it at the next agreement
     finish(run)
     summary = _summary(tmp_path / "run")
-    assert summary["status"] == "interrupted" and 0 < summary["steps"] < 40 * 16
-    assert summary["steps"] % 5 == 0  # ranks agree on stopping once per logging interval (every_steps: 5)
+    assert summary.status == "interrupted" and 0 < summary.steps < 40 * 16
+    assert summary.steps % 5 == 0  # ranks agree on stopping once per logging interval (every_steps: 5)
     resumed = _train(recipe, tmp_path / "run", "--nproc", "2", "--resume", *longer)
     _, err = finish(resumed)
     assert resumed.returncode == 0, err
-    assert _summary(tmp_path / "run")["steps"] == 40 * 16
+    assert _summary(tmp_path / "run").steps == 40 * 16
 
 
 def _kill(processes) -> None:
@@ -203,7 +204,7 @@ def test_a_stop_signal_to_accel_train_reaches_every_rank_which_save_and_report(r
     assert "passing it to torchrun and its ranks" in err
     assert err.strip().splitlines()[-1].startswith("interrupted; continue with: accel train "), err
     summary = _summary(tmp_path / "run")
-    assert summary["status"] == "interrupted" and 0 < summary["steps"] < 40 * 16
+    assert summary.status == "interrupted" and 0 < summary.steps < 40 * 16
 
 
 FAKE_TORCHRUN = """

@@ -4,7 +4,6 @@ under compile and autocast; and the full logits are really never kept for backwa
 
 from __future__ import annotations
 
-import json
 from contextlib import nullcontext
 
 import pytest
@@ -19,6 +18,7 @@ from accel.config.recipe import validate_recipe
 from accel.errors import AccelError
 from accel.measure.flops import count_step_flops
 from accel.models import GPT
+from accel.runs.records import StepRecord, read_summary
 from accel.tasks import LanguageModel
 from accel.tasks.chunked_ce import chunked_eval_sums, chunked_linear_cross_entropy
 from accel.train.run import build_trainer
@@ -170,8 +170,8 @@ class Recorder(Callback):
         self.losses = []
 
     def on_log(self, trainer, record):
-        if "loss" in record:
-            self.losses.append(record["loss"])
+        if isinstance(record, StepRecord):
+            self.losses.append(record.loss)
 
 
 def recipe_losses(tmp_path, task: dict, **changes) -> list[float]:
@@ -273,6 +273,6 @@ def test_two_ddp_processes_with_the_fused_loss_train_as_one_with_the_plain_loss(
     assert two.returncode == 0, err
     _, err = finish(one)
     assert one.returncode == 0, err
-    a, b = (json.loads((tmp_path / run / "summary.json").read_text())["metrics"] for run in ("two", "one"))
+    a, b = (read_summary(tmp_path / run / "summary.json").metrics for run in ("two", "one"))
     for key in ("train_loss", "val_loss", "val_accuracy"):
         assert a[key] == pytest.approx(b[key], rel=TOLERANCE, abs=TOLERANCE), key

@@ -6,7 +6,6 @@ Skipped with a reason where there is no GPU; `scripts/gpu-check` runs them on a 
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
@@ -14,6 +13,7 @@ import torch
 from speedups.conftest import tiny_trainer, weights
 
 from accel.data.augment import AugmentConfig, build_augment
+from accel.runs.records import read_summary
 from accel.speedups.cudnn import read_flags
 from conftest import cuda_only, run_cli
 
@@ -98,6 +98,6 @@ def test_fp16_run_through_the_cli_checkpoints_its_scale_and_resumes(tiny, write_
     assert all(t.device.type == "cpu" for t in state["model"].values())  # loadable on a machine with no GPU
     resumed = run_cli("train", recipe, "--out", out, "--resume")
     assert resumed.returncode == 0, resumed.stderr
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "completed" and summary["epochs"] == 2 and summary["device"].startswith("cuda")
-    assert "amp" in summary["speedups"] and summary["speedup_metrics"]["amp"]["loss_scale"] > 0
+    summary = read_summary(out / "summary.json")
+    assert summary.status == "completed" and summary.epochs == 2 and summary.device.startswith("cuda")
+    assert "amp" in summary.speedups and summary.speedup_metrics["amp"]["loss_scale"] > 0

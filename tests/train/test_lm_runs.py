@@ -3,7 +3,6 @@ batch, and a run killed with SIGKILL resumes to exactly the uninterrupted result
 
 from __future__ import annotations
 
-import json
 import signal
 import textwrap
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from accel.runs.records import FitSummary, read_summary
 from conftest import LIMIT_S, finish, run_cli, wait_for_first_checkpoint
 from tests.strategy.test_distributed import TOLERANCE, _train
 
@@ -41,8 +41,8 @@ def lm_recipe(tmp_path) -> Path:
     return path
 
 
-def _summary(out: Path) -> dict:
-    return json.loads((out / "summary.json").read_text())
+def _summary(out: Path) -> FitSummary:
+    return read_summary(out / "summary.json")
 
 
 @pytest.mark.slow
@@ -55,9 +55,9 @@ def test_two_processes_train_the_language_model_as_one_does(lm_recipe, tmp_path)
     assert two.returncode == 0, err
     assert one.returncode == 0, one.stderr
     a, b = _summary(tmp_path / "two"), _summary(tmp_path / "one")
-    assert a["steps"] == b["steps"] == 40
+    assert a.steps == b.steps == 40
     for key in METRICS:
-        assert a["metrics"][key] == pytest.approx(b["metrics"][key], rel=TOLERANCE, abs=TOLERANCE), key
+        assert a.metrics[key] == pytest.approx(b.metrics[key], rel=TOLERANCE, abs=TOLERANCE), key
 
 
 @pytest.mark.slow
@@ -78,4 +78,4 @@ def test_a_killed_language_model_run_resumes_exactly(lm_recipe, tmp_path):
     _, err = finish(reference)
     assert reference.returncode == 0, err
     a, b = _summary(whole), _summary(killed)
-    assert a["steps"] == b["steps"] and a["metrics"] == b["metrics"]
+    assert a.steps == b.steps and a.metrics == b.metrics

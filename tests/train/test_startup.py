@@ -10,6 +10,7 @@ import time
 import pytest
 import yaml
 
+from accel.runs.records import read_summary
 from accel.train import startup
 from conftest import ROOT
 
@@ -47,9 +48,9 @@ def test_a_one_process_run_imports_no_distributed_checkpoint_and_records_its_sta
     assert child["code"] == 0
     assert child["by_accel"] == []
     assert "torch.distributed.checkpoint" not in child["after_run"]
-    summary = json.loads((out / "summary.json").read_text())
+    summary = read_summary(out / "summary.json")
     # the interpreter's start and the imports are in it; the training and what follows it are not
-    assert child["import_s"] < summary["startup_s"] < lifetime - summary["train_s"]
+    assert child["import_s"] < summary.startup_s < lifetime - summary.train_s
 
 
 def test_process_age_counts_from_the_process_start():

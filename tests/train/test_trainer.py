@@ -12,7 +12,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from accel import Trainer
 from accel.callbacks import Callback, EarlyStopping
 from accel.config.recipe import validate_recipe
-from accel.errors import CheckpointError
+from accel.errors import AccelError, CheckpointError
+from accel.runs.records import EpochRecord
 from accel.strategy import Strategy
 from accel.train.run import build_trainer
 
@@ -99,6 +100,9 @@ def test_early_stopping_stops_when_the_metric_stalls(tiny):
     assert summary["epochs"] == 2  # epoch 1 sets the best, epoch 2 fails to beat it by 100
 
 
+EPOCH_FIGURES = {"lr": 0.1, "train_loss": 1.0, "samples_per_s": 100.0, "data_wait_fraction": 0.0}
+
+
 def test_early_stopping_tracks_max_mode():
     stopper = EarlyStopping(monitor="val_accuracy", mode="max", patience=2)
 
@@ -106,9 +110,23 @@ def test_early_stopping_tracks_max_mode():
         should_stop = False
 
     stub = Stub()
-    for value in (0.5, 0.6, 0.6, 0.59):
-        stopper.on_epoch_end(stub, {"val_accuracy": value})
+    for epoch, value in enumerate((0.5, 0.6, 0.6, 0.59), 1):
+        record = EpochRecord(epoch=epoch, step=epoch, metrics={"val_accuracy": value}, **EPOCH_FIGURES)
+        stopper.on_epoch_end(stub, record)
     assert stopper.best == 0.6 and stub.should_stop
+
+
+def test_early_stopping_names_a_monitor_the_task_does_not_report_at_the_first_evaluated_epoch():
+    stopper = EarlyStopping(monitor="val_acc", mode="max")
+    stopper.on_epoch_end(None, EpochRecord(epoch=1, step=3, **EPOCH_FIGURES))  # not evaluated: nothing to say
+    evaluated = EpochRecord(epoch=2, step=6, metrics={"val_loss": 0.5, "val_accuracy": 0.8}, **EPOCH_FIGURES)
+    with pytest.raises(AccelError, match=r"`val_acc` is not a metric of this run's task \(did you mean `val_accuracy`"):
+        stopper.on_epoch_end(None, evaluated)
+    with pytest.raises(AccelError, match="Its metrics: val_loss, val_accuracy, train_loss."):
+        stopper.on_epoch_end(None, evaluated)
+    train = EarlyStopping(monitor="train_loss", patience=1)  # a field of the record, not a task metric, is found too
+    train.on_epoch_end(None, evaluated)
+    assert train.best == 1.0
 
 
 class StopAt(Callback):
