@@ -208,7 +208,13 @@ class OwnLoop:
         """Each loader with its batches on the device and, under several processes, one shard per rank: the
         first is the training loader (its batches are counted), the others are evaluation loaders."""
         wrapped = [DeviceLoader(sharded(loader, self), self, train=i == 0) for i, loader in enumerate(loaders)]
-        self.train_loader = wrapped[0].loader  # what a captured step checks for fixed-size batches
+        self.train_loader = wrapped[0].loader  # the conflict rule's `drop_last`
+        if self._loop.set_up:  # loaders after `setup`: what the rule says of them is said now, before any step
+            try:
+                self.refuse_speedups()
+            except AccelError:
+                self.teardown()
+                raise
         return wrapped[0] if len(wrapped) == 1 else tuple(wrapped)
 
     # ---- one step -------------------------------------------------------------------------------------

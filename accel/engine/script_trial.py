@@ -83,7 +83,8 @@ def attach(engine: Engine, settings: Settings | None) -> ScriptTrial | None:
 
 class Probe:
     """What the engine was given, written as it is created (a script that fails before `eng.setup` still says
-    it), then again with the model's traits at `eng.setup`, where the process ends."""
+    it), then again with the model's traits and the run's facts (accel.speedups.RunFacts) at `eng.setup`, where
+    the process ends."""
 
     def __init__(self, engine: Engine, settings: Settings, path: str):
         self.engine, self.path = engine, path
@@ -101,6 +102,7 @@ class Probe:
         from ..models.blocks import model_traits
 
         self.given["model_traits"] = model_traits(self.engine.module)
+        self.given["run"] = self.engine.run_facts().to_data()  # what tune's conflict rule judges candidates by
         self._write()
         raise SystemExit(0)
 

@@ -7,8 +7,8 @@ import importlib
 import pkgutil
 
 from ..registry import SPEEDUPS
-from .base import Candidate, Context, Phase, Speedup, SpeedupConfig
-from .conflicts import precision_of, refusals, refuse, resolve, setup_order
+from .base import Candidate, Context, Phase, RunFacts, Speedup, SpeedupConfig
+from .conflicts import precision_of, refusals, refuse, resolve, setup_order, skipped
 
 # Every module in this package registers its speed-up on import: adding a file is all it takes.
 for _module in pkgutil.iter_modules(__path__):
@@ -19,6 +19,7 @@ __all__ = [
     "Candidate",
     "Context",
     "Phase",
+    "RunFacts",
     "Speedup",
     "SpeedupConfig",
     "SPEEDUPS",
@@ -28,6 +29,7 @@ __all__ = [
     "refuse",
     "resolve",
     "setup_order",
+    "skipped",
 ]
 
 

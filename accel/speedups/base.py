@@ -8,12 +8,13 @@ Nothing elsewhere names a speed-up: registering the class is all it takes (tests
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from pydantic import Field
 
+from ..optimizers.traits import OptimizerTraits
 from ..schema import StrictModel
 from ..strategy.precision import Precision
 from ..strategy.setup_phases import Phase
@@ -23,15 +24,44 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class RunFacts:
+    """The run's own choices beyond its strategy and speed-ups that a speed-up may be refused for, known before
+    setup: the engine fills them (a recipe's, through the Trainer, or a hand-written loop's), tune from its
+    subject. The defaults mean "not known" (a refusal needs the fact)."""
+
+    grad_accum: int = 1  # micro-batches per optimizer step
+    drop_last: bool | None = None  # the training loader drops its last incomplete batch: every batch one shape
+    optimizer: OptimizerTraits | None = None
+    scheduled: bool = False  # a schedule changes the learning rate between steps
+    task: str | None = None  # the recipe's task (`classification`, ...); a hand-written loop's loss is its own
+
+    def to_data(self) -> dict[str, Any]:
+        optimizer = self.optimizer.to_data() if self.optimizer is not None else None
+        return {f.name: getattr(self, f.name) for f in fields(self)} | {"optimizer": optimizer}
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any] | None) -> RunFacts:
+        """What `to_data` wrote (a script's probe); None: nothing known."""
+        if not data:
+            return cls()
+        optimizer = data.get("optimizer")
+        return cls(**{**data, "optimizer": OptimizerTraits.from_data(optimizer) if optimizer else None})
+
+
+NOTHING_KNOWN = RunFacts()  # a context without the run's facts: a rule judges by device, precision and strategy
+
+
+@dataclass(frozen=True)
 class Context:
     """Where a speed-up would run: the device, the numeric precision (`fp32`, `bf16`, `fp16`; None where it is
     not known yet, as for tune's candidates: judge by the device alone), the strategy (`plain`, `ddp`, `fsdp`,
-    `xla`) and the other speed-ups that will run beside it."""
+    `xla`), the other speed-ups that will run beside it and the run's own choices (`run`)."""
 
     device: torch.device
     precision: str | None = None
     strategy: str = "plain"
     others: tuple[Speedup, ...] = ()
+    run: RunFacts = NOTHING_KNOWN
 
 
 @dataclass(frozen=True)
