@@ -183,7 +183,7 @@ class OwnLoop:
 
     def _adopt(self: Engine, model: nn.Module) -> tuple[nn.Module, nn.Module | None]:
         """(the plain module, the loop's own compiled model to call, if any), refusing what would be done twice."""
-        names = {s.name for s in self.speedups}
+        compiling = next((s.name for s in self.speedups if s.compiles_model), None)
         if isinstance(model, nn.parallel.DistributedDataParallel):
             raise AccelError(
                 "the model is wrapped in DistributedDataParallel already, and the engine wraps it itself under "
@@ -191,10 +191,10 @@ class OwnLoop:
             )
         if type(model).__name__ != "OptimizedModule" or not hasattr(model, "_orig_mod"):  # not torch.compile's
             return model, None
-        if "compile" in names or "jit" in names:
+        if compiling is not None:
             raise AccelError(
-                "the model is compiled already (torch.compile), and `speedups.compile` would compile it again: "
-                "remove the loop's torch.compile, or disable the speed-up (`speedups.compile.enabled=false`)"
+                f"the model is compiled already (torch.compile), and `speedups.{compiling}` would compile it again: "
+                f"remove the loop's torch.compile, or disable the speed-up (`speedups.{compiling}.enabled=false`)"
             )
         if self.world.distributed:
             raise AccelError(

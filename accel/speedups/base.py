@@ -1,8 +1,11 @@
 """The speed-up interface the trainer drives. Every hook does nothing by default, so the loop stays plain.
 
 A speed-up declares itself on its class: the `phase` its setup runs in, the `needs` model trait without which it
-does nothing, the `tune` candidates `accel tune` tries, and `conflict`, the one place it says why it cannot run.
-Nothing elsewhere names a speed-up: registering the class is all it takes (tests/speedups/test_one_file.py).
+does nothing, the `tune` candidates `accel tune` tries, `conflict`, the one place it says why it cannot run (the
+device, the precision, the strategy, the other speed-ups and the run's own choices, `RunFacts`), and the traits
+other rooms read instead of its name (`compiles_model`, `reports_compile`, `lint_finding`, `evaluated_weights`,
+`optimizer_impl`). Nothing elsewhere names a speed-up: registering the class is all it takes
+(tests/speedups/test_one_file.py).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from pydantic import Field
 
+from ..measure.traps import Finding
 from ..optimizers.traits import OptimizerTraits
 from ..schema import StrictModel
 from ..strategy.precision import Precision
@@ -86,6 +90,9 @@ class Speedup:
     phase: ClassVar[Phase] = Phase.MODEL
     needs: ClassVar[str | None] = None  # a model trait (accel.models.blocks.model_traits) it does nothing without
     tune: ClassVar[tuple[Candidate, ...]] = ()  # what `accel tune` tries, in order (off is always tried first)
+    compiles_model: ClassVar[bool] = False  # it compiles the model: a loop's own torch.compile'd model is refused
+    reports_compile: ClassVar[bool] = False  # its metrics carry torch.compile's `seconds`, `graph_breaks`, `recompiles`
+    lint_finding: ClassVar[Finding | None] = None  # what the speed lint says whenever it runs (superseded upstream)
     Config: ClassVar[type[SpeedupConfig]] = SpeedupConfig
 
     def __init__(self, cfg: SpeedupConfig | None = None):
@@ -99,6 +106,17 @@ class Speedup:
         """Whether it replaces the whole step (forward, loss and more), which a hand-written loop must then give
         as one function: `eng.compile_step(fn)`."""
         return False
+
+    @classmethod
+    def evaluated_weights(cls, cfg: SpeedupConfig, state: dict[str, Any]) -> dict[str, Any] | None:
+        """The weights a run evaluated instead of its trained ones, from this speed-up's checkpointed `state`
+        (`accel export` ships them), or None."""
+        return None
+
+    def optimizer_impl(self) -> str | None:
+        """The optimizer implementation it asks for (`fused`, `foreach`, `for_loop`), or None: another speed-up that
+        changes the optimizer's step judges what it can run beside."""
+        return None
 
     def precision(self) -> Precision | None:
         """The numeric precision this speed-up gives the strategy (amp), or None."""

@@ -99,6 +99,9 @@ class Optim(Speedup):
         optimizer = context.run.optimizer
         return unavailable(optimizer, self.cfg.impl) if optimizer is not None else None
 
+    def optimizer_impl(self) -> str | None:
+        return self.cfg.impl if self.cfg.impl != "auto" else None
+
     def setup(self, engine: "Engine") -> None:
         self.impl = choose_impl(engine.optimizer, self.cfg.impl)
         if self.impl is None:
