@@ -29,7 +29,7 @@ from .. import devices
 from ..callbacks.base import BatchInfo, Callback
 from ..errors import AccelError
 from ..io import write_atomic
-from ..registry import SPEEDUPS
+from ..speedups import compile_figures
 from .records import Trial
 from .target import Target, TargetClock, parse_target
 
@@ -211,7 +211,7 @@ def run_trial(
             "wall_s": time.perf_counter() - started,
             "skipped_speedups": summary.get("skipped_speedups") or {},
             "lint": summary.get("lint") or [],
-            **_compile_figures(summary),
+            **compile_figures(summary.get("speedup_metrics") or {}),
             "model_traits": model_traits(trainer.module),
             "steps_per_epoch": _steps_per_epoch(trainer),
             "env": devices.environment(trainer.device),
@@ -219,19 +219,6 @@ def run_trial(
             "step_losses": [float(loss) for loss in _step_losses(timer.steps)],
         },
     )
-
-
-def _compile_figures(summary: dict) -> dict[str, Any]:
-    """What torch.compile cost this trial (dynamo's own compile seconds, apart from the first step's run time)."""
-    metrics = summary.get("speedup_metrics") or {}
-    compiled = next((m for name, m in metrics.items() if name in SPEEDUPS and SPEEDUPS.get(name).reports_compile), None)
-    if not compiled:
-        return {}
-    return {
-        "compile_s": compiled.get("seconds"),
-        "graph_breaks": compiled.get("graph_breaks"),
-        "recompiles": compiled.get("recompiles"),
-    }
 
 
 def _steps_per_epoch(trainer) -> int | None:

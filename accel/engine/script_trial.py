@@ -39,6 +39,7 @@ import torch
 
 from .. import devices
 from ..io import atomic_file, strict_json, write_atomic
+from ..speedups import compile_figures
 
 if TYPE_CHECKING:
     from ..bench.target import Target
@@ -214,7 +215,6 @@ class ScriptTrial:
         timed, setup_s = steps[self.warmup :], setup_end - self.created
         rates = _rates(timed, loader=engine.train_loader is not None)
         summary = engine.summary()
-        compiled = summary["speedup_metrics"].get("compile") or {}
         flops = engine._loop.utilisation.flops_per_sample
         return {
             **rates,
@@ -230,7 +230,7 @@ class ScriptTrial:
             "skipped_speedups": engine.skipped_speedups,
             "lint": summary.get("lint") or [],
             "model_traits": self.model_traits,
-            **{k: compiled.get(v) for k, v in COMPILE_FIGURES.items() if compiled},
+            **compile_figures(summary["speedup_metrics"]),
             "env": devices.environment(engine.device),
         }
 
@@ -282,9 +282,6 @@ class ScriptTrial:
                 "--steps/--warmup"
             }
         )
-
-
-COMPILE_FIGURES = {"compile_s": "seconds", "graph_breaks": "graph_breaks", "recompiles": "recompiles"}
 
 
 def _rates(timed: list[dict[str, Any]], loader: bool) -> dict[str, Any]:

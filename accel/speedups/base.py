@@ -92,6 +92,7 @@ class Speedup:
     tune: ClassVar[tuple[Candidate, ...]] = ()  # what `accel tune` tries, in order (off is always tried first)
     compiles_model: ClassVar[bool] = False  # it compiles the model: a loop's own torch.compile'd model is refused
     reports_compile: ClassVar[bool] = False  # its metrics carry torch.compile's `seconds`, `graph_breaks`, `recompiles`
+    thread_count: ClassVar[str | None] = None  # its config field of torch's thread count (tune's --threads knob)
     lint_finding: ClassVar[Finding | None] = None  # what the speed lint says whenever it runs (superseded upstream)
     Config: ClassVar[type[SpeedupConfig]] = SpeedupConfig
 
