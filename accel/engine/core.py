@@ -144,6 +144,10 @@ class Engine(OwnLoop):
         precision, facts = self.strategy.precision.name, self.run_facts()
         refuse(self.speedups, self.device, self.strategy, precision, self.from_script, facts)
 
+    def precision_speedup(self) -> str | None:
+        """The name of the speed-up that gives the precision (amp), for messages; None in fp32."""
+        return next((s.name for s in self.speedups if s.precision() is not None), None)
+
     def run_facts(self) -> RunFacts:
         """What the conflict rule sees of the run's own choices: accumulation, the training loader, the optimizer
         and its schedule, the task (each as far as the engine knows it yet)."""

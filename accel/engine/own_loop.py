@@ -266,14 +266,16 @@ class OwnLoop:
         if self.strategy.precision.name != "fp32" and _autocast_nesting() > self._loop.autocast_depth:
             raise AccelError(
                 f"the loop opens an autocast of its own inside eng.autocast(), which already runs the forward in "
-                f"{self.strategy.precision.name}: remove the loop's torch.autocast (or drop `speedups.amp`)"
+                f"{self.strategy.precision.name}: remove the loop's torch.autocast (or drop "
+                f"`speedups.{self.precision_speedup()}`)"
             )
 
     def _refuse_outer_autocast(self: Engine, what: str) -> None:
         if self.strategy.precision.name != "fp32" and _autocast_nesting():
             raise AccelError(
-                f"{what}, while accel's amp runs the forward in {self.strategy.precision.name} already: replace the "
-                "loop's torch.autocast by eng.autocast() (or drop `speedups.amp`)"
+                f"{what}, while accel's {self.precision_speedup()} runs the forward in {self.strategy.precision.name} "
+                f"already: replace the loop's torch.autocast by eng.autocast() (or drop "
+                f"`speedups.{self.precision_speedup()}`)"
             )
 
     def autocast(self: Engine) -> AbstractContextManager:
