@@ -24,7 +24,17 @@ from typing import Any
 import numpy as np
 
 from ..measure import load
-from .records import Interval, Reading, Recommendation, Report, SpeedupReadings, Trial, VariantSummary, Verdict, busy_fields
+from .records import (
+    Interval,
+    Reading,
+    Recommendation,
+    Report,
+    SpeedupReadings,
+    Trial,
+    VariantSummary,
+    Verdict,
+    busy_fields,
+)
 from .stats import bootstrap_median_ci, bootstrap_ratio_ci, break_even_steps, differs_beyond_noise, percentiles, verdict
 from .variants import Variant
 

@@ -21,7 +21,18 @@ from ..data.loaders import LoaderConfig
 from ..data.prefetch import PrefetchConfig
 from ..errors import RecipeError, did_you_mean
 from ..models import ModelConfig
-from ..registry import DATASETS, LOSSES, OPTIMIZERS, SCHEDULERS, SPEEDUPS, TASKS, Registry, add_import_roots, announce_user_code, is_import_string
+from ..registry import (
+    DATASETS,
+    LOSSES,
+    OPTIMIZERS,
+    SCHEDULERS,
+    SPEEDUPS,
+    TASKS,
+    Registry,
+    add_import_roots,
+    announce_user_code,
+    is_import_string,
+)
 from ..schema import StrictModel
 from . import builtins  # noqa: F401  (fills the registries the recipe refers to)
 from .recipe_yaml import Origins, apply_overrides, load_with_bases
