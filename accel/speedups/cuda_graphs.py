@@ -193,13 +193,9 @@ class CudaGraphs(Speedup):
                 "fp16's GradScaler reads its inf/NaN check on the host before each step, which a graph cannot "
                 "capture; use `speedups.amp.dtype: bf16` (no scaler) or fp32"
             )
-        problems = run_problems(context.run)  # with the recipe's other choices below: all named at once
-        if context.strategy != "plain":
-            problems.insert(
-                0, f"strategy {context.strategy}: its collectives are not captured by accel; train in one process"
-            )
-        if (stacked := one_program(self, context)) is not None:
-            problems.insert(0, stacked)
+        spread = f"strategy {context.strategy}: its collectives are not captured by accel; train in one process"
+        chosen = [one_program(self, context), spread if context.strategy != "plain" else None]
+        problems = [p for p in chosen if p is not None] + run_problems(context.run)  # all named at once
         return "; ".join(problems) or None
 
     def replaces_step(self) -> bool:
