@@ -27,7 +27,6 @@ from ..speedups import Candidate, Context, Phase, Speedup
 from .variants import format_value, vary_variants
 
 BATCH_KEY, WORKERS_KEY, LR_KEY, OPTIMIZER_KEY = "data.batch_size", "data.loader.num_workers", "optim.lr", "optim.name"
-THREAD_FIELDS = ("num_threads", "threads", "intra_op_threads", "intra_op")  # how a `threads` speed-up may name it
 OFF = {"enabled": False}
 TRAITS = {trait: words for trait, (words, _) in MODEL_TRAITS.items()}
 
@@ -115,11 +114,9 @@ def usable(knob: Knob, traits: dict[str, bool]) -> list[Any]:
 
 
 def threads_key() -> str | None:
-    """The recipe key of the `threads` speed-up's thread count, or None when no such speed-up is registered."""
-    if "threads" not in SPEEDUPS:
-        return None
-    fields = getattr(SPEEDUPS.get("threads").Config, "model_fields", {})
-    return next((f"speedups.threads.{name}" for name in THREAD_FIELDS if name in fields), None)
+    """The recipe key of the thread count a registered speed-up declares (`thread_count`), or None."""
+    classes = [SPEEDUPS.get(name) for name in SPEEDUPS.names()]
+    return next((f"speedups.{cls.name}.{cls.thread_count}" for cls in classes if cls.thread_count), None)
 
 
 def lookup(data: dict, key: str) -> Any:
@@ -199,7 +196,7 @@ def build_knobs(
         knobs.append(Knob(key, _listed(threads, counts)))
     elif threads:
         raise AccelError(
-            "--threads needs a registered `threads` speed-up with a thread-count option; "
+            "--threads needs a registered speed-up that declares a thread count (`thread_count`); "
             "none is installed. Use --try KEY=V1,V2 for the key your setup uses."
         )
     knobs += _tried(tries)

@@ -30,6 +30,7 @@ from ..callbacks.base import BatchInfo, Callback
 from ..errors import AccelError
 from ..io import write_atomic
 from ..runs.records import FitSummary
+from ..speedups import compile_figures
 from .records import Trial
 from .target import Target, TargetClock, parse_target
 
@@ -211,7 +212,7 @@ def run_trial(
             "wall_s": time.perf_counter() - started,
             "skipped_speedups": summary.skipped_speedups,
             "lint": summary.lint,
-            **_compile_figures(summary),
+            **compile_figures(summary.speedup_metrics),
             "model_traits": model_traits(trainer.module),
             "steps_per_epoch": _steps_per_epoch(trainer),
             "env": devices.environment(trainer.device),

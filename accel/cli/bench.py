@@ -92,7 +92,7 @@ def add(commands) -> None:
     tune_parser.add_argument(
         "--threads",
         metavar="N1,N2",
-        help="torch thread counts, via the `threads` speed-up "
+        help="torch thread counts, via the speed-up that declares one "
         "(default: powers of two up to the cores); an empty value skips the knob",
     )
     tune_parser.add_argument(

@@ -195,6 +195,7 @@ def _read_summary(out: Path, written_since: float) -> FitSummary | None:
 def diverged_message(summary: FitSummary, recipe) -> str:
     """What happened, what is kept, and what to try: a diverged run is a result to act on, not a crash."""
     from ..runs.rundir import RunDir
+    from ..speedups import from_configs, precision_of
 
     run = RunDir(summary.run_dir, create=False)
     kept = (
@@ -202,12 +203,11 @@ def diverged_message(summary: FitSummary, recipe) -> str:
         if run.has_checkpoint()
         else "No checkpoint was kept"
     )
-    amp = recipe.speedups.get("amp")
     tips = [f"a lower learning rate (optim.lr is {recipe.optim.lr:g})"]
     if recipe.train.clip_grad_norm is None:
         tips.append("gradient clipping (train.clip_grad_norm: 1.0)")
-    if amp is not None and amp.enabled and getattr(amp, "dtype", None) == "fp16":
-        tips.append("bf16 instead of fp16 (speedups.amp.dtype: bf16), where the hardware has it")
+    if precision_of(from_configs(recipe.speedups)).name == "fp16":  # whichever speed-up gives the precision
+        tips.append("bf16 instead of fp16, where the hardware has it")
     return (
         f"error: training diverged: the loss became NaN or infinite by step {summary.diverged_at_step}. "
         f"{kept}. Try {'; '.join(tips)}."

@@ -35,7 +35,8 @@ from .. import devices
 from ..batches import map_tensors
 from ..errors import AccelError
 from ..measure.anatomy import Anatomy
-from ..speedups import Speedup, from_configs, precision_of, refuse, resolve, setup_order
+from ..optimizers.traits import optimizer_traits
+from ..speedups import RunFacts, Speedup, from_configs, precision_of, refuse, resolve, setup_order
 from ..strategy import Strategy, choose
 from ..strategy.world import World, init_process_group, world_from_env
 from . import script_trial
@@ -91,6 +92,7 @@ class Engine(OwnLoop):
         self.optimizer: torch.optim.Optimizer | None = None
         self.scheduler: Any = None
         self.train_loader: Any = None
+        self.task: str | None = None  # the recipe's task, named to the conflict rule (a hand-written loop's: None)
         self.forward_loss: Callable[[Any], torch.Tensor] = self._forward_loss
         self.step_batch: Callable[[Any, bool], torch.Tensor] = self._step_batch
         self.loss: Callable[[Any], torch.Tensor] | None = None  # forward and loss of one batch, eager
@@ -122,12 +124,11 @@ class Engine(OwnLoop):
 
     # ---- set up and torn down -----------------------------------------------------------------------
     def setup_speedups(self) -> None:
-        """Set up the speed-ups and the strategy, once, phase by phase (accel.strategy.setup_phases). Speed-ups
-        the other choices rule out are refused first (accel.speedups.refuse); a failed setup undoes the ones
-        before it."""
+        """Set up the speed-ups and the strategy, once, phase by phase (accel.strategy.setup_phases). Speed-ups the
+        other choices rule out are refused first (`refuse_speedups`); a failed setup undoes the ones before it."""
         if self._set_up:
             return
-        refuse(self.speedups, self.device, self.strategy, self.strategy.precision.name, self.from_script)
+        self.refuse_speedups()
         parts = self.parts()
         for i, part in enumerate(parts):
             try:
@@ -136,6 +137,27 @@ class Engine(OwnLoop):
                 self._tear_down(parts[:i])
                 raise
         self._set_up = True
+
+    def refuse_speedups(self) -> None:
+        """Refuse the speed-ups that the strategy, the other speed-ups or the run's own choices rule out, all named
+        at once (accel.speedups.refuse)."""
+        precision, facts = self.strategy.precision.name, self.run_facts()
+        refuse(self.speedups, self.device, self.strategy, precision, self.from_script, facts)
+
+    def precision_speedup(self) -> str | None:
+        """The name of the speed-up that gives the precision (amp), for messages; None in fp32."""
+        return next((s.name for s in self.speedups if s.precision() is not None), None)
+
+    def run_facts(self) -> RunFacts:
+        """What the conflict rule sees of the run's own choices: accumulation, the training loader, the optimizer
+        and its schedule, the task (each as far as the engine knows it yet)."""
+        return RunFacts(
+            grad_accum=self.grad_accum,
+            drop_last=getattr(self.train_loader, "drop_last", None),
+            optimizer=optimizer_traits(self.optimizer) if self.optimizer is not None else None,
+            scheduled=self.scheduler is not None,
+            task=self.task,
+        )
 
     def teardown(self) -> None:
         """Undo every speed-up and the strategy, and put every slot back: the engine is as attached."""

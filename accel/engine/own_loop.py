@@ -183,7 +183,7 @@ class OwnLoop:
 
     def _adopt(self: Engine, model: nn.Module) -> tuple[nn.Module, nn.Module | None]:
         """(the plain module, the loop's own compiled model to call, if any), refusing what would be done twice."""
-        names = {s.name for s in self.speedups}
+        compiling = next((s.name for s in self.speedups if s.compiles_model), None)
         if isinstance(model, nn.parallel.DistributedDataParallel):
             raise AccelError(
                 "the model is wrapped in DistributedDataParallel already, and the engine wraps it itself under "
@@ -191,10 +191,10 @@ class OwnLoop:
             )
         if type(model).__name__ != "OptimizedModule" or not hasattr(model, "_orig_mod"):  # not torch.compile's
             return model, None
-        if "compile" in names or "jit" in names:
+        if compiling is not None:
             raise AccelError(
-                "the model is compiled already (torch.compile), and `speedups.compile` would compile it again: "
-                "remove the loop's torch.compile, or disable the speed-up (`speedups.compile.enabled=false`)"
+                f"the model is compiled already (torch.compile), and `speedups.{compiling}` would compile it again: "
+                f"remove the loop's torch.compile, or disable the speed-up (`speedups.{compiling}.enabled=false`)"
             )
         if self.world.distributed:
             raise AccelError(
@@ -208,7 +208,13 @@ class OwnLoop:
         """Each loader with its batches on the device and, under several processes, one shard per rank: the
         first is the training loader (its batches are counted), the others are evaluation loaders."""
         wrapped = [DeviceLoader(sharded(loader, self), self, train=i == 0) for i, loader in enumerate(loaders)]
-        self.train_loader = wrapped[0].loader  # what a captured step checks for fixed-size batches
+        self.train_loader = wrapped[0].loader  # the conflict rule's `drop_last`
+        if self._loop.set_up:  # loaders after `setup`: what the rule says of them is said now, before any step
+            try:
+                self.refuse_speedups()
+            except AccelError:
+                self.teardown()
+                raise
         return wrapped[0] if len(wrapped) == 1 else tuple(wrapped)
 
     # ---- one step -------------------------------------------------------------------------------------
@@ -260,14 +266,16 @@ class OwnLoop:
         if self.strategy.precision.name != "fp32" and _autocast_nesting() > self._loop.autocast_depth:
             raise AccelError(
                 f"the loop opens an autocast of its own inside eng.autocast(), which already runs the forward in "
-                f"{self.strategy.precision.name}: remove the loop's torch.autocast (or drop `speedups.amp`)"
+                f"{self.strategy.precision.name}: remove the loop's torch.autocast (or drop "
+                f"`speedups.{self.precision_speedup()}`)"
             )
 
     def _refuse_outer_autocast(self: Engine, what: str) -> None:
         if self.strategy.precision.name != "fp32" and _autocast_nesting():
             raise AccelError(
-                f"{what}, while accel's amp runs the forward in {self.strategy.precision.name} already: replace the "
-                "loop's torch.autocast by eng.autocast() (or drop `speedups.amp`)"
+                f"{what}, while accel's {self.precision_speedup()} runs the forward in {self.strategy.precision.name} "
+                f"already: replace the loop's torch.autocast by eng.autocast() (or drop "
+                f"`speedups.{self.precision_speedup()}`)"
             )
 
     def autocast(self: Engine) -> AbstractContextManager:

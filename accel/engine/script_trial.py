@@ -35,6 +35,7 @@ import torch
 
 from .. import devices
 from ..io import strict_json, write_atomic
+from ..speedups import compile_figures
 
 if TYPE_CHECKING:
     from ..bench.target import Target
@@ -75,7 +76,8 @@ def attach(engine: Engine, settings: Settings | None) -> ScriptTrial | None:
 
 class Probe:
     """What the engine was given, written as it is created (a script that fails before `eng.setup` still says
-    it), then again with the model's traits at `eng.setup`, where the process ends."""
+    it), then again with the model's traits and the run's facts (accel.speedups.RunFacts) at `eng.setup`, where
+    the process ends."""
 
     def __init__(self, engine: Engine, settings: Settings, path: str):
         self.engine, self.path = engine, path
@@ -93,6 +95,7 @@ class Probe:
         from ..models.blocks import model_traits
 
         self.given["model_traits"] = model_traits(self.engine.module)
+        self.given["run"] = self.engine.run_facts().to_data()  # what tune's conflict rule judges candidates by
         self._write()
         raise SystemExit(0)
 
@@ -182,7 +185,6 @@ class ScriptTrial:
         timed, setup_s = steps[self.warmup :], setup_end - self.created
         rates = _rates(timed, loader=engine.train_loader is not None)
         summary = engine._loop_summary()
-        compiled = summary.speedup_metrics.get("compile") or {}
         flops = engine._loop.utilisation.flops_per_sample
         return {
             **rates,
@@ -198,7 +200,7 @@ class ScriptTrial:
             "skipped_speedups": engine.skipped_speedups,
             "lint": summary.lint,
             "model_traits": self.model_traits,
-            **{k: compiled.get(v) for k, v in COMPILE_FIGURES.items() if compiled},
+            **compile_figures(summary.speedup_metrics),
             "env": devices.environment(engine.device),
         }
 
@@ -250,9 +252,6 @@ class ScriptTrial:
                 "--steps/--warmup"
             }
         )
-
-
-COMPILE_FIGURES = {"compile_s": "seconds", "graph_breaks": "graph_breaks", "recompiles": "recompiles"}
 
 
 def _rates(timed: list[dict[str, Any]], loader: bool) -> dict[str, Any]:

@@ -94,10 +94,11 @@ class EngineOptimizer(torch.optim.Optimizer):
 
     def step(self, closure: Any = None) -> Any:
         if "found_inf" in self.__dict__:
+            given = self._accel_engine.precision_speedup()
             raise AccelError(
-                "the loop steps the optimizer through a GradScaler of its own, while accel's amp (fp16) scales "
-                "the loss: remove the loop's GradScaler (eng.backward scales, optimizer.step() unscales and "
-                "updates), or drop `speedups.amp`"
+                "the loop steps the optimizer through a GradScaler of its own, while accel scales the loss (fp16): "
+                "remove the loop's GradScaler (eng.backward scales, optimizer.step() unscales and updates)"
+                + (f", or drop `speedups.{given}`" if given else "")
             )
         if closure is not None:
             raise AccelError("optimizer.step(closure) is not supported through the engine: call it without one")

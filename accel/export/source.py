@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from ..config.recipe import Recipe, load_recipe
+from ..registry import SPEEDUPS
 from ..runs import sharded_checkpoint
 from ..runs.checkpoint import check_same_model, load_checkpoint
 from ..runs.rundir import CHECKPOINTS, RunDir
@@ -61,7 +62,7 @@ class Source:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     example: torch.Tensor = field(repr=False)  # a few real validation inputs, as the loader yields them
-    weights: str = "trained"  # or "ema": the averaged weights the run evaluated
+    weights: str = "trained"  # or the speed-up whose weights the run evaluated ("ema": the averaged weights)
 
     @property
     def tokens(self) -> bool:
@@ -185,13 +186,15 @@ def _check_exportable(recipe: Recipe, run_dir: Path, checkpoint: Path) -> None:
 
 
 def _evaluated_weights(state: dict[str, Any], recipe: Recipe) -> tuple[dict[str, Any], str]:
-    """The weights the run evaluated: the `ema` speed-up's average when it evaluated with it, else the trained
-    ones. Shipping the other set would not be the model whose accuracy the run reported."""
-    ema = state.get("speedups", {}).get("ema") or {}
-    config = recipe.speedups.get("ema")
-    if ema.get("shadow") is not None and getattr(config, "evaluate", True):
-        log.info("exporting the EMA weights, which the run evaluated")
-        return ema["shadow"], "ema"
+    """The weights the run evaluated: a speed-up's own (the `ema` average) when it evaluated with them
+    (`Speedup.evaluated_weights`), else the trained ones. Shipping the other set would not be the model whose
+    accuracy the run reported."""
+    saved = state.get("speedups", {})
+    for name, config in recipe.speedups.items():
+        weights = SPEEDUPS.get(name).evaluated_weights(config, saved.get(name) or {}) if config.enabled else None
+        if weights is not None:
+            log.info("exporting the weights of speed-up %s, which the run evaluated", name)
+            return weights, name
     return state["model"], "trained"
 
 

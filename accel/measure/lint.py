@@ -102,7 +102,7 @@ def facts(trainer: Trainer) -> dict[str, Any]:
         "needless": {s.name: s.needs for s in trainer.speedups if s.needs and not traits[s.needs]},
         "amp": trainer.strategy.precision.name != "fp32",
         "fast_bf16": _fast_bf16(device),
-        "jit": any(s.name == "jit" for s in trainer.speedups),
+        "speedup_findings": [s.lint_finding for s in trainer.speedups if s.lint_finding is not None],
         "float64_model": float64_names(trainer.module),
     }
 

@@ -26,7 +26,6 @@ RUN_CODES = (
     "workers-compete",
     "data-wait",
     "recompiles",
-    "torchscript",
     "float64-model",
     "float64-batch",
     "host-sync",
@@ -46,9 +45,11 @@ def needless_code(speedup: str, trait: str) -> str:
 
 
 def codes() -> tuple[str, ...]:
-    """Every code: the fixed ones and one per registered speed-up that declares the model trait it needs."""
-    needy = [SPEEDUPS.get(name) for name in SPEEDUPS.names()]
-    return CODES + tuple(needless_code(cls.name, cls.needs) for cls in needy if cls.needs)
+    """Every code: the fixed ones, one per registered speed-up that declares the model trait it needs and the
+    finding each speed-up declares it gives whenever it runs (`lint_finding`)."""
+    classes = [SPEEDUPS.get(name) for name in SPEEDUPS.names()]
+    needless = tuple(needless_code(cls.name, cls.needs) for cls in classes if cls.needs)
+    return CODES + needless + tuple(cls.lint_finding.code for cls in classes if cls.lint_finding)
 
 
 @dataclass(frozen=True)
@@ -90,15 +91,7 @@ def _process_traps(f: dict[str, Any]) -> list[Finding]:
                 "torch.use_deterministic_algorithms(False) unless bit-exact reruns are the point.",
             )
         )
-    if f.get("jit"):
-        out.append(
-            Finding(
-                "torchscript",
-                "speed-up jit (TorchScript) is on: deprecated upstream since PyTorch "
-                "2.10, no new optimisations, and often slower than torch.compile.",
-                "`speedups: {compile: {}}` instead of `jit` (torch.export to ship the model).",
-            )
-        )
+    out += f.get("speedup_findings", [])  # each running speed-up's own (`Speedup.lint_finding`)
     for name, trait in f["needless"].items():
         out.append(
             Finding(

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from typing import Any
 
 from ..registry import SPEEDUPS
-from .base import Candidate, Context, Phase, Speedup, SpeedupConfig
-from .conflicts import precision_of, refusals, refuse, resolve, setup_order
+from .base import Candidate, Context, Phase, RunFacts, Speedup, SpeedupConfig
+from .conflicts import precision_of, refusals, refuse, resolve, setup_order, skipped
 
 # Every module in this package registers its speed-up on import: adding a file is all it takes.
 for _module in pkgutil.iter_modules(__path__):
@@ -19,16 +20,33 @@ __all__ = [
     "Candidate",
     "Context",
     "Phase",
+    "RunFacts",
     "Speedup",
     "SpeedupConfig",
     "SPEEDUPS",
+    "compile_figures",
     "from_configs",
     "precision_of",
     "refusals",
     "refuse",
     "resolve",
     "setup_order",
+    "skipped",
 ]
+
+
+# A bench trial's torch.compile figures (its record's keys) and the metric of a `reports_compile` speed-up they read.
+COMPILE_FIGURES = {"compile_s": "seconds", "graph_breaks": "graph_breaks", "recompiles": "recompiles"}
+
+
+def compile_figures(speedup_metrics: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """What torch.compile cost a run, from the metrics of the speed-up that reports it (`reports_compile`; dynamo's
+    own compile seconds, apart from the first step's run time), or {} when none compiled."""
+    compiled = next(
+        (m for name, m in speedup_metrics.items() if m and name in SPEEDUPS and SPEEDUPS.get(name).reports_compile),
+        None,
+    )
+    return {key: compiled.get(metric) for key, metric in COMPILE_FIGURES.items()} if compiled else {}
 
 
 def from_configs(configs: dict[str, SpeedupConfig]) -> list[Speedup]:

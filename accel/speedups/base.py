@@ -1,19 +1,24 @@
 """The speed-up interface the trainer drives. Every hook does nothing by default, so the loop stays plain.
 
 A speed-up declares itself on its class: the `phase` its setup runs in, the `needs` model trait without which it
-does nothing, the `tune` candidates `accel tune` tries, and `conflict`, the one place it says why it cannot run.
-Nothing elsewhere names a speed-up: registering the class is all it takes (tests/speedups/test_one_file.py).
+does nothing, the `tune` candidates `accel tune` tries, `conflict`, the one place it says why it cannot run (the
+device, the precision, the strategy, the other speed-ups and the run's own choices, `RunFacts`), and the traits
+other rooms read instead of its name (`compiles_model`, `reports_compile`, `lint_finding`, `evaluated_weights`,
+`optimizer_impl`). Nothing elsewhere names a speed-up: registering the class is all it takes
+(tests/speedups/test_one_file.py).
 """
 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from pydantic import Field
 
+from ..measure.traps import Finding
+from ..optimizers.traits import OptimizerTraits
 from ..schema import StrictModel
 from ..strategy.precision import Precision
 from ..strategy.setup_phases import Phase
@@ -23,15 +28,44 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class RunFacts:
+    """The run's own choices beyond its strategy and speed-ups that a speed-up may be refused for, known before
+    setup: the engine fills them (a recipe's, through the Trainer, or a hand-written loop's), tune from its
+    subject. The defaults mean "not known" (a refusal needs the fact)."""
+
+    grad_accum: int = 1  # micro-batches per optimizer step
+    drop_last: bool | None = None  # the training loader drops its last incomplete batch: every batch one shape
+    optimizer: OptimizerTraits | None = None
+    scheduled: bool = False  # a schedule changes the learning rate between steps
+    task: str | None = None  # the recipe's task (`classification`, ...); a hand-written loop's loss is its own
+
+    def to_data(self) -> dict[str, Any]:
+        optimizer = self.optimizer.to_data() if self.optimizer is not None else None
+        return {f.name: getattr(self, f.name) for f in fields(self)} | {"optimizer": optimizer}
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any] | None) -> RunFacts:
+        """What `to_data` wrote (a script's probe); None: nothing known."""
+        if not data:
+            return cls()
+        optimizer = data.get("optimizer")
+        return cls(**{**data, "optimizer": OptimizerTraits.from_data(optimizer) if optimizer else None})
+
+
+NOTHING_KNOWN = RunFacts()  # a context without the run's facts: a rule judges by device, precision and strategy
+
+
+@dataclass(frozen=True)
 class Context:
     """Where a speed-up would run: the device, the numeric precision (`fp32`, `bf16`, `fp16`; None where it is
     not known yet, as for tune's candidates: judge by the device alone), the strategy (`plain`, `ddp`, `fsdp`,
-    `xla`) and the other speed-ups that will run beside it."""
+    `xla`), the other speed-ups that will run beside it and the run's own choices (`run`)."""
 
     device: torch.device
     precision: str | None = None
     strategy: str = "plain"
     others: tuple[Speedup, ...] = ()
+    run: RunFacts = NOTHING_KNOWN
 
 
 @dataclass(frozen=True)
@@ -56,6 +90,10 @@ class Speedup:
     phase: ClassVar[Phase] = Phase.MODEL
     needs: ClassVar[str | None] = None  # a model trait (accel.models.blocks.model_traits) it does nothing without
     tune: ClassVar[tuple[Candidate, ...]] = ()  # what `accel tune` tries, in order (off is always tried first)
+    compiles_model: ClassVar[bool] = False  # it compiles the model: a loop's own torch.compile'd model is refused
+    reports_compile: ClassVar[bool] = False  # its metrics carry torch.compile's `seconds`, `graph_breaks`, `recompiles`
+    thread_count: ClassVar[str | None] = None  # its config field of torch's thread count (tune's --threads knob)
+    lint_finding: ClassVar[Finding | None] = None  # what the speed lint says whenever it runs (superseded upstream)
     Config: ClassVar[type[SpeedupConfig]] = SpeedupConfig
 
     def __init__(self, cfg: SpeedupConfig | None = None):
@@ -69,6 +107,17 @@ class Speedup:
         """Whether it replaces the whole step (forward, loss and more), which a hand-written loop must then give
         as one function: `eng.compile_step(fn)`."""
         return False
+
+    @classmethod
+    def evaluated_weights(cls, cfg: SpeedupConfig, state: dict[str, Any]) -> dict[str, Any] | None:
+        """The weights a run evaluated instead of its trained ones, from this speed-up's checkpointed `state`
+        (`accel export` ships them), or None."""
+        return None
+
+    def optimizer_impl(self) -> str | None:
+        """The optimizer implementation it asks for (`fused`, `foreach`, `for_loop`), or None: another speed-up that
+        changes the optimizer's step judges what it can run beside."""
+        return None
 
     def precision(self) -> Precision | None:
         """The numeric precision this speed-up gives the strategy (amp), or None."""

@@ -171,6 +171,7 @@ class Compile(Speedup):
 
     name = "compile"
     phase = Phase.COMPILE  # last: it must capture the model as every other speed-up has left it
+    compiles_model = reports_compile = True
     tune = (
         Candidate(),
         Candidate({"regional": True}, needs="repeated_blocks"),

@@ -141,12 +141,12 @@ class CompiledOptimizer(Speedup):
         return unavailable(context.device, self.cfg.backend) or self._optim_conflict(context)
 
     def _optim_conflict(self, context: Context) -> str | None:
-        optim = next((o for o in context.others if o.name == "optim"), None)
-        if optim is not None and optim.cfg.impl == "foreach":
+        foreach = next((o for o in context.others if o.optimizer_impl() == "foreach"), None)
+        if foreach is not None:
             # Adam's foreach kernels take a tensor lr only with capturable=True (torch/optim/adam.py _init_group)
             return (
                 "torch's foreach kernels refuse a tensor learning rate (unless capturable), and the compiled step "
-                "fuses the update itself; drop `speedups.optim` or use `impl: auto`"
+                f"fuses the update itself; drop `speedups.{foreach.name}` or let it choose (`impl: auto`)"
             )
         return None
 

@@ -11,7 +11,7 @@ import torch
 from ..errors import AccelError, SpeedupUnavailable
 from ..strategy.base import Strategy
 from ..strategy.precision import Precision
-from .base import Context, Speedup
+from .base import NOTHING_KNOWN, Context, RunFacts, Speedup
 
 log = logging.getLogger("accel")
 
@@ -31,36 +31,41 @@ def given_context(device: torch.device, strategy: Strategy, precision: str | Non
     return Context(device, precision, strategy.name if strategy.follows_device else "plain")
 
 
-def resolve(
-    speedups: list[Speedup], device: torch.device, strategy: Strategy, strict: bool = False
-) -> tuple[list[Speedup], dict[str, str]]:
-    """The one conflict rule, first half: a speed-up whose `conflict` names the device, the precision or a
-    strategy that follows the device is skipped with its reason (an error under `strict`): nothing in the recipe
-    can make it run here. The rest, in setup order; `refusals` then checks them against the recipe's choices."""
-    skipped: dict[str, str] = {}
-
-    def keep(speedup: Speedup, reason: str | None) -> bool:
-        if reason is not None and strict:
-            raise SpeedupUnavailable(f"speed-up `{speedup.name}` cannot run here: {reason} (strict mode).")
-        if reason is not None:
-            log.warning("skipping speed-up %s: %s", speedup.name, reason)
-            skipped[speedup.name] = reason
-        return reason is None
-
+def skipped(speedups: list[Speedup], device: torch.device, strategy: Strategy) -> dict[str, str]:
+    """Name -> reason of each speed-up whose `conflict` names the device, the precision that runs there or a
+    strategy that follows the device: nothing in the recipe can make it run here."""
     bare = given_context(device, strategy)
     precision = precision_of([s for s in speedups if s.precision() is not None and s.conflict(bare) is None])
     given = replace(bare, precision=precision.name)
-    return setup_order([s for s in speedups if keep(s, s.conflict(given))]), skipped
+    return {s.name: reason for s in speedups if (reason := s.conflict(given)) is not None}
+
+
+def resolve(
+    speedups: list[Speedup], device: torch.device, strategy: Strategy, strict: bool = False
+) -> tuple[list[Speedup], dict[str, str]]:
+    """The one conflict rule, first half: the `skipped` speed-ups are left out with their reason (an error under
+    `strict`). The rest, in setup order; `refusals` then checks them against the recipe's choices."""
+    left_out = skipped(speedups, device, strategy)
+    for name, reason in left_out.items():
+        if strict:
+            raise SpeedupUnavailable(f"speed-up `{name}` cannot run here: {reason} (strict mode).")
+        log.warning("skipping speed-up %s: %s", name, reason)
+    return setup_order([s for s in speedups if s.name not in left_out]), left_out
 
 
 def refusals(
-    speedups: list[Speedup], device: torch.device, strategy: Strategy, precision: str | None = None
+    speedups: list[Speedup],
+    device: torch.device,
+    strategy: Strategy,
+    precision: str | None = None,
+    run: RunFacts = NOTHING_KNOWN,
 ) -> list[str]:
     """The one conflict rule, second half: reasons that only the recipe's own choices give (its strategy, the
-    other speed-ups it enables). Those refuse the run, all named at once, before anything is set up: the recipe
-    asked for both, so dropping one quietly would run something else than it says."""
+    other speed-ups it enables, its `run` facts: accumulation, the loader, the optimizer). Those refuse the run,
+    all named at once, before anything is set up: the recipe asked for both, so dropping one quietly would run
+    something else than it says."""
     given = given_context(device, strategy, precision)
-    chosen = replace(given, strategy=strategy.name)
+    chosen = replace(given, strategy=strategy.name, run=run)
     problems = []
     for speedup in speedups:
         reason = speedup.conflict(replace(chosen, others=tuple(o for o in speedups if o is not speedup)))
@@ -75,10 +80,11 @@ def refuse(
     strategy: Strategy,
     precision: str | None = None,
     script: bool = False,
+    run: RunFacts = NOTHING_KNOWN,
 ) -> None:
     """Raise the refusals, if any, as one error that says how to fix the recipe (or, `script`, the settings a
     hand-written loop gave its engine)."""
-    problems = refusals(speedups, device, strategy, precision)
+    problems = refusals(speedups, device, strategy, precision, run)
     if not problems:
         return
     source, setting = ("the engine's", "ACCEL_SET=") if script else ("the recipe's", "--set ")

@@ -6,13 +6,15 @@ Why `torch.cuda.graph` rather than torch.compile's mode "reduce-overhead" (CUDA 
 optimizer graphs with the host between them, after minutes of inductor. A manual capture records the step exactly
 as it runs eagerly (any model, the strategy's backward, the precision, any optimizer) as one graph, compiling
 nothing. What capture cannot survive is refused before it, each with its reason:
-- not CUDA; fp16 (the GradScaler reads its inf check on the host); a strategy other than plain; another speed-up
-  that turns the model into another program (`compile`, `jit`): the one conflict rule;
-- gradient accumulation (micro-batches that do not step are another program), a loader that keeps the last
-  incomplete batch (a graph has fixed shapes), a schedule with an optimizer that cannot read a tensor learning rate
-  on the device (no `capturable` option): at setup;
-- a host sync inside the step (`.item()` in a loss, say): the last eager warm-up step runs with
-  `torch.cuda.set_sync_debug_mode("error")`, so it fails there, named, instead of inside the capture.
+- by the one conflict rule, before setup: not CUDA; fp16 (the GradScaler reads its inf check on the host); a
+  strategy other than plain; another speed-up that turns the model into another program; and the run's own
+  choices (`Context.run`): gradient accumulation (micro-batches that do not step are another program), a loader
+  that keeps the last incomplete batch (a graph has fixed shapes), a schedule with an optimizer that cannot read a
+  tensor learning rate on the device (no `capturable` option);
+- only the step itself shows, so during warm-up and replay: a host sync inside the step (`.item()` in a loss,
+  say): the last eager warm-up step runs with `torch.cuda.set_sync_debug_mode("error")`, so it fails there,
+  named, instead of inside the capture; a batch of another shape after capture (a loader without `drop_last`
+  that is not a DataLoader, a varying sequence length): every replay compares shapes.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pydantic import Field
 from ..batches import map_tensors, tensors
 from ..errors import AccelError
 from ..registry import SPEEDUPS
-from .base import Context, Phase, Speedup, SpeedupConfig, one_program
+from .base import Context, Phase, RunFacts, Speedup, SpeedupConfig, one_program
 from .compiled_optimizer import tensor_lrs
 
 if TYPE_CHECKING:
@@ -37,22 +39,23 @@ if TYPE_CHECKING:
 log = logging.getLogger("accel")
 
 
-def capture_problems(engine: Engine) -> list[str]:
-    """What in the run's own settings a captured step could not follow (the conflict rule saw the rest)."""
+def run_problems(run: RunFacts) -> list[str]:
+    """What in the run's own choices a captured step could not follow (each with what to change)."""
     problems = []
-    if engine.grad_accum > 1:
+    if run.grad_accum > 1:
         problems.append(
-            f"train.grad_accum is {engine.grad_accum}: micro-batches that do not step would need a second "
-            "graph; use a larger data.batch_size instead"
+            f"gradient accumulation ({run.grad_accum} micro-batches a step): micro-batches that do not step would "
+            "need a second graph; use a larger batch size and grad_accum 1"
         )
-    if getattr(engine.train_loader, "drop_last", None) is False:
-        problems.append("data.drop_last is false: the last incomplete batch has another shape; set it to true")
-    groups = engine.optimizer.param_groups
-    if engine.scheduler is not None and any("capturable" not in group for group in groups):
+    if run.drop_last is False:
         problems.append(
-            f"{type(engine.optimizer).__name__} has no `capturable` option, so a captured step would keep the "
-            "learning rate it was captured with and ignore the schedule; use an optimizer that has one (adamw) "
-            "or `schedule: {name: none}`"
+            "the training loader keeps its last incomplete batch, whose shape differs from the captured one; "
+            "drop it (`data.drop_last: true`, a DataLoader's `drop_last=True`)"
+        )
+    if run.scheduled and run.optimizer is not None and not run.optimizer.capturable:
+        problems.append(
+            f"{run.optimizer.name} has no `capturable` option, so a captured step would keep the learning rate it "
+            "was captured with and ignore the schedule; use an optimizer that has one (adamw) or no schedule"
         )
     return problems
 
@@ -190,21 +193,15 @@ class CudaGraphs(Speedup):
                 "fp16's GradScaler reads its inf/NaN check on the host before each step, which a graph cannot "
                 "capture; use `speedups.amp.dtype: bf16` (no scaler) or fp32"
             )
-        if context.strategy != "plain":
-            return f"strategy {context.strategy}: its collectives are not captured by accel; train in one process"
-        return one_program(self, context)
+        spread = f"strategy {context.strategy}: its collectives are not captured by accel; train in one process"
+        chosen = [one_program(self, context), spread if context.strategy != "plain" else None]
+        problems = [p for p in chosen if p is not None] + run_problems(context.run)  # all named at once
+        return "; ".join(problems) or None
 
     def replaces_step(self) -> bool:
         return True
 
     def setup(self, engine: Engine) -> None:
-        problems = capture_problems(engine)
-        if problems:
-            raise AccelError(
-                "speed-up `cuda_graphs` cannot capture this run's step:\n"
-                + "\n".join(f"  - {p}" for p in problems)
-                + "\nChange the recipe as said, or disable it (`--set speedups.cuda_graphs.enabled=false`)."
-            )
         make_capturable(engine.optimizer)
         self._step = CapturedStep(engine, self.cfg.warmup_steps)
         engine.replace("step_batch", self._step)

@@ -119,6 +119,10 @@ class Ema(Speedup):
     def metrics(self) -> dict[str, Any]:
         return {"updates": self.updates}
 
+    @classmethod
+    def evaluated_weights(cls, cfg: Ema.Config, state: dict[str, Any]) -> dict[str, Any] | None:
+        return state["shadow"] if state.get("shadow") is not None and cfg.evaluate else None
+
     def state_dict(self) -> dict[str, Any]:
         if self.shadow is None:
             return {}

@@ -18,6 +18,7 @@ from pydantic import Field
 from torch import nn
 
 from ..errors import AccelError
+from ..measure.traps import Finding
 from ..registry import SPEEDUPS
 from .base import Context, Phase, Speedup, SpeedupConfig, one_program
 
@@ -102,6 +103,13 @@ class Jit(Speedup):
 
     name = "jit"
     phase = Phase.COMPILE  # after layout and precision speed-ups, so the scripted model sees their changes
+    compiles_model = True
+    lint_finding = Finding(
+        "torchscript",
+        "speed-up jit (TorchScript) is on: deprecated upstream since PyTorch 2.10, no new optimisations, and often "
+        "slower than torch.compile.",
+        "`speedups: {compile: {}}` instead of `jit` (torch.export to ship the model).",
+    )
 
     class Config(SpeedupConfig):
         method: Literal["script", "trace"] = Field(

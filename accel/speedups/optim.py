@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
-import sys
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from pydantic import Field
 
 from ..errors import AccelError
+from ..optimizers.traits import OptimizerTraits, accepted, constructor_kwargs, fused_works, optimizer_traits
 from ..registry import SPEEDUPS
 from .base import Candidate, Context, Phase, Speedup, SpeedupConfig
 
@@ -23,51 +22,23 @@ Impl = Literal["auto", "fused", "foreach", "for_loop"]
 CONSTRUCTOR_ATTRS = ("_step_supports_amp_scaling", "_need_device_dtype_check_for_fused")
 
 
-def _accepted(cls: type) -> set[str]:
-    return set(inspect.signature(cls.__init__).parameters)
+def unavailable(optimizer: OptimizerTraits, impl: str) -> str | None:
+    """Why `optimizer` cannot run `impl` here, or None (a fused kernel not known to work is not refused)."""
+    if impl == "fused" and optimizer.fused is False:
+        return (
+            f"{optimizer.name} has no fused kernel for its parameters here (torch {torch.__version__}); use "
+            "`impl: auto` (fused only where it works) or an optimizer that has one (adamw, sgd)"
+        )
+    if impl == "foreach" and not optimizer.foreach:
+        return f"{optimizer.name} has no foreach implementation in torch {torch.__version__}; use `impl: auto`"
+    return None
 
 
 def implementation_flags(cls: type, impl: str) -> dict[str, bool]:
     """The constructor flags of optimizer class `cls` that select `impl` (only those `cls` accepts)."""
     wanted = {"fused": impl == "fused", "foreach": impl == "foreach"}
-    accepted = _accepted(cls)
-    if any(on and flag not in accepted for flag, on in wanted.items()):
-        raise AccelError(
-            f"speed-up `optim`: {cls.__name__} has no `{impl}` implementation in torch "
-            f"{torch.__version__}. Use `impl: auto`, or an optimizer that has one (adamw, sgd)."
-        )
-    return {flag: on for flag, on in wanted.items() if flag in accepted}
-
-
-def _constructor_kwargs(optimizer: torch.optim.Optimizer, flags: dict[str, bool]) -> dict[str, Any]:
-    accepted = _accepted(type(optimizer))
-    return {k: v for k, v in {**optimizer.defaults, **flags}.items() if k in accepted}
-
-
-def fused_works(optimizer: torch.optim.Optimizer) -> bool:
-    """Whether `optimizer`'s class has a fused kernel for its parameters' device and dtype.
-
-    Which optimizers have one on which devices changes between torch releases; one step on a throwaway
-    parameter asks this torch directly instead of keeping a table.
-    """
-    if "fused" not in _accepted(type(optimizer)):
-        return False
-    like = optimizer.param_groups[0]["params"][0]
-    if _is_dtensor(like):  # FSDP2-sharded: no fused kernel has a sharding rule
-        return False
-    probe = torch.zeros(1, device=like.device, dtype=like.dtype, requires_grad=True)
-    probe.grad = torch.zeros_like(probe)
-    try:
-        type(optimizer)([probe], **_constructor_kwargs(optimizer, {"fused": True, "foreach": False})).step()
-    except (RuntimeError, ValueError, TypeError):
-        return False
-    return True
-
-
-def _is_dtensor(tensor: torch.Tensor) -> bool:
-    # DTensor is looked up, not imported: importing it costs seconds of start-up, and without it nothing is one
-    dtensor = sys.modules.get("torch.distributed.tensor")
-    return dtensor is not None and isinstance(tensor, dtensor.DTensor)
+    taken = accepted(cls)
+    return {flag: on for flag, on in wanted.items() if flag in taken}
 
 
 def choose_impl(optimizer: torch.optim.Optimizer, impl: str) -> str | None:
@@ -83,16 +54,14 @@ def set_implementation(optimizer: torch.optim.Optimizer, impl: str) -> None:
     In place, not rebuilt: the scheduler, GradScaler and any resumed optimizer state keep referring to this
     very object and its param_groups. A throwaway optimizer built with the same groups validates the
     combination (torch raises for fused + differentiable, say) and carries the attributes its constructor sets.
+    A run never gets here with an `impl` the optimizer lacks: the conflict rule refused it before setup.
     """
+    reason = unavailable(optimizer_traits(optimizer), impl)
+    if reason is not None:
+        raise AccelError(f"speed-up `optim`: {reason}.")
     flags = implementation_flags(type(optimizer), impl)
-    if impl == "fused" and not fused_works(optimizer):
-        device = optimizer.param_groups[0]["params"][0].device
-        raise AccelError(
-            f"speed-up `optim`: {type(optimizer).__name__} has no fused kernel for {device.type} "
-            f"parameters in torch {torch.__version__}. Use `impl: auto` (fused only where it works)."
-        )
     groups = [{**group, **flags} for group in optimizer.param_groups]
-    reference = type(optimizer)(groups, **_constructor_kwargs(optimizer, flags))
+    reference = type(optimizer)(groups, **constructor_kwargs(optimizer, flags))
     for group in optimizer.param_groups:
         group.update(flags)
     optimizer.defaults.update(flags)
@@ -127,7 +96,11 @@ class Optim(Speedup):
     def conflict(self, context: Context) -> str | None:
         if context.strategy == "fsdp" and self.cfg.impl == "fused":
             return "torch's fused kernels have no implementation for sharded (DTensor) parameters; use `impl: auto`"
-        return None
+        optimizer = context.run.optimizer
+        return unavailable(optimizer, self.cfg.impl) if optimizer is not None else None
+
+    def optimizer_impl(self) -> str | None:
+        return self.cfg.impl if self.cfg.impl != "auto" else None
 
     def setup(self, engine: "Engine") -> None:
         self.impl = choose_impl(engine.optimizer, self.cfg.impl)

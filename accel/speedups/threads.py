@@ -63,6 +63,7 @@ class Threads(Speedup):
 
     name = "threads"
     phase = Phase.FLAGS
+    thread_count = "intra_op"
 
     def __init__(self, cfg: Config | None = None):
         super().__init__(cfg)

@@ -83,7 +83,7 @@ class Trainer:
         self.engine.attach(model, optimizer, scheduler)
         self.engine.loss = lambda batch: self.task.loss(self.engine.model, batch)
         self.train_loader, self.val_loader = train_loader, val_loader
-        self.engine.train_loader = train_loader  # what a captured step checks for fixed-size batches
+        self.engine.train_loader, self.engine.task = train_loader, self.task.name  # the conflict rule's facts
         self.callbacks = list(callbacks)
         self.train_transform, self.eval_transform = train_transform, eval_transform
         self.log_every_steps = log_every_steps

@@ -16,6 +16,8 @@ from accel.bench.tune import Knob, tune
 from accel.bench.tune.script import ScriptSubject, options_of, run_line, time_knobs, write_script_fragment
 from accel.cli import main
 from accel.errors import AccelError
+from accel.optimizers.traits import OptimizerTraits
+from accel.speedups import RunFacts
 from conftest import ROOT
 
 RESNET = [sys.executable, str(ROOT / "examples" / "resnet_loop.py"), "--size", "8", "--batch", "4", "--samples", "32"]
@@ -141,3 +143,20 @@ def test_the_speed_knobs_start_from_the_scripts_speedups_and_launch_as_measured(
         for value in knob.values[1:]:
             got = resolved(resnet.engine, resnet.launch({knob.key: value}), "v")["speedups"][knob.key.split(".")[1]]
             assert got == got | value
+
+
+def test_a_scripts_candidate_the_conflict_rule_refuses_is_recorded_refused_without_a_trial(tmp_path):
+    rmsprop = OptimizerTraits("RMSprop", foreach=True, capturable=True, known_fused=False)  # as the probe read it
+    engine = {"speedups": {}, "device": "cpu", "resolved_device": "cpu", "strategy": None, "optimizer": None}
+    subject = ScriptSubject(["python", "train.py"], [], engine | {"run": RunFacts(optimizer=rmsprop).to_data()})
+    seen: list = []
+    knob = Knob(
+        "speedups.optim",
+        [{"enabled": False}, {"impl": "fused", "enabled": True}, {"impl": "foreach", "enabled": True}],
+        speedup=True,
+        labels=["off", "impl=fused", "impl=foreach"],
+    )
+    result = tune(subject, [knob], tmp_path, TrialSettings(3, 1), trials=2, run_trials=simulated(False, seen))
+    notes = {r.label: r.note for r in result.rows}
+    assert notes["impl=fused"].startswith("refused, not run: `speedups.optim`: RMSprop has no fused kernel")
+    assert sorted({name for _, name, _ in seen}) == ["speedups.optim=impl=foreach", "speedups.optim=off"]

@@ -631,3 +631,36 @@ def test_tune_refuses_a_timeout_or_budget_that_is_not_a_number(
     except SystemExit as exit:  # argparse's own refusal of a value its type rejects
         code = exit.code
     assert code == 2 and said in capsys.readouterr().err and not (tmp_path / "work").exists()
+
+
+OPTIM_KNOB = Knob(
+    "speedups.optim",
+    [{"enabled": False}, {"impl": "fused", "enabled": True}, {"impl": "for_loop", "enabled": True}],
+    speedup=True,
+    labels=["off", "impl=fused", "impl=for_loop"],
+)
+
+
+def test_a_candidate_the_conflict_rule_refuses_is_recorded_refused_without_a_trial(tiny, tmp_path):
+    tiny["optim"] = {"name": "muon"}  # Muon with AdamW: no fused kernel in torch
+    seen: list = []
+    result = tune(
+        validate_recipe(tiny), [OPTIM_KNOB], tmp_path, TrialSettings(5, 1), trials=2, run_trials=simulated(seen)
+    )
+    rows = {r.label: r for r in result.rows}
+    assert rows["impl=fused"].note.startswith(
+        "refused, not run: `speedups.optim`: MuonWithAdamW has no fused kernel for its parameters here"
+    )
+    assert rows["impl=fused"].samples_per_s.median is None and rows["impl=fused"].verdict is None
+    assert len(seen) == 4 and rows["impl=for_loop"].samples_per_s.median is not None  # off and for_loop, twice each
+    written = json.loads((tmp_path / "tune.json").read_text())["rows"]
+    assert any(r["label"] == "impl=fused" and r["note"].startswith("refused, not run") for r in written)
+    assert not any("impl=fused" in path.name for path in tmp_path.rglob("*.yaml"))  # no trial input written
+
+
+def test_a_candidate_is_refused_only_for_what_it_adds(tiny, tmp_path):
+    seen: list = []  # SGD has a fused kernel on the CPU: nothing to refuse
+    result = tune(
+        validate_recipe(tiny), [OPTIM_KNOB], tmp_path, TrialSettings(5, 1), trials=2, run_trials=simulated(seen)
+    )
+    assert len(seen) == 6 and not any(r.note.startswith("refused") for r in result.rows)

@@ -192,3 +192,13 @@ def test_a_short_validation_file_is_named(write_recipe, tmp_path, capsys):
     np.arange(5, dtype=np.uint16).tofile(val)
     err = refused(capsys, "train", write_recipe(_token_recipe(tokens, val_path=str(val))), "--out", tmp_path / "run")
     assert f"token_file: val_path {val} holds 5 tokens, too few to fill one window of context 8" in err
+
+
+@pytest.mark.parametrize("dtype, told", [("fp16", True), ("bf16", False)])
+def test_a_diverged_run_in_fp16_is_told_to_try_bf16(tiny, tmp_path, dtype, told):
+    from accel.cli.train import diverged_message
+    from accel.config.recipe import validate_recipe
+
+    recipe = validate_recipe({**tiny, "speedups": {"amp": {"dtype": dtype}}})
+    message = diverged_message({"run_dir": str(tmp_path), "diverged_at_step": 3}, recipe)
+    assert ("bf16 instead of fp16" in message) is told and "a lower learning rate" in message

@@ -16,7 +16,9 @@ from torch.utils.data import DataLoader, TensorDataset
 import accel
 from accel import devices
 from accel.errors import AccelError, RecipeError
+from accel.registry import SPEEDUPS
 from accel.runs.records import LoopSummary
+from accel.speedups import Speedup
 
 
 class Net(nn.Module):
@@ -209,7 +211,8 @@ def test_an_autocast_of_the_loops_own_beside_amp_is_refused(inside):
     eng = accel.Engine(speedups={"amp": {"dtype": "bf16"}}, device="cpu")
     model, _ = eng.setup(*fresh())
     x = torch.randn(2, 3, 10, 10)
-    with pytest.raises(AccelError, match="autocast of its own|inside an autocast the loop opened"):
+    said = r"(autocast of its own|inside an autocast the loop opened).*drop `speedups.amp`"  # the precision's
+    with pytest.raises(AccelError, match=said):
         if inside:
             with eng.autocast(), torch.autocast("cpu", dtype=torch.bfloat16):
                 model(x)
@@ -504,3 +507,55 @@ def test_a_combination_the_conflict_rule_refuses_names_the_engines_settings():
     eng = accel.Engine(speedups={"compile": {"backend": "eager"}, "jit": {}}, device="cpu")
     with pytest.raises(AccelError, match=r"the engine's other choices(.|\n)*ACCEL_SET=speedups.NAME.enabled=false"):
         eng.setup(*fresh())
+
+
+class SteadyShapes(Speedup):
+    """A stand-in, runnable on the CPU, for a speed-up that needs one batch shape and one micro-batch a step (as
+    cuda_graphs does on CUDA): its conflict reads the run's facts the engine gives the rule."""
+
+    name = "steady_shapes"
+
+    def conflict(self, context):
+        problems = [f"grad_accum is {context.run.grad_accum}"] if context.run.grad_accum > 1 else []
+        if context.run.drop_last is False:
+            problems.append("the loader keeps its last incomplete batch")
+        return "; ".join(problems) or None
+
+
+@pytest.fixture
+def steady_shapes():
+    SPEEDUPS.register(SteadyShapes.name)(SteadyShapes)
+    try:
+        yield
+    finally:
+        SPEEDUPS._entries.pop(SteadyShapes.name, None)
+
+
+def test_the_loops_accumulation_is_refused_before_setup_as_any_conflict(steady_shapes):
+    eng = accel.Engine(speedups={"steady_shapes": {}, "optim": {"impl": "fused"}}, device="cpu", grad_accum=2)
+    model = Net()
+    with pytest.raises(AccelError) as err:
+        eng.setup(model, torch.optim.RMSprop(model.parameters(), lr=0.01))  # torch has no fused RMSprop
+    lines = str(err.value).splitlines()
+    assert lines[0] == "these speed-ups cannot run with the engine's other choices:"
+    assert sorted(lines[1:3]) == [
+        "  - `speedups.optim`: RMSprop has no fused kernel for its parameters here "
+        f"(torch {torch.__version__}); use `impl: auto` (fused only where it works) or an optimizer that has one "
+        "(adamw, sgd)",
+        "  - `speedups.steady_shapes`: grad_accum is 2",
+    ]
+    assert lines[3] == "Disable them (`ACCEL_SET=speedups.NAME.enabled=false`)."
+    assert not eng._set_up and eng.model is model  # nothing was set up
+
+
+def test_a_loader_given_after_setup_is_judged_before_the_first_step(steady_shapes):
+    eng = accel.Engine(speedups={"steady_shapes": {}, "channels_last": {}}, device="cpu")
+    eng.setup(*fresh())  # the loader is not known yet: nothing to refuse
+    assert eng._set_up and eng.run_facts().drop_last is None
+    with pytest.raises(AccelError, match="`speedups.steady_shapes`: the loader keeps its last incomplete batch"):
+        eng.setup_dataloaders(DataLoader(data(), batch_size=10, drop_last=False))
+    assert not eng._set_up  # torn down: no speed-up's global is left behind
+    steady = accel.Engine(speedups={"steady_shapes": {}}, device="cpu")
+    steady.setup(*fresh())
+    steady.setup_dataloaders(DataLoader(data(), batch_size=10, drop_last=True))
+    assert steady.run_facts().drop_last is True and steady._set_up

@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from accel.errors import AccelError, SpeedupUnavailable
-from accel.speedups import Context
+from accel.speedups import Context, RunFacts, refusals, refuse
 from accel.speedups.compile import Compile
-from accel.speedups.cuda_graphs import CudaGraphs, capture_problems, make_capturable
+from accel.speedups.cuda_graphs import CudaGraphs, make_capturable
+from accel.strategy import Strategy
 from conftest import assert_captured_step_trains_alike, cuda_only
 
 from .conftest import tiny_trainer, weights
@@ -41,7 +42,7 @@ def test_what_capture_cannot_follow_is_refused_with_its_reason(context, reason):
     assert CudaGraphs().conflict(Context(CUDA, precision="bf16")) is None
 
 
-def test_the_trainers_own_settings_are_checked_before_capture_all_at_once():
+def test_the_runs_own_choices_refuse_it_before_setup_all_at_once_as_any_conflict():
     trainer = tiny_trainer(
         {},
         optim={"name": "sgd", "lr": 0.05},
@@ -49,19 +50,33 @@ def test_the_trainers_own_settings_are_checked_before_capture_all_at_once():
         train={"grad_accum": 2},
         data={"drop_last": False},
     )
-    problems = capture_problems(trainer.engine)
-    assert len(problems) == 3
-    assert "train.grad_accum is 2" in problems[0]
-    assert "data.drop_last is false" in problems[1]
-    assert "SGD has no `capturable` option" in problems[2]
-    with pytest.raises(AccelError, match="cannot capture this run's step") as err:
-        CudaGraphs().setup(trainer.engine)
-    assert all(p in str(err.value) for p in problems)
-    assert trainer.engine.step_batch == trainer.engine._step_batch, "a refused setup leaves the step eager"
+    facts = trainer.engine.run_facts()  # what the Trainer's engine tells the rule before setup
+    assert (facts.grad_accum, facts.drop_last, facts.scheduled, facts.task) == (2, False, True, "classification")
+    reason = CudaGraphs().conflict(Context(CUDA, run=facts))
+    assert reason.startswith("gradient accumulation (2 micro-batches a step)")
+    assert "; the training loader keeps its last incomplete batch" in reason and "`data.drop_last: true`" in reason
+    assert "; SGD has no `capturable` option" in reason and "or no schedule" in reason
+    graphs, compiled = CudaGraphs(), Compile()
+    with pytest.raises(AccelError) as err:
+        refuse([graphs, compiled], CUDA, Strategy(), "fp32", run=facts)
+    lines = str(err.value).splitlines()
+    assert lines[0] == "these speed-ups cannot run with the recipe's other choices:"
+    assert lines[1].startswith("  - `speedups.cuda_graphs`: speed-ups `cuda_graphs` and `compile` both turn")
+    assert "; gradient accumulation (2 micro-batches a step)" in lines[1]
+    assert lines[2].startswith("  - `speedups.compile`: ")  # another speed-up's conflict, in the same error
+    assert lines[-1] == "Disable them (`--set speedups.NAME.enabled=false`)."
+    assert CudaGraphs().conflict(Context(CUDA, run=RunFacts(grad_accum=1, drop_last=True))) is None
+
+
+def test_the_run_facts_leave_a_skip_a_skip():
+    facts = RunFacts(grad_accum=4, drop_last=False)
+    assert refusals([CudaGraphs()], torch.device("cpu"), Strategy(), run=facts) == []  # the device skips it first
+    assert "fp16" in CudaGraphs().conflict(Context(CUDA, "fp16", run=facts))
 
 
 def test_a_constant_lr_sgd_run_with_steady_batches_has_nothing_to_refuse():
-    assert capture_problems(tiny_trainer({}, optim={"name": "sgd", "lr": 0.05}).engine) == []
+    facts = tiny_trainer({}, optim={"name": "sgd", "lr": 0.05}).engine.run_facts()
+    assert CudaGraphs().conflict(Context(CUDA, run=facts)) is None
 
 
 def test_make_capturable_turns_the_flag_on_and_moves_resumed_step_counts():

@@ -1,6 +1,7 @@
 """A speed-up is one file: a module in a package of its own, imported (registering as the built-in ones do), is
-picked up by recipes, bench ablations, tune's candidates, `accel speedups` and the speed-up contract, with no other
-edit."""
+picked up by recipes, bench ablations, tune's candidates, `accel speedups`, the speed-up contract, the conflict
+rule (the run's own choices too) and what its declared traits tell the lint, the bench and the own loop, with no
+other edit."""
 
 from __future__ import annotations
 
@@ -11,11 +12,15 @@ import textwrap
 import pytest
 import torch
 
+import accel
 from accel.bench.knobs import build_knobs
 from accel.bench.variants import ablation_variants
 from accel.cli import main
 from accel.config.recipe import validate_recipe
+from accel.errors import AccelError
+from accel.measure.traps import codes
 from accel.registry import SPEEDUPS
+from accel.speedups import compile_figures
 
 from . import test_contract
 from .conftest import RECIPE, tiny_trainer
@@ -25,6 +30,7 @@ MODULE = '''
 """`count_batches`: a speed-up written outside accel, in one file."""
 from pydantic import Field
 
+from accel.measure.traps import Finding
 from accel.registry import SPEEDUPS
 from accel.speedups import Candidate, Phase, Speedup, SpeedupConfig
 
@@ -39,6 +45,14 @@ class CountBatches(Speedup):
     name = "count_batches"
     phase = Phase.KERNELS
     tune = (Candidate({"every": 2}),)
+    compiles_model = True
+    reports_compile = True
+    lint_finding = Finding("counting-batches", "speed-up count_batches is on.", "remove `speedups.count_batches`.")
+
+    def conflict(self, context):
+        if context.run.grad_accum > 1:  # the run's own choices reach it as they reach the built-in ones
+            return "counts optimizer steps, not micro-batches; use grad_accum 1"
+        return None
 
     def __init__(self, cfg=None):
         super().__init__(cfg)
@@ -111,3 +125,27 @@ def test_the_speedup_contract_covers_it(installed):
     before = test_contract.weights(start)
     start.fit()
     test_contract.test_disabled_equals_absent(NAME, (before, test_contract.weights(start)))
+
+
+def test_the_lint_the_bench_and_the_own_loop_read_its_declared_traits(installed):
+    assert "counting-batches" in codes()  # a recipe's train.lint_ignore may name it
+    summary = tiny_trainer({NAME: {}}).fit()
+    assert [f["fix"] for f in summary["lint"] if f["code"] == "counting-batches"] == [
+        "remove `speedups.count_batches`."
+    ]
+    figures = {"seconds": 1.5, "graph_breaks": 0, "recompiles": 2}
+    assert compile_figures({NAME: figures}) == {
+        "compile_s": 1.5,
+        "graph_breaks": 0,
+        "recompiles": 2,
+    }
+    eng = accel.Engine(speedups={NAME: {}}, device="cpu")
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(AccelError, match=f"`speedups.{NAME}` would compile it again"):
+        eng.setup(torch.compile(model), torch.optim.SGD(model.parameters(), lr=0.1))
+
+
+def test_the_conflict_rule_refuses_it_for_the_runs_own_choices(installed):
+    trainer = tiny_trainer({NAME: {}}, train={"grad_accum": 2})
+    with pytest.raises(AccelError, match=f"`speedups.{NAME}`: counts optimizer steps, not micro-batches"):
+        trainer.fit()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from torch import nn
@@ -9,7 +11,13 @@ from torch.overrides import TorchFunctionMode
 
 from accel.callbacks import Callback
 from accel.errors import AccelError
-from accel.speedups.optim import choose_impl, fused_works, implementation_flags, set_implementation
+from accel.optimizers.traits import optimizer_traits
+from accel.speedups import Context, RunFacts
+from accel.speedups.channels_last import ChannelsLast
+from accel.speedups.optim import Optim, choose_impl, set_implementation
+from accel.train.trainer import Trainer
+
+CPU = torch.device("cpu")
 
 FLAGS = {"fused": (True, False), "foreach": (False, True), "for_loop": (False, False)}
 
@@ -96,13 +104,43 @@ class NoFusedKernelHere(torch.optim.SGD):
         return super().step(closure)
 
 
-def test_an_impossible_request_is_an_error_that_says_what_to_use():
+def test_an_impossible_request_is_refused_by_the_conflict_rule_with_what_to_use():
     weight = nn.Parameter(torch.zeros(3))
-    assert not fused_works(NoFusedKernelHere([weight], lr=0.1))
-    with pytest.raises(AccelError, match="no fused kernel.*impl: auto"):
+    no_kernel = optimizer_traits(NoFusedKernelHere([weight], lr=0.1))
+    assert no_kernel.fused is False and no_kernel.foreach
+    fused, foreach = Optim(Optim.Config(impl="fused")), Optim(Optim.Config(impl="foreach"))
+    assert "NoFusedKernelHere has no fused kernel" in fused.conflict(Context(CPU, run=RunFacts(optimizer=no_kernel)))
+    assert "use `impl: auto`" in fused.conflict(Context(CPU, run=RunFacts(optimizer=no_kernel)))
+    assert foreach.conflict(Context(CPU, run=RunFacts(optimizer=no_kernel))) is None
+    lbfgs = optimizer_traits(torch.optim.LBFGS([weight]))
+    assert "LBFGS has no foreach implementation" in foreach.conflict(Context(CPU, run=RunFacts(optimizer=lbfgs)))
+    assert fused.conflict(Context(CPU)) is None  # no optimizer known (tune before its probe): nothing to judge
+    unknown = RunFacts(optimizer=replace(no_kernel, optimizer=None))  # tune's stand-in off the run's device
+    assert fused.conflict(Context(CPU, run=unknown)) is None
+    with pytest.raises(AccelError, match="no fused kernel.*impl: auto"):  # a direct call says the same
         set_implementation(NoFusedKernelHere([weight], lr=0.1), "fused")
-    with pytest.raises(AccelError, match="RMSprop has no `fused` implementation"):
-        implementation_flags(torch.optim.RMSprop, "fused")
+
+
+def test_a_trainer_asking_for_a_missing_kernel_is_refused_before_any_setup(make_trainer, monkeypatch):
+    built = make_trainer({})
+    trainer = Trainer(
+        built.module,
+        torch.optim.RMSprop(built.module.parameters(), lr=0.01),  # no fused RMSprop in torch
+        built.train_loader,
+        task=built.task,
+        speedups=[Optim(Optim.Config(impl="fused")), ChannelsLast()],
+        device="cpu",
+    )
+    set_up = []
+    monkeypatch.setattr(Optim, "setup", lambda self, engine: set_up.append(self.name))
+    monkeypatch.setattr(ChannelsLast, "setup", lambda self, engine: set_up.append(self.name))
+    with pytest.raises(AccelError) as err:
+        trainer.fit()
+    lines = str(err.value).splitlines()
+    assert lines[0] == "these speed-ups cannot run with the recipe's other choices:"
+    assert lines[1].startswith("  - `speedups.optim`: RMSprop has no fused kernel for its parameters here")
+    assert lines[-1] == "Disable them (`--set speedups.NAME.enabled=false`)."
+    assert set_up == []  # refused before the first speed-up was set up
 
 
 def test_switching_keeps_resumed_state_and_the_grad_scaler_contract():

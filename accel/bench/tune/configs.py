@@ -9,10 +9,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ...config.recipe import Recipe
+from ...devices import resolve_device
+from ...speedups import from_configs
 from ..knobs import lookup
 from ..records import Trial
 from ..runner import Launch, resolve_variant, write_recipes
 from ..variants import Variant
+from .refused import recipe_facts, refused
 
 
 class Subject(Protocol):
@@ -34,6 +37,9 @@ class Subject(Protocol):
 
     def planned_steps(self, trials: list[Trial]) -> int | None:
         """Optimizer steps the real run will take (what a start-up cost must be repaid within), if known."""
+
+    def refusals(self, overrides: dict[str, Any]) -> list[str]:
+        """What the one conflict rule refuses of the configuration the overrides make (accel.bench.tune.refused)."""
 
 
 @dataclass
@@ -62,6 +68,11 @@ class RecipeSubject:
             return self.recipe.train.max_steps
         per_epoch = next((t.steps_per_epoch for t in trials if t.steps_per_epoch), None)
         return per_epoch * self.recipe.train.epochs if per_epoch else None
+
+    def refusals(self, overrides: dict[str, Any]) -> list[str]:
+        recipe = resolve_variant(self.recipe, Variant("refusals", self.effective(overrides)))
+        device = resolve_device(recipe.device)
+        return refused(from_configs(recipe.speedups), device, recipe_facts(recipe, device))
 
 
 def effective(base: Recipe, overrides: dict[str, Any]) -> dict[str, Any]:

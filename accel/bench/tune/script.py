@@ -19,17 +19,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 
 from ...config.recipe_yaml import parse_value
 from ...devices import resolve_device
 from ...errors import AccelError
 from ...io import write_atomic
+from ...speedups import RunFacts
 from ..knobs import Knob, _listed, _tried, current, lookup, speedup_knobs
 from ..records import Trial
 from ..runner import Launch
 from ..script import ARG, SET_VARIABLE, launch_of, probe, resolved
 from ..variants import Variant
+from .refused import built, refused
 from .search import TuneResult
 
 OPTIMIZER = "optimizer"  # the engine key tune --objective time varies
@@ -73,6 +76,12 @@ class ScriptSubject:
 
     def planned_steps(self, trials: list[Trial]) -> int | None:
         return None  # the script's run length is its own: a compile candidate's break-even is not checked
+
+    def refusals(self, overrides: dict[str, Any]) -> list[str]:
+        """Judged by the run's facts the probe read from the script's engine (none known: none refused for them)."""
+        data = resolved(self.engine, self.launch(overrides), "variant")
+        device = torch.device(self.engine.get("resolved_device") or "cpu")
+        return refused(built(data["speedups"]), device, RunFacts.from_data(self.engine.get("run")))
 
 
 def options_of(command: list[str]) -> dict[str, Any]:

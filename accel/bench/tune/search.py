@@ -151,15 +151,36 @@ def _failed_bound(knob: Knob, names: dict[str, Any], current: Any) -> SkipRule:
     return skip
 
 
-def _run_stage(m: Measure, knob: Knob, chosen: dict[str, Any], out: Path, traits: dict[str, bool]) -> Stage:
-    """Measure every candidate of `knob` and its reference, interleaved, all in this stage.
+def _refused(m: Measure, knob: Knob, variants: list[Variant], reference: Any) -> dict[str, str]:
+    """The candidates the one conflict rule refuses beside the choices so far (name -> reason), known without a
+    trial. A refusal the reference shares is the subject's own: its trial fails and says so."""
+    ref = next(v for v in variants if v.overrides[knob.key] == reference)
+    own = set(m.subject.refusals(ref.overrides))
+    found = {}
+    for v in variants:
+        new = [p for p in m.subject.refusals(v.overrides) if p not in own] if v is not ref else []
+        if new:
+            found[v.name] = "; ".join(new)
+    return found
+
+
+def _run_stage(
+    m: Measure,
+    knob: Knob,
+    chosen: dict[str, Any],
+    out: Path,
+    traits: dict[str, bool],
+    variants: list[Variant] | None = None,
+) -> Stage:
+    """Measure every candidate of `knob` (or those `variants` of them) and its reference, interleaved, all in this
+    stage.
 
     The reference is measured again in every stage, never taken from an earlier one: a shared machine's speed
     drifts from minute to minute, and only trials run side by side compare (a reference measured at a fast
     moment, reused four stages later, made a worker setting equal to it in effect read 0.94x, "hurt")."""
     plain = m.subject.plain()
     reference = _reference(knob, chosen, plain)
-    variants = _variants(knob, chosen, plain, traits)
+    variants = variants if variants is not None else _variants(knob, chosen, plain, traits)
     keys = {v.name: m.subject.config_key(v.overrides) for v in variants}  # each resolves a recipe: computed once
     runs: dict[str, Variant] = {}  # config key -> the first variant making it
     for v in variants:
@@ -221,18 +242,25 @@ def _search_knob(m: Measure, result: TuneResult, knob: Knob, out: Path, traits: 
     """One stage: measure `knob`'s candidates (unless they would overrun the budget) and record the choice."""
     plain = m.subject.plain()
     variants = _variants(knob, result.chosen, plain, traits)
+    reference = _reference(knob, result.chosen, plain)
     result.rows += unusable_rows(knob, traits)
+    refused = _refused(m, knob, variants, reference)
+    result.rows += [
+        skipped_row(knob.key, v.overrides[knob.key], v.name, f"refused, not run: {refused[v.name]}")
+        for v in variants
+        if v.name in refused
+    ]
+    variants = [v for v in variants if v.name not in refused]
     if len(variants) < 2:
         return
     if not m.budget.allows(len({m.subject.config_key(v.overrides) for v in variants}) * m.trials):
-        reference = _reference(knob, result.chosen, plain)
         result.rows += [
             skipped_row(knob.key, v.overrides[knob.key], v.name, "not measured: over the --budget")
             for v in variants
             if v.overrides[knob.key] != reference
         ]
         return
-    stage = _run_stage(m, knob, result.chosen, out, traits)
+    stage = _run_stage(m, knob, result.chosen, out, traits, variants)
     m.budget.record(stage.new_trials)
     if not any(t.error is None for t in stage.trials if t.variant == stage.reference):
         raise AccelError(

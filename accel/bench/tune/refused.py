@@ -1,0 +1,56 @@
+"""The one conflict rule asked of tune's candidates before any trial: a candidate the rule refuses beside the choices
+so far (the subject's device and own choices, accel.speedups.RunFacts) is recorded refused with the reason, not
+paid a trial to fail at setup."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from ...config.recipe import Recipe
+from ...optimizers.builders import build_optimizer, build_scheduler
+from ...optimizers.traits import optimizer_traits
+from ...registry import SPEEDUPS
+from ...speedups import RunFacts, Speedup, precision_of, refusals, skipped
+from ...strategy import Strategy
+
+STANDIN_STEPS = 100  # a schedule's length for the stand-in optimizer: only whether one is built matters
+
+
+def refused(speedups: list[Speedup], device: torch.device, run: RunFacts) -> list[str]:
+    """What the rule would refuse of these speed-ups in a trial (one process: the plain strategy), all at once."""
+    strategy = Strategy()
+    left_out = skipped(speedups, device, strategy)
+    active = [s for s in speedups if s.name not in left_out]
+    return refusals(active, device, strategy, precision_of(active).name, run)
+
+
+def built(section: dict[str, dict[str, Any]]) -> list[Speedup]:
+    """The enabled speed-ups of a `speedups:` section given as plain data (a script's resolved settings)."""
+    speedups = []
+    for name, data in section.items():
+        cls = SPEEDUPS.get(name)
+        cfg = cls.Config(**data)
+        if cfg.enabled:
+            speedups.append(cls(cfg))
+    return speedups
+
+
+def recipe_facts(recipe: Recipe, device: torch.device) -> RunFacts:
+    """What the recipe's run would tell the rule before setup, from the recipe alone: its optimizer and schedule
+    are built on a stand-in module on the CPU (two blocks, for Muon; whether a fused kernel works on another device
+    stays unknown)."""
+    try:
+        optimizer = build_optimizer(recipe.optim, nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)))
+        scheduler = build_scheduler(recipe.schedule, optimizer, total_steps=STANDIN_STEPS, steps_per_epoch=10)
+    except Exception:  # noqa: BLE001 - a stand-in the optimizer refuses (its parameter patterns) says nothing
+        optimizer = scheduler = None
+    return RunFacts(
+        grad_accum=recipe.train.grad_accum,
+        drop_last=recipe.data.drop_last,
+        optimizer=optimizer_traits(optimizer, fused_known=device.type == "cpu") if optimizer is not None else None,
+        scheduled=scheduler is not None,
+        task=recipe.task.name,
+    )
