@@ -198,7 +198,19 @@ def test_a_short_validation_file_is_named(write_recipe, tmp_path, capsys):
 def test_a_diverged_run_in_fp16_is_told_to_try_bf16(tiny, tmp_path, dtype, told):
     from accel.cli.train import diverged_message
     from accel.config.recipe import validate_recipe
+    from accel.runs.records import FitSummary
 
     recipe = validate_recipe({**tiny, "speedups": {"amp": {"dtype": dtype}}})
-    message = diverged_message({"run_dir": str(tmp_path), "diverged_at_step": 3}, recipe)
+    summary = FitSummary(
+        status="diverged",
+        metrics={},
+        samples_per_s=None,
+        wall_s=1.0,
+        steps=3,
+        epochs=0,
+        device="cpu",
+        diverged_at_step=3,
+        run_dir=str(tmp_path),
+    )
+    message = diverged_message(summary, recipe)
     assert ("bf16 instead of fp16" in message) is told and "a lower learning rate" in message
