@@ -29,7 +29,6 @@ from .. import devices
 from ..callbacks.base import BatchInfo, Callback
 from ..errors import AccelError
 from ..io import write_atomic
-from ..runs.records import FitSummary
 from ..speedups import compile_figures
 from .records import Trial
 from .target import Target, TargetClock, parse_target
@@ -220,18 +219,6 @@ def run_trial(
             "step_losses": [float(loss) for loss in _step_losses(timer.steps)],
         },
     )
-
-
-def _compile_figures(summary: FitSummary) -> dict[str, Any]:
-    """What torch.compile cost this trial (dynamo's own compile seconds, apart from the first step's run time)."""
-    compiled = summary.speedup_metrics.get("compile")
-    if not compiled:
-        return {}
-    return {
-        "compile_s": compiled.get("seconds"),
-        "graph_breaks": compiled.get("graph_breaks"),
-        "recompiles": compiled.get("recompiles"),
-    }
 
 
 def _steps_per_epoch(trainer) -> int | None:
