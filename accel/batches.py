@@ -22,6 +22,17 @@ def tensors(batch: Any) -> list[torch.Tensor]:
     return [leaf for leaf in pytree.tree_leaves(batch) if isinstance(leaf, torch.Tensor)]
 
 
+def leading_tensor(batch: Any) -> torch.Tensor | None:
+    """The batch's first tensor with a leading (batch) dimension, or None."""
+    return next((t for t in tensors(batch) if t.dim() > 0), None)
+
+
+def leading_size(batch: Any) -> int:
+    """Samples in a batch of any nesting: the leading dimension of its first tensor that has one (1 for none)."""
+    leading = leading_tensor(batch)
+    return len(leading) if leading is not None else 1
+
+
 def _register_dataclasses(obj: Any) -> None:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         if type(obj) not in pytree.SUPPORTED_NODES:

@@ -16,6 +16,10 @@ from typing import IO, Any
 from .errors import AccelError, disk_full
 
 RUNS = Path("runs")  # where a run, a bench or a tune goes without --out, relative to the working directory
+# mkstemp makes files only their owner can read; a written file gets the mode open() would give it. The umask is
+# read once, here: setting it to read it is not thread-safe
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
 
 
 @contextmanager
@@ -27,6 +31,7 @@ def atomic_file(target: Path, mode: str = "wb") -> Iterator[IO]:
     # RunDir.remove_stale_temp_files finds after a killed process
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)
         with os.fdopen(fd, mode) as handle:
             yield handle
             handle.flush()

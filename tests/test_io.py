@@ -20,6 +20,13 @@ def test_a_write_replaces_the_file_whole_and_leaves_no_temporary_file(tmp_path):
     assert target.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["summary.json"]
 
 
+def test_a_written_file_is_readable_as_one_open_would_make_it(tmp_path):
+    io.write_atomic(tmp_path / "summary.json", "{}")
+    (tmp_path / "plain.json").write_text("{}")
+    mode = (tmp_path / "summary.json").stat().st_mode & 0o777
+    assert mode == (tmp_path / "plain.json").stat().st_mode & 0o777 and mode & 0o044  # others may read the run
+
+
 def test_a_failed_write_keeps_the_old_file_and_removes_the_partial_one(tmp_path):
     target = tmp_path / "last.pt"
     target.write_bytes(b"old")

@@ -40,15 +40,17 @@ from ..speedups import RunFacts, Speedup, from_configs, precision_of, refuse, re
 from ..strategy import Strategy, choose
 from ..strategy.world import World, init_process_group, world_from_env
 from . import script_trial
+from .loop_records import LoopRecords
 from .own_loop import LoopState, OwnLoop
 from .settings import engine_settings
 
 SLOTS = ("model", "forward_loss", "step_batch")
 
 
-class Engine(OwnLoop):
+class Engine(OwnLoop, LoopRecords):
     """One training step's machinery on one device, for one module and one optimizer; a hand-written loop's
-    methods come from OwnLoop (accel.engine.own_loop)."""
+    methods come from OwnLoop (accel.engine.own_loop: the step) and LoopRecords (accel.engine.loop_records: what it
+    keeps and writes)."""
 
     def __init__(
         self,

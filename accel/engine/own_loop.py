@@ -1,5 +1,5 @@
-"""The engine's methods for a hand-written loop: `setup`, `setup_dataloaders`, `autocast`, `backward`,
-`clip_gradients`, `no_sync`, `compile_step`, `save`/`load`, `log`, `summary` and `close`.
+"""The engine's methods for a hand-written loop's step: `setup`, `setup_dataloaders`, `autocast`, `backward`,
+`clip_gradients`, `no_sync` and `compile_step` (what the loop keeps and writes: accel.engine.loop_records).
 
 Additive, never twice: what the loop already does (a compiled or DDP-wrapped model, an autocast of its own, a
 GradScaler of its own) is said, or refused where accel would do it again. The mistakes other own-loop APIs made are
@@ -16,23 +16,18 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-from .. import devices
-from ..batches import map_tensors
+from ..batches import leading_size, leading_tensor, map_tensors
 from ..callbacks.tensorboard import TensorBoard
 from ..errors import AccelError
-from ..io import write_atomic
 from ..measure.flops import COUNT_SAMPLES, Utilisation, first_samples
 from ..measure.lint import SpeedLint
 from ..optimizers.builders import muon_from
-from ..runs.records import LoopRecord, LoopSummary
 from ..speedups import Speedup, refuse
-from . import state as engine_state
 from .dataloaders import DeviceLoader, sharded
 from .wrappers import unwrap, wrap_module, wrap_optimizer
 
@@ -40,27 +35,6 @@ if TYPE_CHECKING:
     from .core import Engine
 
 log = logging.getLogger("accel")
-
-
-class _Counting:
-    """What FLOP counting (accel.measure.flops.Utilisation) reads of a run, for a loop's own model: the forward of the
-    first step's inputs, a sum of its first output standing in for the loop's loss (a loss adds few FLOPs)."""
-
-    def __init__(self, engine: Engine):
-        self.device, self.module, self.strategy, self.speedups = (
-            engine.device,
-            engine.module,
-            engine.strategy,
-            engine.speedups,
-        )
-        self.step_contexts, self.task = engine.step_contexts, self
-
-    def samples(self, batch: Any) -> int:
-        return _sample_count(batch)
-
-    def loss(self, model: Any, batch: Any) -> torch.Tensor:
-        args, kwargs = batch
-        return _leading(model(*args, **kwargs)).float().sum()
 
 
 class _StepContext:
@@ -129,25 +103,9 @@ def _autocast_nesting() -> int:
 
 def _few_samples(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """The first COUNT_SAMPLES samples of a forward's inputs, copied (the loop may refill its own tensors)."""
-    samples = _sample_count((args, kwargs))
+    samples = leading_size((args, kwargs))
     few = first_samples((args, kwargs), samples, min(samples, COUNT_SAMPLES))
     return map_tensors(lambda t: t.detach().clone(), few)
-
-
-def _sample_count(batch: Any) -> int:
-    """The leading dimension of the batch's first tensor (1 for a scalar or none)."""
-    leading = _leading(batch)
-    return len(leading) if leading is not None and leading.dim() else 1
-
-
-def _leading(value: Any) -> torch.Tensor | None:
-    if isinstance(value, torch.Tensor):
-        return value
-    if isinstance(value, (list, tuple)):
-        return next((t for t in map(_leading, value) if t is not None), None)
-    if isinstance(value, dict):
-        return next((t for t in map(_leading, value.values()) if t is not None), None)
-    return None
 
 
 class OwnLoop:
@@ -256,8 +214,8 @@ class OwnLoop:
         loop.forward_synced = not loop.in_no_sync and loop.unsynced is None
 
     def _count(self: Engine, inputs: tuple) -> None:
-        leading = _leading(inputs)
-        if leading is not None and leading.dim():
+        leading = leading_tensor(inputs)
+        if leading is not None:
             self._loop.samples += len(leading)
             if not leading.is_floating_point() and leading.dim() == 2:  # token ids
                 self._loop.tokens += leading.numel()
@@ -399,99 +357,6 @@ class OwnLoop:
                 "own), or disable the speed-up"
             )
 
-    # ---- records ----------------------------------------------------------------------------------------
-    def save(self: Engine, path: str | Path, state: dict[str, Any]) -> None:
-        """Write `state` (modules, optimizers, schedulers, loaders, plain values) and the engine's own state
-        atomically (rank 0; every rank waits)."""
-        engine_state.save(self, path, state)
-
-    def load(self: Engine, path: str | Path, state: dict[str, Any]) -> dict[str, Any]:
-        """Load what `save` wrote into the objects in `state`, in place; plain values are put back in `state`."""
-        return engine_state.load(self, path, state)
-
-    def log(self: Engine, metrics: dict[str, Any]) -> None:
-        """Record scalars (a `val_loss`, anything): with an `out`, in its metrics.jsonl and TensorBoard (tb/)."""
-        record = {"step": self.steps, **{k: _scalar(v) for k, v in metrics.items()}}
-        self.logged.append(record)
-        if self._trial is not None:  # `accel bench --target`: the time until the script reports its value
-            self._trial.logged(record)
-        if self.out is None or not self.world.is_main:
-            return
-        self.out.mkdir(parents=True, exist_ok=True)
-        written = LoopRecord.from_flat(record)
-        with open(self.out / "metrics.jsonl", "a") as handle:
-            handle.write(written.to_json() + "\n")
-        if self._loop.tensorboard is None:
-            self._loop.tensorboard = TensorBoard(self.out / "tb")
-            self._loop.tensorboard.on_fit_start(self)
-        self._loop.tensorboard.on_log(self, written)
-
-    def meter_batch(self: Engine, batch: Any, data_s: float) -> None:
-        """A training batch the engine's loader fetched, after waiting `data_s` for it."""
-        self._loop.data_s += data_s
-
-    def _count_flops(self: Engine) -> None:
-        """FLOPs per sample of the first training forward's inputs, counted when a figure first needs them (the
-        summary, a bench trial's record), not in the loop's first step, whose time is the loop's own."""
-        loop = self._loop
-        if loop.flops_inputs is not None:
-            inputs, loop.flops_inputs = loop.flops_inputs, None
-            loop.utilisation.count(_Counting(self), inputs)
-
-    def summary(self: Engine) -> dict[str, Any]:
-        """What the run did: steps, throughput after the first step, data wait, speed-ups, the last metrics."""
-        return self._loop_summary().model_dump(exclude_unset=True)
-
-    def _loop_summary(self: Engine) -> LoopSummary:
-        loop, now = self._loop, time.perf_counter()
-        timed = now - loop.first_step if loop.first_step is not None else None
-        self._count_flops()
-
-        def rate(count: int) -> float | None:
-            return count / timed if timed and count else None
-
-        metrics: dict[str, Any] = {}
-        for record in self.logged:
-            metrics.update(record)
-        samples_per_s = rate(loop.samples - loop.samples_at_first)
-        summary = LoopSummary(
-            steps=self.steps,
-            samples=loop.samples,
-            tokens=loop.tokens or None,
-            wall_s=now - loop.started,
-            samples_per_s=samples_per_s,
-            flops_per_sample=loop.utilisation.flops_per_sample,
-            **loop.utilisation.stats(samples_per_s),
-            tokens_per_s=rate(loop.tokens - loop.tokens_at_first),
-            data_wait_fraction=loop.data_s / (now - loop.started) if now > loop.started else None,
-            device=devices.device_name(self.device),
-            precision=self.strategy.precision.name,
-            strategy=self.strategy.name,
-            speedups=[s.name for s in self.speedups],
-            skipped_speedups=self.skipped_speedups,
-            speedup_metrics={s.name: m for s in self.speedups if (m := s.metrics())},
-            metrics=metrics,
-        )
-        summary.lint = loop.lint.end(summary.model_dump()) if loop.lint is not None else []
-        return summary
-
-    def close(self: Engine) -> dict[str, Any]:
-        """Tear the speed-ups down (every global flag restored); with `out`, write summary.json there."""
-        summary = self._loop_summary()
-        self.teardown()
-        if self._loop.tensorboard is not None:
-            self._loop.tensorboard.on_fit_end(self, None)  # it closes its file; the summary is the own loop's
-        if self.out is not None and self.world.is_main:
-            self.out.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.out / "summary.json", summary.to_json(indent=2))
-        return summary.model_dump(exclude_unset=True)
-
-    def __enter__(self: Engine) -> Engine:
-        return self
-
-    def __exit__(self: Engine, *exc: Any) -> None:
-        self.close()
-
     def _say(self: Engine, key: str, message: str) -> None:
         if key not in self._loop.said:
             self._loop.said.add(key)
@@ -519,7 +384,3 @@ def rebuilt(optimizer: torch.optim.Optimizer, before: dict, after: dict) -> torc
 
 def _no_clip() -> None:
     """The loop clips itself (eng.clip_gradients), before optimizer.step()."""
-
-
-def _scalar(value: Any) -> Any:
-    return value.item() if isinstance(value, torch.Tensor) and value.numel() == 1 else value

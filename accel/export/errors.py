@@ -14,11 +14,11 @@ class UnsupportedOpError(ExportError):
 
     def __init__(self, op: str, fmt: str, alternatives: list[str]):
         self.op, self.format = op, fmt
-        others = " or ".join(f"`--format {alt}`" for alt in alternatives)
+        others = "".join(f"`--format {alt}` or " for alt in alternatives)
         super().__init__(
-            f"The model uses `{op}`, which the {fmt} exporter cannot translate. Try {others}, "
-            f"or replace that op in the model (for ONNX, a custom translation can be registered "
-            f"with torch.onnx.export(custom_translation_table=...))."
+            f"The model uses `{op}`, which the {fmt} exporter cannot translate. Try {others}replacing that op in "
+            f"the model (for ONNX, a custom translation can be registered with "
+            f"torch.onnx.export(custom_translation_table=...))."
         )
 
 

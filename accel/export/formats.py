@@ -20,7 +20,10 @@ log = logging.getLogger("accel")
 Runner = Callable[[torch.Tensor], torch.Tensor]
 SUFFIX = {"onnx": ".onnx", "torchscript": ".pt", "exported": ".pt2"}
 RUNTIME = {"onnx": "onnxruntime", "torchscript": "torchscript", "exported": "torch.export"}
-ALTERNATIVES = {"onnx": ["exported", "torchscript"], "torchscript": ["exported", "onnx"], "exported": ["torchscript"]}
+# what an export failure suggests instead; never torchscript, deprecated upstream. torch.export failing is for the
+# model's code to fix: the ONNX exporter traces through torch.export too
+ALTERNATIVES = {"onnx": ["exported"], "torchscript": ["exported", "onnx"], "exported": []}
+EXPORT_FIX = "make the step exportable (torch.cond for a data-dependent branch, torch._check for a size)"
 # what the ONNX exporter says when no translation exists for an op
 _NO_ONNX_FUNCTION = re.compile(r"No ONNX function found for <OpOverload\(op='([\w.:]+)', overload='(\w+)'\)>")
 _NODE_TARGET = re.compile(r"target=torch\.ops\.([\w.]+)")
@@ -100,7 +103,7 @@ def _explain(err: Exception, fmt: str) -> ExportError:
     if node:
         return UnsupportedOpError(node.group(1), fmt, ALTERNATIVES[fmt])
     summary = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
-    others = " or ".join(f"`--format {alt}`" for alt in ALTERNATIVES[fmt])
+    others = " or ".join(f"`--format {alt}`" for alt in ALTERNATIVES[fmt]) or EXPORT_FIX
     return ExportError(f"{fmt} export failed ({type(err).__name__}): {summary[:500]} Try {others}.")
 
 

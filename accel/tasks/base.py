@@ -8,16 +8,8 @@ from typing import Any
 
 import torch
 
-from ..batches import tensors
+from ..batches import leading_size
 from ..errors import AccelError
-
-
-def leading_size(batch: Any) -> int:
-    """Samples in a batch of any nesting: the leading dimension of its first tensor that has one."""
-    for tensor in tensors(batch):
-        if tensor.dim() > 0:
-            return len(tensor)
-    return 1
 
 
 def logits_of(outputs: Any) -> torch.Tensor:

@@ -146,7 +146,7 @@ def test_tune_command_for_real(tiny, write_recipe, tmp_path, capsys):
     assert "accel tune" in table_text and {"4096", "8192", "failed:", "smaller", "chosen"} <= set(table_text.split())
     assert "data.batch_size=8192 trial 0: skipped" in captured.err
     assert yaml.safe_load(out.read_text()) == {}  # the recipe's own batch size: nothing to change
-    assert "data.batch_size: 16 (recipe had 16; kept)" in out.read_text()
+    assert "data.batch_size: 16 (kept from the recipe: nothing measurably beat it)" in out.read_text()
     trials = [json.loads(path.read_text()) for path in work.rglob("trials/*.json")]
     assert len(trials) == 2 and trials[0]["val_accuracy"] is None  # tune's trials evaluate nothing
 
@@ -664,3 +664,29 @@ def test_a_candidate_is_refused_only_for_what_it_adds(tiny, tmp_path):
         validate_recipe(tiny), [OPTIM_KNOB], tmp_path, TrialSettings(5, 1), trials=2, run_trials=simulated(seen)
     )
     assert len(seen) == 6 and not any(r.note.startswith("refused") for r in result.rows)
+
+
+def test_a_kept_value_says_so_and_a_scripts_null_is_its_own_choice():
+    from accel.bench.records import Interval
+    from accel.bench.tune.output import choice_line
+    from accel.bench.tune.rows import TuneRow
+    from accel.bench.tune.search import TuneResult
+
+    def row(knob, value):
+        return TuneRow(
+            knob=knob,
+            value=value,
+            label=str(value),
+            samples_per_s=Interval(),
+            ratio=Interval(median=1.0),
+            verdict=None,
+            note="",
+        )
+
+    result = TuneResult(
+        chosen={"optimizer": None, "data.batch_size": 32}, rows=[row("optimizer", None), row("data.batch_size", 32)]
+    )
+    plain = {"optimizer": None, "data": {"batch_size": 16}}
+    kept = choice_line(result, plain, "optimizer", None, "script")
+    assert kept == "optimizer: the script's own (kept from the script: nothing measurably beat it)"
+    assert choice_line(result, plain, "data.batch_size", 32, "script").startswith("data.batch_size: 32 (script had 16;")

@@ -82,4 +82,6 @@ def test_other_exporter_failures_keep_the_summary_and_suggest_formats():
     err = _explain(RuntimeError("Could not guard on data-dependent expression\nlong details"), "exported")
     assert isinstance(err, ExportError) and not isinstance(err, UnsupportedOpError)
     assert "data-dependent expression" in str(err) and "long details" not in str(err)
-    assert "`--format torchscript`" in str(err)
+    assert "torch.cond" in str(err) and "torchscript" not in str(err)  # deprecated upstream: never suggested
+    onnx = _explain(RuntimeError("Could not guard on data-dependent expression"), "onnx")
+    assert "`--format exported`" in str(onnx) and "torchscript" not in str(onnx)

@@ -14,11 +14,11 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from accel import Trainer, devices
+from accel.batches import leading_size
 from accel.config.recipe import TrainConfig
 from accel.errors import AccelError
 from accel.speedups.channels_last import ChannelsLast
 from accel.tasks import ModelLoss, Task
-from accel.tasks.base import leading_size
 
 torch.manual_seed(0)
 

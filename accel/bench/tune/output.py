@@ -112,14 +112,22 @@ def choice_line(result: TuneResult, plain: dict, key: str, value: Any, given: st
     if row is None:  # carried by another knob's choice (a batch size's learning rate)
         return f"{key}: {format_value(value)} ({given} had {was}; set with the batch size)"
     if result.target:
-        said = f"{_ratio(row.time_ratio)} the time to the target" if lookup(plain, key) != value else "kept"
-        return f"{key}: {format_value(value)} ({given} had {was}; {said})"
+        if lookup(plain, key) == value:
+            return _kept(key, value, given)
+        return f"{key}: {format_value(value)} ({given} had {was}; {_ratio(row.time_ratio)} the time to the target)"
     ratio, label = _ratio(row.ratio), row.label
     if key.startswith("speedups."):
         said = "nothing measurably beat off" if label == "off" else f"{ratio} samples/s vs off"
         return f"{key}: {label} ({said})"
-    said = f"{ratio} samples/s vs the previous choice" if lookup(plain, key) != value else "kept"
-    return f"{key}: {format_value(value)} ({given} had {was}; {said})"
+    if lookup(plain, key) == value:
+        return _kept(key, value, given)
+    return f"{key}: {format_value(value)} ({given} had {was}; {ratio} samples/s vs the previous choice)"
+
+
+def _kept(key: str, value: Any, given: str) -> str:
+    # a script's null is its own choice (its own optimizer, its own learning rate)
+    what = f"the {given}'s own" if value is None else format_value(value)
+    return f"{key}: {what} (kept from the {given}: nothing measurably beat it)"
 
 
 def final_lines(result: TuneResult, given: str = "recipe") -> list[str]:
