@@ -10,170 +10,28 @@ of the honest price of `torch.compile`. `warm_cache` shares one cache under OUT.
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from ..config.recipe import Recipe, load_recipe, validate_recipe
-from ..config.recipe_yaml import Origins, apply_overrides
-from ..errors import AccelError, RecipeError
 from ..measure import load
-from ..runs.signals import die_with_parent, handled, leave_closed_terminal
+from ..runs.signals import handled, leave_closed_terminal
+from .plan import BenchPlan, slug, write_recipes
 from .records import Report, Trial
 from .report import write_reports
 from .summary import summarize
-from .variants import Variant, ablation_variants, interleave, vary_variants
+from .trial_process import Launch, TrialSettings, run_trial_process, trial_argv, trial_env
+from .variants import Variant, interleave
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding `accel/`, for the children's imports
-TAIL_LINES = 30
 SkipRule = Callable[[str, list], "str | None"]
-
-
-@dataclass
-class BenchPlan:
-    """What a bench will run: the variants, which one is the baseline, and each one's resolved recipe."""
-
-    recipe_path: Path
-    name: str
-    variants: list[Variant]
-    baseline: str
-    recipes: dict[str, Recipe]
-
-
-def resolve_variant(base: Recipe, variant: Variant) -> Recipe:
-    """`base` (already resolved, --set applied) with the variant's overrides, validated like `--set`."""
-    # JSON text is YAML, so typed values survive apply_overrides' parsing ("64" stays a string, 64 an int).
-    items = [f"{key}={json.dumps(value)}" for key, value in variant.overrides.items()]
-    origins = Origins()
-    try:
-        return validate_recipe(apply_overrides(base.dump(), origins, items), origins)
-    except RecipeError as err:
-        raise RecipeError(f"variant `{variant.name}`: {err}") from None
-
-
-def plan_bench(
-    recipe_path: str | Path, sets: list[str], ablate: bool, vary: list[str], only: list[str] | None = None
-) -> BenchPlan:
-    """Load the recipe with `sets`, build the variants (--ablate or --vary, narrowed to `only`) and resolve
-    every one up front, so a bad value fails in a second rather than after an hour of trials."""
-    if ablate == bool(vary):
-        raise AccelError(
-            "accel bench needs exactly one of --ablate (every speed-up on/off) or --vary KEY=V1,V2 "
-            "(repeatable), e.g. --vary data.batch_size=64,128."
-        )
-    base = load_recipe(recipe_path, sets)
-    variants = ablation_variants(base.dump()["speedups"]) if ablate else vary_variants(vary)
-    if only:
-        variants = _only(variants, only)
-    recipes = {v.name: resolve_variant(base, v) for v in variants}
-    return BenchPlan(Path(recipe_path), base.name, variants, variants[0].name, recipes)
-
-
-def _only(variants: list[Variant], names: list[str]) -> list[Variant]:
-    """The named variants, the first variant (the report's baseline) always kept."""
-    known = {v.name for v in variants}
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise AccelError(f"--only: no variant named {', '.join(unknown)}; variants: {', '.join(sorted(known))}.")
-    return [v for i, v in enumerate(variants) if i == 0 or v.name in names]
-
-
-def _slug(index: int, name: str) -> str:
-    safe = "".join(c if c.isalnum() or c in "._=-" else "_" for c in name)
-    return f"{index:02d}-{safe[:80]}"
-
-
-def write_recipes(recipes: dict[str, Recipe], out: Path) -> dict[str, Path]:
-    """Each variant's resolved recipe as OUT/recipes/NN-NAME.yaml: the exact input of its trials."""
-    folder = Path(out) / "recipes"
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = {}
-    for i, (name, recipe) in enumerate(recipes.items()):
-        paths[name] = folder / f"{_slug(i, name)}.yaml"
-        paths[name].write_text(f"# accel bench variant `{name}`, fully resolved\n{recipe.dump_yaml()}")
-    return paths
-
-
-def trial_env(cache_dir: Path) -> dict[str, str]:
-    """The parent's environment, with the compile caches pointed at `cache_dir` and accel importable."""
-    env = dict(os.environ)
-    env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)
-    env["TRITON_CACHE_DIR"] = str(cache_dir / "triton")  # else Triton keeps kernels warm in ~/.triton
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH")) if p)
-    env["PYTHONUNBUFFERED"] = "1"  # the log tail must hold the last words of a process that died
-    return env
-
-
-def _tail(path: Path, lines: int = TAIL_LINES) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # the trial and its DataLoader workers, nothing else
-    except ProcessLookupError:
-        pass
-    proc.wait()
-
-
-def _exit_reason(code: int) -> str:
-    if code < 0:
-        name = signal.Signals(-code).name
-        hint = " (often the out-of-memory killer)" if -code == signal.SIGKILL else ""
-        return f"killed by {name}{hint}"
-    return f"exited with code {code}"
-
-
-def _read_result(path: Path) -> Trial | None:
-    try:
-        return Trial.model_validate_json(path.read_text())
-    except (OSError, ValueError):  # pydantic's ValidationError is a ValueError
-        return None
-
-
-def run_trial_process(
-    argv: list[str], json_path: Path, log_path: Path, timeout: float | None, env: dict[str, str]
-) -> Trial:
-    """Run one trial command; its record, or one holding only `error` with the output tail when it crashed,
-    timed out or wrote no readable record. Output goes to `log_path`."""
-    json_path.unlink(missing_ok=True)
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, preexec_fn=die_with_parent
-        )
-        try:
-            code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            return Trial(error=f"timed out after {timeout:g} s (--timeout); last output:\n{_tail(log_path)}")
-        except BaseException:  # Ctrl-C reaches only us (new session): take the trial down with us
-            _kill_group(proc)
-            raise
-    result = _read_result(json_path)
-    if result is None:
-        return Trial(
-            error=f"trial process {_exit_reason(code)} without a readable result; last output:\n{_tail(log_path)}"
-        )
-    if code != 0 and result.error is None:
-        result = result.updated(
-            error=f"trial process {_exit_reason(code)} after writing its result; last output:\n{_tail(log_path)}"
-        )
-    return result
 
 
 def trial_line(result: Trial, done: int, total: int) -> str:
@@ -229,60 +87,8 @@ class TrialProgress:
         self.progress.advance(self.task)
 
 
-@dataclass
-class TrialSettings:
-    """How every trial runs: timed steps, warm-up steps, the per-trial time limit and the compile cache."""
-
-    steps: int
-    warmup: int
-    timeout: float | None = None
-    warm_cache: bool = False
-    target: str | None = None  # METRIC=VALUE: time each trial until the metric reaches VALUE
-    eval_every: int | None = None
-    evaluate: bool = True  # False: no evaluation at all (tune guards results by the training loss alone)
-    # tune --objective time: every trial trains on `samples` samples whatever its batch size, evaluates on
-    # `eval_batches` batches, records its curve (`curve`: also with no target yet) and stops at the target
-    samples: int | None = None
-    eval_batches: int | None = None
-    curve: bool = False
-    stop_at_target: bool = False
-
-
-def trial_argv(recipe: Path, settings: TrialSettings, json_path: Path, variant: str, trial: int) -> list[str]:
-    """The command line of one trial process."""
-    return [
-        sys.executable,
-        "-m",
-        "accel.bench.trial",
-        str(recipe),
-        "--steps",
-        str(settings.steps),
-        "--warmup",
-        str(settings.warmup),
-        "--json",
-        str(json_path),
-        f"--variant={variant}",
-        "--trial",
-        str(trial),  # `=`: a name like -amp is not an option
-        *(["--target", settings.target] if settings.target else []),
-        *(["--eval-every", str(settings.eval_every)] if settings.eval_every else []),
-        *(["--curve"] if settings.curve else []),
-        *(["--eval-batches", str(settings.eval_batches)] if settings.eval_batches else []),
-        *(["--samples", str(settings.samples)] if settings.samples else []),
-        *(["--stop-at-target"] if settings.stop_at_target else []),
-        *([] if settings.evaluate else ["--no-eval"]),
-    ]
-
-
-class Launch(Protocol):
-    """How a variant's trial starts when it is not a recipe file: a user's script (accel.bench.script)."""
-
-    def launch(self, settings: TrialSettings, json_path: Path) -> tuple[list[str], dict[str, str]]:
-        """The command line and the environment variables it adds."""
-
-
 def _run_job(index: int, trial: int, variant: str, recipe: Path | Launch, out: Path, settings: TrialSettings) -> Trial:
-    stem = _slug(index, f"{variant}-t{trial}")
+    stem = slug(index, f"{variant}-t{trial}")
     json_path, log_path = out / "trials" / f"{stem}.json", out / "trials" / f"{stem}.log"
     shared = settings.warm_cache
     # a trial's own cache lives in its bench folder (nothing left in the temp folder if the bench is killed)

@@ -31,8 +31,10 @@ from ..engine.settings import SET_VARIABLE, engine_settings
 from ..errors import AccelError, RecipeError
 from ..runs.signals import die_with_parent
 from .knobs import runnable_speedups
+from .plan import only_variants
 from .records import Report
-from .runner import BenchRun, TrialSettings, _exit_reason, _only, _tail, run_and_report, trial_env
+from .runner import BenchRun, run_and_report
+from .trial_process import TrialSettings, exit_reason, log_tail, trial_env
 from .variants import Variant, ablation_variants, format_value, interleave, vary_variants
 
 ARG = "arg:"  # --vary arg:--batch=16,32: the script's own option, not an engine key
@@ -99,7 +101,7 @@ def plan_script(
     given = probe(command, sets, timeout)
     variants = _ablation(given) if ablate else vary_variants(vary)
     if only:
-        variants = _only(variants, only)
+        variants = only_variants(variants, only)
     launches = {v.name: launch_of(command, sets, v) for v in variants}
     configs = {name: resolved(given, launch, name) for name, launch in launches.items()}
     return ScriptPlan(command, script_name(command), variants, variants[0].name, launches, configs, given)
@@ -214,8 +216,8 @@ def probe(command: list[str], sets: list[str], timeout: float | None = None) -> 
         if code == 0:
             raise AccelError(NO_ENGINE.format(command=shlex.join(command)))
         raise AccelError(
-            f"`{shlex.join(command)}` {_exit_reason(code)} before creating its accel.Engine; last output:\n"
-            f"{_tail(log_path)}"
+            f"`{shlex.join(command)}` {exit_reason(code)} before creating its accel.Engine; last output:\n"
+            f"{log_tail(log_path)}"
         )
 
 

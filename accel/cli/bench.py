@@ -164,7 +164,9 @@ def add(commands) -> None:
 
 
 def bench(args: argparse.Namespace) -> int:
-    from ..bench.runner import TrialSettings, plan_bench, run_bench
+    from ..bench.plan import plan_bench
+    from ..bench.runner import run_bench
+    from ..bench.trial_process import TrialSettings
     from ..bench.variants import describe
     from ..io import default_out
     from ..runs.rundir import check_results_out
@@ -220,8 +222,8 @@ def _all_failed(report, out: Path) -> str:
 
 def bench_script(args: argparse.Namespace) -> int:
     """`accel bench [OPTIONS] -- python train.py ARGS`: the same report, every trial a fresh process of the script."""
-    from ..bench.runner import TrialSettings
     from ..bench.script import plan_script, run_script_bench, script_name
+    from ..bench.trial_process import TrialSettings
     from ..bench.variants import describe
     from ..io import default_out
     from ..runs.rundir import check_results_out
@@ -264,8 +266,8 @@ def parse_duration(text: str) -> float:
 
 def tune(args: argparse.Namespace) -> int:
 
-    from ..bench.runner import TrialSettings
     from ..bench.target import check_target_metric, parse_target
+    from ..bench.trial_process import TrialSettings
     from ..bench.tune import Objective, check_fragment_out, time_settings, write_fragment
     from ..bench.tune import tune as run_tune
     from ..config.recipe import load_recipe

@@ -12,9 +12,9 @@ from .options import check_trial_options
 
 
 def tune_script(args: argparse.Namespace) -> int:
-    from ..bench.runner import TrialSettings
     from ..bench.script import script_name
     from ..bench.target import parse_target
+    from ..bench.trial_process import TrialSettings
     from ..bench.tune import Objective, check_fragment_out
     from ..bench.tune import tune as run_tune
     from ..bench.tune.script import ScriptSubject, comments, speed_knobs, time_knobs, write_script_fragment

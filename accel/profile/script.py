@@ -134,7 +134,7 @@ class ScriptProfile:
 def profile_script(window: Window, accel_set: str) -> dict[str, Any]:
     """Run the script with the window in ACCEL_PROFILE (and `accel_set` as ACCEL_SET), its output the terminal's;
     the report it wrote. A script that ends before its window does fails here, saying so."""
-    from ..bench.runner import _exit_reason
+    from ..bench.trial_process import exit_reason
     from ..engine.settings import SET_VARIABLE
     from ..errors import AccelError
 
@@ -143,7 +143,7 @@ def profile_script(window: Window, accel_set: str) -> dict[str, Any]:
     path = Path(window.out) / "profile.json"
     if not path.is_file():
         raise AccelError(
-            f"no profile written: `{shlex.join(window.script)}` {_exit_reason(code)} before its "
+            f"no profile written: `{shlex.join(window.script)}` {exit_reason(code)} before its "
             f"{window.warmup} + {window.steps} optimizer steps (its output above says why); let it run more steps "
             "through its own arguments, or ask for fewer with --warmup/--steps."
         )

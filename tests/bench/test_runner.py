@@ -9,9 +9,11 @@ import sys
 import pytest
 from rich.console import Console
 
+from accel.bench.plan import plan_bench
 from accel.bench.records import Trial
-from accel.bench.runner import TrialProgress, TrialSettings, plan_bench, run_trial_process, trial_argv, trial_env
+from accel.bench.runner import TrialProgress
 from accel.bench.trial import main as trial_main
+from accel.bench.trial_process import TrialSettings, run_trial_process, trial_argv, trial_env
 from accel.cli import main
 from accel.errors import AccelError, RecipeError
 
@@ -276,7 +278,7 @@ def test_trial_records_what_compiling_cost(tiny, write_recipe, tmp_path):
 
 
 def test_only_narrows_the_variants_and_keeps_the_baseline(tiny, write_recipe):
-    from accel.bench.runner import plan_bench
+    from accel.bench.plan import plan_bench
 
     tiny["speedups"] = {"channels_last": {}, "threads": {"intra_op": 1}}
     plan = plan_bench(write_recipe(tiny), [], ablate=True, vary=[], only=["all"])
@@ -286,8 +288,8 @@ def test_only_narrows_the_variants_and_keeps_the_baseline(tiny, write_recipe):
 
 
 def test_ablation_names_that_start_with_a_dash_reach_the_trial_intact(tmp_path):
-    from accel.bench.runner import TrialSettings, trial_argv
     from accel.bench.trial import _parser
+    from accel.bench.trial_process import TrialSettings, trial_argv
 
     argv = trial_argv(tmp_path / "r.yaml", TrialSettings(5, 1), tmp_path / "t.json", "-amp", 2)
     args = _parser().parse_args(argv[3:])

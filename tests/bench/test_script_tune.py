@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from accel.bench.records import Trial
-from accel.bench.runner import TrialSettings
+from accel.bench.trial_process import TrialSettings
 from accel.bench.tune import Knob, tune
 from accel.bench.tune.script import ScriptSubject, options_of, run_line, time_knobs, write_script_fragment
 from accel.cli import main

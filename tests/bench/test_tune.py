@@ -11,7 +11,8 @@ from rich.console import Console
 
 from accel.bench import tune as tune_module
 from accel.bench.records import Trial, Verdict
-from accel.bench.runner import TrialResults, TrialSettings
+from accel.bench.runner import TrialResults
+from accel.bench.trial_process import TrialSettings
 from accel.bench.tune import BATCH_KEY, WORKERS_KEY, Knob, build_knobs, table, tune, write_fragment
 from accel.cli import main
 from accel.config.recipe import load_recipe, validate_recipe

@@ -13,9 +13,9 @@ from rich.console import Console
 
 from accel.bench.knobs import BATCH_KEY, LR_KEY, OPTIMIZER_KEY, lr_for_batch
 from accel.bench.records import Trial, Verdict
-from accel.bench.runner import TrialSettings
 from accel.bench.summary import summarize
 from accel.bench.target import Target
+from accel.bench.trial_process import TrialSettings
 from accel.bench.tune import Objective, table, time_knobs, tune, write_fragment
 from accel.bench.tune.lr_range import LAG, propose, rates
 from accel.bench.tune.objective import reached_by

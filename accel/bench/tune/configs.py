@@ -12,8 +12,9 @@ from ...config.recipe import Recipe
 from ...devices import resolve_device
 from ...speedups import from_configs
 from ..knobs import lookup
+from ..plan import resolve_variant, write_recipes
 from ..records import Trial
-from ..runner import Launch, resolve_variant, write_recipes
+from ..trial_process import Launch
 from ..variants import Variant
 from .refused import recipe_facts, refused
 

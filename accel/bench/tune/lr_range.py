@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..knobs import LR_KEY, Knob, current
-from ..runner import TrialSettings
+from ..trial_process import TrialSettings
 from ..variants import Variant, format_value
 from .objective import Objective
 from .rows import TuneRow, skipped_row

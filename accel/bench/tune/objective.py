@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 from ...config.recipe import Recipe
 from ...errors import AccelError
 from ..records import Report, Trial, VariantSummary, Verdict
-from ..runner import TrialSettings
 from ..target import Target, time_to
+from ..trial_process import TrialSettings
 
 
 @dataclass

@@ -15,8 +15,8 @@ from ...io import write_atomic
 from ...measure.load import busy_note
 from ..knobs import BATCH_KEY, lookup
 from ..records import Interval
-from ..runner import TrialSettings
 from ..summary import MIN_TRIALS
+from ..trial_process import TrialSettings
 from ..variants import format_value
 from .search import TuneResult
 

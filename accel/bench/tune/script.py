@@ -29,8 +29,8 @@ from ...io import write_atomic
 from ...speedups import RunFacts
 from ..knobs import Knob, _listed, _tried, current, lookup, speedup_knobs
 from ..records import Trial
-from ..runner import Launch
 from ..script import ARG, SET_VARIABLE, launch_of, probe, resolved
+from ..trial_process import Launch
 from ..variants import Variant
 from .refused import built, refused
 from .search import TuneResult

@@ -19,8 +19,9 @@ from ...measure.load import busy_note
 from .. import runner
 from ..knobs import Knob, current, usable
 from ..records import Report, Trial, VariantSummary, Verdict
-from ..runner import Launch, SkipRule, TrialSettings
+from ..runner import SkipRule
 from ..summary import summarize
+from ..trial_process import Launch, TrialSettings
 from ..variants import Variant, format_value, interleave
 from .budget import Budget, WithinBudget
 from .configs import RecipeSubject, Subject

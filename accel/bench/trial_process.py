@@ -1,0 +1,141 @@
+"""One bench trial as a process of its own: its command line (`TrialSettings`, `trial_argv`; a script's own
+`Launch`), its environment (the compile caches it may use, accel importable), and its run, with a record even when
+it crashed, timed out or was killed (its process group goes with it: DataLoader workers too)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from ..runs.signals import die_with_parent
+from .records import Trial
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding `accel/`, for the children's imports
+TAIL_LINES = 30
+
+
+@dataclass
+class TrialSettings:
+    """How every trial runs: timed steps, warm-up steps, the per-trial time limit and the compile cache."""
+
+    steps: int
+    warmup: int
+    timeout: float | None = None
+    warm_cache: bool = False
+    target: str | None = None  # METRIC=VALUE: time each trial until the metric reaches VALUE
+    eval_every: int | None = None
+    evaluate: bool = True  # False: no evaluation at all (tune guards results by the training loss alone)
+    # tune --objective time: every trial trains on `samples` samples whatever its batch size, evaluates on
+    # `eval_batches` batches, records its curve (`curve`: also with no target yet) and stops at the target
+    samples: int | None = None
+    eval_batches: int | None = None
+    curve: bool = False
+    stop_at_target: bool = False
+
+
+def trial_argv(recipe: Path, settings: TrialSettings, json_path: Path, variant: str, trial: int) -> list[str]:
+    """The command line of one trial process."""
+    return [
+        sys.executable,
+        "-m",
+        "accel.bench.trial",
+        str(recipe),
+        "--steps",
+        str(settings.steps),
+        "--warmup",
+        str(settings.warmup),
+        "--json",
+        str(json_path),
+        f"--variant={variant}",
+        "--trial",
+        str(trial),  # `=`: a name like -amp is not an option
+        *(["--target", settings.target] if settings.target else []),
+        *(["--eval-every", str(settings.eval_every)] if settings.eval_every else []),
+        *(["--curve"] if settings.curve else []),
+        *(["--eval-batches", str(settings.eval_batches)] if settings.eval_batches else []),
+        *(["--samples", str(settings.samples)] if settings.samples else []),
+        *(["--stop-at-target"] if settings.stop_at_target else []),
+        *([] if settings.evaluate else ["--no-eval"]),
+    ]
+
+
+class Launch(Protocol):
+    """How a variant's trial starts when it is not a recipe file: a user's script (accel.bench.script)."""
+
+    def launch(self, settings: TrialSettings, json_path: Path) -> tuple[list[str], dict[str, str]]:
+        """The command line and the environment variables it adds."""
+
+
+def trial_env(cache_dir: Path) -> dict[str, str]:
+    """The parent's environment, with the compile caches pointed at `cache_dir` and accel importable."""
+    env = dict(os.environ)
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)
+    env["TRITON_CACHE_DIR"] = str(cache_dir / "triton")  # else Triton keeps kernels warm in ~/.triton
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH")) if p)
+    env["PYTHONUNBUFFERED"] = "1"  # the log tail must hold the last words of a process that died
+    return env
+
+
+def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the trial and its DataLoader workers, nothing else
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def exit_reason(code: int) -> str:
+    if code < 0:
+        name = signal.Signals(-code).name
+        hint = " (often the out-of-memory killer)" if -code == signal.SIGKILL else ""
+        return f"killed by {name}{hint}"
+    return f"exited with code {code}"
+
+
+def _read_result(path: Path) -> Trial | None:
+    try:
+        return Trial.model_validate_json(path.read_text())
+    except (OSError, ValueError):  # pydantic's ValidationError is a ValueError
+        return None
+
+
+def run_trial_process(
+    argv: list[str], json_path: Path, log_path: Path, timeout: float | None, env: dict[str, str]
+) -> Trial:
+    """Run one trial command; its record, or one holding only `error` with the output tail when it crashed,
+    timed out or wrote no readable record. Output goes to `log_path`."""
+    json_path.unlink(missing_ok=True)
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, preexec_fn=die_with_parent
+        )
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            return Trial(error=f"timed out after {timeout:g} s (--timeout); last output:\n{log_tail(log_path)}")
+        except BaseException:  # Ctrl-C reaches only us (new session): take the trial down with us
+            _kill_group(proc)
+            raise
+    result = _read_result(json_path)
+    if result is None:
+        return Trial(
+            error=f"trial process {exit_reason(code)} without a readable result; last output:\n{log_tail(log_path)}"
+        )
+    if code != 0 and result.error is None:
+        result = result.updated(
+            error=f"trial process {exit_reason(code)} after writing its result; last output:\n{log_tail(log_path)}"
+        )
+    return result
