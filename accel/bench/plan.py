@@ -1,16 +1,17 @@
 """What a bench will run, decided before any trial: the variants (--ablate or --vary, narrowed by --only), each
 resolved into a recipe up front (a bad value fails in a second, not after an hour of trials) and written as the
-exact input of its trials."""
+exact input of its trials, and those the one conflict rule refuses (reported refused, never run)."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config.recipe import Recipe, load_recipe, validate_recipe
 from ..config.recipe_yaml import Origins, apply_overrides
 from ..errors import AccelError, RecipeError
+from .refused import new_refusals
 from .variants import Variant, ablation_variants, vary_variants
 
 
@@ -23,6 +24,7 @@ class BenchPlan:
     variants: list[Variant]
     baseline: str
     recipes: dict[str, Recipe]
+    refused: dict[str, str] = field(default_factory=dict)  # variants the conflict rule refuses: not run
 
 
 def resolve_variant(base: Recipe, variant: Variant) -> Recipe:
@@ -51,7 +53,8 @@ def plan_bench(
     if only:
         variants = only_variants(variants, only)
     recipes = {v.name: resolve_variant(base, v) for v in variants}
-    return BenchPlan(Path(recipe_path), base.name, variants, variants[0].name, recipes)
+    baseline = variants[0].name
+    return BenchPlan(Path(recipe_path), base.name, variants, baseline, recipes, new_refusals(recipes, baseline))
 
 
 def only_variants(variants: list[Variant], names: list[str]) -> list[Variant]:

@@ -223,6 +223,7 @@ class VariantSummary(Record):
     errors: int
     ok_trials: int
     trials: list[Trial]
+    refused: str | None = None  # why the one conflict rule refused the variant beside the others' choices: not run
 
     @property
     def ratio_reading(self) -> Reading:

@@ -53,12 +53,13 @@ def _target_cell(r: VariantSummary, target: str | None, is_base: bool) -> list[s
 
 def _row(r: VariantSummary, is_base: bool, target: str | None = None, compiled: bool = False) -> list[str]:
     flags = (["results changed"] if r.result_changed else []) + ([f"{r.errors} failed"] if r.errors else [])
+    flags += ["refused, not run"] if r.refused else []
     return [
         r.name,
         r.samples_per_s.text("{:.1f}", "") + _tokens(r),
         r.ratio_vs_baseline.text(),
         r.median_step_ratio.text(),
-        "baseline" if is_base else say(r.verdict, r.busy),
+        "baseline" if is_base else "refused" if r.refused else say(r.verdict, r.busy),
         _step_ms(r),
         _f(r.mfu, "{:.1%}"),
         _f(r.data_wait_fraction, "{:.0%}"),
@@ -112,17 +113,30 @@ def _step_ms(r: VariantSummary) -> str:
 def verdict_lines(report: Report) -> list[str]:
     """Plain-language verdicts: one per speed-up for an ablation, one per non-baseline variant otherwise."""
     if report.speedups:
-        lines, rows = [], report.by_name
+        rows = report.by_name
+        refused_all = rows["all"].refused if "all" in rows else None
+        lines = (
+            [f"all: refused, not run: {refused_all}; each speed-up is read added to baseline"] if refused_all else []
+        )
         for name, s in report.speedups.items():
             busy = [x.busy for x in (s.added, s.removed) if x is not None and x.busy is not None]
             line = f"{name}: {say(s.verdict, max(busy, default=None))}. Added to baseline: {_reading(s.added)}"
-            if f"-{name}" in rows:
+            if f"-{name}" in rows and not refused_all:
                 line += f"; removed from all (all vs -{name}): {_reading(s.removed)}"
             failed = sum(rows[n].errors for n in (f"+{name}", f"-{name}") if n in rows)
-            lines.append(line + "." + (f" {failed} of its trials failed." if failed else ""))
+            refused = [
+                f"{n} refused, not run: {rows[n].refused}"
+                for n in (f"+{name}", f"-{name}")
+                if n in rows and rows[n].refused
+            ]
+            lines.append(
+                line + "." + (f" {failed} of its trials failed." if failed else "") + "".join(f" {r}." for r in refused)
+            )
         return lines
     return [
-        f"{r.name}: {_reading(r.ratio_reading)} vs baseline"
+        f"{r.name}: refused, not run: {r.refused}"
+        if r.refused
+        else f"{r.name}: {_reading(r.ratio_reading)} vs baseline"
         + _steady_disagrees(r)
         + (" (results changed)" if r.result_changed else "")
         for r in report.variants

@@ -15,7 +15,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -206,9 +206,11 @@ def run_bench(
     """
     out = Path(out)
     files = write_recipes(plan.recipes, out)
-    jobs = [(t, v.name, files[v.name]) for t, v in interleave(plan.variants, trials)]
+    jobs = [(t, v.name, files[v.name]) for t, v in interleave(plan.variants, trials) if v.name not in plan.refused]
     configs = {name: recipe.dump() for name, recipe in plan.recipes.items()}
-    run = BenchRun(plan.variants, plan.baseline, str(plan.recipe_path), configs, settings, trials, command)
+    run = BenchRun(
+        plan.variants, plan.baseline, str(plan.recipe_path), configs, settings, trials, command, plan.refused
+    )
     return run_and_report(run, jobs, out, console)
 
 
@@ -230,6 +232,7 @@ class BenchRun:
     settings: TrialSettings
     trials: int
     command: str | None = None
+    refused: dict[str, str] = field(default_factory=dict)  # variants the conflict rule refused: no trials
 
 
 def run_and_report(
@@ -237,6 +240,9 @@ def run_and_report(
 ) -> tuple[Report, dict[str, Path]]:
     """Run the jobs (interleaved already) and write the report of the finished trials into `out`."""
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    console = console or Console(stderr=True)
+    for name, reason in run.refused.items():
+        console.print(f"{name}: refused, not run: {reason}", highlight=False, markup=False, soft_wrap=True)
     results = run_trials(jobs, out, run.settings, console)
     settings = run.settings
     extra = {
@@ -260,5 +266,5 @@ def run_and_report(
         extra["command"] = run.command
     # the report holds the environment once, not in every trial
     records = [r.without("env") for r in results]
-    report = summarize(records, run.variants, run.baseline, env=_environment(results), extra=extra)
+    report = summarize(records, run.variants, run.baseline, env=_environment(results), extra=extra, refused=run.refused)
     return report, write_reports(report, out)

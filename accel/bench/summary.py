@@ -92,7 +92,9 @@ def _break_even(ok: list[Trial], base_ok: list[Trial], ratio: Reading, p50: floa
     return break_even_steps(first, base_first, p50, p50 * ratio.median)
 
 
-def _summarize_variant(variant: Variant, trials: list[Trial], base_ok: list[Trial], is_base: bool) -> VariantSummary:
+def _summarize_variant(
+    variant: Variant, trials: list[Trial], base_ok: list[Trial], is_base: bool, refused: str | None = None
+) -> VariantSummary:
     ok = ok_trials(trials)
     busy = busy_share(ok, base_ok)
     sps = _values(ok, "samples_per_s")
@@ -134,6 +136,7 @@ def _summarize_variant(variant: Variant, trials: list[Trial], base_ok: list[Tria
         errors=len(trials) - len(ok),
         ok_trials=len(ok),
         trials=list(trials),
+        **({"refused": refused} if refused else {}),
     )
 
 
@@ -202,14 +205,19 @@ def _recommend_speedups(ups: dict[str, SpeedupReadings], rows: dict[str, Variant
     # Helped in at least one reading and hurt in none; a speed-up with any failed trial is never recommended.
     said = {n: {x.verdict for x in (s.added, s.removed) if x} for n, s in ups.items()}
     failed = [n for n in ups if rows[f"+{n}"].errors or (f"-{n}" in rows and rows[f"-{n}"].errors)]
+    refused = [n for n in ups if rows[f"+{n}"].refused or (f"-{n}" in rows and rows[f"-{n}"].refused)]
     unsure = [n for n, s in ups.items() if _busy(s.added, s.removed)]
-    left_out = failed + unsure
+    left_out = failed + refused + unsure
     chosen = [n for n, v in said.items() if Verdict.HELPED in v and Verdict.HURT not in v and n not in left_out]
     changed = [n for n in chosen if rows[f"+{n}"].result_changed]
     quiet = " on a quiet machine" if unsure else ""
     text = ", ".join(chosen) if chosen else f"baseline (no speed-up helped measurably{quiet})"
     if failed:
         text += f"; left out because trials failed: {', '.join(failed)}"
+    if refused:
+        text += f"; left out as refused beside the recipe's other choices: {', '.join(refused)}"
+    if rows.get("all") and rows["all"].refused and len(chosen) > 1:
+        text += f"; all of them together was refused ({rows['all'].refused}): keep those that can run together"
     text += _unsure(unsure)
     if changed:
         text += f"; check results: {', '.join(changed)} changed final loss or accuracy beyond noise"
@@ -262,11 +270,14 @@ def summarize(
     *,
     env: dict | None = None,
     extra: dict[str, Any] | None = None,
+    refused: dict[str, str] | None = None,
 ) -> Report:
     """The report docs/bench.md describes from the trials; failed trials are kept and counted.
 
-    `env` becomes `report.env`; `extra` sets the run's context fields (`command`, `recipes`, ...).
+    `env` becomes `report.env`; `extra` sets the run's context fields (`command`, `recipes`, ...); `refused` names
+    the variants the conflict rule refused (not run) with the reason.
     """
+    refused = refused or {}
     names = [v.name for v in variants]
     if baseline not in names:
         raise ValueError(f"baseline `{baseline}` is not one of the variants: {', '.join(names)}")
@@ -275,7 +286,10 @@ def summarize(
     if not ablation and not ok_trials(by_name[baseline]):  # --vary: ratios against the first variant that ran
         baseline = next((n for n in names if ok_trials(by_name[n])), baseline)
     base_ok = ok_trials(by_name[baseline])
-    rows = {v.name: _summarize_variant(v, by_name[v.name], base_ok, v.name == baseline) for v in variants}
+    rows = {
+        v.name: _summarize_variant(v, by_name[v.name], base_ok, v.name == baseline, refused.get(v.name))
+        for v in variants
+    }
     ups = _speedup_readings(rows) if ablation else {}
     extra = dict(extra or {})
     recommended = INTERRUPTED if extra.get("interrupted") else _recommend(baseline, rows, ups)

@@ -339,3 +339,41 @@ def test_a_busy_baseline_withholds_every_verdict_of_an_ablation():
     assert rep.recommended.text.startswith("baseline (no speed-up helped measurably on a quiet machine); no verdict")
     assert "no verdict for amp, cudnn: the machine was busy" in rep.recommended.text
     assert verdict_lines(rep)[0].startswith("amp: inconclusive: busy machine (others took 60% of the cores).")
+
+
+def test_a_refused_variant_is_reported_refused_with_the_reason_and_never_recommended():
+    variants = vary_variants(["speedups.jit.enabled=false,true", "data.batch_size=32,64"])
+    names = [v.name for v in variants]
+    refused = {names[1]: "speed-ups `jit` and `compile` both turn the model into another program"}
+    trials = [trial(n, i, sps) for i, sps in enumerate((100.0, 101.0, 99.0)) for n in names if n != names[1]]
+    report = summarize(trials, variants, names[0], refused=refused)
+    row = report.variant(names[1])
+    assert row.refused == refused[names[1]] and row.trials == [] and row.errors == 0
+    assert "refused" not in report.variant(names[0]).to_data()  # set only where the rule refused
+    assert any(line.startswith(f"{names[1]}: refused, not run: speed-ups `jit`") for line in verdict_lines(report))
+    _, rows = table(report)
+    refused_row = next(r for r in rows if r[0] == names[1])
+    assert refused_row[4] == "refused" and refused_row[-1] == "refused, not run"
+    assert names[1] not in report.recommended.text
+
+
+def test_an_ablation_leaves_a_refused_speedup_out_of_its_recommendation():
+    variants = ablation_variants({"amp": {"dtype": "bf16"}, "jit": {}})
+    by_name = {v.name: v for v in variants}
+    speeds = {"baseline": 100, "+amp": 250, "-amp": 100, "+jit": 100, "-jit": 250}  # "all" refused: not run
+    trials = [trial(n, i, speeds[n] + jitter) for i, jitter in enumerate((-1.0, 0.0, 1.5)) for n in speeds]
+    report = summarize(trials, list(by_name.values()), "baseline", refused={"all": "amp and jit cannot be stacked"})
+    assert report.variant("all").refused and report.speedups["amp"].removed is None
+    assert report.recommended.text.split(";")[0] == "amp"  # jit measured no effect
+    lines = verdict_lines(report)
+    assert lines[0] == "all: refused, not run: amp and jit cannot be stacked; each speed-up is read added to baseline"
+    assert lines[1].startswith("amp: helped. Added to baseline: helped")
+
+
+def test_speedups_that_helped_apart_but_were_refused_together_are_said_so():
+    variants = ablation_variants({"amp": {"dtype": "bf16"}, "jit": {}})
+    speeds = {"baseline": 100, "+amp": 250, "-amp": 150, "+jit": 150, "-jit": 250}
+    trials = [trial(n, i, speeds[n] + jitter) for i, jitter in enumerate((-1.0, 0.0, 1.5)) for n in speeds]
+    report = summarize(trials, variants, "baseline", refused={"all": "amp and jit cannot be stacked"})
+    text = report.recommended.text
+    assert text.startswith("amp, jit") and "all of them together was refused (amp and jit cannot be stacked)" in text

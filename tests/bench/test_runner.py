@@ -329,3 +329,30 @@ def test_a_failed_trials_message_of_several_lines_is_said_whole():
     )
     assert Trial(error="out of memory\nmore").error_said() == "out of memory"
     assert Trial(error="x" * 1000).error_said().endswith("...") and len(Trial(error="x" * 1000).error_said()) == 400
+
+
+def test_the_plan_knows_which_variants_the_conflict_rule_refuses(tiny, write_recipe):
+    stacked = plan_bench(
+        write_recipe(tiny), ["speedups.compile.enabled=true"], ablate=False, vary=["speedups.jit.enabled=false,true"]
+    )
+    assert list(stacked.refused) == ["speedups.jit.enabled=true"]
+    assert "cannot be stacked" in stacked.refused["speedups.jit.enabled=true"]
+    both = {**tiny, "speedups": {"compile": {}, "jit": {}}}
+    ablation = plan_bench(write_recipe(both), [], ablate=True, vary=[])
+    assert list(ablation.refused) == ["all"]  # each alone runs; together the rule refuses them
+
+
+@pytest.mark.slow
+def test_a_refused_variant_runs_no_trial_and_is_reported_refused(tiny, write_recipe, tmp_path, capsys):
+    out = tmp_path / "bench"
+    argv = ["bench", str(write_recipe(tiny)), "--set", "speedups.compile.enabled=true", "--vary"]
+    argv += ["speedups.jit.enabled=false,true", "--steps", "1", "--warmup", "0", "--trials", "1", "--out", str(out)]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "speedups.jit.enabled=true: refused, not run: " in err and "[1/1]" in err
+    report = json.loads((out / "report.json").read_text())
+    ran, refused = report["variants"]
+    assert ran["ok_trials"] == 1 and "refused" not in ran
+    assert refused["trials"] == [] and "cannot be stacked" in refused["refused"]
+    assert len(list((out / "trials").glob("*.json"))) == 1
+    assert "refused, not run" in (out / "report.md").read_text()

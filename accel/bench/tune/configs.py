@@ -9,14 +9,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ...config.recipe import Recipe
-from ...devices import resolve_device
-from ...speedups import from_configs
 from ..knobs import lookup
 from ..plan import resolve_variant, write_recipes
 from ..records import Trial
+from ..refused import recipe_refusals
 from ..trial_process import Launch
 from ..variants import Variant
-from .refused import recipe_facts, refused
 
 
 class Subject(Protocol):
@@ -40,7 +38,7 @@ class Subject(Protocol):
         """Optimizer steps the real run will take (what a start-up cost must be repaid within), if known."""
 
     def refusals(self, overrides: dict[str, Any]) -> list[str]:
-        """What the one conflict rule refuses of the configuration the overrides make (accel.bench.tune.refused)."""
+        """What the one conflict rule refuses of the configuration the overrides make (accel.bench.refused)."""
 
 
 @dataclass
@@ -71,9 +69,7 @@ class RecipeSubject:
         return per_epoch * self.recipe.train.epochs if per_epoch else None
 
     def refusals(self, overrides: dict[str, Any]) -> list[str]:
-        recipe = resolve_variant(self.recipe, Variant("refusals", self.effective(overrides)))
-        device = resolve_device(recipe.device)
-        return refused(from_configs(recipe.speedups), device, recipe_facts(recipe, device))
+        return recipe_refusals(resolve_variant(self.recipe, Variant("refusals", self.effective(overrides))))
 
 
 def effective(base: Recipe, overrides: dict[str, Any]) -> dict[str, Any]:

@@ -29,10 +29,10 @@ from ...io import write_atomic
 from ...speedups import RunFacts
 from ..knobs import Knob, _listed, _tried, current, lookup, speedup_knobs
 from ..records import Trial
+from ..refused import built, refused
 from ..script import ARG, SET_VARIABLE, launch_of, probe, resolved
 from ..trial_process import Launch
 from ..variants import Variant
-from .refused import built, refused
 from .search import TuneResult
 
 OPTIMIZER = "optimizer"  # the engine key tune --objective time varies

@@ -1,6 +1,6 @@
-"""The one conflict rule asked of tune's candidates before any trial: a candidate the rule refuses beside the choices
-so far (the subject's device and own choices, accel.speedups.RunFacts) is recorded refused with the reason, not
-paid a trial to fail at setup."""
+"""The one conflict rule asked of a bench's variants and tune's candidates before any trial: one the rule refuses
+beside the other choices (the device and the run's own choices, accel.speedups.RunFacts) is recorded refused with
+the reason, not paid a trial to fail at setup."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from ...config.recipe import Recipe
-from ...optimizers.builders import build_optimizer, build_scheduler
-from ...optimizers.traits import optimizer_traits
-from ...registry import SPEEDUPS
-from ...speedups import RunFacts, Speedup, precision_of, refusals, skipped
-from ...strategy import Strategy
+from ..config.recipe import Recipe
+from ..devices import resolve_device
+from ..optimizers.builders import build_optimizer, build_scheduler
+from ..optimizers.traits import optimizer_traits
+from ..registry import SPEEDUPS
+from ..speedups import RunFacts, Speedup, from_configs, precision_of, refusals, skipped
+from ..strategy import Strategy
 
 STANDIN_STEPS = 100  # a schedule's length for the stand-in optimizer: only whether one is built matters
 
@@ -25,6 +26,24 @@ def refused(speedups: list[Speedup], device: torch.device, run: RunFacts) -> lis
     left_out = skipped(speedups, device, strategy)
     active = [s for s in speedups if s.name not in left_out]
     return refusals(active, device, strategy, precision_of(active).name, run)
+
+
+def recipe_refusals(recipe: Recipe) -> list[str]:
+    """What the rule refuses of a resolved recipe, on the device its trials will run on."""
+    device = resolve_device(recipe.device)
+    return refused(from_configs(recipe.speedups), device, recipe_facts(recipe, device))
+
+
+def new_refusals(recipes: dict[str, Recipe], baseline: str) -> dict[str, str]:
+    """The variants the rule refuses (name -> reason), beyond what it refuses of the baseline too: that refusal is
+    the recipe's own, and the baseline's trial fails and says so."""
+    own = set(recipe_refusals(recipes[baseline]))
+    found = {}
+    for name, recipe in recipes.items():
+        new = [r for r in recipe_refusals(recipe) if r not in own] if name != baseline else []
+        if new:
+            found[name] = "; ".join(new)
+    return found
 
 
 def built(section: dict[str, dict[str, Any]]) -> list[Speedup]:
