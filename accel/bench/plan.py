@@ -11,7 +11,7 @@ from pathlib import Path
 from ..config.recipe import Recipe, load_recipe, validate_recipe
 from ..config.recipe_yaml import Origins, apply_overrides
 from ..errors import AccelError, RecipeError
-from .refused import new_refusals
+from .refused import new_refusals, recipe_refusals
 from .variants import Variant, ablation_variants, vary_variants
 
 
@@ -54,7 +54,8 @@ def plan_bench(
         variants = only_variants(variants, only)
     recipes = {v.name: resolve_variant(base, v) for v in variants}
     baseline = variants[0].name
-    return BenchPlan(Path(recipe_path), base.name, variants, baseline, recipes, new_refusals(recipes, baseline))
+    refused = new_refusals({name: recipe_refusals(recipe) for name, recipe in recipes.items()}, baseline)
+    return BenchPlan(Path(recipe_path), base.name, variants, baseline, recipes, refused)
 
 
 def only_variants(variants: list[Variant], names: list[str]) -> list[Variant]:

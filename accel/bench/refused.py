@@ -34,13 +34,20 @@ def recipe_refusals(recipe: Recipe) -> list[str]:
     return refused(from_configs(recipe.speedups), device, recipe_facts(recipe, device))
 
 
-def new_refusals(recipes: dict[str, Recipe], baseline: str) -> dict[str, str]:
-    """The variants the rule refuses (name -> reason), beyond what it refuses of the baseline too: that refusal is
-    the recipe's own, and the baseline's trial fails and says so."""
-    own = set(recipe_refusals(recipes[baseline]))
+def script_refusals(given: dict[str, Any], config: dict[str, Any]) -> list[str]:
+    """What the rule refuses of a script's variant (`config`: its resolved settings), judged by the run's facts the
+    probe read from the script's engine (`given`; none known: none refused for them)."""
+    device = torch.device(given.get("resolved_device") or "cpu")
+    return refused(built(config["speedups"]), device, RunFacts.from_data(given.get("run")))
+
+
+def new_refusals(refusals: dict[str, list[str]], baseline: str) -> dict[str, str]:
+    """The variants the rule refuses (name -> reason) beyond what it refuses of the baseline too: that refusal is
+    the recipe's or script's own, and the baseline's trial fails and says so."""
+    own = set(refusals[baseline])
     found = {}
-    for name, recipe in recipes.items():
-        new = [r for r in recipe_refusals(recipe) if r not in own] if name != baseline else []
+    for name, reasons in refusals.items():
+        new = [r for r in reasons if r not in own] if name != baseline else []
         if new:
             found[name] = "; ".join(new)
     return found

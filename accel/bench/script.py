@@ -19,7 +19,7 @@ import shlex
 import subprocess
 import tempfile
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from ..runs.signals import die_with_parent
 from .knobs import runnable_speedups
 from .plan import only_variants
 from .records import Report
+from .refused import new_refusals, script_refusals
 from .runner import BenchRun, run_and_report
 from .trial_process import TrialSettings, exit_reason, log_tail, trial_env
 from .variants import Variant, ablation_variants, format_value, interleave, vary_variants
@@ -81,6 +82,7 @@ class ScriptPlan:
     launches: dict[str, ScriptLaunch]
     configs: dict[str, dict[str, Any]]  # each variant's settings as its engine will resolve them
     given: dict[str, Any]
+    refused: dict[str, str] = field(default_factory=dict)  # variants the conflict rule refuses: not run
 
 
 def plan_script(
@@ -104,7 +106,9 @@ def plan_script(
         variants = only_variants(variants, only)
     launches = {v.name: launch_of(command, sets, v) for v in variants}
     configs = {name: resolved(given, launch, name) for name, launch in launches.items()}
-    return ScriptPlan(command, script_name(command), variants, variants[0].name, launches, configs, given)
+    baseline = variants[0].name
+    refused = new_refusals({name: script_refusals(given, config) for name, config in configs.items()}, baseline)
+    return ScriptPlan(command, script_name(command), variants, baseline, launches, configs, given, refused)
 
 
 def script_name(command: list[str]) -> str:
@@ -230,6 +234,9 @@ def run_script_bench(
     console: Console | None = None,
 ) -> tuple[Report, dict[str, Path]]:
     """Run the script's variants interleaved, each trial a fresh process; write report.json/.md/.html into `out`."""
-    jobs = [(t, v.name, plan.launches[v.name]) for t, v in interleave(plan.variants, trials)]
-    run = BenchRun(plan.variants, plan.baseline, shlex.join(plan.command), plan.configs, settings, trials, command)
+    jobs = [
+        (t, v.name, plan.launches[v.name]) for t, v in interleave(plan.variants, trials) if v.name not in plan.refused
+    ]
+    source = shlex.join(plan.command)
+    run = BenchRun(plan.variants, plan.baseline, source, plan.configs, settings, trials, command, plan.refused)
     return run_and_report(run, jobs, Path(out), console)

@@ -338,3 +338,13 @@ def test_a_loop_whose_backward_bypasses_the_engine_is_timed_without_a_loss(tmp_p
 def test_without_the_variable_the_engine_holds_no_trial(monkeypatch):
     monkeypatch.delenv(script_trial.PATH, raising=False)
     assert accel.Engine(device="cpu")._trial is None
+
+
+@pytest.mark.slow
+def test_a_scripts_variant_the_conflict_rule_refuses_is_known_before_any_trial(tmp_path):
+    from accel.bench.script import plan_script
+
+    command = [sys.executable, str(script(tmp_path))]
+    plan = plan_script(command, ["speedups.compile.enabled=true"], False, ["speedups.jit.enabled=false,true"])
+    assert list(plan.refused) == ["speedups.jit.enabled=true"]
+    assert "cannot be stacked" in plan.refused["speedups.jit.enabled=true"]

@@ -19,17 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
 
 from ...config.recipe_yaml import parse_value
 from ...devices import resolve_device
 from ...errors import AccelError
 from ...io import write_atomic
-from ...speedups import RunFacts
 from ..knobs import Knob, _listed, _tried, current, lookup, speedup_knobs
 from ..records import Trial
-from ..refused import built, refused
+from ..refused import script_refusals
 from ..script import ARG, SET_VARIABLE, launch_of, probe, resolved
 from ..trial_process import Launch
 from ..variants import Variant
@@ -79,9 +77,7 @@ class ScriptSubject:
 
     def refusals(self, overrides: dict[str, Any]) -> list[str]:
         """Judged by the run's facts the probe read from the script's engine (none known: none refused for them)."""
-        data = resolved(self.engine, self.launch(overrides), "variant")
-        device = torch.device(self.engine.get("resolved_device") or "cpu")
-        return refused(built(data["speedups"]), device, RunFacts.from_data(self.engine.get("run")))
+        return script_refusals(self.engine, resolved(self.engine, self.launch(overrides), "variant"))
 
 
 def options_of(command: list[str]) -> dict[str, Any]:
