@@ -49,7 +49,7 @@ def new_refusals(refusals: dict[str, list[str]], baseline: str) -> dict[str, str
     for name, reasons in refusals.items():
         new = [r for r in reasons if r not in own] if name != baseline else []
         if new:
-            found[name] = "; ".join(new)
+            found[name] = " ".join(new)  # each a sentence of its own
     return found
 
 

@@ -116,7 +116,9 @@ def verdict_lines(report: Report) -> list[str]:
         rows = report.by_name
         refused_all = rows["all"].refused if "all" in rows else None
         lines = (
-            [f"all: refused, not run: {refused_all}; each speed-up is read added to baseline"] if refused_all else []
+            [f"all: refused, not run, so each speed-up is read added to baseline only: {refused_all}"]
+            if refused_all
+            else []
         )
         for name, s in report.speedups.items():
             busy = [x.busy for x in (s.added, s.removed) if x is not None and x.busy is not None]

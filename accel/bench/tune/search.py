@@ -19,6 +19,7 @@ from ...measure.load import busy_note
 from .. import runner
 from ..knobs import Knob, current, usable
 from ..records import Report, Trial, VariantSummary, Verdict
+from ..refused import new_refusals
 from ..runner import SkipRule
 from ..summary import summarize
 from ..trial_process import Launch, TrialSettings
@@ -154,15 +155,9 @@ def _failed_bound(knob: Knob, names: dict[str, Any], current: Any) -> SkipRule:
 
 def _refused(m: Measure, knob: Knob, variants: list[Variant], reference: Any) -> dict[str, str]:
     """The candidates the one conflict rule refuses beside the choices so far (name -> reason), known without a
-    trial. A refusal the reference shares is the subject's own: its trial fails and says so."""
+    trial; a refusal the reference shares is the subject's own (accel.bench.refused.new_refusals)."""
     ref = next(v for v in variants if v.overrides[knob.key] == reference)
-    own = set(m.subject.refusals(ref.overrides))
-    found = {}
-    for v in variants:
-        new = [p for p in m.subject.refusals(v.overrides) if p not in own] if v is not ref else []
-        if new:
-            found[v.name] = "; ".join(new)
-    return found
+    return new_refusals({v.name: m.subject.refusals(v.overrides) for v in variants}, ref.name)
 
 
 def _run_stage(
