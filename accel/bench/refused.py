@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from ..config.recipe import Recipe
-from ..devices import resolve_device
+from ..devices import cuda_available, resolve_device, xla_requested
+from ..errors import AccelError
 from ..optimizers.builders import build_optimizer, build_scheduler
 from ..optimizers.traits import optimizer_traits
 from ..registry import SPEEDUPS
@@ -29,9 +30,21 @@ def refused(speedups: list[Speedup], device: torch.device, run: RunFacts) -> lis
 
 
 def recipe_refusals(recipe: Recipe) -> list[str]:
-    """What the rule refuses of a resolved recipe, on the device its trials will run on."""
-    device = resolve_device(recipe.device)
-    return refused(from_configs(recipe.speedups), device, recipe_facts(recipe, device))
+    """What the rule refuses of a resolved recipe, on the device its trials will run on; nothing when that device
+    is missing here (every trial then fails saying so)."""
+    device = trial_device(recipe.device)
+    return refused(from_configs(recipe.speedups), device, recipe_facts(recipe, device)) if device else []
+
+
+def trial_device(spec: str) -> torch.device | None:
+    """The device the trials will resolve `spec` to, without starting its runtime in this process (the rule reads
+    only its type; an XLA runtime started here would hold the device); None when it is missing."""
+    if spec.split(":")[0] == "xla" or (spec == "auto" and not cuda_available() and xla_requested()):
+        return torch.device("xla")
+    try:
+        return resolve_device(spec)
+    except AccelError:
+        return None
 
 
 def script_refusals(given: dict[str, Any], config: dict[str, Any]) -> list[str]:

@@ -7,6 +7,7 @@ import json
 import sys
 
 import pytest
+import torch
 from rich.console import Console
 
 from accel.bench.plan import plan_bench
@@ -356,3 +357,12 @@ def test_a_refused_variant_runs_no_trial_and_is_reported_refused(tiny, write_rec
     assert refused["trials"] == [] and "cannot be stacked" in refused["refused"]
     assert len(list((out / "trials").glob("*.json"))) == 1
     assert "refused, not run" in (out / "report.md").read_text()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a missing device is what this test needs")
+def test_a_plan_for_a_device_missing_here_judges_nothing_and_still_lists(tiny, write_recipe, capsys):
+    recipe = str(write_recipe({**tiny, "device": "cuda"}))
+    plan = plan_bench(recipe, [], ablate=False, vary=["speedups.jit.enabled=false,true"])
+    assert plan.refused == {}  # its trials say the device is missing, each one
+    assert main(["bench", recipe, "--vary", "speedups.jit.enabled=false,true", "--list"]) == 0
+    assert "speedups.jit.enabled=true" in capsys.readouterr().out
