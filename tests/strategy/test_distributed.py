@@ -331,3 +331,41 @@ def test_a_resume_every_rank_refuses_is_said_once_and_exits_2_as_one_process_doe
     assert len(said) == 1 and "was written for a different model" in said[0]  # not once per rank
     assert "Traceback" not in err and "ChildFailedError" not in err and "failed (exitcode" not in err
     assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
+
+
+LOOP_LEFT_AT_EXIT = """
+import atexit, os, sys, torch, accel
+import torch.distributed as dist
+from torch import nn
+
+atexit.register(lambda: print(f"rank {os.environ['RANK']} left: {not dist.is_initialized()}", flush=True))  # last
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+eng = accel.Engine(device="cpu", strategy="fsdp")
+model, optimizer = eng.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+eng.backward(model(torch.randn(4, 8)).square().mean())
+optimizer.step()
+if sys.argv[1] == "fail":
+    raise RuntimeError("the loop failed")
+"""
+
+
+@pytest.mark.slow
+def test_a_hand_written_loop_leaves_its_group_at_exit_unless_it_failed(tmp_path):
+    """An fsdp loop that never leaves its group itself aborted now and then at exit (gloo's threads outliving the
+    interpreter); after a failure nobody leaves, as the other ranks may be waiting in a collective."""
+    script = tmp_path / "loop.py"
+    script.write_text(LOOP_LEFT_AT_EXIT)
+    for how, left in (("finish", True), ("fail", False)):
+        done = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script), how],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert (done.returncode == 0) is left, done.stderr[-3000:]
+        assert sorted(line for line in done.stdout.splitlines() if " left: " in line) == [
+            f"rank 0 left: {left}",
+            f"rank 1 left: {left}",
+        ], done.stdout
