@@ -23,8 +23,19 @@ def tensors(batch: Any) -> list[torch.Tensor]:
 
 
 def leading_tensor(batch: Any) -> torch.Tensor | None:
-    """The batch's first tensor with a leading (batch) dimension, or None."""
-    return next((t for t in tensors(batch) if t.dim() > 0), None)
+    """The batch's first tensor with a leading (batch) dimension, or None. Walked to the first such tensor, not
+    flattened whole: a hand-written loop's engine asks this in every training forward."""
+    if isinstance(batch, torch.Tensor):
+        return batch if batch.dim() > 0 else None
+    if isinstance(batch, dict):
+        children = batch.values()
+    elif isinstance(batch, (list, tuple)):
+        children = batch
+    elif dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        children = (getattr(batch, f.name) for f in dataclasses.fields(batch))
+    else:
+        return None
+    return next((t for t in map(leading_tensor, children) if t is not None), None)
 
 
 def leading_size(batch: Any) -> int:
