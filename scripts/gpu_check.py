@@ -20,7 +20,7 @@ Steps (default: all, in this order; name some to run only those):
 Run only when named (the standing GPU issue's figures):
   lm-levers   lm-bytes-cuda with each speedrun lever against the recipe: the compiled optimizer step, whole-step
               CUDA graphs, the fused LM loss
-  lm-scale    the same with batch 32, and with compile mode max-autotune
+  lm-scale    batch 32 against 16, then compile mode max-autotune at batch 32
   lm-muon     time to val_loss 1.6 from each trial's process start: AdamW against Muon
   lm-tune     what `accel tune` picks for lm-bytes-cuda on the GPU (8 minutes)
   lm-time     what `accel tune --objective time` picks for it (8 minutes)
@@ -84,7 +84,10 @@ LM_LEVERS = {  # the speedrun levers, each against the recipe as given
     "cuda-graphs": "speedups.cuda_graphs.enabled=false,true --set speedups.compile.enabled=false",
     "fused-loss": "task.fused_loss=false,true",
 }
-LM_SCALE = {"batch": "data.batch_size=16,32", "max-autotune": "speedups.compile.mode=default,max-autotune"}
+LM_SCALE = {  # the larger batch, then max-autotune on top of it (both levers together against the larger batch)
+    "batch": "data.batch_size=16,32",
+    "max-autotune": "speedups.compile.mode=default,max-autotune --set data.batch_size=32",
+}
 RESNET_HOST = {  # what keeps the compiled ResNet preset waiting on its host
     "release-workers": "speedups.compile.release_workers=false,true",
     "cuda-graphs": "speedups.cuda_graphs.enabled=false,true --set speedups.compile.enabled=false",
