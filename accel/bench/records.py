@@ -224,6 +224,8 @@ class VariantSummary(Record):
     ok_trials: int
     trials: list[Trial]
     refused: str | None = None  # why the one conflict rule refused the variant beside the others' choices: not run
+    # set only when its trials disagree: the slowest and the fastest trial's samples/s (summary.UNSTEADY)
+    unsteady: tuple[float, float] | None = None
 
     @property
     def ratio_reading(self) -> Reading:

@@ -54,6 +54,7 @@ def _target_cell(r: VariantSummary, target: str | None, is_base: bool) -> list[s
 def _row(r: VariantSummary, is_base: bool, target: str | None = None, compiled: bool = False) -> list[str]:
     flags = (["results changed"] if r.result_changed else []) + ([f"{r.errors} failed"] if r.errors else [])
     flags += ["refused, not run"] if r.refused else []
+    flags += [f"unsteady: trials {_speeds(r.unsteady)} samples/s"] if r.unsteady else []
     return [
         r.name,
         r.samples_per_s.text("{:.1f}", "") + _tokens(r),
@@ -110,8 +111,29 @@ def _step_ms(r: VariantSummary) -> str:
     return "n/a" if p50 is None else f"{p50 * 1000:.1f}/{p90 * 1000:.1f}"
 
 
+def _speeds(spread: tuple[float, float]) -> str:
+    return f"{spread[0]:,.0f}-{spread[1]:,.0f}"
+
+
 def verdict_lines(report: Report) -> list[str]:
-    """Plain-language verdicts: one per speed-up for an ablation, one per non-baseline variant otherwise."""
+    """Plain-language verdicts: one per speed-up for an ablation, one per non-baseline variant otherwise; then
+    which variants' trials ran at two speeds, which every verdict read from them rests on."""
+    return _verdicts(report) + _unsteady(report)
+
+
+def _unsteady(report: Report) -> list[str]:
+    rows = [r for r in report.variants if r.unsteady]
+    if not rows:
+        return []
+    said = ", ".join(f"{r.name} {_speeds(r.unsteady)}" for r in rows)
+    return [
+        f"Unsteady trials ({said} samples/s, slowest to fastest): each interval spans two speeds, so a verdict "
+        "read from them is weak; find what differed between the slow and the fast trials (a cold cache, a "
+        "worker pool still starting, a neighbour) or run more --trials."
+    ]
+
+
+def _verdicts(report: Report) -> list[str]:
     if report.speedups:
         rows = report.by_name
         refused_all = rows["all"].refused if "all" in rows else None

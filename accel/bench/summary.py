@@ -8,9 +8,10 @@ its median step, which a stall of a shared machine hitting a few steps leaves al
 cost; both are shown), `tokens_per_s` (median, tasks on sequences), `flop_per_s` and `mfu` (medians; MFU
 against the dense GPU datasheet peak or the CPU's measured matmul peak), `val_accuracy`, `val_metric` with
 `val_metric_name` (the task's main metric), `result_changed` (final loss or the main metric differs from
-baseline beyond noise; None when there is nothing to compare), `errors` (failed trials) and `ok_trials`. The
-report adds `speedups` (ablation only: each speed-up read as added to baseline and as all vs -NAME) and
-`recommended`. The caller passes `env` and the run's context (`recipes`, `command`, ...) as `extra`.
+baseline beyond noise; None when there is nothing to compare), `errors` (failed trials), `ok_trials` and, only
+when its trials ran at two speeds, `unsteady` (the slowest and the fastest). The report adds `speedups`
+(ablation only: each speed-up read as added to baseline and as all vs -NAME) and `recommended`. The caller passes
+`env` and the run's context (`recipes`, `command`, ...) as `extra`.
 
 A comparison whose trials (the variant's or the baseline's) ran while other processes took a large share of the
 cores (accel/measure/load.py's `busy`) gets no verdict: its ratios are kept, `busy` says why, and nothing is recommended
@@ -39,6 +40,9 @@ from .stats import bootstrap_median_ci, bootstrap_ratio_ci, break_even_steps, di
 from .variants import Variant
 
 MIN_TRIALS = 2  # one trial per side gives an interval of zero width: no verdict can rest on it
+# A variant whose fastest trial ran this much faster than its slowest is unsteady: its interval spans two speeds (a
+# cold cache or a worker pool starting in some trials, a neighbour), which three trials cannot average out.
+UNSTEADY = 1.3
 
 
 def ok_trials(trials: list[Trial]) -> list[Trial]:
@@ -137,7 +141,15 @@ def _summarize_variant(
         ok_trials=len(ok),
         trials=list(trials),
         **({"refused": refused} if refused else {}),
+        **({"unsteady": spread} if (spread := unsteady(sps)) else {}),
     )
+
+
+def unsteady(sps: list[float]) -> tuple[float, float] | None:
+    """(slowest, fastest) samples/s of a variant's trials when the fastest ran `UNSTEADY` times the slowest."""
+    if len(sps) < 2 or min(sps) <= 0 or max(sps) < UNSTEADY * min(sps):
+        return None
+    return min(sps), max(sps)
 
 
 def _time_ratio(ok: list[Trial], base_ok: list[Trial], is_base: bool, busy: float | None) -> Reading:

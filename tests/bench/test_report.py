@@ -341,6 +341,28 @@ def test_a_busy_baseline_withholds_every_verdict_of_an_ablation():
     assert verdict_lines(rep)[0].startswith("amp: inconclusive: busy machine (others took 60% of the cores).")
 
 
+def test_trials_at_two_speeds_are_flagged_unsteady_with_the_slowest_and_fastest(tmp_path):
+    """As on a GPU host where inductor's compile pool was still starting in two trials of three: the interval
+    spans both speeds, and the report says so instead of leaving a bare "no measurable effect"."""
+    variants = vary_variants(["speedups.compile.release_workers=false,true"])
+    speeds = {False: (42634.0, 21761.0, 22059.0), True: (40481.0, 38137.0, 45665.0)}
+    trials = [
+        trial(v.name, i, speeds[v.overrides["speedups.compile.release_workers"]][i]) for i in range(3) for v in variants
+    ]
+    rep = summarize(trials, variants, variants[0].name)
+    slow, steady = rep.by_name[variants[0].name], rep.by_name[variants[1].name]
+    assert slow.unsteady == (21761.0, 42634.0) and steady.unsteady is None  # 45,665 is under 1.3x 38,137
+    assert steady.verdict == Verdict.NO_EFFECT  # the wide interval decides the verdict, the flag explains it
+    header, rows = table(rep)
+    flags = {row[0]: row[header.index("flag")] for row in rows}
+    assert flags == {slow.name: "unsteady: trials 21,761-42,634 samples/s", steady.name: ""}
+    assert verdict_lines(rep)[-1].startswith(
+        f"Unsteady trials ({slow.name} 21,761-42,634 samples/s, slowest to fastest): each interval spans two speeds"
+    )
+    stored = {v["name"]: v for v in json.loads(write_reports(rep, tmp_path)["json"].read_text())["variants"]}
+    assert stored[slow.name]["unsteady"] == [21761.0, 42634.0] and "unsteady" not in stored[steady.name]
+
+
 def test_a_refused_variant_is_reported_refused_with_the_reason_and_never_recommended():
     variants = vary_variants(["speedups.jit.enabled=false,true", "data.batch_size=32,64"])
     names = [v.name for v in variants]
