@@ -91,7 +91,8 @@ LM_SCALE = {  # the larger batch, then max-autotune on top of it (both levers to
 RESNET_HOST = {  # what keeps the compiled ResNet preset waiting on its host
     "release-workers": "speedups.compile.release_workers=false,true",
     # SGD cannot read a schedule inside a captured step (the conflict rule): both without the schedule
-    "cuda-graphs": "speedups.cuda_graphs.enabled=false,true --set speedups.compile.enabled=false --set schedule.name=none",
+    "cuda-graphs": "speedups.cuda_graphs.enabled=false,true --set speedups.compile.enabled=false "
+    "--set schedule.name=none",
 }
 RESNET_FULL = ["--steps", "150", "--warmup", "20", "--trials", "3"]
 RESNET_QUICK = [

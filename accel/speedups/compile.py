@@ -7,6 +7,7 @@ the numbers in a run's metrics are that run's own, even when an earlier run in t
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Literal
@@ -32,6 +33,32 @@ def known_backends() -> list[str]:
     import torch._dynamo
 
     return torch._dynamo.list_backends(exclude_tags=())
+
+
+def release_compile_workers() -> None:
+    """Stop inductor's compile-worker pools without waiting for them to exit.
+
+    torch's `shutdown_compile_workers` waits for each pool's sidecar process, which first finishes its own start
+    (importing torch): 5 s for a pool just started, as it is when the graphs came from a warm cache, 1 s later
+    on; the training loop would stall that long. The pools are forgotten here at once, as torch itself does after
+    shutting them down (a later compilation starts a pool of its own), and stopped on a thread."""
+    from torch._inductor import async_compile
+
+    pools = list(getattr(async_compile, "_pool_set", ()))
+    if not pools:
+        return
+    if not hasattr(async_compile, "after_fork"):  # a torch without the reset: stop them the blocking way
+        async_compile.shutdown_compile_workers()
+        return
+    async_compile.after_fork()
+    if hasattr(async_compile.AsyncCompile, "_ready_future"):
+        async_compile.AsyncCompile._ready_future = None  # the warm-up of a stopped pool
+    threading.Thread(target=_shut_down, args=(pools,), name="accel-compile-workers", daemon=True).start()
+
+
+def _shut_down(pools: list[Any]) -> None:
+    for pool in pools:
+        pool.shutdown()
 
 
 def apply_compile(fn: Any, cfg: Compile.Config) -> Any:
@@ -215,8 +242,8 @@ class Compile(Speedup):
         release_workers: bool = Field(
             True,
             description="stop inductor's compile-worker processes after each compilation (the first step, an "
-            "evaluation's graphs) instead of torch's 60 s: on a GPU host they competed with the loop for the CPU. "
-            "A recompilation starts them again",
+            "evaluation's graphs) instead of torch's 60 s, without waiting for them to exit: on a GPU host they "
+            "competed with the loop for the CPU. A recompilation starts them again",
         )
         warn_recompiles: int = Field(
             4,
@@ -293,9 +320,7 @@ class Compile(Speedup):
         if graphs == self._graphs_seen:
             return
         self._graphs_seen = graphs
-        from torch._inductor.async_compile import shutdown_compile_workers
-
-        shutdown_compile_workers()
+        release_compile_workers()
 
     def metrics(self) -> dict[str, Any]:
         if self._stats is None:

@@ -27,7 +27,7 @@ from pydantic import Field, field_validator
 
 from ..registry import SPEEDUPS
 from .base import Context, Phase, Speedup, SpeedupConfig
-from .compile import check_backend, unavailable
+from .compile import check_backend, release_compile_workers, unavailable
 
 if TYPE_CHECKING:
     from ..engine.core import Engine
@@ -159,10 +159,8 @@ class CompiledOptimizer(Speedup):
     def after_batch(self) -> None:
         if self._step is not None and self._step.graphs != self._graphs_seen and self.cfg.backend == "inductor":
             # its compilation is over: stop inductor's compile workers now, not after torch's idle 60 s
-            from torch._inductor.async_compile import shutdown_compile_workers
-
             self._graphs_seen = self._step.graphs
-            shutdown_compile_workers()
+            release_compile_workers()
 
     def metrics(self) -> dict[str, Any]:
         if self._step is None:

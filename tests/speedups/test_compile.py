@@ -221,10 +221,10 @@ def test_inductor_compiles_a_tiny_model():
 @pytest.mark.parametrize("release", [True, False])
 def test_compile_workers_are_released_once_compilation_is_over(monkeypatch, release):
     """Inductor keeps its compile-worker processes 60 s after a compilation; accel stops them at the next step."""
-    import torch._inductor.async_compile as async_compile
+    import accel.speedups.compile as compile_module
 
     released = []
-    monkeypatch.setattr(async_compile, "shutdown_compile_workers", lambda: released.append(1))
+    monkeypatch.setattr(compile_module, "release_compile_workers", lambda: released.append(1))
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
     trainer = Trainer(
         model,
@@ -236,6 +236,26 @@ def test_compile_workers_are_released_once_compilation_is_over(monkeypatch, rele
     )
     trainer.fit()
     assert released == ([1] if release else [])  # compiled in step 1, released entering step 2, not again
+
+
+@pytest.mark.slow
+def test_released_compile_workers_are_forgotten_at_once_and_exit_on_their_own(monkeypatch):
+    """The loop does not wait for the pool's sidecar to finish starting (5 s); the sidecar exits all the same."""
+    import threading
+
+    from torch._inductor import async_compile, config
+
+    from accel.speedups.compile import release_compile_workers
+
+    monkeypatch.setattr(config, "compile_threads", 2)  # a pool, as on a GPU host (none with one thread)
+    async_compile.AsyncCompile.warm_pool()
+    (pool,) = async_compile._pool_set
+    release_compile_workers()
+    # forgotten: the next compilation makes a new pool instead of using this one
+    assert not async_compile._pool_set and async_compile.AsyncCompile.process_pool.cache_info().currsize == 0
+    stopping = next(t for t in threading.enumerate() if t.name == "accel-compile-workers")
+    stopping.join(timeout=120)
+    assert not stopping.is_alive() and pool.process.poll() is not None  # the old sidecar has exited
 
 
 def test_regional_compiles_each_repeated_block_once_and_trains_like_eager():
