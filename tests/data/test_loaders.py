@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import random
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -114,24 +112,32 @@ def test_two_workers_over_imagefolder(tmp_path):
         assert labels.tolist() == [splits.train.samples[i][1] for i in sampler]
 
 
-class HangsUp(Dataset):
-    """Each item signals its worker as a closed terminal's shell signals every process of the job."""
+HANGING_UP = """
+import os, signal, torch
+from accel.data.loaders import LoaderConfig, build_loader
 
+class HangsUp(torch.utils.data.Dataset):
+    # each item signals its worker as a closed terminal's shell signals every process of the job
     def __len__(self):
         return 4
 
     def __getitem__(self, index):
-        if torch.utils.data.get_worker_info() is not None:  # never this test's own process
+        if torch.utils.data.get_worker_info() is not None:  # never the loop's own process
             os.kill(os.getpid(), signal.SIGHUP)
         return torch.tensor([index])
+
+batches = build_loader(HangsUp(), LoaderConfig(num_workers=1, persistent_workers=False), batch_size=2, sampler=None,
+                       drop_last=False, seed=0, device=torch.device("cpu"))
+print(torch.cat(list(batches)).flatten().tolist())
+"""
 
 
 def test_workers_outlive_the_sighup_that_stops_the_run():
     """The training process stops on SIGHUP and saves (accel/runs/signals.py); a worker killed by it first would end
-    the loop with "DataLoader worker ... killed by signal: Hangup" before it could."""
-    cfg = LoaderConfig(num_workers=1, persistent_workers=False)
-    batches = build_loader(HangsUp(), cfg, batch_size=2, sampler=None, drop_last=False, seed=0, device=CPU)
-    assert torch.cat(list(batches)).flatten().tolist() == [0, 1, 2, 3]
+    the loop with "DataLoader worker ... killed by signal: Hangup" before it could. In a fresh process: forked from
+    the test process, after hundreds of tests' threads, a worker once died of a segmentation fault at its start."""
+    done = _python(HANGING_UP)
+    assert done.returncode == 0 and done.stdout.split() == ["[0,", "1,", "2,", "3]"], done.stderr
 
 
 def test_corrupt_image_in_a_worker_is_still_a_data_error(tmp_path):
@@ -162,14 +168,18 @@ list(build_loader(Crashes(), LoaderConfig(num_workers=1), batch_size=2, sampler=
 """
 
 
-def test_a_worker_that_crashes_in_native_code_prints_where():
-    """torch reports only that a worker died; accel's workers also print the Python stack of the crash."""
-    done = subprocess.run(
-        [sys.executable, "-c", CRASHING_WORKER],
+def _python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code],
         cwd=Path(__file__).resolve().parents[2],
         capture_output=True,
         text=True,
         timeout=300,
     )
+
+
+def test_a_worker_that_crashes_in_native_code_prints_where():
+    """torch reports only that a worker died; accel's workers also print the Python stack of the crash."""
+    done = _python(CRASHING_WORKER)
     assert done.returncode != 0 and "Segmentation fault" in done.stderr
     assert "decode_in_native_code" in done.stderr and "__getitem__" in done.stderr, done.stderr

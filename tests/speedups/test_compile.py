@@ -239,7 +239,7 @@ def test_compile_workers_are_released_once_compilation_is_over(monkeypatch, rele
 
 
 @pytest.mark.slow
-def test_released_compile_workers_are_forgotten_at_once_and_exit_on_their_own(monkeypatch):
+def test_released_compile_workers_are_forgotten_at_once_and_exit_on_their_own():
     """The loop does not wait for the pool's sidecar to finish starting (5 s); the sidecar exits all the same."""
     import threading
 
@@ -247,8 +247,9 @@ def test_released_compile_workers_are_forgotten_at_once_and_exit_on_their_own(mo
 
     from accel.speedups.compile import release_compile_workers
 
-    monkeypatch.setattr(config, "compile_threads", 2)  # a pool, as on a GPU host (none with one thread)
-    async_compile.AsyncCompile.warm_pool()
+    # a pool, as on a GPU host (none with one thread); config.patch, since monkeypatch's undo deletes the setting
+    with config.patch(compile_threads=2):
+        async_compile.AsyncCompile.warm_pool()
     (pool,) = async_compile._pool_set
     release_compile_workers()
     # forgotten: the next compilation makes a new pool instead of using this one
