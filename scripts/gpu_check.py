@@ -21,6 +21,8 @@ Run only when named (the standing GPU issue's figures):
   lm-levers   lm-bytes-cuda with each speedrun lever against the recipe: the compiled optimizer step, whole-step
               CUDA graphs, the fused LM loss
   lm-scale    batch 32 against 16, then compile mode max-autotune at batch 32
+  lm-shape    at batch 32, the model's shape: 8 heads of 128 against 16 of 64, then width 2048 against 1024 (the
+              larger matmuls a 50% MFU may need; each changes the model, so read its val_loss)
   lm-muon     time to val_loss 1.6 from each trial's process start: AdamW against Muon
   lm-tune     what `accel tune` picks for lm-bytes-cuda on the GPU (8 minutes)
   lm-time     what `accel tune --objective time` picks for it (8 minutes)
@@ -60,7 +62,7 @@ from accel import devices  # noqa: E402
 
 STEPS = ["env", "peaks", "tests", "plain-loop", "ablate", "transformer", "lm", "profile", "jpeg"]
 # run only when named: the standing GPU issue's figures
-EXTRA = ["lm-levers", "lm-scale", "lm-muon", "lm-tune", "lm-time", "resnet-host", "own-loop"]
+EXTRA = ["lm-levers", "lm-scale", "lm-shape", "lm-muon", "lm-tune", "lm-time", "resnet-host", "own-loop"]
 HALVES = {
     "ablate-remove": "all,-amp,-channels_last,-compile,-cudnn,-optim",
     "ablate-add": "+amp,+channels_last,+compile,+cudnn,+optim",
@@ -87,6 +89,10 @@ LM_LEVERS = {  # the speedrun levers, each against the recipe as given
 LM_SCALE = {  # the larger batch, then max-autotune on top of it (both levers together against the larger batch)
     "batch": "data.batch_size=16,32",
     "max-autotune": "speedups.compile.mode=default,max-autotune --set data.batch_size=32",
+}
+LM_SHAPE = {  # at batch 32 (45.0% MFU on the H200): larger heads for the attention kernel, larger matmuls
+    "heads": "model.args.heads=16,8 --set data.batch_size=32",
+    "width": "model.args.width=1024,2048 --set data.batch_size=32",
 }
 RESNET_HOST = {  # what keeps the compiled ResNet preset waiting on its host
     "release-workers": "speedups.compile.release_workers=false,true",
@@ -417,9 +423,9 @@ def _lm_size(check: Check, full: list[str]) -> list[str]:
 
 
 def step_lm_levers(check: Check, step: str = "lm-levers") -> None:
-    """Issue 31's speedrun levers on lm-bytes-cuda (`lm-scale`: the larger batch and max-autotune), each against
-    the recipe as given; MFU is in each report."""
-    varies = LM_LEVERS if step == "lm-levers" else LM_SCALE
+    """Issue 31's speedrun levers on lm-bytes-cuda (`lm-scale`: the larger batch and max-autotune; `lm-shape`: the
+    heads and the width), each against the recipe as given; MFU is in each report."""
+    varies = {"lm-levers": LM_LEVERS, "lm-scale": LM_SCALE, "lm-shape": LM_SHAPE}[step]
     _bench_vary(check, step, LM_RECIPE, varies, _lm_size(check, ["--steps", "60", "--warmup", "10", "--trials", "2"]))
 
 
@@ -547,6 +553,7 @@ RUNNERS = {
     **{part: lambda check, part=part: step_lm(check, part) for part in [*LM_HALVES, "lm-vary"]},
     "lm-levers": step_lm_levers,
     "lm-scale": lambda check: step_lm_levers(check, "lm-scale"),
+    "lm-shape": lambda check: step_lm_levers(check, "lm-shape"),
     "lm-tune": step_lm_tune,
     "lm-time": lambda check: step_lm_tune(check, "lm-time"),
     "lm-muon": step_lm_muon,

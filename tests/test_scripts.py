@@ -243,7 +243,7 @@ def test_gpu_check_lm_steps_build_commands_accel_accepts(tmp_path, monkeypatch):
     scripts = [c for c in commands if "accel.cli" not in c or "--" in c]
     assert len(scripts) == 2 and scripts[1][scripts[1].index("--") + 2] == "examples/gpt_loop.py"
     accel = [command[command.index("accel.cli") + 1 :] for command in commands if command not in scripts]
-    assert len(accel) == 15
+    assert len(accel) == 17
     for argv in accel:
         args = cli._parser().parse_args(argv)
         assert args.command in {"bench", "tune"}

@@ -50,8 +50,12 @@ def trial_device(spec: str) -> torch.device | None:
 def script_refusals(given: dict[str, Any], config: dict[str, Any]) -> list[str]:
     """What the rule refuses of a script's variant (`config`: its resolved settings), judged by the run's facts the
     probe read from the script's engine (`given`; none known: none refused for them)."""
-    device = torch.device(given.get("resolved_device") or "cpu")
-    return refused(built(config["speedups"]), device, RunFacts.from_data(given.get("run")))
+    return refused(built(config["speedups"]), script_device(given), RunFacts.from_data(given.get("run")))
+
+
+def script_device(given: dict[str, Any]) -> torch.device:
+    """The device the script's engine resolved, as the probe read it (`given`); the CPU when it said none."""
+    return torch.device(given.get("resolved_device") or "cpu")
 
 
 def new_refusals(refusals: dict[str, list[str]], baseline: str) -> dict[str, str]:

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
 from rich.console import Console
 
 from ..engine import script_trial
@@ -33,7 +32,7 @@ from ..runs.signals import die_with_parent
 from .knobs import runnable_speedups
 from .plan import only_variants
 from .records import Report
-from .refused import new_refusals, script_refusals
+from .refused import new_refusals, script_device, script_refusals
 from .runner import BenchRun, run_and_report
 from .trial_process import TrialSettings, exit_reason, log_tail, trial_env
 from .variants import Variant, ablation_variants, format_value, interleave, vary_variants
@@ -119,7 +118,7 @@ def script_name(command: list[str]) -> str:
 def _ablation(given: dict[str, Any]) -> list[Variant]:
     """The speed-ups the script's engine was given, and those tune would try that this device can run and the
     model can use (its traits, from the probe)."""
-    device = torch.device(given.get("resolved_device") or "cpu")
+    device = script_device(given)
     added = runnable_speedups(given["speedups"], device, given.get("model_traits"))
     try:
         return ablation_variants(given["speedups"], added)
