@@ -228,6 +228,11 @@ class VariantSummary(Record):
     unsteady: tuple[float, float] | None = None
 
     @property
+    def unsteady_said(self) -> str:
+        """The unsteady flag in words ("" for a steady variant)."""
+        return f"unsteady: trials {self.unsteady[0]:,.0f}-{self.unsteady[1]:,.0f} samples/s" if self.unsteady else ""
+
+    @property
     def ratio_reading(self) -> Reading:
         return Reading(**self.ratio_vs_baseline.model_dump(), verdict=self.verdict, **busy_fields(self.busy))
 

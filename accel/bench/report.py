@@ -54,7 +54,7 @@ def _target_cell(r: VariantSummary, target: str | None, is_base: bool) -> list[s
 def _row(r: VariantSummary, is_base: bool, target: str | None = None, compiled: bool = False) -> list[str]:
     flags = (["results changed"] if r.result_changed else []) + ([f"{r.errors} failed"] if r.errors else [])
     flags += ["refused, not run"] if r.refused else []
-    flags += [f"unsteady: trials {_speeds(r.unsteady)} samples/s"] if r.unsteady else []
+    flags += [r.unsteady_said] if r.unsteady else []
     return [
         r.name,
         r.samples_per_s.text("{:.1f}", "") + _tokens(r),

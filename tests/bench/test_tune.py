@@ -546,6 +546,22 @@ def test_tune_never_chooses_from_a_verdict_measured_on_a_busy_machine(tiny, tmp_
     assert row.note == "not chosen: no verdict, the machine was busy during the trials (others took 40% of the cores)"
 
 
+def test_a_candidate_whose_trials_ran_at_two_speeds_says_so_in_its_row(tiny, tmp_path):
+    fake = simulated([])  # 1 worker is 1.5x faster
+
+    def one_slow_trial(jobs, out, settings, console=None, skip=None):
+        done = fake(jobs, out, settings, console, skip)
+        slow = [t.variant.endswith("num_workers=1") and t.trial == 0 for t in done]
+        return [t.updated(samples_per_s=t.samples_per_s / 2) if s else t for t, s in zip(done, slow)]
+
+    result = tune(
+        validate_recipe(tiny), [Knob(WORKERS_KEY, [0, 1])], tmp_path, TrialSettings(5, 1), 2, run_trials=one_slow_trial
+    )
+    row = next(r for r in result.rows if r.value == 1)
+    assert row.note.endswith("unsteady: trials 120-240 samples/s"), row.note
+    assert all("unsteady" not in r.note for r in result.rows if r.value != 1)
+
+
 def _files(root) -> dict:
     return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))}
 

@@ -106,6 +106,8 @@ def _note(key: str, r: VariantSummary, current: str, best: str, passed: dict[str
     elif failed:
         last = [ln for ln in failed[0].strip().splitlines() if ln.strip()] or ["?"]
         note = (note + "; " if note else "") + f"{len(failed)} failed: {last[-1][:120]}"
+    if r.unsteady:  # its figures rest on trials at two speeds
+        note = (note + "; " if note else "") + r.unsteady_said
     return note
 
 
