@@ -27,8 +27,8 @@ Run only when named (the standing GPU issue's figures):
   lm-tune     what `accel tune` picks for lm-bytes-cuda on the GPU (8 minutes)
   lm-time     what `accel tune --objective time` picks for it (8 minutes)
   resnet-host the compiled ResNet preset with inductor's compile workers released, and with CUDA graphs, on/off
-  resnet-sync what the bench's sync after every step costs: the ResNet preset trained by `accel train`, compiled and
-              eager, with and without `train.sync_every_step`, its logged samples/s and data wait per window
+  resnet-sync what the bench's sync after every step hides: the ResNet preset compiled and eager, benched with
+              `--sync step` (the default) and `--sync window` (a real run's overlap of host and GPU)
   own-loop    the examples' hand-written loops on the GPU, plain against accel.Engine (benchmarks/engine_overhead.py),
               and `accel bench --ablate -- python examples/gpt_loop.py --bf16` there
 
@@ -102,6 +102,7 @@ RESNET_HOST = {  # what keeps the compiled ResNet preset waiting on its host
     "cuda-graphs": "speedups.cuda_graphs.enabled=false,true --set speedups.compile.enabled=false "
     "--set schedule.name=none",
 }
+RESNET_SYNC = {f"sync-{mode}": f"speedups.compile.enabled=false,true --sync {mode}" for mode in ("step", "window")}
 RESNET_FULL = ["--steps", "150", "--warmup", "20", "--trials", "3"]
 RESNET_SMALL = ["--set", "data.batch_size=16", "--set", "model.name=small_cnn", "--set", "data.dataset.num_samples=64"]
 RESNET_QUICK = ["--steps", "2", "--warmup", "1", "--trials", "1", *RESNET_SMALL]
@@ -454,42 +455,11 @@ def step_resnet_host(check: Check) -> None:
 
 
 def step_resnet_sync(check: Check) -> None:
-    """The bench synchronises the device after every step, so a step's time is exact but the host's next fetch can
-    no longer overlap the GPU's work, as it does in a real run: `accel train` of the ResNet preset (40 steps a
-    logged window, no evaluation or checkpoint until the end), compiled and eager, with the sync and without."""
-    steps, every = (4, 2) if check.args.quick else (240, 40)
-    size = RESNET_SMALL if check.args.quick else []
-    results = {}
-    for compiled in (False, True):
-        for sync in (False, True):
-            name = f"compile-{str(compiled).lower()}-sync-{str(sync).lower()}"
-            out = check.work / f"train-{name}"
-            sets = {
-                "device": check.args.device,
-                "train.max_steps": steps,
-                "log.every_steps": every,
-                "train.eval_every_epochs": 0,
-                "checkpoint.every_epochs": 0,
-                "speedups.compile.enabled": compiled,
-                "train.sync_every_step": sync,
-            }
-            flags = [arg for key, value in sets.items() for arg in ("--set", f"{key}={str(value).lower()}")]
-            command = [sys.executable, "-m", "accel.cli", "train", RESNET_RECIPE, "--out", str(out), *flags, *size]
-            check.sh("resnet-sync", command)
-            results[name] = _windows(out / "metrics.jsonl")
-    check.put("resnet-sync", result=results)
-
-
-def _windows(path: Path) -> list[dict]:
-    """Each logged window's samples/s and data wait (the first holds compilation)."""
-    if not path.is_file():
-        return []
-    records = [json.loads(line) for line in path.read_text().splitlines()]
-    return [
-        {"step": r["step"], "samples_per_s": r["samples_per_s"], "data_wait": r["data_wait_fraction"]}
-        for r in records
-        if r.get("kind") == "step"
-    ]
+    """The bench synchronises the device after every step (exact step times), so the host's fetch of the next batch
+    cannot overlap the GPU's work as in a real run; `--sync window` synchronises around the timed steps only. The
+    ResNet preset compiled and eager, in both modes."""
+    size = RESNET_QUICK if check.args.quick else RESNET_FULL
+    _bench_vary(check, "resnet-sync", RESNET_RECIPE, RESNET_SYNC, [*size, "--set", f"device={check.args.device}"])
 
 
 def step_profile(check: Check) -> None:

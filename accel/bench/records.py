@@ -271,6 +271,7 @@ class BenchSettings(Record):
     compile_cache: str
     target: str | None
     eval_every: int | None
+    sync: str = "step"  # set only for --sync window (the device synchronised around the timed steps only)
 
 
 class Report(Record):

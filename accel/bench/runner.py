@@ -259,6 +259,7 @@ def run_and_report(
             "compile_cache": compile_cache(settings),
             "target": settings.target,
             "eval_every": settings.eval_every,
+            **({"sync": settings.sync} if settings.sync != "step" else {}),
         },
         "recipes": run.configs,
     }

@@ -67,6 +67,7 @@ class ScriptLaunch:
             **({script_trial.TARGET: settings.target} if settings.target else {}),
             **({script_trial.STOP: "1"} if settings.stop_at_target else {}),
             **({script_trial.CURVE: CURVE_METRIC} if settings.curve else {}),
+            **({script_trial.SYNC: settings.sync} if settings.sync != "step" else {}),
         }
 
 

@@ -32,12 +32,12 @@ from ..io import write_atomic
 from ..speedups import compile_figures
 from .records import Trial
 from .target import Target, TargetClock, parse_target
+from .trial_process import SYNCS, WINDOW_WITH_EVALS
 
 LAST_LOSS_STEPS = 5  # final_loss averages this many last timed steps: one step's loss is too noisy to compare
 
 GUARD_BATCHES = 8  # validation batches a trial evaluates for the result guard (no --target)
 BENCH_SETTINGS = (
-    "train.sync_every_step=true",
     "train.eval_every_epochs=0",
     "train.early_stopping=null",
     "log.progress=false",
@@ -46,11 +46,18 @@ BENCH_SETTINGS = (
 
 
 class StepTimer(Callback):
-    """Per optimizer step: seconds (data wait + compute over its micro-batches), data wait, samples and loss."""
+    """Per optimizer step: seconds (data wait + compute over its micro-batches), data wait, samples and loss.
 
-    def __init__(self) -> None:
+    With `window` (warm-up and total steps) the trainer does not synchronise the device after every step: the timer
+    does so after each warm-up step (compilation and warm-up are timed exactly) and after the last step, and times
+    the steps between as one window (`window_s`): the host prepares the next batch while the device still works on
+    this one, as in a real run, and the window's wall time holds whatever the steps left queued."""
+
+    def __init__(self, window: tuple[int, int] | None = None) -> None:
         self.steps: list[dict[str, Any]] = []
         self.fit_started: float | None = None
+        self.window, self.window_s = window, None
+        self._device, self._window_start = None, None
         self._open = self._new()
 
     @staticmethod
@@ -59,6 +66,7 @@ class StepTimer(Callback):
 
     def on_fit_start(self, trainer) -> None:
         self.fit_started = time.perf_counter()  # after speed-up setup (jit, compile wrapping)
+        self._device = trainer.device
 
     def on_batch_end(self, trainer, info: BatchInfo) -> None:
         step = self._open
@@ -70,6 +78,23 @@ class StepTimer(Callback):
         if info.optimizer_stepped:
             self.steps.append(step)
             self._open = self._new()
+            if self.window is not None:
+                self._windowed(step)
+
+    def _windowed(self, step: dict[str, Any]) -> None:
+        """Synchronise after each warm-up step and the last, the time it took counted in the step; the timed
+        window runs from the end of the warm-up to the end of the last step."""
+        done, (warmup, total) = len(self.steps), self.window
+        if done > warmup and done < total:
+            return
+        start = time.perf_counter()
+        devices.synchronize(self._device)
+        now = time.perf_counter()
+        step["s"] += now - start
+        if done == warmup:
+            self._window_start = now
+        if done == total:
+            self.window_s = now - (self._window_start if warmup else self.fit_started)
 
 
 def _final_loss(steps: list[dict[str, Any]]) -> float | None:
@@ -99,7 +124,8 @@ def measure(timer: StepTimer, warmup: int, setup_s: float) -> dict[str, Any]:
     timed = timer.steps[warmup:]
     if not timed:
         raise AccelError(f"no timed steps: only {len(timer.steps)} optimizer steps ran, all of them warm-up.")
-    total_s = sum(s["s"] for s in timed)
+    # the window's wall time (--sync window) holds what the steps' own times cannot: the work they left queued
+    total_s = timer.window_s or sum(s["s"] for s in timed)
     tokens = sum(s["tokens"] for s in timed)
     return {
         "samples_per_s": sum(s["samples"] for s in timed) / total_s if total_s > 0 else None,
@@ -163,6 +189,7 @@ def run_trial(
     trial: int = 0,
     evals: Evals = Evals(),
     samples: int | None = None,
+    sync: str = "step",
 ) -> Trial:
     """Build and fit the recipe under the bench settings; the measured figures of one trial.
 
@@ -177,9 +204,13 @@ def run_trial(
 
     started = time.perf_counter()
     total = _total_steps(recipe_path, steps, warmup, samples)
-    recipe = load_recipe(recipe_path, [f"train.max_steps={total}", *BENCH_SETTINGS, *_eval_settings(evals, total)])
+    if sync == "window" and evals.timed:
+        raise AccelError(WINDOW_WITH_EVALS)
+    step_sync = [f"train.sync_every_step={str(sync == 'step').lower()}"]
+    settings = [f"train.max_steps={total}", *step_sync, *BENCH_SETTINGS, *_eval_settings(evals, total)]
+    recipe = load_recipe(recipe_path, settings)
     recipe.seed += trial
-    timer = StepTimer()
+    timer = StepTimer(window=(warmup, total) if sync == "window" else None)
     clock = TargetClock(evals.target, stop=evals.stop) if evals.timed else None
     trainer = build_trainer(recipe, run_dir=None, extra_callbacks=[timer] + ([clock] if clock else []))
     if not evals.enabled:
@@ -261,6 +292,12 @@ def _parser() -> argparse.ArgumentParser:
         help="train on this many samples (steps from the batch size), not warmup + --steps",
     )
     parser.add_argument("--no-eval", dest="evaluate", action="store_false", help="evaluate nothing (not with --target)")
+    parser.add_argument(
+        "--sync",
+        choices=SYNCS,
+        default="step",
+        help="synchronise the device after every step, or only around the timed window",
+    )
     return parser
 
 
@@ -279,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.steps < 1 or args.warmup < 0:
             raise AccelError(f"--steps must be >= 1 and --warmup >= 0, got {args.steps} and {args.warmup}.")
-        measured = run_trial(args.recipe, args.steps, args.warmup, args.trial, _evals(args), args.samples)
+        measured = run_trial(args.recipe, args.steps, args.warmup, args.trial, _evals(args), args.samples, args.sync)
         result, code = measured.updated(**head), 0
     except BaseException:  # KeyboardInterrupt too: the runner still gets a readable record
         result, code = Trial(**head | {"error": traceback.format_exc()}), 1

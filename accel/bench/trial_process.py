@@ -12,11 +12,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from ..errors import AccelError
 from ..runs.signals import die_with_parent
 from .records import Trial
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding `accel/`, for the children's imports
 TAIL_LINES = 30
+SYNCS = ("step", "window")  # TrialSettings.sync
+WINDOW_WITH_EVALS = (
+    "--sync window times the steps as one window, so an evaluation inside it would be timed as training: use it "
+    "without --target (a time to a target is timed in step mode)."
+)
 
 
 @dataclass
@@ -36,6 +42,15 @@ class TrialSettings:
     eval_batches: int | None = None
     curve: bool = False
     stop_at_target: bool = False
+    # "step": the device synchronised after every step (exact step times; the host cannot prepare the next batch
+    # while the device works); "window": only around the timed steps, whose throughput is then a real run's
+    sync: str = "step"
+
+    def __post_init__(self) -> None:
+        if self.sync not in SYNCS:
+            raise AccelError(f"sync must be one of {', '.join(SYNCS)}, got {self.sync!r}.")
+        if self.sync == "window" and (self.target or self.curve):
+            raise AccelError(WINDOW_WITH_EVALS)
 
 
 def trial_argv(recipe: Path, settings: TrialSettings, json_path: Path, variant: str, trial: int) -> list[str]:
@@ -61,6 +76,7 @@ def trial_argv(recipe: Path, settings: TrialSettings, json_path: Path, variant: 
         *(["--samples", str(settings.samples)] if settings.samples else []),
         *(["--stop-at-target"] if settings.stop_at_target else []),
         *([] if settings.evaluate else ["--no-eval"]),
+        *(["--sync", settings.sync] if settings.sync != "step" else []),
     ]
 
 

@@ -55,6 +55,14 @@ def add(commands) -> None:
         metavar="N",
         help="with --target: evaluate every N steps (default: a tenth of the trial's steps)",
     )
+    bench_parser.add_argument(
+        "--sync",
+        choices=["step", "window"],
+        default="step",
+        help="step: synchronise the device after every step, for exact step times (default); window: only around "
+        "the timed steps, so the host prepares the next batch while the device works, as in a real run (on a CPU "
+        "the two are the same)",
+    )
     bench_parser.add_argument("--out", help="output folder (default: runs/bench-<name>-<timestamp>)")
     bench_parser.add_argument("--list", action="store_true", help="print the variants and exit without running them")
     bench_parser.add_argument(
@@ -189,7 +197,9 @@ def bench(args: argparse.Namespace) -> int:
         raise AccelError("--eval-every N needs N >= 1 and a --target")
     out = Path(args.out) if args.out else default_out(plan.name, kind="bench")
     check_results_out(out, "bench")
-    settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache, args.target, args.eval_every)
+    settings = TrialSettings(
+        args.steps, args.warmup, args.timeout, args.warm_cache, args.target, args.eval_every, sync=args.sync
+    )
     with hold(out):  # a second bench there is refused while this one runs
         report, _ = run_bench(plan, out, settings, args.trials, command=shlex.join(["accel", *args.argv]))
     return _finish(report, out)
@@ -239,6 +249,7 @@ def bench_script(args: argparse.Namespace) -> int:
 
         parse_target(args.target)  # a malformed target fails now, not in every trial
     check_trial_options(args)
+    settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache, args.target, sync=args.sync)
     out = Path(args.out) if args.out else default_out(script_name(args.user_script), kind="bench")
     if not args.list:
         check_results_out(out, "bench")  # before the probe, which runs the script until it creates its engine
@@ -246,7 +257,6 @@ def bench_script(args: argparse.Namespace) -> int:
     if args.list:
         print(describe(plan.variants))
         return 0
-    settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache, args.target)
     with hold(out):
         report, _ = run_script_bench(plan, out, settings, args.trials, command=shlex.join(["accel", *args.argv]))
     return _finish(report, out)

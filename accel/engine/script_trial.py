@@ -9,11 +9,14 @@ and the script's engine measures its own optimizer steps, writes a `Trial` recor
   that value, its evaluations excluded as a recipe trial's are (the time from the step before the log to the log);
   with `ACCEL_TRIAL_STOP=1` the record is written and the process ends there.
 - `ACCEL_TRIAL_CURVE=val_loss`: every logged value of that metric is recorded (the curve a target is read from).
+- `ACCEL_TRIAL_SYNC=window`: synchronise the device after each warm-up step and the last step only, not after every
+  step (`accel bench --sync window`): the timed steps' time is then one window, in which the host prepares the next
+  step while the device works, as in a real run.
 - `ACCEL_TRIAL_PROBE=1`: write what the engine was given (speed-ups, device, strategy, optimizer) as it is
   created, add the model's traits (convolutions, attention, repeated blocks) at `eng.setup` and exit there, before
   the first step: the bench asks this first, to know the script's speed-ups, the model, and that it uses an engine.
 
-The device is synchronised after every step, so a step's time is its real time: from the end of the previous
+Otherwise the device is synchronised after every step, so a step's time is its real time: from the end of the previous
 optimizer step to the end of this one, the loop's own work (data, logging) included, as its user waits for it.
 A script that ends (or crashes) before its steps are done leaves a record saying so.
 """
@@ -45,6 +48,7 @@ if TYPE_CHECKING:
 PATH, STEPS, WARMUP, PROBE = "ACCEL_TRIAL", "ACCEL_TRIAL_STEPS", "ACCEL_TRIAL_WARMUP", "ACCEL_TRIAL_PROBE"
 TARGET = "ACCEL_TRIAL_TARGET"  # METRIC=VALUE: the time until the script's `eng.log` reports it
 STOP, CURVE = "ACCEL_TRIAL_STOP", "ACCEL_TRIAL_CURVE"  # end at the target; record this metric's every value
+SYNC = "ACCEL_TRIAL_SYNC"  # window: synchronise around the timed steps only
 PROFILE = "ACCEL_PROFILE"  # `accel profile -- SCRIPT`: the profile window's settings (accel.profile.script)
 log = logging.getLogger("accel")
 LAST_LOSS_STEPS = 5  # final_loss: the mean of the last timed steps' losses, as a recipe's trial has it
@@ -71,6 +75,7 @@ def attach(engine: Engine, settings: Settings | None) -> ScriptTrial | None:
         trial.target = parse_target(os.environ[TARGET])
     trial.metric = trial.target.metric if trial.target else os.environ.get(CURVE) or None
     trial.stop = os.environ.get(STOP) == "1" and trial.target is not None
+    trial.every_step = os.environ.get(SYNC, "step") != "window"
     return trial
 
 
@@ -116,6 +121,7 @@ class ScriptTrial:
         self.step_losses: list[torch.Tensor | None] = []  # None: the loop's backward bypassed the engine
         self.done = False
         self.failure: str | None = None
+        self.every_step = True  # synchronise after every step (False: after the warm-up's and the last only)
         self.target: Target | None = None
         self.metric: str | None = None  # the logged metric whose values are recorded (the target's)
         self.stop = False  # end the trial when the target is reached
@@ -155,7 +161,9 @@ class ScriptTrial:
 
     def stepped(self) -> None:
         """The end of an optimizer step (the engine counted it)."""
-        devices.synchronize(self.engine.device)
+        done = len(self.marks) + 1
+        if self.every_step or done <= self.warmup or done == self.warmup + self.steps:
+            devices.synchronize(self.engine.device)
         self.last_step = time.time()
         loop = self.engine._loop
         self.marks.append(

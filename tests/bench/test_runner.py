@@ -140,6 +140,10 @@ def test_plan_resolves_each_variant_on_top_of_set(tiny, write_recipe):
         # NaN compares false both ways: it was taken as no limit
         (["--vary", "data.batch_size=8,16", "--timeout", "nan"], "--timeout must be a positive, finite number"),
         (["--vary", "data.batch_size=8,16", "--timeout", "inf"], "leave it out for no limit"),
+        (
+            ["--vary", "data.batch_size=8,16", "--sync", "window", "--target", "val_accuracy=0.5"],
+            "--sync window times the steps as one window",
+        ),
     ],
 )
 def test_bad_bench_input_exits_2(tiny, write_recipe, capsys, argv, message):
@@ -266,6 +270,39 @@ def test_a_trial_without_evaluation_still_guards_by_its_training_loss(tiny, writ
     argv = trial_argv(tmp_path / "r.yaml", TrialSettings(2, 1, evaluate=False), out, "v", 0)
     assert argv[-1] == "--no-eval" and "--no-eval" not in trial_argv(
         tmp_path / "r.yaml", TrialSettings(2, 1), out, "v", 0
+    )
+
+
+def _syncs_by_caller(monkeypatch) -> list[str]:
+    """Each device synchronisation from now on, by the function that asked for it."""
+    import inspect
+
+    from accel import devices
+
+    callers, synchronize = [], devices.synchronize
+    monkeypatch.setattr(devices, "synchronize", lambda d: callers.append(inspect.stack()[1].function) or synchronize(d))
+    return callers
+
+
+@pytest.mark.parametrize("sync", ["step", "window"])
+def test_a_window_trial_synchronises_around_its_timed_steps_only(tiny, write_recipe, tmp_path, monkeypatch, sync):
+    """--sync window: no sync between the timed steps, so the host may run ahead as in a real run; the throughput is
+    the timed samples over the window's wall time, which holds the steps, the gaps between them and the last sync."""
+    callers, out = _syncs_by_caller(monkeypatch), tmp_path / "t.json"
+    argv = [str(write_recipe(tiny)), "--steps", "3", "--warmup", "2", "--json", str(out), "--sync", sync]
+    assert trial_main(argv) == 0
+    result = json.loads(out.read_text())
+    by_steps = 3 * result["batch_size"] / sum(result["step_times_s"])
+    if sync == "step":
+        assert callers.count("_train_epoch") == 5 and "_windowed" not in callers
+        assert result["samples_per_s"] == pytest.approx(by_steps)
+    else:  # after each warm-up step, and the last
+        assert callers.count("_windowed") == 3 and "_train_epoch" not in callers
+        assert 0 < result["samples_per_s"] < by_steps
+    with pytest.raises(AccelError, match="--sync window times the steps as one window"):
+        TrialSettings(3, 2, target="val_accuracy=0.9", sync="window")
+    assert trial_argv(tmp_path / "r.yaml", TrialSettings(3, 2, sync=sync), out, "v", 0)[-2:] == (
+        ["--sync", "window"] if sync == "window" else ["--trial", "0"]
     )
 
 

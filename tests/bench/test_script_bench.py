@@ -274,6 +274,26 @@ def test_the_engine_writes_its_trial_after_warmup_and_steps_and_exits_0(tmp_path
     )
 
 
+@pytest.mark.parametrize("sync", ["step", "window"])
+def test_a_window_trial_of_a_script_synchronises_after_the_warmup_and_the_last_step_only(tmp_path, monkeypatch, sync):
+    import inspect
+
+    from accel import devices
+
+    record, callers, synchronize = tmp_path / "trial.json", [], devices.synchronize
+    monkeypatch.setattr(devices, "synchronize", lambda d: callers.append(inspect.stack()[1].function) or synchronize(d))
+    _trial_env(monkeypatch, record, **{script_trial.WARMUP: 2, script_trial.SYNC: sync})
+    model = torch.nn.Linear(8, 2)
+    eng = accel.Engine(device="cpu")
+    model, optimizer = eng.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    with pytest.raises(SystemExit):
+        _steps(eng, model, optimizer, 10)
+    eng._trial.done = True
+    assert callers.count("stepped") == (5 if sync == "step" else 3)  # 2 warm-up, 3 timed: the warm-up's and the last
+    trial = Trial.model_validate_json(record.read_text())
+    assert trial.samples_per_s == pytest.approx(12 / sum(trial.step_times_s))  # the marks are contiguous
+
+
 def test_the_engine_times_the_target_its_script_logs(tmp_path, monkeypatch):
     record = tmp_path / "trial.json"
     _trial_env(monkeypatch, record, **{script_trial.TARGET: "val_loss=0.5"})
