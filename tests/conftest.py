@@ -87,6 +87,17 @@ def jpeg_folder(root: Path) -> Path:
     return root
 
 
+def syncs_by_caller(monkeypatch) -> list[str]:
+    """Each device synchronisation from now on, by the name of the function that asked for it."""
+    import inspect
+
+    from accel import devices
+
+    callers, synchronize = [], devices.synchronize
+    monkeypatch.setattr(devices, "synchronize", lambda d: callers.append(inspect.stack()[1].function) or synchronize(d))
+    return callers
+
+
 def assert_captured_step_trains_alike(eager: tuple, graphed: tuple, start: list[torch.Tensor], bf16: bool) -> None:
     """A captured CUDA-graph step's (losses, weights) against the eager step's, from the same `start` weights.
 

@@ -228,9 +228,14 @@ class VariantSummary(Record):
     unsteady: tuple[float, float] | None = None
 
     @property
+    def unsteady_range(self) -> str:
+        """Its slowest to fastest trial's samples/s, as "21,761-42,634" ("" for a steady variant)."""
+        return f"{self.unsteady[0]:,.0f}-{self.unsteady[1]:,.0f}" if self.unsteady else ""
+
+    @property
     def unsteady_said(self) -> str:
         """The unsteady flag in words ("" for a steady variant)."""
-        return f"unsteady: trials {self.unsteady[0]:,.0f}-{self.unsteady[1]:,.0f} samples/s" if self.unsteady else ""
+        return f"unsteady: trials {self.unsteady_range} samples/s" if self.unsteady else ""
 
     @property
     def ratio_reading(self) -> Reading:

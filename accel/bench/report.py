@@ -111,10 +111,6 @@ def _step_ms(r: VariantSummary) -> str:
     return "n/a" if p50 is None else f"{p50 * 1000:.1f}/{p90 * 1000:.1f}"
 
 
-def _speeds(spread: tuple[float, float]) -> str:
-    return f"{spread[0]:,.0f}-{spread[1]:,.0f}"
-
-
 def verdict_lines(report: Report) -> list[str]:
     """Plain-language verdicts: one per speed-up for an ablation, one per non-baseline variant otherwise; then
     which variants' trials ran at two speeds, which every verdict read from them rests on."""
@@ -125,7 +121,7 @@ def _unsteady(report: Report) -> list[str]:
     rows = [r for r in report.variants if r.unsteady]
     if not rows:
         return []
-    said = ", ".join(f"{r.name} {_speeds(r.unsteady)}" for r in rows)
+    said = ", ".join(f"{r.name} {r.unsteady_range}" for r in rows)
     return [
         f"Unsteady trials ({said} samples/s, slowest to fastest): each interval spans two speeds, so a verdict "
         "read from them is weak; find what differed between the slow and the fast trials (a cold cache, a "

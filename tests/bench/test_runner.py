@@ -17,6 +17,7 @@ from accel.bench.trial import main as trial_main
 from accel.bench.trial_process import TrialSettings, run_trial_process, trial_argv, trial_env
 from accel.cli import main
 from accel.errors import AccelError, RecipeError
+from conftest import syncs_by_caller
 
 TRIAL_KEYS = {
     "variant",
@@ -273,22 +274,11 @@ def test_a_trial_without_evaluation_still_guards_by_its_training_loss(tiny, writ
     )
 
 
-def _syncs_by_caller(monkeypatch) -> list[str]:
-    """Each device synchronisation from now on, by the function that asked for it."""
-    import inspect
-
-    from accel import devices
-
-    callers, synchronize = [], devices.synchronize
-    monkeypatch.setattr(devices, "synchronize", lambda d: callers.append(inspect.stack()[1].function) or synchronize(d))
-    return callers
-
-
 @pytest.mark.parametrize("sync", ["step", "window"])
 def test_a_window_trial_synchronises_around_its_timed_steps_only(tiny, write_recipe, tmp_path, monkeypatch, sync):
     """--sync window: no sync between the timed steps, so the host may run ahead as in a real run; the throughput is
     the timed samples over the window's wall time, which holds the steps, the gaps between them and the last sync."""
-    callers, out = _syncs_by_caller(monkeypatch), tmp_path / "t.json"
+    callers, out = syncs_by_caller(monkeypatch), tmp_path / "t.json"
     argv = [str(write_recipe(tiny)), "--steps", "3", "--warmup", "2", "--json", str(out), "--sync", sync]
     assert trial_main(argv) == 0
     result = json.loads(out.read_text())

@@ -16,6 +16,7 @@ from accel.cli import main
 from accel.cli.script_args import split
 from accel.engine import script_trial
 from accel.errors import AccelError
+from conftest import syncs_by_caller
 
 # A few-line engine loop on random tensors; `crash` raises in the step of a bf16 variant.
 LOOP = """
@@ -248,6 +249,13 @@ def _steps(eng, model, optimizer, n: int) -> None:
         optimizer.zero_grad(set_to_none=True)
 
 
+def _linear_trial_engine():
+    """An engine on the CPU and a linear model with SGD set up through it (its trial, from the environment)."""
+    model = torch.nn.Linear(8, 2)
+    eng = accel.Engine(device="cpu")
+    return eng, *eng.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+
+
 def _trial_env(monkeypatch, record, **more) -> None:
     settings = {script_trial.PATH: record, script_trial.WARMUP: 1, script_trial.STEPS: 3, **more}
     for name, value in settings.items():
@@ -258,9 +266,7 @@ def _trial_env(monkeypatch, record, **more) -> None:
 def test_the_engine_writes_its_trial_after_warmup_and_steps_and_exits_0(tmp_path, monkeypatch):
     record = tmp_path / "trial.json"
     _trial_env(monkeypatch, record, **{script_trial.WARMUP: 2})
-    model = torch.nn.Linear(8, 2)
-    eng = accel.Engine(device="cpu")
-    model, optimizer = eng.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    eng, model, optimizer = _linear_trial_engine()
     with pytest.raises(SystemExit) as stopped:
         _steps(eng, model, optimizer, 10)
     assert stopped.value.code == 0 and eng.steps == 5  # 2 warm-up + 3 timed optimizer steps, no more
@@ -276,16 +282,9 @@ def test_the_engine_writes_its_trial_after_warmup_and_steps_and_exits_0(tmp_path
 
 @pytest.mark.parametrize("sync", ["step", "window"])
 def test_a_window_trial_of_a_script_synchronises_after_the_warmup_and_the_last_step_only(tmp_path, monkeypatch, sync):
-    import inspect
-
-    from accel import devices
-
-    record, callers, synchronize = tmp_path / "trial.json", [], devices.synchronize
-    monkeypatch.setattr(devices, "synchronize", lambda d: callers.append(inspect.stack()[1].function) or synchronize(d))
+    record, callers = tmp_path / "trial.json", syncs_by_caller(monkeypatch)
     _trial_env(monkeypatch, record, **{script_trial.WARMUP: 2, script_trial.SYNC: sync})
-    model = torch.nn.Linear(8, 2)
-    eng = accel.Engine(device="cpu")
-    model, optimizer = eng.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    eng, model, optimizer = _linear_trial_engine()
     with pytest.raises(SystemExit):
         _steps(eng, model, optimizer, 10)
     eng._trial.done = True
@@ -297,9 +296,7 @@ def test_a_window_trial_of_a_script_synchronises_after_the_warmup_and_the_last_s
 def test_the_engine_times_the_target_its_script_logs(tmp_path, monkeypatch):
     record = tmp_path / "trial.json"
     _trial_env(monkeypatch, record, **{script_trial.TARGET: "val_loss=0.5"})
-    model = torch.nn.Linear(8, 2)
-    eng = accel.Engine(device="cpu")
-    model, optimizer = eng.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    eng, model, optimizer = _linear_trial_engine()
     with pytest.raises(SystemExit):
         for i in range(10):
             _steps(eng, model, optimizer, 1)
@@ -313,9 +310,7 @@ def test_the_engine_times_the_target_its_script_logs(tmp_path, monkeypatch):
 def test_a_target_the_script_never_logs_is_said(tmp_path, monkeypatch):
     record = tmp_path / "trial.json"
     _trial_env(monkeypatch, record, **{script_trial.TARGET: "val_loss=0.5"})
-    model = torch.nn.Linear(8, 2)
-    eng = accel.Engine(device="cpu")
-    model, optimizer = eng.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    eng, model, optimizer = _linear_trial_engine()
     with pytest.raises(SystemExit):
         _steps(eng, model, optimizer, 10)
     eng._trial.done = True
@@ -342,9 +337,7 @@ def test_a_compiled_steps_trial_counts_optimizer_steps_and_whole_losses(tmp_path
 def test_a_loop_whose_backward_bypasses_the_engine_is_timed_without_a_loss(tmp_path, monkeypatch):
     record = tmp_path / "trial.json"
     _trial_env(monkeypatch, record)
-    model = torch.nn.Linear(8, 2)
-    eng = accel.Engine(device="cpu")
-    model, optimizer = eng.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    eng, model, optimizer = _linear_trial_engine()
     with pytest.raises(SystemExit):
         for _ in range(10):
             model(torch.randn(4, 8)).sum().backward()  # fp32: the loop's own backward is allowed
