@@ -4,7 +4,7 @@ own pytree utilities. Dataclasses are registered with pytree the first time one 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -27,15 +27,7 @@ def leading_tensor(batch: Any) -> torch.Tensor | None:
     flattened whole: a hand-written loop's engine asks this in every training forward."""
     if isinstance(batch, torch.Tensor):
         return batch if batch.dim() > 0 else None
-    if isinstance(batch, dict):
-        children = batch.values()
-    elif isinstance(batch, (list, tuple)):
-        children = batch
-    elif dataclasses.is_dataclass(batch) and not isinstance(batch, type):
-        children = (getattr(batch, f.name) for f in dataclasses.fields(batch))
-    else:
-        return None
-    return next((t for t in map(leading_tensor, children) if t is not None), None)
+    return next((t for t in map(leading_tensor, _children(batch)) if t is not None), None)
 
 
 def leading_size(batch: Any) -> int:
@@ -45,15 +37,19 @@ def leading_size(batch: Any) -> int:
 
 
 def _register_dataclasses(obj: Any) -> None:
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        if type(obj) not in pytree.SUPPORTED_NODES:
-            pytree.register_dataclass(type(obj))
-        children = [getattr(obj, f.name) for f in dataclasses.fields(obj)]
-    elif isinstance(obj, dict):
-        children = list(obj.values())
-    elif isinstance(obj, (list, tuple)):
-        children = list(obj)
-    else:
-        return
-    for child in children:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type) and type(obj) not in pytree.SUPPORTED_NODES:
+        pytree.register_dataclass(type(obj))
+    for child in _children(obj):
         _register_dataclasses(child)
+
+
+def _children(obj: Any) -> Iterable[Any]:
+    """What a container of a batch holds (a list's or tuple's items, a dict's values, a dataclass's fields); nothing
+    for anything else."""
+    if isinstance(obj, (list, tuple)):
+        return obj
+    if isinstance(obj, dict):
+        return obj.values()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return (getattr(obj, f.name) for f in dataclasses.fields(obj))
+    return ()

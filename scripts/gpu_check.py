@@ -104,8 +104,10 @@ RESNET_HOST = {  # what keeps the compiled ResNet preset waiting on its host
 }
 RESNET_SYNC = {f"sync-{mode}": f"speedups.compile.enabled=false,true --sync {mode}" for mode in ("step", "window")}
 RESNET_FULL = ["--steps", "150", "--warmup", "20", "--trials", "3"]
-RESNET_SMALL = ["--set", "data.batch_size=16", "--set", "model.name=small_cnn", "--set", "data.dataset.num_samples=64"]
-RESNET_QUICK = ["--steps", "2", "--warmup", "1", "--trials", "1", *RESNET_SMALL]
+RESNET_QUICK = [
+    *("--steps", "2", "--warmup", "1", "--trials", "1"),
+    *("--set", "data.batch_size=16", "--set", "model.name=small_cnn", "--set", "data.dataset.num_samples=64"),
+]
 LM_QUICK = [
     "--set",
     "model.args.width=64",
@@ -448,18 +450,13 @@ def step_lm_muon(check: Check) -> None:
     _bench_vary(check, "lm-muon", LM_RECIPE, {"optimizer": "optim.name=adamw,muon"}, [*size, *target])
 
 
-def step_resnet_host(check: Check) -> None:
-    """The compiled ResNet preset's data wait: compile workers released, and CUDA graphs, each on and off."""
+def step_resnet(check: Check, step: str) -> None:
+    """The ResNet preset's host: `resnet-host` its data wait (compile workers released, and CUDA graphs, each on and
+    off); `resnet-sync` what the bench's sync after every step hides (the host's fetch of the next batch cannot
+    overlap the GPU's work as in a real run): compiled and eager, with `--sync step` and `--sync window`."""
     size = RESNET_QUICK if check.args.quick else RESNET_FULL
-    _bench_vary(check, "resnet-host", RESNET_RECIPE, RESNET_HOST, [*size, "--set", f"device={check.args.device}"])
-
-
-def step_resnet_sync(check: Check) -> None:
-    """The bench synchronises the device after every step (exact step times), so the host's fetch of the next batch
-    cannot overlap the GPU's work as in a real run; `--sync window` synchronises around the timed steps only. The
-    ResNet preset compiled and eager, in both modes."""
-    size = RESNET_QUICK if check.args.quick else RESNET_FULL
-    _bench_vary(check, "resnet-sync", RESNET_RECIPE, RESNET_SYNC, [*size, "--set", f"device={check.args.device}"])
+    varies = {"resnet-host": RESNET_HOST, "resnet-sync": RESNET_SYNC}[step]
+    _bench_vary(check, step, RESNET_RECIPE, varies, [*size, "--set", f"device={check.args.device}"])
 
 
 def step_profile(check: Check) -> None:
@@ -566,8 +563,8 @@ RUNNERS = {
     "lm-tune": step_lm_tune,
     "lm-time": lambda check: step_lm_tune(check, "lm-time"),
     "lm-muon": step_lm_muon,
-    "resnet-host": step_resnet_host,
-    "resnet-sync": step_resnet_sync,
+    "resnet-host": lambda check: step_resnet(check, "resnet-host"),
+    "resnet-sync": lambda check: step_resnet(check, "resnet-sync"),
     "own-loop": step_own_loop,
 }
 
