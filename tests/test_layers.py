@@ -30,6 +30,7 @@ UPWARD = {
     # environment variables, it writes the bench's typed Trial and drives the profile's window
     ("accel.engine.script_trial", "accel.bench.records"),
     ("accel.engine.script_trial", "accel.bench.target"),
+    ("accel.engine.script_trial", "accel.bench.trial_figures"),
     ("accel.engine.script_trial", "accel.profile.script"),
     # `torchvision:NAME` and `timm:NAME` are names in the model registry, built by the libraries' own builders
     ("accel.registry", "accel.models.libraries"),

@@ -138,6 +138,9 @@ class Trial(Record):
     time_to_target_s: float | None = None
     target_evals: list[dict[str, Any]] | None = None
     step_losses: list[float] | None = None  # each optimizer step's training loss, warm-up included
+    # an unchanged script's one-off costs, out of its steps (accel/bench/instrument): evaluation, checkpoint writes
+    eval_s: float | None = None
+    save_s: float | None = None
     load: dict[str, Any] | None = None  # the machine's load during the trial (accel/measure/load.py), the runner's
     # the runner's, added in the parent process
     index: int | None = None

@@ -1,13 +1,15 @@
 """`accel bench -- python train.py ARGS`: the A/B report of a user's own script, each trial a fresh process of it.
 
-A variant is the script with `ACCEL_SET` items added (accel.engine.settings), or with one of its own options set
-(`--vary arg:--batch=16,32`), and its engine measures its own steps (accel.engine.script_trial). One probe comes
-first: the
-script runs until its `accel.Engine` sets the model up, which writes what the engine was given (speed-ups, device)
-and the model's traits, and exits. That tells the ablation the script's speed-ups and which others this device
-and model can use (`--ablate` tries both), validates every variant's settings in a second rather than in every
-trial, and stops a script without an engine with one message before any trial runs. With `--warm-cache` the
-trials share one inductor cache under OUT, as a recipe's do.
+A variant is the script with `ACCEL_SET` items added (accel.engine.settings), with one of its own options set
+(`--vary arg:--batch=16,32`) or with an environment variable set (`--vary env:OMP_NUM_THREADS=1,2`). Every trial
+runs with accel's instrument loaded before the script's first line (accel/bench/instrument): a script that creates
+an `accel.Engine` is measured by its engine (accel.engine.script_trial), any other by the instrument, from its
+optimizer steps. One probe comes first: the script runs until its engine sets the model up (what the engine was
+given, the model's traits) or, without an engine, until its first optimizer step (the device, the model's traits),
+and exits. That tells the ablation the script's speed-ups and which others this device and model can use
+(`--ablate` tries both), validates every variant's settings in a second rather than in every trial, and stops a
+script that never trains with one message before any trial runs. With `--warm-cache` the trials share one inductor
+cache under OUT, as a recipe's do.
 """
 
 from __future__ import annotations
@@ -34,15 +36,22 @@ from .plan import only_variants
 from .records import Report
 from .refused import new_refusals, script_device, script_refusals
 from .runner import BenchRun, run_and_report
-from .trial_process import TrialSettings, exit_reason, log_tail, trial_env
+from .script_flags import hf_ablation
+from .trial_process import TrialSettings, exit_reason, instrumented_pythonpath, kill_group, log_tail, trial_env
 from .variants import Variant, ablation_variants, format_value, interleave, vary_variants
 
 ARG = "arg:"  # --vary arg:--batch=16,32: the script's own option, not an engine key
+ENV = "env:"  # --vary env:OMP_NUM_THREADS=1,2: an environment variable of the script's process
 CURVE_METRIC = "val_loss"  # what a script reports through eng.log for a target read from its own run
-NO_ENGINE = (
-    "`accel.Engine` not used: `{command}` ran to its end without creating an accel.Engine, so no trial record was "
-    "written. accel bench, tune and profile measure a script through its engine: create one and set the model up "
-    "with it (docs/own-loop.md), or give them a recipe."
+SCRIPT_TIMEOUT_S = 900.0  # a probe's or trial's limit without --timeout: a script is stopped, never left to train
+NEVER_STEPPED = (
+    "`{command}` ran to its end without stepping an optimizer (no torch.optim optimizer's step() ran, and no "
+    "accel.Engine was created), so there is nothing to measure: accel bench, tune and profile time a script by its "
+    "optimizer steps. Give it the arguments that make it train, or give them a recipe."
+)
+NO_ENGINE_KEYS = (
+    "variant `{name}` sets `{key}`, an accel.Engine setting, but `{command}` creates no accel.Engine: vary its own "
+    "options (--vary arg:--OPTION=V1,V2) or environment variables (--vary env:NAME=V1,V2)."
 )
 
 
@@ -53,13 +62,17 @@ class ScriptLaunch:
 
     command: tuple[str, ...]
     sets: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()  # --vary env:NAME=V: the variant's own environment variables
 
     def accel_set(self) -> str:
         return " ".join([os.environ.get(SET_VARIABLE, ""), *map(shlex.quote, self.sets)]).strip()
 
     def launch(self, settings: TrialSettings, json_path: Path) -> tuple[list[str], dict[str, str]]:
-        """The command and the variables that make its engine a trial (accel.engine.script_trial)."""
+        """The command and the variables that make it a trial: its engine's (accel.engine.script_trial), or the
+        instrument's, loaded before its first line (accel.bench.instrument)."""
         return list(self.command), {
+            **dict(self.env),
+            "PYTHONPATH": instrumented_pythonpath(),
             SET_VARIABLE: self.accel_set(),
             script_trial.PATH: str(json_path),
             script_trial.STEPS: str(settings.steps),  # 0: the script's own run (tune --objective time)
@@ -101,14 +114,46 @@ def plan_script(
             "KEY=V1,V2 over engine keys (repeatable), e.g. --vary speedups.amp.dtype=bf16,fp16."
         )
     given = probe(command, sets, timeout)
-    variants = _ablation(given) if ablate else vary_variants(vary)
+    skipped: dict[str, str] = {}
+    if ablate and given.get("framework") == "hf":
+        variants, skipped = hf_ablation(given, shlex.join(command))
+        variants += [Variant(flag, {}) for flag in skipped]  # reported as refused, with why, and not run
+    else:
+        variants = _ablation(given, command) if ablate else vary_variants(vary)
     if only:
         variants = only_variants(variants, only)
     launches = {v.name: launch_of(command, sets, v) for v in variants}
-    configs = {name: resolved(given, launch, name) for name, launch in launches.items()}
     baseline = variants[0].name
+    if not uses_engine(given):
+        configs = {v.name: unchanged_script(launches[v.name], v, command) for v in variants}
+        refused = {name: reason for name, reason in skipped.items() if name in launches}
+        return ScriptPlan(command, script_name(command), variants, baseline, launches, configs, given, refused)
+    configs = {name: resolved(given, launch, name) for name, launch in launches.items()}
     refused = new_refusals({name: script_refusals(given, config) for name, config in configs.items()}, baseline)
     return ScriptPlan(command, script_name(command), variants, baseline, launches, configs, given, refused)
+
+
+def uses_engine(given: dict[str, Any]) -> bool:
+    """Whether the probe met an accel.Engine (else the instrument measures the script unchanged)."""
+    return given.get("engine", True)
+
+
+def engine_required(given: dict[str, Any], command: list[str], what: str) -> None:
+    """`what` (tune, profile) measures a script through its accel.Engine for now: say so for one without."""
+    if not uses_engine(given):
+        raise AccelError(
+            f"{what} of a script measures it through its accel.Engine, and `{shlex.join(command)}` creates none. "
+            f"`accel bench --vary arg:--OPTION=V1,V2 -- {shlex.join(command)}` measures it unchanged; for {what}, "
+            "set its model up with an engine (docs/own-loop.md) or give a recipe."
+        )
+
+
+def unchanged_script(launch: ScriptLaunch, variant: Variant, command: list[str]) -> dict[str, Any]:
+    """A variant of a script without an engine: its command line and environment; engine keys are refused."""
+    for key in variant.overrides:
+        if not key.startswith((ARG, ENV)):
+            raise AccelError(NO_ENGINE_KEYS.format(name=variant.name, key=key, command=shlex.join(command)))
+    return {"command": shlex.join(launch.command), "env": dict(launch.env)}
 
 
 def script_name(command: list[str]) -> str:
@@ -116,9 +161,15 @@ def script_name(command: list[str]) -> str:
     return Path(next((c for c in command if c.endswith(".py")), command[0])).stem
 
 
-def _ablation(given: dict[str, Any]) -> list[Variant]:
+def _ablation(given: dict[str, Any], command: list[str]) -> list[Variant]:
     """The speed-ups the script's engine was given, and those tune would try that this device can run and the
     model can use (its traits, from the probe)."""
+    if not uses_engine(given):
+        raise AccelError(
+            f"--ablate needs the script's speed-ups, and `{shlex.join(command)}` creates no accel.Engine nor a "
+            "Hugging Face Trainer: compare its own options with --vary arg:--OPTION=V1,V2 (or environment variables "
+            "with --vary env:NAME=V1,V2)."
+        )
     device = script_device(given)
     added = runnable_speedups(given["speedups"], device, given.get("model_traits"))
     try:
@@ -132,16 +183,26 @@ def _ablation(given: dict[str, Any]) -> list[Variant]:
 
 
 def launch_of(command: list[str], sets: list[str], variant: Variant) -> ScriptLaunch:
-    """The variant's engine keys go to ACCEL_SET; its `arg:--OPTION` keys set the script's own option."""
-    items = []
+    """The variant's engine keys go to ACCEL_SET; its `arg:--OPTION` keys set the script's own option, its
+    `env:NAME` keys an environment variable."""
+    items, env = [], []
     for key, value in variant.overrides.items():
-        if key.startswith(ARG):
+        if key.startswith(ENV):
+            if value is not None:
+                env.append((_env_name(key[len(ENV) :]), format_value(value)))
+        elif key.startswith(ARG):
             if value is not None:  # None: the option as the command has it (or not at all)
                 command = with_option(command, key[len(ARG) :], format_value(value))
         else:  # a section (a speed-up's whole config, from tune) as JSON, which the YAML of ACCEL_SET reads back
             text = json.dumps(value) if isinstance(value, (dict, list)) else format_value(value)
             items.append(f"{key}={text}")
-    return ScriptLaunch(tuple(command), (*sets, *items))
+    return ScriptLaunch(tuple(command), (*sets, *items), tuple(env))
+
+
+def _env_name(name: str) -> str:
+    if not name.isidentifier():
+        raise AccelError(f"--vary {ENV}{name}: name an environment variable, e.g. --vary {ENV}OMP_NUM_THREADS=1,2.")
+    return name
 
 
 def with_option(command: list[str], option: str, value: str) -> list[str]:
@@ -195,32 +256,48 @@ def _quiet():
 
 
 def probe(command: list[str], sets: list[str], timeout: float | None = None) -> dict[str, Any]:
-    """What the script's engine was given (speed-ups, device, strategy): the script runs until it creates its
-    engine, which writes them and exits (accel.engine.script_trial). A script that never creates one fails here."""
+    """What the script trains with: the script runs until its engine sets the model up (what the engine was given:
+    speed-ups, device, strategy) or, without an engine, until its first optimizer step (the instrument: device,
+    model), which writes it and exits. A script that never trains fails here, with its last output."""
+    limit = timeout or SCRIPT_TIMEOUT_S
     with tempfile.TemporaryDirectory(prefix="accel-probe-") as folder:
         path, log_path = Path(folder) / "given.json", Path(folder) / "probe.log"
         env = trial_env(Path(folder) / "cache") | {
             SET_VARIABLE: ScriptLaunch(tuple(command), tuple(sets)).accel_set(),
+            "PYTHONPATH": instrumented_pythonpath(),
             script_trial.PATH: str(path),
             script_trial.PROBE: "1",
         }
         with log_path.open("w") as log:
             try:
-                code = subprocess.run(
-                    command, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout, preexec_fn=die_with_parent
-                ).returncode
-            except subprocess.TimeoutExpired:
-                raise AccelError(
-                    f"`{shlex.join(command)}` created no accel.Engine within {timeout:g} s (--timeout)."
-                ) from None
+                proc = subprocess.Popen(
+                    command,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                    preexec_fn=die_with_parent,
+                )
             except OSError as err:
                 raise AccelError(f"cannot run `{shlex.join(command)}`: {err}") from None
+            try:
+                code = proc.wait(timeout=limit)
+            except subprocess.TimeoutExpired:
+                kill_group(proc)
+                raise AccelError(
+                    f"`{shlex.join(command)}` did not step an optimizer (nor create an accel.Engine) within {limit:g} "
+                    f"s{'' if timeout else ' (--timeout to wait longer)'}, so it was stopped; last output:\n"
+                    f"{log_tail(log_path)}"
+                ) from None
+            except BaseException:
+                kill_group(proc)
+                raise
         if path.is_file():
             return json.loads(path.read_text())
         if code == 0:
-            raise AccelError(NO_ENGINE.format(command=shlex.join(command)))
+            raise AccelError(NEVER_STEPPED.format(command=shlex.join(command)))
         raise AccelError(
-            f"`{shlex.join(command)}` {exit_reason(code)} before creating its accel.Engine; last output:\n"
+            f"`{shlex.join(command)}` {exit_reason(code)} before its first optimizer step; last output:\n"
             f"{log_tail(log_path)}"
         )
 

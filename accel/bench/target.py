@@ -45,17 +45,19 @@ def time_to(target: Target, evals: list[dict[str, Any]]) -> float | None:
     return next((e["wall_s"] for e in evals if target.reached(e["value"])), None)
 
 
-def parse_target(text: str) -> Target:
-    """`val_accuracy=0.97` -> Target; lower is better for losses, perplexity, bits and errors, else higher."""
+def parse_target(text: str, any_metric: bool = False) -> Target:
+    """`val_accuracy=0.97` -> Target; lower is better for losses, perplexity, bits and errors, else higher. A
+    recipe's task names its metrics `val_...`; a script's (`any_metric`) are whatever it logs (`eval_loss`)."""
     metric, sep, value = text.partition("=")
     try:
-        if not sep or not metric.startswith("val_"):
+        if not sep or not metric.strip() or not (any_metric or metric.startswith("val_")):
             raise ValueError
         return Target(metric.strip(), float(value))
     except ValueError:
+        example = "eval_loss=2.5 or val_loss=1.5" if any_metric else "val_accuracy=0.97 or val_loss=1.5"
         raise AccelError(
-            f"--target {text!r}: write METRIC=VALUE with a validation metric of the task, e.g. "
-            "val_accuracy=0.97 or val_loss=1.5"
+            f"--target {text!r}: write METRIC=VALUE with a validation metric the "
+            f"{'script logs' if any_metric else 'task reports'}, e.g. {example}"
         ) from None
 
 

@@ -15,7 +15,6 @@ record (accel/bench/records.py) as JSON, which the runner reads back. On any exc
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 import traceback
@@ -32,9 +31,8 @@ from ..io import write_atomic
 from ..speedups import compile_figures
 from .records import Trial
 from .target import Target, TargetClock, parse_target
+from .trial_figures import LAST_LOSS_STEPS, rates
 from .trial_process import SYNCS, WINDOW_WITH_EVALS
-
-LAST_LOSS_STEPS = 5  # final_loss averages this many last timed steps: one step's loss is too noisy to compare
 
 GUARD_BATCHES = 8  # validation batches a trial evaluates for the result guard (no --target)
 BENCH_SETTINGS = (
@@ -110,11 +108,6 @@ def _step_losses(steps: list[dict[str, Any]]) -> list[float]:
     return losses.tolist()
 
 
-def _median_rate(steps: list[dict[str, Any]]) -> float | None:
-    rates = [s["samples"] / s["s"] for s in steps if s["s"] > 0]
-    return statistics.median(rates) if rates else None
-
-
 def measure(timer: StepTimer, warmup: int, setup_s: float) -> dict[str, Any]:
     """Throughput and timing figures from the timed steps (those after `warmup`); warm-up reported apart.
 
@@ -124,21 +117,12 @@ def measure(timer: StepTimer, warmup: int, setup_s: float) -> dict[str, Any]:
     timed = timer.steps[warmup:]
     if not timed:
         raise AccelError(f"no timed steps: only {len(timer.steps)} optimizer steps ran, all of them warm-up.")
-    # the window's wall time (--sync window) holds what the steps' own times cannot: the work they left queued
-    total_s = timer.window_s or sum(s["s"] for s in timed)
-    tokens = sum(s["tokens"] for s in timed)
     return {
-        "samples_per_s": sum(s["samples"] for s in timed) / total_s if total_s > 0 else None,
-        # robust to a shared machine's stalls: one stalled step moves the mean above 10-20%, not the median
-        "median_step_samples_per_s": _median_rate(timed),
-        "tokens_per_s": tokens / total_s if tokens and total_s > 0 else None,
-        "step_times_s": [s["s"] for s in timed],
-        "data_wait_fraction": sum(s["data_s"] for s in timed) / total_s if total_s > 0 else None,
+        **rates(timed, total_s=timer.window_s),  # the window's wall time (--sync window), where there is one
         "setup_s": setup_s,
         "first_step_s": setup_s + timer.steps[0]["s"],
         "warmup_s": setup_s + sum(s["s"] for s in timer.steps[:warmup]),
         "final_loss": _final_loss(timed),
-        "steps": len(timed),
     }
 
 

@@ -17,6 +17,7 @@ from ..runs.signals import die_with_parent
 from .records import Trial
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding `accel/`, for the children's imports
+INSTRUMENT_SITE = Path(__file__).resolve().parent / "instrument" / "site"  # its sitecustomize: accel/bench/instrument
 TAIL_LINES = 30
 SYNCS = ("step", "window")  # TrialSettings.sync
 WINDOW_WITH_EVALS = (
@@ -92,9 +93,18 @@ def trial_env(cache_dir: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)
     env["TRITON_CACHE_DIR"] = str(cache_dir / "triton")  # else Triton keeps kernels warm in ~/.triton
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = _pythonpath(str(PACKAGE_ROOT))
     env["PYTHONUNBUFFERED"] = "1"  # the log tail must hold the last words of a process that died
     return env
+
+
+def _pythonpath(*first: str) -> str:
+    return os.pathsep.join(p for p in (*first, os.environ.get("PYTHONPATH")) if p)
+
+
+def instrumented_pythonpath() -> str:
+    """A script trial's PYTHONPATH: the instrument's sitecustomize loads before the script's first line."""
+    return _pythonpath(str(INSTRUMENT_SITE), str(PACKAGE_ROOT))
 
 
 def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
@@ -104,7 +114,7 @@ def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
         return ""
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)  # the trial and its DataLoader workers, nothing else
     except ProcessLookupError:
@@ -140,10 +150,10 @@ def run_trial_process(
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            kill_group(proc)
             return Trial(error=f"timed out after {timeout:g} s (--timeout); last output:\n{log_tail(log_path)}")
         except BaseException:  # Ctrl-C reaches only us (new session): take the trial down with us
-            _kill_group(proc)
+            kill_group(proc)
             raise
     result = _read_result(json_path)
     if result is None:

@@ -232,7 +232,7 @@ def _all_failed(report, out: Path) -> str:
 
 def bench_script(args: argparse.Namespace) -> int:
     """`accel bench [OPTIONS] -- python train.py ARGS`: the same report, every trial a fresh process of the script."""
-    from ..bench.script import plan_script, run_script_bench, script_name
+    from ..bench.script import SCRIPT_TIMEOUT_S, plan_script, run_script_bench, script_name
     from ..bench.trial_process import TrialSettings
     from ..bench.variants import describe
     from ..io import default_out
@@ -247,9 +247,10 @@ def bench_script(args: argparse.Namespace) -> int:
     if args.target:
         from ..bench.target import parse_target
 
-        parse_target(args.target)  # a malformed target fails now, not in every trial
+        parse_target(args.target, any_metric=True)  # a malformed target fails now, not in every trial
     check_trial_options(args)
-    settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache, args.target, sync=args.sync)
+    timeout = args.timeout or SCRIPT_TIMEOUT_S  # a script trains as long as it likes: a trial must not
+    settings = TrialSettings(args.steps, args.warmup, timeout, args.warm_cache, args.target, sync=args.sync)
     out = Path(args.out) if args.out else default_out(script_name(args.user_script), kind="bench")
     if not args.list:
         check_results_out(out, "bench")  # before the probe, which runs the script until it creates its engine

@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import atexit
 import logging
-import math
 import os
-import statistics
 import sys
 import time
 import traceback
@@ -51,7 +49,6 @@ STOP, CURVE = "ACCEL_TRIAL_STOP", "ACCEL_TRIAL_CURVE"  # end at the target; reco
 SYNC = "ACCEL_TRIAL_SYNC"  # window: synchronise around the timed steps only
 PROFILE = "ACCEL_PROFILE"  # `accel profile -- SCRIPT`: the profile window's settings (accel.profile.script)
 log = logging.getLogger("accel")
-LAST_LOSS_STEPS = 5  # final_loss: the mean of the last timed steps' losses, as a recipe's trial has it
 
 
 def attach(engine: Engine, settings: Settings | None) -> ScriptTrial | None:
@@ -59,6 +56,10 @@ def attach(engine: Engine, settings: Settings | None) -> ScriptTrial | None:
     either, or for the Trainer's engine (`settings` None)."""
     if settings is None:
         return None
+    if os.environ.get(PATH) or os.environ.get(PROFILE):  # the engine measures its own steps, not the instrument
+        instrument = sys.modules.get("accel.bench.instrument.recorder")
+        if instrument is not None:
+            instrument.stand_down()
     if os.environ.get(PROFILE):  # imported only here: the report's plots need matplotlib
         from ..profile.script import attach as profile
 
@@ -72,7 +73,7 @@ def attach(engine: Engine, settings: Settings | None) -> ScriptTrial | None:
     if os.environ.get(TARGET):
         from ..bench.target import parse_target
 
-        trial.target = parse_target(os.environ[TARGET])
+        trial.target = parse_target(os.environ[TARGET], any_metric=True)
     trial.metric = trial.target.metric if trial.target else os.environ.get(CURVE) or None
     trial.stop = os.environ.get(STOP) == "1" and trial.target is not None
     trial.every_step = os.environ.get(SYNC, "step") != "window"
@@ -180,23 +181,25 @@ class ScriptTrial:
         raise SystemExit(0)
 
     def _write_record(self) -> None:
+        from ..bench.trial_figures import diverged
+
         record = self.record() | self._losses()
-        self._write(record | self._target_figures() | _diverged(record.get("step_losses", [])))
+        self._write(record | self._target_figures() | diverged(record.get("step_losses", [])))
         self.done = True
 
     def record(self) -> dict[str, Any]:
         """The figures of `accel.bench.records.Trial`, from the engine's own counts."""
+        from ..bench.trial_figures import deltas, rates
+
         engine, setup_end = self.engine, self.engine._loop.started  # when eng.setup ended: the speed-ups were set up
-        starts = [setup_end] + [m["t"] for m in self.marks[:-1]]
-        before = [{"samples": 0, "tokens": 0, "data_s": 0.0}] + self.marks[:-1]
-        steps = [_delta(m, b, m["t"] - s) for m, b, s in zip(self.marks, before, starts)]
+        steps = deltas(self.marks, {"t": setup_end})
         timed, setup_s = steps[self.warmup :], setup_end - self.created
-        rates = _rates(timed, loader=engine.train_loader is not None)
+        figures = rates(timed, data_known=engine.train_loader is not None)
         summary = engine._loop_summary()
         flops = engine._loop.utilisation.flops_per_sample
         return {
-            **rates,
-            **engine._loop.utilisation.stats(rates["samples_per_s"]),  # FLOP/s and MFU over the timed steps
+            **figures,
+            **engine._loop.utilisation.stats(figures["samples_per_s"]),  # FLOP/s and MFU over the timed steps
             "flops_per_step": flops * steps[0]["samples"] if flops else None,
             "setup_s": setup_s,
             "first_step_s": setup_s + steps[0]["s"],
@@ -216,8 +219,10 @@ class ScriptTrial:
         """Each step's loss and the final loss; none when a step's loss did not pass through `eng.backward`."""
         if not self.step_losses or any(loss is None for loss in self.step_losses):
             return {}
+        from ..bench.trial_figures import final_loss
+
         losses = torch.stack(self.step_losses).tolist()  # one device sync, at the end
-        return {"final_loss": _mean(losses[self.warmup :][-LAST_LOSS_STEPS:]), "step_losses": losses}
+        return {"final_loss": final_loss(losses[self.warmup :]), "step_losses": losses}
 
     def _target_figures(self) -> dict[str, Any]:
         from ..bench.target import time_to
@@ -260,43 +265,3 @@ class ScriptTrial:
                 "--steps/--warmup"
             }
         )
-
-
-def _rates(timed: list[dict[str, Any]], loader: bool) -> dict[str, Any]:
-    """Throughput over the timed steps, and each step's time; data wait only for a loader the engine set up
-    (without one the wait is unknown, not zero)."""
-    total = sum(s["s"] for s in timed)
-    tokens = sum(s["tokens"] for s in timed)
-    return {
-        "samples_per_s": sum(s["samples"] for s in timed) / total if total > 0 else None,
-        "median_step_samples_per_s": _median([s["samples"] / s["s"] for s in timed if s["s"] > 0]),
-        "tokens_per_s": tokens / total if tokens and total > 0 else None,
-        "step_times_s": [s["s"] for s in timed],
-        "data_wait_fraction": sum(s["data_s"] for s in timed) / total if loader and total > 0 else None,
-        "steps": len(timed),
-    }
-
-
-def _diverged(losses: list[float]) -> dict[str, str]:
-    """A trial whose loss went NaN or infinite failed, as a recipe's diverged run does; its figures are kept."""
-    bad = next((i for i, loss in enumerate(losses) if not math.isfinite(loss)), None)
-    if bad is None:
-        return {}
-    return {"error": f"diverged: the training loss was {losses[bad]} at optimizer step {bad + 1} (warm-up included)"}
-
-
-def _delta(mark: dict[str, Any], before: dict[str, Any], seconds: float) -> dict[str, Any]:
-    return {
-        "s": seconds,
-        "samples": mark["samples"] - before["samples"],
-        "tokens": mark["tokens"] - before["tokens"],
-        "data_s": mark["data_s"] - before["data_s"],
-    }
-
-
-def _median(xs: list[float]) -> float | None:
-    return statistics.median(xs) if xs else None
-
-
-def _mean(xs: list[float]) -> float | None:
-    return sum(xs) / len(xs) if xs else None

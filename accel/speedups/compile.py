@@ -102,6 +102,13 @@ class DynamoStats:
         self._breaks = Counter(counters["graph_break"])
         self._graphs = _graph_count()
 
+    @classmethod
+    def since_start(cls) -> DynamoStats:
+        """Totals since the process started (an unchanged script's compilations, read from outside it)."""
+        stats = cls()
+        stats._since_us, stats._compile_s, stats._breaks, stats._graphs = 0, 0.0, Counter(), 0
+        return stats
+
     def read(self) -> dict[str, Any]:
         """Totals since creation, plus `break_reasons` and per-function `recompile_reasons` for messages."""
         from torch._dynamo.utils import counters

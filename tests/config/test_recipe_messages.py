@@ -76,7 +76,7 @@ def test_the_measuring_commands_run_a_script_and_say_when_it_has_no_engine(capsy
     script = tmp_path / "train.py"
     script.write_text("import accel\n")
     err = _fails_cleanly(capsys, *command, script)
-    assert "`accel.Engine` not used" in err and "YAML syntax error" not in err
+    assert "ran to its end without stepping an optimizer" in err and "YAML syntax error" not in err
 
 
 def test_a_dangling_link_as_out_is_named_as_one(capsys, tiny, write_recipe, tmp_path):

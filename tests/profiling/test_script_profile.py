@@ -66,7 +66,7 @@ def test_a_script_that_ends_before_its_window_says_so(tmp_path, capfd):
 def test_a_script_without_an_engine_fails_with_one_message(tmp_path, capfd):
     out = tmp_path / "profile"
     assert main(["profile", "--out", str(out), "--", sys.executable, str(_script(tmp_path, "print(1)\n"))]) == 2
-    assert "`accel.Engine` not used" in capfd.readouterr().err and not out.exists()
+    assert "without stepping an optimizer" in capfd.readouterr().err and not out.exists()
 
 
 def test_a_scripts_advice_benches_the_script_with_its_settings():

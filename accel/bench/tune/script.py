@@ -28,7 +28,7 @@ from ...io import write_atomic
 from ..knobs import Knob, _listed, _tried, current, lookup, speedup_knobs
 from ..records import Trial
 from ..refused import script_refusals
-from ..script import ARG, SET_VARIABLE, launch_of, probe, resolved
+from ..script import ARG, SET_VARIABLE, engine_required, launch_of, probe, resolved
 from ..trial_process import Launch
 from ..variants import Variant
 from .search import TuneResult
@@ -48,7 +48,9 @@ class ScriptSubject:
 
     @classmethod
     def probed(cls, command: list[str], sets: list[str], timeout: float | None = None) -> ScriptSubject:
-        return cls(list(command), list(sets), probe(command, sets, timeout))
+        given = probe(command, sets, timeout)
+        engine_required(given, command, "accel tune")
+        return cls(list(command), list(sets), given)
 
     def plain(self) -> dict[str, Any]:
         """The engine's settings and the script's options as its command gives them (`arg:--lr`: 0.003)."""

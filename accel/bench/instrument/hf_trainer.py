@@ -1,0 +1,103 @@
+"""The Hugging Face Trainer, read from inside: every `Trainer` the script builds gets accel's `TrainerCallback`.
+
+The recorder counts and times the steps as for any loop (the Trainer steps a torch optimizer); the callback adds
+what only the Trainer knows: when training began (start-up ends there), its logged metrics (`loss`, `eval_loss`,
+...: targets and the results-changed flag), its checkpoint writes (timed apart), the speed flags it was given (the
+probe's answer, for `--ablate`), and a clean stop (`control.should_training_stop`) once the trial has its steps.
+A trial's checkpoints and logs go to a folder of its own, never to the script's `output_dir`.
+"""
+
+from __future__ import annotations
+
+import functools
+import tempfile
+from types import ModuleType
+from typing import Any
+
+from transformers import TrainerCallback
+
+from . import recorder
+
+# the Trainer's own speed flags, as TrainingArguments names them (`--bf16 True`, `--optim adamw_torch_fused`)
+FLAGS = (
+    "bf16",
+    "fp16",
+    "tf32",
+    "torch_compile",
+    "optim",
+    "dataloader_num_workers",
+    "dataloader_pin_memory",
+    "gradient_checkpointing",
+    "use_liger_kernel",
+)
+
+
+def attach(module: ModuleType) -> None:
+    """`transformers.trainer` is imported: every Trainer made from now on carries the callback."""
+    trainer_class = module.Trainer
+    init = trainer_class.__init__
+
+    @functools.wraps(init)
+    def __init__(trainer, *args, **kwargs):
+        init(trainer, *args, **kwargs)
+        if recorder.RECORDER is not None and recorder.RECORDER.active:
+            trainer.add_callback(TrialCallback(recorder.RECORDER, trainer))
+
+    trainer_class.__init__ = __init__
+    save = trainer_class._save_checkpoint
+
+    @functools.wraps(save)
+    def _save_checkpoint(trainer, *args, **kwargs):
+        if recorder.RECORDER is None:
+            return save(trainer, *args, **kwargs)
+        return recorder.RECORDER.saving(save, trainer, *args, **kwargs)
+
+    trainer_class._save_checkpoint = _save_checkpoint
+    _watch_parser()
+
+
+def _watch_parser() -> None:
+    """Whether the script parses TrainingArguments from its command line (HfArgumentParser): its flags are then
+    the script's own options, which a variant can set."""
+    from transformers import HfArgumentParser, TrainingArguments
+
+    parse = HfArgumentParser.parse_args_into_dataclasses
+
+    @functools.wraps(parse)
+    def parse_args_into_dataclasses(parser, *args, **kwargs):
+        if any(issubclass(kind, TrainingArguments) for kind in parser.dataclass_types):
+            recorder.FACTS["hf_command_line"] = True
+        return parse(parser, *args, **kwargs)
+
+    HfArgumentParser.parse_args_into_dataclasses = parse_args_into_dataclasses
+
+
+class TrialCallback(TrainerCallback):
+    def __init__(self, rec: recorder.Recorder, trainer: Any):
+        self.recorder = rec
+        rec.framework_stops = True
+        args = trainer.args
+        recorder.FACTS |= {"framework": "hf", "hf_flags": {name: getattr(args, name, None) for name in FLAGS}}
+        recorder.FACTS["hf_max_steps"] = args.max_steps if args.max_steps > 0 else None
+        self._scratch = tempfile.TemporaryDirectory(prefix="accel-trial-hf-")  # removed when the process ends
+        args.output_dir = self._scratch.name  # the trial's checkpoints never land in the script's output_dir
+        if hasattr(args, "logging_dir"):
+            args.logging_dir = self._scratch.name
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.recorder.training_began()
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self.recorder.logged(logs or {})
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        self.recorder.logged(metrics or {})
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.recorder.stop_requested:
+            control.should_training_stop = True
+        return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.recorder.stop_requested:
+            raise SystemExit(0)

@@ -1,0 +1,79 @@
+"""The instrument starts when the script has imported torch, not before: importing torch first would change a
+script that sets `OMP_NUM_THREADS` or other variables torch reads at import; and it joins the Hugging Face Trainer
+when the script imports it (accel/bench/instrument/hf_trainer.py). Nothing here imports torch."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from types import ModuleType
+
+SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "site")
+
+
+class _AfterImport:
+    """A finder that lets the usual finders find a watched module, and has its loader call `then(module)` once the
+    module's own code has run."""
+
+    def __init__(self, watched: dict[str, Callable[[ModuleType], None]]):
+        self.watched = watched
+
+    def find_spec(self, name, path=None, target=None):
+        then = self.watched.pop(name, None)
+        if then is None:
+            return None
+        if not self.watched:
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None:
+            exec_module = spec.loader.exec_module
+
+            def exec_then(module):
+                exec_module(module)
+                _safely(then, module)
+
+            spec.loader.exec_module = exec_then
+        return spec
+
+
+def _safely(then: Callable[[ModuleType], None], module: ModuleType) -> None:
+    try:
+        then(module)
+    except Exception:  # noqa: BLE001 - the script runs on; the trial then says what the instrument could not do
+        print("accel: the instrument could not start:\n" + traceback.format_exc(), file=sys.stderr)
+
+
+def _recorder(torch: ModuleType) -> None:
+    from . import recorder
+
+    recorder.install()
+
+
+def _hf_trainer(module: ModuleType) -> None:
+    from . import hf_trainer
+
+    hf_trainer.attach(module)
+
+
+def start() -> None:
+    """Start the recorder once torch is imported, and join the HF Trainer once it is (now, where they already are)."""
+    watched = {"torch": _recorder, "transformers.trainer": _hf_trainer}
+    for name in list(watched):
+        if name in sys.modules:
+            _safely(watched.pop(name), sys.modules[name])
+    if watched:
+        sys.meta_path.insert(0, _AfterImport(watched))
+
+
+def chain_next_sitecustomize(ours: str) -> None:
+    """Run the sitecustomize that ours shadows (a distribution's or a virtualenv's), as Python would have."""
+    later = [p for p in sys.path if os.path.abspath(p or ".") != ours]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", later)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)

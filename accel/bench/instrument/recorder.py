@@ -1,0 +1,410 @@
+"""The instrument's recorder: an unchanged script's optimizer steps, counted and timed from torch's own hooks.
+
+- **Steps**: `torch.optim.optimizer.register_optimizer_step_post_hook` fires after every optimizer's step, wrapped
+  by Accelerate, Lightning or a GradScaler or not. The first optimizer to step is the step clock; another one (a
+  GAN's second) steps inside the same training step. A step skipped by a GradScaler (inf gradients) is not one.
+- **Samples**: at the first step the recorder finds the trained model (the outermost modules that hold the most of
+  the clock's parameters, never inside a compiled module) and hooks its forward: a training forward counts the
+  leading dimension of its first input (and tokens, where that input is token ids), as the engine does. The first
+  step, counted before the hook, is always a warm-up step.
+- **What is not a training step**: a forward in eval mode or without gradients opens an evaluation, which the next
+  training forward or step closes; `torch.save` is a checkpoint write. Both are timed apart (`eval_s`, `save_s`)
+  and taken out of the step they fall in; a `DataLoader`'s batches are the data wait.
+- **Loss**: every scalar `torch.autograd.backward` (`loss.backward()`) is recorded as a device tensor, unscaled
+  where a GradScaler scaled it, and read once at the end: no device sync in the step.
+
+After warm-up + N steps (accel.engine.script_trial's variables) it writes the trial record and ends the process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import gc
+import os
+import sys
+import time
+import traceback
+from typing import Any
+
+import psutil
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+from ... import devices
+from ...batches import leading_tensor
+from ...engine import script_trial
+from ...io import strict_json, write_atomic
+
+RECORDER: Recorder | None = None  # the process's one recorder, once torch is imported under a trial
+FACTS: dict[str, Any] = {"framework": "plain"}  # what a framework adapter learnt of the script (instrument.hf_trainer)
+
+
+def install() -> None:
+    """Start recording (called once torch is imported): the bench's trial, or its probe."""
+    global RECORDER
+    path = os.environ.get(script_trial.PATH)
+    if RECORDER is not None or not path:
+        return
+    RECORDER = Recorder(
+        path,
+        warmup=int(os.environ.get(script_trial.WARMUP, "0")),
+        steps=int(os.environ.get(script_trial.STEPS, "1")),
+        probe=os.environ.get(script_trial.PROBE) == "1",
+        every_step=os.environ.get(script_trial.SYNC, "step") != "window",
+    )
+    if os.environ.get(script_trial.TARGET):
+        from ..target import parse_target
+
+        RECORDER.target = parse_target(os.environ[script_trial.TARGET], any_metric=True)
+    RECORDER.metric = RECORDER.target.metric if RECORDER.target else os.environ.get(script_trial.CURVE) or None
+    RECORDER.stop_at_target = os.environ.get(script_trial.STOP) == "1" and RECORDER.target is not None
+
+
+def stand_down() -> None:
+    """The script created an `accel.Engine`, which measures its own steps: the recorder lets go of every hook."""
+    if RECORDER is not None:
+        RECORDER.stand_down()
+
+
+class Recorder:
+    def __init__(self, path: str, warmup: int, steps: int, probe: bool, every_step: bool):
+        self.path, self.steps, self.probe, self.every_step = path, steps, probe, every_step
+        self.warmup = max(warmup, 1)  # the first step's samples are counted before the model is known
+        now, started = time.perf_counter(), psutil.Process().create_time()
+        self.zero = now - (time.time() - started)  # the process's start on the perf_counter clock
+        self.optimizer: torch.optim.Optimizer | None = None  # the step clock
+        self.device = torch.device("cpu")
+        self.models: list[torch.nn.Module] = []
+        self.marks: list[dict[str, Any]] = []
+        self.counts = {"samples": 0, "tokens": 0, "forwards": 0, "data_s": 0.0}
+        self.losses: list[torch.Tensor] = []  # this step's, as device tensors
+        self.step_losses: list[torch.Tensor | None] = []
+        self.excluded_s = 0.0  # evaluation, checkpoint writes and the recorder's own search, out of the steps
+        self.eval_s = self.save_s = 0.0
+        self.eval_since: float | None = None  # an evaluation is open
+        self.first_backward: float | None = None
+        self.loader_seen = False
+        self.depth = 0  # nesting of the hooked models' forwards (a wrapper calls the model it wraps)
+        self.scaled: tuple[torch.Tensor, torch.Tensor] | None = None  # a GradScaler's last (scaled, unscaled) loss
+        self.done, self.failure, self.active = False, None, True
+        self.began: float | None = None  # when a framework said training began: start-up ends there
+        self.framework_stops = False  # a framework's callback ends the training once asked (`stop_requested`)
+        self.stop_requested = False
+        self.metrics: dict[str, float] = {}  # the last value of each metric the script logged through a framework
+        self.target, self.metric, self.stop_at_target = None, None, False
+        self.evals: list[dict[str, Any]] = []  # each logged value of the target's metric, as TargetClock's
+        self.saving_depth = 0
+        self._undo: list[Any] = []
+        self._hook()
+        self._excepthook = sys.excepthook
+        sys.excepthook = self._crashed
+        atexit.register(self._ended)
+
+    # --- hooks ---------------------------------------------------------------------------------------------------
+
+    def _hook(self) -> None:
+        handle = register_optimizer_step_post_hook(self._stepped)
+        self._undo.append(handle.remove)
+        self._patch(torch.autograd, "backward", self._backward)
+        self._patch(torch, "save", self._save)
+        self._patch(torch.amp.GradScaler, "scale", self._scale)
+        self._patch(torch.utils.data.dataloader._BaseDataLoaderIter, "__next__", self._next_batch)
+
+    def _patch(self, owner: Any, name: str, wrapper: Any) -> None:
+        """`owner.name` calls `wrapper(original, ...)`: a function, so that a method still binds its instance."""
+        original = getattr(owner, name)
+
+        @functools.wraps(original)
+        def patched(*args, **kwargs):
+            return wrapper(original, *args, **kwargs)
+
+        setattr(owner, name, patched)
+        self._undo.append(lambda: setattr(owner, name, original))
+
+    def stand_down(self) -> None:
+        self.active = False
+        for undo in reversed(self._undo):
+            undo()
+        self._undo = []
+        sys.excepthook = self._excepthook
+
+    def _backward(self, original, tensors, *args, **kwargs):
+        if self.first_backward is None:
+            self.first_backward = time.perf_counter()
+        loss = tensors if isinstance(tensors, torch.Tensor) else None
+        if loss is not None and loss.dim() == 0 and self.eval_since is None:
+            if self.scaled is not None and loss is self.scaled[0]:
+                loss = self.scaled[1]
+            self.losses.append(loss.detach().float())
+        self.scaled = None
+        return original(tensors, *args, **kwargs)
+
+    def _scale(self, original, scaler, outputs):
+        scaled = original(scaler, outputs)
+        if isinstance(outputs, torch.Tensor):
+            self.scaled = (scaled, outputs)
+        return scaled
+
+    def _save(self, original, *args, **kwargs):
+        return self.saving(original, *args, **kwargs)
+
+    def saving(self, save, *args, **kwargs):
+        """A checkpoint write, timed apart (a framework's write holds torch.save calls: the outermost counts)."""
+        self.saving_depth += 1
+        start = time.perf_counter()
+        try:
+            return save(*args, **kwargs)
+        finally:
+            self.saving_depth -= 1
+            if not self.saving_depth:
+                spent = time.perf_counter() - start
+                self.save_s += spent
+                if self.eval_since is None:  # inside an evaluation it is out of the steps already
+                    self.excluded_s += spent
+                else:
+                    self.eval_s -= spent
+
+    def _next_batch(self, original, iterator):
+        start = time.perf_counter()
+        batch = original(iterator)
+        if self.eval_since is None:
+            self.counts["data_s"] += time.perf_counter() - start
+            self.loader_seen = True
+        return batch
+
+    def _forward(self, module, args, kwargs) -> None:
+        self.depth += 1
+        if self.depth > 1:
+            return
+        if torch.is_grad_enabled() and module.training:
+            self._close_eval()
+            self.counts["forwards"] += 1
+            leading = leading_tensor(args or tuple(kwargs.values()))
+            if leading is not None:
+                self.counts["samples"] += len(leading)
+                if not leading.is_floating_point() and leading.dim() == 2:  # token ids
+                    self.counts["tokens"] += leading.numel()
+        elif self.eval_since is None:
+            self.eval_since = time.perf_counter()
+
+    def _forwarded(self, module, args, output) -> None:
+        self.depth -= 1
+
+    def _close_eval(self) -> None:
+        if self.eval_since is not None:
+            spent = time.perf_counter() - self.eval_since
+            self.eval_s += spent
+            self.excluded_s += spent
+            self.eval_since = None
+
+    # --- what a framework tells ----------------------------------------------------------------------------------
+
+    def training_began(self) -> None:
+        if self.began is None:
+            self.began = time.perf_counter()
+
+    def logged(self, values: dict[str, Any]) -> None:
+        """Metrics the script logged through its framework: the last of each, and the target's, timed from the
+        process's start less its evaluations, as a recipe trial's time to target is."""
+        numbers = {k: float(v) for k, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        self.metrics |= numbers
+        if not self.active or self.metric not in numbers:
+            return
+        self._close_eval()
+        value = numbers[self.metric]
+        wall_s = time.perf_counter() - self.zero - self.eval_s
+        self.evals.append({"step": len(self.marks), "wall_s": wall_s, "value": value, "eval_s": self.eval_s})
+        if self.stop_at_target and self.target.reached(value):
+            self._finish()
+
+    def _finish(self) -> None:
+        """Write the record and end: at once, or through the framework's own stop where it has one."""
+        self._write_record()
+        self.active = False
+        if not self.framework_stops:
+            raise SystemExit(0)
+        self.stop_requested = True
+
+    # --- steps ---------------------------------------------------------------------------------------------------
+
+    def _stepped(self, optimizer, args, kwargs) -> None:
+        if not self.active:
+            return
+        if self.optimizer is None:
+            self.optimizer = optimizer
+            self.device = _device(optimizer)
+        elif optimizer is not self.optimizer:
+            return
+        self._close_eval()
+        done = len(self.marks) + 1
+        if self.every_step or done <= self.warmup or done == self.warmup + self.steps:
+            devices.synchronize(self.device)
+        now = time.perf_counter()
+        if done == 1:
+            self._find_models()
+            if self.probe:
+                self._write_given()
+                raise SystemExit(0)
+            self.excluded_s += time.perf_counter() - now
+        self.marks.append({"t": now - self.excluded_s, "wall": now, **self.counts})
+        self.step_losses.append(torch.stack(self.losses).sum() if self.losses else None)
+        self.losses = []
+        if self.steps and len(self.marks) >= self.warmup + self.steps:
+            self._finish()
+
+    def _find_models(self) -> None:
+        """Hook the trained model's forward: the outermost modules holding the most of the clock's parameters
+        (a wrapper and what it wraps: the depth count takes the outer call), none inside a compiled module, whose
+        calls dynamo has traced (a hook added there would recompile it)."""
+        self.models = trained_models(self.optimizer)
+        for module in self.models:
+            pre = module.register_forward_pre_hook(self._forward, with_kwargs=True)
+            post = module.register_forward_hook(self._forwarded, always_call=True)
+            self._undo += [pre.remove, post.remove]
+
+    # --- records -------------------------------------------------------------------------------------------------
+
+    def _write_given(self) -> None:
+        """The probe's answer: no engine; the device, the optimizer and the model's traits."""
+        from ...models.blocks import model_traits
+
+        given = {
+            "engine": False,
+            "speedups": {},
+            "device": self.device.type,
+            "resolved_device": str(self.device),
+            "strategy": None,
+            "optimizer": type(self.optimizer).__name__,
+            "model_traits": model_traits(self.models[0]) if self.models else None,
+            **FACTS,
+        }
+        if _is_main():
+            write_atomic(self.path, strict_json(given))
+
+    def record(self) -> dict[str, Any]:
+        """The figures of `accel.bench.records.Trial`, from the recorder's counts."""
+        from ...models.blocks import model_traits
+        from ..trial_figures import deltas, diverged, final_loss, rates
+
+        steps = deltas(self.marks[1:], self.marks[0])  # the first step's counts came before the model's hook
+        timed = steps[self.warmup - 1 :]
+        figures = rates(timed, data_known=self.loader_seen)
+        forwards = timed[0]["forwards"] if timed else 0
+        record = {
+            **figures,
+            "setup_s": (self.began or self.first_backward or self.marks[0]["wall"]) - self.zero,
+            "first_step_s": self.marks[0]["wall"] - self.zero,
+            "warmup_s": self.marks[self.warmup - 1]["wall"] - self.zero,
+            "peak_memory_mb": devices.peak_memory_mb(self.device),
+            "eval_s": self.eval_s,
+            "save_s": self.save_s,
+            "wall_s": time.perf_counter() - self.zero,
+            "model_traits": model_traits(self.models[0]) if self.models else None,
+            "env": devices.environment(self.device),
+            **_compile_figures(),
+        }
+        if timed and forwards:
+            record |= {"batch_size": timed[0]["samples"] // forwards or None, "grad_accum": forwards}
+        record |= self._metric_figures()
+        if self.step_losses and all(loss is not None for loss in self.step_losses):
+            losses = torch.stack(self.step_losses).tolist()  # one device sync, at the end
+            record |= {"final_loss": final_loss(losses[self.warmup :]), "step_losses": losses}
+            record |= diverged(losses)
+        return record
+
+    def _metric_figures(self) -> dict[str, Any]:
+        """The script's own evaluation metric (the results-changed flag reads it) and the time to the target."""
+        from ..target import time_to
+
+        name = self.metric or next((m for m in ("eval_loss", "val_loss") if m in self.metrics), None)
+        figures = {"val_metric_name": name, "val_metric": self.metrics[name]} if name in self.metrics else {}
+        if self.metric is None:
+            return figures
+        if not self.evals:
+            return figures | {
+                "error": f"the script logged no `{self.metric}` in its {len(self.marks)} optimizer steps: have it "
+                "evaluate within the trial's steps (an HF Trainer: --eval_strategy steps --eval_steps N), or give "
+                "the trials more --steps"
+            }
+        reached = time_to(self.target, self.evals) if self.target else None
+        return figures | {"time_to_target_s": reached, "target_evals": self.evals}
+
+    def _write_record(self) -> None:
+        self.done = True
+        self._write(self.record())
+
+    def _write(self, record: dict[str, Any]) -> None:
+        from ..records import Trial  # validated as the runner reads it; NaN stays NaN (a diverged loss)
+
+        if _is_main():
+            write_atomic(self.path, Trial.model_validate(record).to_json())
+
+    def _crashed(self, kind, value, tb) -> None:
+        self.failure = "".join(traceback.format_exception(kind, value, tb))
+        self._excepthook(kind, value, tb)
+
+    def _ended(self) -> None:
+        """At exit before the record: the script crashed (its traceback), ran out of steps first, or never stepped;
+        or, with no step count asked for (its own run), this is the record."""
+        if self.done or not self.active or self.probe:
+            return
+        if not self.steps and self.failure is None and len(self.marks) > self.warmup:
+            self._write_record()
+            return
+        self._write({"error": self.failure or self.ended_early()})
+
+    def ended_early(self) -> str:
+        if not self.marks:
+            return (
+                "the script ended without stepping an optimizer (no torch.optim optimizer's step() ran): accel "
+                "measures a script by its optimizer steps"
+            )
+        asked = self.warmup + self.steps
+        return (
+            f"the script ended after {len(self.marks)} of the {asked} optimizer steps the bench asked for "
+            f"({self.warmup} warm-up + {self.steps}): give it more steps through its own arguments, or fewer "
+            "--steps/--warmup"
+        )
+
+
+def trained_models(optimizer: torch.optim.Optimizer) -> list[torch.nn.Module]:
+    """The modules holding the most of `optimizer`'s parameters, outermost first, without those a compiled module
+    runs (an `OptimizedModule`'s original, a module compiled in place, and what they contain)."""
+    held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    modules = [m for m in gc.get_objects() if issubclass(type(m), torch.nn.Module)]  # type(): no proxy's __class__
+    coverage = {id(m): sum(id(p) in held for p in m.parameters()) for m in modules}
+    most = max(coverage.values(), default=0)
+    if most == 0:
+        return []
+    chosen = [m for m in modules if coverage[id(m)] == most]
+    compiled_away = set()
+    for m in chosen:
+        inner = getattr(m, "_orig_mod", None)
+        if isinstance(inner, torch.nn.Module):
+            compiled_away |= {id(x) for x in inner.modules()}
+        if getattr(m, "_compiled_call_impl", None) is not None:
+            compiled_away |= {id(x) for x in m.modules()}
+    chosen = [m for m in chosen if id(m) not in compiled_away]
+    inner_ids = {id(x) for m in chosen for x in m.modules() if x is not m}
+    return sorted(chosen, key=lambda m: id(m) in inner_ids)  # outermost first
+
+
+def _device(optimizer: torch.optim.Optimizer) -> torch.device:
+    return next((p.device for group in optimizer.param_groups for p in group["params"]), torch.device("cpu"))
+
+
+def _compile_figures() -> dict[str, Any]:
+    """What torch.compile cost the process (dynamo's own seconds, graph breaks, recompilations), where it ran."""
+    if "torch._dynamo" not in sys.modules:
+        return {}
+    from ...speedups.compile import DynamoStats
+
+    read = DynamoStats.since_start().read()
+    if not read["seconds"]:
+        return {}
+    return {"compile_s": read["seconds"], "graph_breaks": read["graph_breaks"], "recompiles": read["recompiles"]}
+
+
+def _is_main() -> bool:
+    return os.environ.get("RANK", "0") == "0"

@@ -1,0 +1,10 @@
+"""Loaded by Python before a benched script's first line (this folder is first on the trial's PYTHONPATH): starts
+accel's instrument once the script imports torch, then hands over to the sitecustomize this one shadows, if any."""
+
+import os
+
+if os.environ.get("ACCEL_TRIAL") or os.environ.get("ACCEL_PROFILE"):
+    from accel.bench.instrument import import_watch
+
+    import_watch.start()
+    import_watch.chain_next_sitecustomize(os.path.dirname(os.path.abspath(__file__)))

@@ -1,0 +1,95 @@
+"""The speed flags a framework script already takes on its command line: what `accel bench --ablate` tries on a
+script without an `accel.Engine`. For a Hugging Face Trainer script, the Trainer's own flags (TrainingArguments),
+each switched against the script as given, where the device supports it and the installed packages allow it; a
+flag that cannot run here is skipped with its reason.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import AccelError
+from .variants import Variant
+
+CUDA = "needs a CUDA GPU"
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One of the Trainer's speed flags: its value on and off, and why it cannot run here (None: it can)."""
+
+    name: str
+    on: Any
+    off: Any
+    cannot: Callable[[str, dict[str, Any]], str | None] = lambda device, given: None
+
+    def variant(self, given: Any) -> Variant:
+        """The flag switched from its given value: on where it was off, and off where it was on."""
+        value = self.off if given == self.on else self.on
+        text = str(value)
+        return Variant(f"--{self.name}={text}", {f"arg:--{self.name}": text})
+
+
+def _cuda_only(device: str, given: dict[str, Any]) -> str | None:
+    return None if device.startswith("cuda") else f"{CUDA} (this script trains on {device})"
+
+
+def _liger(device: str, given: dict[str, Any]) -> str | None:
+    if importlib.util.find_spec("liger_kernel") is None:
+        return "liger-kernel is not installed (pip install liger-kernel)"
+    return _cuda_only(device, given)
+
+
+def _adamw(device: str, given: dict[str, Any]) -> str | None:
+    optim = str(given["hf_flags"].get("optim") or "")
+    if not optim.startswith("adamw_torch"):
+        return f"the script's optimizer is {optim}: a fused AdamW would change the optimizer, not its speed"
+    return None
+
+
+def _fp16(device: str, given: dict[str, Any]) -> str | None:
+    if given["hf_flags"].get("bf16"):
+        return "the script trains in bf16 already"
+    return _cuda_only(device, given)
+
+
+def _bf16(device: str, given: dict[str, Any]) -> str | None:
+    return "the script trains in fp16 already" if given["hf_flags"].get("fp16") else None
+
+
+HF_FLAGS = (
+    Flag("bf16", True, False, _bf16),
+    Flag("fp16", True, False, _fp16),
+    Flag("tf32", True, False, _cuda_only),
+    Flag("torch_compile", True, False),
+    Flag("optim", "adamw_torch_fused", "adamw_torch", _adamw),
+    Flag("dataloader_num_workers", min(4, os.cpu_count() or 1), 0),
+    Flag("dataloader_pin_memory", True, False, _cuda_only),
+    Flag("gradient_checkpointing", True, False),
+    Flag("use_liger_kernel", True, False, _liger),
+)
+
+
+def hf_ablation(given: dict[str, Any], command: str) -> tuple[list[Variant], dict[str, str]]:
+    """The script as given, then each Trainer flag switched; and the flags skipped, with why."""
+    if not given.get("hf_command_line"):
+        raise AccelError(
+            f"--ablate switches a Trainer script's own flags on its command line, and `{command}` does not parse "
+            "TrainingArguments from it (HfArgumentParser): compare what it does take with --vary arg:--OPTION=V1,V2."
+        )
+    device, flags = given["resolved_device"], given["hf_flags"]
+    variants, skipped = [Variant("baseline")], {}
+    for flag in HF_FLAGS:
+        reason = flag.cannot(device, given)
+        if flag.name not in flags:
+            reason = "this transformers version's TrainingArguments has no such flag"
+        variant = flag.variant(flags.get(flag.name))
+        if reason and flags.get(flag.name) != flag.on:  # a flag the script has on can always be turned off
+            skipped[variant.name] = reason
+        else:
+            variants.append(variant)
+    return variants, skipped

@@ -1,0 +1,209 @@
+"""accel's instrument (accel/bench/instrument): an unchanged script, with no line of accel in it, measured from its
+optimizer steps under `accel bench -- python train.py`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from accel.bench.records import Trial
+from accel.bench.trial_process import instrumented_pythonpath
+from accel.cli import main
+from accel.engine import script_trial
+from conftest import ROOT
+
+# A plain loop, no accel in it: a DataLoader, an evaluation and a checkpoint write every 5 steps, an optional
+# compiled model, GradScaler and gradient accumulation; token ids in, as a language model's.
+PLAIN = """
+import argparse, os, time
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--batch", type=int, default=int(os.environ.get("BATCH", "8")))
+parser.add_argument("--steps", type=int, default=10**6)
+parser.add_argument("--accum", type=int, default=1)
+parser.add_argument("--compile", action="store_true")
+parser.add_argument("--scaler", action="store_true")
+parser.add_argument("--out", default=".")
+args = parser.parse_args()
+torch.manual_seed(0)
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(32, 16)
+        self.head = torch.nn.Linear(16, 32)
+
+    def forward(self, ids):
+        return self.head(self.embed(ids))
+
+
+raw = Model()
+model = torch.compile(raw, backend="eager") if args.compile else raw
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, enabled=args.scaler)
+ids = torch.randint(0, 32, (512, 6))
+loader = DataLoader(TensorDataset(ids), batch_size=args.batch)
+step = 0
+while step < args.steps:
+    for i, (x,) in enumerate(loader):
+        logits = model(x[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), x[:, 1:].flatten()) / args.accum
+        scaler.scale(loss).backward()
+        if (i + 1) % args.accum:
+            continue
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        print("step", step, flush=True)
+        if step == args.steps:
+            break
+        if step % 5 == 0:
+            model.eval()
+            with torch.no_grad():
+                model(x[:, :-1])
+                time.sleep(0.2)
+            model.train()
+            torch.save(raw.state_dict(), os.path.join(args.out, "ckpt.pt"))
+"""
+
+
+def _script(tmp_path, text: str = PLAIN):
+    path = tmp_path / "train.py"
+    path.write_text(text)
+    return path
+
+
+def _trial(tmp_path, *args: str, steps: int = 6, warmup: int = 2, **env: str) -> Trial:
+    """Run the script once as a bench trial does, the instrument loaded; its record."""
+    record = tmp_path / "trial.json"
+    variables = {
+        "PYTHONPATH": instrumented_pythonpath(),
+        script_trial.PATH: str(record),
+        script_trial.STEPS: str(steps),
+        script_trial.WARMUP: str(warmup),
+        **env,
+    }
+    command = [sys.executable, str(_script(tmp_path)), "--out", str(tmp_path), *args]
+    done = subprocess.run(command, env=os.environ | variables, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return Trial.model_validate_json(record.read_text())
+
+
+def test_an_unchanged_loop_is_measured_from_its_optimizer_steps_and_ended(tmp_path):
+    trial = _trial(tmp_path)
+    assert trial.error is None and trial.steps == 6 and len(trial.step_times_s) == 6
+    assert trial.batch_size == 8 and trial.grad_accum == 1 and trial.samples_per_s > 0
+    assert trial.tokens_per_s == pytest.approx(trial.samples_per_s * 5)  # token ids: 5 a sample
+    assert len(trial.step_losses) == 8 and trial.final_loss > 0  # warm-up included, read without a sync a step
+    assert trial.data_wait_fraction is not None and trial.model_traits is not None
+    # the evaluation at step 5 (0.2 s asleep) and its checkpoint are timed apart, out of the step they fell in
+    assert trial.eval_s >= 0.2 and trial.save_s > 0 and max(trial.step_times_s) < 0.2
+    assert (tmp_path / "ckpt.pt").is_file()  # the script ran as it is; it was ended after warm-up + 6 steps
+
+
+def test_accumulation_counts_micro_batches_in_a_step_and_the_scalers_loss_is_unscaled(tmp_path):
+    plain = _trial(tmp_path, "--accum", "2", steps=2, warmup=1)
+    scaled = _trial(tmp_path, "--accum", "2", "--scaler", steps=2, warmup=1)
+    assert plain.batch_size == 8 and plain.grad_accum == 2
+    assert scaled.step_losses == pytest.approx(plain.step_losses, rel=1e-4)  # not 1024 times larger
+
+
+def test_a_compiled_model_is_counted_outside_its_graph_without_a_recompilation(tmp_path):
+    trial = _trial(tmp_path, "--compile", steps=3, warmup=1)
+    assert trial.error is None and trial.batch_size == 8 and trial.recompiles == 0
+
+
+def test_env_variants_and_options_of_an_unchanged_script_are_benched(tmp_path, capsys):
+    out = tmp_path / "bench"
+    argv = ["bench", "--vary", "env:BATCH=4,16", "--steps", "3", "--warmup", "1", "--trials", "2"]
+    assert main([*argv, "--out", str(out), "--", sys.executable, str(_script(tmp_path))]) == 0
+    got = json.loads((out / "report.json").read_text())
+    assert [v["name"] for v in got["variants"]] == ["env:BATCH=4", "env:BATCH=16"]
+    assert got["recipes"]["env:BATCH=16"]["env"] == {"BATCH": "16"}
+    for variant, batch in zip(got["variants"], (4, 16)):
+        assert variant["ok_trials"] == 2 and len(variant["samples_per_s"]["ci95"]) == 2
+        assert {t["batch_size"] for t in variant["trials"]} == {batch}
+    for name in ("report.md", "report.html"):
+        assert (out / name).is_file()
+
+
+def test_an_engine_setting_or_an_ablation_of_a_script_without_an_engine_is_refused(tmp_path, capsys):
+    path = str(_script(tmp_path))
+    assert main(["bench", "--vary", "speedups.amp.enabled=true", "--list", "--", sys.executable, path]) == 2
+    assert "an accel.Engine setting" in capsys.readouterr().err
+    assert main(["bench", "--ablate", "--list", "--", sys.executable, path]) == 2
+    assert "creates no accel.Engine nor a Hugging Face Trainer: compare its own options" in capsys.readouterr().err
+
+
+def test_a_script_that_never_steps_is_stopped_at_the_limit_with_its_last_output(tmp_path, capsys):
+    evaluating = "import time, torch\nmodel = torch.nn.Linear(2, 2)\nwhile True:\n"
+    evaluating += "    with torch.no_grad():\n        model(torch.ones(1, 2))\n    print('evaluating', flush=True)\n"
+    evaluating += "    time.sleep(0.1)\n"
+    out = tmp_path / "bench"
+    argv = ["bench", "--vary", "arg:--x=1,2", "--timeout", "8", "--out", str(out)]
+    assert main([*argv, "--", sys.executable, str(_script(tmp_path, evaluating))]) == 2
+    err = capsys.readouterr().err
+    assert "did not step an optimizer (nor create an accel.Engine) within 8 s" in err and "evaluating" in err
+    assert not out.exists()
+
+
+def test_a_trial_that_runs_out_of_steps_says_how_many_it_had(tmp_path):
+    error = _trial(tmp_path, "--steps", "3", steps=5, warmup=1).error
+    assert error.startswith("the script ended after 3 of the 6 optimizer steps the bench asked for")
+
+
+# --- a Hugging Face Trainer script, unchanged (examples/hf_trainer.py) -------------------------------------------
+
+HF_SCRIPT = ROOT / "examples" / "hf_trainer.py"
+
+
+def _hf(out_dir, *args: str) -> list[str]:
+    return [sys.executable, str(HF_SCRIPT), "--output_dir", str(out_dir), "--report_to", "none", *args]
+
+
+@pytest.mark.slow
+def test_a_trainer_script_is_benched_with_its_eval_loss_and_its_output_dir_untouched(tmp_path):
+    out, output_dir = tmp_path / "bench", tmp_path / "hf-out"
+    argv = ["bench", "--vary", "arg:--per_device_train_batch_size=4,8", "--steps", "4", "--warmup", "2", "--trials"]
+    evaluating = ("--eval_strategy", "steps", "--eval_steps", "3", "--save_steps", "2", "--logging_steps", "1")
+    assert main([*argv, "2", "--out", str(out), "--", *_hf(output_dir, *evaluating)]) == 0
+    got = json.loads((out / "report.json").read_text())
+    for variant, batch in zip(got["variants"], (4, 8)):
+        assert variant["ok_trials"] == 2 and variant["samples_per_s"]["median"] > 0
+        for trial in variant["trials"]:
+            assert trial["batch_size"] == batch and trial["tokens_per_s"] == pytest.approx(32 * trial["samples_per_s"])
+            assert trial["val_metric_name"] == "eval_loss" and trial["val_metric"] > 0 and trial["eval_s"] > 0
+            assert trial["save_s"] > 0 and len(trial["step_losses"]) == 6
+    assert not output_dir.exists() or not any(output_dir.iterdir())  # checkpoints every 2 steps went elsewhere
+
+
+@pytest.mark.slow
+def test_a_trainer_scripts_ablation_switches_its_own_flags_and_skips_what_cannot_run_here(tmp_path, capsys):
+    out = tmp_path / "bench"
+    argv = ["bench", "--ablate", "--only", "baseline,--torch_compile=True,--fp16=True", "--steps", "2"]
+    argv += ["--warmup", "1", "--trials", "1", "--out", str(out), "--", *_hf(tmp_path / "hf-out")]
+    assert main(argv) == 0
+    assert "--fp16=True: refused, not run: needs a CUDA GPU" in capsys.readouterr().out
+    got = json.loads((out / "report.json").read_text())
+    compiled = next(v for v in got["variants"] if v["name"] == "--torch_compile=True")
+    assert compiled["ok_trials"] == 1 and compiled["compile_s"] > 0
+    assert got["recipes"]["--torch_compile=True"]["command"].endswith("--torch_compile True")
+
+
+@pytest.mark.slow
+def test_time_to_an_eval_loss_target_of_a_trainer_script(tmp_path):
+    out = tmp_path / "bench"
+    argv = ["bench", "--vary", "arg:--learning_rate=0.001,0.003", "--target", "eval_loss=5.6", "--steps", "8"]
+    argv += ["--warmup", "1", "--trials", "1", "--out", str(out), "--"]
+    assert main([*argv, *_hf(tmp_path / "hf-out", "--eval_strategy", "steps", "--eval_steps", "2")]) == 0
+    for variant in json.loads((out / "report.json").read_text())["variants"]:
+        trial = variant["trials"][0]
+        assert trial["time_to_target_s"] > 0 and trial["target_evals"][0]["value"] < 5.6
