@@ -6,7 +6,7 @@ YAML file, plus `device=`, `strategy=` and `optimizer=` (None: the loop's own op
 accel.optimizers.builders.muon_from). Outside the script, two environment variables win over what it passed, so
 `accel bench -- python train.py` (and a user) can change any setting without editing it:
 - `ACCEL_SPEEDUPS=FILE`: the speed-ups section of FILE (or a preset name) replaces the script's;
-- `ACCEL_SET="speedups.compile.enabled=false device=cpu"`: `--set` overrides, separated by spaces.
+- `ACCEL_SET="speedups.compile.enabled=false device=cpu"`: `--set` overrides, split as a shell splits arguments.
 Each override is logged once; a key that does not exist is refused with the closest valid key.
 """
 
@@ -53,12 +53,24 @@ def engine_settings(
         section, origins = _speedups_section(env[SPEEDUPS_VARIABLE], SPEEDUPS_VARIABLE)
         log.info("%s=%s replaces the script's speed-ups", SPEEDUPS_VARIABLE, env[SPEEDUPS_VARIABLE])
     data = {"speedups": section, "device": device, "strategy": strategy, "optimizer": optimizer}
-    overrides = shlex.split(env.get(SET_VARIABLE, ""))
+    overrides = set_items(env.get(SET_VARIABLE, ""))
     if overrides:
         data = apply_overrides(data, origins, overrides, label=SET_VARIABLE)
         for item in overrides:
             log.info("%s overrides the script: %s", SET_VARIABLE, item)
     return _validated(data, origins)
+
+
+def set_items(text: str) -> list[str]:
+    """ACCEL_SET's items, split as a shell splits arguments (so a value may hold spaces when quoted)."""
+    try:
+        return shlex.split(text)
+    except ValueError as err:  # shlex's "No closing quotation" names neither the variable nor its text
+        raise RecipeError(
+            f'{SET_VARIABLE}="{text}" cannot be split into items: {err}. It is read as a shell reads arguments: '
+            f"close the quote, or quote an item that holds spaces whole ({SET_VARIABLE}=\"'speedups.amp={{dtype: "
+            "bf16}' device=cpu\")."
+        ) from None
 
 
 def say_to_stderr() -> None:

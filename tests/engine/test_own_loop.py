@@ -303,6 +303,17 @@ def test_accel_set_overrides_the_script_and_names_a_wrong_key(monkeypatch, tmp_p
     assert [s.name for s in accel.Engine(speedups={"compile": {}}, device="cpu").speedups] == ["channels_last"]
 
 
+def test_an_unbalanced_quote_in_accel_set_names_the_variable_and_its_text(monkeypatch):
+    monkeypatch.setenv("ACCEL_SET", "speedups.amp.dtype='bf16")
+    with pytest.raises(RecipeError) as err:
+        accel.Engine(device="cpu")
+    assert str(err.value) == (
+        'ACCEL_SET="speedups.amp.dtype=\'bf16" cannot be split into items: No closing quotation. It is read as a '
+        "shell reads arguments: close the quote, or quote an item that holds spaces whole "
+        "(ACCEL_SET=\"'speedups.amp={dtype: bf16}' device=cpu\")."
+    )
+
+
 def test_speedups_by_preset_name_and_file(tmp_path):
     assert {s.name for s in accel.Engine(speedups="fast-cpu", device="cpu").speedups} <= {
         "amp",
