@@ -200,6 +200,16 @@ def _validate_named(
     return True
 
 
+def unknown_top_keys(data: dict, origins: Origins) -> list[str]:
+    """A problem for each top-level key a recipe does not have, worded as validation words it (file, line, the
+    closest key), for a file read for one of its sections."""
+    return [
+        _describe({"type": "extra_forbidden", "loc": (key,)}, (), Recipe, origins)
+        for key in data
+        if key not in Recipe.model_fields
+    ]
+
+
 def validate_speedups(data: dict, origins: Origins, problems: list[str]) -> None:
     """Replace `data['speedups']` by each speed-up's validated Config; problems named with file and line."""
     section = data.get("speedups")

@@ -314,6 +314,18 @@ def test_an_unbalanced_quote_in_accel_set_names_the_variable_and_its_text(monkey
     )
 
 
+def test_an_accel_speedups_file_with_a_misspelt_top_key_is_refused_not_read_as_no_speedups(monkeypatch, tmp_path):
+    path = tmp_path / "fast.yaml"
+    path.write_text("# tuned\nspeedup:\n  channels_last: {}\n")
+    monkeypatch.setenv("ACCEL_SPEEDUPS", str(path))
+    with pytest.raises(RecipeError) as err:
+        accel.Engine(speedups={"compile": {}}, device="cpu")
+    assert f"{path}, line 2: `speedup` is not a valid key (did you mean `speedups`?)" in str(err.value)
+    assert str(err.value).startswith(f"ACCEL_SPEEDUPS: {path}: only its `speedups:` section is read")
+    path.write_text("device: cpu\nspeedups:\n  channels_last: {}\n")  # a recipe's other keys are left alone
+    assert [s.name for s in accel.Engine(speedups={"compile": {}}, device="cpu").speedups] == ["channels_last"]
+
+
 def test_speedups_by_preset_name_and_file(tmp_path):
     assert {s.name for s in accel.Engine(speedups="fast-cpu", device="cpu").speedups} <= {
         "amp",
