@@ -23,6 +23,7 @@ A hand-written loop uses the same engine through its public methods (docs/own-lo
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from pathlib import Path
@@ -69,10 +70,12 @@ class Engine(OwnLoop, LoopRecords):
         (ACCEL_SET and ACCEL_SPEEDUPS override them: accel.engine.settings); the Trainer passes built Speed-up
         objects. `strategy`: "ddp" or "fsdp" under torchrun (ddp by default there). `out`: a folder for the
         run's records (metrics.jsonl from `log`, summary.json at `close`). `grad_accum`: micro-batches per
-        optimizer step; all but a step's last skip the gradient reduction, and where the engine runs the step
-        itself (the Trainer, `compile_step`) it divides the loss by it; a loop's own `backward` never divides.
+        optimizer step (a whole number, at least 1); all but a step's last skip the gradient reduction, and where
+        the engine runs the step itself (the Trainer, `compile_step`) it divides the loss by it; a loop's own
+        `backward` never divides.
         `optimizer`: None (the loop's own, the default) or "muon": `setup` then steps Muon on the hidden matrices
         and AdamW on the rest, built from the loop's optimizer (accel.optimizers.builders.muon_from)."""
+        grad_accum = _checked_grad_accum(grad_accum)  # before anything is set up: a process group, the device
         settings = None  # the Trainer's engine: built speed-ups, no settings of a script's own
         self.from_script = not _built(speedups)  # a hand-written loop's settings, not a recipe's
         if self.from_script:
@@ -257,6 +260,16 @@ class Engine(OwnLoop, LoopRecords):
         for speedup in self.speedups:
             stack.enter_context(speedup.eval_context())
         return stack
+
+
+def _checked_grad_accum(grad_accum: Any) -> int:
+    """Micro-batches per optimizer step: 0 divided by zero at the first `backward`, and -1 trained as 1."""
+    if isinstance(grad_accum, bool) or not isinstance(grad_accum, numbers.Integral) or grad_accum < 1:
+        raise AccelError(
+            f"accel.Engine(grad_accum={grad_accum!r}): micro-batches per optimizer step, a whole number of at "
+            "least 1 (1: a step after every micro-batch, the default; 4: a step after every fourth)."
+        )
+    return int(grad_accum)
 
 
 def _built(speedups: Any) -> bool:

@@ -492,6 +492,12 @@ def test_a_run_directory_of_its_own_with_out(tmp_path):
     assert list((tmp_path / "run" / "tb").glob("events.out.tfevents.*"))
 
 
+@pytest.mark.parametrize("grad_accum", [0, -1, 2.5, "2", True])
+def test_grad_accum_that_is_not_a_whole_number_of_at_least_one_is_refused(grad_accum):
+    with pytest.raises(AccelError, match=rf"accel.Engine\(grad_accum={grad_accum!r}\): micro-batches per optimizer"):
+        accel.Engine(device="cpu", grad_accum=grad_accum)
+
+
 def test_an_optimizer_over_other_tensors_is_refused():
     model, _ = fresh()
     stale = torch.optim.SGD([nn.Parameter(torch.zeros(2))], lr=0.1)  # as one built before model.to(xla) would be
