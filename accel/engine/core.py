@@ -41,7 +41,7 @@ from ..speedups import RunFacts, Speedup, from_configs, precision_of, refuse, re
 from ..strategy import Strategy, choose
 from ..strategy.world import World, init_process_group, world_from_env
 from . import script_trial
-from .loop_records import LoopRecords
+from .loop_records import LoopRecords, records_folder
 from .own_loop import LoopState, OwnLoop
 from .settings import engine_settings
 
@@ -75,7 +75,8 @@ class Engine(OwnLoop, LoopRecords):
         `backward` never divides.
         `optimizer`: None (the loop's own, the default) or "muon": `setup` then steps Muon on the hidden matrices
         and AdamW on the rest, built from the loop's optimizer (accel.optimizers.builders.muon_from)."""
-        grad_accum = _checked_grad_accum(grad_accum)  # before anything is set up: a process group, the device
+        # refused before anything is set up (a process group, the device)
+        grad_accum, out = _checked_grad_accum(grad_accum), records_folder(out)
         settings = None  # the Trainer's engine: built speed-ups, no settings of a script's own
         self.from_script = not _built(speedups)  # a hand-written loop's settings, not a recipe's
         if self.from_script:
@@ -105,7 +106,7 @@ class Engine(OwnLoop, LoopRecords):
         self._prepares = [s for s in self.speedups if type(s).prepare_batch is not Speedup.prepare_batch]
         self._undo: list[tuple[str, Any]] = []  # (slot, value before), in the order replaced
         self._set_up = False  # the speed-ups' setup has run and their teardown has not
-        self.out = Path(out) if out is not None else None
+        self.out = out
         self.logged: list[dict[str, Any]] = []  # what the loop reported through `log`
         self.optimizer_setting = settings.optimizer if settings else None  # "muon": built at setup
         # the speed-ups are resolved once, here: what the loop's own step would be refused for is known now

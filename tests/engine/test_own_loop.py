@@ -492,6 +492,13 @@ def test_a_run_directory_of_its_own_with_out(tmp_path):
     assert list((tmp_path / "run" / "tb").glob("events.out.tfevents.*"))
 
 
+def test_an_out_that_is_a_file_is_refused_when_the_engine_is_made(tmp_path):
+    path = tmp_path / "run"
+    path.write_text("not a folder")
+    with pytest.raises(AccelError, match=rf"accel.Engine\(out=\) {path}: {path} is a file, not a folder"):
+        accel.Engine(device="cpu", out=path)
+
+
 @pytest.mark.parametrize("grad_accum", [0, -1, 2.5, "2", True])
 def test_grad_accum_that_is_not_a_whole_number_of_at_least_one_is_refused(grad_accum):
     with pytest.raises(AccelError, match=rf"accel.Engine\(grad_accum={grad_accum!r}\): micro-batches per optimizer"):
