@@ -244,7 +244,8 @@ def _validate_with(
         problems.append(f"{origins.where(path)}: `{dotted}` must be a mapping of options, not {section!r}.")
         return None
     if named and "name" not in section:
-        problems.append(f"{origins.where(path)}: `{dotted}` needs a `name` ({kind} to use).")
+        note = origins.replaced_note(path + ("name",))
+        problems.append(f"{origins.where(path)}: `{dotted}` needs a `name` ({kind} to use).{note}")
         return None
     try:
         config_cls = config_for(section.get("name"))
@@ -269,7 +270,7 @@ def _describe(error: dict, prefix: tuple, model_cls: type, origins: Origins) -> 
         listing = f" Valid keys here: {', '.join(valid)}." if valid else ""
         return f"{where}: `{dotted}` is not a valid key{hint}.{listing}"
     if error["type"] == "missing":
-        return f"{where}: `{dotted}` is required but missing."
+        return f"{where}: `{dotted}` is required but missing.{origins.replaced_note(loc)}"
     return f"{where}: `{dotted}` = {error.get('input')!r}: {error['msg']}."
 
 
