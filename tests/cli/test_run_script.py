@@ -126,8 +126,8 @@ def test_an_unbalanced_quote_in_accel_set_is_refused_before_the_script_starts(tm
     "argv, message",
     [
         (["run"], "needs your script"),
-        (["run", "--max-restarts", "1", "--", "python", "t.py"], "need --nproc"),
-        (["run", "--nproc", "2", "--nnodes", "2", "--", "python", "t.py"], "say where the machines meet"),
+        (["run", "--max-restarts", "1", "--", "python", __file__], "need --nproc"),
+        (["run", "--nproc", "2", "--nnodes", "2", "--", "python", __file__], "say where the machines meet"),
     ],
 )
 def test_bad_launches_are_refused_with_one_message(argv, message, capsys):
