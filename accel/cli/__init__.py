@@ -41,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     args.argv, args.user_script = given, script  # argv: for reports that say which command made them
     logging.basicConfig(level=logging.INFO, format="accel: %(message)s", stream=sys.stderr)
     try:
+        script_args.check_found(args.command, getattr(args, "recipe", None), script)
         return args.run(args)
     except AccelError as err:
         say_error(user_message(err))

@@ -200,6 +200,16 @@ def _validate_named(
     return True
 
 
+def unknown_top_keys(data: dict, origins: Origins) -> list[str]:
+    """A problem for each top-level key a recipe does not have, worded as validation words it (file, line, the
+    closest key), for a file read for one of its sections."""
+    return [
+        _describe({"type": "extra_forbidden", "loc": (key,)}, (), Recipe, origins)
+        for key in data
+        if key not in Recipe.model_fields
+    ]
+
+
 def validate_speedups(data: dict, origins: Origins, problems: list[str]) -> None:
     """Replace `data['speedups']` by each speed-up's validated Config; problems named with file and line."""
     section = data.get("speedups")
@@ -234,7 +244,8 @@ def _validate_with(
         problems.append(f"{origins.where(path)}: `{dotted}` must be a mapping of options, not {section!r}.")
         return None
     if named and "name" not in section:
-        problems.append(f"{origins.where(path)}: `{dotted}` needs a `name` ({kind} to use).")
+        note = origins.replaced_note(path + ("name",))
+        problems.append(f"{origins.where(path)}: `{dotted}` needs a `name` ({kind} to use).{note}")
         return None
     try:
         config_cls = config_for(section.get("name"))
@@ -259,7 +270,7 @@ def _describe(error: dict, prefix: tuple, model_cls: type, origins: Origins) -> 
         listing = f" Valid keys here: {', '.join(valid)}." if valid else ""
         return f"{where}: `{dotted}` is not a valid key{hint}.{listing}"
     if error["type"] == "missing":
-        return f"{where}: `{dotted}` is required but missing."
+        return f"{where}: `{dotted}` is required but missing.{origins.replaced_note(loc)}"
     return f"{where}: `{dotted}` = {error.get('input')!r}: {error['msg']}."
 
 

@@ -7,7 +7,9 @@ so a validation error can point at the exact place the user has to edit.
 from __future__ import annotations
 
 import copy
+import json
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -44,13 +46,26 @@ _Loader.add_implicit_resolver(
 
 
 class Origins(dict):
-    """Dotted key path -> 'file, line N' (or '--set a.b=c') for error messages."""
+    """Dotted key path -> 'file, line N' (or '--set a.b=c') for error messages; and the sections an override
+    gave a whole mapping, which replaced the section rather than merging into it."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.replaced: dict[Path_, str] = {}  # section path -> how to set its keys one by one instead
 
     def where(self, path: Path_) -> str:
         for end in range(len(path), -1, -1):
             if tuple(path[:end]) in self:
                 return self[tuple(path[:end])]
         return "the recipe"
+
+    def replaced_note(self, path: Path_) -> str:
+        """' A mapping given to --set replaces ...' when a section above `path` (a key found missing) was given
+        whole by an override, which dropped the recipe's other keys there; else ''."""
+        for end in range(len(path) - 1, 0, -1):
+            if tuple(path[:end]) in self.replaced:
+                return self.replaced[tuple(path[:end])]
+        return ""
 
 
 def parse_value(text: str) -> Any:
@@ -225,10 +240,36 @@ def apply_overrides(data: dict, origins: Origins, overrides: list[str], label: s
                     raise RecipeError(f"`{label} {item}`: `{'.'.join(parts[: i + 1])}` is a value, not a section.")
                 node[part] = {}
             node = node[part]
-        node[parts[-1]] = parse_value(text)
+        node[parts[-1]] = value = parse_value(text)
         for below in [path for path in origins if len(path) > len(parts) and path[: len(parts)] == tuple(parts)]:
             del origins[below]  # replaced with the value: an error under it is the override's
+        _note_replaced(origins, tuple(parts), value, label)
         for depth in range(1, len(parts) + 1):
             origins.setdefault(tuple(parts[:depth]), f"{label} {item}")
         origins[tuple(parts)] = f"{label} {item}"
     return data
+
+
+def _note_replaced(origins: Origins, section: Path_, value: Any, label: str) -> None:
+    """Remember a section an override gave whole, with the overrides that would set only its keys."""
+    for path in [p for p in origins.replaced if p[: len(section)] == section]:
+        del origins.replaced[path]  # the latest override there decides
+    if not isinstance(value, dict):
+        return
+    dotted = ".".join(section)
+    keys = " ".join(f"{label} {shlex.quote(f'{key}={text}')}" for key, text in _flat(dotted, value))
+    origins.replaced[section] = (
+        f" A mapping given to {label} replaces the whole `{dotted}` section, the recipe's other keys there too"
+        + (f"; to change only these keys, set each one: `{keys}`." if keys else ".")
+    )
+
+
+def _flat(prefix: str, mapping: dict) -> list[tuple[str, str]]:
+    """(dotted key, value as an override types it) for each value in a nested mapping."""
+    items = []
+    for key, value in mapping.items():
+        if isinstance(value, dict) and value:
+            items += _flat(f"{prefix}.{key}", value)
+        else:
+            items.append((f"{prefix}.{key}", value if isinstance(value, str) else json.dumps(value)))
+    return items

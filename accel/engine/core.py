@@ -23,6 +23,7 @@ A hand-written loop uses the same engine through its public methods (docs/own-lo
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from pathlib import Path
@@ -40,7 +41,7 @@ from ..speedups import RunFacts, Speedup, from_configs, precision_of, refuse, re
 from ..strategy import Strategy, choose
 from ..strategy.world import World, init_process_group, world_from_env
 from . import script_trial
-from .loop_records import LoopRecords
+from .loop_records import LoopRecords, records_folder
 from .own_loop import LoopState, OwnLoop
 from .settings import engine_settings
 
@@ -69,10 +70,13 @@ class Engine(OwnLoop, LoopRecords):
         (ACCEL_SET and ACCEL_SPEEDUPS override them: accel.engine.settings); the Trainer passes built Speed-up
         objects. `strategy`: "ddp" or "fsdp" under torchrun (ddp by default there). `out`: a folder for the
         run's records (metrics.jsonl from `log`, summary.json at `close`). `grad_accum`: micro-batches per
-        optimizer step; all but a step's last skip the gradient reduction, and where the engine runs the step
-        itself (the Trainer, `compile_step`) it divides the loss by it; a loop's own `backward` never divides.
+        optimizer step (a whole number, at least 1); all but a step's last skip the gradient reduction, and where
+        the engine runs the step itself (the Trainer, `compile_step`) it divides the loss by it; a loop's own
+        `backward` never divides.
         `optimizer`: None (the loop's own, the default) or "muon": `setup` then steps Muon on the hidden matrices
         and AdamW on the rest, built from the loop's optimizer (accel.optimizers.builders.muon_from)."""
+        # refused before anything is set up (a process group, the device)
+        grad_accum, out = _checked_grad_accum(grad_accum), records_folder(out)
         settings = None  # the Trainer's engine: built speed-ups, no settings of a script's own
         self.from_script = not _built(speedups)  # a hand-written loop's settings, not a recipe's
         if self.from_script:
@@ -102,7 +106,7 @@ class Engine(OwnLoop, LoopRecords):
         self._prepares = [s for s in self.speedups if type(s).prepare_batch is not Speedup.prepare_batch]
         self._undo: list[tuple[str, Any]] = []  # (slot, value before), in the order replaced
         self._set_up = False  # the speed-ups' setup has run and their teardown has not
-        self.out = Path(out) if out is not None else None
+        self.out = out
         self.logged: list[dict[str, Any]] = []  # what the loop reported through `log`
         self.optimizer_setting = settings.optimizer if settings else None  # "muon": built at setup
         # the speed-ups are resolved once, here: what the loop's own step would be refused for is known now
@@ -257,6 +261,16 @@ class Engine(OwnLoop, LoopRecords):
         for speedup in self.speedups:
             stack.enter_context(speedup.eval_context())
         return stack
+
+
+def _checked_grad_accum(grad_accum: Any) -> int:
+    """Micro-batches per optimizer step: 0 divided by zero at the first `backward`, and -1 trained as 1."""
+    if isinstance(grad_accum, bool) or not isinstance(grad_accum, numbers.Integral) or grad_accum < 1:
+        raise AccelError(
+            f"accel.Engine(grad_accum={grad_accum!r}): micro-batches per optimizer step, a whole number of at "
+            "least 1 (1: a step after every micro-batch, the default; 4: a step after every fourth)."
+        )
+    return int(grad_accum)
 
 
 def _built(speedups: Any) -> bool:

@@ -13,7 +13,7 @@ import torch
 from .. import devices
 from ..batches import leading_size, leading_tensor
 from ..callbacks.tensorboard import TensorBoard
-from ..io import write_atomic
+from ..io import check_creatable, write_atomic
 from ..runs.records import LoopRecord, LoopSummary
 from . import state as engine_state
 
@@ -136,6 +136,15 @@ class LoopRecords:
 
     def __exit__(self: Engine, *exc: Any) -> None:
         self.close()
+
+
+def records_folder(out: str | Path | None) -> Path | None:
+    """The engine's `out`, refused now if no folder can be made there (a file, under a file, not writable): the
+    first `log` would otherwise fail with a raw traceback once training has begun."""
+    if out is None:
+        return None
+    check_creatable(out, "accel.Engine(out=)")
+    return Path(out)
 
 
 def _scalar(value: Any) -> Any:

@@ -5,8 +5,9 @@ YAML file, plus `device=`, `strategy=` and `optimizer=` (None: the loop's own op
 `"muon"`: Muon on the hidden matrices and AdamW on the rest, built from the loop's optimizer by
 accel.optimizers.builders.muon_from). Outside the script, two environment variables win over what it passed, so
 `accel bench -- python train.py` (and a user) can change any setting without editing it:
-- `ACCEL_SPEEDUPS=FILE`: the speed-ups section of FILE (or a preset name) replaces the script's;
-- `ACCEL_SET="speedups.compile.enabled=false device=cpu"`: `--set` overrides, separated by spaces.
+- `ACCEL_SPEEDUPS=FILE`: the speed-ups section of FILE (or a preset name) replaces the script's (a top key no
+  recipe has, such as a misspelt `speedup:`, is refused rather than read as no speed-ups);
+- `ACCEL_SET="speedups.compile.enabled=false device=cpu"`: `--set` overrides, split as a shell splits arguments.
 Each override is logged once; a key that does not exist is refused with the closest valid key.
 """
 
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config.recipe import validate_speedups
+from ..config.recipe import unknown_top_keys, validate_speedups
 from ..config.recipe_yaml import Origins, apply_overrides, load_with_bases
 from ..config.shipped import find_base, preset_names
 from ..errors import RecipeError, did_you_mean
@@ -53,12 +54,24 @@ def engine_settings(
         section, origins = _speedups_section(env[SPEEDUPS_VARIABLE], SPEEDUPS_VARIABLE)
         log.info("%s=%s replaces the script's speed-ups", SPEEDUPS_VARIABLE, env[SPEEDUPS_VARIABLE])
     data = {"speedups": section, "device": device, "strategy": strategy, "optimizer": optimizer}
-    overrides = shlex.split(env.get(SET_VARIABLE, ""))
+    overrides = set_items(env.get(SET_VARIABLE, ""))
     if overrides:
         data = apply_overrides(data, origins, overrides, label=SET_VARIABLE)
         for item in overrides:
             log.info("%s overrides the script: %s", SET_VARIABLE, item)
     return _validated(data, origins)
+
+
+def set_items(text: str) -> list[str]:
+    """ACCEL_SET's items, split as a shell splits arguments (so a value may hold spaces when quoted)."""
+    try:
+        return shlex.split(text)
+    except ValueError as err:  # shlex's "No closing quotation" names neither the variable nor its text
+        raise RecipeError(
+            f'{SET_VARIABLE}="{text}" cannot be split into items: {err}. It is read as a shell reads arguments: '
+            f"close the quote, or quote an item that holds spaces whole ({SET_VARIABLE}=\"'speedups.amp={{dtype: "
+            "bf16}' device=cpu\")."
+        ) from None
 
 
 def say_to_stderr() -> None:
@@ -81,6 +94,12 @@ def _speedups_section(speedups: Any, source: str) -> tuple[dict, Origins]:
         if path is None:
             raise RecipeError(f"{source}: {speedups} is neither a YAML file nor a preset ({', '.join(preset_names())})")
         data, origins = load_with_bases(path)
+        unknown = unknown_top_keys(data, origins)
+        if unknown:  # a misspelt `speedups:` would read as no speed-ups at all
+            raise RecipeError(
+                f"{source}: {path}: only its `speedups:` section is read, and any other key must be one a recipe has:\n"
+                + "\n".join(f"  - {problem}" for problem in unknown)
+            )
         section = data.get("speedups", {})
         if not isinstance(section, dict):
             raise RecipeError(f"{origins.where(('speedups',))}: `speedups` must be a mapping of speed-ups")

@@ -57,10 +57,13 @@ def export_run(path: str | Path, config: ExportConfig | None = None) -> dict[str
     out = config.out or default_out(source.run_dir, config)
     check_creatable(out)  # the default too: a run directory may be read-only
     out.mkdir(parents=True, exist_ok=True)
+    before = _stamps(out)
     try:
         report, evaluations = _export(source, config, out)
-    except KeyboardInterrupt:  # the files written so far are unchecked: export.json says so, never an older one
-        write_report(interrupted_report(source, config, out), out)
+    except KeyboardInterrupt:  # the files written so far are unchecked, perhaps half written: they go, and
+        # export.json says so (never an older one beside them)
+        removed = _remove_written(out, before)
+        write_report(interrupted_report(source, config, out, removed), out)
         raise
     write_report(report, out)
     if report["validation"]["note"]:
@@ -70,7 +73,7 @@ def export_run(path: str | Path, config: ExportConfig | None = None) -> dict[str
     return report
 
 
-def interrupted_report(source: Source, config: ExportConfig, out: Path) -> dict[str, Any]:
+def interrupted_report(source: Source, config: ExportConfig, out: Path, removed: list[str]) -> dict[str, Any]:
     files = sorted(p.name for p in out.iterdir() if p.is_file() and p.name != "export.json")
     return {
         "interrupted": True,
@@ -79,9 +82,23 @@ def interrupted_report(source: Source, config: ExportConfig, out: Path) -> dict[
         "format": config.format,
         "out": str(out),
         "files": files,
-        "note": "interrupted before the export was checked against the eager model and measured: the files here "
-        "are unverified; run `accel export` again",
+        "removed": removed,
+        "note": "interrupted before the export was checked against the eager model and measured: nothing was "
+        "exported, and the files it had begun to write were removed; run `accel export` again",
     }
+
+
+def _stamps(out: Path) -> dict[str, tuple[int, int]]:
+    """Each file's (modification time, size) before the export writes: what it wrote is new or changed."""
+    return {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in out.iterdir() if p.is_file()}
+
+
+def _remove_written(out: Path, before: dict[str, tuple[int, int]]) -> list[str]:
+    """Remove the files the export wrote or began to write; files it never touched stay."""
+    written = [name for name, stamp in _stamps(out).items() if name != "export.json" and stamp != before.get(name)]
+    for name in written:
+        (out / name).unlink(missing_ok=True)
+    return sorted(written)
 
 
 def _export(source: Source, config: ExportConfig, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:

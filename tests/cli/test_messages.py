@@ -19,6 +19,23 @@ def refused(capsys, *argv: str) -> str:
     return err
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bench", "--ablate", "--", "python", "missing.py"],
+        ["bench", "--ablate", "missing.py"],
+        ["tune", "missing.py"],
+        ["profile", "--", "python", "-u", "missing.py", "--lr", "0.1"],
+        ["run", "--", "python", "missing.py"],
+    ],
+)
+def test_a_missing_script_is_named_a_script_not_a_recipe(argv, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    err = refused(capsys, *argv)
+    assert err == f"error: script not found: missing.py (looked in {tmp_path}).\n"
+    assert "Recipe file not found: missing.yaml" in refused(capsys, "bench", "--ablate", "missing.yaml")
+
+
 @pytest.fixture
 def killed(tiny, write_recipe, tmp_path, capsys):
     """A run directory as a SIGKILLed run leaves it: recipe and checkpoints, no summary. (recipe, run dir)."""

@@ -112,12 +112,22 @@ def test_a_bad_setting_is_refused_before_the_script_starts(tmp_path, capfd):
     assert "started" not in out and "ampp" in err and "amp" in err
 
 
+def test_an_unbalanced_quote_in_accel_set_is_refused_before_the_script_starts(tmp_path, capfd, monkeypatch):
+    script = tmp_path / "train.py"
+    script.write_text("print('started')\n")
+    monkeypatch.setenv("ACCEL_SET", "speedups.amp.dtype='bf16")
+    assert main(["run", "--", sys.executable, str(script)]) == 2
+    out, err = capfd.readouterr()
+    assert "started" not in out and "Traceback" not in err
+    assert err.startswith('error: ACCEL_SET="speedups.amp.dtype=\'bf16" cannot be split into items: No closing')
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
         (["run"], "needs your script"),
-        (["run", "--max-restarts", "1", "--", "python", "t.py"], "need --nproc"),
-        (["run", "--nproc", "2", "--nnodes", "2", "--", "python", "t.py"], "say where the machines meet"),
+        (["run", "--max-restarts", "1", "--", "python", __file__], "need --nproc"),
+        (["run", "--nproc", "2", "--nnodes", "2", "--", "python", __file__], "say where the machines meet"),
     ],
 )
 def test_bad_launches_are_refused_with_one_message(argv, message, capsys):

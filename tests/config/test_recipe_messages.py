@@ -32,6 +32,21 @@ def test_a_set_that_replaces_a_section_is_blamed_not_the_files_line(capsys, tiny
     assert "recipe.yaml, line" not in err
 
 
+def test_a_set_that_replaces_a_section_says_so_and_how_to_set_only_its_keys(capsys, tiny, write_recipe):
+    argv = ["--set", "data={batch_size: 4, loader: {num_workers: 0}}", "--set", "optim={lr: 0.1, betas: [0.9, 0.95]}"]
+    err = _fails_cleanly(capsys, "train", write_recipe(tiny), *argv)
+    assert (
+        "`data.dataset` is required but missing. A mapping given to --set replaces the whole `data` section, the "
+        "recipe's other keys there too; to change only these keys, set each one: "
+        "`--set data.batch_size=4 --set data.loader.num_workers=0`."
+    ) in err
+    assert (
+        "`optim` needs a `name` (optimizer to use). A mapping given to --set replaces the whole `optim` section, "
+        "the recipe's other keys there too; to change only these keys, set each one: "
+        "`--set optim.lr=0.1 --set 'optim.betas=[0.9, 0.95]'`."
+    ) in err
+
+
 def test_a_key_merged_from_a_base_file_names_the_file_that_set_its_section(capsys, tiny, write_recipe, tmp_path):
     tiny["optim"] = {"name": "adamw", "betas": [0.9, 0.95]}
     write_recipe(tiny, "base.yaml")

@@ -303,6 +303,29 @@ def test_accel_set_overrides_the_script_and_names_a_wrong_key(monkeypatch, tmp_p
     assert [s.name for s in accel.Engine(speedups={"compile": {}}, device="cpu").speedups] == ["channels_last"]
 
 
+def test_an_unbalanced_quote_in_accel_set_names_the_variable_and_its_text(monkeypatch):
+    monkeypatch.setenv("ACCEL_SET", "speedups.amp.dtype='bf16")
+    with pytest.raises(RecipeError) as err:
+        accel.Engine(device="cpu")
+    assert str(err.value) == (
+        'ACCEL_SET="speedups.amp.dtype=\'bf16" cannot be split into items: No closing quotation. It is read as a '
+        "shell reads arguments: close the quote, or quote an item that holds spaces whole "
+        "(ACCEL_SET=\"'speedups.amp={dtype: bf16}' device=cpu\")."
+    )
+
+
+def test_an_accel_speedups_file_with_a_misspelt_top_key_is_refused_not_read_as_no_speedups(monkeypatch, tmp_path):
+    path = tmp_path / "fast.yaml"
+    path.write_text("# tuned\nspeedup:\n  channels_last: {}\n")
+    monkeypatch.setenv("ACCEL_SPEEDUPS", str(path))
+    with pytest.raises(RecipeError) as err:
+        accel.Engine(speedups={"compile": {}}, device="cpu")
+    assert f"{path}, line 2: `speedup` is not a valid key (did you mean `speedups`?)" in str(err.value)
+    assert str(err.value).startswith(f"ACCEL_SPEEDUPS: {path}: only its `speedups:` section is read")
+    path.write_text("device: cpu\nspeedups:\n  channels_last: {}\n")  # a recipe's other keys are left alone
+    assert [s.name for s in accel.Engine(speedups={"compile": {}}, device="cpu").speedups] == ["channels_last"]
+
+
 def test_speedups_by_preset_name_and_file(tmp_path):
     assert {s.name for s in accel.Engine(speedups="fast-cpu", device="cpu").speedups} <= {
         "amp",
@@ -467,6 +490,19 @@ def test_a_run_directory_of_its_own_with_out(tmp_path):
     summary = LoopSummary.model_validate_json((tmp_path / "run" / "summary.json").read_text())
     assert summary.steps == 3 and summary.samples == 24 and summary.metrics["val_loss"] == 1.5
     assert list((tmp_path / "run" / "tb").glob("events.out.tfevents.*"))
+
+
+def test_an_out_that_is_a_file_is_refused_when_the_engine_is_made(tmp_path):
+    path = tmp_path / "run"
+    path.write_text("not a folder")
+    with pytest.raises(AccelError, match=rf"accel.Engine\(out=\) {path}: {path} is a file, not a folder"):
+        accel.Engine(device="cpu", out=path)
+
+
+@pytest.mark.parametrize("grad_accum", [0, -1, 2.5, "2", True])
+def test_grad_accum_that_is_not_a_whole_number_of_at_least_one_is_refused(grad_accum):
+    with pytest.raises(AccelError, match=rf"accel.Engine\(grad_accum={grad_accum!r}\): micro-batches per optimizer"):
+        accel.Engine(device="cpu", grad_accum=grad_accum)
 
 
 def test_an_optimizer_over_other_tensors_is_refused():

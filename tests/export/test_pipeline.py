@@ -185,7 +185,7 @@ def test_a_diverged_run_writes_strict_json_and_no_advice_that_cannot_apply(tiny_
     assert note.startswith("the run diverged: last.pt holds the last weights it kept") and "Resume" not in note
 
 
-def test_ctrl_c_during_an_export_exits_130_and_its_export_json_says_the_files_are_unverified(
+def test_ctrl_c_during_an_export_exits_130_and_its_export_json_says_nothing_was_exported(
     tiny_run, tmp_path, capsys, monkeypatch
 ):
     import os
@@ -200,5 +200,21 @@ def test_ctrl_c_during_an_export_exits_130_and_its_export_json_says_the_files_ar
     err = capsys.readouterr().err
     assert "interrupted: nothing exported" in err and "Traceback" not in err
     record = json.loads((out / "export.json").read_text())
-    assert record["interrupted"] is True and record["verified"] is False and "model.onnx" in record["files"]
-    assert "unverified" in record["note"]
+    assert record["interrupted"] is True and record["verified"] is False and record["removed"] == ["model.onnx"]
+    assert record["files"] == [] and sorted(p.name for p in out.iterdir()) == ["export.json"]
+    assert "nothing was exported" in record["note"]
+
+
+def test_an_export_interrupted_while_writing_a_file_leaves_no_file_but_its_export_json(tiny_run, tmp_path, monkeypatch):
+    def half_written(mode, source, target, calibration):  # Ctrl-C in the middle of writing the int8 graph
+        target.write_bytes(source.read_bytes()[:100])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "quantize", half_written)
+    out = tmp_path / "onnx"
+    with pytest.raises(KeyboardInterrupt):
+        export_run(tiny_run, ExportConfig(out=out, quantize=["dynamic-int8"], **QUICK))
+    assert sorted(p.name for p in out.iterdir()) == ["export.json"]
+    record = json.loads((out / "export.json").read_text())
+    assert record["removed"] == ["model.dynamic-int8.onnx", "model.onnx"] and record["files"] == []
+    assert record["interrupted"] is True and record["verified"] is False
