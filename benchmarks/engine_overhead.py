@@ -7,8 +7,14 @@ Each run prints its own training time (after its set-up: data, model, engine), t
 faster), reported as the median over rounds with a bootstrap 95% interval and the range. Both sides run the same
 steps and evaluations on the same data with the same seed; the GPT loops print the same losses (a test checks).
 
+With `--instrument` the other side is the plain loop itself, unchanged, with accel's instrument loaded as a bench
+trial loads it (accel/bench/instrument: every optimizer step counted and timed, the model's forward hooked, the loss
+kept), in its own-run mode, so the loop trains to its end:
+
     python benchmarks/engine_overhead.py --rounds 6 --out benchmarks/results/engine-overhead.json
     python benchmarks/engine_overhead.py --device cuda --loops gpt --rounds 4 --set steps=600   # on a GPU
+    python benchmarks/engine_overhead.py --instrument --loops gpt --rounds 8 \
+        --out benchmarks/results/instrument-overhead.json
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from accel.bench.stats import bootstrap_median_ci  # noqa: E402
+from accel.bench.trial_process import instrumented_pythonpath  # noqa: E402
+from accel.engine import script_trial  # noqa: E402
 
 LOOPS = {
     "gpt": ["--steps", "300", "--eval-every", "1000", "--batch", "16", "--block", "64"],
@@ -45,6 +53,11 @@ def run(script: Path, args: list[str], env: dict[str, str]) -> float:
     if done.returncode != 0:
         raise SystemExit(f"{script} failed:\n{done.stderr[-2000:]}")
     return float(TIME.search(done.stdout).group(1))
+
+
+def instrumented(record: Path) -> dict[str, str]:
+    """A bench trial's variables for the instrument, in its own-run mode (no step count: the loop runs to its end)."""
+    return {"PYTHONPATH": instrumented_pythonpath(), script_trial.PATH: str(record), script_trial.STEPS: "0"}
 
 
 def with_overrides(loop_args: list[str], overrides: list[str]) -> list[str]:
@@ -67,6 +80,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--device", default="cpu", help="passed to both loops (their --device)")
     parser.add_argument(
+        "--instrument", action="store_true", help="the plain loop with accel's instrument loaded, not the engine loop"
+    )
+    parser.add_argument(
         "--set", action="append", default=[], metavar="ARG=V", help="override a loop argument, e.g. steps=600"
     )
     args = parser.parse_args()
@@ -76,15 +92,17 @@ def main() -> None:
         loop_args = with_overrides(LOOPS[name], args.set) + ["--device", args.device]
         loop_args += ["--data", str(data / "bytes")] if name == "gpt" else []
         plain, engine = ROOT / "examples" / "plain" / f"{name}_loop.py", ROOT / "examples" / f"{name}_loop.py"
+        other = (plain, instrumented(data / "trial.json")) if args.instrument else (engine, NO_SPEEDUPS)
         run(plain, loop_args, {})  # warm the file cache and write the data once
         times: dict[str, list[float]] = {"plain": [], "engine": []}
         for round_ in range(args.rounds):
             order = ["plain", "engine"] if round_ % 2 == 0 else ["engine", "plain"]
             for side in order:
-                script, env = (plain, {}) if side == "plain" else (engine, NO_SPEEDUPS)
+                script, env = (plain, {}) if side == "plain" else other
                 times[side].append(run(script, loop_args, env))
-            print(f"{name} round {round_ + 1}: plain {times['plain'][-1]:.2f} s, engine {times['engine'][-1]:.2f} s")
+            print(f"{name} round {round_ + 1}: plain {times['plain'][-1]:.2f} s, other {times['engine'][-1]:.2f} s")
         ratios = [p / e for p, e in zip(times["plain"], times["engine"], strict=True)]
+        other_name = "instrumented" if args.instrument else "engine"
         _, (low, high) = bootstrap_median_ci(ratios)
         results[name] = {
             "args": loop_args,
@@ -95,13 +113,14 @@ def main() -> None:
             "ratio_range": [min(ratios), max(ratios)],
         }
         print(
-            f"{name}: plain/engine time ratio {statistics.median(ratios):.3f} [{low:.3f}, {high:.3f}] "
+            f"{name}: plain/{other_name} time ratio {statistics.median(ratios):.3f} [{low:.3f}, {high:.3f}] "
             f"(range {min(ratios):.3f}-{max(ratios):.3f}, {args.rounds} rounds)"
         )
     record = {
         "machine": platform.processor() or platform.machine(),
         "cores": os.cpu_count(),
         "device": args.device,
+        "other": "the plain loop, instrumented" if args.instrument else "the engine loop",
         "results": results,
     }
     if args.out:

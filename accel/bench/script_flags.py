@@ -27,11 +27,12 @@ class Flag:
     off: Any
     cannot: Callable[[str, dict[str, Any]], str | None] = lambda device, given: None
 
-    def variant(self, given: Any) -> Variant:
-        """The flag switched from its given value: on where it was off, and off where it was on."""
+    def variant(self, given: Any, also: dict[str, str] | None = None) -> Variant:
+        """The flag switched from its given value: on where it was off, and off where it was on (with `also`:
+        the other options it needs here)."""
         value = self.off if given == self.on else self.on
         text = str(value)
-        return Variant(f"--{self.name}={text}", {f"arg:--{self.name}": text})
+        return Variant(f"--{self.name}={text}", {f"arg:--{self.name}": text, **(also or {})})
 
 
 def _cuda_only(device: str, given: dict[str, Any]) -> str | None:
@@ -74,6 +75,13 @@ HF_FLAGS = (
 )
 
 
+def _needs(flag: Flag, device: str, flags: dict[str, Any]) -> dict[str, str]:
+    """The Trainer refuses bf16 on a CPU unless told the CPU is meant (`--use_cpu True`): a variant says so."""
+    if flag.name == "bf16" and device == "cpu" and not flags.get("use_cpu"):
+        return {"arg:--use_cpu": "True"}
+    return {}
+
+
 def hf_ablation(given: dict[str, Any], command: str) -> tuple[list[Variant], dict[str, str]]:
     """The script as given, then each Trainer flag switched; and the flags skipped, with why."""
     if not given.get("hf_command_line"):
@@ -87,7 +95,7 @@ def hf_ablation(given: dict[str, Any], command: str) -> tuple[list[Variant], dic
         reason = flag.cannot(device, given)
         if flag.name not in flags:
             reason = "this transformers version's TrainingArguments has no such flag"
-        variant = flag.variant(flags.get(flag.name))
+        variant = flag.variant(flags.get(flag.name), _needs(flag, device, flags))
         if reason and flags.get(flag.name) != flag.on:  # a flag the script has on can always be turned off
             skipped[variant.name] = reason
         else:

@@ -190,6 +190,9 @@ def test_a_trainer_scripts_ablation_switches_its_own_flags_and_skips_what_cannot
     out = tmp_path / "bench"
     argv = ["bench", "--ablate", "--only", "baseline,--torch_compile=True,--fp16=True", "--steps", "2"]
     argv += ["--warmup", "1", "--trials", "1", "--out", str(out), "--", *_hf(tmp_path / "hf-out")]
+    assert main(["bench", "--ablate", "--list", "--", *_hf(tmp_path / "hf-out")]) == 0
+    listed = dict(line.split(maxsplit=1) for line in capsys.readouterr().out.splitlines() if " " in line.strip())
+    assert listed["--bf16=True"] == "arg:--bf16=True arg:--use_cpu=True"  # the Trainer's bf16 on a CPU needs it
     assert main(argv) == 0
     assert "--fp16=True: refused, not run: needs a CUDA GPU" in capsys.readouterr().out
     got = json.loads((out / "report.json").read_text())

@@ -77,7 +77,8 @@ class TrialCallback(TrainerCallback):
         self.recorder = rec
         rec.framework_stops = True
         args = trainer.args
-        recorder.FACTS |= {"framework": "hf", "hf_flags": {name: getattr(args, name, None) for name in FLAGS}}
+        flags = {name: getattr(args, name, None) for name in (*FLAGS, "use_cpu")}
+        recorder.FACTS |= {"framework": "hf", "hf_flags": flags}
         recorder.FACTS["hf_max_steps"] = args.max_steps if args.max_steps > 0 else None
         self._scratch = tempfile.TemporaryDirectory(prefix="accel-trial-hf-")  # removed when the process ends
         args.output_dir = self._scratch.name  # the trial's checkpoints never land in the script's output_dir
