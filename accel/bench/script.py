@@ -18,7 +18,6 @@ import json
 import logging
 import os
 import shlex
-import subprocess
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -30,14 +29,13 @@ from rich.console import Console
 from ..engine import script_trial
 from ..engine.settings import SET_VARIABLE, engine_settings
 from ..errors import AccelError, RecipeError
-from ..runs.signals import die_with_parent
 from .knobs import runnable_speedups
 from .plan import only_variants
 from .records import Report
 from .refused import new_refusals, script_device, script_refusals
 from .runner import BenchRun, run_and_report
 from .script_flags import hf_ablation
-from .trial_process import TrialSettings, exit_reason, instrumented_pythonpath, kill_group, log_tail, trial_env
+from .trial_process import TrialSettings, exit_reason, instrumented_pythonpath, log_tail, run_logged, trial_env
 from .variants import Variant, ablation_variants, format_value, interleave, vary_variants
 
 ARG = "arg:"  # --vary arg:--batch=16,32: the script's own option, not an engine key
@@ -114,12 +112,7 @@ def plan_script(
             "KEY=V1,V2 over engine keys (repeatable), e.g. --vary speedups.amp.dtype=bf16,fp16."
         )
     given = probe(command, sets, timeout)
-    skipped: dict[str, str] = {}
-    if ablate and given.get("framework") == "hf":
-        variants, skipped = hf_ablation(given, shlex.join(command))
-        variants += [Variant(flag, {}) for flag in skipped]  # reported as refused, with why, and not run
-    else:
-        variants = _ablation(given, command) if ablate else vary_variants(vary)
+    variants, skipped = _ablation(given, command) if ablate else (vary_variants(vary), {})
     if only:
         variants = only_variants(variants, only)
     launches = {v.name: launch_of(command, sets, v) for v in variants}
@@ -161,9 +154,13 @@ def script_name(command: list[str]) -> str:
     return Path(next((c for c in command if c.endswith(".py")), command[0])).stem
 
 
-def _ablation(given: dict[str, Any], command: list[str]) -> list[Variant]:
+def _ablation(given: dict[str, Any], command: list[str]) -> tuple[list[Variant], dict[str, str]]:
     """The speed-ups the script's engine was given, and those tune would try that this device can run and the
-    model can use (its traits, from the probe)."""
+    model can use (its traits, from the probe); for an HF Trainer script without an engine, the Trainer's own
+    flags. With the variants skipped here and why (reported as refused, not run)."""
+    if given.get("framework") == "hf":
+        variants, skipped = hf_ablation(given, shlex.join(command))
+        return variants + [Variant(name) for name in skipped], skipped
     if not uses_engine(given):
         raise AccelError(
             f"--ablate needs the script's speed-ups, and `{shlex.join(command)}` creates no accel.Engine nor a "
@@ -173,7 +170,7 @@ def _ablation(given: dict[str, Any], command: list[str]) -> list[Variant]:
     device = script_device(given)
     added = runnable_speedups(given["speedups"], device, given.get("model_traits"))
     try:
-        return ablation_variants(given["speedups"], added)
+        return ablation_variants(given["speedups"], added), {}
     except RecipeError:
         raise AccelError(
             f"--ablate needs speed-ups: the script's accel.Engine was given none (its `speedups=`, with "
@@ -268,30 +265,16 @@ def probe(command: list[str], sets: list[str], timeout: float | None = None) -> 
             script_trial.PATH: str(path),
             script_trial.PROBE: "1",
         }
-        with log_path.open("w") as log:
-            try:
-                proc = subprocess.Popen(
-                    command,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    start_new_session=True,
-                    preexec_fn=die_with_parent,
-                )
-            except OSError as err:
-                raise AccelError(f"cannot run `{shlex.join(command)}`: {err}") from None
-            try:
-                code = proc.wait(timeout=limit)
-            except subprocess.TimeoutExpired:
-                kill_group(proc)
-                raise AccelError(
-                    f"`{shlex.join(command)}` did not step an optimizer (nor create an accel.Engine) within {limit:g} "
-                    f"s{'' if timeout else ' (--timeout to wait longer)'}, so it was stopped; last output:\n"
-                    f"{log_tail(log_path)}"
-                ) from None
-            except BaseException:
-                kill_group(proc)
-                raise
+        try:
+            code = run_logged(command, log_path, env, limit)
+        except OSError as err:
+            raise AccelError(f"cannot run `{shlex.join(command)}`: {err}") from None
+        if code is None:
+            raise AccelError(
+                f"`{shlex.join(command)}` did not step an optimizer (nor create an accel.Engine) within {limit:g} "
+                f"s{'' if timeout else ' (--timeout to wait longer)'}, so it was stopped; last output:\n"
+                f"{log_tail(log_path)}"
+            )
         if path.is_file():
             return json.loads(path.read_text())
         if code == 0:

@@ -26,13 +26,13 @@ class Flag:
     on: Any
     off: Any
     cannot: Callable[[str, dict[str, Any]], str | None] = lambda device, given: None
+    needs: Callable[[str, dict[str, Any]], dict[str, str]] = lambda device, flags: {}  # other options it needs here
 
-    def variant(self, given: Any, also: dict[str, str] | None = None) -> Variant:
-        """The flag switched from its given value: on where it was off, and off where it was on (with `also`:
-        the other options it needs here)."""
-        value = self.off if given == self.on else self.on
+    def variant(self, device: str, flags: dict[str, Any]) -> Variant:
+        """The flag switched from its given value: on where it was off, and off where it was on."""
+        value = self.off if flags.get(self.name) == self.on else self.on
         text = str(value)
-        return Variant(f"--{self.name}={text}", {f"arg:--{self.name}": text, **(also or {})})
+        return Variant(f"--{self.name}={text}", {f"arg:--{self.name}": text, **self.needs(device, flags)})
 
 
 def _cuda_only(device: str, given: dict[str, Any]) -> str | None:
@@ -62,8 +62,13 @@ def _bf16(device: str, given: dict[str, Any]) -> str | None:
     return "the script trains in fp16 already" if given["hf_flags"].get("fp16") else None
 
 
+def _use_cpu(device: str, flags: dict[str, Any]) -> dict[str, str]:
+    """The Trainer refuses bf16 on a CPU unless told the CPU is meant (`--use_cpu True`)."""
+    return {"arg:--use_cpu": "True"} if device == "cpu" and not flags.get("use_cpu") else {}
+
+
 HF_FLAGS = (
-    Flag("bf16", True, False, _bf16),
+    Flag("bf16", True, False, _bf16, _use_cpu),
     Flag("fp16", True, False, _fp16),
     Flag("tf32", True, False, _cuda_only),
     Flag("torch_compile", True, False),
@@ -73,13 +78,6 @@ HF_FLAGS = (
     Flag("gradient_checkpointing", True, False),
     Flag("use_liger_kernel", True, False, _liger),
 )
-
-
-def _needs(flag: Flag, device: str, flags: dict[str, Any]) -> dict[str, str]:
-    """The Trainer refuses bf16 on a CPU unless told the CPU is meant (`--use_cpu True`): a variant says so."""
-    if flag.name == "bf16" and device == "cpu" and not flags.get("use_cpu"):
-        return {"arg:--use_cpu": "True"}
-    return {}
 
 
 def hf_ablation(given: dict[str, Any], command: str) -> tuple[list[Variant], dict[str, str]]:
@@ -95,7 +93,7 @@ def hf_ablation(given: dict[str, Any], command: str) -> tuple[list[Variant], dic
         reason = flag.cannot(device, given)
         if flag.name not in flags:
             reason = "this transformers version's TrainingArguments has no such flag"
-        variant = flag.variant(flags.get(flag.name), _needs(flag, device, flags))
+        variant = flag.variant(device, flags)
         if reason and flags.get(flag.name) != flag.on:  # a flag the script has on can always be turned off
             skipped[variant.name] = reason
         else:

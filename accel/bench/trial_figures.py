@@ -48,6 +48,27 @@ def final_loss(losses: list[float]) -> float | None:
     return sum(last) / len(last) if last else None
 
 
+def ran_out(done: int, warmup: int, steps: int) -> str:
+    """A script that ended before the steps a trial asked for."""
+    return (
+        f"the script ended after {done} of the {warmup + steps} optimizer steps the bench asked for ({warmup} "
+        f"warm-up + {steps}): give it more steps through its own arguments, or fewer --steps/--warmup"
+    )
+
+
+def target_figures(
+    target: Any, metric: str, evals: list[dict[str, Any]], steps: int, where: str, fix: str
+) -> dict[str, Any]:
+    """The time to `target` from each logged value of its `metric` (`evals`); an error when the script logged
+    none in its `steps` optimizer steps (`where` it logs, and the `fix` that has it log within a trial)."""
+    from .target import time_to
+
+    if not evals:
+        return {"error": f"the script logged no `{metric}` {where}in its {steps} optimizer steps: {fix}"}
+    reached = time_to(target, evals) if target else None
+    return {"time_to_target_s": reached, "target_evals": evals, "val_metric_name": metric}
+
+
 def diverged(losses: list[float]) -> dict[str, str]:
     """A trial whose loss went NaN or infinite failed, as a recipe's diverged run does; its figures are kept."""
     bad = next((i for i, loss in enumerate(losses) if not math.isfinite(loss)), None)

@@ -114,7 +114,7 @@ def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
         return ""
 
 
-def kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)  # the trial and its DataLoader workers, nothing else
     except ProcessLookupError:
@@ -137,24 +137,32 @@ def _read_result(path: Path) -> Trial | None:
         return None
 
 
+def run_logged(argv: list[str], log_path: Path, env: dict[str, str], timeout: float | None) -> int | None:
+    """Run `argv` in a session of its own, its output into `log_path`; its exit code, or None when it ran past
+    `timeout` and was killed with its whole group (DataLoader workers too)."""
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, preexec_fn=die_with_parent
+        )
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            return None
+        except BaseException:  # Ctrl-C reaches only us (new session): take the process down with us
+            _kill_group(proc)
+            raise
+
+
 def run_trial_process(
     argv: list[str], json_path: Path, log_path: Path, timeout: float | None, env: dict[str, str]
 ) -> Trial:
     """Run one trial command; its record, or one holding only `error` with the output tail when it crashed,
     timed out or wrote no readable record. Output goes to `log_path`."""
     json_path.unlink(missing_ok=True)
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, preexec_fn=die_with_parent
-        )
-        try:
-            code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            kill_group(proc)
-            return Trial(error=f"timed out after {timeout:g} s (--timeout); last output:\n{log_tail(log_path)}")
-        except BaseException:  # Ctrl-C reaches only us (new session): take the trial down with us
-            kill_group(proc)
-            raise
+    code = run_logged(argv, log_path, env, timeout)
+    if code is None:
+        return Trial(error=f"timed out after {timeout:g} s (--timeout); last output:\n{log_tail(log_path)}")
     result = _read_result(json_path)
     if result is None:
         return Trial(

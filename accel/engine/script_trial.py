@@ -29,6 +29,7 @@ import os
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import psutil
@@ -36,7 +37,6 @@ import torch
 
 from .. import devices
 from ..io import strict_json, write_atomic
-from ..speedups import compile_figures
 
 if TYPE_CHECKING:
     from ..bench.target import Target
@@ -64,20 +64,51 @@ def attach(engine: Engine, settings: Settings | None) -> ScriptTrial | None:
         from ..profile.script import attach as profile
 
         return profile(engine)
+    asked = requested()
+    if asked is None:
+        return None
+    if asked.probe:
+        return Probe(engine, settings, asked.path)
+    trial = ScriptTrial(engine, asked.path, asked.warmup, asked.steps)
+    trial.target, trial.metric, trial.stop, trial.every_step = asked.target, asked.metric, asked.stop, asked.every_step
+    return trial
+
+
+@dataclass(frozen=True)
+class Requested:
+    """What the bench asked of a script's trial, from its variables (see the module docstring): read by the
+    script's engine and by accel's instrument in a script without one (accel/bench/instrument)."""
+
+    path: str
+    warmup: int
+    steps: int
+    probe: bool
+    every_step: bool
+    target: Target | None
+    metric: str | None  # the logged metric whose values are recorded (the target's)
+    stop: bool  # end the trial when the target is reached
+
+
+def requested() -> Requested | None:
+    """The trial this process is, or None outside the bench."""
     path = os.environ.get(PATH)
     if not path:
         return None
-    if os.environ.get(PROBE) == "1":
-        return Probe(engine, settings, path)
-    trial = ScriptTrial(engine, path, int(os.environ.get(WARMUP, "0")), int(os.environ.get(STEPS, "1")))
+    target = None
     if os.environ.get(TARGET):
         from ..bench.target import parse_target
 
-        trial.target = parse_target(os.environ[TARGET], any_metric=True)
-    trial.metric = trial.target.metric if trial.target else os.environ.get(CURVE) or None
-    trial.stop = os.environ.get(STOP) == "1" and trial.target is not None
-    trial.every_step = os.environ.get(SYNC, "step") != "window"
-    return trial
+        target = parse_target(os.environ[TARGET], any_metric=True)
+    return Requested(
+        path,
+        warmup=int(os.environ.get(WARMUP, "0")),
+        steps=int(os.environ.get(STEPS, "1")),
+        probe=os.environ.get(PROBE) == "1",
+        every_step=os.environ.get(SYNC, "step") != "window",
+        target=target,
+        metric=target.metric if target else os.environ.get(CURVE) or None,
+        stop=os.environ.get(STOP) == "1" and target is not None,
+    )
 
 
 class Probe:
@@ -190,6 +221,7 @@ class ScriptTrial:
     def record(self) -> dict[str, Any]:
         """The figures of `accel.bench.records.Trial`, from the engine's own counts."""
         from ..bench.trial_figures import deltas, rates
+        from ..speedups import compile_figures
 
         engine, setup_end = self.engine, self.engine._loop.started  # when eng.setup ended: the speed-ups were set up
         steps = deltas(self.marks, {"t": setup_end})
@@ -225,18 +257,12 @@ class ScriptTrial:
         return {"final_loss": final_loss(losses[self.warmup :]), "step_losses": losses}
 
     def _target_figures(self) -> dict[str, Any]:
-        from ..bench.target import time_to
+        from ..bench.trial_figures import target_figures
 
         if self.metric is None:
             return {}
-        if not self.evals:
-            return {
-                "error": f"the script logged no `{self.metric}` through eng.log in its "
-                f"{len(self.marks)} optimizer steps: log it (eng.log({{'{self.metric}': value}}) after an "
-                "evaluation), or give the trials more --steps"
-            }
-        reached = time_to(self.target, self.evals) if self.target else None
-        return {"time_to_target_s": reached, "target_evals": self.evals, "val_metric_name": self.metric}
+        fix = f"log it (eng.log({{'{self.metric}': value}}) after an evaluation), or give the trials more --steps"
+        return target_figures(self.target, self.metric, self.evals, len(self.marks), "through eng.log ", fix)
 
     def _write(self, record: dict[str, Any]) -> None:
         from ..bench.records import Trial  # validated as the runner reads it; NaN stays NaN (a diverged loss)
@@ -256,12 +282,6 @@ class ScriptTrial:
         if not self.steps and self.failure is None:
             self._write_record()
             return
-        asked = self.warmup + self.steps
-        self._write(
-            {
-                "error": self.failure
-                or f"the script ended after {len(self.marks)} of the {asked} optimizer steps the bench asked for "
-                f"({self.warmup} warm-up + {self.steps}): give it more steps through its own arguments, or fewer "
-                "--steps/--warmup"
-            }
-        )
+        from ..bench.trial_figures import ran_out
+
+        self._write({"error": self.failure or ran_out(len(self.marks), self.warmup, self.steps)})

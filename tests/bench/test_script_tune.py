@@ -98,7 +98,9 @@ def test_a_scripts_options_make_the_time_knobs(tmp_path):
 
 
 def test_tune_refuses_what_a_script_cannot_take_before_running_it(tmp_path, capsys):
-    script = ["--", sys.executable, str(tmp_path / "never_run.py")]
+    never_run = tmp_path / "never_run.py"
+    never_run.write_text("raise SystemExit('this script must not run')\n")  # there, so only the options are refused
+    script = ["--", sys.executable, str(never_run)]
     for options, said in [
         (["--workers", "0,1"], "--workers, --threads and --eval-batches set a recipe's keys"),
         (["--lr-arg=--lr"], "need --objective time"),

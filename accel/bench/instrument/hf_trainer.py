@@ -9,7 +9,6 @@ A trial's checkpoints and logs go to a folder of its own, never to the script's 
 
 from __future__ import annotations
 
-import functools
 import tempfile
 from types import ModuleType
 from typing import Any
@@ -33,43 +32,35 @@ FLAGS = (
 
 
 def attach(module: ModuleType) -> None:
-    """`transformers.trainer` is imported: every Trainer made from now on carries the callback."""
-    trainer_class = module.Trainer
-    init = trainer_class.__init__
+    """`transformers.trainer` is imported: every Trainer made from now on carries the callback, its checkpoint
+    writes are timed apart, and whether the script parses TrainingArguments from its command line is noted."""
+    from transformers import HfArgumentParser
 
-    @functools.wraps(init)
-    def __init__(trainer, *args, **kwargs):
-        init(trainer, *args, **kwargs)
-        if recorder.RECORDER is not None and recorder.RECORDER.active:
-            trainer.add_callback(TrialCallback(recorder.RECORDER, trainer))
-
-    trainer_class.__init__ = __init__
-    save = trainer_class._save_checkpoint
-
-    @functools.wraps(save)
-    def _save_checkpoint(trainer, *args, **kwargs):
-        if recorder.RECORDER is None:
-            return save(trainer, *args, **kwargs)
-        return recorder.RECORDER.saving(save, trainer, *args, **kwargs)
-
-    trainer_class._save_checkpoint = _save_checkpoint
-    _watch_parser()
+    recorder.patch(module.Trainer, "__init__", _init)
+    recorder.patch(module.Trainer, "_save_checkpoint", _save_checkpoint)
+    recorder.patch(HfArgumentParser, "parse_args_into_dataclasses", _parse)
 
 
-def _watch_parser() -> None:
-    """Whether the script parses TrainingArguments from its command line (HfArgumentParser): its flags are then
-    the script's own options, which a variant can set."""
-    from transformers import HfArgumentParser, TrainingArguments
+def _init(init, trainer, *args, **kwargs):
+    init(trainer, *args, **kwargs)
+    if recorder.RECORDER is not None and recorder.RECORDER.active:
+        trainer.add_callback(TrialCallback(recorder.RECORDER, trainer))
 
-    parse = HfArgumentParser.parse_args_into_dataclasses
 
-    @functools.wraps(parse)
-    def parse_args_into_dataclasses(parser, *args, **kwargs):
-        if any(issubclass(kind, TrainingArguments) for kind in parser.dataclass_types):
-            recorder.FACTS["hf_command_line"] = True
-        return parse(parser, *args, **kwargs)
+def _save_checkpoint(save, trainer, *args, **kwargs):
+    if recorder.RECORDER is None:
+        return save(trainer, *args, **kwargs)
+    return recorder.RECORDER.saving(save, trainer, *args, **kwargs)
 
-    HfArgumentParser.parse_args_into_dataclasses = parse_args_into_dataclasses
+
+def _parse(parse, parser, *args, **kwargs):
+    """A script that parses TrainingArguments from its command line takes the Trainer's flags as its own options,
+    which a variant can set."""
+    from transformers import TrainingArguments
+
+    if any(issubclass(kind, TrainingArguments) for kind in parser.dataclass_types):
+        recorder.FACTS["hf_command_line"] = True
+    return parse(parser, *args, **kwargs)
 
 
 class TrialCallback(TrainerCallback):
@@ -77,9 +68,8 @@ class TrialCallback(TrainerCallback):
         self.recorder = rec
         rec.framework_stops = True
         args = trainer.args
-        flags = {name: getattr(args, name, None) for name in (*FLAGS, "use_cpu")}
+        flags = {name: getattr(args, name) for name in (*FLAGS, "use_cpu") if hasattr(args, name)}  # this version's
         recorder.FACTS |= {"framework": "hf", "hf_flags": flags}
-        recorder.FACTS["hf_max_steps"] = args.max_steps if args.max_steps > 0 else None
         self._scratch = tempfile.TemporaryDirectory(prefix="accel-trial-hf-")  # removed when the process ends
         args.output_dir = self._scratch.name  # the trial's checkpoints never land in the script's output_dir
         if hasattr(args, "logging_dir"):

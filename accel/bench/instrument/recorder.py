@@ -25,6 +25,7 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 import psutil
@@ -35,6 +36,7 @@ from ... import devices
 from ...batches import leading_tensor
 from ...engine import script_trial
 from ...io import strict_json, write_atomic
+from . import trial_record
 
 RECORDER: Recorder | None = None  # the process's one recorder, once torch is imported under a trial
 FACTS: dict[str, Any] = {"framework": "plain"}  # what a framework adapter learnt of the script (instrument.hf_trainer)
@@ -43,22 +45,9 @@ FACTS: dict[str, Any] = {"framework": "plain"}  # what a framework adapter learn
 def install() -> None:
     """Start recording (called once torch is imported): the bench's trial, or its probe."""
     global RECORDER
-    path = os.environ.get(script_trial.PATH)
-    if RECORDER is not None or not path:
-        return
-    RECORDER = Recorder(
-        path,
-        warmup=int(os.environ.get(script_trial.WARMUP, "0")),
-        steps=int(os.environ.get(script_trial.STEPS, "1")),
-        probe=os.environ.get(script_trial.PROBE) == "1",
-        every_step=os.environ.get(script_trial.SYNC, "step") != "window",
-    )
-    if os.environ.get(script_trial.TARGET):
-        from ..target import parse_target
-
-        RECORDER.target = parse_target(os.environ[script_trial.TARGET], any_metric=True)
-    RECORDER.metric = RECORDER.target.metric if RECORDER.target else os.environ.get(script_trial.CURVE) or None
-    RECORDER.stop_at_target = os.environ.get(script_trial.STOP) == "1" and RECORDER.target is not None
+    asked = script_trial.requested()
+    if RECORDER is None and asked is not None:
+        RECORDER = Recorder(asked)
 
 
 def stand_down() -> None:
@@ -67,10 +56,27 @@ def stand_down() -> None:
         RECORDER.stand_down()
 
 
+def patch(owner: Any, name: str, wrapper: Callable) -> Callable[[], None]:
+    """`owner.name` calls `wrapper(original, ...)` from now on (a function, so that a method still binds its
+    instance); returns what puts the original back."""
+    original = getattr(owner, name)
+
+    @functools.wraps(original)
+    def patched(*args, **kwargs):
+        return wrapper(original, *args, **kwargs)
+
+    setattr(owner, name, patched)
+    return lambda: setattr(owner, name, original)
+
+
 class Recorder:
-    def __init__(self, path: str, warmup: int, steps: int, probe: bool, every_step: bool):
-        self.path, self.steps, self.probe, self.every_step = path, steps, probe, every_step
-        self.warmup = max(warmup, 1)  # the first step's samples are counted before the model is known
+    """The script's steps as the bench asked to see them (`asked`), counted from torch's hooks; the figures and
+    records it writes are accel.bench.instrument.trial_record's."""
+
+    def __init__(self, asked: script_trial.Requested):
+        self.path, self.steps, self.probe, self.every_step = asked.path, asked.steps, asked.probe, asked.every_step
+        self.warmup = max(asked.warmup, 1)  # the first step's samples are counted before the model is known
+        self.target, self.metric, self.stop_at_target = asked.target, asked.metric, asked.stop
         now, started = time.perf_counter(), psutil.Process().create_time()
         self.zero = now - (time.time() - started)  # the process's start on the perf_counter clock
         self.optimizer: torch.optim.Optimizer | None = None  # the step clock
@@ -92,10 +98,9 @@ class Recorder:
         self.framework_stops = False  # a framework's callback ends the training once asked (`stop_requested`)
         self.stop_requested = False
         self.metrics: dict[str, float] = {}  # the last value of each metric the script logged through a framework
-        self.target, self.metric, self.stop_at_target = None, None, False
         self.evals: list[dict[str, Any]] = []  # each logged value of the target's metric, as TargetClock's
         self.saving_depth = 0
-        self._undo: list[Any] = []
+        self._undo: list[Callable[[], None]] = []
         self._hook()
         self._excepthook = sys.excepthook
         sys.excepthook = self._crashed
@@ -104,23 +109,13 @@ class Recorder:
     # --- hooks ---------------------------------------------------------------------------------------------------
 
     def _hook(self) -> None:
-        handle = register_optimizer_step_post_hook(self._stepped)
-        self._undo.append(handle.remove)
-        self._patch(torch.autograd, "backward", self._backward)
-        self._patch(torch, "save", self._save)
-        self._patch(torch.amp.GradScaler, "scale", self._scale)
-        self._patch(torch.utils.data.dataloader._BaseDataLoaderIter, "__next__", self._next_batch)
-
-    def _patch(self, owner: Any, name: str, wrapper: Any) -> None:
-        """`owner.name` calls `wrapper(original, ...)`: a function, so that a method still binds its instance."""
-        original = getattr(owner, name)
-
-        @functools.wraps(original)
-        def patched(*args, **kwargs):
-            return wrapper(original, *args, **kwargs)
-
-        setattr(owner, name, patched)
-        self._undo.append(lambda: setattr(owner, name, original))
+        self._undo = [
+            register_optimizer_step_post_hook(self._stepped).remove,
+            patch(torch.autograd, "backward", self._backward),
+            patch(torch, "save", self.saving),
+            patch(torch.amp.GradScaler, "scale", self._scale),
+            patch(torch.utils.data.dataloader._BaseDataLoaderIter, "__next__", self._next_batch),
+        ]
 
     def stand_down(self) -> None:
         self.active = False
@@ -145,9 +140,6 @@ class Recorder:
         if isinstance(outputs, torch.Tensor):
             self.scaled = (scaled, outputs)
         return scaled
-
-    def _save(self, original, *args, **kwargs):
-        return self.saving(original, *args, **kwargs)
 
     def saving(self, save, *args, **kwargs):
         """A checkpoint write, timed apart (a framework's write holds torch.save calls: the outermost counts)."""
@@ -266,73 +258,12 @@ class Recorder:
     # --- records -------------------------------------------------------------------------------------------------
 
     def _write_given(self) -> None:
-        """The probe's answer: no engine; the device, the optimizer and the model's traits."""
-        from ...models.blocks import model_traits
-
-        given = {
-            "engine": False,
-            "speedups": {},
-            "device": self.device.type,
-            "resolved_device": str(self.device),
-            "strategy": None,
-            "optimizer": type(self.optimizer).__name__,
-            "model_traits": model_traits(self.models[0]) if self.models else None,
-            **FACTS,
-        }
         if _is_main():
-            write_atomic(self.path, strict_json(given))
-
-    def record(self) -> dict[str, Any]:
-        """The figures of `accel.bench.records.Trial`, from the recorder's counts."""
-        from ...models.blocks import model_traits
-        from ..trial_figures import deltas, diverged, final_loss, rates
-
-        steps = deltas(self.marks[1:], self.marks[0])  # the first step's counts came before the model's hook
-        timed = steps[self.warmup - 1 :]
-        figures = rates(timed, data_known=self.loader_seen)
-        forwards = timed[0]["forwards"] if timed else 0
-        record = {
-            **figures,
-            "setup_s": (self.began or self.first_backward or self.marks[0]["wall"]) - self.zero,
-            "first_step_s": self.marks[0]["wall"] - self.zero,
-            "warmup_s": self.marks[self.warmup - 1]["wall"] - self.zero,
-            "peak_memory_mb": devices.peak_memory_mb(self.device),
-            "eval_s": self.eval_s,
-            "save_s": self.save_s,
-            "wall_s": time.perf_counter() - self.zero,
-            "model_traits": model_traits(self.models[0]) if self.models else None,
-            "env": devices.environment(self.device),
-            **_compile_figures(),
-        }
-        if timed and forwards:
-            record |= {"batch_size": timed[0]["samples"] // forwards or None, "grad_accum": forwards}
-        record |= self._metric_figures()
-        if self.step_losses and all(loss is not None for loss in self.step_losses):
-            losses = torch.stack(self.step_losses).tolist()  # one device sync, at the end
-            record |= {"final_loss": final_loss(losses[self.warmup :]), "step_losses": losses}
-            record |= diverged(losses)
-        return record
-
-    def _metric_figures(self) -> dict[str, Any]:
-        """The script's own evaluation metric (the results-changed flag reads it) and the time to the target."""
-        from ..target import time_to
-
-        name = self.metric or next((m for m in ("eval_loss", "val_loss") if m in self.metrics), None)
-        figures = {"val_metric_name": name, "val_metric": self.metrics[name]} if name in self.metrics else {}
-        if self.metric is None:
-            return figures
-        if not self.evals:
-            return figures | {
-                "error": f"the script logged no `{self.metric}` in its {len(self.marks)} optimizer steps: have it "
-                "evaluate within the trial's steps (an HF Trainer: --eval_strategy steps --eval_steps N), or give "
-                "the trials more --steps"
-            }
-        reached = time_to(self.target, self.evals) if self.target else None
-        return figures | {"time_to_target_s": reached, "target_evals": self.evals}
+            write_atomic(self.path, strict_json(trial_record.given(self)))
 
     def _write_record(self) -> None:
         self.done = True
-        self._write(self.record())
+        self._write(trial_record.trial(self))
 
     def _write(self, record: dict[str, Any]) -> None:
         from ..records import Trial  # validated as the runner reads it; NaN stays NaN (a diverged loss)
@@ -352,20 +283,7 @@ class Recorder:
         if not self.steps and self.failure is None and len(self.marks) > self.warmup:
             self._write_record()
             return
-        self._write({"error": self.failure or self.ended_early()})
-
-    def ended_early(self) -> str:
-        if not self.marks:
-            return (
-                "the script ended without stepping an optimizer (no torch.optim optimizer's step() ran): accel "
-                "measures a script by its optimizer steps"
-            )
-        asked = self.warmup + self.steps
-        return (
-            f"the script ended after {len(self.marks)} of the {asked} optimizer steps the bench asked for "
-            f"({self.warmup} warm-up + {self.steps}): give it more steps through its own arguments, or fewer "
-            "--steps/--warmup"
-        )
+        self._write({"error": self.failure or trial_record.ended_early(self)})
 
 
 def trained_models(optimizer: torch.optim.Optimizer) -> list[torch.nn.Module]:
@@ -392,18 +310,6 @@ def trained_models(optimizer: torch.optim.Optimizer) -> list[torch.nn.Module]:
 
 def _device(optimizer: torch.optim.Optimizer) -> torch.device:
     return next((p.device for group in optimizer.param_groups for p in group["params"]), torch.device("cpu"))
-
-
-def _compile_figures() -> dict[str, Any]:
-    """What torch.compile cost the process (dynamo's own seconds, graph breaks, recompilations), where it ran."""
-    if "torch._dynamo" not in sys.modules:
-        return {}
-    from ...speedups.compile import DynamoStats
-
-    read = DynamoStats.since_start().read()
-    if not read["seconds"]:
-        return {}
-    return {"compile_s": read["seconds"], "graph_breaks": read["graph_breaks"], "recompiles": read["recompiles"]}
 
 
 def _is_main() -> bool:

@@ -1,0 +1,102 @@
+"""What the instrument writes, read off its recorder (accel/bench/instrument/recorder.py): the probe's answer and the
+trial's record, the same `Trial` a script's engine writes, from the bench's one home for a trial's figures
+(accel/bench/trial_figures.py)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ... import devices
+from ..trial_figures import deltas, diverged, final_loss, ran_out, rates, target_figures
+
+if TYPE_CHECKING:
+    from .recorder import Recorder
+
+EVAL_METRICS = ("eval_loss", "val_loss")  # the script's own evaluation, where it logs one (results-changed flag)
+EVALUATE_WITHIN = (
+    "have it evaluate within the trial's steps (an HF Trainer: --eval_strategy steps --eval_steps N), or give the "
+    "trials more --steps"
+)
+
+
+def given(rec: Recorder) -> dict[str, Any]:
+    """The probe's answer: no engine; the device, the optimizer, the model's traits and what a framework told."""
+    from ...models.blocks import model_traits
+    from .recorder import FACTS
+
+    return {
+        "engine": False,
+        "resolved_device": str(rec.device),
+        "optimizer": type(rec.optimizer).__name__,
+        "model_traits": model_traits(rec.models[0]) if rec.models else None,
+        **FACTS,
+    }
+
+
+def trial(rec: Recorder) -> dict[str, Any]:
+    """The figures of `accel.bench.records.Trial`, from the recorder's marks (the first step's counts came before
+    the model's hook: the timed steps are measured from the first mark on)."""
+    from ...models.blocks import model_traits
+
+    steps = deltas(rec.marks[1:], rec.marks[0])
+    timed = steps[rec.warmup - 1 :]
+    figures = rates(timed, data_known=rec.loader_seen)
+    record = {
+        **figures,
+        "setup_s": (rec.began or rec.first_backward or rec.marks[0]["wall"]) - rec.zero,
+        "first_step_s": rec.marks[0]["wall"] - rec.zero,
+        "warmup_s": rec.marks[rec.warmup - 1]["wall"] - rec.zero,
+        "peak_memory_mb": devices.peak_memory_mb(rec.device),
+        "eval_s": rec.eval_s,
+        "save_s": rec.save_s,
+        "wall_s": time.perf_counter() - rec.zero,
+        "model_traits": model_traits(rec.models[0]) if rec.models else None,
+        "env": devices.environment(rec.device),
+        **_compile_figures(),
+        **_batch(timed),
+        **_metric_figures(rec),
+    }
+    if rec.step_losses and all(loss is not None for loss in rec.step_losses):
+        losses = torch.stack(rec.step_losses).tolist()  # one device sync, at the end
+        record |= {"final_loss": final_loss(losses[rec.warmup :]), "step_losses": losses, **diverged(losses)}
+    return record
+
+
+def ended_early(rec: Recorder) -> str:
+    if not rec.marks:
+        return (
+            "the script ended without stepping an optimizer (no torch.optim optimizer's step() ran): accel measures "
+            "a script by its optimizer steps"
+        )
+    return ran_out(len(rec.marks), rec.warmup, rec.steps)
+
+
+def _batch(timed: list[dict[str, Any]]) -> dict[str, Any]:
+    """The batch per micro-batch and the micro-batches per step: the model's training forwards in a step."""
+    forwards = timed[0]["forwards"] if timed else 0
+    return {"batch_size": timed[0]["samples"] // forwards or None, "grad_accum": forwards} if forwards else {}
+
+
+def _metric_figures(rec: Recorder) -> dict[str, Any]:
+    """The script's own evaluation metric (the results-changed flag reads it) and the time to the target."""
+    name = rec.metric or next((m for m in EVAL_METRICS if m in rec.metrics), None)
+    figures = {"val_metric_name": name, "val_metric": rec.metrics[name]} if name in rec.metrics else {}
+    if rec.metric is None:
+        return figures
+    return figures | target_figures(rec.target, rec.metric, rec.evals, len(rec.marks), "", EVALUATE_WITHIN)
+
+
+def _compile_figures() -> dict[str, Any]:
+    """What torch.compile cost the process (dynamo's own seconds, graph breaks, recompilations), where it ran."""
+    if "torch._dynamo" not in sys.modules:
+        return {}
+    from ...speedups.compile import DynamoStats
+
+    read = DynamoStats.since_start().read()
+    if not read["seconds"]:
+        return {}
+    return {"compile_s": read["seconds"], "graph_breaks": read["graph_breaks"], "recompiles": read["recompiles"]}
