@@ -178,15 +178,19 @@ def test_trains_and_evaluates_through_the_trainer(name):
     trained(trainer.fit())
 
 
+BF16_MAY_TURN_NAN = {("timm_cnn", "amp"), ("torchvision_resnet", "amp")}
+
+
 @pytest.mark.parametrize(
     "name, speedup", [(name, speedup) for name, case in CASES.items() for speedup in case.speedups]
 )
 @pytest.mark.slow
 def test_gets_the_speedups_that_apply(name, speedup, tmp_path):
     summary = run_recipe(validate_recipe(recipe(CASES[name], {speedup: SPEEDUPS[speedup]})), out=tmp_path / "run")
-    # timm's test_resnet in bf16 on an AMX CPU turns NaN in about 1 run of 5 at the same seed (seen before the
-    # engine too): the run says so ("diverged"), and the speed-up ran, which is what this test checks
-    if (name, speedup) != ("timm_cnn", "amp") or summary["status"] != "diverged":
+    # the batch-normed ResNets (timm's test_resnet, torchvision's resnet18) in bf16 on some CPUs turn NaN in about 1
+    # run of 5 at the same seed (seen before the engine too, never on AVX512-BF16): the run says so ("diverged"),
+    # and the speed-up ran, which is what this test checks
+    if (name, speedup) not in BF16_MAY_TURN_NAN or summary["status"] != "diverged":
         trained(summary)
     assert speedup in summary["speedups"] and not summary["skipped_speedups"], summary["skipped_speedups"]
 
