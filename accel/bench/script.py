@@ -34,7 +34,7 @@ from .plan import only_variants
 from .records import Report
 from .refused import new_refusals, script_device, script_refusals
 from .runner import BenchRun, run_and_report
-from .script_flags import hf_ablation
+from .script_flags import FRAMEWORKS, framework_ablation
 from .trial_process import TrialSettings, exit_reason, instrumented_pythonpath, log_tail, run_logged, trial_env
 from .variants import Variant, ablation_variants, format_value, interleave, vary_variants
 
@@ -156,16 +156,16 @@ def script_name(command: list[str]) -> str:
 
 def _ablation(given: dict[str, Any], command: list[str]) -> tuple[list[Variant], dict[str, str]]:
     """The speed-ups the script's engine was given, and those tune would try that this device can run and the
-    model can use (its traits, from the probe); for an HF Trainer script without an engine, the Trainer's own
-    flags. With the variants skipped here and why (reported as refused, not run)."""
-    if given.get("framework") == "hf":
-        variants, skipped = hf_ablation(given, shlex.join(command))
+    model can use (its traits, from the probe); for an HF or LightningCLI script without an engine, its Trainer's
+    own flags. With the variants skipped here and why (reported as refused, not run)."""
+    if given.get("framework") in FRAMEWORKS:
+        variants, skipped = framework_ablation(given, shlex.join(command))
         return variants + [Variant(name) for name in skipped], skipped
     if not uses_engine(given):
         raise AccelError(
-            f"--ablate needs the script's speed-ups, and `{shlex.join(command)}` creates no accel.Engine nor a "
-            "Hugging Face Trainer: compare its own options with --vary arg:--OPTION=V1,V2 (or environment variables "
-            "with --vary env:NAME=V1,V2)."
+            f"--ablate needs the script's speed-ups, and `{shlex.join(command)}` creates no accel.Engine, Hugging "
+            "Face Trainer nor Lightning Trainer: compare its own options with --vary arg:--OPTION=V1,V2 (or "
+            "environment variables with --vary env:NAME=V1,V2)."
         )
     device = script_device(given)
     added = runnable_speedups(given["speedups"], device, given.get("model_traits"))

@@ -1,7 +1,7 @@
 """The speed flags a framework script already takes on its command line: what `accel bench --ablate` tries on a
-script without an `accel.Engine`. For a Hugging Face Trainer script, the Trainer's own flags (TrainingArguments),
-each switched against the script as given, where the device supports it and the installed packages allow it; a
-flag that cannot run here is skipped with its reason.
+script without an `accel.Engine`. For a Hugging Face Trainer script, the Trainer's own flags (TrainingArguments);
+for a LightningCLI script, the Trainer's `--trainer.precision`. Each is switched against the script as given, where
+the device supports it and the installed packages allow it; a flag that cannot run here is skipped with its reason.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ CUDA = "needs a CUDA GPU"
 
 @dataclass(frozen=True)
 class Flag:
-    """One of the Trainer's speed flags: its value on and off, and why it cannot run here (None: it can)."""
+    """One of a Trainer's speed flags: its value on and off, and why it cannot run here (None: it can)."""
 
     name: str
     on: Any
@@ -46,20 +46,20 @@ def _liger(device: str, given: dict[str, Any]) -> str | None:
 
 
 def _adamw(device: str, given: dict[str, Any]) -> str | None:
-    optim = str(given["hf_flags"].get("optim") or "")
+    optim = str(given["flags"].get("optim") or "")
     if not optim.startswith("adamw_torch"):
         return f"the script's optimizer is {optim}: a fused AdamW would change the optimizer, not its speed"
     return None
 
 
 def _fp16(device: str, given: dict[str, Any]) -> str | None:
-    if given["hf_flags"].get("bf16"):
+    if given["flags"].get("bf16"):
         return "the script trains in bf16 already"
     return _cuda_only(device, given)
 
 
 def _bf16(device: str, given: dict[str, Any]) -> str | None:
-    return "the script trains in fp16 already" if given["hf_flags"].get("fp16") else None
+    return "the script trains in fp16 already" if given["flags"].get("fp16") else None
 
 
 def _use_cpu(device: str, flags: dict[str, Any]) -> dict[str, str]:
@@ -80,20 +80,42 @@ HF_FLAGS = (
 )
 
 
-def hf_ablation(given: dict[str, Any], command: str) -> tuple[list[Variant], dict[str, str]]:
-    """The script as given, then each Trainer flag switched; and the flags skipped, with why."""
-    if not given.get("hf_command_line"):
+def _bf16_mixed(device: str, given: dict[str, Any]) -> str | None:
+    precision = given["flags"].get("trainer.precision")
+    return f"the script trains in {precision} already" if precision not in ("32-true", "bf16-mixed") else None
+
+
+def _fp16_mixed(device: str, given: dict[str, Any]) -> str | None:
+    return _bf16_mixed(device, given) or _cuda_only(device, given)
+
+
+LIGHTNING_FLAGS = (
+    Flag("trainer.precision", "bf16-mixed", "32-true", _bf16_mixed),
+    Flag("trainer.precision", "16-mixed", "32-true", _fp16_mixed),
+)
+FRAMEWORKS = {
+    "hf": (HF_FLAGS, "parse TrainingArguments from it (HfArgumentParser)"),
+    "lightning": (LIGHTNING_FLAGS, "build its Trainer through LightningCLI"),
+}
+
+
+def framework_ablation(given: dict[str, Any], command: str) -> tuple[list[Variant], dict[str, str]]:
+    """The script as given, then each of its Trainer's flags switched; and the flags skipped, with why."""
+    known, parses = FRAMEWORKS[given["framework"]]
+    if not given.get("command_line"):
         raise AccelError(
-            f"--ablate switches a Trainer script's own flags on its command line, and `{command}` does not parse "
-            "TrainingArguments from it (HfArgumentParser): compare what it does take with --vary arg:--OPTION=V1,V2."
+            f"--ablate switches a Trainer script's own flags on its command line, and `{command}` does not {parses}: "
+            "compare what it does take with --vary arg:--OPTION=V1,V2."
         )
-    device, flags = given["resolved_device"], given["hf_flags"]
+    device, flags = given["resolved_device"], given["flags"]
     variants, skipped = [Variant("baseline")], {}
-    for flag in HF_FLAGS:
+    for flag in known:
         reason = flag.cannot(device, given)
         if flag.name not in flags:
-            reason = "this transformers version's TrainingArguments has no such flag"
+            reason = "this version's Trainer has no such flag"
         variant = flag.variant(device, flags)
+        if any(v.name == variant.name for v in variants):
+            continue  # two flags of one option switch back to the same value as given
         if reason and flags.get(flag.name) != flag.on:  # a flag the script has on can always be turned off
             skipped[variant.name] = reason
         else:

@@ -140,7 +140,7 @@ def test_an_engine_setting_or_an_ablation_of_a_script_without_an_engine_is_refus
     assert main(["bench", "--vary", "speedups.amp.enabled=true", "--list", "--", sys.executable, path]) == 2
     assert "an accel.Engine setting" in capsys.readouterr().err
     assert main(["bench", "--ablate", "--list", "--", sys.executable, path]) == 2
-    assert "creates no accel.Engine nor a Hugging Face Trainer: compare its own options" in capsys.readouterr().err
+    assert "creates no accel.Engine, Hugging Face Trainer nor Lightning Trainer: compare" in capsys.readouterr().err
 
 
 def test_a_script_that_never_steps_is_stopped_at_the_limit_with_its_last_output(tmp_path, capsys):
@@ -210,3 +210,69 @@ def test_time_to_an_eval_loss_target_of_a_trainer_script(tmp_path):
     for variant in json.loads((out / "report.json").read_text())["variants"]:
         trial = variant["trials"][0]
         assert trial["time_to_target_s"] > 0 and trial["target_evals"][0]["value"] < 5.6
+
+
+# --- Lightning, unchanged: a LightningCLI script (examples/lightning_cli.py) and a Fabric loop ---------------------
+
+LIGHTNING_SCRIPT = ROOT / "examples" / "lightning_cli.py"
+
+
+def _lightning(root, *args: str) -> list[str]:
+    quiet = ("--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false")
+    return [sys.executable, str(LIGHTNING_SCRIPT), "fit", "--trainer.default_root_dir", str(root), *quiet, *args]
+
+
+@pytest.mark.slow
+def test_a_lightning_script_is_benched_with_its_val_loss_and_its_run_folder_untouched(tmp_path):
+    out, root = tmp_path / "bench", tmp_path / "runs"
+    argv = ["bench", "--vary", "arg:--data.batch_size=4,8", "--target", "val_loss=5.8", "--steps", "4", "--warmup"]
+    argv += ["2", "--trials", "1", "--out", str(out), "--", *_lightning(root, "--trainer.val_check_interval", "3")]
+    assert main(argv) == 0
+    got = json.loads((out / "report.json").read_text())
+    for variant, batch in zip(got["variants"], (4, 8)):
+        trial = variant["trials"][0]
+        assert variant["ok_trials"] == 1 and trial["batch_size"] == batch and trial["grad_accum"] == 1
+        assert trial["tokens_per_s"] == pytest.approx(33 * trial["samples_per_s"])  # from the batch Lightning gave
+        assert trial["val_metric_name"] == "val_loss" and trial["val_metric"] > 0 and trial["eval_s"] > 0
+        assert trial["time_to_target_s"] > 0 and len(trial["step_losses"]) == 6
+    assert not root.exists()  # its logs, checkpoints and LightningCLI's config.yaml went to the trial's own folder
+
+
+@pytest.mark.slow
+def test_a_lightning_cli_scripts_ablation_switches_its_precision_and_skips_what_cannot_run_here(tmp_path, capsys):
+    out = tmp_path / "bench"
+    argv = ["bench", "--ablate", "--steps", "2", "--warmup", "1", "--trials", "1", "--out", str(out), "--"]
+    assert main([*argv, *_lightning(tmp_path / "runs")]) == 0
+    assert "--trainer.precision=16-mixed: refused, not run: needs a CUDA GPU" in capsys.readouterr().out
+    got = json.loads((out / "report.json").read_text())
+    bf16 = next(v for v in got["variants"] if v["name"] == "--trainer.precision=bf16-mixed")
+    assert bf16["ok_trials"] == 1
+    assert got["recipes"]["--trainer.precision=bf16-mixed"]["command"].endswith("--trainer.precision bf16-mixed")
+
+
+FABRIC = """
+import torch
+from lightning.fabric import Fabric
+
+fabric = Fabric(accelerator="cpu", devices=1)
+model, optimizer = fabric.setup(*(lambda m: (m, torch.optim.SGD(m.parameters(), lr=0.1)))(torch.nn.Linear(4, 1)))
+x, y = torch.randn(64, 4), torch.randn(64, 1)
+for step in range(10**6):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    fabric.backward(loss)
+    optimizer.step()
+    optimizer.zero_grad()
+    fabric.log("val_loss", loss.detach())
+"""
+
+
+def test_a_fabric_loop_is_measured_with_what_it_logs(tmp_path):
+    record = tmp_path / "trial.json"
+    variables = {"PYTHONPATH": instrumented_pythonpath(), script_trial.PATH: str(record), script_trial.STEPS: "3"}
+    done = subprocess.run(
+        [sys.executable, str(_script(tmp_path, FABRIC))], env=os.environ | variables, capture_output=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    trial = Trial.model_validate_json(record.read_text())
+    assert trial.error is None and trial.batch_size == 64 and trial.steps == 3
+    assert trial.val_metric_name == "val_loss" and trial.val_metric > 0

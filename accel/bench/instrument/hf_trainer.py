@@ -59,7 +59,7 @@ def _parse(parse, parser, *args, **kwargs):
     from transformers import TrainingArguments
 
     if any(issubclass(kind, TrainingArguments) for kind in parser.dataclass_types):
-        recorder.FACTS["hf_command_line"] = True
+        recorder.FACTS["command_line"] = True
     return parse(parser, *args, **kwargs)
 
 
@@ -69,7 +69,7 @@ class TrialCallback(TrainerCallback):
         rec.framework_stops = True
         args = trainer.args
         flags = {name: getattr(args, name) for name in (*FLAGS, "use_cpu") if hasattr(args, name)}  # this version's
-        recorder.FACTS |= {"framework": "hf", "hf_flags": flags}
+        recorder.FACTS |= {"framework": "hf", "flags": flags}
         self._scratch = tempfile.TemporaryDirectory(prefix="accel-trial-hf-")  # removed when the process ends
         args.output_dir = self._scratch.name  # the trial's checkpoints never land in the script's output_dir
         if hasattr(args, "logging_dir"):

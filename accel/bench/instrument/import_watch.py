@@ -1,6 +1,7 @@
 """The instrument starts when the script has imported torch, not before: importing torch first would change a
 script that sets `OMP_NUM_THREADS` or other variables torch reads at import; and it joins the Hugging Face Trainer
-when the script imports it (accel/bench/instrument/hf_trainer.py). Nothing here imports torch."""
+when the script imports it (accel/bench/instrument/hf_trainer.py), as it joins Lightning's
+(accel/bench/instrument/lightning.py). Nothing here imports torch."""
 
 from __future__ import annotations
 
@@ -59,9 +60,23 @@ def _hf_trainer(module: ModuleType) -> None:
     hf_trainer.attach(module)
 
 
+def _lightning(attach: str) -> Callable[[ModuleType], None]:
+    def then(module: ModuleType) -> None:
+        from . import lightning
+
+        getattr(lightning, attach)(module)
+
+    return then
+
+
 def start() -> None:
-    """Start the recorder once torch is imported, and join the HF Trainer once it is (now, where they already are)."""
+    """Start the recorder once torch is imported, and join the HF Trainer, Lightning's Trainer, LightningCLI and
+    Fabric once the script imports them (now, where they already are)."""
     watched = {"torch": _recorder, "transformers.trainer": _hf_trainer}
+    for package in ("lightning.pytorch", "pytorch_lightning"):
+        watched[f"{package}.trainer.trainer"] = _lightning("attach_trainer")
+        watched[f"{package}.cli"] = _lightning("attach_cli")
+    watched["lightning.fabric.fabric"] = _lightning("attach_fabric")
     for name in list(watched):
         if name in sys.modules:
             _safely(watched.pop(name), sys.modules[name])

@@ -39,7 +39,9 @@ from ...io import strict_json, write_atomic
 from . import trial_record
 
 RECORDER: Recorder | None = None  # the process's one recorder, once torch is imported under a trial
-FACTS: dict[str, Any] = {"framework": "plain"}  # what a framework adapter learnt of the script (instrument.hf_trainer)
+# what a framework adapter learnt of the script: its name, its speed flags as given, and whether it takes them on its
+# command line (instrument.hf_trainer, instrument.lightning)
+FACTS: dict[str, Any] = {"framework": "plain"}
 
 
 def install() -> None:
@@ -96,6 +98,7 @@ class Recorder:
         self.done, self.failure, self.active = False, None, True
         self.began: float | None = None  # when a framework said training began: start-up ends there
         self.framework_stops = False  # a framework's callback ends the training once asked (`stop_requested`)
+        self.batches_counted = False  # a framework's callback counts the training batches (`batch`)
         self.stop_requested = False
         self.metrics: dict[str, float] = {}  # the last value of each metric the script logged through a framework
         self.evals: list[dict[str, Any]] = []  # each logged value of the target's metric, as TargetClock's
@@ -171,14 +174,19 @@ class Recorder:
             return
         if torch.is_grad_enabled() and module.training:
             self._close_eval()
-            self.counts["forwards"] += 1
-            leading = leading_tensor(args or tuple(kwargs.values()))
-            if leading is not None:
-                self.counts["samples"] += len(leading)
-                if not leading.is_floating_point() and leading.dim() == 2:  # token ids
-                    self.counts["tokens"] += leading.numel()
-        elif self.eval_since is None:
-            self.eval_since = time.perf_counter()
+            if not self.batches_counted:
+                self._count(args or tuple(kwargs.values()))
+        else:
+            self.evaluating()
+
+    def _count(self, inputs: Any) -> None:
+        """A training micro-batch: its samples (the leading dimension of its first tensor) and tokens."""
+        self.counts["forwards"] += 1
+        leading = leading_tensor(inputs)
+        if leading is not None:
+            self.counts["samples"] += len(leading)
+            if not leading.is_floating_point() and leading.dim() == 2:  # token ids
+                self.counts["tokens"] += leading.numel()
 
     def _forwarded(self, module, args, output) -> None:
         self.depth -= 1
@@ -191,6 +199,15 @@ class Recorder:
             self.eval_since = None
 
     # --- what a framework tells ----------------------------------------------------------------------------------
+
+    def batch(self, batch: Any) -> None:
+        """A framework's training batch (counted here, not at the model's forward: `batches_counted`)."""
+        self._close_eval()
+        self._count(batch)
+
+    def evaluating(self) -> None:
+        if self.eval_since is None:
+            self.eval_since = time.perf_counter()
 
     def training_began(self) -> None:
         if self.began is None:
