@@ -79,6 +79,7 @@ class ScriptLaunch:
             **({script_trial.STOP: "1"} if settings.stop_at_target else {}),
             **({script_trial.CURVE: CURVE_METRIC} if settings.curve else {}),
             **({script_trial.SYNC: settings.sync} if settings.sync != "step" else {}),
+            **({script_trial.PATTERNS: json.dumps(settings.metric_patterns)} if settings.metric_patterns else {}),
         }
 
 

@@ -46,6 +46,7 @@ class TrialSettings:
     # "step": the device synchronised after every step (exact step times; the host cannot prepare the next batch
     # while the device works); "window": only around the timed steps, whose throughput is then a real run's
     sync: str = "step"
+    metric_patterns: tuple[str, ...] = ()  # a script's metrics from its printed lines (--metric-pattern)
 
     def __post_init__(self) -> None:
         if self.sync not in SYNCS:

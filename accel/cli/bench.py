@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -48,6 +49,16 @@ def add(commands) -> None:
         metavar="METRIC=VALUE",
         help="also time each trial from its process start until a validation metric reaches "
         "VALUE (e.g. val_accuracy=0.97, val_loss=1.5; losses count down, accuracies up)",
+    )
+    bench_parser.add_argument(
+        "--metric-pattern",
+        action="append",
+        default=[],
+        type=metric_pattern,
+        metavar="REGEX",
+        help="for a script that prints its metrics: a regular expression whose named groups are metrics, matched "
+        "against each line it prints, e.g. 'val loss (?P<val_loss>[0-9.]+)' (repeatable); --target and the "
+        "results check read them",
     )
     bench_parser.add_argument(
         "--eval-every",
@@ -171,6 +182,19 @@ def add(commands) -> None:
     tune_parser.set_defaults(run=tune)
 
 
+def metric_pattern(text: str) -> str:
+    """A --metric-pattern: a regular expression with at least one named group (the metric's name)."""
+    try:
+        groups = re.compile(text).groupindex
+    except re.error as err:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a regular expression: {err}") from None
+    if not groups:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} names no metric: put the value in a named group, e.g. 'val loss (?P<val_loss>[0-9.]+)'"
+        )
+    return text
+
+
 def bench(args: argparse.Namespace) -> int:
     from ..bench.plan import plan_bench
     from ..bench.runner import run_bench
@@ -193,6 +217,8 @@ def bench(args: argparse.Namespace) -> int:
 
         # a malformed target, or one the task never reports, fails now, not in every trial
         check_target_metric(parse_target(args.target), (r.task for r in plan.recipes.values()))
+    if args.metric_pattern:
+        raise AccelError("--metric-pattern is for scripts (`-- python train.py`): a recipe's task reports its metrics.")
     if args.eval_every is not None and (args.eval_every < 1 or not args.target):
         raise AccelError("--eval-every N needs N >= 1 and a --target")
     out = Path(args.out) if args.out else default_out(plan.name, kind="bench")
@@ -250,7 +276,15 @@ def bench_script(args: argparse.Namespace) -> int:
         parse_target(args.target, any_metric=True)  # a malformed target fails now, not in every trial
     check_trial_options(args)
     timeout = args.timeout or SCRIPT_TIMEOUT_S  # a script trains as long as it likes: a trial must not
-    settings = TrialSettings(args.steps, args.warmup, timeout, args.warm_cache, args.target, sync=args.sync)
+    settings = TrialSettings(
+        args.steps,
+        args.warmup,
+        timeout,
+        args.warm_cache,
+        args.target,
+        sync=args.sync,
+        metric_patterns=tuple(args.metric_pattern),
+    )
     out = Path(args.out) if args.out else default_out(script_name(args.user_script), kind="bench")
     if not args.list:
         check_results_out(out, "bench")  # before the probe, which runs the script until it creates its engine

@@ -9,6 +9,8 @@ and the script's engine measures its own optimizer steps, writes a `Trial` recor
   that value, its evaluations excluded as a recipe trial's are (the time from the step before the log to the log);
   with `ACCEL_TRIAL_STOP=1` the record is written and the process ends there.
 - `ACCEL_TRIAL_CURVE=val_loss`: every logged value of that metric is recorded (the curve a target is read from).
+- `ACCEL_TRIAL_METRIC_PATTERNS=["val loss (?P<val_loss>[0-9.]+)"]`: a script without an engine reports metrics in
+  the lines it prints; each pattern's named groups are metrics (accel/bench/instrument/reported.py).
 - `ACCEL_TRIAL_SYNC=window`: synchronise the device after each warm-up step and the last step only, not after every
   step (`accel bench --sync window`): the timed steps' time is then one window, in which the host prepares the next
   step while the device works, as in a real run.
@@ -24,6 +26,7 @@ A script that ends (or crashes) before its steps are done leaves a record saying
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import os
 import sys
@@ -47,6 +50,7 @@ PATH, STEPS, WARMUP, PROBE = "ACCEL_TRIAL", "ACCEL_TRIAL_STEPS", "ACCEL_TRIAL_WA
 TARGET = "ACCEL_TRIAL_TARGET"  # METRIC=VALUE: the time until the script's `eng.log` reports it
 STOP, CURVE = "ACCEL_TRIAL_STOP", "ACCEL_TRIAL_CURVE"  # end at the target; record this metric's every value
 SYNC = "ACCEL_TRIAL_SYNC"  # window: synchronise around the timed steps only
+PATTERNS = "ACCEL_TRIAL_METRIC_PATTERNS"  # a JSON list of regular expressions: metrics from the printed lines
 PROFILE = "ACCEL_PROFILE"  # `accel profile -- SCRIPT`: the profile window's settings (accel.profile.script)
 log = logging.getLogger("accel")
 
@@ -87,6 +91,7 @@ class Requested:
     target: Target | None
     metric: str | None  # the logged metric whose values are recorded (the target's)
     stop: bool  # end the trial when the target is reached
+    patterns: tuple[str, ...] = ()  # regular expressions whose named groups are metrics in the script's printed lines
 
 
 def requested() -> Requested | None:
@@ -108,6 +113,7 @@ def requested() -> Requested | None:
         target=target,
         metric=target.metric if target else os.environ.get(CURVE) or None,
         stop=os.environ.get(STOP) == "1" and target is not None,
+        patterns=tuple(json.loads(os.environ.get(PATTERNS) or "[]")),
     )
 
 

@@ -276,3 +276,61 @@ def test_a_fabric_loop_is_measured_with_what_it_logs(tmp_path):
     trial = Trial.model_validate_json(record.read_text())
     assert trial.error is None and trial.batch_size == 64 and trial.steps == 3
     assert trial.val_metric_name == "val_loss" and trial.val_metric > 0
+
+
+# --- metrics a plain loop reports: printed lines (--metric-pattern) and TensorBoard ---------------------------------
+
+PRINTING = """
+import argparse, sys
+import torch
+from torch.utils.tensorboard import SummaryWriter
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--lr", type=float, default=0.05)
+parser.add_argument("--logs")
+args = parser.parse_args()
+torch.manual_seed(0)
+model = torch.nn.Linear(8, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+writer = SummaryWriter(args.logs)
+x, w = torch.randn(256, 8), torch.randn(8, 1)
+y = x @ w
+for step in range(1, 10**6):
+    loss = torch.nn.functional.mse_loss(model(x[:32]), y[:32])
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    if step % 3 == 0:
+        with torch.no_grad():
+            val = torch.nn.functional.mse_loss(model(x[32:]), y[32:]).item()
+        print(f"step {step}: train loss {loss.item():.4f}, val loss {val:.4f}", end="\\n", flush=True)
+        writer.add_scalar("val/loss", torch.tensor(val), step)
+"""
+VAL_LOSS = "val loss (?P<val_loss>[0-9.]+)"
+
+
+def test_a_plain_loops_printed_and_tensorboard_metrics_are_its_metrics(tmp_path):
+    script = _script(tmp_path, PRINTING)
+    for env, name in (({script_trial.PATTERNS: json.dumps([VAL_LOSS])}, "val_loss"), ({}, "val/loss")):
+        record = tmp_path / "trial.json"
+        variables = {"PYTHONPATH": instrumented_pythonpath(), script_trial.PATH: str(record), script_trial.STEPS: "7"}
+        command = [sys.executable, str(script), "--logs", str(tmp_path / "logs")]
+        done = subprocess.run(command, env=os.environ | variables | env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert "val loss" in done.stdout  # printed through, as the script wrote it
+        trial = Trial.model_validate_json(record.read_text())
+        assert trial.error is None and trial.val_metric_name == name and 0 < trial.val_metric < 10
+        assert trial.eval_s > 0  # its no-grad evaluation, timed apart
+
+
+def test_time_to_a_printed_metric_target_of_a_plain_loop(tmp_path, capsys):
+    out, script = tmp_path / "bench", str(_script(tmp_path, PRINTING))
+    argv = ["bench", "--vary", "arg:--lr=0.02,0.1", "--metric-pattern", VAL_LOSS, "--target", "val_loss=2.0"]
+    argv += ["--steps", "12", "--warmup", "1", "--trials", "1", "--out", str(out), "--", sys.executable, script]
+    assert main([*argv, "--logs", str(tmp_path / "logs")]) == 0
+    slow, fast = (v["trials"][0] for v in json.loads((out / "report.json").read_text())["variants"])
+    assert fast["time_to_target_s"] > 0 and fast["target_evals"][0]["value"] <= 2.0
+    assert all(e["step"] % 3 == 0 for e in slow["target_evals"])  # read at each printed evaluation
+    with pytest.raises(SystemExit):
+        main(["bench", "--metric-pattern", "val loss [0-9.]+", "--", sys.executable, script])
+    assert "names no metric: put the value in a named group" in capsys.readouterr().err

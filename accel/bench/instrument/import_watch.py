@@ -60,6 +60,12 @@ def _hf_trainer(module: ModuleType) -> None:
     hf_trainer.attach(module)
 
 
+def _tensorboard(module: ModuleType) -> None:
+    from . import reported
+
+    reported.attach_tensorboard(module)
+
+
 def _lightning(attach: str) -> Callable[[ModuleType], None]:
     def then(module: ModuleType) -> None:
         from . import lightning
@@ -70,13 +76,14 @@ def _lightning(attach: str) -> Callable[[ModuleType], None]:
 
 
 def start() -> None:
-    """Start the recorder once torch is imported, and join the HF Trainer, Lightning's Trainer, LightningCLI and
-    Fabric once the script imports them (now, where they already are)."""
+    """Start the recorder once torch is imported, and join the HF Trainer, Lightning's Trainer, LightningCLI,
+    Fabric and TensorBoard's SummaryWriter once the script imports them (now, where they already are)."""
     watched = {"torch": _recorder, "transformers.trainer": _hf_trainer}
     for package in ("lightning.pytorch", "pytorch_lightning"):
         watched[f"{package}.trainer.trainer"] = _lightning("attach_trainer")
         watched[f"{package}.cli"] = _lightning("attach_cli")
     watched["lightning.fabric.fabric"] = _lightning("attach_fabric")
+    watched["torch.utils.tensorboard.writer"] = _tensorboard
     for name in list(watched):
         if name in sys.modules:
             _safely(watched.pop(name), sys.modules[name])

@@ -46,7 +46,7 @@ def attach_fabric(module: ModuleType) -> None:
 
     def log_dict(original, fabric, metrics, *args, **kwargs):
         if recorder.RECORDER is not None:
-            recorder.RECORDER.logged(_numbers(metrics))
+            recorder.RECORDER.logged(metrics)
         return original(fabric, metrics, *args, **kwargs)
 
     recorder.patch(module.Fabric, "log_dict", log_dict)
@@ -69,17 +69,6 @@ def _save_checkpoint(save, trainer, *args, **kwargs):
     if recorder.RECORDER is None:
         return save(trainer, *args, **kwargs)
     return recorder.RECORDER.saving(save, trainer, *args, **kwargs)
-
-
-def _numbers(values: dict[str, Any]) -> dict[str, float]:
-    """Scalars, tensors among them, as floats (read at a validation's end or a log call, not in a step)."""
-    out = {}
-    for name, value in values.items():
-        if hasattr(value, "numel") and value.numel() == 1:
-            value = value.item()
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[name] = float(value)
-    return out
 
 
 def _callback_class(base: type) -> type:
@@ -107,7 +96,7 @@ def _callback_class(base: type) -> type:
 
         def on_validation_end(self, trainer, pl_module):
             if not trainer.sanity_checking:
-                self.recorder.logged(_numbers(trainer.callback_metrics))
+                self.recorder.logged(trainer.callback_metrics)
 
         def on_train_end(self, trainer, pl_module):
             if self.recorder.stop_requested:

@@ -105,6 +105,8 @@ class Recorder:
         self.saving_depth = 0
         self._undo: list[Callable[[], None]] = []
         self._hook()
+        if asked.patterns:
+            self._watch_printed(asked.patterns)
         self._excepthook = sys.excepthook
         sys.excepthook = self._crashed
         atexit.register(self._ended)
@@ -119,6 +121,13 @@ class Recorder:
             patch(torch.amp.GradScaler, "scale", self._scale),
             patch(torch.utils.data.dataloader._BaseDataLoaderIter, "__next__", self._next_batch),
         ]
+
+    def _watch_printed(self, patterns: tuple[str, ...]) -> None:
+        from . import reported
+
+        streams = sys.stdout, sys.stderr
+        reported.watch_printed(patterns, self.logged)
+        self._undo.append(lambda: (setattr(sys, "stdout", streams[0]), setattr(sys, "stderr", streams[1])))
 
     def stand_down(self) -> None:
         self.active = False
@@ -216,7 +225,7 @@ class Recorder:
     def logged(self, values: dict[str, Any]) -> None:
         """Metrics the script logged through its framework: the last of each, and the target's, timed from the
         process's start less its evaluations, as a recipe trial's time to target is."""
-        numbers = {k: float(v) for k, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        numbers = _numbers(values)
         self.metrics |= numbers
         if not self.active or self.metric not in numbers:
             return
@@ -323,6 +332,18 @@ def trained_models(optimizer: torch.optim.Optimizer) -> list[torch.nn.Module]:
     chosen = [m for m in chosen if id(m) not in compiled_away]
     inner_ids = {id(x) for m in chosen for x in m.modules() if x is not m}
     return sorted(chosen, key=lambda m: id(m) in inner_ids)  # outermost first
+
+
+def _numbers(values: dict[str, Any]) -> dict[str, float]:
+    """The scalars among logged values, one-element tensors included (read where the script logs them: a
+    framework's or TensorBoard's logging reads them too)."""
+    out = {}
+    for name, value in values.items():
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            value = value.item()
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[name] = float(value)
+    return out
 
 
 def _device(optimizer: torch.optim.Optimizer) -> torch.device:

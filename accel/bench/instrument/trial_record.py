@@ -4,6 +4,7 @@ trial's record, the same `Trial` a script's engine writes, from the bench's one 
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -16,7 +17,10 @@ from ..trial_figures import deltas, diverged, final_loss, ran_out, rates, target
 if TYPE_CHECKING:
     from .recorder import Recorder
 
-EVAL_METRICS = ("eval_loss", "val_loss")  # the script's own evaluation, where it logs one (results-changed flag)
+# the script's own evaluation, where it logs one (the results-changed flag): HF's and Lightning's usual names,
+# else a validation loss by another spelling (TensorBoard's `val/loss`)
+EVAL_METRICS = ("eval_loss", "val_loss")
+EVAL_LOSS = re.compile(r"(eval|val|valid|validation)[/_. ]?loss")
 EVALUATE_WITHIN = (
     "have it evaluate within the trial's steps (an HF Trainer: --eval_strategy steps --eval_steps N), or give the "
     "trials more --steps"
@@ -84,6 +88,7 @@ def _batch(timed: list[dict[str, Any]]) -> dict[str, Any]:
 def _metric_figures(rec: Recorder) -> dict[str, Any]:
     """The script's own evaluation metric (the results-changed flag reads it) and the time to the target."""
     name = rec.metric or next((m for m in EVAL_METRICS if m in rec.metrics), None)
+    name = name or next((m for m in rec.metrics if EVAL_LOSS.fullmatch(m)), None)
     figures = {"val_metric_name": name, "val_metric": rec.metrics[name]} if name in rec.metrics else {}
     if rec.metric is None:
         return figures
