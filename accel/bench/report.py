@@ -51,7 +51,7 @@ def _target_cell(r: VariantSummary, target: str | None, is_base: bool) -> list[s
     return [f"{r.time_to_target_s:.1f} ({r.target_reached}/{r.ok_trials} trials){said}"]
 
 
-def _row(r: VariantSummary, is_base: bool, target: str | None = None, compiled: bool = False) -> list[str]:
+def _row(r: VariantSummary, is_base: bool, target: str | None, shown: dict[str, bool]) -> list[str]:
     flags = (["results changed"] if r.result_changed else []) + ([f"{r.errors} failed"] if r.errors else [])
     flags += ["refused, not run"] if r.refused else []
     flags += [r.unsteady_said] if r.unsteady else []
@@ -66,7 +66,9 @@ def _row(r: VariantSummary, is_base: bool, target: str | None = None, compiled: 
         _f(r.data_wait_fraction, "{:.0%}"),
         _f(r.peak_memory_mb, "{:.0f}"),
         _f(r.first_step_s, "{:.2f}"),
-        *([_f(r.compile_s, "{:.1f}")] if compiled else []),
+        *([_f(r.setup_s, "{:.1f}")] if shown["start-up s"] else []),
+        *([_f(r.compile_s, "{:.1f}")] if shown["compile s"] else []),
+        *([f"{_f(r.eval_s, '{:.1f}')} / {_f(r.save_s, '{:.1f}')}"] if shown["eval / save s"] else []),
         "" if is_base else _f(r.break_even_steps, "{:.0f}"),
         _f(r.final_loss, "{:.4f}"),
         _f(r.val_metric, "{:.4f}"),
@@ -89,13 +91,19 @@ def table(report: Report) -> tuple[list[str], list[list[str]]]:
         "peak MB",
         "first step s",
     ]
-    compiled = any(r.compile_s is not None for r in report.variants)  # a column only when one compiled
-    header += ["compile s"] if compiled else []
+    # the one-off costs, each a column only where a variant has it: compilation, and a script's evaluations and
+    # checkpoint writes in its trials (a report from before start-up was summarised has none)
+    shown = {
+        "start-up s": any(r.setup_s is not None for r in report.variants),
+        "compile s": any(r.compile_s is not None for r in report.variants),
+        "eval / save s": any(r.eval_s or r.save_s for r in report.variants),
+    }
+    header += [name for name, show in shown.items() if show]
     header += ["break-even steps", "final loss", _metric_name(report)]
     target = report.settings.target if report.settings else None
     header += [f"time to {target} s"] if target else []
     ranked = sorted(report.variants, key=lambda r: -(r.samples_per_s.median or -math.inf))
-    return header + ["flag"], [_row(r, r.name == report.baseline, target, compiled) for r in ranked]
+    return header + ["flag"], [_row(r, r.name == report.baseline, target, shown) for r in ranked]
 
 
 def _tokens(r: VariantSummary) -> str:

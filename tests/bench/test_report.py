@@ -38,6 +38,9 @@ VARIANT_KEYS = {
     "time_to_target_ratio",
     "lint",
     "compile_s",
+    "setup_s",
+    "eval_s",
+    "save_s",
     "median_step_ratio",
     "median_step_verdict",
 }
