@@ -106,12 +106,13 @@ class Engine(OwnLoop, LoopRecords):
         self._prepares = [s for s in self.speedups if type(s).prepare_batch is not Speedup.prepare_batch]
         self._undo: list[tuple[str, Any]] = []  # (slot, value before), in the order replaced
         self._set_up = False  # the speed-ups' setup has run and their teardown has not
-        self.out = out
         self.logged: list[dict[str, Any]] = []  # what the loop reported through `log`
         self.optimizer_setting = settings.optimizer if settings else None  # "muon": built at setup
         # the speed-ups are resolved once, here: what the loop's own step would be refused for is known now
         self._loop = LoopState(whole_step=next((s.name for s in self.speedups if s.replaces_step()), None))
         self._trial = script_trial.attach(self, settings)  # None unless `accel bench` runs the script
+        # a trial's records are its own (the bench's record, the profile's report): `out` is the real run's folder
+        self.out = out if self._trial is None else None
 
     # ---- what it trains -----------------------------------------------------------------------------
     def attach(self, module: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any = None) -> None:

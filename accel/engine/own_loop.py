@@ -131,7 +131,7 @@ class OwnLoop:
             self.model = given
         self.setup_speedups()
         if self._trial is not None:  # `accel bench` or `accel profile` runs the script (accel.engine.script_trial)
-            self._trial.set_up()
+            self._trial.set_up(self)
         self._loop.set_up, self._loop.started = True, time.perf_counter()
         # whether a forward needs the step contexts (a precision, a speed-up's context): decided once, not per call
         self._loop.forward_contexts = self.strategy.precision.name != "fp32" or any(
@@ -261,7 +261,7 @@ class OwnLoop:
             )
         loop.forward_synced = None
         if self._trial is not None:
-            self._trial.loss(loss)
+            self._trial.loss(self, loss)
         try:
             with self.anatomy.phase("backward"):
                 self.strategy.backward(loss)
@@ -307,7 +307,7 @@ class OwnLoop:
                 loop.tokens,
             )
         if self._trial is not None:  # `accel bench` times this step (accel.engine.script_trial)
-            self._trial.stepped()
+            self._trial.stepped(self)
 
     @contextmanager
     def no_sync(self: Engine, model: nn.Module) -> Iterator[None]:
@@ -340,7 +340,7 @@ class OwnLoop:
                 loop.micro_batches = 0
             self.after_batch()
             if self._trial is not None:
-                self._trial.loss(loss, self.grad_accum)
+                self._trial.loss(self, loss, self.grad_accum)
             if boundary:
                 self._stepped()
             return loss.detach()
