@@ -162,7 +162,7 @@ class Engine(OwnLoop, LoopRecords):
             grad_accum=self.grad_accum,
             drop_last=getattr(self.train_loader, "drop_last", None),
             optimizer=optimizer_traits(self.optimizer) if self.optimizer is not None else None,
-            scheduled=self.scheduler is not None,
+            scheduled=self.scheduler is not None or self._loop.schedule is not None,  # the Trainer's, or a loop's
             task=self.task,
         )
 
@@ -212,7 +212,8 @@ class Engine(OwnLoop, LoopRecords):
 
     def finish_step(self, applied: bool) -> None:
         """The host's part after an optimizer step (`applied`: not skipped by the GradScaler): clear the gradients,
-        advance the schedule, count the step. A captured step replays the numeric part and then calls this."""
+        advance the Trainer's schedule (a hand-written loop steps its own: accel.engine.schedule), count the step.
+        A captured step replays the numeric part and then calls this."""
         self.optimizer.zero_grad(set_to_none=True)
         if applied and self.scheduler is not None:  # a step the GradScaler skipped does not advance the schedule
             self.scheduler.step()

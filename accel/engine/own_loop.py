@@ -29,6 +29,7 @@ from ..measure.lint import SpeedLint
 from ..optimizers.builders import muon_from
 from ..speedups import Speedup, refuse
 from .dataloaders import DeviceLoader, sharded
+from .schedule import ScheduleWatch
 from .wrappers import unwrap, wrap_module, wrap_optimizer
 
 if TYPE_CHECKING:
@@ -85,6 +86,7 @@ class LoopState:
     in_step: bool = False  # inside a compile_step step
     forward_contexts: bool = False  # a forward outside eng.autocast() enters the step contexts (set by setup)
     whole_step: str | None = None  # the speed-up that replaces the whole step, if any (the engine's, fixed)
+    schedule: ScheduleWatch | None = None  # the loop's own scheduler, which the loop steps (accel.engine.schedule)
     samples: int = 0
     tokens: int = 0
     data_s: float = 0.0
@@ -126,7 +128,8 @@ class OwnLoop:
             optimizer = rebuilt(optimizer, before, dict(module.named_parameters()))
         if self.optimizer_setting == "muon":  # asked for by a setting (tune --objective time), never by default
             optimizer = muon_from(module.to(self.device), optimizer)
-        self.attach(module, optimizer, scheduler)
+        self._loop.schedule = ScheduleWatch(scheduler) if scheduler is not None else None
+        self.attach(module, optimizer)  # the loop steps its own scheduler: the engine is given none to step
         if given is not None:  # the loop's own compiled model is what forward calls
             self.model = given
         self.setup_speedups()
@@ -306,6 +309,8 @@ class OwnLoop:
                 loop.samples,
                 loop.tokens,
             )
+        if loop.schedule is not None:
+            loop.schedule.stepped()
         if self._trial is not None:  # `accel bench` times this step (accel.engine.script_trial)
             self._trial.stepped(self)
 
