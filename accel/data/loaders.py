@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import faulthandler
-import importlib.util
 import os
 import random
 import signal
+import sys
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
@@ -102,9 +102,11 @@ def worker_init(worker_id: int) -> None:
         threadpool_limits(1)  # takes effect on creation and lasts for the process
     except ImportError:
         pass
-    if importlib.util.find_spec("cv2") is not None:
-        import cv2
-
+    # OpenCV only where the process loaded it already: importing a native library in a worker forked from a process
+    # with live threads is where a fork deadlocks or crashes (a lock held by a thread the child lacks), and every
+    # worker of every loader paid for it, whether its dataset used OpenCV or not
+    cv2 = sys.modules.get("cv2")
+    if cv2 is not None:
         cv2.setNumThreads(0)  # 0 = OpenCV runs its own functions single-threaded
 
 

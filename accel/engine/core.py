@@ -106,12 +106,13 @@ class Engine(OwnLoop, LoopRecords):
         self._prepares = [s for s in self.speedups if type(s).prepare_batch is not Speedup.prepare_batch]
         self._undo: list[tuple[str, Any]] = []  # (slot, value before), in the order replaced
         self._set_up = False  # the speed-ups' setup has run and their teardown has not
-        self.out = out
         self.logged: list[dict[str, Any]] = []  # what the loop reported through `log`
         self.optimizer_setting = settings.optimizer if settings else None  # "muon": built at setup
         # the speed-ups are resolved once, here: what the loop's own step would be refused for is known now
         self._loop = LoopState(whole_step=next((s.name for s in self.speedups if s.replaces_step()), None))
         self._trial = script_trial.attach(self, settings)  # None unless `accel bench` runs the script
+        # a trial's records are its own (the bench's record, the profile's report): `out` is the real run's folder
+        self.out = out if self._trial is None else None
 
     # ---- what it trains -----------------------------------------------------------------------------
     def attach(self, module: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any = None) -> None:
@@ -161,7 +162,7 @@ class Engine(OwnLoop, LoopRecords):
             grad_accum=self.grad_accum,
             drop_last=getattr(self.train_loader, "drop_last", None),
             optimizer=optimizer_traits(self.optimizer) if self.optimizer is not None else None,
-            scheduled=self.scheduler is not None,
+            scheduled=self.scheduler is not None or self._loop.schedule is not None,  # the Trainer's, or a loop's
             task=self.task,
         )
 
@@ -211,7 +212,8 @@ class Engine(OwnLoop, LoopRecords):
 
     def finish_step(self, applied: bool) -> None:
         """The host's part after an optimizer step (`applied`: not skipped by the GradScaler): clear the gradients,
-        advance the schedule, count the step. A captured step replays the numeric part and then calls this."""
+        advance the Trainer's schedule (a hand-written loop steps its own: accel.engine.schedule), count the step.
+        A captured step replays the numeric part and then calls this."""
         self.optimizer.zero_grad(set_to_none=True)
         if applied and self.scheduler is not None:  # a step the GradScaler skipped does not advance the schedule
             self.scheduler.step()

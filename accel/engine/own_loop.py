@@ -29,6 +29,7 @@ from ..measure.lint import SpeedLint
 from ..optimizers.builders import muon_from
 from ..speedups import Speedup, refuse
 from .dataloaders import DeviceLoader, sharded
+from .schedule import ScheduleWatch
 from .wrappers import unwrap, wrap_module, wrap_optimizer
 
 if TYPE_CHECKING:
@@ -85,6 +86,7 @@ class LoopState:
     in_step: bool = False  # inside a compile_step step
     forward_contexts: bool = False  # a forward outside eng.autocast() enters the step contexts (set by setup)
     whole_step: str | None = None  # the speed-up that replaces the whole step, if any (the engine's, fixed)
+    schedule: ScheduleWatch | None = None  # the loop's own scheduler, which the loop steps (accel.engine.schedule)
     samples: int = 0
     tokens: int = 0
     data_s: float = 0.0
@@ -126,12 +128,13 @@ class OwnLoop:
             optimizer = rebuilt(optimizer, before, dict(module.named_parameters()))
         if self.optimizer_setting == "muon":  # asked for by a setting (tune --objective time), never by default
             optimizer = muon_from(module.to(self.device), optimizer)
-        self.attach(module, optimizer, scheduler)
+        self._loop.schedule = ScheduleWatch(scheduler) if scheduler is not None else None
+        self.attach(module, optimizer)  # the loop steps its own scheduler: the engine is given none to step
         if given is not None:  # the loop's own compiled model is what forward calls
             self.model = given
         self.setup_speedups()
         if self._trial is not None:  # `accel bench` or `accel profile` runs the script (accel.engine.script_trial)
-            self._trial.set_up()
+            self._trial.set_up(self)
         self._loop.set_up, self._loop.started = True, time.perf_counter()
         # whether a forward needs the step contexts (a precision, a speed-up's context): decided once, not per call
         self._loop.forward_contexts = self.strategy.precision.name != "fp32" or any(
@@ -261,7 +264,7 @@ class OwnLoop:
             )
         loop.forward_synced = None
         if self._trial is not None:
-            self._trial.loss(loss)
+            self._trial.loss(self, loss)
         try:
             with self.anatomy.phase("backward"):
                 self.strategy.backward(loss)
@@ -306,8 +309,10 @@ class OwnLoop:
                 loop.samples,
                 loop.tokens,
             )
+        if loop.schedule is not None:
+            loop.schedule.stepped()
         if self._trial is not None:  # `accel bench` times this step (accel.engine.script_trial)
-            self._trial.stepped()
+            self._trial.stepped(self)
 
     @contextmanager
     def no_sync(self: Engine, model: nn.Module) -> Iterator[None]:
@@ -340,7 +345,7 @@ class OwnLoop:
                 loop.micro_batches = 0
             self.after_batch()
             if self._trial is not None:
-                self._trial.loss(loss, self.grad_accum)
+                self._trial.loss(self, loss, self.grad_accum)
             if boundary:
                 self._stepped()
             return loss.detach()

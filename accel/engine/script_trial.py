@@ -21,6 +21,11 @@ and the script's engine measures its own optimizer steps, writes a `Trial` recor
 Otherwise the device is synchronised after every step, so a step's time is its real time: from the end of the previous
 optimizer step to the end of this one, the loop's own work (data, logging) included, as its user waits for it.
 A script that ends (or crashes) before its steps are done leaves a record saying so.
+
+A process is one trial (or one profile), whatever the number of its engines: a GAN's two engines join the trial the
+first one made (`Engines`), and the first to step is its clock, as the instrument's first optimizer to step is
+(accel.bench.instrument.recorder). A trial writes none of the script's own records (`out=`): that folder is its real
+run's (accel.engine.core).
 """
 
 from __future__ import annotations
@@ -53,17 +58,30 @@ SYNC = "ACCEL_TRIAL_SYNC"  # window: synchronise around the timed steps only
 PATTERNS = "ACCEL_TRIAL_METRIC_PATTERNS"  # a JSON list of regular expressions: metrics from the printed lines
 PROFILE = "ACCEL_PROFILE"  # `accel profile -- SCRIPT`: the profile window's settings (accel.profile.script)
 log = logging.getLogger("accel")
+_SHARED: dict[str, Any] = {}  # the process's trial or profile, by the variables that asked for it: engines join it
 
 
 def attach(engine: Engine, settings: Settings | None) -> ScriptTrial | None:
-    """The trial the bench asked for, or the window `accel profile` asked for (accel.profile.script); None without
-    either, or for the Trainer's engine (`settings` None)."""
-    if settings is None:
+    """The trial the bench asked for, or the window `accel profile` asked for (accel.profile.script), joined by
+    every later engine of the process; None without either, or for the Trainer's engine (`settings` None)."""
+    key = os.environ.get(PROFILE) or os.environ.get(PATH)
+    if settings is None or not key:
         return None
-    if os.environ.get(PATH) or os.environ.get(PROFILE):  # the engine measures its own steps, not the instrument
-        instrument = sys.modules.get("accel.bench.instrument.recorder")
-        if instrument is not None:
-            instrument.stand_down()
+    instrument = sys.modules.get("accel.bench.instrument.recorder")
+    if instrument is not None:  # the engine measures its own steps, not the instrument
+        instrument.stand_down()
+    shared = _SHARED.get(key)
+    if shared is not None and not shared.done:
+        shared.join(engine)
+        return shared
+    trial = _new(engine, settings)
+    _SHARED.clear()
+    if trial is not None:
+        _SHARED[key] = trial
+    return trial
+
+
+def _new(engine: Engine, settings: Settings) -> Any:
     if os.environ.get(PROFILE):  # imported only here: the report's plots need matplotlib
         from ..profile.script import attach as profile
 
@@ -76,6 +94,29 @@ def attach(engine: Engine, settings: Settings | None) -> ScriptTrial | None:
     trial = ScriptTrial(engine, asked.path, asked.warmup, asked.steps)
     trial.target, trial.metric, trial.stop, trial.every_step = asked.target, asked.metric, asked.stop, asked.every_step
     return trial
+
+
+class Engines:
+    """The engines of one script (a GAN's: one per model and optimizer), measured as one training. The first to
+    step is the clock: its optimizer steps are the script's steps, its model's forwards its samples; the others'
+    steps fall inside them."""
+
+    def __init__(self, engine: Engine):
+        self.all, self.clock = [engine], None
+
+    def join(self, engine: Engine) -> None:
+        self.all.append(engine)
+
+    def ticks(self, engine: Engine) -> bool:
+        """Whether this optimizer step of `engine` is a step of the script's: the clock's."""
+        if self.clock is None:
+            self.clock = engine
+        return engine is self.clock
+
+    @property
+    def main(self) -> Engine:
+        """The clock, or before any step the first engine."""
+        return self.clock or self.all[0]
 
 
 @dataclass(frozen=True)
@@ -122,6 +163,8 @@ class Probe:
     it), then again with the model's traits and the run's facts (accel.speedups.RunFacts) at `eng.setup`, where
     the process ends."""
 
+    done = False  # it ends the process at the first `eng.setup`: a later engine has nothing to add
+
     def __init__(self, engine: Engine, settings: Settings, path: str):
         self.engine, self.path = engine, path
         self.given = {
@@ -134,11 +177,14 @@ class Probe:
         }
         self._write()
 
-    def set_up(self) -> None:
+    def join(self, engine: Engine) -> None:
+        """Another engine of the script: the probe describes the first to be set up, and ends there."""
+
+    def set_up(self, engine: Engine) -> None:
         from ..models.blocks import model_traits
 
-        self.given["model_traits"] = model_traits(self.engine.module)
-        self.given["run"] = self.engine.run_facts().to_data()  # what tune's conflict rule judges candidates by
+        self.given["model_traits"] = model_traits(engine.module)
+        self.given["run"] = engine.run_facts().to_data()  # what tune's conflict rule judges candidates by
         self._write()
         raise SystemExit(0)
 
@@ -152,10 +198,10 @@ class ScriptTrial:
     script ends: see the module docstring), writes the record and exits."""
 
     def __init__(self, engine: Engine, path: str, warmup: int, steps: int):
-        self.engine, self.path, self.warmup, self.steps = engine, path, warmup, steps
+        self.engines, self.path, self.warmup, self.steps = Engines(engine), path, warmup, steps
         self.created = time.perf_counter()
         self.marks: list[dict[str, Any]] = []  # at the end of each optimizer step: time and the engine's counts
-        self.losses: list[torch.Tensor] = []  # this step's losses, as the loop gave them (device tensors: no sync)
+        self.losses: dict[int, list[torch.Tensor]] = {}  # this step's, by engine id, as the loop gave them (no sync)
         self.step_losses: list[torch.Tensor | None] = []  # None: the loop's backward bypassed the engine
         self.done = False
         self.failure: str | None = None
@@ -164,7 +210,7 @@ class ScriptTrial:
         self.metric: str | None = None  # the logged metric whose values are recorded (the target's)
         self.stop = False  # end the trial when the target is reached
         self.evals: list[dict[str, Any]] = []  # each logged value of the metric, as TargetClock's
-        self.model_traits: dict[str, bool] | None = None
+        self.model_traits: dict[int, dict[str, bool]] = {}  # by engine id
         self.process_started = psutil.Process().create_time()
         self.eval_s, self.last_step = 0.0, time.time()
         devices.reset_peak_memory(engine.device)
@@ -172,16 +218,24 @@ class ScriptTrial:
         sys.excepthook = self._crashed
         atexit.register(self._ended_early)
 
-    def set_up(self) -> None:
+    @property
+    def engine(self) -> Engine:
+        """The engine whose steps and counts the record holds: the clock (`Engines`)."""
+        return self.engines.main
+
+    def join(self, engine: Engine) -> None:
+        self.engines.join(engine)
+
+    def set_up(self, engine: Engine) -> None:
         """`eng.setup` has run: the model's traits go into the record, as a recipe trial's do."""
         from ..models.blocks import model_traits
 
-        self.model_traits = model_traits(self.engine.module)
+        self.model_traits[id(engine)] = model_traits(engine.module)
 
-    def loss(self, loss: torch.Tensor, share: int = 1) -> None:
+    def loss(self, engine: Engine, loss: torch.Tensor, share: int = 1) -> None:
         """A micro-batch's loss: the loop's backward gets its share of the step already (it divides by its
         micro-batches itself); a compiled step's is whole (`share`: the engine divides it)."""
-        self.losses.append(loss.detach().float() / share)
+        self.losses.setdefault(id(engine), []).append(loss.detach().float() / share)
 
     def logged(self, record: dict[str, Any]) -> None:
         """What the loop logged (`eng.log`): the metric, timed from the process start less the time the script's
@@ -193,22 +247,23 @@ class ScriptTrial:
         self.last_step = now
         value = float(record[self.metric])
         wall_s = now - self.process_started - self.eval_s
-        self.evals.append({"step": record["step"], "wall_s": wall_s, "value": value, "eval_s": self.eval_s})
+        self.evals.append({"step": len(self.marks), "wall_s": wall_s, "value": value, "eval_s": self.eval_s})
         if self.stop and self.target.reached(value):
             self._finish()
 
-    def stepped(self) -> None:
-        """The end of an optimizer step (the engine counted it)."""
+    def stepped(self, engine: Engine) -> None:
+        """The end of an optimizer step of `engine` (it counted it): a step of the script's if it is the clock."""
+        if not self.engines.ticks(engine):
+            return
         done = len(self.marks) + 1
         if self.every_step or done <= self.warmup or done == self.warmup + self.steps:
-            devices.synchronize(self.engine.device)
+            devices.synchronize(engine.device)
         self.last_step = time.time()
-        loop = self.engine._loop
-        self.marks.append(
-            {"t": time.perf_counter(), "samples": loop.samples, "tokens": loop.tokens, "data_s": loop.data_s}
-        )
-        self.step_losses.append(torch.stack(self.losses).sum() if self.losses else None)
-        self.losses = []
+        loop, data_s = engine._loop, sum(e._loop.data_s for e in self.engines.all)  # any engine's loader: a wait
+        self.marks.append({"t": time.perf_counter(), "samples": loop.samples, "tokens": loop.tokens, "data_s": data_s})
+        losses = self.losses.get(id(engine))
+        self.step_losses.append(torch.stack(losses).sum() if losses else None)
+        self.losses = {}
         if self.steps and len(self.marks) >= self.warmup + self.steps:
             self._finish()
 
@@ -229,7 +284,9 @@ class ScriptTrial:
         from ..bench.trial_figures import deltas, rates
         from ..speedups import compile_figures
 
-        engine, setup_end = self.engine, self.engine._loop.started  # when eng.setup ended: the speed-ups were set up
+        engine = self.engine
+        first = self.marks[0]["t"]  # from the last eng.setup before the first step: every speed-up was set up
+        setup_end = max(e._loop.started for e in self.engines.all if e._loop.started <= first)
         steps = deltas(self.marks, {"t": setup_end})
         timed, setup_s = steps[self.warmup :], setup_end - self.created
         figures = rates(timed, data_known=engine.train_loader is not None)
@@ -248,7 +305,7 @@ class ScriptTrial:
             "wall_s": time.perf_counter() - self.created,
             "skipped_speedups": engine.skipped_speedups,
             "lint": summary.lint,
-            "model_traits": self.model_traits,
+            "model_traits": self.model_traits.get(id(engine)),
             **compile_figures(summary.speedup_metrics),
             "env": devices.environment(engine.device),
         }

@@ -24,6 +24,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from ..engine.script_trial import PROFILE as VARIABLE
+from ..engine.script_trial import Engines
 from .steps import profile_window
 
 if TYPE_CHECKING:
@@ -59,12 +60,17 @@ def attach(engine: Engine) -> ScriptProfile | None:
 
 
 class _Run:
-    """What ProfileWindow reads of a trainer, from the engine of a hand-written loop."""
+    """What ProfileWindow reads of a trainer, from the engines of a hand-written loop: the clock's
+    (accel.engine.script_trial.Engines)."""
 
     task = SimpleNamespace(name="own loop")
 
-    def __init__(self, engine: Engine):
-        self.engine = engine
+    def __init__(self, engines: Engines):
+        self.engines = engines
+
+    @property
+    def engine(self) -> Engine:
+        return self.engines.main
 
     def __getattr__(self, name: str) -> Any:  # device, anatomy, model, module, strategy, speedups, train_loader
         return getattr(self.engine, name)
@@ -75,10 +81,12 @@ class _Run:
 
 
 class ScriptProfile:
-    """The engine's side of `accel profile`: the window over its optimizer steps, then the report and exit."""
+    """The engines' side of `accel profile`: one window per process over the clock's optimizer steps (whatever the
+    number of engines: they share one anatomy, so every engine's phases are timed), then the report and exit."""
 
     def __init__(self, engine: Engine, window: Window):
-        self.run, self.settings = _Run(engine), window
+        self.engines = Engines(engine)
+        self.run, self.settings = _Run(self.engines), window
         self.window = profile_window(
             window.warmup,
             window.steps,
@@ -89,20 +97,29 @@ class ScriptProfile:
             window.sync_debug,
             window.sets,
         )
-        self.done = False
+        self.done = self.started = False
         atexit.register(self._ended_early)
 
-    def set_up(self) -> None:
-        """`eng.setup` has run: the window starts counting steps (the model is what the speed-ups made of it)."""
-        self.window.on_fit_start(self.run)
+    def join(self, engine: Engine) -> None:
+        engine.anatomy = self.engines.all[0].anatomy
+        self.engines.join(engine)
 
-    def stepped(self) -> None:
+    def set_up(self, engine: Engine) -> None:
+        """The first `eng.setup` has run: the window starts counting steps (the model is what the speed-ups made
+        of it)."""
+        if not self.started:
+            self.started = True
+            self.window.on_fit_start(self.run)
+
+    def stepped(self, engine: Engine) -> None:
+        if not self.engines.ticks(engine):
+            return
         self.window.on_batch_end(self.run, STEPPED)
         if self.window.closed:
             self._finish()
             raise SystemExit(0)
 
-    def loss(self, loss: Any, share: int = 1) -> None:
+    def loss(self, engine: Engine, loss: Any, share: int = 1) -> None:
         """The profile needs no loss (a bench trial does)."""
 
     def logged(self, record: dict[str, Any]) -> None:

@@ -4,6 +4,7 @@ process of it (accel/bench/script.py), its steps measured by the engine (accel/e
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 
 import pytest
@@ -16,7 +17,9 @@ from accel.cli import main
 from accel.cli.script_args import split
 from accel.engine import script_trial
 from accel.errors import AccelError
-from conftest import syncs_by_caller
+from conftest import ROOT, syncs_by_caller
+
+GAN = ROOT / "tests" / "engine" / "gan_loop.py"  # two engines: one per model and optimizer
 
 # A few-line engine loop on random tensors; `crash` raises in the step of a bf16 variant.
 LOOP = """
@@ -361,3 +364,61 @@ def test_a_scripts_variant_the_conflict_rule_refuses_is_known_before_any_trial(t
     plan = plan_script(command, ["speedups.compile.enabled=true"], False, ["speedups.jit.enabled=false,true"])
     assert list(plan.refused) == ["speedups.jit.enabled=true"]
     assert "cannot be stacked" in plan.refused["speedups.jit.enabled=true"]
+
+
+def test_a_trial_writes_nothing_where_the_scripts_own_run_keeps_its_records(tmp_path, monkeypatch):
+    _trial_env(monkeypatch, tmp_path / "trial.json")
+    own = tmp_path / "run"
+    model = torch.nn.Linear(8, 2)
+    eng = accel.Engine(device="cpu", out=own)
+    model, optimizer = eng.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    with pytest.raises(SystemExit):
+        for _ in range(10):
+            _steps(eng, model, optimizer, 1)
+            eng.log({"val_loss": 1.0})
+    eng._trial.done = True
+    eng.close()
+    assert not own.exists()  # no metrics.jsonl, tb/ or summary.json of the trial's in the real run's folder
+
+
+def test_a_scripts_engines_are_one_trial_whose_clock_is_the_first_to_step(tmp_path, monkeypatch):
+    record = tmp_path / "trial.json"
+    _trial_env(monkeypatch, record)
+    first, second = torch.nn.Linear(8, 2), torch.nn.Linear(8, 2)
+    eng_a, eng_b = accel.Engine(device="cpu"), accel.Engine(device="cpu")
+    first, opt_a = eng_a.setup(first, torch.optim.SGD(first.parameters(), lr=0.1))
+    second, opt_b = eng_b.setup(second, torch.optim.SGD(second.parameters(), lr=0.1))
+    assert eng_a._trial is eng_b._trial
+    with pytest.raises(SystemExit):
+        for _ in range(10):
+            _steps(eng_b, second, opt_b, 1)  # the second engine steps first: the clock
+            eng_a.backward(first(torch.randn(2, 8)).pow(2).sum() + 1000.0)  # another batch size, another loss
+            opt_a.step()
+            opt_a.zero_grad(set_to_none=True)
+    eng_a._trial.done = True
+    trial = Trial.model_validate_json(record.read_text())
+    assert trial.error is None and eng_b.steps == 4 and eng_a.steps == 3  # 1 warm-up + 3: the clock's steps
+    assert trial.samples_per_s == pytest.approx(12 / sum(trial.step_times_s))  # the clock's 4 samples a step
+    assert len(trial.step_losses) == 4 and max(trial.step_losses) < 10  # the clock's cross entropy
+
+
+def _files(folder) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_a_two_engine_script_is_benched_as_one_training_and_its_own_records_stay_as_they_were(tmp_path):
+    own = tmp_path / "run"
+    subprocess.run([sys.executable, str(GAN), "--steps", "30", "--out", str(own)], check=True, capture_output=True)
+    before = _files(own)
+    assert {"metrics.jsonl", "summary.json"} <= before.keys()
+    out = tmp_path / "bench"
+    argv = ["bench", "--vary", "arg:--batch=8,16", "--steps", "3", "--warmup", "1", "--trials", "1"]
+    assert main([*argv, "--out", str(out), "--", sys.executable, str(GAN), "--out", str(own)]) == 0
+    for variant, batch in zip(report(out)["variants"], (8, 16)):
+        (trial,) = variant["trials"]
+        assert "error" not in trial and len(trial["step_times_s"]) == 3 and len(trial["step_losses"]) == 4
+        # the clock's (the discriminator's) forwards in its first step: the real and the generated batch
+        assert trial["batch_size"] == 2 * batch
+        assert variant["final_loss"] > 0
+    assert _files(own) == before  # byte for byte: the trials wrote nothing there

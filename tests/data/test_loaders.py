@@ -140,6 +140,30 @@ def test_workers_outlive_the_sighup_that_stops_the_run():
     assert done.returncode == 0 and done.stdout.split() == ["[0,", "1,", "2,", "3]"], done.stderr
 
 
+WORKER_IMPORTS = """
+import sys, torch
+from accel.data.loaders import LoaderConfig, build_loader
+
+class Imports(torch.utils.data.Dataset):
+    def __len__(self):
+        return 1
+
+    def __getitem__(self, index):
+        return torch.tensor(["cv2" in sys.modules])
+
+batches = build_loader(Imports(), LoaderConfig(num_workers=1, persistent_workers=False), batch_size=1, sampler=None,
+                       drop_last=False, seed=0, device=torch.device("cpu"))
+print("cv2 in the worker:", bool(next(iter(batches))), "in the process:", "cv2" in sys.modules)
+"""
+
+
+def test_a_worker_loads_no_native_library_the_process_had_not():
+    """A native library imported in a worker forked from a process with live threads can deadlock or crash there
+    (a lock held by a thread the child lacks): the worker's setup uses only what the process loaded."""
+    done = _python(WORKER_IMPORTS)
+    assert done.returncode == 0 and "cv2 in the worker: False in the process: False" in done.stdout, done.stderr
+
+
 def test_corrupt_image_in_a_worker_is_still_a_data_error(tmp_path):
     write_images(tmp_path, {"a": 2}, fmt="jpg")
     (tmp_path / "a" / "1.jpg").write_bytes(b"\xff\xd8\xff not really a jpeg")

@@ -166,6 +166,46 @@ def test_the_optimizer_is_the_users_param_groups_and_all():
     eng.close()
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["own-step", "compile_step"])
+def test_a_scheduler_given_to_setup_is_stepped_by_the_loop_alone(compiled):
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    schedule = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    eng = accel.Engine(device="cpu")
+    model, optimizer = eng.setup(model, optimizer, schedule)
+    step = eng.compile_step(lambda x: model(x).sum())
+    for _ in range(4):
+        if compiled:
+            step(torch.ones(2, 4))
+        else:
+            eng.backward(model(torch.ones(2, 4)).sum())
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        schedule.step()  # as every PyTorch loop does
+    assert optimizer.param_groups[0]["lr"] == 1 / 16  # 4 halvings, not 8
+    assert eng.run_facts().scheduled  # what the conflict rule sees: a schedule changes the rate between steps
+    eng.close()
+
+
+def test_a_scheduler_stepped_twice_an_optimizer_step_is_said_once(caplog):
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    schedule = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    eng = accel.Engine(device="cpu")
+    model, optimizer = eng.setup(model, optimizer, schedule)
+    with caplog.at_level("WARNING", logger="accel"):
+        for i in range(4):
+            eng.backward(model(torch.ones(2, 4)).sum())
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            schedule.step()
+            if i >= 1:
+                schedule.step()  # a second step of the schedule in the same optimizer step
+    said = [r.getMessage() for r in caplog.records if "advanced 2 times" in r.getMessage()]
+    assert len(said) == 1 and "StepLR" in said[0] and "step it once after each optimizer.step()" in said[0]
+    eng.close()
+
+
 def test_the_loss_is_never_divided_behind_the_loops_back():
     model, optimizer = fresh()
     eng = accel.Engine(device="cpu", grad_accum=4)  # the Trainer's accumulation: not the loop's backward

@@ -10,6 +10,7 @@ import pytest
 
 from accel.cli import main
 from accel.profile.advice import advise
+from conftest import ROOT
 from tests.profiling.test_advice import data_bound, quiet, slow_optimizer
 
 # An engine loop with everything the engine can see: its loader, eng.autocast() around forward and loss
@@ -53,6 +54,20 @@ def test_a_scripts_steps_are_profiled_by_its_engine(tmp_path, capfd):
     printed = capfd.readouterr().out
     assert "the script ran to its end" not in printed  # it ended after the window: 3 of its 8 steps
     assert str(out / "profile.html") in printed
+
+
+@pytest.mark.slow
+def test_a_two_engine_script_is_profiled_in_one_window_over_the_first_engine_to_step(tmp_path, capfd):
+    out, own = tmp_path / "profile", tmp_path / "run"
+    gan = ROOT / "tests" / "engine" / "gan_loop.py"
+    argv = ["profile", "--warmup", "1", "--steps", "2", "--out", str(out), "--", sys.executable, str(gan)]
+    assert main([*argv, "--out", str(own)]) == 0
+    report = json.loads((out / "profile.json").read_text())
+    assert report["steps"] == 2
+    assert {"forward", "backward", "optimizer"} <= {row["phase"] for row in report["anatomy"]["phases"]}
+    err = capfd.readouterr().err
+    assert "Profiler is already enabled" not in err and "ended after" not in err
+    assert not own.exists()  # the script's own records are its real run's
 
 
 @pytest.mark.slow
