@@ -18,6 +18,7 @@ from .. import devices
 from ..errors import CheckpointError
 from ..runs.checkpoint import save_checkpoint, unreadable_message
 from ..runs.rng import rng_state, set_rng_state
+from . import trial_files
 from .wrappers import unwrap
 
 if TYPE_CHECKING:
@@ -63,12 +64,12 @@ def save(engine: Engine, path: str | Path, state: dict[str, Any]) -> None:
         },
     }
     if engine.world.is_main:
-        save_checkpoint(payload, Path(path))
+        save_checkpoint(payload, Path(trial_files.save_to(path)))
     engine.world.barrier()
 
 
 def load(engine: Engine, path: str | Path, state: dict[str, Any]) -> dict[str, Any]:
-    path = Path(path)
+    path = Path(trial_files.read_from(path))
     if not path.is_file():
         raise CheckpointError(f"No checkpoint at {path}: `eng.load` reads a file `eng.save` wrote.")
     try:

@@ -71,7 +71,10 @@ while step < args.steps:
                 model(x[:, :-1])
                 time.sleep(0.2)
             model.train()
-            torch.save(raw.state_dict(), os.path.join(args.out, "ckpt.pt"))
+            path = os.path.join(args.out, "ckpt.pt")  # written atomically, and read back
+            torch.save(raw.state_dict(), path + ".tmp")
+            os.replace(path + ".tmp", path)
+            assert torch.load(path)["head.weight"].shape == (32, 16)
 """
 
 
@@ -98,6 +101,7 @@ def _trial(tmp_path, *args: str, steps: int = 6, warmup: int = 2, **env: str) ->
 
 
 def test_an_unchanged_loop_is_measured_from_its_optimizer_steps_and_ended(tmp_path):
+    (tmp_path / "ckpt.pt").write_bytes(b"the real run's")
     trial = _trial(tmp_path)
     assert trial.error is None and trial.steps == 6 and len(trial.step_times_s) == 6
     assert trial.batch_size == 8 and trial.grad_accum == 1 and trial.samples_per_s > 0
@@ -106,7 +110,9 @@ def test_an_unchanged_loop_is_measured_from_its_optimizer_steps_and_ended(tmp_pa
     assert trial.data_wait_fraction is not None and trial.model_traits is not None
     # the evaluation at step 5 (0.2 s asleep) and its checkpoint are timed apart, out of the step they fell in
     assert trial.eval_s >= 0.2 and trial.save_s > 0 and max(trial.step_times_s) < 0.2
-    assert (tmp_path / "ckpt.pt").is_file()  # the script ran as it is; it was ended after warm-up + 6 steps
+    # the script ran as it is (ended after warm-up + 6 steps): its checkpoint went to the trial's own folder, and the
+    # real run's stayed as it was
+    assert (tmp_path / "ckpt.pt").read_bytes() == b"the real run's"
 
 
 def test_accumulation_counts_micro_batches_in_a_step_and_the_scalers_loss_is_unscaled(tmp_path):
