@@ -55,6 +55,7 @@ class Knob:
     needs: list[str | None] = field(default_factory=list)
     couple: Callable[[Any, dict[str, Any], dict], dict[str, Any]] | None = None
     range_test: bool = False
+    guard: bool = False  # a value must leave the training loss as it was (as a speed-up's must): a speed flag
 
     def label(self, value: Any) -> str:
         return self.labels[self.values.index(value)] if self.labels else format_value(value)
@@ -120,7 +121,10 @@ def threads_key() -> str | None:
 
 
 def lookup(data: dict, key: str) -> Any:
-    """The value at a dotted key of plain recipe data, or None when it is not there."""
+    """The value at a dotted key of plain recipe data, or None when it is not there (a script's option is one
+    key, dots and all: `arg:--trainer.precision`)."""
+    if key in data:
+        return data[key]
     for part in key.split("."):
         if not isinstance(data, dict) or part not in data:
             return None

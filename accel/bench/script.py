@@ -34,11 +34,10 @@ from .plan import only_variants
 from .records import Report
 from .refused import new_refusals, script_device, script_refusals
 from .runner import BenchRun, run_and_report
-from .script_flags import FRAMEWORKS, framework_ablation
+from .script_flags import ARG, FRAMEWORKS, framework_ablation
 from .trial_process import TrialSettings, exit_reason, instrumented_pythonpath, log_tail, run_logged, trial_env
 from .variants import Variant, ablation_variants, format_value, interleave, vary_variants
 
-ARG = "arg:"  # --vary arg:--batch=16,32: the script's own option, not an engine key
 ENV = "env:"  # --vary env:OMP_NUM_THREADS=1,2: an environment variable of the script's process
 CURVE_METRIC = "val_loss"  # what a script reports through eng.log for a target read from its own run
 SCRIPT_TIMEOUT_S = 900.0  # a probe's or trial's limit without --timeout: a script is stopped, never left to train

@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import AccelError
+from .knobs import Knob
 from .variants import Variant
 
 CUDA = "needs a CUDA GPU"
+ARG = "arg:"  # --vary arg:--batch=16,32: the script's own option, not an engine key
 
 
 @dataclass(frozen=True)
@@ -26,13 +28,20 @@ class Flag:
     on: Any
     off: Any
     cannot: Callable[[str, dict[str, Any]], str | None] = lambda device, given: None
-    needs: Callable[[str, dict[str, Any]], dict[str, str]] = lambda device, flags: {}  # other options it needs here
+    needs: Callable[[str, dict[str, Any]], dict[str, Any]] = lambda device, flags: {}  # other options it needs here
+
+    @property
+    def key(self) -> str:
+        return f"{ARG}--{self.name}"
+
+    def switched(self, flags: dict[str, Any]) -> Any:
+        """The flag switched from its given value: on where it was off, and off where it was on."""
+        return self.off if flags.get(self.name) == self.on else self.on
 
     def variant(self, device: str, flags: dict[str, Any]) -> Variant:
-        """The flag switched from its given value: on where it was off, and off where it was on."""
-        value = self.off if flags.get(self.name) == self.on else self.on
-        text = str(value)
-        return Variant(f"--{self.name}={text}", {f"arg:--{self.name}": text, **self.needs(device, flags)})
+        text = str(self.switched(flags))
+        needs = {key: str(value) for key, value in self.needs(device, flags).items()}
+        return Variant(f"--{self.name}={text}", {self.key: text, **needs})
 
 
 def _cuda_only(device: str, given: dict[str, Any]) -> str | None:
@@ -64,7 +73,7 @@ def _bf16(device: str, given: dict[str, Any]) -> str | None:
 
 def _use_cpu(device: str, flags: dict[str, Any]) -> dict[str, str]:
     """The Trainer refuses bf16 on a CPU unless told the CPU is meant (`--use_cpu True`)."""
-    return {"arg:--use_cpu": "True"} if device == "cpu" and not flags.get("use_cpu") else {}
+    return {f"{ARG}--use_cpu": True} if device == "cpu" and not flags.get("use_cpu") else {}
 
 
 HF_FLAGS = (
@@ -99,25 +108,47 @@ FRAMEWORKS = {
 }
 
 
-def framework_ablation(given: dict[str, Any], command: str) -> tuple[list[Variant], dict[str, str]]:
-    """The script as given, then each of its Trainer's flags switched; and the flags skipped, with why."""
+def switched_flags(given: dict[str, Any], command: str, what: str) -> tuple[list[Flag], dict[str, str]]:
+    """The Trainer's flags the script takes on its command line that can be switched here; and those that cannot,
+    by their variant's name, with why. `what` (--ablate, tune) needs them."""
     known, parses = FRAMEWORKS[given["framework"]]
     if not given.get("command_line"):
         raise AccelError(
-            f"--ablate switches a Trainer script's own flags on its command line, and `{command}` does not {parses}: "
+            f"{what} switches a Trainer script's own flags on its command line, and `{command}` does not {parses}: "
             "compare what it does take with --vary arg:--OPTION=V1,V2."
         )
     device, flags = given["resolved_device"], given["flags"]
-    variants, skipped = [Variant("baseline")], {}
+    runnable, skipped, seen = [], {}, set()
     for flag in known:
-        reason = flag.cannot(device, given)
-        if flag.name not in flags:
-            reason = "this version's Trainer has no such flag"
-        variant = flag.variant(device, flags)
-        if any(v.name == variant.name for v in variants):
+        name = flag.variant(device, flags).name
+        if name in seen:
             continue  # two flags of one option switch back to the same value as given
+        seen.add(name)
+        reason = flag.cannot(device, given) if flag.name in flags else "this version's Trainer has no such flag"
         if reason and flags.get(flag.name) != flag.on:  # a flag the script has on can always be turned off
-            skipped[variant.name] = reason
+            skipped[name] = reason
         else:
-            variants.append(variant)
-    return variants, skipped
+            runnable.append(flag)
+    return runnable, skipped
+
+
+def framework_ablation(given: dict[str, Any], command: str) -> tuple[list[Variant], dict[str, str]]:
+    """The script as given, then each of its Trainer's flags switched; and the flags skipped, with why."""
+    runnable, skipped = switched_flags(given, command, "--ablate")
+    device, flags = given["resolved_device"], given["flags"]
+    return [Variant("baseline"), *(flag.variant(device, flags) for flag in runnable)], skipped
+
+
+def flag_knobs(given: dict[str, Any], command: str) -> tuple[list[Knob], dict[str, str]]:
+    """tune's knobs over the Trainer's flags: one per option, its values those it can be switched to here (a
+    speed flag, guarded: it must leave the training loss as it was); and the flags skipped, with why."""
+    runnable, skipped = switched_flags(given, command, "accel tune")
+    device, flags = given["resolved_device"], given["flags"]
+    by_key: dict[str, list[Flag]] = {}
+    for flag in runnable:
+        by_key.setdefault(flag.key, []).append(flag)
+    knobs = []
+    for key, options in by_key.items():
+        needs = {flag.switched(flags): flag.needs(device, flags) for flag in options}
+        knobs.append(Knob(key, list(needs), guard=True, couple=lambda value, chosen, plain, n=needs: n.get(value, {})))
+    return knobs, skipped

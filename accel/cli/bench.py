@@ -50,16 +50,7 @@ def add(commands) -> None:
         help="also time each trial from its process start until a validation metric reaches "
         "VALUE (e.g. val_accuracy=0.97, val_loss=1.5; losses count down, accuracies up)",
     )
-    bench_parser.add_argument(
-        "--metric-pattern",
-        action="append",
-        default=[],
-        type=metric_pattern,
-        metavar="REGEX",
-        help="for a script that prints its metrics: a regular expression whose named groups are metrics, matched "
-        "against each line it prints, e.g. 'val loss (?P<val_loss>[0-9.]+)' (repeatable); --target and the "
-        "results check read them",
-    )
+    add_metric_pattern(bench_parser)
     bench_parser.add_argument(
         "--eval-every",
         type=int,
@@ -178,8 +169,22 @@ def add(commands) -> None:
         "--out",
         help="recipe fragment to write (default: WORK/tuned.yaml); an existing file only if an earlier tune wrote it",
     )
+    add_metric_pattern(tune_parser)
     tune_parser.add_argument("--work", help="folder for trial recipes and logs (default: runs/tune-<name>-<timestamp>)")
     tune_parser.set_defaults(run=tune)
+
+
+def add_metric_pattern(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--metric-pattern",
+        action="append",
+        default=[],
+        type=metric_pattern,
+        metavar="REGEX",
+        help="for a script that prints its metrics: a regular expression whose named groups are metrics, matched "
+        "against each line it prints, e.g. 'val loss (?P<val_loss>[0-9.]+)' (repeatable); --target and the "
+        "results check read them",
+    )
 
 
 def metric_pattern(text: str) -> str:
@@ -331,6 +336,8 @@ def tune(args: argparse.Namespace) -> int:
         raise AccelError(
             "--lr-arg and --batch-arg name a script's options; a recipe's are optim.lr and data.batch_size."
         )
+    if args.metric_pattern:
+        raise AccelError("--metric-pattern is for scripts (`-- python train.py`): a recipe's task reports its metrics.")
     time = args.objective == "time"
     default_steps, default_warmup = TIME_STEPS if time else SPEED_STEPS
     args.steps = default_steps if args.steps is None else args.steps

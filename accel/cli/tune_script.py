@@ -12,7 +12,7 @@ from .options import check_trial_options
 
 
 def tune_script(args: argparse.Namespace) -> int:
-    from ..bench.script import script_name
+    from ..bench.script import SCRIPT_TIMEOUT_S, script_name
     from ..bench.target import parse_target
     from ..bench.trial_process import TrialSettings
     from ..bench.tune import Objective, check_fragment_out
@@ -26,7 +26,7 @@ def tune_script(args: argparse.Namespace) -> int:
     args.steps = SPEED_STEPS[0] if args.steps is None else args.steps
     args.warmup = (TIME_STEPS if time else SPEED_STEPS)[1] if args.warmup is None else args.warmup
     check_trial_options(args)
-    objective = Objective(args.objective, parse_target(args.target) if args.target else None)
+    objective = Objective(args.objective, parse_target(args.target, any_metric=True) if args.target else None)
     work = Path(args.work) if args.work else default_out(script_name(args.user_script), kind="tune")
     check_results_out(work, "tune", "--work")
     out, reads = Path(args.out) if args.out else work / "tuned.yaml", _files(args.user_script)
@@ -38,7 +38,16 @@ def tune_script(args: argparse.Namespace) -> int:
         knobs = speed_knobs(subject, args.speedups, args.batch_arg, args.batch_sizes, args.tries)
     if not knobs:
         raise AccelError(_nothing_to_tune(time))
-    settings = TrialSettings(0 if own_run else args.steps, args.warmup, args.timeout, args.warm_cache, evaluate=False)
+    # a script without an engine trains as long as it likes: a trial of some steps must not (its own run may)
+    timeout = args.timeout or (None if own_run else SCRIPT_TIMEOUT_S)
+    settings = TrialSettings(
+        0 if own_run else args.steps,
+        args.warmup,
+        timeout,
+        args.warm_cache,
+        evaluate=False,
+        metric_patterns=tuple(args.metric_pattern),
+    )
     result = searched(
         lambda: run_tune(
             subject, knobs, work, settings, args.trials, budget_s=args.budget, final_check=True, objective=objective
@@ -74,7 +83,7 @@ def _check(args: argparse.Namespace) -> bool:
     if args.target:
         from ..bench.target import parse_target
 
-        parse_target(args.target)
+        parse_target(args.target, any_metric=True)  # a script logs what it logs: eval_loss, val/loss...
     return time
 
 

@@ -13,7 +13,15 @@ import yaml
 from accel.bench.records import Trial
 from accel.bench.trial_process import TrialSettings
 from accel.bench.tune import Knob, tune
-from accel.bench.tune.script import ScriptSubject, options_of, run_line, time_knobs, write_script_fragment
+from accel.bench.tune.script import (
+    ScriptSubject,
+    UnchangedScript,
+    options_of,
+    run_line,
+    speed_knobs,
+    time_knobs,
+    write_script_fragment,
+)
 from accel.cli import main
 from accel.errors import AccelError
 from accel.optimizers.traits import OptimizerTraits
@@ -162,3 +170,63 @@ def test_a_scripts_candidate_the_conflict_rule_refuses_is_recorded_refused_witho
     notes = {r.label: r.note for r in result.rows}
     assert notes["impl=fused"].startswith("refused, not run: `speedups.optim`: RMSprop has no fused kernel")
     assert sorted({name for _, name, _ in seen}) == ["speedups.optim=impl=foreach", "speedups.optim=off"]
+
+
+# --- a script without an engine: its Trainer's flags and its own options ------------------------------------------
+
+HF_GIVEN = {
+    "engine": False,
+    "framework": "hf",
+    "command_line": True,
+    "resolved_device": "cpu",
+    "flags": {
+        "bf16": False,
+        "fp16": False,
+        "tf32": None,
+        "torch_compile": False,
+        "optim": "adamw_torch_fused",
+        "dataloader_num_workers": 0,
+        "dataloader_pin_memory": True,
+        "gradient_checkpointing": False,
+        "use_liger_kernel": False,
+        "use_cpu": False,
+    },
+}
+
+
+def test_a_trainer_scripts_own_flags_make_the_speed_knobs_and_its_command_is_the_result(tmp_path):
+    subject = UnchangedScript(["python", "train.py", "--per_device_train_batch_size", "8"], [], HF_GIVEN)
+    knobs = {k.key: k for k in speed_knobs(subject, True, "--per_device_train_batch_size", None, [])}
+    assert knobs["arg:--bf16"].values == [True] and knobs["arg:--bf16"].guard  # a speed flag keeps the loss
+    assert knobs["arg:--bf16"].couple(True, {}, subject.plain()) == {"arg:--use_cpu": True}  # the Trainer's rule
+    assert knobs["arg:--optim"].values == ["adamw_torch"] and knobs["arg:--dataloader_pin_memory"].values == [False]
+    assert not {"arg:--fp16", "arg:--tf32", "arg:--use_liger_kernel"} & set(knobs)  # CUDA or a package: skipped
+    assert knobs["arg:--per_device_train_batch_size"].values == [4, 8, 16, 32]
+    assert subject.config_key({"arg:--bf16": False, "arg:--optim": "adamw_torch_fused"}) == subject.config_key({})
+    chosen = {"arg:--bf16": True, "arg:--use_cpu": True, "arg:--per_device_train_batch_size": 16}
+    assert run_line(subject, chosen, tmp_path / "t.yaml") == (
+        "python train.py --per_device_train_batch_size 16 --bf16 true --use_cpu true"
+    )
+    with pytest.raises(AccelError, match="an accel.Engine setting, and `python train.py"):
+        speed_knobs(subject, True, None, None, ["speedups.amp.enabled=true"])
+
+
+@pytest.mark.slow
+def test_tune_of_an_unchanged_lightning_script_writes_the_command_to_run(tmp_path, capsys):
+    work = tmp_path / "work"
+    command = [
+        sys.executable,
+        str(ROOT / "examples" / "lightning_cli.py"),
+        "fit",
+        "--trainer.default_root_dir",
+        str(tmp_path / "runs"),
+        "--trainer.enable_progress_bar",
+        "false",
+    ]
+    argv = ["tune", "--steps", "2", "--warmup", "1", "--trials", "1", "--work", str(work), "--", *command]
+    assert main(argv) == 0
+    written = yaml.safe_load((work / "tuned.yaml").read_text())
+    assert written == {"command": " ".join(command)}  # one trial a value gives no verdict: the script as given
+    stages = json.loads((work / "tune.json").read_text())["rows"]
+    assert {row["knob"] for row in stages} >= {"arg:--trainer.precision"}
+    assert not (tmp_path / "runs").exists()

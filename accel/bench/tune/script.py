@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,12 +29,17 @@ from ...io import write_atomic
 from ..knobs import Knob, _listed, _tried, current, lookup, speedup_knobs
 from ..records import Trial
 from ..refused import script_refusals
-from ..script import ARG, SET_VARIABLE, engine_required, launch_of, probe, resolved
+from ..script import ARG, ENV, SET_VARIABLE, launch_of, probe, resolved, uses_engine
+from ..script_flags import FRAMEWORKS, flag_knobs
 from ..trial_process import Launch
 from ..variants import Variant
 from .search import TuneResult
 
 OPTIMIZER = "optimizer"  # the engine key tune --objective time varies
+NO_ENGINE_SETS = (
+    "--set {sets} sets accel.Engine settings, and `{command}` creates no accel.Engine: tune its own options "
+    "(--batch-arg, --try arg:--OPTION=V1,V2, --try env:NAME=V1,V2)."
+)
 GIVEN = "script"  # how the fragment's comments name the configuration as given
 
 
@@ -49,8 +55,11 @@ class ScriptSubject:
     @classmethod
     def probed(cls, command: list[str], sets: list[str], timeout: float | None = None) -> ScriptSubject:
         given = probe(command, sets, timeout)
-        engine_required(given, command, "accel tune")
-        return cls(list(command), list(sets), given)
+        if uses_engine(given):
+            return cls(list(command), list(sets), given)
+        if sets:
+            raise AccelError(NO_ENGINE_SETS.format(command=shlex.join(command), sets=" ".join(sets)))
+        return UnchangedScript(list(command), [], given)
 
     def plain(self) -> dict[str, Any]:
         """The engine's settings and the script's options as its command gives them (`arg:--lr`: 0.003)."""
@@ -80,6 +89,22 @@ class ScriptSubject:
     def refusals(self, overrides: dict[str, Any]) -> list[str]:
         """Judged by the run's facts the probe read from the script's engine (none known: none refused for them)."""
         return script_refusals(self.engine, resolved(self.engine, self.launch(overrides), "variant"))
+
+
+class UnchangedScript(ScriptSubject):
+    """A script without an accel.Engine (accel.bench.instrument measures it): its own options and, for a Hugging
+    Face or LightningCLI script, its Trainer's flags, as given; no engine setting to resolve or refuse."""
+
+    def plain(self) -> dict[str, Any]:
+        flags = {f"{ARG}--{name}": value for name, value in (self.engine.get("flags") or {}).items()}
+        return {**flags, **{f"{ARG}{k}": v for k, v in options_of(self.command).items()}}
+
+    def config_key(self, overrides: dict[str, Any]) -> str:
+        launch = self.launch(overrides)
+        return json.dumps({"command": launch.command, "env": launch.env})
+
+    def refusals(self, overrides: dict[str, Any]) -> list[str]:
+        return []
 
 
 def options_of(command: list[str]) -> dict[str, Any]:
@@ -121,12 +146,37 @@ def _option(subject: ScriptSubject, flag: str, name: str) -> tuple[str, Any]:
 def speed_knobs(
     subject: ScriptSubject, speedups: bool, batch_arg: str | None, batch_sizes: str | None, tries: list[str]
 ) -> list[Knob]:
-    """The speed-up knobs the device runs, then the script's batch size (half to 4x), then `--try` keys."""
-    knobs = speedup_knobs(subject.engine["speedups"], resolve_device(subject.engine["device"])) if speedups else []
+    """The speed-up knobs the device runs (without an engine: its Trainer's speed flags), then the script's batch
+    size (half to 4x), then `--try` keys."""
+    knobs = _speed_flags(subject) if speedups else []
     if batch_arg:
         key, b = _option(subject, "--batch-arg", batch_arg)
         knobs.append(Knob(key, _sizes(key, _listed(batch_sizes, [max(1, b // 2), b, 2 * b, 4 * b])), bounded=True))
-    return [k for k in knobs + _tried(tries) if k.values]
+    return [k for k in knobs + _tries(subject, tries) if k.values]
+
+
+def _speed_flags(subject: ScriptSubject) -> list[Knob]:
+    if isinstance(subject, UnchangedScript):
+        if subject.engine.get("framework") not in FRAMEWORKS:
+            return []
+        knobs, skipped = flag_knobs(subject.engine, shlex.join(subject.command))
+        for name, why in skipped.items():
+            print(f"{name}: not tried: {why}", file=sys.stderr)
+        return knobs
+    return speedup_knobs(subject.engine["speedups"], resolve_device(subject.engine["device"]))
+
+
+def _tries(subject: ScriptSubject, tries: list[str]) -> list[Knob]:
+    """`--try` keys; a script without an engine takes its own options and environment only."""
+    knobs = _tried(tries)
+    if isinstance(subject, UnchangedScript):
+        for knob in knobs:
+            if not knob.key.startswith((ARG, ENV)):
+                raise AccelError(
+                    f"--try {knob.key}=...: an accel.Engine setting, and `{shlex.join(subject.command)}` creates no "
+                    "accel.Engine: try its own options (arg:--OPTION) or environment variables (env:NAME)."
+                )
+    return knobs
 
 
 def time_knobs(
@@ -134,7 +184,8 @@ def time_knobs(
 ) -> list[Knob]:
     """Muon (built by the engine from the script's optimizer), the script's learning rate, its batch size with
     the learning rate scaled to it, then `--try` keys."""
-    knobs = [Knob(OPTIMIZER, ["muon"])] if subject.engine.get(OPTIMIZER) != "muon" else []
+    muon = not isinstance(subject, UnchangedScript) and subject.engine.get(OPTIMIZER) != "muon"  # the engine builds it
+    knobs = [Knob(OPTIMIZER, ["muon"])] if muon else []
     lr_key = None
     if lr_arg:
         lr_key, lr = _option(subject, "--lr-arg", lr_arg)
@@ -143,7 +194,7 @@ def time_knobs(
         key, b = _option(subject, "--batch-arg", batch_arg)
         sizes = _sizes(key, _listed(batch_sizes, [max(1, b // 2), b, 2 * b]))
         knobs.append(Knob(key, sizes, bounded=True, couple=_scaled_lr(key, lr_key) if lr_key else None))
-    return [k for k in knobs + _tried(tries) if k.values]
+    return [k for k in knobs + _tries(subject, tries) if k.values]
 
 
 def _sizes(key: str, sizes: list[Any]) -> list[Any]:
@@ -185,7 +236,10 @@ def tuned_speedups(subject: ScriptSubject, chosen: dict[str, Any]) -> dict[str, 
 def run_line(subject: ScriptSubject, chosen: dict[str, Any], fragment: Path) -> str:
     """The command that runs the script with the chosen settings."""
     launch = subject.launch({k: v for k, v in chosen.items() if not k.startswith("speedups.")})
-    variables = [f"ACCEL_SPEEDUPS={shlex.quote(str(fragment))}"]
+    variables = [f"{name}={shlex.quote(value)}" for name, value in launch.env]
+    if isinstance(subject, UnchangedScript):
+        return " ".join([*variables, shlex.join(launch.command)])
+    variables.append(f"ACCEL_SPEEDUPS={shlex.quote(str(fragment))}")
     if launch.accel_set():
         variables.append(f"{SET_VARIABLE}={shlex.quote(launch.accel_set())}")
     return " ".join([*variables, shlex.join(launch.command)])
@@ -194,7 +248,8 @@ def run_line(subject: ScriptSubject, chosen: dict[str, Any], fragment: Path) -> 
 def write_script_fragment(
     result: TuneResult, subject: ScriptSubject, path: Path, comments: list[str]
 ) -> tuple[Path, str]:
-    """The `speedups:` section to run with, headed by `comments` and the command line; (its path, the line)."""
+    """The `speedups:` section to run with (without an engine: the command), headed by `comments` and the command
+    line; (its path, the line)."""
     from .output import choice_line, final_lines
 
     path = Path(path)
@@ -208,7 +263,10 @@ def write_script_fragment(
         f"  {line}",
     ]
     header = "".join(f"# {text}\n" for text in comments)
-    body = yaml.safe_dump({"speedups": tuned_speedups(subject, result.chosen)}, sort_keys=False)
+    if isinstance(subject, UnchangedScript):  # no engine, no speed-ups section: the command is the result
+        body = yaml.safe_dump({"command": line}, sort_keys=False, width=10**6)
+    else:
+        body = yaml.safe_dump({"speedups": tuned_speedups(subject, result.chosen)}, sort_keys=False)
     path.parent.mkdir(parents=True, exist_ok=True)
     return write_atomic(path, header + body), line
 

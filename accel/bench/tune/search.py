@@ -269,7 +269,7 @@ def _search_knob(m: Measure, result: TuneResult, knob: Knob, out: Path, traits: 
         best, passed = m.objective.pick(report)
         best = best or report.variant(stage.reference)
     else:
-        best, passed = _pick(report, stage.reference, m.subject.planned_steps(trials), guard=knob.speedup)
+        best, passed = _pick(report, stage.reference, m.subject.planned_steps(trials), guard=knob.speedup or knob.guard)
     result.chosen.update(best.overrides)  # the knob's value and any key it carries (a batch size's learning rate)
     if any(t.variant != stage.reference for t in trials):
         result.compared.append(knob.key)
