@@ -131,16 +131,6 @@ def uses_engine(given: dict[str, Any]) -> bool:
     return given.get("engine", True)
 
 
-def engine_required(given: dict[str, Any], command: list[str], what: str) -> None:
-    """`what` (tune, profile) measures a script through its accel.Engine for now: say so for one without."""
-    if not uses_engine(given):
-        raise AccelError(
-            f"{what} of a script measures it through its accel.Engine, and `{shlex.join(command)}` creates none. "
-            f"`accel bench --vary arg:--OPTION=V1,V2 -- {shlex.join(command)}` measures it unchanged; for {what}, "
-            "set its model up with an engine (docs/own-loop.md) or give a recipe."
-        )
-
-
 def unchanged_script(launch: ScriptLaunch, variant: Variant, command: list[str]) -> dict[str, Any]:
     """A variant of a script without an engine: its command line and environment; engine keys are refused."""
     for key in variant.overrides:

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
 
 def profile_script(args: argparse.Namespace) -> int:
     """`accel profile [OPTIONS] -- python train.py ARGS`: the same report, from the script's own engine."""
-    from ..bench.script import ScriptLaunch, engine_required, probe, script_name
+    from ..bench.script import ScriptLaunch, probe, script_name, uses_engine
     from ..io import default_out
     from ..profile.report import print_report
     from ..profile.script import Window, profile_script
@@ -87,7 +87,11 @@ def profile_script(args: argparse.Namespace) -> int:
     check_results_out(out, "profile")
     launch = ScriptLaunch(tuple(args.user_script), tuple(args.overrides))
     given = probe(args.user_script, args.overrides)  # no training, or a bad --set: one message, before any work
-    engine_required(given, args.user_script, "accel profile")
+    if args.overrides and not uses_engine(given):
+        raise AccelError(
+            f"--set {args.overrides[0]}: an accel.Engine setting, and `{shlex.join(args.user_script)}` creates no "
+            "accel.Engine: profile it as it runs (without --set), or change its own options on its command line."
+        )
     if args.sync_debug and not given["resolved_device"].startswith("cuda"):
         raise AccelError("--sync-debug needs CUDA: it reports host-device syncs, and this script runs on the CPU.")
     command = shlex.join(["accel", *args.argv])

@@ -28,6 +28,8 @@ class Facts:
     bf16_fast: bool  # the device computes bf16 natively
     workers: int | None  # the training loader's worker processes (None: not a torch DataLoader)
     cuda: bool
+    unchanged: bool  # a script without an engine: the fix is in its own terms
+    fused_optimizer: bool  # the optimizer steps fused already
 
     @classmethod
     def of(cls, report: dict[str, Any]) -> Facts:
@@ -45,6 +47,8 @@ class Facts:
             bf16_fast=facts["bf16_fast"],
             workers=facts["num_workers"],
             cuda=report["device"].startswith("cuda"),
+            unchanged=facts.get("framework") is not None,
+            fused_optimizer=facts.get("fused_optimizer", False),
         )
 
 
@@ -55,7 +59,10 @@ class Rule:
     finding: str  # formatted with the Facts' fields
     fix: str
     bench: str  # the `accel bench` options that measure the fix against the recipe (or script) as it is
-    script_fix: str | None = None  # for a script, where `fix` names a recipe's keys: this, and no bench command
+    # for a script with an engine where `fix` names a recipe's keys: this, and no bench command
+    script_fix: str | None = None
+    # for a script without an engine: the fix in its own terms (torch, an HF Trainer's or Lightning's flags)
+    unchanged_fix: str = ""
 
 
 RULES = (
@@ -68,6 +75,8 @@ RULES = (
         "--vary data.loader.num_workers=0,2,4 --vary data.cache.enabled=false,true",
         "more workers for the script's DataLoader (num_workers), batches through eng.setup_dataloaders, or "
         "decoding on the GPU (DALI)",
+        "more workers for the DataLoader (num_workers; an HF Trainer's --dataloader_num_workers), or decoding on "
+        "the GPU (DALI)",
     ),
     Rule(
         "host-bound",
@@ -77,6 +86,8 @@ RULES = (
         "or capture the step as a CUDA graph without compiling (speedups.cuda_graphs)",
         # compile alone: it and cuda_graphs refuse each other, and every variant of a --vary product must run
         "--vary speedups.compile.enabled=false,true",
+        unchanged_fix="torch.compile the model (an HF Trainer's --torch_compile; mode reduce-overhead also replays "
+        "the step as CUDA graphs)",
     ),
     Rule(
         "small-kernels",
@@ -85,6 +96,7 @@ RULES = (
         "and memory traffic between small kernels",
         "compile the model (speedups.compile) to fuse them",
         "--vary speedups.compile.enabled=false,true",
+        unchanged_fix="torch.compile the model to fuse them (an HF Trainer's --torch_compile)",
     ),
     Rule(
         "fp32-matmuls",
@@ -92,6 +104,8 @@ RULES = (
         "{matmul:.0%} of op time is matmul/convolution in fp32 on a device with fast bf16",
         "mixed precision (speedups.amp: {{dtype: bf16}})",
         "--vary speedups.amp.enabled=false,true",
+        unchanged_fix="bf16 autocast around the forward and loss (torch.autocast(device, torch.bfloat16); an HF "
+        "Trainer's --bf16, Lightning's --trainer.precision bf16-mixed)",
     ),
     Rule(
         "memory-bound",
@@ -100,14 +114,18 @@ RULES = (
         "activation checkpointing (speedups.activation_checkpointing); for a language model the chunked loss "
         "(task.fused_loss: true) never holds the whole vocabulary's logits",
         "--vary speedups.activation_checkpointing.enabled=false,true",
+        unchanged_fix="activation checkpointing (torch.utils.checkpoint; an HF Trainer's --gradient_checkpointing)",
     ),
     Rule(
         "slow-optimizer",
-        lambda f: f.optimizer >= 0.15,
+        # a script's own fused optimizer has nothing of accel's to add (an engine's may still compile its step)
+        lambda f: f.optimizer >= 0.15 and not (f.unchanged and f.fused_optimizer),
         "the optimizer step takes {optimizer:.0%} of the step",
         "a fused optimizer (speedups.optim: {{impl: fused}}) or a compiled one (speedups.compiled_optimizer)",
         # not foreach: the compiled optimizer refuses it, and every variant of the product must run
         "--vary speedups.optim.impl=auto,fused --vary speedups.compiled_optimizer.enabled=false,true",
+        unchanged_fix="a fused optimizer (torch.optim.AdamW(..., fused=True); an HF Trainer's --optim "
+        "adamw_torch_fused)",
     ),
 )
 
@@ -115,15 +133,21 @@ RULES = (
 def advise(report: dict[str, Any], recipe: str | list[str], overrides: list[str] = ()) -> list[dict[str, str]]:
     """The rules that apply to `report`, each as its finding, the fix and the bench command: on the recipe (a
     path) or the script (its command line, a list) with the `--set` overrides the profile was given, since the
-    bench must measure the run that was profiled. A rule whose keys only a recipe has gives a script no command."""
+    bench must measure the run that was profiled. A rule whose keys only a recipe has gives a script no command; a
+    script without an engine gets the fix in its own terms, and `--ablate` of its Trainer's flags where it has
+    them (a plain loop: no command, since only its own options can change it)."""
     script = not isinstance(recipe, str)
+    framework = report["facts"].get("framework")
     sets = [f"--set={item}" for item in overrides]
     facts = Facts.of(report)
     advice = []
     for rule in RULES:
         if not rule.applies(facts):
             continue
-        if script and rule.script_fix is not None:
+        if framework is not None:
+            ablate = f"accel bench --ablate -- {shlex.join(recipe)}" if framework in ("hf", "lightning") else None
+            fix, bench = rule.unchanged_fix, ablate
+        elif script and rule.script_fix is not None:
             fix, bench = rule.script_fix, None
         elif script:
             fix, bench = (

@@ -151,11 +151,12 @@ class ScriptProfile:
 def profile_script(window: Window, accel_set: str) -> dict[str, Any]:
     """Run the script with the window in ACCEL_PROFILE (and `accel_set` as ACCEL_SET), its output the terminal's;
     the report it wrote. A script that ends before its window does fails here, saying so."""
-    from ..bench.trial_process import exit_reason
+    from ..bench.trial_process import exit_reason, instrumented_pythonpath
     from ..engine.settings import SET_VARIABLE
     from ..errors import AccelError
 
-    env = {**os.environ, SET_VARIABLE: accel_set, **window.to_env()}
+    # the instrument profiles a script without an engine (accel/bench/instrument); an engine's script, itself
+    env = {**os.environ, SET_VARIABLE: accel_set, "PYTHONPATH": instrumented_pythonpath(), **window.to_env()}
     code = subprocess.run(window.script, env=env).returncode
     path = Path(window.out) / "profile.json"
     if not path.is_file():

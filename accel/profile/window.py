@@ -138,7 +138,8 @@ class ProfileWindow(Callback):
 
 
 def _facts(trainer) -> dict[str, Any]:
-    """The run's settings the advice weighs: whether amp is on, the task, the loader's workers."""
+    """The run's settings the advice weighs: whether amp is on, the task, the loader's workers, and whether the
+    script has no engine to take accel's settings."""
     loader = trainer.train_loader
     return {
         "precision": trainer.strategy.precision.name,
@@ -147,4 +148,7 @@ def _facts(trainer) -> dict[str, Any]:
         "num_workers": getattr(loader, "num_workers", None),
         "bf16_fast": devices.supports_bf16(trainer.device),
         "device_memory_mb": devices.total_memory_mb(trainer.device),
+        # a script without an accel.Engine (accel/bench/instrument): hf, lightning or plain; None with an engine
+        "framework": getattr(trainer, "framework", None),
+        "fused_optimizer": bool((getattr(getattr(trainer, "optimizer", None), "defaults", None) or {}).get("fused")),
     }

@@ -78,7 +78,7 @@ def test_a_script_that_ends_before_its_window_says_so(tmp_path, capfd):
     assert "no profile written" in err and "2 + 3 optimizer steps" in err and "exited with code 0" in err
 
 
-def test_a_script_without_an_engine_fails_with_one_message(tmp_path, capfd):
+def test_a_script_that_never_steps_fails_with_one_message(tmp_path, capfd):
     out = tmp_path / "profile"
     assert main(["profile", "--out", str(out), "--", sys.executable, str(_script(tmp_path, "print(1)\n"))]) == 2
     assert "without stepping an optimizer" in capfd.readouterr().err and not out.exists()
@@ -96,3 +96,61 @@ def test_a_scripts_advice_benches_the_script_with_its_settings():
     data_bound(report)
     (advice,) = advise(report, ["python", "train.py"])
     assert advice["bench"] is None and "script's DataLoader" in advice["fix"]  # its keys are a recipe's
+
+
+# --- a script without an engine, unchanged: the instrument drives the window (accel/bench/instrument/profiled.py) --
+
+PLAIN = """
+import sys, torch
+from torch.utils.data import DataLoader, TensorDataset
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+optimizer = torch.optim.AdamW(model.parameters(), lr=0.01, fused=sys.argv[2] == "fused")
+loader = DataLoader(TensorDataset(torch.randn(64, 16), torch.randint(0, 4, (64,))), batch_size=8)
+for step, (x, y) in enumerate(loader):
+    if step == int(sys.argv[1]):
+        break
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    torch.save(model.state_dict(), "ckpt.pt")
+print("the script ran to its end", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_an_unchanged_scripts_steps_are_profiled_from_outside(tmp_path, capfd, monkeypatch):
+    out = tmp_path / "profile"
+    monkeypatch.chdir(tmp_path)
+    argv = ["profile", "--warmup", "1", "--steps", "3", "--out", str(out), "--", sys.executable]
+    assert main([*argv, str(_script(tmp_path, PLAIN)), "8", "fused"]) == 0
+    report = json.loads((out / "profile.json").read_text())
+    assert report["steps"] == 3 and report["facts"]["framework"] == "plain"
+    assert report["facts"]["precision"] == "fp32" and report["facts"]["fused_optimizer"] is True
+    assert report["facts"]["num_workers"] == 0
+    phases = {row["phase"] for row in report["anatomy"]["phases"]}
+    assert {"data", "forward", "backward", "optimizer"} <= phases
+    assert any(row["op"].startswith("0 (Linear)") for row in report["modules"])
+    assert "the script ran to its end" not in capfd.readouterr().out  # ended after its window
+    assert not (tmp_path / "ckpt.pt").exists()  # its checkpoints went to the profile's own folder
+    refused = ["profile", "--set", "speedups.amp.enabled=true", "--out", str(tmp_path / "p2"), "--", sys.executable]
+    assert main([*refused, str(_script(tmp_path, PLAIN)), "8", "no"]) == 2  # no engine to take an engine setting
+    assert "an accel.Engine setting, and" in capfd.readouterr().err and not (tmp_path / "p2").exists()
+
+
+def test_an_unchanged_scripts_advice_is_in_its_own_terms():
+    report = copy.deepcopy(quiet())
+    report["facts"] |= {"framework": "hf", "precision": "fp32"}
+    (advice,) = advise(report, ["python", "train_hf.py", "--output_dir", "out"])
+    assert "torch.autocast" in advice["fix"] and "--bf16" in advice["fix"] and "speedups" not in advice["fix"]
+    assert advice["bench"] == "accel bench --ablate -- python train_hf.py --output_dir out"
+    report["facts"] |= {"framework": "plain"}
+    (advice,) = advise(report, ["python", "train.py"])
+    assert advice["bench"] is None  # a plain loop's own options are all a bench can change
+    report = copy.deepcopy(quiet())
+    slow_optimizer(report)
+    report["facts"] |= {"framework": "plain", "fused_optimizer": True}
+    assert advise(report, ["python", "train.py"]) == []  # fused already: nothing to add
+    report["facts"]["fused_optimizer"] = False
+    assert "fused=True" in advise(report, ["python", "train.py"])[0]["fix"]

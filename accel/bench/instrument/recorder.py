@@ -26,17 +26,21 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 import torch
-from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from ... import devices
 from ...batches import leading_tensor
 from ...engine import script_trial, trial_files
 from ...io import strict_json, write_atomic
+from ...measure.anatomy import Anatomy
 from . import trial_record
+
+if TYPE_CHECKING:
+    from .profiled import UnchangedProfile
 
 RECORDER: Recorder | None = None  # the process's one recorder, once torch is imported under a trial
 # what a framework adapter learnt of the script: its name, its speed flags as given, and whether it takes them on its
@@ -45,11 +49,20 @@ FACTS: dict[str, Any] = {"framework": "plain"}
 
 
 def install() -> None:
-    """Start recording (called once torch is imported): the bench's trial, or its probe."""
+    """Start recording (called once torch is imported): the bench's trial, or its probe, or `accel profile`'s
+    window."""
     global RECORDER
+    if RECORDER is not None:
+        return
     asked = script_trial.requested()
-    if RECORDER is None and asked is not None:
+    if asked is not None:
         RECORDER = Recorder(asked)
+    elif os.environ.get(script_trial.PROFILE):
+        from . import profiled
+
+        window = profiled.requested()
+        if window is not None:
+            RECORDER = Recorder(script_trial.Requested("", 0, 0, False, False, None, None, False), window)
 
 
 def stand_down() -> None:
@@ -75,7 +88,7 @@ class Recorder:
     """The script's steps as the bench asked to see them (`asked`), counted from torch's hooks; the figures and
     records it writes are accel.bench.instrument.trial_record's."""
 
-    def __init__(self, asked: script_trial.Requested):
+    def __init__(self, asked: script_trial.Requested, profile: UnchangedProfile | None = None):
         self.path, self.steps, self.probe, self.every_step = asked.path, asked.steps, asked.probe, asked.every_step
         self.warmup = max(asked.warmup, 1)  # the first step's samples are counted before the model is known
         self.target, self.metric, self.stop_at_target = asked.target, asked.metric, asked.stop
@@ -103,6 +116,10 @@ class Recorder:
         self.metrics: dict[str, float] = {}  # the last value of each metric the script logged through a framework
         self.evals: list[dict[str, Any]] = []  # each logged value of the target's metric, as TargetClock's
         self.saving_depth = 0
+        self.profile = profile  # `accel profile`'s window, over this clock (no record is written then)
+        self.anatomy = Anatomy()  # the phases the profile times (free while no window is open)
+        self.loader_workers: int | None = None  # the last DataLoader's workers, and the forward's precision:
+        self.precision: str | None = None  # what the profile's advice weighs
         self._undo: list[Callable[[], None]] = []
         self._hook()
         _keep_trial_files()
@@ -122,6 +139,9 @@ class Recorder:
             patch(torch.amp.GradScaler, "scale", self._scale),
             patch(torch.utils.data.dataloader._BaseDataLoaderIter, "__next__", self._next_batch),
         ]
+        if self.profile is not None:
+            self._undo.append(register_optimizer_step_pre_hook(self._stepping).remove)
+        self._optimizer_phases: list[Any] = []
 
     def _watch_printed(self, patterns: tuple[str, ...]) -> None:
         from . import reported
@@ -142,6 +162,10 @@ class Recorder:
         return self.saving(save, obj, *args, **kwargs)
 
     def _backward(self, original, tensors, *args, **kwargs):
+        with self.anatomy.phase("backward"):
+            return self._backward_once(original, tensors, *args, **kwargs)
+
+    def _backward_once(self, original, tensors, *args, **kwargs):
         if self.first_backward is None:
             self.first_backward = time.perf_counter()
         loss = tensors if isinstance(tensors, torch.Tensor) else None
@@ -176,7 +200,9 @@ class Recorder:
 
     def _next_batch(self, original, iterator):
         start = time.perf_counter()
-        batch = original(iterator)
+        with self.anatomy.phase("data"):
+            batch = original(iterator)
+        self.loader_workers = iterator._num_workers
         if self.eval_since is None:
             self.counts["data_s"] += time.perf_counter() - start
             self.loader_seen = True
@@ -190,6 +216,10 @@ class Recorder:
             self._close_eval()
             if not self.batches_counted:
                 self._count(args or tuple(kwargs.values()))
+            if self.profile is not None and self.precision is None:
+                from .profiled import precision
+
+                self.precision = precision(module, self.device)
         else:
             self.evaluating()
 
@@ -242,8 +272,11 @@ class Recorder:
             self._finish()
 
     def _finish(self) -> None:
-        """Write the record and end: at once, or through the framework's own stop where it has one."""
-        self._write_record()
+        """Write the record (a profile wrote its report) and end: at once, or through the framework's own stop
+        where it has one."""
+        if self.profile is None:
+            self._write_record()
+        self.done = True
         self.active = False
         if not self.framework_stops:
             raise SystemExit(0)
@@ -251,7 +284,14 @@ class Recorder:
 
     # --- steps ---------------------------------------------------------------------------------------------------
 
+    def _stepping(self, optimizer, args, kwargs) -> None:
+        """Before any optimizer's step, under a profile: its `optimizer` phase opens (closed in `_stepped`)."""
+        self._optimizer_phases.append(self.anatomy.phase("optimizer"))
+        self._optimizer_phases[-1].__enter__()
+
     def _stepped(self, optimizer, args, kwargs) -> None:
+        if self._optimizer_phases:
+            self._optimizer_phases.pop().__exit__(None, None, None)
         if not self.active:
             return
         if self.optimizer is None:
@@ -273,6 +313,8 @@ class Recorder:
         self.marks.append({"t": now - self.excluded_s, "wall": now, **self.counts})
         self.step_losses.append(torch.stack(self.losses).sum() if self.losses else None)
         self.losses = []
+        if self.profile is not None and self.profile.stepped(self):
+            self._finish()
         if self.steps and len(self.marks) >= self.warmup + self.steps:
             self._finish()
 
@@ -281,6 +323,7 @@ class Recorder:
         (a wrapper and what it wraps: the depth count takes the outer call), none inside a compiled module, whose
         calls dynamo has traced (a hook added there would recompile it)."""
         self.models = trained_models(self.optimizer)
+        self.anatomy.device = self.device
         for module in self.models:
             pre = module.register_forward_pre_hook(self._forward, with_kwargs=True)
             post = module.register_forward_hook(self._forwarded, always_call=True)
@@ -309,6 +352,9 @@ class Recorder:
     def _ended(self) -> None:
         """At exit before the record: the script crashed (its traceback), ran out of steps first, or never stepped;
         or, with no step count asked for (its own run), this is the record."""
+        if self.profile is not None:
+            self.profile.ended_early(len(self.marks))
+            return
         if self.done or not self.active or self.probe:
             return
         if not self.steps and self.failure is None and len(self.marks) > self.warmup:
