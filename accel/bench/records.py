@@ -134,6 +134,9 @@ class Trial(Record):
     recompiles: int | None = None
     model_traits: dict[str, bool] | None = None
     steps_per_epoch: int | None = None
+    # the optimizer steps an unchanged script's real run takes, as its framework declares them (an HF Trainer's
+    # max_steps, Lightning's estimated stepping batches): what a start-up cost must be repaid within
+    run_steps: int | None = None
     env: dict[str, Any] | None = None
     time_to_target_s: float | None = None
     target_evals: list[dict[str, Any]] | None = None
@@ -272,6 +275,7 @@ class SpeedupReadings(Record):
 class Recommendation(Record):
     overrides: dict[str, Any]
     text: str
+    run_with: str | None = None  # the command that runs the recommendation (none: the baseline as it is)
 
 
 class BenchSettings(Record):
@@ -285,6 +289,9 @@ class BenchSettings(Record):
     target: str | None
     eval_every: int | None
     sync: str = "step"  # set only for --sync window (the device synchronised around the timed steps only)
+    # the real run's optimizer steps a recommendation must repay its start-up within, and where that came from
+    run_steps: int | None = None
+    run_steps_from: str | None = None
 
 
 class Report(Record):

@@ -228,7 +228,7 @@ def _results(report: Report) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(row) + " |" for row in rows]
     out += ["", "## Verdicts", ""] + [f"- {ln}" for ln in verdict_lines(report)]
-    out += ["", "## Recommended configuration", "", report.recommended.text]
+    out += ["", "## Recommended configuration", "", report.recommended.text, *_run_with(report)]
     lint = lint_lines(report)
     if lint:
         out += ["", "## Speed lint", ""] + [f"- {ln}" for ln in lint]
@@ -236,6 +236,17 @@ def _results(report: Report) -> list[str]:
     if failed:
         out += ["", "## Failed trials", ""] + [f"- {ln}" for ln in failed]
     return out
+
+
+def _run_with(report: Report) -> list[str]:
+    """The line that runs the recommendation, and the run length it was weighed for."""
+    if not report.recommended.run_with:
+        return []
+    settings = report.settings
+    length = ""
+    if settings is not None and settings.run_steps:
+        length = f"For a run of {settings.run_steps:,} optimizer steps ({settings.run_steps_from}). "
+    return ["", f"{length}Run with: `{report.recommended.run_with}`"]
 
 
 def _baseline(report: Report) -> list[str]:
@@ -269,6 +280,6 @@ def write_reports(report: Report, out_dir: Path) -> dict[str, Path]:
     paths = {"json": out_dir / "report.json", "md": out_dir / "report.md"}
     write_atomic(paths["json"], strict_json(report.to_data(), indent=2) + "\n")
     paths["md"].write_text(render_markdown(report))
-    notes = verdict_lines(report) + ["Recommended configuration: " + report.recommended.text]
+    notes = verdict_lines(report) + ["Recommended configuration: " + report.recommended.text, *_run_with(report)[1:]]
     paths["html"] = plots.write_html(report, out_dir, table(report), notes, failed_lines(report), busy_line(report))
     return paths

@@ -25,6 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from ..measure import load
 from ..runs.signals import handled, leave_closed_terminal
 from .plan import BenchPlan, slug, write_recipes
+from .real_run import run_steps, run_with
 from .records import Report, Trial
 from .report import write_reports
 from .summary import summarize
@@ -233,6 +234,7 @@ class BenchRun:
     trials: int
     command: str | None = None
     refused: dict[str, str] = field(default_factory=dict)  # variants the conflict rule refused: no trials
+    script: list[str] | None = None  # a script's command line (None: a recipe, `source`)
 
 
 def run_and_report(
@@ -265,7 +267,15 @@ def run_and_report(
     }
     if run.command:
         extra["command"] = run.command
+    steps, said = run_steps(run, results)
+    if steps:
+        extra["settings"] |= {"run_steps": steps, "run_steps_from": said}
     # the report holds the environment once, not in every trial
     records = [r.without("env") for r in results]
-    report = summarize(records, run.variants, run.baseline, env=_environment(results), extra=extra, refused=run.refused)
+    env = _environment(results)
+    report = summarize(records, run.variants, run.baseline, env=env, extra=extra, refused=run.refused, run_steps=steps)
+    baseline = next(v for v in run.variants if v.name == report.baseline)
+    line = None if report.interrupted else run_with(run, report.recommended, baseline)
+    if line:  # set only when there is one: a report's keys are those set
+        report.recommended.run_with = line
     return report, write_reports(report, out)

@@ -288,5 +288,7 @@ def run_script_bench(
         (t, v.name, plan.launches[v.name]) for t, v in interleave(plan.variants, trials) if v.name not in plan.refused
     ]
     source = shlex.join(plan.command)
-    run = BenchRun(plan.variants, plan.baseline, source, plan.configs, settings, trials, command, plan.refused)
+    run = BenchRun(
+        plan.variants, plan.baseline, source, plan.configs, settings, trials, command, plan.refused, plan.command
+    )
     return run_and_report(run, jobs, Path(out), console)

@@ -216,14 +216,39 @@ def _unsure(names: list[str]) -> str:
     )
 
 
-def _recommend_speedups(ups: dict[str, SpeedupReadings], rows: dict[str, VariantSummary]) -> Recommendation:
-    # Helped in at least one reading and hurt in none; a speed-up with any failed trial is never recommended.
+def _late(r: VariantSummary, run_steps: int | None) -> bool:
+    """Faster, but its start-up is not repaid within the real run's steps."""
+    return bool(run_steps) and r.break_even_steps is not None and r.break_even_steps > run_steps
+
+
+def _payback(rows: list[VariantSummary], run_steps: int | None) -> str:
+    """What the recommendation says of start-up costs: those left out for the run's length, or, the length
+    unknown, from which run length each chosen one pays."""
+    if run_steps:
+        late = [f"{r.name} (after {r.break_even_steps:,.0f})" for r in rows if _late(r, run_steps)]
+        said = f"left out, as they repay their start-up only after the run's {run_steps:,} steps: {', '.join(late)}"
+        return f"; {said}" if late else ""
+    paying = [f"{r.name} from {r.break_even_steps:,.0f} steps on" for r in rows if r.break_even_steps]
+    if not paying:
+        return ""
+    return (
+        f"; repaying its start-up, {', '.join(paying)}: a shorter run is slower with it (the run's length is not "
+        "known here: give --run-steps N to weigh it)"
+    )
+
+
+def _recommend_speedups(
+    ups: dict[str, SpeedupReadings], rows: dict[str, VariantSummary], run_steps: int | None
+) -> Recommendation:
+    # Helped in at least one reading and hurt in none; a speed-up with any failed trial is never recommended, nor
+    # one whose start-up the real run would not repay.
     said = {n: {x.verdict for x in (s.added, s.removed) if x} for n, s in ups.items()}
     failed = [n for n in ups if rows[f"+{n}"].errors or (f"-{n}" in rows and rows[f"-{n}"].errors)]
     refused = [n for n in ups if rows[f"+{n}"].refused or (f"-{n}" in rows and rows[f"-{n}"].refused)]
     unsure = [n for n, s in ups.items() if _busy(s.added, s.removed)]
     left_out = failed + refused + unsure
-    chosen = [n for n, v in said.items() if Verdict.HELPED in v and Verdict.HURT not in v and n not in left_out]
+    helped = [n for n, v in said.items() if Verdict.HELPED in v and Verdict.HURT not in v and n not in left_out]
+    chosen = [n for n in helped if not _late(rows[f"+{n}"], run_steps)]
     changed = [n for n in chosen if rows[f"+{n}"].result_changed]
     quiet = " on a quiet machine" if unsure else ""
     text = ", ".join(chosen) if chosen else f"baseline (no speed-up helped measurably{quiet})"
@@ -233,7 +258,7 @@ def _recommend_speedups(ups: dict[str, SpeedupReadings], rows: dict[str, Variant
         text += f"; left out as refused beside the recipe's other choices: {', '.join(refused)}"
     if rows.get("all") and rows["all"].refused and len(chosen) > 1:
         text += f"; all of them together was refused ({rows['all'].refused}): keep those that can run together"
-    text += _unsure(unsure)
+    text += _unsure(unsure) + _payback([rows[f"+{n}"] for n in helped], run_steps)
     if changed:
         text += f"; check results: {', '.join(changed)} changed final loss or accuracy beyond noise"
     return Recommendation(overrides={f"speedups.{n}.enabled": n in chosen for n in ups}, text=text)
@@ -246,9 +271,12 @@ INTERRUPTED = Recommendation(
 )
 
 
-def _recommend(baseline: str, rows: dict[str, VariantSummary], ups: dict[str, SpeedupReadings]) -> Recommendation:
+def _recommend(
+    baseline: str, rows: dict[str, VariantSummary], ups: dict[str, SpeedupReadings], run_steps: int | None
+) -> Recommendation:
     """Ablation: the speed-ups that helped; --vary: the fastest combination that helped, else the baseline.
-    A variant whose trials failed is never recommended."""
+    A variant whose trials failed is never recommended, nor one whose start-up a run of `run_steps` would not
+    repay."""
     if not rows[baseline].ok_trials:
         return Recommendation(
             overrides={},
@@ -257,11 +285,12 @@ def _recommend(baseline: str, rows: dict[str, VariantSummary], ups: dict[str, Sp
             else "none: the baseline's trials failed, so nothing could be compared with it (see Failed trials)",
         )
     if ups:
-        return _recommend_speedups(ups, rows)
+        return _recommend_speedups(ups, rows, run_steps)
     helped = [r for r in rows.values() if r.verdict == Verdict.HELPED and not r.errors]
-    best = max(helped, key=lambda r: r.samples_per_s.median, default=rows[baseline])
+    paying = [r for r in helped if not _late(r, run_steps)]
+    best = max(paying, key=lambda r: r.samples_per_s.median, default=rows[baseline])
     busy = [r.name for r in rows.values() if r.name != baseline and r.busy is not None]
-    unsure = _unsure(busy)
+    unsure = _unsure(busy) + _payback(helped if run_steps else [best], run_steps)
     if best.name == baseline:
         text = f"{best.name} (nothing was measurably faster{' on a quiet machine' if busy else ''}){unsure}"
         return Recommendation(overrides=dict(best.overrides), text=text)
@@ -286,11 +315,13 @@ def summarize(
     env: dict | None = None,
     extra: dict[str, Any] | None = None,
     refused: dict[str, str] | None = None,
+    run_steps: int | None = None,
 ) -> Report:
     """The report docs/bench.md describes from the trials; failed trials are kept and counted.
 
     `env` becomes `report.env`; `extra` sets the run's context fields (`command`, `recipes`, ...); `refused` names
-    the variants the conflict rule refused (not run) with the reason.
+    the variants the conflict rule refused (not run) with the reason; `run_steps`, the real run's optimizer
+    steps, within which a recommended variant must repay its start-up.
     """
     refused = refused or {}
     names = [v.name for v in variants]
@@ -307,7 +338,7 @@ def summarize(
     }
     ups = _speedup_readings(rows) if ablation else {}
     extra = dict(extra or {})
-    recommended = INTERRUPTED if extra.get("interrupted") else _recommend(baseline, rows, ups)
+    recommended = INTERRUPTED if extra.get("interrupted") else _recommend(baseline, rows, ups, run_steps)
     clash = set(extra) & {"baseline", "variants", "env", "speedups", "recommended"}
     if clash:
         raise ValueError(f"extra keys {sorted(clash)} would overwrite computed report keys")

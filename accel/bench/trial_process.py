@@ -47,6 +47,7 @@ class TrialSettings:
     # while the device works); "window": only around the timed steps, whose throughput is then a real run's
     sync: str = "step"
     metric_patterns: tuple[str, ...] = ()  # a script's metrics from its printed lines (--metric-pattern)
+    run_steps: int | None = None  # the real run's optimizer steps (--run-steps), for the recommendation
 
     def __post_init__(self) -> None:
         if self.sync not in SYNCS:

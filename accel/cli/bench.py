@@ -52,6 +52,14 @@ def add(commands) -> None:
     )
     add_metric_pattern(bench_parser)
     bench_parser.add_argument(
+        "--run-steps",
+        type=positive_int,
+        metavar="N",
+        help="the optimizer steps of your real run: a variant that repays its start-up (compilation) only later is "
+        "not recommended (default: what the run declares, a recipe's budget or a Trainer's max_steps; unknown: the "
+        "report says from which length each pays)",
+    )
+    bench_parser.add_argument(
         "--eval-every",
         type=int,
         metavar="N",
@@ -187,6 +195,16 @@ def add_metric_pattern(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of optimizer steps, at least 1")
+    return value
+
+
 def metric_pattern(text: str) -> str:
     """A --metric-pattern: a regular expression with at least one named group (the metric's name)."""
     try:
@@ -229,7 +247,14 @@ def bench(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else default_out(plan.name, kind="bench")
     check_results_out(out, "bench")
     settings = TrialSettings(
-        args.steps, args.warmup, args.timeout, args.warm_cache, args.target, args.eval_every, sync=args.sync
+        args.steps,
+        args.warmup,
+        args.timeout,
+        args.warm_cache,
+        args.target,
+        args.eval_every,
+        sync=args.sync,
+        run_steps=args.run_steps,
     )
     with hold(out):  # a second bench there is refused while this one runs
         report, _ = run_bench(plan, out, settings, args.trials, command=shlex.join(["accel", *args.argv]))
@@ -289,6 +314,7 @@ def bench_script(args: argparse.Namespace) -> int:
         args.target,
         sync=args.sync,
         metric_patterns=tuple(args.metric_pattern),
+        run_steps=args.run_steps,
     )
     out = Path(args.out) if args.out else default_out(script_name(args.user_script), kind="bench")
     if not args.list:

@@ -188,6 +188,8 @@ def test_a_trainer_script_is_benched_with_its_eval_loss_and_its_output_dir_untou
             assert trial["batch_size"] == batch and trial["tokens_per_s"] == pytest.approx(32 * trial["samples_per_s"])
             assert trial["val_metric_name"] == "eval_loss" and trial["val_metric"] > 0 and trial["eval_s"] > 0
             assert trial["save_s"] > 0 and len(trial["step_losses"]) == 6
+            assert trial["run_steps"] == 3 * 2048 // batch  # the Trainer's own: 3 epochs of its 2048 samples
+    assert got["settings"]["run_steps"] == 3 * 2048 // 4  # the baseline's, which a start-up must pay within
     assert not output_dir.exists() or not any(output_dir.iterdir())  # checkpoints every 2 steps went elsewhere
 
 

@@ -77,6 +77,8 @@ def test_bench_end_to_end_interleaves_and_reports_a_crashing_variant(tiny, write
         "compile_cache": "cold (fresh per trial)",
         "target": None,
         "eval_every": None,
+        "run_steps": 12,  # the recipe's 2 epochs of its baseline's 6 steps each: a start-up must pay within them
+        "run_steps_from": "the recipe's epochs",
     }
     assert report["recipes"]["data.batch_size=4096"]["data"]["batch_size"] == 4096
     good, bad = report["variants"]

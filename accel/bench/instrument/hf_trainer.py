@@ -77,6 +77,7 @@ class TrialCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.recorder.training_began()
+        recorder.FACTS["run_steps"] = state.max_steps or None  # from --max_steps, or the epochs over the loader
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         self.recorder.logged(logs or {})

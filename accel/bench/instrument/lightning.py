@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import math
 import tempfile
 from types import ModuleType
 from typing import Any
@@ -83,6 +84,8 @@ def _callback_class(base: type) -> type:
 
         def on_train_start(self, trainer, pl_module):
             self.recorder.training_began()
+            steps = trainer.estimated_stepping_batches  # from max_steps, or the epochs over the loader; inf: no end
+            recorder.FACTS["run_steps"] = int(steps) if math.isfinite(steps) else None
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             self.recorder.batch(batch)

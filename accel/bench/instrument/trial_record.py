@@ -45,6 +45,7 @@ def trial(rec: Recorder) -> dict[str, Any]:
     """The figures of `accel.bench.records.Trial`, from the recorder's marks (the first step's counts came before
     the model's hook: the timed steps are measured from the first mark on)."""
     from ...models.blocks import model_traits
+    from .recorder import FACTS
 
     steps = deltas(rec.marks[1:], rec.marks[0])
     timed = steps[rec.warmup - 1 :]
@@ -59,6 +60,7 @@ def trial(rec: Recorder) -> dict[str, Any]:
         "save_s": rec.save_s,
         "wall_s": time.perf_counter() - rec.zero,
         "model_traits": model_traits(rec.models[0]) if rec.models else None,
+        "run_steps": FACTS.get("run_steps"),
         "env": devices.environment(rec.device),
         **_compile_figures(),
         **_batch(timed),
