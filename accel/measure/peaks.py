@@ -86,6 +86,23 @@ def _matmul_rate(m: int, k: int, n: int, dtype: torch.dtype, seconds: float) -> 
     return 2 * m * k * n / best_seconds(lambda: a @ b, seconds=seconds)
 
 
+def bf16_matmul_speedup(
+    k: int, n: int, device: torch.device, rows: int = 1024, seconds: float = 0.05, rounds: int = 5
+) -> float:
+    """bf16 matmul's speed over fp32's at a model's own size (`rows` x k times k x n) on `device`: where its layers
+    are narrow, bf16's conversions cost more than its arithmetic saves, whatever the device's peak. The median of
+    `rounds` interleaved pairs, each the best of about `seconds`: a neighbour's burst moves one pair, not the
+    figure."""
+    own = torch.Generator().manual_seed(0)  # the run's random stream is left untouched
+    a, b = torch.randn(rows, k, generator=own).to(device), torch.randn(k, n, generator=own).to(device)
+    a16, b16 = a.bfloat16(), b.bfloat16()
+    ratios = [
+        best_seconds(lambda: a @ b, device, seconds) / best_seconds(lambda: a16 @ b16, device, seconds)
+        for _ in range(rounds)
+    ]
+    return sorted(ratios)[rounds // 2]
+
+
 def best_seconds(
     fn: Callable[[], object], device: torch.device = CPU, seconds: float = 0.25, repeats: int = 1
 ) -> float:

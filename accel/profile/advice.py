@@ -12,6 +12,8 @@ from typing import Any
 from ..measure.traps import DATA_WAIT
 from .phases import share
 
+BF16_PAYS = 1.2  # bf16 matmuls at the model's size at least this much faster: worth a bench of mixed precision
+
 
 @dataclass(frozen=True)
 class Facts:
@@ -30,6 +32,7 @@ class Facts:
     cuda: bool
     unchanged: bool  # a script without an engine: the fix is in its own terms
     fused_optimizer: bool  # the optimizer steps fused already
+    bf16_speedup: float | None  # bf16 matmul over fp32 at the model's largest matmul, measured (None: not)
 
     @classmethod
     def of(cls, report: dict[str, Any]) -> Facts:
@@ -49,7 +52,13 @@ class Facts:
             cuda=report["device"].startswith("cuda"),
             unchanged=facts.get("framework") is not None,
             fused_optimizer=facts.get("fused_optimizer", False),
+            bf16_speedup=facts.get("bf16_matmul_speedup"),
         )
+
+    @property
+    def bf16_said(self) -> str:
+        measured = self.bf16_speedup
+        return "" if measured is None else f" (bf16 matmuls at the model's size measured {measured:.1f}x fp32 here)"
 
 
 @dataclass(frozen=True)
@@ -100,8 +109,9 @@ RULES = (
     ),
     Rule(
         "fp32-matmuls",
-        lambda f: f.precision == "fp32" and f.bf16_fast and f.matmul >= 0.3,
-        "{matmul:.0%} of op time is matmul/convolution in fp32 on a device with fast bf16",
+        # not where bf16 measured no faster at the model's own matmul size: narrow layers pay for the conversions
+        lambda f: f.precision == "fp32" and f.bf16_fast and f.matmul >= 0.3 and (f.bf16_speedup or 2.0) >= BF16_PAYS,
+        "{matmul:.0%} of op time is matmul/convolution in fp32 on a device with fast bf16{bf16_said}",
         "mixed precision (speedups.amp: {{dtype: bf16}})",
         "--vary speedups.amp.enabled=false,true",
         unchanged_fix="bf16 autocast around the forward and loss (torch.autocast(device, torch.bfloat16); an HF "
@@ -156,6 +166,6 @@ def advise(report: dict[str, Any], recipe: str | list[str], overrides: list[str]
             )
         else:
             fix, bench = rule.fix, f"accel bench {shlex.join([recipe, *sets])} {rule.bench}"
-        finding = rule.finding.format(**vars(facts))
+        finding = rule.finding.format(**vars(facts), bf16_said=facts.bf16_said)
         advice.append({"rule": rule.name, "finding": finding, "fix": fix.format(), "bench": bench})
     return advice

@@ -94,7 +94,7 @@ def findings(report: dict[str, Any]) -> list[str]:
         spent = " and ".join(f"{row['phase']} {row['share']:.0%}" for row in top)
         return [f"No finding: the step is {spent}, none of it a known trap. The operator tables say where it goes."]
     return [
-        f"{a['finding']}. Fix: {a['fix']}." + (f" Prove it: `{a['bench']}`" if a["bench"] else "")
+        f"{a['finding']}. Worth trying: {a['fix']}." + (f" Test it: `{a['bench']}`" if a["bench"] else "")
         for a in report["advice"]
     ]
 

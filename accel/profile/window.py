@@ -17,7 +17,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 
 from .. import devices
 from ..callbacks import Callback
-from ..measure import load, memory_snapshot
+from ..measure import load, memory_snapshot, peaks
 from ..measure.anatomy import Segment
 from ..runs.records import FitSummary
 
@@ -141,8 +141,9 @@ def _facts(trainer) -> dict[str, Any]:
     """The run's settings the advice weighs: whether amp is on, the task, the loader's workers, and whether the
     script has no engine to take accel's settings."""
     loader = trainer.train_loader
+    precision = trainer.strategy.precision.name
     return {
-        "precision": trainer.strategy.precision.name,
+        "precision": precision,
         "speedups": sorted(s.name for s in trainer.speedups),
         "task": trainer.task.name,
         "num_workers": getattr(loader, "num_workers", None),
@@ -151,4 +152,21 @@ def _facts(trainer) -> dict[str, Any]:
         # a script without an accel.Engine (accel/bench/instrument): hf, lightning or plain; None with an engine
         "framework": getattr(trainer, "framework", None),
         "fused_optimizer": bool((getattr(getattr(trainer, "optimizer", None), "defaults", None) or {}).get("fused")),
+        "bf16_matmul_speedup": _bf16_at_model_size(trainer) if precision == "fp32" else None,
     }
+
+
+def _bf16_at_model_size(trainer) -> float | None:
+    """bf16 over fp32 at the model's largest matmul (a Linear's, a convolution's as its im2col product), measured
+    after the window: what the mixed-precision advice weighs, since a narrow model's bf16 can be slower."""
+    if not devices.supports_bf16(trainer.device):
+        return None
+    shapes = [
+        (m.weight[0].numel(), m.weight.shape[0])
+        for m in trainer.module.modules()
+        if isinstance(m, (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d))
+    ]
+    if not shapes:
+        return None
+    k, n = max(shapes, key=lambda shape: shape[0] * shape[1])
+    return peaks.bf16_matmul_speedup(k, n, trainer.device)

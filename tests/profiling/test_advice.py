@@ -123,3 +123,19 @@ def test_every_variant_of_every_bench_command_is_one_accel_runs(tiny):
             recipe = validate_recipe(apply_overrides(tiny, Origins(), sets))
             problems = refusals(from_configs(recipe.speedups), torch.device("cpu"), Strategy())
             assert not problems, (rule.name, variant.name, problems)
+
+
+def test_mixed_precision_is_not_advised_where_bf16_measured_no_faster_at_the_models_size():
+    report = quiet()
+    report["facts"].update(precision="fp32", bf16_matmul_speedup=0.7)  # a narrow model: conversions cost more
+    assert advise(report, "r.yaml") == []
+    report["facts"]["bf16_matmul_speedup"] = 2.0
+    (advice,) = advise(report, "r.yaml")
+    assert "bf16 matmuls at the model's size measured 2.0x fp32 here" in advice["finding"]
+
+
+def test_the_bf16_probe_measures_the_models_own_matmul_size():
+    from accel.measure.peaks import bf16_matmul_speedup
+
+    ratio = bf16_matmul_speedup(16, 16, torch.device("cpu"), rows=64, seconds=0.01)
+    assert 0 < ratio < 100
