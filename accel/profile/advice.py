@@ -7,9 +7,11 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..measure.traps import DATA_WAIT
+from .measured import bench_said
 from .phases import share
 
 BF16_PAYS = 1.2  # bf16 matmuls at the model's size at least this much faster: worth a bench of mixed precision
@@ -140,12 +142,15 @@ RULES = (
 )
 
 
-def advise(report: dict[str, Any], recipe: str | list[str], overrides: list[str] = ()) -> list[dict[str, str]]:
+def advise(
+    report: dict[str, Any], recipe: str | list[str], overrides: list[str] = (), folder: Path | None = None
+) -> list[dict[str, str]]:
     """The rules that apply to `report`, each as its finding, the fix and the bench command: on the recipe (a
     path) or the script (its command line, a list) with the `--set` overrides the profile was given, since the
     bench must measure the run that was profiled. A rule whose keys only a recipe has gives a script no command; a
     script without an engine gets the fix in its own terms, and `--ablate` of its Trainer's flags where it has
-    them (a plain loop: no command, since only its own options can change it)."""
+    them (a plain loop: no command, since only its own options can change it). Where a bench beside `folder` (the
+    profile's) already found the advised change no faster on this run, the advice says so (`measured`)."""
     script = not isinstance(recipe, str)
     framework = report["facts"].get("framework")
     sets = [f"--set={item}" for item in overrides]
@@ -168,4 +173,7 @@ def advise(report: dict[str, Any], recipe: str | list[str], overrides: list[str]
             fix, bench = rule.fix, f"accel bench {shlex.join([recipe, *sets])} {rule.bench}"
         finding = rule.finding.format(**vars(facts), bf16_said=facts.bf16_said)
         advice.append({"rule": rule.name, "finding": finding, "fix": fix.format(), "bench": bench})
+        said = bench_said(folder, recipe if not script else shlex.join(recipe), rule.bench) if folder else None
+        if said and framework is None:  # an unchanged script's bench is its --ablate, not the rule's keys
+            advice[-1]["measured"] = said
     return advice

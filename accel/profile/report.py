@@ -52,7 +52,7 @@ def build(
         "load": profiled.load,
         "busy": busy_note([profiled.load], "profiled windows"),
     }
-    report["advice"] = advise(report, recipe, overrides)
+    report["advice"] = advise(report, recipe, overrides, folder)
     return report
 
 
@@ -94,7 +94,9 @@ def findings(report: dict[str, Any]) -> list[str]:
         spent = " and ".join(f"{row['phase']} {row['share']:.0%}" for row in top)
         return [f"No finding: the step is {spent}, none of it a known trap. The operator tables say where it goes."]
     return [
-        f"{a['finding']}. Worth trying: {a['fix']}." + (f" Test it: `{a['bench']}`" if a["bench"] else "")
+        f"{a['finding']}. Worth trying: {a['fix']}."
+        + (f" Test it: `{a['bench']}`" if a["bench"] else "")
+        + (f" Already measured: {a['measured']}." if a.get("measured") else "")
         for a in report["advice"]
     ]
 

@@ -1,0 +1,72 @@
+"""What a bench already measured of a piece of advice: where a bench of the same recipe or script (a report.json
+beside the profile's folder, as `runs/` holds them) measured the change a rule advises, the advice says what it
+found, so a profile never repeats a hypothesis the user has already seen refuted."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+from ..bench.variants import vary_variants
+
+REFUTED = ("hurt", "no effect")
+
+
+def bench_said(folder: Path, source: str, bench_options: str) -> str | None:
+    """What the latest bench of `source` beside `folder` measured of the change `bench_options` (a rule's
+    `--vary KEY=OFF,ON`) makes, where it found it no faster; None where none did."""
+    change = _change(bench_options)
+    for path in sorted(folder.parent.glob("*/report.json"), key=_mtime, reverse=True):
+        report = _read(path)
+        if report is None or _source(report.get("recipe")) != _source(source):
+            continue
+        variant = next((v for v in report.get("variants", []) if _makes(v.get("overrides") or {}, change)), None)
+        if variant is not None and variant.get("verdict") in REFUTED:
+            ratio = variant.get("ratio_vs_baseline") or {}
+            low, high = ratio.get("ci95") or (None, None)
+            interval = f" [{low:.2f}, {high:.2f}]" if low is not None else ""
+            return (
+                f"a bench of this run measured it at {ratio.get('median', 0):.2f}x{interval} ({variant['verdict']}) "
+                f"in {path.parent}: no use trying it again unless the run changed"
+            )
+    return None
+
+
+def _change(bench_options: str) -> dict[str, Any]:
+    """The keys a rule's `--vary KEY=OFF,ON` items switch, at their last (the advised) value."""
+    words = shlex.split(bench_options)
+    items = [words[i + 1] for i, word in enumerate(words) if word == "--vary" and i + 1 < len(words)]
+    return dict(vary_variants(items)[-1].overrides) if items else {}
+
+
+def _makes(overrides: dict[str, Any], change: dict[str, Any]) -> bool:
+    return bool(change) and all(overrides.get(key) == value for key, value in change.items())
+
+
+def _source(text: str | None) -> str | None:
+    """A recipe as its resolved path (a shipped name and its file are one), a script as its command line."""
+    from ..config.shipped import find_recipe
+    from ..errors import AccelError
+
+    if text is None:
+        return None
+    try:
+        return str(find_recipe(text).resolve())
+    except (AccelError, OSError):
+        return text
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
