@@ -141,7 +141,7 @@ class Trial(Record):
     # an unchanged script's one-off costs, out of its steps (accel/bench/instrument): evaluation, checkpoint writes
     eval_s: float | None = None
     save_s: float | None = None
-    load: dict[str, Any] | None = None  # the machine's load during the trial (accel/measure/load.py), the runner's
+    load: dict[str, Any] | None = None  # the machine's load over the timed steps (accel/measure/load.py)
     # the runner's, added in the parent process
     index: int | None = None
     started_at: float | None = None

@@ -22,7 +22,6 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from ..measure import load
 from ..runs.signals import handled, leave_closed_terminal
 from .plan import BenchPlan, slug, write_recipes
 from .records import Report, Trial
@@ -101,14 +100,13 @@ def _run_job(index: int, trial: int, variant: str, recipe: Path | Launch, out: P
         argv, added = recipe.launch(settings, json_path.resolve())
     started, tick = time.time(), time.perf_counter()
     try:
-        with load.watched() as machine:  # other processes' share of the cores while the trial ran
-            result = run_trial_process(argv, json_path, log_path, settings.timeout, trial_env(cache) | added)
+        # the trial records the machine's load over its own timed steps (accel/measure/load.py's Window)
+        result = run_trial_process(argv, json_path, log_path, settings.timeout, trial_env(cache) | added)
     finally:
         if not shared:
             shutil.rmtree(cache, ignore_errors=True)
     # The runner's own bookkeeping wins over anything the child wrote.
     return result.updated(
-        load=machine,
         variant=variant,
         trial=trial,
         index=index,

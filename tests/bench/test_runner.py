@@ -87,6 +87,8 @@ def test_bench_end_to_end_interleaves_and_reports_a_crashing_variant(tiny, write
     for t in good["trials"]:
         assert TRIAL_KEYS <= set(t) and t["error"] is None
         assert len(t["step_times_s"]) == 3 and t["batch_size"] == 8 and "env" not in t
+        # the machine's load over the timed steps only: from the warm-up's end to the last step
+        assert sum(t["step_times_s"]) <= t["load"]["wall_s"] <= t["process_s"] - t["warmup_s"]
     assert bad["errors"] == 2 and bad["samples_per_s"]["median"] is None
     assert all("training loader yields no batches" in t["error"] for t in bad["trials"])
 
@@ -252,6 +254,9 @@ def test_trial_entry_point_in_process(tiny, write_recipe, tmp_path):
     assert result["warmup_s"] >= result["first_step_s"] > 0 and 0 <= result["data_wait_fraction"] < 1
     assert result["peak_memory_mb"] > 0 and result["final_loss"] > 0 and result["val_accuracy"] is not None
     assert "compile_s" not in result  # nothing compiled
+    # the machine's load over the timed steps only: after the build, the start-up and the warm-up
+    assert sum(result["step_times_s"]) <= result["load"]["wall_s"]
+    assert result["load"]["wall_s"] <= result["wall_s"] - result["build_s"] - result["warmup_s"]
     assert trial_main([str(tmp_path / "missing.yaml"), "--steps", "1", "--warmup", "0", "--json", str(out)]) == 1
     assert "Recipe file not found" in json.loads(out.read_text())["error"]
 

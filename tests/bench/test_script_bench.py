@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -281,6 +282,20 @@ def test_the_engine_writes_its_trial_after_warmup_and_steps_and_exits_0(tmp_path
     assert trial.warmup_s >= trial.first_step_s > 0 and trial.final_loss == pytest.approx(
         sum(trial.step_losses[2:]) / 3
     )
+
+
+def test_the_machines_load_is_read_over_the_timed_steps_only(tmp_path, monkeypatch):
+    # a warm-up step of 1 s (a compilation): a neighbour then does not touch the timed steps, so it is not counted
+    record = tmp_path / "trial.json"
+    _trial_env(monkeypatch, record, **{script_trial.WARMUP: 2})
+    eng, model, optimizer = _linear_trial_engine()
+    _steps(eng, model, optimizer, 1)
+    time.sleep(1.0)
+    with pytest.raises(SystemExit):
+        _steps(eng, model, optimizer, 10)
+    eng._trial.done = True
+    trial = Trial.model_validate_json(record.read_text())
+    assert sum(trial.step_times_s) <= trial.load["wall_s"] < sum(trial.step_times_s) + 0.5 < trial.warmup_s
 
 
 @pytest.mark.parametrize("sync", ["step", "window"])

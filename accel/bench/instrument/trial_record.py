@@ -46,6 +46,7 @@ def trial(rec: Recorder) -> dict[str, Any]:
     the model's hook: the timed steps are measured from the first mark on)."""
     from ...models.blocks import model_traits
 
+    window = rec.load.end()  # first: what follows is not the timed steps
     steps = deltas(rec.marks[1:], rec.marks[0])
     timed = steps[rec.warmup - 1 :]
     figures = rates(timed, data_known=rec.loader_seen)
@@ -63,6 +64,7 @@ def trial(rec: Recorder) -> dict[str, Any]:
         **_compile_figures(),
         **_batch(timed),
         **_metric_figures(rec),
+        "load": window,
     }
     if rec.step_losses and all(loss is not None for loss in rec.step_losses):
         losses = torch.stack(rec.step_losses).tolist()  # one device sync, at the end
