@@ -211,6 +211,8 @@ def _busy(report: Report) -> list[str]:
 
 
 def _interrupted(report: Report) -> list[str]:
+    if report.stopped:
+        return [f"**Stopped.** {report.stopped}", ""]
     if not report.interrupted:
         return []
     done = sum(len(r.trials) for r in report.variants)

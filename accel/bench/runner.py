@@ -22,15 +22,21 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from ..errors import AccelError
 from ..runs.signals import handled, leave_closed_terminal
 from .plan import BenchPlan, slug, write_recipes
 from .records import Report, Trial
 from .report import write_reports
 from .summary import summarize
+from .trial_figures import never_logged
 from .trial_process import Launch, TrialSettings, run_trial_process, trial_argv, trial_env
 from .variants import Variant, interleave
 
 SkipRule = Callable[[str, list], "str | None"]
+
+
+class TrialsStopped(AccelError):
+    """A trial showed that every remaining one would fail the same way (`TrialResults.stopped`): tune ends there."""
 
 
 def trial_line(result: Trial, done: int, total: int) -> str:
@@ -142,9 +148,11 @@ def _signals_as_ctrl_c() -> Iterator[None]:
 
 
 class TrialResults(list):
-    """The trials' results; `interrupted` when Ctrl-C or SIGTERM stopped them before every job ran."""
+    """The trials' results; `interrupted` when Ctrl-C or SIGTERM stopped them before every job ran; `stopped`: why
+    the remaining jobs were refused (a trial showed that every one would fail the same way)."""
 
     interrupted = False
+    stopped: str | None = None
 
 
 def run_trials(
@@ -158,7 +166,7 @@ def run_trials(
 
     `skip(variant, results so far)` may return a reason not to run a job (tune: sizes above one that failed).
     Ctrl-C or SIGTERM stops after killing the running trial and returns the finished ones, so an hour of work
-    still makes a report.
+    still makes a report. A trial whose script never logged its target's metric stops them too (`never_logged`).
     """
     out = Path(out)
     (out / "trials").mkdir(parents=True, exist_ok=True)
@@ -173,6 +181,9 @@ def run_trials(
                 progress.started(variant, trial)
                 results.append(_run_job(index, trial, variant, recipe, out, settings))
                 progress.finished(results[-1])
+                results.stopped = never_logged(results[-1], results[:-1], len(jobs) - index - 1)
+                if results.stopped:  # the caller says why, once
+                    break
         except KeyboardInterrupt:
             progress.console.print(f"interrupted: keeping the {len(results)} finished trials", highlight=False)
             results.interrupted = True
@@ -247,7 +258,8 @@ def run_and_report(
         "recipe": run.source,
         "started": started,
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "interrupted": len(results) < len(jobs),
+        "interrupted": len(results) < len(jobs) and not results.stopped,
+        **({"stopped": results.stopped} if results.stopped else {}),
         "trials_planned": len(jobs),
         "settings": {
             "steps": settings.steps,

@@ -232,10 +232,14 @@ def bench(args: argparse.Namespace) -> int:
 
 
 def _finish(report, out: Path) -> int:
-    """Print the report's folder and summary; the exit code: 130 interrupted, 1 when every trial failed."""
+    """Print the report's folder and summary; the exit code: 130 interrupted, 2 when a trial showed that the rest
+    would fail the same way (they were not run), 1 when every trial failed."""
     from ..bench.report import summary_text
 
     print(out)
+    if report.stopped:  # no table: one trial ran, to find that none could
+        print(f"error: {report.stopped}", file=sys.stderr)
+        return 2
     print(summary_text(report))
     if report.interrupted:
         return 130

@@ -211,6 +211,7 @@ class ScriptTrial:
         self.metric: str | None = None  # the logged metric whose values are recorded (the target's)
         self.stop = False  # end the trial when the target is reached
         self.evals: list[dict[str, Any]] = []  # each logged value of the metric, as TargetClock's
+        self.logged_names: set[str] = set()  # every metric the loop logged, for a target it never logs
         self.model_traits: dict[int, dict[str, bool]] = {}  # by engine id
         self.load = load.Window()  # the machine's load over the timed steps
         self.process_started = psutil.Process().create_time()
@@ -244,6 +245,7 @@ class ScriptTrial:
     def logged(self, record: dict[str, Any]) -> None:
         """What the loop logged (`eng.log`): the metric, timed from the process start less the time the script's
         evaluations took (each from the step before it to its log)."""
+        self.logged_names |= set(record) - {"step"}  # the engine's own count, not a metric the loop logged
         if self.metric is None or self.metric not in record:
             return
         now = time.time()
@@ -332,8 +334,9 @@ class ScriptTrial:
 
         if self.metric is None:
             return {}
-        fix = f"log it (eng.log({{'{self.metric}': value}}) after an evaluation), or give the trials more --steps"
-        return target_figures(self.target, self.metric, self.evals, len(self.marks), "through eng.log ", fix)
+        fix = f"log it after an evaluation, `eng.log({{'{self.metric}': value}})`, or give the trials more --steps"
+        steps, names = len(self.marks), self.logged_names
+        return target_figures(self.target, self.metric, self.evals, steps, "through eng.log ", fix, names)
 
     def _write(self, record: dict[str, Any]) -> None:
         from ..bench.records import Trial  # validated as the runner reads it; NaN stays NaN (a diverged loss)

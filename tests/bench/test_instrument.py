@@ -123,6 +123,15 @@ def test_the_machines_load_is_read_over_the_timed_steps_only(tmp_path):
     assert sum(trial.step_times_s) <= trial.load["wall_s"] < sum(trial.step_times_s) + 0.5 < trial.warmup_s
 
 
+def test_a_target_a_plain_loop_never_logs_says_how_to_log_it(tmp_path):
+    trial = _trial(tmp_path, steps=2, warmup=1, **{script_trial.TARGET: "val_loss=1.0"})
+    assert trial.unlogged_metric == "val_loss" and trial.error == (
+        "the script logged no `val_loss` in its 3 optimizer steps (it logged nothing): give accel bench "
+        "--metric-pattern 'val_loss (?P<val_loss>[0-9.eE+-]+)' matching a line it prints, or have it write "
+        "SummaryWriter.add_scalar('val_loss', value), within the trial's steps"
+    )
+
+
 def test_accumulation_counts_micro_batches_in_a_step_and_the_scalers_loss_is_unscaled(tmp_path):
     plain = _trial(tmp_path, "--accum", "2", steps=2, warmup=1)
     scaled = _trial(tmp_path, "--accum", "2", "--scaler", steps=2, warmup=1)

@@ -332,7 +332,24 @@ def test_a_target_the_script_never_logs_is_said(tmp_path, monkeypatch):
     with pytest.raises(SystemExit):
         _steps(eng, model, optimizer, 10)
     eng._trial.done = True
-    assert "the script logged no `val_loss` through eng.log" in Trial.model_validate_json(record.read_text()).error
+    trial = Trial.model_validate_json(record.read_text())
+    assert trial.unlogged_metric == "val_loss" and trial.error.startswith(
+        "the script logged no `val_loss` through eng.log in its 4 optimizer steps (it logged nothing): log it after "
+        "an evaluation, `eng.log({'val_loss': value})`"
+    )
+
+
+@pytest.mark.slow
+def test_a_target_the_script_never_logs_stops_the_bench_at_its_first_trial(tmp_path, capsys):
+    out = tmp_path / "bench"
+    path = script(tmp_path, text=LOOP.format(crash=False).replace('{"val_loss"', '{"loss"'))
+    argv = ["bench", "--vary", "speedups.amp.enabled=false,true", *SHORT, "--target", "val_loss=0.1"]
+    assert main([*argv, "--out", str(out), "--", sys.executable, str(path)]) == 2
+    said = capsys.readouterr().err
+    assert "error: the script logged no `val_loss` through eng.log in its 4 optimizer steps (it logged `loss`)" in said
+    assert "`eng.log({'val_loss': value})`" in said and "The remaining 3 trial(s) would fail the same way" in said
+    assert len(list((out / "trials").glob("*.json"))) == 1  # one trial ran, not every trial of every variant
+    assert report(out)["stopped"] and "**Stopped.** the script logged no `val_loss`" in (out / "report.md").read_text()
 
 
 def test_a_compiled_steps_trial_counts_optimizer_steps_and_whole_losses(tmp_path, monkeypatch):

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from accel.bench import tune as tune_module
 from accel.bench.records import Trial, Verdict
-from accel.bench.runner import TrialResults
+from accel.bench.runner import TrialResults, TrialsStopped
 from accel.bench.trial_process import TrialSettings
 from accel.bench.tune import BATCH_KEY, WORKERS_KEY, Knob, build_knobs, table, tune, write_fragment
 from accel.cli import main
@@ -293,6 +293,23 @@ def test_an_interrupt_ends_the_whole_search(tiny, tmp_path):
         tune(validate_recipe(tiny), knobs, tmp_path / "work", TrialSettings(5, 1), trials=2, run_trials=interrupted)
     assert len(stages) == 1  # the workers stage never ran
     record = json.loads((tmp_path / "work" / "tune.json").read_text())  # says what happened, chooses nothing
+    assert record["interrupted"] is True and record["chosen"] == {}
+
+
+def test_a_trial_whose_script_never_logged_its_target_metric_ends_the_whole_search(tiny, tmp_path):
+    stages = []
+
+    def stopped(jobs, out, settings, console=None, skip=None):  # the runner stopped at the stage's first trial
+        stages.append(out)
+        results = TrialResults([Trial(variant="x", trial=0, error="logged no `val_loss`", unlogged_metric="val_loss")])
+        results.stopped = "the script logged no `val_loss` (it logged nothing)"
+        return results
+
+    knobs = [Knob(BATCH_KEY, [8, 16], bounded=True), Knob(WORKERS_KEY, [0, 1])]
+    with pytest.raises(TrialsStopped, match="logged no `val_loss`"):
+        tune(validate_recipe(tiny), knobs, tmp_path / "work", TrialSettings(5, 1), trials=2, run_trials=stopped)
+    assert len(stages) == 1  # the workers stage never ran
+    record = json.loads((tmp_path / "work" / "tune.json").read_text())  # says what was measured, chooses nothing
     assert record["interrupted"] is True and record["chosen"] == {}
 
 
