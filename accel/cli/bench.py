@@ -369,6 +369,9 @@ def tune(args: argparse.Namespace) -> int:
     return 0
 
 
+WIDE_TABLE = 240  # columns of tune's table where its output is not a terminal
+
+
 def searched(search, work: Path):
     """Run tune's search and print its table and warnings; None when Ctrl-C or SIGTERM cut it short."""
     from rich.console import Console
@@ -389,7 +392,10 @@ def searched(search, work: Path):
     busy = busy_note(result.loads)
     if busy:
         print(f"warning: busy machine. {busy}", file=sys.stderr)
-    Console().print(table(result))
+    console = Console()
+    if not console.is_terminal:  # a file or a pipe: rich would cut the table to 80 columns ("speedups…")
+        console = Console(width=WIDE_TABLE)
+    console.print(table(result))
     if not result.compared and result.final is None:
         print(f"warning: {NOTHING_MEASURED}", file=sys.stderr)
     return result

@@ -313,6 +313,22 @@ def test_a_trial_whose_script_never_logged_its_target_metric_ends_the_whole_sear
     assert record["interrupted"] is True and record["chosen"] == {}
 
 
+def test_tunes_table_to_a_file_or_a_pipe_is_not_cut_to_80_columns(tmp_path, capsys):
+    from accel.bench.records import Interval
+    from accel.bench.tune.rows import TuneRow
+    from accel.bench.tune.search import TuneResult
+    from accel.cli.bench import searched
+
+    none = Interval(median=None, ci95=None)
+    note = "the recipe's value, measured beside"
+    row = TuneRow(
+        knob="speedups.channels_last", value=None, label="off", samples_per_s=none, ratio=none, verdict=None, note=note
+    )
+    searched(lambda: TuneResult(rows=[row]), tmp_path)
+    printed = capsys.readouterr().out  # captured: not a terminal
+    assert "speedups.channels_last" in printed and note in printed
+
+
 def test_an_interrupted_tune_command_writes_no_fragment(monkeypatch, tiny, write_recipe, tmp_path, capsys):
     def interrupted(*args, **kwargs):  # the search, stopped by Ctrl-C or SIGTERM (the test above)
         raise KeyboardInterrupt
