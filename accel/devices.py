@@ -9,6 +9,7 @@ import functools
 import importlib.util
 import os
 import platform
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -154,6 +155,22 @@ def device_name(device: torch.device) -> str:
     if device.type == "cpu":
         return f"cpu ({cpu_model()}, {torch.get_num_threads()} threads)"
     return str(device)
+
+
+def cpu_clock_ghz() -> tuple[float, str] | None:
+    """The cores' highest clock and where it was read: cpufreq's maximum (turbo included) where the kernel gives
+    it, else the clock /proc/cpuinfo reads now (a virtual machine's nominal one, which its turbo may pass); None
+    where neither is known."""
+    try:
+        khz = int(Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").read_text())
+        return khz / 1e6, "cpufreq maximum"
+    except (OSError, ValueError):
+        pass
+    mhz = _cpuinfo("cpu MHz")
+    try:
+        return (float(mhz) / 1000, "/proc/cpuinfo") if mhz else None
+    except ValueError:
+        return None
 
 
 def cpu_model() -> str:

@@ -140,11 +140,12 @@ class Trial(Record):
     env: dict[str, Any] | None = None
     time_to_target_s: float | None = None
     target_evals: list[dict[str, Any]] | None = None
+    unlogged_metric: str | None = None  # the metric a target needs, which the script never logged: the bench stops
     step_losses: list[float] | None = None  # each optimizer step's training loss, warm-up included
     # an unchanged script's one-off costs, out of its steps (accel/bench/instrument): evaluation, checkpoint writes
     eval_s: float | None = None
     save_s: float | None = None
-    load: dict[str, Any] | None = None  # the machine's load during the trial (accel/measure/load.py), the runner's
+    load: dict[str, Any] | None = None  # the machine's load over the timed steps (accel/measure/load.py)
     # the runner's, added in the parent process
     index: int | None = None
     started_at: float | None = None
@@ -307,6 +308,7 @@ class Report(Record):
     started: str | None = None
     finished: str | None = None
     interrupted: bool = False
+    stopped: str | None = None  # why the bench refused its remaining trials (accel/bench/trial_figures.never_logged)
     trials_planned: int | None = None
     settings: BenchSettings | None = None
     recipes: dict[str, dict[str, Any]] | None = None

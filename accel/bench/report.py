@@ -24,6 +24,11 @@ SAY = {
 }
 
 
+# each variant's FLOP/s over the peak of the dtype it computes in: a bf16 variant's over the bf16 peak, several
+# times the fp32 one where the CPU or GPU has bf16 units, so MFUs of two dtypes do not compare (samples/s does)
+MFU = "MFU (of its dtype's peak)"
+
+
 def _f(x: float | None, fmt: str = "{:.1f}") -> str:
     return "n/a" if x is None else fmt.format(x)
 
@@ -86,7 +91,7 @@ def table(report: Report) -> tuple[list[str], list[list[str]]]:
         "median-step ratio",
         "verdict vs baseline",
         "step p50/p90 ms",
-        "MFU",
+        MFU,
         "data wait",
         "peak MB",
         "first step s",
@@ -211,6 +216,8 @@ def _busy(report: Report) -> list[str]:
 
 
 def _interrupted(report: Report) -> list[str]:
+    if report.stopped:
+        return [f"**Stopped.** {report.stopped}", ""]
     if not report.interrupted:
         return []
     done = sum(len(r.trials) for r in report.variants)

@@ -22,17 +22,22 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from ..measure import load
+from ..errors import AccelError
 from ..runs.signals import handled, leave_closed_terminal
 from .plan import BenchPlan, slug, write_recipes
 from .real_run import run_steps, run_with
 from .records import Report, Trial
 from .report import write_reports
 from .summary import summarize
+from .trial_figures import never_logged
 from .trial_process import Launch, TrialSettings, run_trial_process, trial_argv, trial_env
 from .variants import Variant, interleave
 
 SkipRule = Callable[[str, list], "str | None"]
+
+
+class TrialsStopped(AccelError):
+    """A trial showed that every remaining one would fail the same way (`TrialResults.stopped`): tune ends there."""
 
 
 def trial_line(result: Trial, done: int, total: int) -> str:
@@ -102,14 +107,13 @@ def _run_job(index: int, trial: int, variant: str, recipe: Path | Launch, out: P
         argv, added = recipe.launch(settings, json_path.resolve())
     started, tick = time.time(), time.perf_counter()
     try:
-        with load.watched() as machine:  # other processes' share of the cores while the trial ran
-            result = run_trial_process(argv, json_path, log_path, settings.timeout, trial_env(cache) | added)
+        # the trial records the machine's load over its own timed steps (accel/measure/load.py's Window)
+        result = run_trial_process(argv, json_path, log_path, settings.timeout, trial_env(cache) | added)
     finally:
         if not shared:
             shutil.rmtree(cache, ignore_errors=True)
     # The runner's own bookkeeping wins over anything the child wrote.
     return result.updated(
-        load=machine,
         variant=variant,
         trial=trial,
         index=index,
@@ -145,9 +149,11 @@ def _signals_as_ctrl_c() -> Iterator[None]:
 
 
 class TrialResults(list):
-    """The trials' results; `interrupted` when Ctrl-C or SIGTERM stopped them before every job ran."""
+    """The trials' results; `interrupted` when Ctrl-C or SIGTERM stopped them before every job ran; `stopped`: why
+    the remaining jobs were refused (a trial showed that every one would fail the same way)."""
 
     interrupted = False
+    stopped: str | None = None
 
 
 def run_trials(
@@ -161,7 +167,7 @@ def run_trials(
 
     `skip(variant, results so far)` may return a reason not to run a job (tune: sizes above one that failed).
     Ctrl-C or SIGTERM stops after killing the running trial and returns the finished ones, so an hour of work
-    still makes a report.
+    still makes a report. A trial whose script never logged its target's metric stops them too (`never_logged`).
     """
     out = Path(out)
     (out / "trials").mkdir(parents=True, exist_ok=True)
@@ -176,6 +182,9 @@ def run_trials(
                 progress.started(variant, trial)
                 results.append(_run_job(index, trial, variant, recipe, out, settings))
                 progress.finished(results[-1])
+                results.stopped = never_logged(results[-1], results[:-1], len(jobs) - index - 1)
+                if results.stopped:  # the caller says why, once
+                    break
         except KeyboardInterrupt:
             progress.console.print(f"interrupted: keeping the {len(results)} finished trials", highlight=False)
             results.interrupted = True
@@ -251,7 +260,8 @@ def run_and_report(
         "recipe": run.source,
         "started": started,
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "interrupted": len(results) < len(jobs),
+        "interrupted": len(results) < len(jobs) and not results.stopped,
+        **({"stopped": results.stopped} if results.stopped else {}),
         "trials_planned": len(jobs),
         "settings": {
             "steps": settings.steps,

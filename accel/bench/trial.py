@@ -28,6 +28,7 @@ from .. import devices
 from ..callbacks.base import BatchInfo, Callback
 from ..errors import AccelError
 from ..io import write_atomic
+from ..measure import load
 from ..speedups import compile_figures
 from .records import Trial
 from .target import Target, TargetClock, parse_target
@@ -44,17 +45,19 @@ BENCH_SETTINGS = (
 
 
 class StepTimer(Callback):
-    """Per optimizer step: seconds (data wait + compute over its micro-batches), data wait, samples and loss.
+    """Per optimizer step: seconds (data wait + compute over its micro-batches), data wait, samples and loss; and
+    the machine's load over the timed steps (`load`: from the end of the `warmup` steps to the `total`th).
 
-    With `window` (warm-up and total steps) the trainer does not synchronise the device after every step: the timer
-    does so after each warm-up step (compilation and warm-up are timed exactly) and after the last step, and times
-    the steps between as one window (`window_s`): the host prepares the next batch while the device still works on
-    this one, as in a real run, and the window's wall time holds whatever the steps left queued."""
+    With `window` the trainer does not synchronise the device after every step: the timer does so after each
+    warm-up step (compilation and warm-up are timed exactly) and after the last step, and times the steps between
+    as one window (`window_s`): the host prepares the next batch while the device still works on this one, as in a
+    real run, and the window's wall time holds whatever the steps left queued."""
 
-    def __init__(self, window: tuple[int, int] | None = None) -> None:
+    def __init__(self, warmup: int, total: int, window: bool = False) -> None:
         self.steps: list[dict[str, Any]] = []
         self.fit_started: float | None = None
-        self.window, self.window_s = window, None
+        self.warmup, self.total, self.window, self.window_s = warmup, total, window, None
+        self.load = load.Window()
         self._device, self._window_start = None, None
         self._open = self._new()
 
@@ -65,6 +68,8 @@ class StepTimer(Callback):
     def on_fit_start(self, trainer) -> None:
         self.fit_started = time.perf_counter()  # after speed-up setup (jit, compile wrapping)
         self._device = trainer.device
+        if not self.warmup:
+            self.load.begin()
 
     def on_batch_end(self, trainer, info: BatchInfo) -> None:
         step = self._open
@@ -76,14 +81,19 @@ class StepTimer(Callback):
         if info.optimizer_stepped:
             self.steps.append(step)
             self._open = self._new()
-            if self.window is not None:
+            done = len(self.steps)
+            if done == self.warmup:
+                self.load.begin()  # before the window's clock starts: its own cost stays out of the timed steps
+            if self.window:
                 self._windowed(step)
+            if done == self.total:
+                self.load.end()
 
     def _windowed(self, step: dict[str, Any]) -> None:
         """Synchronise after each warm-up step and the last, the time it took counted in the step; the timed
         window runs from the end of the warm-up to the end of the last step."""
-        done, (warmup, total) = len(self.steps), self.window
-        if done > warmup and done < total:
+        done, warmup = len(self.steps), self.warmup
+        if done > warmup and done < self.total:
             return
         start = time.perf_counter()
         devices.synchronize(self._device)
@@ -91,7 +101,7 @@ class StepTimer(Callback):
         step["s"] += now - start
         if done == warmup:
             self._window_start = now
-        if done == total:
+        if done == self.total:
             self.window_s = now - (self._window_start if warmup else self.fit_started)
 
 
@@ -194,7 +204,7 @@ def run_trial(
     settings = [f"train.max_steps={total}", *step_sync, *BENCH_SETTINGS, *_eval_settings(evals, total)]
     recipe = load_recipe(recipe_path, settings)
     recipe.seed += trial
-    timer = StepTimer(window=(warmup, total) if sync == "window" else None)
+    timer = StepTimer(warmup, total, window=sync == "window")
     clock = TargetClock(evals.target, stop=evals.stop) if evals.timed else None
     trainer = build_trainer(recipe, run_dir=None, extra_callbacks=[timer] + ([clock] if clock else []))
     if not evals.enabled:
@@ -232,6 +242,7 @@ def run_trial(
             "env": devices.environment(trainer.device),
             **(clock.result() if clock else {}),
             "step_losses": [float(loss) for loss in _step_losses(timer.steps)],
+            "load": timer.load.end(),  # a trial stopped at its target: up to its last step
         },
     )
 

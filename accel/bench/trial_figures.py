@@ -57,16 +57,29 @@ def ran_out(done: int, warmup: int, steps: int) -> str:
 
 
 def target_figures(
-    target: Any, metric: str, evals: list[dict[str, Any]], steps: int, where: str, fix: str
+    target: Any, metric: str, evals: list[dict[str, Any]], steps: int, where: str, fix: str, logged: set[str]
 ) -> dict[str, Any]:
     """The time to `target` from each logged value of its `metric` (`evals`); an error when the script logged
-    none in its `steps` optimizer steps (`where` it logs, and the `fix` that has it log within a trial)."""
+    none in its `steps` optimizer steps (`where` it logs, the names it `logged`, and the `fix` that has it log
+    the metric within a trial), which stops the bench (`never_logged`)."""
     from .target import time_to
 
     if not evals:
-        return {"error": f"the script logged no `{metric}` {where}in its {steps} optimizer steps: {fix}"}
+        said = ", ".join(f"`{name}`" for name in sorted(logged)) or "nothing"
+        error = f"the script logged no `{metric}` {where}in its {steps} optimizer steps (it logged {said}): {fix}"
+        return {"error": error, "unlogged_metric": metric}
     reached = time_to(target, evals) if target else None
     return {"time_to_target_s": reached, "target_evals": evals, "val_metric_name": metric}
+
+
+def never_logged(result: Any, earlier: list[Any], left: int) -> str | None:
+    """Why the bench stops after `result`: it never logged the metric a target or curve needs, nor did any
+    `earlier` trial, so every trial would fail the same way after its whole run (minutes under compile); None
+    otherwise."""
+    metric = result.unlogged_metric
+    if metric is None or any(r.target_evals for r in earlier):
+        return None
+    return f"{result.error.rstrip('.')}. The remaining {left} trial(s) would fail the same way: not run."
 
 
 def diverged(losses: list[float]) -> dict[str, str]:

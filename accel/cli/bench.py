@@ -262,10 +262,14 @@ def bench(args: argparse.Namespace) -> int:
 
 
 def _finish(report, out: Path) -> int:
-    """Print the report's folder and summary; the exit code: 130 interrupted, 1 when every trial failed."""
+    """Print the report's folder and summary; the exit code: 130 interrupted, 2 when a trial showed that the rest
+    would fail the same way (they were not run), 1 when every trial failed."""
     from ..bench.report import summary_text
 
     print(out)
+    if report.stopped:  # no table: one trial ran, to find that none could
+        print(f"error: {report.stopped}", file=sys.stderr)
+        return 2
     print(summary_text(report))
     if report.interrupted:
         return 130
@@ -398,6 +402,9 @@ def tune(args: argparse.Namespace) -> int:
     return 0
 
 
+WIDE_TABLE = 240  # columns of tune's table where its output is not a terminal
+
+
 def searched(search, work: Path):
     """Run tune's search and print its table and warnings; None when Ctrl-C or SIGTERM cut it short."""
     from rich.console import Console
@@ -418,7 +425,10 @@ def searched(search, work: Path):
     busy = busy_note(result.loads)
     if busy:
         print(f"warning: busy machine. {busy}", file=sys.stderr)
-    Console().print(table(result))
+    console = Console()
+    if not console.is_terminal:  # a file or a pipe: rich would cut the table to 80 columns ("speedups…")
+        console = Console(width=WIDE_TABLE)
+    console.print(table(result))
     if not result.compared and result.final is None:
         print(f"warning: {NOTHING_MEASURED}", file=sys.stderr)
     return result

@@ -43,15 +43,16 @@ from ..strategy.world import World, init_process_group, world_from_env
 from . import script_trial
 from .loop_records import LoopRecords, records_folder
 from .own_loop import LoopState, OwnLoop
+from .ranks import Ranks
 from .settings import engine_settings
 
 SLOTS = ("model", "forward_loss", "step_batch")
 
 
-class Engine(OwnLoop, LoopRecords):
+class Engine(OwnLoop, LoopRecords, Ranks):
     """One training step's machinery on one device, for one module and one optimizer; a hand-written loop's
-    methods come from OwnLoop (accel.engine.own_loop: the step) and LoopRecords (accel.engine.loop_records: what it
-    keeps and writes)."""
+    methods come from OwnLoop (accel.engine.own_loop: the step), LoopRecords (accel.engine.loop_records: what it
+    keeps and writes) and Ranks (accel.engine.ranks: a seed per rank, a print on rank 0)."""
 
     def __init__(
         self,

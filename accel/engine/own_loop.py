@@ -94,6 +94,7 @@ class LoopState:
     first_step: float | None = None  # when the first optimizer step ended: throughput is counted from there
     samples_at_first: int = 0
     tokens_at_first: int = 0
+    batch_sum: Any = None  # the first training batch's checksum, under several processes (accel.engine.ranks)
 
 
 def _autocast_nesting() -> int:
@@ -219,6 +220,7 @@ class OwnLoop:
     def _count(self: Engine, inputs: tuple) -> None:
         leading = leading_tensor(inputs)
         if leading is not None:
+            self._first_batch(leading)
             self._loop.samples += len(leading)
             if not leading.is_floating_point() and leading.dim() == 2:  # token ids
                 self._loop.tokens += leading.numel()
@@ -304,6 +306,7 @@ class OwnLoop:
             loop.lint = SpeedLint([], say=self.world.is_main)
             loop.lint.start(self)
         if loop.first_step is None:  # compilation and warm-up are in the first step: throughput starts after it
+            self._check_ranks_drew_apart()
             loop.first_step, loop.samples_at_first, loop.tokens_at_first = (
                 time.perf_counter(),
                 loop.samples,

@@ -45,6 +45,7 @@ import torch
 
 from .. import devices
 from ..io import strict_json, write_atomic
+from ..measure import load
 
 if TYPE_CHECKING:
     from ..bench.target import Target
@@ -210,7 +211,9 @@ class ScriptTrial:
         self.metric: str | None = None  # the logged metric whose values are recorded (the target's)
         self.stop = False  # end the trial when the target is reached
         self.evals: list[dict[str, Any]] = []  # each logged value of the metric, as TargetClock's
+        self.logged_names: set[str] = set()  # every metric the loop logged, for a target it never logs
         self.model_traits: dict[int, dict[str, bool]] = {}  # by engine id
+        self.load = load.Window()  # the machine's load over the timed steps
         self.process_started = psutil.Process().create_time()
         self.eval_s, self.last_step = 0.0, time.time()
         devices.reset_peak_memory(engine.device)
@@ -231,6 +234,8 @@ class ScriptTrial:
         from ..models.blocks import model_traits
 
         self.model_traits[id(engine)] = model_traits(engine.module)
+        if not self.warmup and not self.marks:  # the timed steps begin at the last eng.setup before the first
+            self.load.begin()
 
     def loss(self, engine: Engine, loss: torch.Tensor, share: int = 1) -> None:
         """A micro-batch's loss: the loop's backward gets its share of the step already (it divides by its
@@ -240,6 +245,7 @@ class ScriptTrial:
     def logged(self, record: dict[str, Any]) -> None:
         """What the loop logged (`eng.log`): the metric, timed from the process start less the time the script's
         evaluations took (each from the step before it to its log)."""
+        self.logged_names |= set(record) - {"step"}  # the engine's own count, not a metric the loop logged
         if self.metric is None or self.metric not in record:
             return
         now = time.time()
@@ -258,6 +264,8 @@ class ScriptTrial:
         done = len(self.marks) + 1
         if self.every_step or done <= self.warmup or done == self.warmup + self.steps:
             devices.synchronize(engine.device)
+        if done == self.warmup:
+            self.load.begin()  # before the mark: its own cost stays out of the timed steps
         self.last_step = time.time()
         loop, data_s = engine._loop, sum(e._loop.data_s for e in self.engines.all)  # any engine's loader: a wait
         self.marks.append({"t": time.perf_counter(), "samples": loop.samples, "tokens": loop.tokens, "data_s": data_s})
@@ -284,6 +292,7 @@ class ScriptTrial:
         from ..bench.trial_figures import deltas, rates
         from ..speedups import compile_figures
 
+        window = self.load.end()  # first: what follows (the FLOPs counted) is not the timed steps
         engine = self.engine
         first = self.marks[0]["t"]  # from the last eng.setup before the first step: every speed-up was set up
         setup_end = max(e._loop.started for e in self.engines.all if e._loop.started <= first)
@@ -308,6 +317,7 @@ class ScriptTrial:
             "model_traits": self.model_traits.get(id(engine)),
             **compile_figures(summary.speedup_metrics),
             "env": devices.environment(engine.device),
+            "load": window,
         }
 
     def _losses(self) -> dict[str, Any]:
@@ -324,8 +334,9 @@ class ScriptTrial:
 
         if self.metric is None:
             return {}
-        fix = f"log it (eng.log({{'{self.metric}': value}}) after an evaluation), or give the trials more --steps"
-        return target_figures(self.target, self.metric, self.evals, len(self.marks), "through eng.log ", fix)
+        fix = f"log it after an evaluation, `eng.log({{'{self.metric}': value}})`, or give the trials more --steps"
+        steps, names = len(self.marks), self.logged_names
+        return target_figures(self.target, self.metric, self.evals, steps, "through eng.log ", fix, names)
 
     def _write(self, record: dict[str, Any]) -> None:
         from ..bench.records import Trial  # validated as the runner reads it; NaN stays NaN (a diverged loss)

@@ -93,7 +93,6 @@ class Utilisation:
         self.flops_per_batch: int | None = None  # the first micro-batch's
         self.flops_per_sample: float | None = None
         self.peak = None
-        self._remeasured = False
 
     def count(self, trainer: Any, batch: Any) -> float:
         """Count once, on the batch's first few samples (not on sharded or XLA models); the seconds it took,
@@ -125,13 +124,6 @@ class Utilisation:
         if self.flops_per_sample is None or samples_per_s is None:
             return {}
         flop_per_s = self.flops_per_sample * samples_per_s
-        if self.peak and flop_per_s > self.peak.flop_per_s:
-            self._remeasure(flop_per_s)
+        if self.peak and flop_per_s > self.peak.flop_per_s and not self.peak.source.startswith("datasheet"):
+            self.peak = peaks.reached(self.peak, flop_per_s)  # a CPU's: its clock or probe read low
         return {"flop_per_s": flop_per_s, "mfu": flop_per_s / self.peak.flop_per_s if self.peak else None}
-
-    def _remeasure(self, flop_per_s: float) -> None:
-        """A run faster than its peak means the CPU probe ran on a slowed machine: probe again, once per run."""
-        if self._remeasured or not self.peak.source.startswith("measured"):
-            return
-        self._remeasured = True
-        self.peak = peaks.cpu_peak(self.peak.dtype, at_least=flop_per_s)

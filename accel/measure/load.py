@@ -1,17 +1,17 @@
 """How busy the machine was while something ran: whether a measurement taken then can be trusted.
 
 Other processes' CPU time is the busy time of the cores this process may use (/proc/stat's per-CPU counters,
-through psutil) less what this process and its waited-for children used (getrusage): a bench trial is such a
-child, its DataLoader workers are its children, so the trial's whole process tree is left out. The hypervisor's
-steal on those cores counts as taken by others too. `busy()` is the one rule; the bench, tune and the profile
-report say the same thing through `busy_note()`. GPU use by other processes is not recorded: NVML is not a
+through psutil) less what this process's group used (each member's own and reaped children's time): a bench trial
+runs in a group of its own, its DataLoader workers and a launcher's ranks in it, so the trial's whole tree is left
+out, alive or ended. The hypervisor's steal on those cores counts as taken by others too. A trial measures its
+timed steps only (`Window`): `busy()` is the one rule; the bench, tune and the profile report say the same thing
+through `busy_note()`. GPU use by other processes is not recorded: NVML is not a
 dependency, and inside a container its process ids are the host's, so "other" could not be told from "ours".
 """
 
 from __future__ import annotations
 
 import os
-import resource
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +23,9 @@ import psutil
 from ..devices import usable_cpu_ids
 
 BUSY_SHARE = 0.2  # others took a fifth of the cores a measurement may use: its timings swing, its intervals widen
+# /proc/stat counts CPU time in 10 ms ticks: over less core time than this (0.5 s on 2 cores), others' share of a
+# window (a trial's few short timed steps) is mostly rounding, and is not judged
+MEASURABLE_CORE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -40,14 +43,28 @@ def counters() -> Counters:
     ids = usable_cpu_ids()
     per_cpu = psutil.cpu_times(percpu=True)
     mine = [per_cpu[i] for i in ids if i < len(per_cpu)] or per_cpu
-    own = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
     return Counters(
         wall_s=time.perf_counter(),
         busy_s=sum(c.user + c.nice + c.system + c.irq + c.softirq for c in mine),
         steal_s=sum(getattr(c, "steal", 0.0) for c in mine),
-        own_s=sum(u.ru_utime + u.ru_stime for u in own),
+        own_s=_group_cpu_s(),
         cores=len(mine),
     )
+
+
+def _group_cpu_s() -> float:
+    """CPU seconds of this process group: its live members' and what they reaped. getrusage alone misses live
+    children (a trial's DataLoader workers while it steps), which then read as others' load."""
+    group, total = os.getpgrp(), 0.0
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) != group:
+                continue
+            t = proc.cpu_times()
+        except (OSError, psutil.Error):  # ended meanwhile
+            continue
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
 
 
 def between(start: Counters, end: Counters) -> dict[str, Any]:
@@ -75,9 +92,31 @@ def watched() -> Iterator[dict[str, Any]]:
     record.update(between(start, counters()))
 
 
+class Window:
+    """The load over a trial's timed steps, from the end of its warm-up (`begin`) to its last timed step (`end`):
+    a neighbour that ran only while the trial started up or compiled did not touch its timings, and one that came
+    during them did, however short the steps were beside the rest of the process."""
+
+    def __init__(self) -> None:
+        self._start: Counters | None = None
+        self.load: dict[str, Any] | None = None
+
+    def begin(self) -> None:
+        self._start, self.load = counters(), None
+
+    def end(self) -> dict[str, Any] | None:
+        """Close the window now, unless it is closed already; its load (None when it never began)."""
+        if self._start is not None and self.load is None:
+            self.load = between(self._start, counters())
+        return self.load
+
+
 def busy(load: dict[str, Any] | None) -> bool:
-    """Whether other processes (and steal) took at least BUSY_SHARE of the cores the measurement may use."""
-    return bool(load) and load["others_share"] >= BUSY_SHARE
+    """Whether other processes (and steal) took at least BUSY_SHARE of the cores the measurement may use, over a
+    window long enough to tell."""
+    if not load or load["wall_s"] * load["cores"] < MEASURABLE_CORE_S:
+        return False
+    return load["others_share"] >= BUSY_SHARE
 
 
 def busy_note(loads: list[dict[str, Any] | None], what: str = "trials") -> str | None:

@@ -1,9 +1,13 @@
-"""The peak FLOP/s that MFU divides by: a table of dense GPU peaks, or a CPU's matmul rate measured once.
+"""The peak FLOP/s that MFU divides by: a table of dense GPU peaks, or a CPU's from its hardware or a probe.
 
 GPU figures are the datasheets' **dense** tensor-core peaks (the sparse "with sparsity" figures are twice as
-high, and MFU against them reads 2x too low). A GPU not in the table has no peak, so no MFU. A CPU's peak is
-measured by a matrix-multiply probe at the run's compute dtype and thread count, and cached per CPU model and
-torch version, so MFU on a CPU is a fraction of what this machine's matmul reaches, not of a datasheet.
+high, and MFU against them reads 2x too low). A GPU not in the table has no peak, so no MFU. A CPU's peak comes
+from its hardware where /proc/cpuinfo tells it (the cores used x the clock x the FLOPs its vector units finish a
+cycle: the widest vector its flags name, FMA, two units; AMX tiles for bf16), else from a matrix-multiply probe at
+the run's compute dtype and thread count, measured once and cached per CPU model and torch version. Either is
+raised to a rate a run reached above it (a virtual machine's clock reads below its turbo; a probe beside a busy
+neighbour reads low), and the cache keeps that rate, so a CPU's MFU is never above 1 and nothing is measured
+again inside a run. Each `Peak` says where it came from.
 """
 
 from __future__ import annotations
@@ -52,27 +56,63 @@ def gpu_peak(name: str, dtype: str) -> Peak | None:
     return None
 
 
-def cpu_peak(dtype: str, cache: Path | None = None, at_least: float = 0.0) -> Peak:
-    """This CPU's matmul FLOP/s at `dtype` with the current thread count: measured once, then read from the cache.
+def flop_per_cycle(dtype: str, flags: set[str]) -> tuple[int, str] | None:
+    """The FLOPs a core's vector units can finish a cycle at `dtype`, an upper bound from its instruction sets, and
+    which; None where the flags name none known. bf16 or fp16 without instructions of its own runs at fp32's."""
+    if dtype in ("bf16", "fp16") and f"amx_{dtype}" in flags:
+        return 1024, f"AMX-{dtype.upper()} tiles"
+    if dtype in ("bf16", "fp16") and f"avx512_{dtype}" in flags:
+        return 32 * 2 * 2, f"AVX512-{dtype.upper()}: 32 lanes, FMA, 2 units"
+    lanes, isa = (16, "AVX-512") if "avx512f" in flags else (8, "AVX2") if {"avx2", "fma"} <= flags else (0, "")
+    return (lanes * 2 * 2, f"{isa}: {lanes} fp32 lanes, FMA, 2 units") if lanes else None
 
-    A cached figure below `at_least` (a rate a run has just reached) was measured while something else slowed the
-    machine (a probe beside a busy neighbour read 45 GFLOP/s where 68 was real): it is measured again, and the
-    cache keeps the higher figure, so one unlucky probe cannot make every later MFU read over 100%.
-    """
+
+def hardware_peak(dtype: str, threads: int) -> Peak | None:
+    """This CPU's peak at `dtype` on `threads` cores from its hardware (cores x clock x FLOPs a cycle), or None
+    where its flags or clock cannot be read."""
+    per_cycle, clock = flop_per_cycle(dtype, devices.cpu_flags() or set()), devices.cpu_clock_ghz()
+    if per_cycle is None or clock is None:
+        return None
+    (flop, isa), (ghz, where), cores = per_cycle, clock, min(threads, devices.available_cpus())
+    source = f"hardware: {cores} cores x {ghz:.2f} GHz ({where}) x {flop} FLOP/cycle ({isa})"
+    return Peak(cores * ghz * 1e9 * flop, dtype, source)
+
+
+def cpu_peak(dtype: str, cache: Path | None = None) -> Peak:
+    """This CPU's peak at `dtype` with the current thread count: from its hardware, else a matmul probe measured
+    once and cached; raised to the highest rate a run reached here above it (`reached`)."""
     cache = cache or cache_path()
-    key = f"{devices.cpu_model()}|torch {torch.__version__}|{torch.get_num_threads()} threads|{dtype}"
-    cached = _read(cache)
-    old = cached.get(key, {}).get("flop_per_s", 0.0)
-    if key not in cached or old < at_least:
-        cached[key] = asdict(
-            Peak(
-                max(old, measure_matmul(PROBE_DTYPES[dtype])),
-                dtype,
-                f"measured: best of {len(PROBE_SHAPES)} matmul shapes, {key}",
-            )
-        )
+    key, cached = _key(dtype), _read(cache)
+    peak = hardware_peak(dtype, torch.get_num_threads())
+    if peak is None:
+        if key not in cached:
+            probed = measure_matmul(PROBE_DTYPES[dtype])
+            cached[key] = asdict(Peak(probed, dtype, f"measured: best of {len(PROBE_SHAPES)} matmul shapes, {key}"))
+            _write(cache, cached)
+        peak = Peak(**cached[key])
+    return _raised(peak, cached.get(f"{key}|reached", 0.0))
+
+
+def reached(peak: Peak, flop_per_s: float, cache: Path | None = None) -> Peak:
+    """A CPU's `peak` raised to `flop_per_s`, a rate a run reached above it, which the cache keeps for later runs:
+    nothing is measured (a probe inside a run's steps would slow them)."""
+    cache = cache or cache_path()
+    key, cached = f"{_key(peak.dtype)}|reached", _read(cache)
+    if flop_per_s > cached.get(key, 0.0):
+        cached[key] = flop_per_s
         _write(cache, cached)
-    return Peak(**cached[key])
+    return _raised(peak, flop_per_s)
+
+
+def _raised(peak: Peak, flop_per_s: float) -> Peak:
+    if flop_per_s <= peak.flop_per_s:
+        return peak
+    said = f"{peak.source}; raised to {flop_per_s / 1e9:.0f} GFLOP/s, a rate a run reached here"
+    return Peak(flop_per_s, peak.dtype, said)
+
+
+def _key(dtype: str) -> str:
+    return f"{devices.cpu_model()}|torch {torch.__version__}|{torch.get_num_threads()} threads|{dtype}"
 
 
 def measure_matmul(dtype: torch.dtype, seconds: float = 0.25) -> float:

@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 def fit_summary(trainer: Trainer, status: str, wall_s: float) -> FitSummary:
     totals = trainer.meter.totals()
     utilisation = trainer.utilisation
-    per_batch, peak = utilisation.flops_per_batch, utilisation.peak
+    usage = {"flop_per_s": None, "mfu": None} | utilisation.stats(totals["samples_per_s"])
+    per_batch, peak = utilisation.flops_per_batch, utilisation.peak  # after stats: a CPU's peak a run passed is raised
     summary = FitSummary(
         status=status,
         metrics={
@@ -29,7 +30,7 @@ def fit_summary(trainer: Trainer, status: str, wall_s: float) -> FitSummary:
         steps=trainer.step,
         epochs=epochs_done(trainer),
         flops_per_step=per_batch * trainer.cfg.grad_accum if per_batch else None,
-        **({"flop_per_s": None, "mfu": None} | utilisation.stats(totals["samples_per_s"])),
+        **usage,
         peak_flop_per_s=peak.flop_per_s if peak else None,
         peak_source=peak.source if peak else None,
         device=devices.device_name(trainer.device),

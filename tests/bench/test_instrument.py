@@ -30,6 +30,7 @@ parser.add_argument("--accum", type=int, default=1)
 parser.add_argument("--compile", action="store_true")
 parser.add_argument("--scaler", action="store_true")
 parser.add_argument("--out", default=".")
+parser.add_argument("--slow-first", type=float, default=0.0)  # seconds the first step takes more (a compilation)
 args = parser.parse_args()
 torch.manual_seed(0)
 
@@ -58,6 +59,8 @@ while step < args.steps:
         scaler.scale(loss).backward()
         if (i + 1) % args.accum:
             continue
+        if step == 0:
+            time.sleep(args.slow_first)
         scaler.step(optimizer)
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
@@ -113,6 +116,20 @@ def test_an_unchanged_loop_is_measured_from_its_optimizer_steps_and_ended(tmp_pa
     # the script ran as it is (ended after warm-up + 6 steps): its checkpoint went to the trial's own folder, and the
     # real run's stayed as it was
     assert (tmp_path / "ckpt.pt").read_bytes() == b"the real run's"
+
+
+def test_the_machines_load_is_read_over_the_timed_steps_only(tmp_path):
+    trial = _trial(tmp_path, "--slow-first", "1", steps=3, warmup=2)  # a neighbour in the warm-up is not counted
+    assert sum(trial.step_times_s) <= trial.load["wall_s"] < sum(trial.step_times_s) + 0.5 < trial.warmup_s
+
+
+def test_a_target_a_plain_loop_never_logs_says_how_to_log_it(tmp_path):
+    trial = _trial(tmp_path, steps=2, warmup=1, **{script_trial.TARGET: "val_loss=1.0"})
+    assert trial.unlogged_metric == "val_loss" and trial.error == (
+        "the script logged no `val_loss` in its 3 optimizer steps (it logged nothing): give accel bench "
+        "--metric-pattern 'val_loss (?P<val_loss>[0-9.eE+-]+)' matching a line it prints, or have it write "
+        "SummaryWriter.add_scalar('val_loss', value), within the trial's steps"
+    )
 
 
 def test_accumulation_counts_micro_batches_in_a_step_and_the_scalers_loss_is_unscaled(tmp_path):

@@ -10,6 +10,7 @@ import pytest
 import torch
 from rich.console import Console
 
+from accel.bench import runner
 from accel.bench.plan import plan_bench
 from accel.bench.records import Trial
 from accel.bench.runner import TrialProgress
@@ -89,6 +90,8 @@ def test_bench_end_to_end_interleaves_and_reports_a_crashing_variant(tiny, write
     for t in good["trials"]:
         assert TRIAL_KEYS <= set(t) and t["error"] is None
         assert len(t["step_times_s"]) == 3 and t["batch_size"] == 8 and "env" not in t
+        # the machine's load over the timed steps only: from the warm-up's end to the last step
+        assert sum(t["step_times_s"]) <= t["load"]["wall_s"] <= t["process_s"] - t["warmup_s"]
     assert bad["errors"] == 2 and bad["samples_per_s"]["median"] is None
     assert all("training loader yields no batches" in t["error"] for t in bad["trials"])
 
@@ -254,6 +257,9 @@ def test_trial_entry_point_in_process(tiny, write_recipe, tmp_path):
     assert result["warmup_s"] >= result["first_step_s"] > 0 and 0 <= result["data_wait_fraction"] < 1
     assert result["peak_memory_mb"] > 0 and result["final_loss"] > 0 and result["val_accuracy"] is not None
     assert "compile_s" not in result  # nothing compiled
+    # the machine's load over the timed steps only: after the build, the start-up and the warm-up
+    assert sum(result["step_times_s"]) <= result["load"]["wall_s"]
+    assert result["load"]["wall_s"] <= result["wall_s"] - result["build_s"] - result["warmup_s"]
     assert trial_main([str(tmp_path / "missing.yaml"), "--steps", "1", "--warmup", "0", "--json", str(out)]) == 1
     assert "Recipe file not found" in json.loads(out.read_text())["error"]
 
@@ -340,6 +346,26 @@ def test_a_bench_whose_every_trial_failed_exits_1_and_says_so(tiny, write_recipe
     report = json.loads((out / "report.json").read_text())  # the failures are still reported
     assert [v["ok_trials"] for v in report["variants"]] == [0, 0] and (out / "report.md").is_file()
     assert len(list((out / "trials").glob("*.log"))) == 2
+
+
+def test_the_trials_stop_at_the_first_whose_script_never_logged_the_targets_metric(tmp_path, monkeypatch):
+    def job(index, trial, variant, recipe, out, settings):  # `logs`: the variants whose script logs val_loss
+        if variant in logs:
+            return Trial(variant=variant, trial=trial, samples_per_s=1.0, target_evals=[{"value": 1.0}])
+        error = "the script logged no `val_loss` through eng.log in its 4 optimizer steps (it logged `loss`): log it"
+        return Trial(variant=variant, trial=trial, error=error, unlogged_metric="val_loss")
+
+    monkeypatch.setattr(runner, "_run_job", job)
+    jobs = [(t, v, tmp_path / "r.yaml") for t in range(3) for v in ("a", "b")]
+    logs = set()
+    results = runner.run_trials(jobs, tmp_path, TrialSettings(4, 1), Console(file=io.StringIO()))
+    assert len(results) == 1 and not results.interrupted
+    assert results.stopped == (
+        "the script logged no `val_loss` through eng.log in its 4 optimizer steps (it logged `loss`): log it. The "
+        "remaining 5 trial(s) would fail the same way: not run."
+    )
+    logs = {"a"}  # a variant that logs it: another's failure is its own, and the trials go on
+    assert len(runner.run_trials(jobs, tmp_path, TrialSettings(4, 1), Console(file=io.StringIO()))) == 6
 
 
 def test_a_failed_trials_message_of_several_lines_is_said_whole():

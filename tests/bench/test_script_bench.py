@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -283,6 +284,20 @@ def test_the_engine_writes_its_trial_after_warmup_and_steps_and_exits_0(tmp_path
     )
 
 
+def test_the_machines_load_is_read_over_the_timed_steps_only(tmp_path, monkeypatch):
+    # a warm-up step of 1 s (a compilation): a neighbour then does not touch the timed steps, so it is not counted
+    record = tmp_path / "trial.json"
+    _trial_env(monkeypatch, record, **{script_trial.WARMUP: 2})
+    eng, model, optimizer = _linear_trial_engine()
+    _steps(eng, model, optimizer, 1)
+    time.sleep(1.0)
+    with pytest.raises(SystemExit):
+        _steps(eng, model, optimizer, 10)
+    eng._trial.done = True
+    trial = Trial.model_validate_json(record.read_text())
+    assert sum(trial.step_times_s) <= trial.load["wall_s"] < sum(trial.step_times_s) + 0.5 < trial.warmup_s
+
+
 @pytest.mark.parametrize("sync", ["step", "window"])
 def test_a_window_trial_of_a_script_synchronises_after_the_warmup_and_the_last_step_only(tmp_path, monkeypatch, sync):
     record, callers = tmp_path / "trial.json", syncs_by_caller(monkeypatch)
@@ -317,7 +332,24 @@ def test_a_target_the_script_never_logs_is_said(tmp_path, monkeypatch):
     with pytest.raises(SystemExit):
         _steps(eng, model, optimizer, 10)
     eng._trial.done = True
-    assert "the script logged no `val_loss` through eng.log" in Trial.model_validate_json(record.read_text()).error
+    trial = Trial.model_validate_json(record.read_text())
+    assert trial.unlogged_metric == "val_loss" and trial.error.startswith(
+        "the script logged no `val_loss` through eng.log in its 4 optimizer steps (it logged nothing): log it after "
+        "an evaluation, `eng.log({'val_loss': value})`"
+    )
+
+
+@pytest.mark.slow
+def test_a_target_the_script_never_logs_stops_the_bench_at_its_first_trial(tmp_path, capsys):
+    out = tmp_path / "bench"
+    path = script(tmp_path, text=LOOP.format(crash=False).replace('{"val_loss"', '{"loss"'))
+    argv = ["bench", "--vary", "speedups.amp.enabled=false,true", *SHORT, "--target", "val_loss=0.1"]
+    assert main([*argv, "--out", str(out), "--", sys.executable, str(path)]) == 2
+    said = capsys.readouterr().err
+    assert "error: the script logged no `val_loss` through eng.log in its 4 optimizer steps (it logged `loss`)" in said
+    assert "`eng.log({'val_loss': value})`" in said and "The remaining 3 trial(s) would fail the same way" in said
+    assert len(list((out / "trials").glob("*.json"))) == 1  # one trial ran, not every trial of every variant
+    assert report(out)["stopped"] and "**Stopped.** the script logged no `val_loss`" in (out / "report.md").read_text()
 
 
 def test_a_compiled_steps_trial_counts_optimizer_steps_and_whole_losses(tmp_path, monkeypatch):

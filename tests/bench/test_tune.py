@@ -11,7 +11,7 @@ from rich.console import Console
 
 from accel.bench import tune as tune_module
 from accel.bench.records import Trial, Verdict
-from accel.bench.runner import TrialResults
+from accel.bench.runner import TrialResults, TrialsStopped
 from accel.bench.trial_process import TrialSettings
 from accel.bench.tune import BATCH_KEY, WORKERS_KEY, Knob, build_knobs, table, tune, write_fragment
 from accel.cli import main
@@ -294,6 +294,39 @@ def test_an_interrupt_ends_the_whole_search(tiny, tmp_path):
     assert len(stages) == 1  # the workers stage never ran
     record = json.loads((tmp_path / "work" / "tune.json").read_text())  # says what happened, chooses nothing
     assert record["interrupted"] is True and record["chosen"] == {}
+
+
+def test_a_trial_whose_script_never_logged_its_target_metric_ends_the_whole_search(tiny, tmp_path):
+    stages = []
+
+    def stopped(jobs, out, settings, console=None, skip=None):  # the runner stopped at the stage's first trial
+        stages.append(out)
+        results = TrialResults([Trial(variant="x", trial=0, error="logged no `val_loss`", unlogged_metric="val_loss")])
+        results.stopped = "the script logged no `val_loss` (it logged nothing)"
+        return results
+
+    knobs = [Knob(BATCH_KEY, [8, 16], bounded=True), Knob(WORKERS_KEY, [0, 1])]
+    with pytest.raises(TrialsStopped, match="logged no `val_loss`"):
+        tune(validate_recipe(tiny), knobs, tmp_path / "work", TrialSettings(5, 1), trials=2, run_trials=stopped)
+    assert len(stages) == 1  # the workers stage never ran
+    record = json.loads((tmp_path / "work" / "tune.json").read_text())  # says what was measured, chooses nothing
+    assert record["interrupted"] is True and record["chosen"] == {}
+
+
+def test_tunes_table_to_a_file_or_a_pipe_is_not_cut_to_80_columns(tmp_path, capsys):
+    from accel.bench.records import Interval
+    from accel.bench.tune.rows import TuneRow
+    from accel.bench.tune.search import TuneResult
+    from accel.cli.bench import searched
+
+    none = Interval(median=None, ci95=None)
+    note = "the recipe's value, measured beside"
+    row = TuneRow(
+        knob="speedups.channels_last", value=None, label="off", samples_per_s=none, ratio=none, verdict=None, note=note
+    )
+    searched(lambda: TuneResult(rows=[row]), tmp_path)
+    printed = capsys.readouterr().out  # captured: not a terminal
+    assert "speedups.channels_last" in printed and note in printed
 
 
 def test_an_interrupted_tune_command_writes_no_fragment(monkeypatch, tiny, write_recipe, tmp_path, capsys):

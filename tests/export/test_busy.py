@@ -24,8 +24,8 @@ def _export(tiny_run, out, capsys) -> tuple[dict, list[str]]:
 def test_the_latency_table_says_when_others_took_the_cores(tiny_run, tmp_path, capsys, monkeypatch, others):
     measured = load.between
 
-    def others_took(start, end):  # the machine's real counters, with others' share as this case needs
-        return {**measured(start, end), "others_share": others}
+    def others_took(start, end):  # the machine's real counters, with others' share as this case needs, over a
+        return {**measured(start, end), "others_share": others, "wall_s": 10.0}  # window long enough to judge
 
     monkeypatch.setattr(load, "between", others_took)
     report, printed = _export(tiny_run, tmp_path / "out", capsys)

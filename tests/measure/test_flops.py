@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from accel import Trainer
+from accel import Trainer, devices
 from accel.config.train_config import TrainConfig
 from accel.measure import peaks
 from accel.measure.flops import Utilisation, count_step_flops
@@ -72,7 +73,7 @@ def test_every_run_reports_flops_and_mfu_against_the_measured_cpu_peak():
     ).fit()
     assert summary["flops_per_step"] == 2 * 3 * 2 * 8 * (16 * 32 + 32 * 3) - 2 * 2 * 8 * 16 * 32
     assert summary["flop_per_s"] > 0 and 0 < summary["mfu"] < 1
-    assert summary["peak_source"].startswith("measured: best of 4 matmul shapes")
+    assert summary["peak_source"].startswith(("hardware: ", "measured: best of 4 matmul shapes"))
 
 
 def test_gpu_peaks_are_dense_and_unknown_gpus_have_none():
@@ -82,36 +83,49 @@ def test_gpu_peaks_are_dense_and_unknown_gpus_have_none():
     assert peaks.gpu_peak("NVIDIA GeForce RTX 4090", "bf16") is None
 
 
-def test_the_cpu_peak_is_measured_once_and_cached(tmp_path, monkeypatch):
+def test_the_cpu_peak_is_measured_once_and_cached_where_the_hardware_is_unknown(tmp_path, monkeypatch):
     calls = []
+    monkeypatch.setattr(peaks, "hardware_peak", lambda dtype, threads: None)
     monkeypatch.setattr(peaks, "measure_matmul", lambda dtype: calls.append(dtype) or 1e11)
     cache = tmp_path / "peaks.json"
     assert peaks.cpu_peak("fp32", cache).flop_per_s == peaks.cpu_peak("fp32", cache).flop_per_s == 1e11
     assert calls == [torch.float32] and cache.is_file()
 
 
-def test_a_cpu_peak_below_a_reached_rate_is_measured_again_and_the_higher_kept(tmp_path, monkeypatch):
-    probes = iter([4.5e10, 6.8e10, 3e10])  # the first probe ran on a slowed machine
-    monkeypatch.setattr(peaks, "measure_matmul", lambda dtype: next(probes))
-    cache = tmp_path / "peaks.json"
-    assert peaks.cpu_peak("fp32", cache).flop_per_s == 4.5e10
-    assert peaks.cpu_peak("fp32", cache, at_least=4.9e10).flop_per_s == 6.8e10
-    assert peaks.cpu_peak("fp32", cache).flop_per_s == 6.8e10  # cached
-    assert peaks.cpu_peak("fp32", cache, at_least=7e10).flop_per_s == 6.8e10  # a lower probe never lowers it
-
-
-def test_mfu_over_one_on_a_cpu_measures_the_peak_again_once(monkeypatch):
-    asked = []
-    monkeypatch.setattr(
-        peaks, "cpu_peak", lambda dtype, at_least: asked.append(at_least) or peaks.Peak(2e10, dtype, "measured: again")
+def test_a_cpus_peak_from_its_flags_cores_and_clock(monkeypatch):
+    avx2, avx512 = {"avx", "avx2", "fma"}, {"avx2", "fma", "avx512f", "avx512_bf16"}
+    assert peaks.flop_per_cycle("fp32", avx2) == (32, "AVX2: 8 fp32 lanes, FMA, 2 units")
+    assert peaks.flop_per_cycle("bf16", avx2)[0] == 32  # emulated: no faster than fp32
+    assert peaks.flop_per_cycle("fp32", avx512)[0] == 64 and peaks.flop_per_cycle("bf16", avx512)[0] == 128
+    assert peaks.flop_per_cycle("bf16", avx512 | {"amx_bf16"}) == (1024, "AMX-BF16 tiles")
+    assert peaks.flop_per_cycle("fp32", {"sse2"}) is None
+    monkeypatch.setattr(devices, "cpu_flags", lambda: avx2)
+    monkeypatch.setattr(devices, "cpu_clock_ghz", lambda: (2.5, "/proc/cpuinfo"))
+    monkeypatch.setattr(devices, "available_cpus", lambda: 2)
+    peak = peaks.hardware_peak("fp32", threads=4)  # threads beyond the usable cores add nothing
+    assert peak.flop_per_s == 2 * 2.5e9 * 32 == 160e9
+    assert (
+        peak.source == "hardware: 2 cores x 2.50 GHz (/proc/cpuinfo) x 32 FLOP/cycle (AVX2: 8 fp32 lanes, FMA, 2 units)"
     )
+    monkeypatch.setattr(devices, "cpu_clock_ghz", lambda: None)
+    assert peaks.hardware_peak("fp32", threads=2) is None
+
+
+def test_a_run_faster_than_a_cpus_peak_raises_it_without_measuring_anything(tmp_path, monkeypatch):
+    monkeypatch.setenv("ACCEL_PEAKS_CACHE", str(tmp_path / "peaks.json"))
+    monkeypatch.setattr(peaks, "hardware_peak", lambda dtype, threads: peaks.Peak(2.39e11, dtype, "hardware: x"))
+    monkeypatch.setattr(peaks, "measure_matmul", lambda dtype: pytest.fail("a probe inside a run"))
     util = Utilisation()
-    util.flops_per_sample, util.peak = 1e8, peaks.Peak(1e10, "fp32", "measured: best of 4 matmul shapes")
-    assert util.stats(150.0)["mfu"] == 0.75  # 1.5e10 FLOP/s against the peak measured again
-    assert util.stats(300.0)["mfu"] == 1.5 and asked == [1.5e10]  # only once per run
+    util.flops_per_sample, util.peak = 1e9, peaks.cpu_peak("fp32")
+    assert util.stats(200.0)["mfu"] == pytest.approx(2e11 / 2.39e11)
+    assert util.stats(262.0)["mfu"] == 1.0  # the ResNet-18 that read 1.098 against a 239 GFLOP/s probe
+    assert util.peak.source == "hardware: x; raised to 262 GFLOP/s, a rate a run reached here"
+    assert peaks.cpu_peak("fp32").flop_per_s == 2.62e11  # kept for the next run
+    peaks.reached(peaks.cpu_peak("fp32"), 2.5e11)
+    assert peaks.cpu_peak("fp32").flop_per_s == 2.62e11  # a lower rate never lowers it
     gpu = Utilisation()
     gpu.flops_per_sample, gpu.peak = 1e8, peaks.Peak(1e10, "bf16", "datasheet, dense: some GPU")
-    assert gpu.stats(300.0)["mfu"] == 3.0 and len(asked) == 1  # a datasheet figure is never measured
+    assert gpu.stats(300.0)["mfu"] == 3.0  # a datasheet's peak stands: over it, the FLOP count is wrong
 
 
 def test_a_task_the_counter_cannot_follow_costs_the_figure_not_the_run():

@@ -34,6 +34,27 @@ def test_a_quiet_window_is_not_busy_and_the_measured_tree_is_left_out():
     assert "Stop the other work" in note and "--trials" in note
 
 
+def test_a_window_too_short_for_the_tick_counters_is_not_judged():
+    # 0.2 s on 2 cores: one 10 ms tick of rounding is 2.5% of it; over 0.02 s, 25%
+    short = load.between(_counters(0, 100, 50), _counters(0.2, 100.3, 50))
+    assert short["others_share"] == pytest.approx(0.75) and not load.busy(short)
+    assert load.busy(load.between(_counters(0, 100, 50), _counters(0.5, 100.75, 50)))
+
+
+def test_a_live_child_counts_as_the_measured_trees_own():
+    # a trial's DataLoader workers are alive while its timed steps run: their CPU time is the trial's, not others'
+    code = "import time\nt = time.process_time()\nwhile time.process_time() - t < 1: pass\nprint(flush=True)\ninput()"
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        start = load.counters()
+        child.stdout.readline()  # it has spun for 1 CPU second and still lives
+        seen = load.between(start, load.counters())
+    finally:
+        child.kill()
+        child.wait()
+    assert seen["own_cpu_s"] >= 0.9
+
+
 def test_the_measured_process_tree_counts_as_its_own():
     code = "import time\nt = time.process_time()\nwhile time.process_time() - t < 1: pass"
     with load.watched() as seen:
@@ -57,7 +78,7 @@ def spinner():
 def test_a_bench_beside_a_cpu_bound_process_says_the_machine_was_busy(spinner, tiny, write_recipe, tmp_path, capsys):
     out = tmp_path / "bench"
     argv = ["bench", str(write_recipe(tiny)), "--vary", "data.batch_size=8,16", "--trials", "1", "--out", str(out)]
-    assert main([*argv, "--steps", "3", "--warmup", "1"]) == 0
+    assert main([*argv, "--steps", "60", "--warmup", "1"]) == 0  # long enough to judge (0.5 s on 2 cores)
     report = (out / "report.md").read_text()
     head = report.split("Baseline:")[0]
     assert "**Busy machine.** The machine was busy during " in head, report

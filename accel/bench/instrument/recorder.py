@@ -36,6 +36,7 @@ from ... import devices
 from ...batches import leading_tensor
 from ...engine import script_trial, trial_files
 from ...io import strict_json, write_atomic
+from ...measure import load
 from ...measure.anatomy import Anatomy
 from . import trial_record
 
@@ -115,6 +116,7 @@ class Recorder:
         self.stop_requested = False
         self.metrics: dict[str, float] = {}  # the last value of each metric the script logged through a framework
         self.evals: list[dict[str, Any]] = []  # each logged value of the target's metric, as TargetClock's
+        self.load = load.Window()  # the machine's load over the timed steps
         self.saving_depth = 0
         self.profile = profile  # `accel profile`'s window, over this clock (no record is written then)
         self.anatomy = Anatomy()  # the phases the profile times (free while no window is open)
@@ -303,6 +305,8 @@ class Recorder:
         done = len(self.marks) + 1
         if self.every_step or done <= self.warmup or done == self.warmup + self.steps:
             devices.synchronize(self.device)
+        if done == self.warmup:
+            self.load.begin()  # before the mark: its own cost stays out of the timed steps
         now = time.perf_counter()
         if done == 1:
             self._find_models()

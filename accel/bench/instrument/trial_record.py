@@ -47,6 +47,7 @@ def trial(rec: Recorder) -> dict[str, Any]:
     from ...models.blocks import model_traits
     from .recorder import FACTS
 
+    window = rec.load.end()  # first: what follows is not the timed steps
     steps = deltas(rec.marks[1:], rec.marks[0])
     timed = steps[rec.warmup - 1 :]
     figures = rates(timed, data_known=rec.loader_seen)
@@ -65,6 +66,7 @@ def trial(rec: Recorder) -> dict[str, Any]:
         **_compile_figures(),
         **_batch(timed),
         **_metric_figures(rec),
+        "load": window,
     }
     if rec.step_losses and all(loss is not None for loss in rec.step_losses):
         losses = torch.stack(rec.step_losses).tolist()  # one device sync, at the end
@@ -94,7 +96,20 @@ def _metric_figures(rec: Recorder) -> dict[str, Any]:
     figures = {"val_metric_name": name, "val_metric": rec.metrics[name]} if name in rec.metrics else {}
     if rec.metric is None:
         return figures
-    return figures | target_figures(rec.target, rec.metric, rec.evals, len(rec.marks), "", EVALUATE_WITHIN)
+    from .recorder import FACTS
+
+    fix = _log_it(rec.metric) if FACTS["framework"] == "plain" else EVALUATE_WITHIN
+    return figures | target_figures(rec.target, rec.metric, rec.evals, len(rec.marks), "", fix, set(rec.metrics))
+
+
+def _log_it(metric: str) -> str:
+    """How a plain loop logs `metric`: a line it prints, read through --metric-pattern (a group names a metric that
+    is a Python name), or a TensorBoard scalar."""
+    pattern = f"give accel bench --metric-pattern '{metric} (?P<{metric}>[0-9.eE+-]+)' matching a line it prints, or "
+    return (
+        f"{pattern if metric.isidentifier() else ''}have it write SummaryWriter.add_scalar('{metric}', value), "
+        "within the trial's steps"
+    )
 
 
 def _compile_figures() -> dict[str, Any]:

@@ -99,6 +99,8 @@ class Measure:
         # choice rests on a stage cut short.
         if getattr(results, "interrupted", False):
             raise KeyboardInterrupt
+        if getattr(results, "stopped", None):
+            raise runner.TrialsStopped(results.stopped)
         return results
 
 
@@ -303,7 +305,7 @@ def tune(
     result = TuneResult(loads=m.loads)
     try:
         _search(m, result, knobs, work, final_check)
-    except KeyboardInterrupt:  # the record says so, and what was measured before (nothing is chosen from it)
+    except (KeyboardInterrupt, runner.TrialsStopped):  # the record says so, and what was measured (nothing chosen)
         result.interrupted, result.chosen = True, {}
         _write_record(result, work, objective)
         raise
