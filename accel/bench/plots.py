@@ -7,6 +7,7 @@ styles; the PNGs sit beside it and are referenced by relative path.
 
 from __future__ import annotations
 
+import base64
 import html
 from pathlib import Path
 
@@ -100,6 +101,21 @@ STYLE = (
 )
 
 
+def embedded_png(path: Path, alt: str) -> str:
+    """An <img> holding the PNG itself: a report sent alone (mailed, attached to an issue) shows its plots."""
+    data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
+    return f'<img src="data:image/png;base64,{data}" alt="{html.escape(alt)}">'
+
+
+def _nothing_to_plot(report: Report, key: str) -> str:
+    if not any(t.error is None for r in report.variants for t in r.trials):
+        return f"No successful trials to plot for {key.replace('_', ' ')}."
+    return (  # only data wait can be missing from successful trials
+        "No data wait to plot: the trials' batches came from no loader accel measures (an accel loader, a torch "
+        "DataLoader, or one given to eng.setup_dataloaders)."
+    )
+
+
 def write_html(
     report: Report,
     out_dir: Path,
@@ -127,11 +143,7 @@ def write_html(
         png = make(report, out_dir / PNGS[key])
         if png is None:
             (out_dir / PNGS[key]).unlink(missing_ok=True)  # never show a stale plot from an earlier run
-        parts.append(
-            f'<p><img src="{PNGS[key]}" alt="{key}"></p>'
-            if png
-            else f"<p>No successful trials to plot for {key.replace('_', ' ')}.</p>"
-        )
+        parts.append(f"<p>{embedded_png(png, key)}</p>" if png else f"<p>{_nothing_to_plot(report, key)}</p>")
     if failed:
         parts += ["<h2>Failed trials</h2>", _html_list(failed)]
     doc = (

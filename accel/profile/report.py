@@ -7,7 +7,7 @@ import html
 from pathlib import Path
 from typing import Any
 
-from ..bench.plots import STYLE, _figure, _html_list, _html_table, _save
+from ..bench.plots import STYLE, _figure, _html_list, _html_table, _save, embedded_png
 from ..devices import environment
 from ..io import strict_json, write_atomic
 from ..measure.load import busy_note
@@ -160,7 +160,7 @@ def page(report: dict[str, Any], folder: Path) -> str:
         "<h2>Advice</h2>",
         _html_list(findings(report)),
         "<h2>The step's anatomy</h2>",
-        f'<p><img src="{png.name}" alt="anatomy"></p>',
+        f"<p>{embedded_png(png, 'anatomy')}</p>",
         _html_table(anatomy_table(report)),
         "<h2>Top operators by module</h2>",
         _html_table(modules_table(report)),

@@ -181,8 +181,12 @@ def test_everything_failed_still_writes_reports(tmp_path):
     assert rep.recommended.overrides == {}  # not even the baseline: it failed too
     assert rep.recommended.text.startswith("none: every variant's trials failed")
     ok = summarize([trial(v.name, 0, 100.0) for v in variants], variants, "baseline")
-    write_reports(ok, tmp_path)
+    page = write_reports(ok, tmp_path)["html"].read_text()
     assert (tmp_path / "throughput.png").exists()
+    assert '<img src="data:image/png;base64,' in page and 'src="throughput.png"' not in page  # sent alone, whole
+    unmeasured = [trial(v.name, 0, 100.0).model_copy(update={"data_wait_fraction": None}) for v in variants]
+    page = write_reports(summarize(unmeasured, variants, "baseline"), tmp_path)["html"].read_text()
+    assert "No data wait to plot: the trials' batches came from no loader accel measures" in page
     paths = write_reports(rep, tmp_path)  # same folder: the earlier plots must not survive as stale
     assert "No successful trials to plot" in paths["html"].read_text()
     assert not (tmp_path / "throughput.png").exists()

@@ -86,7 +86,7 @@ def test_the_html_and_markdown_reports_hold_every_part(profiled):
     page = (out / "profile.html").read_text()
     for part in ("The step's anatomy", "Top operators by module", "Top operators", "Advice", "backward"):
         assert part in page
-    assert '<img src="anatomy.png"' in page and (out / "anatomy.png").read_bytes().startswith(b"\x89PNG")
+    assert '<img src="data:image/png;base64,' in page and (out / "anatomy.png").read_bytes().startswith(b"\x89PNG")
     markdown = (out / "profile.md").read_text()
     for part in ("## The step's anatomy", "## Top operators by module", "## Advice", "| backward |", "step (measured)"):
         assert part in markdown
