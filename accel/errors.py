@@ -34,6 +34,24 @@ class SpeedupUnavailable(AccelError):
     """A speed-up that cannot run on this hardware, raised only in strict mode."""
 
 
+def say_uncaught_plainly() -> None:
+    """From now on an accel error nothing caught ends the script with its message alone, as the CLI prints it: a
+    user's `python train.py` that accel refuses (a misspelt ACCEL_SET key) gets the sentence, not a traceback
+    around it. ACCEL_TRACEBACK=1 keeps the traceback; other exceptions are Python's as ever."""
+    previous = sys.excepthook
+    if getattr(previous, "accel_plain", False) or os.environ.get("ACCEL_TRACEBACK") == "1":
+        return
+
+    def hook(kind, value, tb):
+        if isinstance(value, AccelError):
+            print(f"accel: {value}", file=sys.stderr)
+        else:
+            previous(kind, value, tb)
+
+    hook.accel_plain = True
+    sys.excepthook = hook
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """' (did you mean `x`?)' for the closest choice, or '' when nothing is close."""
     close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)

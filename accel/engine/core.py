@@ -34,7 +34,7 @@ from torch import nn
 
 from .. import devices
 from ..batches import map_tensors
-from ..errors import AccelError
+from ..errors import AccelError, say_uncaught_plainly
 from ..measure.anatomy import Anatomy
 from ..optimizers.traits import optimizer_traits
 from ..speedups import RunFacts, Speedup, from_configs, precision_of, refuse, resolve, setup_order
@@ -81,6 +81,7 @@ class Engine(OwnLoop, LoopRecords, Ranks):
         settings = None  # the Trainer's engine: built speed-ups, no settings of a script's own
         self.from_script = not _built(speedups)  # a hand-written loop's settings, not a recipe's
         if self.from_script:
+            say_uncaught_plainly()
             given = strategy if isinstance(strategy, str) else None
             settings = engine_settings(speedups, str(device), given, optimizer=optimizer)
             world = world or world_from_env()

@@ -57,9 +57,10 @@ def engine_settings(
     overrides = set_items(env.get(SET_VARIABLE, ""))
     if overrides:
         data = apply_overrides(data, origins, overrides, label=SET_VARIABLE)
-        for item in overrides:
-            log.info("%s overrides the script: %s", SET_VARIABLE, item)
-    return _validated(data, origins)
+    settings = _validated(data, origins)
+    for item in overrides:  # said once they are known to apply: never before a refusal of them
+        log.info("%s overrides the script: %s", SET_VARIABLE, item)
+    return settings
 
 
 def set_items(text: str) -> list[str]:

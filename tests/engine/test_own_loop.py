@@ -6,6 +6,9 @@ from __future__ import annotations
 import copy
 import io
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -635,3 +638,19 @@ def test_a_loader_given_after_setup_is_judged_before_the_first_step(steady_shape
     steady.setup(*fresh())
     steady.setup_dataloaders(DataLoader(data(), batch_size=10, drop_last=True))
     assert steady.run_facts().drop_last is True and steady._set_up
+
+
+def test_a_script_accel_refuses_ends_with_the_message_alone(tmp_path):
+    """A misspelt ACCEL_SET key in `python train.py`: the refusal, not a traceback around it, and no line before it
+    saying the override applies."""
+    script = tmp_path / "train.py"
+    script.write_text("import accel\naccel.Engine(device='cpu')\nprint('never here')\n")
+    env = os.environ | {"ACCEL_SET": "speedup.amp.dtype=bf16"}
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "never here" not in done.stdout
+    assert done.stderr.startswith("accel: ") and "`speedup` is not an engine setting" in done.stderr
+    assert "Traceback" not in done.stderr and "overrides the script" not in done.stderr
+    kept = subprocess.run(
+        [sys.executable, str(script)], env=env | {"ACCEL_TRACEBACK": "1"}, capture_output=True, text=True, timeout=120
+    )
+    assert "Traceback" in kept.stderr  # for whoever debugs accel itself
