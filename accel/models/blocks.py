@@ -3,6 +3,9 @@ regional compilation work on, and the traits that say which speed-ups can help i
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 from torch import nn
 
 
@@ -33,6 +36,18 @@ TRAITS = {
 CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 
 
+@functools.cache
+def _calls_sdpa(kind: type) -> bool:
+    """A module whose own forward calls `scaled_dot_product_attention` (nanoGPT's pattern: the attention inline in
+    a block), which the attention kernel's `sdpa_kernel` context reaches as it reaches a named attention module."""
+    if kind.__module__.startswith("torch."):
+        return False
+    try:
+        return "scaled_dot_product_attention" in inspect.getsource(kind.forward)
+    except (OSError, TypeError):  # no source: a compiled or built-in forward
+        return False
+
+
 def model_traits(model: nn.Module) -> dict[str, bool]:
     """Convolutions (channels_last), attention modules (an attention kernel), repeated blocks (regional
     compile, activation checkpointing)."""
@@ -40,7 +55,8 @@ def model_traits(model: nn.Module) -> dict[str, bool]:
     return {
         "has_conv": any(isinstance(m, CONV) for m in modules),
         "has_attention": any(
-            isinstance(m, nn.MultiheadAttention) or type(m).__name__.endswith("Attention") for m in modules
+            isinstance(m, nn.MultiheadAttention) or type(m).__name__.endswith("Attention") or _calls_sdpa(type(m))
+            for m in modules
         ),
         "repeated_blocks": bool(repeated_blocks(model)),
     }

@@ -57,3 +57,28 @@ def test_half_precision_kernels_need_amp_on_cuda(backend):
     on_cpu = attention.conflict(Context(torch.device("cpu"), "fp32")) or ""  # cudnn: needs CUDA, whatever dtype
     assert "fp16/bf16" not in on_cpu  # the CPU's flash kernel takes fp32
     assert Attention(Attention.Config(backend="efficient")).conflict(Context(cuda, "fp32")) is None
+
+
+def test_a_model_calling_sdpa_inline_has_attention_and_the_kernel_reaches_it():
+    """nanoGPT's pattern (examples/gpt_model.py): F.scaled_dot_product_attention inside a `Block`, no module named
+    attention. tune and --ablate offer the kernel to it, and sdpa_kernel does act on the call."""
+    import sys
+
+    from accel.models.blocks import model_traits
+    from accel.speedups.attention import attention_context
+    from conftest import ROOT
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        from gpt_model import GPT as InlineGPT
+        from gpt_model import GPTConfig
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+    model = InlineGPT(GPTConfig(block_size=8, vocab_size=16, n_layer=1, n_head=2, n_embd=16))
+    assert model_traits(model)["has_attention"]
+    assert not model_traits(torch.nn.Sequential(torch.nn.Linear(2, 2)))["has_attention"]
+    tokens = torch.randint(0, 16, (2, 8))
+    for backend, bmm in (("math", True), ("flash", False)):
+        with attention_context(backend), FlopCounterMode(display=False) as counter:
+            model(tokens)
+        assert ("aten.bmm" in {str(op) for op in counter.get_flop_counts()["Global"]}) == bmm
