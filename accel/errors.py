@@ -37,19 +37,42 @@ class SpeedupUnavailable(AccelError):
 def say_uncaught_plainly() -> None:
     """From now on an accel error nothing caught ends the script with its message alone, as the CLI prints it: a
     user's `python train.py` that accel refuses (a misspelt ACCEL_SET key) gets the sentence, not a traceback
-    around it. ACCEL_TRACEBACK=1 keeps the traceback; other exceptions are Python's as ever."""
+    around it. One rank of several stopped by Ctrl-C, or by another rank ending in the middle of a collective (gloo's
+    "Connection closed by peer"), says so in one line rather than a traceback per rank. ACCEL_TRACEBACK=1 keeps the
+    tracebacks; other exceptions are Python's as ever."""
     previous = sys.excepthook
     if getattr(previous, "accel_plain", False) or os.environ.get("ACCEL_TRACEBACK") == "1":
         return
 
     def hook(kind, value, tb):
-        if isinstance(value, AccelError):
-            print(f"accel: {value}", file=sys.stderr)
-        else:
+        said = plain_message(value)
+        if said is None:
             previous(kind, value, tb)
+        else:
+            print(f"accel: {said}", file=sys.stderr)
 
     hook.accel_plain = True
     sys.excepthook = hook
+
+
+PEER_GONE = ("closed by peer", "reset by peer", "Broken pipe")  # gloo's words for a rank that has ended
+
+
+def plain_message(error: BaseException) -> str | None:
+    """The one line an uncaught `error` ends the process with, or None for Python's own traceback."""
+    if isinstance(error, AccelError):
+        return str(error)
+    rank = os.environ.get("RANK") if int(os.environ.get("WORLD_SIZE", "1")) > 1 else None
+    if rank is None:
+        return None
+    if isinstance(error, KeyboardInterrupt):
+        return f"rank {rank} interrupted"
+    if any(words in str(error) for words in PEER_GONE):
+        return (
+            f"rank {rank} stopped: another rank ended in the middle of a collective ({str(error).splitlines()[0]}); "
+            "that rank's own line says why"
+        )
+    return None
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

@@ -654,3 +654,16 @@ def test_a_script_accel_refuses_ends_with_the_message_alone(tmp_path):
         [sys.executable, str(script)], env=env | {"ACCEL_TRACEBACK": "1"}, capture_output=True, text=True, timeout=120
     )
     assert "Traceback" in kept.stderr  # for whoever debugs accel itself
+
+
+def test_a_rank_stopped_by_ctrl_c_or_by_a_peer_says_so_in_one_line(monkeypatch):
+    from accel.errors import plain_message
+
+    assert plain_message(KeyboardInterrupt()) is None  # one process: Python's own
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert plain_message(KeyboardInterrupt()) == "rank 1 interrupted"
+    gloo = RuntimeError("[../gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:29500\nmore")
+    assert plain_message(gloo).startswith("rank 1 stopped: another rank ended in the middle of a collective ([..")
+    assert "\n" not in plain_message(gloo)
+    assert plain_message(ValueError("a bug")) is None  # a real error keeps its traceback
