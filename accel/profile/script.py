@@ -29,6 +29,7 @@ from .steps import profile_window
 
 if TYPE_CHECKING:
     from ..engine.core import Engine
+    from .window import ProfileWindow
 
 log = logging.getLogger("accel")
 STEPPED = SimpleNamespace(optimizer_stepped=True)  # what ProfileWindow.on_batch_end reads of a batch
@@ -49,6 +50,12 @@ class Window:
 
     def to_env(self) -> dict[str, str]:
         return {VARIABLE: json.dumps(vars(self))}
+
+    def profile_window(self) -> ProfileWindow:
+        """The window these settings ask for, its report written into `out` when it closes."""
+        return profile_window(
+            self.warmup, self.steps, Path(self.out), self.command, self.script, self.rows, self.sync_debug, self.sets
+        )
 
 
 def attach(engine: Engine) -> ScriptProfile | None:
@@ -87,16 +94,7 @@ class ScriptProfile:
     def __init__(self, engine: Engine, window: Window):
         self.engines = Engines(engine)
         self.run, self.settings = _Run(self.engines), window
-        self.window = profile_window(
-            window.warmup,
-            window.steps,
-            Path(window.out),
-            window.command,
-            window.script,
-            window.rows,
-            window.sync_debug,
-            window.sets,
-        )
+        self.window = window.profile_window()
         self.done = self.started = False
         atexit.register(self._ended_early)
 

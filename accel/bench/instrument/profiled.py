@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +18,6 @@ import torch
 
 from ...engine import script_trial
 from ...profile.script import STEPPED, Window
-from ...profile.steps import profile_window
 
 if TYPE_CHECKING:
     from .recorder import Recorder
@@ -42,16 +40,7 @@ class UnchangedProfile:
 
     def __init__(self, window: Window):
         self.settings = window
-        self.window = profile_window(
-            window.warmup,
-            window.steps,
-            Path(window.out),
-            window.command,
-            window.script,
-            window.rows,
-            window.sync_debug,
-            window.sets,
-        )
+        self.window = window.profile_window()
         self.run: UnchangedRun | None = None
         self.done = False
 
