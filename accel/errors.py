@@ -55,7 +55,9 @@ def say_uncaught_plainly() -> None:
     sys.excepthook = hook
 
 
-PEER_GONE = ("closed by peer", "reset by peer", "Broken pipe")  # gloo's words for a rank that has ended
+# gloo's and the TCP store's words for a rank that has ended ("Connection was likely closed. Did the remote worker
+# crash or exit?")
+PEER_GONE = ("closed by peer", "reset by peer", "Broken pipe", "likely closed", "remote worker crash")
 
 
 def plain_message(error: BaseException) -> str | None:
