@@ -221,9 +221,10 @@ class VariantSummary(Record):
     first_step_s: float | None
     warmup_s: float | None
     break_even_steps: float | None
-    # the one-off costs a framework's samples/s mixes in, out of the steps: the process's start to its training
-    # start, and the time a trial spent evaluating and writing checkpoints (a script's, where it does)
-    setup_s: float | None = None
+    # the one-off costs a framework's samples/s mixes in, out of the steps: the start-up (`build_s`: the process's
+    # start to its trainer built, its engine made, or its training begun), and the time a trial spent evaluating
+    # and writing checkpoints (a script's, where it does)
+    build_s: float | None = None
     eval_s: float | None = None
     save_s: float | None = None
     final_loss: float | None

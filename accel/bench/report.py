@@ -71,7 +71,7 @@ def _row(r: VariantSummary, is_base: bool, target: str | None, shown: dict[str, 
         _f(r.data_wait_fraction, "{:.0%}"),
         _f(r.peak_memory_mb, "{:.0f}"),
         _f(r.first_step_s, "{:.2f}"),
-        *([_f(r.setup_s, "{:.1f}")] if shown["start-up s"] else []),
+        *([_f(r.build_s, "{:.1f}")] if shown["start-up s"] else []),
         *([_f(r.compile_s, "{:.1f}")] if shown["compile s"] else []),
         *([f"{_f(r.eval_s, '{:.1f}')} / {_f(r.save_s, '{:.1f}')}"] if shown["eval / save s"] else []),
         "" if is_base else _f(r.break_even_steps, "{:.0f}"),
@@ -99,7 +99,7 @@ def table(report: Report) -> tuple[list[str], list[list[str]]]:
     # the one-off costs, each a column only where a variant has it: compilation, and a script's evaluations and
     # checkpoint writes in its trials (a report from before start-up was summarised has none)
     shown = {
-        "start-up s": any(r.setup_s is not None for r in report.variants),
+        "start-up s": any(r.build_s is not None for r in report.variants),
         "compile s": any(r.compile_s is not None for r in report.variants),
         "eval / save s": any(r.eval_s or r.save_s for r in report.variants),
     }

@@ -131,7 +131,7 @@ def _summarize_variant(
         first_step_s=_median(_values(ok, "first_step_s")),
         warmup_s=_median(_values(ok, "warmup_s")),
         break_even_steps=_break_even(ok, base_ok, ratio, steps["p50"]),
-        setup_s=_median(_values(ok, "setup_s")),
+        build_s=_median(_values(ok, "build_s")),
         eval_s=_median(_values(ok, "eval_s")),
         save_s=_median(_values(ok, "save_s")),
         final_loss=_median(_values(ok, "final_loss")),

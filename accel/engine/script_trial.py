@@ -215,6 +215,7 @@ class ScriptTrial:
         self.model_traits: dict[int, dict[str, bool]] = {}  # by engine id
         self.load = load.Window()  # the machine's load over the timed steps
         self.process_started = psutil.Process().create_time()
+        self.created_wall = time.time()
         self.eval_s, self.last_step = 0.0, time.time()
         devices.reset_peak_memory(engine.device)
         self._excepthook = sys.excepthook
@@ -305,6 +306,7 @@ class ScriptTrial:
             **figures,
             **engine._loop.utilisation.stats(figures["samples_per_s"]),  # FLOP/s and MFU over the timed steps
             "flops_per_step": flops * steps[0]["samples"] if flops else None,
+            "build_s": self.created_wall - self.process_started,  # start-up: the process's start to this engine
             "setup_s": setup_s,
             "first_step_s": setup_s + steps[0]["s"],
             "warmup_s": setup_s + sum(s["s"] for s in steps[: self.warmup]),

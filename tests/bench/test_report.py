@@ -38,7 +38,7 @@ VARIANT_KEYS = {
     "time_to_target_ratio",
     "lint",
     "compile_s",
-    "setup_s",
+    "build_s",
     "eval_s",
     "save_s",
     "median_step_ratio",

@@ -53,7 +53,10 @@ def trial(rec: Recorder) -> dict[str, Any]:
     figures = rates(timed, data_known=rec.loader_seen)
     record = {
         **figures,
-        "setup_s": (rec.began or rec.first_backward or rec.marks[0]["wall"]) - rec.zero,
+        # start-up: to the training's start (a framework's), or the first backward (a plain loop's imports, data and
+        # model before it); the first step and warm-up count from the process's start, the only start seen from
+        # outside (an engine's and a recipe's count from their own start, after the build)
+        "build_s": (rec.began or rec.first_backward or rec.marks[0]["wall"]) - rec.zero,
         "first_step_s": rec.marks[0]["wall"] - rec.zero,
         "warmup_s": rec.marks[rec.warmup - 1]["wall"] - rec.zero,
         "peak_memory_mb": devices.peak_memory_mb(rec.device),
