@@ -43,11 +43,7 @@ def run_with(run: BenchRun, recommended: Recommendation, baseline: Variant) -> s
         return shlex.join(["accel", "train", run.source, *(f"--set={k}={_text(v)}" for k, v in changed.items())])
     from .script import launch_of
 
-    launch = launch_of(run.script, [], Variant("recommended", dict(recommended.overrides)))
-    variables = [f"{name}={shlex.quote(value)}" for name, value in launch.env]
-    if launch.accel_set():
-        variables.append(f"ACCEL_SET={shlex.quote(launch.accel_set())}")
-    return " ".join([*variables, shlex.join(launch.command)])
+    return launch_of(run.script, [], Variant("recommended", dict(recommended.overrides))).shell_line()
 
 
 def _text(value: Any) -> str:

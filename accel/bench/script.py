@@ -64,6 +64,12 @@ class ScriptLaunch:
     def accel_set(self) -> str:
         return " ".join([os.environ.get(SET_VARIABLE, ""), *map(shlex.quote, self.sets)]).strip()
 
+    def shell_line(self, *variables: str) -> str:
+        """The line a user types to run it: its environment variables, `variables`, ACCEL_SET, the command."""
+        own = [f"{name}={shlex.quote(value)}" for name, value in self.env]
+        accel_set = [f"{SET_VARIABLE}={shlex.quote(self.accel_set())}"] if self.accel_set() else []
+        return " ".join([*own, *variables, *accel_set, shlex.join(self.command)])
+
     def launch(self, settings: TrialSettings, json_path: Path) -> tuple[list[str], dict[str, str]]:
         """The command and the variables that make it a trial: its engine's (accel.engine.script_trial), or the
         instrument's, loaded before its first line (accel.bench.instrument)."""

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 import shlex
 import sys
 from pathlib import Path
 
 from ..errors import AccelError
 from ..runs.runlock import hold
-from .options import add_sets, add_trial_options, check_trial_options
+from .options import add_metric_pattern, add_sets, add_trial_options, check_trial_options, positive_int
 
 SPEED_STEPS, TIME_STEPS = (10, 3), (60, 1)  # tune's (steps, warmup) per objective: a speed, and a short run
 TIME_EVAL_BATCHES = 4
@@ -180,42 +179,6 @@ def add(commands) -> None:
     add_metric_pattern(tune_parser)
     tune_parser.add_argument("--work", help="folder for trial recipes and logs (default: runs/tune-<name>-<timestamp>)")
     tune_parser.set_defaults(run=tune)
-
-
-def add_metric_pattern(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--metric-pattern",
-        action="append",
-        default=[],
-        type=metric_pattern,
-        metavar="REGEX",
-        help="for a script that prints its metrics: a regular expression whose named groups are metrics, matched "
-        "against each line it prints, e.g. 'val loss (?P<val_loss>[0-9.]+)' (repeatable); --target and the "
-        "results check read them",
-    )
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of optimizer steps, at least 1")
-    return value
-
-
-def metric_pattern(text: str) -> str:
-    """A --metric-pattern: a regular expression with at least one named group (the metric's name)."""
-    try:
-        groups = re.compile(text).groupindex
-    except re.error as err:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a regular expression: {err}") from None
-    if not groups:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} names no metric: put the value in a named group, e.g. 'val loss (?P<val_loss>[0-9.]+)'"
-        )
-    return text
 
 
 def bench(args: argparse.Namespace) -> int:

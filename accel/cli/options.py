@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 
 from ..errors import AccelError
 
@@ -53,3 +54,39 @@ def check_trial_options(args: argparse.Namespace) -> None:
         raise AccelError(
             f"--timeout must be a positive, finite number of seconds, got {args.timeout}; leave it out for no limit."
         )
+
+
+def add_metric_pattern(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--metric-pattern",
+        action="append",
+        default=[],
+        type=metric_pattern,
+        metavar="REGEX",
+        help="for a script that prints its metrics: a regular expression whose named groups are metrics, matched "
+        "against each line it prints, e.g. 'val loss (?P<val_loss>[0-9.]+)' (repeatable); --target and the "
+        "results check read them",
+    )
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of optimizer steps, at least 1")
+    return value
+
+
+def metric_pattern(text: str) -> str:
+    """A --metric-pattern: a regular expression with at least one named group (the metric's name)."""
+    try:
+        groups = re.compile(text).groupindex
+    except re.error as err:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a regular expression: {err}") from None
+    if not groups:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} names no metric: put the value in a named group, e.g. 'val loss (?P<val_loss>[0-9.]+)'"
+        )
+    return text

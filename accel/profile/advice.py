@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..measure.traps import DATA_WAIT
-from .measured import bench_said
+from .measured import bench_said, benches_of
 from .phases import share
 
 BF16_PAYS = 1.2  # bf16 matmuls at the model's size at least this much faster: worth a bench of mixed precision
@@ -155,6 +155,8 @@ def advise(
     framework = report["facts"].get("framework")
     sets = [f"--set={item}" for item in overrides]
     facts = Facts.of(report)
+    # an unchanged script's bench is its --ablate, not the rules' keys: nothing to look up for it
+    benches = benches_of(folder, shlex.join(recipe) if script else recipe) if folder and framework is None else []
     advice = []
     for rule in RULES:
         if not rule.applies(facts):
@@ -173,7 +175,7 @@ def advise(
             fix, bench = rule.fix, f"accel bench {shlex.join([recipe, *sets])} {rule.bench}"
         finding = rule.finding.format(**vars(facts), bf16_said=facts.bf16_said)
         advice.append({"rule": rule.name, "finding": finding, "fix": fix.format(), "bench": bench})
-        said = bench_said(folder, recipe if not script else shlex.join(recipe), rule.bench) if folder else None
-        if said and framework is None:  # an unchanged script's bench is its --ablate, not the rule's keys
+        said = bench_said(benches, rule.bench)
+        if said:
             advice[-1]["measured"] = said
     return advice

@@ -14,14 +14,18 @@ from ..bench.variants import vary_variants
 REFUTED = ("hurt", "no effect")
 
 
-def bench_said(folder: Path, source: str, bench_options: str) -> str | None:
-    """What the latest bench of `source` beside `folder` measured of the change `bench_options` (a rule's
-    `--vary KEY=OFF,ON`) makes, where it found it no faster; None where none did."""
+def benches_of(folder: Path, source: str) -> list[tuple[Path, dict[str, Any]]]:
+    """The reports of benches of `source` beside `folder`, newest first: read once for every rule."""
+    ours = _source(source)
+    reports = ((path, _read(path)) for path in sorted(folder.parent.glob("*/report.json"), key=_mtime, reverse=True))
+    return [(path, report) for path, report in reports if report and _source(report.get("recipe")) == ours]
+
+
+def bench_said(benches: list[tuple[Path, dict[str, Any]]], bench_options: str) -> str | None:
+    """What the latest of `benches` measured of the change `bench_options` (a rule's `--vary KEY=OFF,ON`) makes,
+    where it found it no faster; None where none did."""
     change = _change(bench_options)
-    for path in sorted(folder.parent.glob("*/report.json"), key=_mtime, reverse=True):
-        report = _read(path)
-        if report is None or _source(report.get("recipe")) != _source(source):
-            continue
+    for path, report in benches:
         variant = next((v for v in report.get("variants", []) if _makes(v.get("overrides") or {}, change)), None)
         if variant is not None and variant.get("verdict") in REFUTED:
             ratio = variant.get("ratio_vs_baseline") or {}

@@ -51,6 +51,12 @@ class Window:
     def to_env(self) -> dict[str, str]:
         return {VARIABLE: json.dumps(vars(self))}
 
+    @classmethod
+    def from_env(cls) -> Window | None:
+        """The window `accel profile` asked this process for, or None."""
+        text = os.environ.get(VARIABLE)
+        return cls(**json.loads(text)) if text else None
+
     def profile_window(self) -> ProfileWindow:
         """The window these settings ask for, its report written into `out` when it closes."""
         return profile_window(
@@ -60,10 +66,10 @@ class Window:
 
 def attach(engine: Engine) -> ScriptProfile | None:
     """The profile `accel profile` asked for (rank 0 only), or None."""
-    text = os.environ.get(VARIABLE)
-    if not text or not engine.world.is_main:
+    window = Window.from_env()
+    if window is None or not engine.world.is_main:
         return None
-    return ScriptProfile(engine, Window(**json.loads(text)))
+    return ScriptProfile(engine, window)
 
 
 class _Run:

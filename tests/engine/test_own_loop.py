@@ -169,13 +169,19 @@ def test_the_optimizer_is_the_users_param_groups_and_all():
     eng.close()
 
 
-@pytest.mark.parametrize("compiled", [False, True], ids=["own-step", "compile_step"])
-def test_a_scheduler_given_to_setup_is_stepped_by_the_loop_alone(compiled):
+def _halving_schedule():
+    """An engine set up with a model, SGD at lr 1 and a schedule halving it at every step."""
     model = nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     schedule = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
     eng = accel.Engine(device="cpu")
     model, optimizer = eng.setup(model, optimizer, schedule)
+    return eng, model, optimizer, schedule
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["own-step", "compile_step"])
+def test_a_scheduler_given_to_setup_is_stepped_by_the_loop_alone(compiled):
+    eng, model, optimizer, schedule = _halving_schedule()
     step = eng.compile_step(lambda x: model(x).sum())
     for _ in range(4):
         if compiled:
@@ -191,11 +197,7 @@ def test_a_scheduler_given_to_setup_is_stepped_by_the_loop_alone(compiled):
 
 
 def test_a_scheduler_stepped_twice_an_optimizer_step_is_said_once(caplog):
-    model = nn.Linear(4, 1)
-    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
-    schedule = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
-    eng = accel.Engine(device="cpu")
-    model, optimizer = eng.setup(model, optimizer, schedule)
+    eng, model, optimizer, schedule = _halving_schedule()
     with caplog.at_level("WARNING", logger="accel"):
         for i in range(4):
             eng.backward(model(torch.ones(2, 4)).sum())

@@ -37,7 +37,7 @@ def attach(module: ModuleType) -> None:
     from transformers import HfArgumentParser
 
     recorder.patch(module.Trainer, "__init__", _init)
-    recorder.patch(module.Trainer, "_save_checkpoint", _save_checkpoint)
+    recorder.patch(module.Trainer, "_save_checkpoint", recorder.timed_save)
     recorder.patch(HfArgumentParser, "parse_args_into_dataclasses", _parse)
 
 
@@ -45,12 +45,6 @@ def _init(init, trainer, *args, **kwargs):
     init(trainer, *args, **kwargs)
     if recorder.RECORDER is not None and recorder.RECORDER.active:
         trainer.add_callback(TrialCallback(recorder.RECORDER, trainer))
-
-
-def _save_checkpoint(save, trainer, *args, **kwargs):
-    if recorder.RECORDER is None:
-        return save(trainer, *args, **kwargs)
-    return recorder.RECORDER.saving(save, trainer, *args, **kwargs)
 
 
 def _parse(parse, parser, *args, **kwargs):

@@ -29,7 +29,7 @@ def attach_trainer(module: ModuleType) -> None:
     """`lightning.pytorch.trainer.trainer` (or `pytorch_lightning`'s) is imported: every Trainer made from now on
     carries the callback, and its checkpoint writes are timed apart."""
     recorder.patch(module.Trainer, "__init__", functools.partial(_init, _package(module)))
-    recorder.patch(module.Trainer, "save_checkpoint", _save_checkpoint)
+    recorder.patch(module.Trainer, "save_checkpoint", recorder.timed_save)
 
 
 def attach_cli(module: ModuleType) -> None:
@@ -64,12 +64,6 @@ def _init(package: str, init, trainer, *args, **kwargs) -> None:
     if rec is not None and rec.active:
         callback_base = importlib.import_module(package).Callback  # imported whole by now, not while it is attached
         trainer.callbacks.insert(0, _callback_class(callback_base)(rec, trainer))
-
-
-def _save_checkpoint(save, trainer, *args, **kwargs):
-    if recorder.RECORDER is None:
-        return save(trainer, *args, **kwargs)
-    return recorder.RECORDER.saving(save, trainer, *args, **kwargs)
 
 
 def _callback_class(base: type) -> type:

@@ -8,7 +8,6 @@ computation included, is `other`. The window opens at the first optimizer step, 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from types import SimpleNamespace
@@ -16,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ...engine import script_trial
 from ...profile.script import STEPPED, Window
 
 if TYPE_CHECKING:
@@ -28,10 +26,10 @@ PRECISIONS = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 def requested() -> UnchangedProfile | None:
     """The profile `accel profile` asked for (rank 0 only), or None."""
-    text = os.environ.get(script_trial.PROFILE)
-    if not text or os.environ.get("RANK", "0") != "0":
+    window = Window.from_env()
+    if window is None or os.environ.get("RANK", "0") != "0":
         return None
-    return UnchangedProfile(Window(**json.loads(text)))
+    return UnchangedProfile(window)
 
 
 class UnchangedProfile:

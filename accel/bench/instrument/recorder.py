@@ -63,13 +63,23 @@ def install() -> None:
 
         window = profiled.requested()
         if window is not None:
-            RECORDER = Recorder(script_trial.Requested("", 0, 0, False, False, None, None, False), window)
+            nothing = script_trial.Requested(
+                path="", warmup=0, steps=0, probe=False, every_step=False, target=None, metric=None, stop=False
+            )  # no record and no step count: the window ends the process
+            RECORDER = Recorder(nothing, window)
 
 
 def stand_down() -> None:
     """The script created an `accel.Engine`, which measures its own steps: the recorder lets go of every hook."""
     if RECORDER is not None:
         RECORDER.stand_down()
+
+
+def timed_save(save: Callable, *args: Any, **kwargs: Any) -> Any:
+    """A framework's checkpoint write (`patch`'s wrapper of the Trainer's own), timed apart by the recorder."""
+    if RECORDER is None:
+        return save(*args, **kwargs)
+    return RECORDER.saving(save, *args, **kwargs)
 
 
 def patch(owner: Any, name: str, wrapper: Callable) -> Callable[[], None]:
@@ -122,6 +132,7 @@ class Recorder:
         self.anatomy = Anatomy()  # the phases the profile times (free while no window is open)
         self.loader_workers: int | None = None  # the last DataLoader's workers, and the forward's precision:
         self.precision: str | None = None  # what the profile's advice weighs
+        self._optimizer_phases: list[Any] = []  # open `optimizer` phases (a profile's), closed as each step ends
         self._undo: list[Callable[[], None]] = []
         self._hook()
         _keep_trial_files()
@@ -143,7 +154,6 @@ class Recorder:
         ]
         if self.profile is not None:
             self._undo.append(register_optimizer_step_pre_hook(self._stepping).remove)
-        self._optimizer_phases: list[Any] = []
 
     def _watch_printed(self, patterns: tuple[str, ...]) -> None:
         from . import reported
@@ -164,10 +174,6 @@ class Recorder:
         return self.saving(save, obj, *args, **kwargs)
 
     def _backward(self, original, tensors, *args, **kwargs):
-        with self.anatomy.phase("backward"):
-            return self._backward_once(original, tensors, *args, **kwargs)
-
-    def _backward_once(self, original, tensors, *args, **kwargs):
         if self.first_backward is None:
             self.first_backward = time.perf_counter()
         loss = tensors if isinstance(tensors, torch.Tensor) else None
@@ -176,7 +182,8 @@ class Recorder:
                 loss = self.scaled[1]
             self.losses.append(loss.detach().float())
         self.scaled = None
-        return original(tensors, *args, **kwargs)
+        with self.anatomy.phase("backward"):
+            return original(tensors, *args, **kwargs)
 
     def _scale(self, original, scaler, outputs):
         scaled = original(scaler, outputs)

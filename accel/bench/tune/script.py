@@ -236,13 +236,9 @@ def tuned_speedups(subject: ScriptSubject, chosen: dict[str, Any]) -> dict[str, 
 def run_line(subject: ScriptSubject, chosen: dict[str, Any], fragment: Path) -> str:
     """The command that runs the script with the chosen settings."""
     launch = subject.launch({k: v for k, v in chosen.items() if not k.startswith("speedups.")})
-    variables = [f"{name}={shlex.quote(value)}" for name, value in launch.env]
     if isinstance(subject, UnchangedScript):
-        return " ".join([*variables, shlex.join(launch.command)])
-    variables.append(f"ACCEL_SPEEDUPS={shlex.quote(str(fragment))}")
-    if launch.accel_set():
-        variables.append(f"{SET_VARIABLE}={shlex.quote(launch.accel_set())}")
-    return " ".join([*variables, shlex.join(launch.command)])
+        return launch.shell_line()
+    return launch.shell_line(f"ACCEL_SPEEDUPS={shlex.quote(str(fragment))}")
 
 
 def write_script_fragment(
