@@ -346,6 +346,7 @@ def test_a_plain_loops_printed_and_tensorboard_metrics_are_its_metrics(tmp_path)
         trial = Trial.model_validate_json(record.read_text())
         assert trial.error is None and trial.val_metric_name == name and 0 < trial.val_metric < 10
         assert trial.eval_s > 0  # its no-grad evaluation, timed apart
+    assert not (tmp_path / "logs").exists()  # the trial's event files went to its own folder
 
 
 def test_time_to_a_printed_metric_target_of_a_plain_loop(tmp_path, capsys):
@@ -359,3 +360,53 @@ def test_time_to_a_printed_metric_target_of_a_plain_loop(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["bench", "--metric-pattern", "val loss [0-9.]+", "--", sys.executable, script])
     assert "names no metric: put the value in a named group" in capsys.readouterr().err
+
+
+TRACKED = """
+import sys
+import numpy as np
+import torch
+
+tracker, where = sys.argv[1:]
+torch.manual_seed(0)
+model = torch.nn.Linear(8, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+x, w = torch.randn(256, 8), torch.randn(8, 1)
+if tracker == "wandb":
+    import wandb
+
+    run = wandb.init(project="theirs", dir=where, mode="online")  # no W&B server is reachable from a test
+    report = lambda step, val: wandb.log({"val/loss": np.float32(val), "step": step})
+else:
+    import mlflow
+
+    mlflow.set_tracking_uri(where)  # nor an MLflow server
+    client = mlflow.MlflowClient(tracking_uri=where)
+    run = mlflow.start_run()
+    report = lambda step, val: mlflow.log_metrics({"val_loss": val}, step=step)
+for step in range(1, 10**6):
+    loss = torch.nn.functional.mse_loss(model(x[:32]), (x @ w)[:32])
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    if step % 3 == 0:
+        with torch.no_grad():
+            report(step, torch.nn.functional.mse_loss(model(x[32:]), (x @ w)[32:]).item())
+"""
+
+
+@pytest.mark.parametrize("tracker, name", [("wandb", "val/loss"), ("mlflow", "val_loss")])
+def test_metrics_a_loop_logs_to_wandb_or_mlflow_are_its_metrics_and_its_tracking_is_the_trials_own(
+    tmp_path, tracker, name
+):
+    script, theirs = _script(tmp_path, TRACKED), tmp_path / "theirs"
+    theirs.mkdir()
+    where = str(theirs) if tracker == "wandb" else "http://127.0.0.1:9"
+    record = tmp_path / "trial.json"
+    variables = {"PYTHONPATH": instrumented_pythonpath(), script_trial.PATH: str(record), script_trial.STEPS: "7"}
+    command = [sys.executable, str(script), tracker, where]
+    done = subprocess.run(command, env=os.environ | variables, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    trial = Trial.model_validate_json(record.read_text())
+    assert trial.error is None and trial.val_metric_name == name and 0 < trial.val_metric < 10
+    assert trial.eval_s > 0 and list(theirs.iterdir()) == []  # nothing written to the script's W&B folder

@@ -60,10 +60,13 @@ def _hf_trainer(module: ModuleType) -> None:
     hf_trainer.attach(module)
 
 
-def _tensorboard(module: ModuleType) -> None:
-    from . import reported
+def _reported(attach: str) -> Callable[[ModuleType], None]:
+    def then(module: ModuleType) -> None:
+        from . import reported
 
-    reported.attach_tensorboard(module)
+        getattr(reported, attach)(module)
+
+    return then
 
 
 def _lightning(attach: str) -> Callable[[ModuleType], None]:
@@ -77,13 +80,15 @@ def _lightning(attach: str) -> Callable[[ModuleType], None]:
 
 def start() -> None:
     """Start the recorder once torch is imported, and join the HF Trainer, Lightning's Trainer, LightningCLI,
-    Fabric and TensorBoard's SummaryWriter once the script imports them (now, where they already are)."""
+    Fabric, TensorBoard's SummaryWriter, wandb and MLflow once the script imports them (now, where they already are)."""
     watched = {"torch": _recorder, "transformers.trainer": _hf_trainer}
     for package in ("lightning.pytorch", "pytorch_lightning"):
         watched[f"{package}.trainer.trainer"] = _lightning("attach_trainer")
         watched[f"{package}.cli"] = _lightning("attach_cli")
     watched["lightning.fabric.fabric"] = _lightning("attach_fabric")
-    watched["torch.utils.tensorboard.writer"] = _tensorboard
+    watched["torch.utils.tensorboard.writer"] = _reported("attach_tensorboard")
+    watched["wandb"] = _reported("attach_wandb")
+    watched["mlflow"] = _reported("attach_mlflow")
     for name in list(watched):
         if name in sys.modules:
             _safely(watched.pop(name), sys.modules[name])

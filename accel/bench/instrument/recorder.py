@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import functools
 import gc
+import numbers
 import os
 import sys
 import time
@@ -426,7 +427,7 @@ def _numbers(values: dict[str, Any]) -> dict[str, float]:
     for name, value in values.items():
         if isinstance(value, torch.Tensor) and value.numel() == 1:
             value = value.item()
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):  # numpy's scalars too
             out[name] = float(value)
     return out
 

@@ -1,11 +1,16 @@
 """Metrics a plain loop reports without a framework: the lines it prints, read by the bench's `--metric-pattern`
-regular expressions (nanoGPT prints `step 250: train loss 1.9, val loss 2.0`), and the scalars it writes through
-TensorBoard's `SummaryWriter`. Each value reaches the recorder's `logged`, as a framework's logged metric does."""
+regular expressions (nanoGPT prints `step 250: train loss 1.9, val loss 2.0`), and the scalars it logs through
+TensorBoard's `SummaryWriter`, wandb or MLflow. Each value reaches the recorder's `logged`, as a framework's logged
+metric does. A trial's tracking goes to a folder of its own (`scratch`), as its checkpoints do: it adds no run to
+the user's TensorBoard logs, W&B project or MLflow server, and needs none of them to be reachable."""
 
 from __future__ import annotations
 
+import os
+import pathlib
 import re
 import sys
+import tempfile
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -26,12 +31,78 @@ def watch_printed(patterns: tuple[str, ...], logged: Logged) -> None:
 def attach_tensorboard(module: ModuleType) -> None:
     """`torch.utils.tensorboard.writer` is imported: `add_scalar(tag, value)` is the metric `tag`."""
 
+    def init(original, writer, log_dir=None, *args, **kwargs):
+        return original(writer, scratch("tensorboard"), *args, **kwargs)
+
     def add_scalar(original, writer, tag, scalar_value, *args, **kwargs):
-        if recorder.RECORDER is not None:
-            recorder.RECORDER.logged({tag: scalar_value})
+        _logged({tag: scalar_value})
         return original(writer, tag, scalar_value, *args, **kwargs)
 
+    recorder.patch(module.SummaryWriter, "__init__", init)
     recorder.patch(module.SummaryWriter, "add_scalar", add_scalar)
+
+
+def attach_wandb(module: ModuleType) -> None:
+    """`wandb` is imported: each scalar a run logs is a metric; a run starts offline (unless disabled)."""
+
+    def init(original, *args, **kwargs):
+        if "disabled" not in (kwargs.get("mode"), os.environ.get("WANDB_MODE")):
+            kwargs |= {"mode": "offline", "dir": scratch("wandb")}  # init's arguments win over its settings
+        return original(*args, **kwargs)
+
+    def log(original, run, data, *args, **kwargs):
+        _logged(data)
+        return original(run, data, *args, **kwargs)
+
+    recorder.patch(module, "init", init)
+    recorder.patch(module.sdk.wandb_run.Run, "log", log)
+
+
+def attach_mlflow(module: ModuleType) -> None:
+    """`mlflow` is imported: each metric logged, fluently or through a client, is a metric; every client and the
+    fluent API track to a store in the trial's folder, whatever URI the script names."""
+    os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"  # a throwaway store: MLflow refuses new file stores otherwise
+    uri = pathlib.Path(scratch("mlflow"), "mlruns").as_uri()  # a store made where none is: its default experiment
+    client = module.tracking.client.MlflowClient
+
+    def init(original, self, tracking_uri=None, *args, **kwargs):
+        return original(self, uri, *args, **kwargs)
+
+    def log_metric(original, self, run_id, key, value, *args, **kwargs):
+        _logged({key: value})
+        return original(self, run_id, key, value, *args, **kwargs)
+
+    def log_batch(original, self, run_id, metrics=(), *args, **kwargs):
+        _logged({metric.key: metric.value for metric in metrics})
+        return original(self, run_id, metrics, *args, **kwargs)
+
+    def set_tracking_uri(original, *args, **kwargs):
+        return original(uri)
+
+    recorder.patch(client, "__init__", init)
+    recorder.patch(client, "log_metric", log_metric)
+    recorder.patch(client, "log_batch", log_batch)
+    module.set_tracking_uri(uri)
+    for owner in (module, module.tracking, module.tracking._tracking_service.utils):  # each holds its own name
+        recorder.patch(owner, "set_tracking_uri", set_tracking_uri)
+
+
+def scratch(name: str) -> str:
+    """A folder of this trial's own, removed when the process ends."""
+    global _SCRATCH
+    if _SCRATCH is None:
+        _SCRATCH = tempfile.TemporaryDirectory(prefix="accel-trial-tracking-")
+    path = os.path.join(_SCRATCH.name, name)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+_SCRATCH: tempfile.TemporaryDirectory | None = None
+
+
+def _logged(values: dict[str, Any]) -> None:
+    if recorder.RECORDER is not None:
+        recorder.RECORDER.logged(values)
 
 
 class _Lines:
