@@ -12,7 +12,7 @@ from typing import Any
 
 _WHERE = {
     "AccelError": "errors",
-    "Engine": "engine.core",
+    "Engine": "engine.own_loop",
     "Recipe": "config.recipe",
     "load_recipe": "config.recipe",
     "build_trainer": "train.run",

@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from accel.bench.stats import bootstrap_median_ci  # noqa: E402
 from accel.bench.trial_process import instrumented_pythonpath  # noqa: E402
-from accel.engine import script_trial  # noqa: E402
+from accel.engine import trial_variables  # noqa: E402
 
 LOOPS = {
     "gpt": ["--steps", "300", "--eval-every", "1000", "--batch", "16", "--block", "64"],
@@ -57,7 +57,7 @@ def run(script: Path, args: list[str], env: dict[str, str]) -> float:
 
 def instrumented(record: Path) -> dict[str, str]:
     """A bench trial's variables for the instrument, in its own-run mode (no step count: the loop runs to its end)."""
-    return {"PYTHONPATH": instrumented_pythonpath(), script_trial.PATH: str(record), script_trial.STEPS: "0"}
+    return {"PYTHONPATH": instrumented_pythonpath(), trial_variables.PATH: str(record), trial_variables.STEPS: "0"}
 
 
 def with_overrides(loop_args: list[str], overrides: list[str]) -> list[str]:

@@ -26,12 +26,9 @@ LAYERS = [
 ]
 # Imports that point up, each for a reason, called inside a function
 UPWARD = {
-    # the in-script half of `accel bench -- python train.py` and `accel profile -- ...`: present only under their
-    # environment variables, it writes the bench's typed Trial and drives the profile's window
-    ("accel.engine.script_trial", "accel.bench.records"),
-    ("accel.engine.script_trial", "accel.bench.target"),
-    ("accel.engine.script_trial", "accel.bench.trial_figures"),
-    ("accel.engine.script_trial", "accel.profile.script"),
+    # the in-script half of `accel bench -- python train.py` and `accel profile -- ...` (accel.bench.engine_trial):
+    # `accel.Engine` registers it among its core's observers, only in a trial's or a profile's process
+    ("accel.engine.own_loop", "accel.bench.engine_trial"),
     # `torchvision:NAME` and `timm:NAME` are names in the model registry, built by the libraries' own builders
     ("accel.registry", "accel.models.libraries"),
 }
@@ -63,19 +60,17 @@ def layer(name: str) -> int:
     return next(i for i, rooms in enumerate(LAYERS) if name in rooms)
 
 
-def imports(module: str, top_level_only: bool = False) -> set[str]:
-    """The accel modules `module` imports when it runs: not those under `if TYPE_CHECKING:`; with
-    `top_level_only`, only those its import runs (not inside functions or classes)."""
+def imports(module: str, top_level_only: bool = False, typing: bool = False) -> set[str]:
+    """The accel modules `module` imports when it runs: not those under `if TYPE_CHECKING:` (with `typing`, those
+    too); with `top_level_only`, only those its import runs (not inside functions or classes)."""
     path = MODULES[module]
     tree = ast.parse(path.read_text())
     package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    typed = [node for node in tree.body if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)]
     nodes = tree.body if top_level_only else list(ast.walk(tree))
-    skipped = {
-        id(inner)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-        for inner in ast.walk(node)
-    }
+    if typing:
+        nodes = nodes + [inner for node in typed for inner in node.body]
+    skipped = set() if typing else {id(inner) for node in typed for inner in ast.walk(node)}
     found = set()
     for node in nodes:
         if id(node) in skipped:
@@ -124,6 +119,63 @@ def test_no_import_cycle_when_modules_load():
 
     for module in sorted(MODULES):
         visit(module)
+
+
+# Modules that know each other by type only (a part typed against its owner), each knot named: the Trainer and the
+# loop's parts that take it (callbacks and the speed lint among them, until they read the core instead), and the
+# bench's own (a runner and its real run, tune's search and its range test, the instrument's recorder and its parts)
+KNOTS = [
+    {"callbacks.base", "measure.lint", "train.divergence", "train.evaluation", "train.fit_summary", "train.stopping"}
+    | {"train.trainer"},
+    {"bench.real_run", "bench.runner"},
+    {"bench.tune.lr_range", "bench.tune.search"},
+    {"bench.instrument.profiled", "bench.instrument.recorder", "bench.instrument.trial_record"},
+]
+
+
+def test_no_import_cycle_by_type_but_the_named_knots():
+    """The core and its seams above all: a speed-up or a strategy types against accel.strategy.slots, not the core."""
+    graph = {module: imports(module, top_level_only=True, typing=True) for module in MODULES}
+    allowed = [{f"accel.{name}" for name in knot} for knot in KNOTS]
+    for knot in _strongly_connected(graph):
+        assert any(knot <= named for named in allowed), "modules that import each other: " + ", ".join(sorted(knot))
+
+
+def _strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The groups of two or more modules each reachable from every other (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[set[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in graph[module]:
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            group = set()
+            while not group or module not in group:
+                group.add(stack.pop())
+            if len(group) > 1:
+                found.append(group)
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_the_trainer_brings_no_model_dataset_recipe_or_bench_module():
+    """`import accel.train.trainer` (bring your own model and data) loads none of them (accel/__init__.py)."""
+    code = "import sys, accel.train.trainer; print(' '.join(m for m in sys.modules if m.startswith('accel.')))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    unwanted = ("accel.data", "accel.bench", "accel.config.recipe", "accel.config.shipped", "accel.models.")
+    assert [m for m in loaded if m.startswith(unwanted) and m != "accel.models.blocks"] == []
 
 
 def _with_packages(module: str, targets: set[str]) -> set[str]:

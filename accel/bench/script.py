@@ -3,7 +3,7 @@
 A variant is the script with `ACCEL_SET` items added (accel.engine.settings), with one of its own options set
 (`--vary arg:--batch=16,32`) or with an environment variable set (`--vary env:OMP_NUM_THREADS=1,2`). Every trial
 runs with accel's instrument loaded before the script's first line (accel/bench/instrument): a script that creates
-an `accel.Engine` is measured by its engine (accel.engine.script_trial), any other by the instrument, from its
+an `accel.Engine` is measured by its engine (accel.engine.trial_variables), any other by the instrument, from its
 optimizer steps. One probe comes first: the script runs until its engine sets the model up (what the engine was
 given, the model's traits) or, without an engine, until its first optimizer step (the device, the model's traits),
 and exits. That tells the ablation the script's speed-ups and which others this device and model can use
@@ -26,7 +26,7 @@ from typing import Any
 
 from rich.console import Console
 
-from ..engine import script_trial
+from ..engine import trial_variables
 from ..engine.settings import SET_VARIABLE, engine_settings
 from ..errors import AccelError, RecipeError
 from .knobs import runnable_speedups
@@ -71,20 +71,20 @@ class ScriptLaunch:
         return " ".join([*own, *variables, *accel_set, shlex.join(self.command)])
 
     def launch(self, settings: TrialSettings, json_path: Path) -> tuple[list[str], dict[str, str]]:
-        """The command and the variables that make it a trial: its engine's (accel.engine.script_trial), or the
+        """The command and the variables that make it a trial: its engine's (accel.engine.trial_variables), or the
         instrument's, loaded before its first line (accel.bench.instrument)."""
         return list(self.command), {
             **dict(self.env),
             "PYTHONPATH": instrumented_pythonpath(),
             SET_VARIABLE: self.accel_set(),
-            script_trial.PATH: str(json_path),
-            script_trial.STEPS: str(settings.steps),  # 0: the script's own run (tune --objective time)
-            script_trial.WARMUP: str(settings.warmup),
-            **({script_trial.TARGET: settings.target} if settings.target else {}),
-            **({script_trial.STOP: "1"} if settings.stop_at_target else {}),
-            **({script_trial.CURVE: CURVE_METRIC} if settings.curve else {}),
-            **({script_trial.SYNC: settings.sync} if settings.sync != "step" else {}),
-            **({script_trial.PATTERNS: json.dumps(settings.metric_patterns)} if settings.metric_patterns else {}),
+            trial_variables.PATH: str(json_path),
+            trial_variables.STEPS: str(settings.steps),  # 0: the script's own run (tune --objective time)
+            trial_variables.WARMUP: str(settings.warmup),
+            **({trial_variables.TARGET: settings.target} if settings.target else {}),
+            **({trial_variables.STOP: "1"} if settings.stop_at_target else {}),
+            **({trial_variables.CURVE: CURVE_METRIC} if settings.curve else {}),
+            **({trial_variables.SYNC: settings.sync} if settings.sync != "step" else {}),
+            **({trial_variables.PATTERNS: json.dumps(settings.metric_patterns)} if settings.metric_patterns else {}),
         }
 
 
@@ -258,8 +258,8 @@ def probe(command: list[str], sets: list[str], timeout: float | None = None) -> 
         env = trial_env(Path(folder) / "cache") | {
             SET_VARIABLE: ScriptLaunch(tuple(command), tuple(sets)).accel_set(),
             "PYTHONPATH": instrumented_pythonpath(),
-            script_trial.PATH: str(path),
-            script_trial.PROBE: "1",
+            trial_variables.PATH: str(path),
+            trial_variables.PROBE: "1",
         }
         try:
             code = run_logged(command, log_path, env, limit)

@@ -1,7 +1,9 @@
-"""The step machinery the Trainer and any hand-written loop share: the device, the module and the slots speed-ups
-may replace, the optimizer, the strategy with its precision, the speed-ups, accumulation and clipping.
+"""The step machinery the Trainer and any hand-written loop share, and the one count of its steps: the device, the
+module and the slots speed-ups may replace, the optimizer, the strategy with its precision, the speed-ups,
+accumulation and clipping; micro-batches, the accumulation boundary, optimizer steps, samples and tokens; the
+observers told of each step.
 
-Speed-ups and strategies set themselves up against the engine (`setup(engine)`) and change what a step calls only
+Speed-ups and strategies set themselves up against the core (`setup(engine)`) and change what a step calls only
 through `replace`, which records how to undo it: teardown restores every slot in reverse, so no speed-up restores
 its own. The slots:
 - `model`: what a forward calls (the module, DDP-wrapped, compiled);
@@ -9,91 +11,99 @@ its own. The slots:
 - `step_batch(batch, boundary)`: forward, loss, backward and, at an accumulation boundary, the optimizer step
   (a captured CUDA graph replaces it).
 
-A hand-written loop uses the same engine through its public methods (docs/own-loop.md):
-
-    eng = accel.Engine(speedups={"amp": {"dtype": "bf16"}, "compile": {}})
-    model, optimizer = eng.setup(model, optimizer)
-    for x, y in eng.setup_dataloaders(loader):
-        with eng.autocast():
-            loss = F.cross_entropy(model(x), y)
-        eng.backward(loss)
-        optimizer.step()                 # through the strategy and precision
-        optimizer.zero_grad(set_to_none=True)
+Two drivers hold a core and import nothing of each other: the recipe's Trainer (accel.train.trainer) and a
+hand-written loop's `accel.Engine` (accel.engine.own_loop). The core imports neither, nor the bench: a trial or a
+profile joins it as an observer.
 """
 
 from __future__ import annotations
 
 import numbers
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack, nullcontext
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
 
 from .. import devices
 from ..batches import map_tensors
-from ..errors import AccelError, say_uncaught_plainly
+from ..errors import AccelError
 from ..measure.anatomy import Anatomy
 from ..optimizers.traits import optimizer_traits
-from ..speedups import RunFacts, Speedup, from_configs, precision_of, refuse, resolve, setup_order
-from ..strategy import Strategy, choose
-from ..strategy.world import World, init_process_group, world_from_env
-from . import script_trial
-from .loop_records import LoopRecords, records_folder
-from .own_loop import LoopState, OwnLoop
-from .ranks import Ranks
-from .settings import engine_settings
+from ..speedups import RunFacts, Speedup, precision_of, refuse, resolve, setup_order
+from ..strategy import Strategy
+from ..strategy.world import World
 
 SLOTS = ("model", "forward_loss", "step_batch")
+Counter = Callable[[Any], tuple[int, int | None]]  # a batch -> (samples, tokens or None): the driver's reading
 
 
-class Engine(OwnLoop, LoopRecords, Ranks):
-    """One training step's machinery on one device, for one module and one optimizer; a hand-written loop's
-    methods come from OwnLoop (accel.engine.own_loop: the step), LoopRecords (accel.engine.loop_records: what it
-    keeps and writes) and Ranks (accel.engine.ranks: a seed per rank, a print on rank 0)."""
+@dataclass
+class StepCount:
+    """What the core counted: micro-batches since the last optimizer step, optimizer steps, samples and tokens of
+    the training batches, and the seconds spent waiting for them (a loader the engine iterates)."""
+
+    micro_batches: int = 0
+    steps: int = 0
+    samples: int = 0
+    tokens: int = 0
+    data_s: float = 0.0
+
+
+class Ran(NamedTuple):
+    """What `run_step` did: the loss (detached), whether the optimizer stepped, the batch's samples and tokens."""
+
+    loss: torch.Tensor
+    stepped: bool
+    samples: int
+    tokens: int | None
+
+
+class Observer:
+    """Told of a core's events; every hook does nothing unless overridden. A bench trial, a profile window and a
+    loop's own bookkeeping observe; none changes the step."""
+
+    def set_up(self) -> None:
+        """The driver's model is set up with every speed-up."""
+
+    def loss(self, loss: torch.Tensor, share: int) -> None:
+        """A micro-batch's loss, undivided (`share`: the micro-batches it is to be divided by)."""
+
+    def stepped(self) -> None:
+        """An optimizer step has ended and been counted."""
+
+    def logged(self, record: dict[str, Any]) -> None:
+        """The driver logged metrics."""
+
+
+class Core:
+    """One training step's machinery on one device, for one module and one optimizer, and its count."""
 
     def __init__(
         self,
-        speedups: Any = None,
+        speedups: list[Speedup],
         *,
         device: str | torch.device = "auto",
-        strategy: Strategy | str | None = None,
-        out: str | Path | None = None,
+        strategy: Strategy | None = None,
+        world: World | None = None,
         grad_accum: int = 1,
         clip_grad_norm: float | None = None,
         strict: bool = False,
-        world: World | None = None,
-        optimizer: str | None = None,
+        from_script: bool = False,
+        counter: Counter | None = None,
     ):
-        """`speedups`: a recipe's `speedups:` section (a mapping), a preset name (`"fast-cuda"`) or a YAML file
-        (ACCEL_SET and ACCEL_SPEEDUPS override them: accel.engine.settings); the Trainer passes built Speed-up
-        objects. `strategy`: "ddp" or "fsdp" under torchrun (ddp by default there). `out`: a folder for the
-        run's records (metrics.jsonl from `log`, summary.json at `close`). `grad_accum`: micro-batches per
-        optimizer step (a whole number, at least 1); all but a step's last skip the gradient reduction, and where
-        the engine runs the step itself (the Trainer, `compile_step`) it divides the loss by it; a loop's own
-        `backward` never divides.
-        `optimizer`: None (the loop's own, the default) or "muon": `setup` then steps Muon on the hidden matrices
-        and AdamW on the rest, built from the loop's optimizer (accel.optimizers.builders.muon_from)."""
-        # refused before anything is set up (a process group, the device)
-        grad_accum, out = _checked_grad_accum(grad_accum), records_folder(out)
-        settings = None  # the Trainer's engine: built speed-ups, no settings of a script's own
-        self.from_script = not _built(speedups)  # a hand-written loop's settings, not a recipe's
-        if self.from_script:
-            say_uncaught_plainly()
-            given = strategy if isinstance(strategy, str) else None
-            settings = engine_settings(speedups, str(device), given, optimizer=optimizer)
-            world = world or world_from_env()
-            device = init_process_group(world, devices.resolve_device(settings.device))
-            strategy = choose(settings.strategy or "ddp", world, device)
-            speedups = from_configs(settings.speedups)
+        """`speedups`: built Speed-up objects; `from_script`: a hand-written loop's (the conflict rule asks more of
+        it); `counter`: how a training batch's samples and tokens are read (None: not counted)."""
+        self.from_script = from_script
         self.device = devices.resolve_device(device) if isinstance(device, str) else device
         self.world = world or World()
         self.strategy = strategy or Strategy()
         self.speedups, self.skipped_speedups = resolve(list(speedups), self.device, self.strategy, strict)
         self.strategy.use(precision_of(self.speedups), self.device)
-        self.grad_accum, self.clip_grad_norm = grad_accum, clip_grad_norm
+        self.grad_accum, self.clip_grad_norm = checked_grad_accum(grad_accum), clip_grad_norm
         self.anatomy = Anatomy(self.device)  # the step's phases, timed while a profiler records (accel.measure.anatomy)
         self.module: nn.Module | None = None  # the plain module: weights, checkpoints
         self.model: Any = None
@@ -104,17 +114,25 @@ class Engine(OwnLoop, LoopRecords, Ranks):
         self.forward_loss: Callable[[Any], torch.Tensor] = self._forward_loss
         self.step_batch: Callable[[Any, bool], torch.Tensor] = self._step_batch
         self.loss: Callable[[Any], torch.Tensor] | None = None  # forward and loss of one batch, eager
-        self.steps = 0  # optimizer steps taken
+        self.count = StepCount()
+        self.counter = counter
+        self.observers: list[Observer] = []
+        self.scheduled = False  # the driver steps a schedule of its own (the conflict rule's fact)
+        self.set_up_at: float | None = None  # when the speed-ups' setup ended
         self._prepares = [s for s in self.speedups if type(s).prepare_batch is not Speedup.prepare_batch]
         self._undo: list[tuple[str, Any]] = []  # (slot, value before), in the order replaced
         self._set_up = False  # the speed-ups' setup has run and their teardown has not
-        self.logged: list[dict[str, Any]] = []  # what the loop reported through `log`
-        self.optimizer_setting = settings.optimizer if settings else None  # "muon": built at setup
-        # the speed-ups are resolved once, here: what the loop's own step would be refused for is known now
-        self._loop = LoopState(whole_step=next((s.name for s in self.speedups if s.replaces_step()), None))
-        self._trial = script_trial.attach(self, settings)  # None unless `accel bench` runs the script
-        # a trial's records are its own (the bench's record, the profile's report): `out` is the real run's folder
-        self.out = out if self._trial is None else None
+        # resolved once, here: what a loop's own step would be refused for is known now
+        self.whole_step = next((s.name for s in self.speedups if s.replaces_step()), None)
+
+    @property
+    def steps(self) -> int:
+        """Optimizer steps taken (a checkpoint's count after a load)."""
+        return self.count.steps
+
+    @steps.setter
+    def steps(self, value: int) -> None:
+        self.count.steps = value
 
     # ---- what it trains -----------------------------------------------------------------------------
     def attach(self, module: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any = None) -> None:
@@ -145,7 +163,7 @@ class Engine(OwnLoop, LoopRecords, Ranks):
             except BaseException:  # undo the ones already set up: their global flags must not leak
                 self._tear_down(parts[:i])
                 raise
-        self._set_up = True
+        self._set_up, self.set_up_at = True, time.perf_counter()
 
     def refuse_speedups(self) -> None:
         """Refuse the speed-ups that the strategy, the other speed-ups or the run's own choices rule out, all named
@@ -164,7 +182,7 @@ class Engine(OwnLoop, LoopRecords, Ranks):
             grad_accum=self.grad_accum,
             drop_last=getattr(self.train_loader, "drop_last", None),
             optimizer=optimizer_traits(self.optimizer) if self.optimizer is not None else None,
-            scheduled=self.scheduler is not None or self._loop.schedule is not None,  # the Trainer's, or a loop's
+            scheduled=self.scheduler is not None or self.scheduled,  # the Trainer's, or a loop's own
             task=self.task,
         )
 
@@ -187,7 +205,49 @@ class Engine(OwnLoop, LoopRecords, Ranks):
                 slot, value = self._undo.pop()
                 setattr(self, slot, value)
 
+    # ---- the count -----------------------------------------------------------------------------------
+    def micro_batch(self, last: bool = False) -> bool:
+        """A micro-batch begins; whether it ends an optimizer step: every `grad_accum`-th, or the last of an
+        epoch (`last`), whose partial accumulation steps rather than carrying into the next epoch."""
+        self.count.micro_batches += 1
+        return last or self.count.micro_batches % self.grad_accum == 0
+
+    def count_batch(self, batch: Any) -> tuple[int, int | None]:
+        """Count a training batch's samples and tokens through the driver's counter; (samples, tokens), tokens
+        None where the batch holds none."""
+        if self.counter is None:
+            return 0, None
+        samples, tokens = self.counter(batch)
+        self.count.samples += samples
+        self.count.tokens += tokens or 0
+        return samples, tokens
+
+    def count_step(self) -> None:
+        """An optimizer step ended: count it, and tell the observers."""
+        self.count.steps += 1
+        self.count.micro_batches = 0
+        for observer in self.observers:
+            observer.stepped()
+
+    def tell(self, hook: str, *args: Any) -> None:
+        """Tell every observer of an event the driver saw (`set_up`, `loss`, `logged`)."""
+        for observer in self.observers:
+            getattr(observer, hook)(*args)
+
     # ---- one step -----------------------------------------------------------------------------------
+    def run_step(self, batch: Any, last: bool = False) -> Ran:
+        """One micro-batch's whole step, as the Trainer and a loop's `compile_step` run it: through the `step_batch`
+        slot (the optimizer steps at the boundary), then counted, with the speed-ups' `after_batch`, and observed.
+        `last`: the epoch's last batch, which ends a step whatever the accumulation."""
+        boundary = self.micro_batch(last)
+        loss = self.step_batch(batch, boundary)
+        samples, tokens = self.count_batch(batch)
+        self.after_batch()
+        self.tell("loss", loss, self.grad_accum)
+        if boundary:
+            self.count_step()
+        return Ran(loss.detach(), boundary, samples, tokens)
+
     def _step_batch(self, batch: Any, boundary: bool) -> torch.Tensor:
         """Forward and loss under the step contexts, the strategy's backward and, at a boundary, its step."""
         with nullcontext() if boundary else self.strategy.no_sync(self.module):
@@ -214,12 +274,11 @@ class Engine(OwnLoop, LoopRecords, Ranks):
 
     def finish_step(self, applied: bool) -> None:
         """The host's part after an optimizer step (`applied`: not skipped by the GradScaler): clear the gradients,
-        advance the Trainer's schedule (a hand-written loop steps its own: accel.engine.schedule), count the step.
-        A captured step replays the numeric part and then calls this."""
+        advance the Trainer's schedule (a hand-written loop steps its own: accel.engine.schedule). A captured step
+        replays the numeric part and then calls this; `run_step` counts the step after it."""
         self.optimizer.zero_grad(set_to_none=True)
         if applied and self.scheduler is not None:  # a step the GradScaler skipped does not advance the schedule
             self.scheduler.step()
-        self.steps += 1
 
     def clip_configured(self) -> None:
         """Called by the strategy's precision after unscaling and before the optimizer step."""
@@ -267,7 +326,7 @@ class Engine(OwnLoop, LoopRecords, Ranks):
         return stack
 
 
-def _checked_grad_accum(grad_accum: Any) -> int:
+def checked_grad_accum(grad_accum: Any) -> int:
     """Micro-batches per optimizer step: 0 divided by zero at the first `backward`, and -1 trained as 1."""
     if isinstance(grad_accum, bool) or not isinstance(grad_accum, numbers.Integral) or grad_accum < 1:
         raise AccelError(
@@ -275,11 +334,6 @@ def _checked_grad_accum(grad_accum: Any) -> int:
             "least 1 (1: a step after every micro-batch, the default; 4: a step after every fourth)."
         )
     return int(grad_accum)
-
-
-def _built(speedups: Any) -> bool:
-    """Speed-up objects (the Trainer's, built from a recipe), rather than settings to build them from."""
-    return isinstance(speedups, (list, tuple)) and all(isinstance(s, Speedup) for s in speedups)
 
 
 def _check_materialised(module: nn.Module) -> None:

@@ -17,7 +17,8 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler
 
 if TYPE_CHECKING:
-    from .core import Engine
+    from ..strategy.world import World
+    from .core import Core
 
 log = logging.getLogger("accel")
 
@@ -26,9 +27,8 @@ def rank_aware(sampler: Any) -> bool:
     return isinstance(sampler, DistributedSampler) or (hasattr(sampler, "num_replicas") and hasattr(sampler, "rank"))
 
 
-def sharded(loader: Any, engine: Engine) -> Any:
+def sharded(loader: Any, world: World) -> Any:
     """The loader, with one shard of the data per process where it needs one."""
-    world = engine.world
     if not world.distributed or not isinstance(loader, DataLoader):
         return loader
     if isinstance(loader.dataset, IterableDataset):
@@ -64,7 +64,7 @@ class DeviceLoader:
     sees exactly the batches the uninterrupted run saw. A loader with a state of its own (torchdata's
     StatefulDataLoader) keeps it instead."""
 
-    def __init__(self, loader: Any, engine: Engine, train: bool):
+    def __init__(self, loader: Any, engine: Core, train: bool):
         self.loader, self.engine, self.train = loader, engine, train
         self.epoch = 0  # passes started (DistributedSampler.set_epoch: another order each epoch)
         self.taken = 0  # batches taken in the current pass
@@ -93,7 +93,7 @@ class DeviceLoader:
                 return
             self.taken += 1
             if train:
-                engine.meter_batch(batch, time.perf_counter() - fetch)
+                engine.count.data_s += time.perf_counter() - fetch
             with anatomy.phase(copying):
                 batch = engine.on_device(batch)
             yield batch

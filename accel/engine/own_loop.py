@@ -1,5 +1,8 @@
-"""The engine's methods for a hand-written loop's step: `setup`, `setup_dataloaders`, `autocast`, `backward`,
-`clip_gradients`, `no_sync` and `compile_step` (what the loop keeps and writes: accel.engine.loop_records).
+"""`accel.Engine`: a hand-written loop's way to accel's step machinery (accel.engine.core). A façade that holds a
+core: the documented calls (docs/own-loop.md) are its public names, and everything else is private. Its parts: the
+step (`setup`, `setup_dataloaders`, `autocast`, `backward`, `clip_gradients`, `no_sync`, `compile_step`, here), what
+the loop keeps and writes (`save`, `load`, `log`, `summary`, `close`: accel.engine.loop_records) and the ranks
+(`seed_everything`, `print`: accel.engine.ranks).
 
 Additive, never twice: what the loop already does (a compiled or DDP-wrapped model, an autocast of its own, a
 GradScaler of its own) is said, or refused where accel would do it again. The mistakes other own-loop APIs made are
@@ -15,45 +18,50 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
+from .. import devices
 from ..batches import leading_size, leading_tensor, map_tensors
-from ..callbacks.tensorboard import TensorBoard
-from ..errors import AccelError
-from ..measure.flops import COUNT_SAMPLES, Utilisation, first_samples
+from ..errors import AccelError, say_uncaught_plainly
+from ..measure.flops import COUNT_SAMPLES, first_samples
 from ..measure.lint import SpeedLint
 from ..optimizers.builders import muon_from
-from ..speedups import Speedup, refuse
+from ..speedups import Speedup, from_configs, refuse
+from ..strategy import Strategy, choose
+from ..strategy.world import World, init_process_group, world_from_env
+from . import ranks, trial_variables
+from . import state as engine_state
+from .core import Core, Observer, checked_grad_accum
 from .dataloaders import DeviceLoader, sharded
+from .loop_records import LoopRecords, records_folder
+from .loop_state import LoopState
 from .schedule import ScheduleWatch
+from .settings import Settings, engine_settings
 from .wrappers import unwrap, wrap_module, wrap_optimizer
-
-if TYPE_CHECKING:
-    from .core import Engine
 
 log = logging.getLogger("accel")
 
 
 class _StepContext:
-    """What `eng.autocast()` returns: enters the engine's step contexts each time it is entered."""
+    """What `eng.autocast()` returns: enters the core's step contexts each time it is entered."""
 
     def __init__(self, engine: Engine):
         self.engine, self._stacks = engine, []
 
     def __enter__(self) -> None:
-        engine, loop = self.engine, self.engine._loop
+        engine, loop, core = self.engine, self.engine._loop, self.engine._core
         engine._check_own_step()
-        if not loop.forward_contexts and not engine.anatomy.active:  # fp32, no speed-up context, no profile
+        if not loop.forward_contexts and not core.anatomy.active:  # fp32, no speed-up context, no profile
             self._stacks.append(None)
             loop.autocast_depth = 0
             return
         engine._refuse_outer_autocast("eng.autocast() is inside an autocast the loop opened itself")
-        stack = engine.step_contexts()
-        stack.enter_context(engine.anatomy.phase("loss"))  # forward and loss: the profile's `loss` phase
+        stack = core.step_contexts()
+        stack.enter_context(core.anatomy.phase("loss"))  # forward and loss: the profile's `loss` phase
         self._stacks.append(stack.__enter__())
         loop.autocast_depth = _autocast_nesting()
 
@@ -65,36 +73,6 @@ class _StepContext:
 
 def _full_precision(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.float() if tensor.dtype in (torch.bfloat16, torch.float16) else tensor
-
-
-@dataclass
-class LoopState:
-    """What the engine knows of the loop around it, and what it counted."""
-
-    set_up: bool = False
-    step_function: bool = False  # the loop gave its step as one function (compile_step)
-    autocast_depth: int | None = None  # torch's autocast nesting inside eng.autocast(), None outside it
-    in_no_sync: bool = False
-    forward_synced: bool | None = None  # whether the last training forward ran outside no_sync
-    said: set[str] = field(default_factory=set)  # notes logged once
-    utilisation: Utilisation = field(default_factory=Utilisation)  # FLOPs of a sample, counted when first asked
-    flops_inputs: Any = None  # a few samples of the first training forward's inputs, until their FLOPs are counted
-    lint: SpeedLint | None = None
-    tensorboard: TensorBoard | None = None  # with `out`, from the first `log`
-    micro_batches: int = 0  # training forwards (or compile_step calls) since the last optimizer step
-    unsynced: Any = None  # the strategy's no_sync, open from a non-final micro-batch's forward to its backward
-    in_step: bool = False  # inside a compile_step step
-    forward_contexts: bool = False  # a forward outside eng.autocast() enters the step contexts (set by setup)
-    whole_step: str | None = None  # the speed-up that replaces the whole step, if any (the engine's, fixed)
-    schedule: ScheduleWatch | None = None  # the loop's own scheduler, which the loop steps (accel.engine.schedule)
-    samples: int = 0
-    tokens: int = 0
-    data_s: float = 0.0
-    started: float = field(default_factory=time.perf_counter)
-    first_step: float | None = None  # when the first optimizer step ended: throughput is counted from there
-    samples_at_first: int = 0
-    tokens_at_first: int = 0
-    batch_sum: Any = None  # the first training batch's checksum, under several processes (accel.engine.ranks)
 
 
 def _autocast_nesting() -> int:
@@ -111,41 +89,134 @@ def _few_samples(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     return map_tensors(lambda t: t.detach().clone(), few)
 
 
-class OwnLoop:
-    """Mixed into accel.engine.core.Engine; see the module docstring."""
+def leading_counts(inputs: Any) -> tuple[int, int]:
+    """A loop's batch is counted from its first tensor: its samples, and its tokens where it holds token ids."""
+    leading = leading_tensor(inputs)
+    if leading is None:
+        return 0, 0
+    tokens = leading.numel() if not leading.is_floating_point() and leading.dim() == 2 else 0
+    return len(leading), tokens
+
+
+class _LoopSteps(Observer):
+    """The engine's own bookkeeping at each optimizer step, the first of the core's observers: the speed lint starts
+    and throughput is counted from the first step, and the ranks' first batches are compared there."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+
+    def stepped(self) -> None:
+        engine, loop, count = self.engine, self.engine._loop, self.engine._core.count
+        if loop.first_step is not None:
+            return
+        loop.lint = SpeedLint([], say=engine.world.is_main)  # the loaders are set up by now: the settings are final
+        loop.lint.start(engine._core)
+        ranks.check_drew_apart(
+            engine.world, engine.device, loop.batch_sum
+        )  # compilation and warm-up are in the first step: throughput starts after it
+        loop.first_step, loop.samples_at_first, loop.tokens_at_first = time.perf_counter(), count.samples, count.tokens
+
+
+class Engine:
+    """One training step's machinery for one model and one optimizer, in a loop of the user's own; see the module
+    docstring and docs/own-loop.md."""
+
+    def __init__(
+        self,
+        speedups: Any = None,
+        *,
+        device: str | torch.device = "auto",
+        strategy: Strategy | str | None = None,
+        out: str | Path | None = None,
+        grad_accum: int = 1,
+        clip_grad_norm: float | None = None,
+        strict: bool = False,
+        world: World | None = None,
+        optimizer: str | None = None,
+    ):
+        """`speedups`: a recipe's `speedups:` section (a mapping), a preset name (`"fast-cuda"`) or a YAML file
+        (ACCEL_SET and ACCEL_SPEEDUPS override them: accel.engine.settings). `strategy`: "ddp" or "fsdp" under
+        torchrun (ddp by default there). `out`: a folder for the run's records (metrics.jsonl from `log`,
+        summary.json at `close`). `grad_accum`: micro-batches per optimizer step (a whole number, at least 1); all
+        but a step's last skip the gradient reduction, and where the engine runs the step itself (`compile_step`)
+        it divides the loss by it; a loop's own `backward` never divides.
+        `optimizer`: None (the loop's own, the default) or "muon": `setup` then steps Muon on the hidden matrices
+        and AdamW on the rest, built from the loop's optimizer (accel.optimizers.builders.muon_from)."""
+        # refused before anything is set up (a process group, the device)
+        grad_accum, out = checked_grad_accum(grad_accum), records_folder(out)
+        say_uncaught_plainly()
+        given = strategy if isinstance(strategy, str) else None
+        settings = engine_settings(speedups, str(device), given, optimizer=optimizer)
+        world = world or world_from_env()
+        device = init_process_group(world, devices.resolve_device(settings.device))
+        self._core = Core(
+            from_configs(settings.speedups),
+            device=device,
+            strategy=strategy if isinstance(strategy, Strategy) else choose(settings.strategy or "ddp", world, device),
+            world=world,
+            grad_accum=grad_accum,
+            clip_grad_norm=clip_grad_norm,
+            strict=strict,
+            from_script=True,
+            counter=leading_counts,
+        )
+        self._loop = LoopState()
+        self._optimizer_setting = settings.optimizer  # "muon": built at setup
+        self._core.observers.append(_LoopSteps(self))
+        self._records = LoopRecords(self._core, self._loop, out)
+        trial = _trial(self._records, settings)  # None unless `accel bench` or `accel profile` runs the script
+        if trial is not None:
+            self._core.observers.append(trial)
+            self._records.out = None  # a trial's records are its own (the bench's record, the profile's report)
+
+    @property
+    def device(self) -> torch.device:
+        return self._core.device
+
+    @property
+    def world(self) -> World:
+        """The process's rank and world size."""
+        return self._core.world
+
+    @property
+    def steps(self) -> int:
+        """Optimizer steps taken (with a checkpoint's count after `load`)."""
+        return self._core.steps
 
     # ---- set up ---------------------------------------------------------------------------------------
-    def setup(self: Engine, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any = None) -> Any:
+    def setup(self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any = None) -> Any:
         """The model on the device with the speed-ups and the strategy set up, and the optimizer stepping
         through them: `(model, optimizer)`, the user's own objects as far as the loop can tell."""
-        if self._loop.set_up:
+        core, loop = self._core, self._loop
+        if loop.set_up:
             raise AccelError("this engine has set up a model already: one engine trains one model and optimizer")
         module, given = self._adopt(model)
         optimizer = unwrap(optimizer)
-        if self.strategy.name == "fsdp":  # sharding replaces the parameters: the optimizer is built anew on them
-            refuse(self.speedups, self.device, self.strategy, self.strategy.precision.name, True)  # before sharding
-            before = dict(module.to(self.device).named_parameters())
-            module = self.strategy.prepare(module)
+        if core.strategy.name == "fsdp":  # sharding replaces the parameters: the optimizer is built anew on them
+            refuse(core.speedups, core.device, core.strategy, core.strategy.precision.name, True)  # before sharding
+            before = dict(module.to(core.device).named_parameters())
+            module = core.strategy.prepare(module)
             optimizer = rebuilt(optimizer, before, dict(module.named_parameters()))
-        if self.optimizer_setting == "muon":  # asked for by a setting (tune --objective time), never by default
-            optimizer = muon_from(module.to(self.device), optimizer)
-        self._loop.schedule = ScheduleWatch(scheduler) if scheduler is not None else None
-        self.attach(module, optimizer)  # the loop steps its own scheduler: the engine is given none to step
+        if self._optimizer_setting == "muon":  # asked for by a setting (tune --objective time), never by default
+            optimizer = muon_from(module.to(core.device), optimizer)
+        if scheduler is not None:  # the loop steps its own scheduler: the engine watches it, and steps none
+            core.scheduled = True
+            core.observers.append(ScheduleWatch(scheduler))
+        core.attach(module, optimizer)
         if given is not None:  # the loop's own compiled model is what forward calls
-            self.model = given
-        self.setup_speedups()
-        if self._trial is not None:  # `accel bench` or `accel profile` runs the script (accel.engine.script_trial)
-            self._trial.set_up(self)
-        self._loop.set_up, self._loop.started = True, time.perf_counter()
+            core.model = given
+        core.setup_speedups()
+        core.tell("set_up")
+        loop.set_up, loop.started = True, time.perf_counter()
         # whether a forward needs the step contexts (a precision, a speed-up's context): decided once, not per call
-        self._loop.forward_contexts = self.strategy.precision.name != "fp32" or any(
-            type(s).step_context is not Speedup.step_context for s in self.speedups
+        loop.forward_contexts = core.strategy.precision.name != "fp32" or any(
+            type(s).step_context is not Speedup.step_context for s in core.speedups
         )
-        return wrap_module(self.module, self), wrap_optimizer(self.optimizer, self)
+        return wrap_module(core.module, core, self._forward), wrap_optimizer(core.optimizer, core, self._optimizer_step)
 
-    def _adopt(self: Engine, model: nn.Module) -> tuple[nn.Module, nn.Module | None]:
+    def _adopt(self, model: nn.Module) -> tuple[nn.Module, nn.Module | None]:
         """(the plain module, the loop's own compiled model to call, if any), refusing what would be done twice."""
-        compiling = next((s.name for s in self.speedups if s.compiles_model), None)
+        compiling = next((s.name for s in self._core.speedups if s.compiles_model), None)
         if isinstance(model, nn.parallel.DistributedDataParallel):
             raise AccelError(
                 "the model is wrapped in DistributedDataParallel already, and the engine wraps it itself under "
@@ -166,96 +237,93 @@ class OwnLoop:
         self._say("compiled", "the loop compiles the model itself (torch.compile); accel compiles nothing")
         return model._orig_mod, model
 
-    def setup_dataloaders(self: Engine, *loaders: Any) -> Any:
+    def setup_dataloaders(self, *loaders: Any) -> Any:
         """Each loader with its batches on the device and, under several processes, one shard per rank: the
         first is the training loader (its batches are counted), the others are evaluation loaders."""
-        wrapped = [DeviceLoader(sharded(loader, self), self, train=i == 0) for i, loader in enumerate(loaders)]
-        self.train_loader = wrapped[0].loader  # the conflict rule's `drop_last`
+        core = self._core
+        wrapped = [DeviceLoader(sharded(loader, core.world), core, train=i == 0) for i, loader in enumerate(loaders)]
+        core.train_loader = wrapped[0].loader  # the conflict rule's `drop_last`
         if self._loop.set_up:  # loaders after `setup`: what the rule says of them is said now, before any step
             try:
-                self.refuse_speedups()
+                core.refuse_speedups()
             except AccelError:
-                self.teardown()
+                core.teardown()
                 raise
         return wrapped[0] if len(wrapped) == 1 else tuple(wrapped)
 
     # ---- one step -------------------------------------------------------------------------------------
-    def forward(self: Engine, *args: Any, **kwargs: Any) -> Any:
+    def _forward(self, *args: Any, **kwargs: Any) -> Any:
         """A call of the model the loop holds: through what the speed-ups made of it. Outside `eng.autocast()`
         the call runs under the precision and the speed-ups' step contexts itself, and low-precision floating
         outputs come back in fp32, so a loss computed after it is computed in fp32 (inputs are never cast)."""
-        loop = self._loop
-        if loop.in_step:  # inside compile_step's step: the engine runs the contexts and counts itself
-            return self.model(*args, **kwargs)
-        if self._prepares:  # the memory format the weights are in (channels_last): never the dtype
-            args = map_tensors(self._prepare_images, args)
-        if torch.is_grad_enabled() and self.module.training:
+        loop, core = self._loop, self._core
+        if loop.in_step:  # inside compile_step's step: the core runs the contexts and counts itself
+            return core.model(*args, **kwargs)
+        if core._prepares:  # the memory format the weights are in (channels_last): never the dtype
+            args = map_tensors(core._prepare_images, args)
+        if torch.is_grad_enabled() and core.module.training:
             self._micro_batch()
-            self._count(args or tuple(kwargs.values()))
+            inputs = args or tuple(kwargs.values())
+            core.count_batch(inputs)
+            if loop.batch_sum is None and core.world.distributed:
+                loop.batch_sum = ranks.first_batch_sum(inputs)
             if loop.flops_inputs is None and not loop.utilisation.counted:
                 loop.flops_inputs = _few_samples(args, kwargs)
         if loop.autocast_depth is not None:
             self._refuse_inner_autocast()
-            return self.model(*args, **kwargs)
+            return core.model(*args, **kwargs)
         if not loop.forward_contexts:
-            return self.model(*args, **kwargs)
+            return core.model(*args, **kwargs)
         self._refuse_outer_autocast("the model is called inside an autocast the loop opened itself")
-        with self.step_contexts():
-            outputs = self.model(*args, **kwargs)
-        return map_tensors(_full_precision, outputs) if self.strategy.precision.name != "fp32" else outputs
+        with core.step_contexts():
+            outputs = core.model(*args, **kwargs)
+        return map_tensors(_full_precision, outputs) if core.strategy.precision.name != "fp32" else outputs
 
-    def _micro_batch(self: Engine) -> None:
+    def _micro_batch(self) -> None:
         """Under `grad_accum`, every micro-batch but a step's last runs forward and backward in the strategy's
         no_sync (opened here, closed after its backward): no gradient reduction until the last."""
-        loop = self._loop
+        loop, core = self._loop, self._core
         if loop.unsynced is not None:  # a forward without backward (a probe): its no_sync ends here
             loop.unsynced.__exit__(None, None, None)
             loop.unsynced = None
-        loop.micro_batches += 1
-        if self.grad_accum > 1 and not loop.in_no_sync and loop.micro_batches % self.grad_accum:
-            loop.unsynced = self.strategy.no_sync(self.module)
+        if not core.micro_batch() and not loop.in_no_sync:
+            loop.unsynced = core.strategy.no_sync(core.module)
             loop.unsynced.__enter__()
         loop.forward_synced = not loop.in_no_sync and loop.unsynced is None
 
-    def _count(self: Engine, inputs: tuple) -> None:
-        leading = leading_tensor(inputs)
-        if leading is not None:
-            self._first_batch(leading)
-            self._loop.samples += len(leading)
-            if not leading.is_floating_point() and leading.dim() == 2:  # token ids
-                self._loop.tokens += leading.numel()
-
-    def _refuse_inner_autocast(self: Engine) -> None:
-        if self.strategy.precision.name != "fp32" and _autocast_nesting() > self._loop.autocast_depth:
+    def _refuse_inner_autocast(self) -> None:
+        precision = self._core.strategy.precision.name
+        if precision != "fp32" and _autocast_nesting() > self._loop.autocast_depth:
             raise AccelError(
                 f"the loop opens an autocast of its own inside eng.autocast(), which already runs the forward in "
-                f"{self.strategy.precision.name}: remove the loop's torch.autocast (or drop "
-                f"`speedups.{self.precision_speedup()}`)"
+                f"{precision}: remove the loop's torch.autocast (or drop "
+                f"`speedups.{self._core.precision_speedup()}`)"
             )
 
-    def _refuse_outer_autocast(self: Engine, what: str) -> None:
-        if self.strategy.precision.name != "fp32" and _autocast_nesting():
+    def _refuse_outer_autocast(self, what: str) -> None:
+        precision, given = self._core.strategy.precision.name, self._core.precision_speedup()
+        if precision != "fp32" and _autocast_nesting():
             raise AccelError(
-                f"{what}, while accel's {self.precision_speedup()} runs the forward in {self.strategy.precision.name} "
-                f"already: replace the loop's torch.autocast by eng.autocast() (or drop "
-                f"`speedups.{self.precision_speedup()}`)"
+                f"{what}, while accel's {given} runs the forward in {precision} already: replace the loop's "
+                f"torch.autocast by eng.autocast() (or drop `speedups.{given}`)"
             )
 
-    def autocast(self: Engine) -> AbstractContextManager:
+    def autocast(self) -> AbstractContextManager:
         """Around forward and loss: the precision's autocast and every speed-up's step context. Reusable, as
         nanoGPT's `ctx`: `ctx = eng.autocast()` once, then `with ctx:` in every step."""
         return _StepContext(self)
 
-    def backward(self: Engine, loss: torch.Tensor) -> None:
+    def backward(self, loss: torch.Tensor) -> None:
         """The strategy's backward, with the precision's loss scaling (fp16). The loss is used as given: under
         gradient accumulation the loop divides it by its steps itself, as it would without accel. After a step's
         last micro-batch the gradients are unscaled (fp16), so whatever clips them next sees their true values."""
         self._check_own_step()
-        loop, precision = self._loop, self.strategy.precision
+        loop, core = self._loop, self._core
+        precision = core.strategy.precision
         if precision.unscaled:
             raise AccelError(
                 "backward after this step's gradients were unscaled (fp16): the loop accumulates more "
-                f"micro-batches per step than the engine's grad_accum={self.grad_accum}; give the Engine the loop's "
+                f"micro-batches per step than the engine's grad_accum={core.grad_accum}; give the Engine the loop's "
                 "own number"
             )
         if loop.forward_synced is not None and loop.unsynced is None and loop.forward_synced == loop.in_no_sync:
@@ -265,99 +333,68 @@ class OwnLoop:
                 "forward as well as the backward (DDP prepares the gradient reduction in the forward)"
             )
         loop.forward_synced = None
-        if self._trial is not None:
-            self._trial.loss(self, loss)
+        core.tell("loss", loss, 1)  # the loop's backward gets its share of the step already
         try:
-            with self.anatomy.phase("backward"):
-                self.strategy.backward(loss)
+            with core.anatomy.phase("backward"):
+                core.strategy.backward(loss)
         finally:
             if loop.unsynced is not None:
                 loop.unsynced.__exit__(None, None, None)
                 loop.unsynced = None
-        if not loop.in_no_sync and loop.micro_batches % self.grad_accum == 0:
-            precision.unscale(self.optimizer)
+        if not loop.in_no_sync and core.count.micro_batches % core.grad_accum == 0:
+            precision.unscale(core.optimizer)
 
     def clip_gradients(
-        self: Engine, model: nn.Module, optimizer: torch.optim.Optimizer, max_norm: float, norm_type: float = 2.0
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, max_norm: float, norm_type: float = 2.0
     ) -> torch.Tensor:
         """Clip the gradients' norm to `max_norm`, after unscaling them (fp16); the norm before clipping."""
-        self.strategy.precision.unscale(unwrap(optimizer))
-        return nn.utils.clip_grad_norm_(self.module.parameters(), max_norm, norm_type)
+        self._core.strategy.precision.unscale(unwrap(optimizer))
+        return nn.utils.clip_grad_norm_(self._core.module.parameters(), max_norm, norm_type)
 
-    def optimizer_step_from_loop(self: Engine) -> None:
+    def _optimizer_step(self) -> None:
         """`optimizer.step()` in the loop: through the strategy and precision (clipped already, if at all)."""
-        loop = self._loop
-        if loop.micro_batches % self.grad_accum:
+        core = self._core
+        if core.count.micro_batches % core.grad_accum:
             raise AccelError(
-                f"optimizer.step() after {loop.micro_batches} micro-batches, but the engine was given grad_accum="
-                f"{self.grad_accum}: the last micro-batch's gradients were not reduced across processes. Give the "
-                "Engine the loop's own number of micro-batches per step"
+                f"optimizer.step() after {core.count.micro_batches} micro-batches, but the engine was given "
+                f"grad_accum={core.grad_accum}: the last micro-batch's gradients were not reduced across processes. "
+                "Give the Engine the loop's own number of micro-batches per step"
             )
-        loop.micro_batches = 0
-        with self.anatomy.phase("optimizer"):
-            self.strategy.optimizer_step(self.optimizer, _no_clip)
-        self.steps += 1
-        self.after_batch()
-        self._stepped()
-
-    def _stepped(self: Engine) -> None:
-        loop = self._loop
-        if loop.lint is None:  # after the first step the loaders are set up too: the settings are final
-            loop.lint = SpeedLint([], say=self.world.is_main)
-            loop.lint.start(self)
-        if loop.first_step is None:  # compilation and warm-up are in the first step: throughput starts after it
-            self._check_ranks_drew_apart()
-            loop.first_step, loop.samples_at_first, loop.tokens_at_first = (
-                time.perf_counter(),
-                loop.samples,
-                loop.tokens,
-            )
-        if loop.schedule is not None:
-            loop.schedule.stepped()
-        if self._trial is not None:  # `accel bench` times this step (accel.engine.script_trial)
-            self._trial.stepped(self)
+        with core.anatomy.phase("optimizer"):
+            core.strategy.optimizer_step(core.optimizer, _no_clip)
+        core.after_batch()
+        core.count_step()
 
     @contextmanager
-    def no_sync(self: Engine, model: nn.Module) -> Iterator[None]:
+    def no_sync(self, model: nn.Module) -> Iterator[None]:
         """Around a micro-batch that does not step, forward and backward both: no gradient reduction."""
         self._loop.in_no_sync = True
         try:
-            with self.strategy.no_sync(self.module):
+            with self._core.strategy.no_sync(self._core.module):
                 yield
         finally:
             self._loop.in_no_sync = False
 
-    def compile_step(self: Engine, fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    def compile_step(self, fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
         """`step = eng.compile_step(fn)`: `fn(*batch) -> loss` is the forward and loss; `step(*batch)` runs the
         whole training step (forward and loss under autocast, backward, clipping and the optimizer step, the
         gradients cleared), as one function the whole-step speed-ups can compile or capture. Returns the loss."""
-        self.loss = lambda batch: fn(*batch)
-        self._loop.step_function = True
-        loop = self._loop
+        core, loop = self._core, self._loop
+        core.loss = lambda batch: fn(*batch)
+        loop.step_function = True
 
         def step(*batch: Any) -> torch.Tensor:
-            loop.micro_batches += 1
-            boundary = loop.micro_batches % self.grad_accum == 0
             loop.in_step = True
             try:
-                loss = self.step_batch(batch, boundary)
+                return core.run_step(batch).loss
             finally:
                 loop.in_step = False
-            self._count(batch)
-            if boundary:
-                loop.micro_batches = 0
-            self.after_batch()
-            if self._trial is not None:
-                self._trial.loss(self, loss, self.grad_accum)
-            if boundary:
-                self._stepped()
-            return loss.detach()
 
         return step
 
-    def _check_own_step(self: Engine) -> None:
-        loop, whole = self._loop, self._loop.whole_step
-        if whole is not None and not loop.step_function:
+    def _check_own_step(self) -> None:
+        whole = self._core.whole_step
+        if whole is not None and not self._loop.step_function:
             raise AccelError(
                 f"speed-up `{whole}` replaces the whole training step, which a loop's own forward and backward "
                 "cannot give it: write the forward and loss as one function and let the engine run the step, "
@@ -365,10 +402,58 @@ class OwnLoop:
                 "own), or disable the speed-up"
             )
 
-    def _say(self: Engine, key: str, message: str) -> None:
+    def _say(self, key: str, message: str) -> None:
         if key not in self._loop.said:
             self._loop.said.add(key)
             log.info(message)
+
+    # ---- what it keeps and writes (accel.engine.state, accel.engine.loop_records), and the ranks ----------
+    def save(self, path: str | Path, state: dict[str, Any]) -> None:
+        """Write `state` (modules, optimizers, schedulers, loaders, plain values) and the engine's own state
+        atomically (rank 0; every rank waits)."""
+        engine_state.save(self._core, path, state)
+
+    def load(self, path: str | Path, state: dict[str, Any]) -> dict[str, Any]:
+        """Load what `save` wrote into the objects in `state`, in place; plain values are put back in `state`."""
+        return engine_state.load(self._core, path, state)
+
+    def log(self, metrics: dict[str, Any]) -> None:
+        """Record scalars (a `val_loss`, anything): with an `out`, in its metrics.jsonl and TensorBoard (tb/)."""
+        self._records.log(metrics)
+
+    def summary(self) -> dict[str, Any]:
+        """What the run did: steps, throughput after the first step, data wait, speed-ups, the last metrics."""
+        return self._records.summary().model_dump(exclude_unset=True)
+
+    def close(self) -> dict[str, Any]:
+        """Tear the speed-ups down (every global flag restored); with `out`, write summary.json there."""
+        return self._records.close().model_dump(exclude_unset=True)
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def seed_everything(self, seed: int, per_rank: bool = True) -> int:
+        """Seed Python's, NumPy's and torch's random streams; with `per_rank` (the default) rank r gets a stream
+        of its own (accel.runs.rng.rank_seed: rank 0 keeps `seed`), as accel's Trainer seeds its ranks, so batches
+        a loop samples itself differ across ranks. DDP still starts every rank from rank 0's weights. The seed."""
+        return ranks.seed_everything(self.world, seed, per_rank)
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """`print` on rank 0 only: a loop's progress once, not once per process."""
+        ranks.print_once(self.world, *args, **kwargs)
+
+
+def _trial(records: LoopRecords, settings: Settings) -> Observer | None:
+    """The bench's trial or the profile's window, when `accel bench` or `accel profile` runs the script: the
+    bench's agent (the one import of the bench from here, in a trial's process only)."""
+    if not trial_variables.asked():
+        return None
+    from ..bench.engine_trial import attach
+
+    return attach(records, settings)
 
 
 def rebuilt(optimizer: torch.optim.Optimizer, before: dict, after: dict) -> torch.optim.Optimizer:

@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
-from ..runs.rng import rank_seed, seed_everything
+from ..batches import leading_tensor
+from ..runs.rng import rank_seed
+from ..runs.rng import seed_everything as seed_everything_with
 
 if TYPE_CHECKING:
-    from .core import Engine
+    from ..strategy.world import World
 
 log = logging.getLogger("accel")
 CHECKED_NUMBERS = 4096  # of the first batch's first tensor, evenly spread: enough to tell two batches apart
@@ -44,38 +46,36 @@ def same_as(sums: list[list[float]], rank: int) -> list[int]:
     return [r for r, other in enumerate(sums) if r != rank and other == mine]
 
 
-class Ranks:
-    """Mixed into accel.engine.core.Engine; see the module docstring."""
+def seed_everything(world: World, seed: int, per_rank: bool) -> int:
+    """`eng.seed_everything`: rank r gets `rank_seed(seed, r)` with `per_rank`, every rank `seed` without."""
+    used = rank_seed(seed, world.rank) if per_rank else seed
+    seed_everything_with(used)
+    return used
 
-    def seed_everything(self: Engine, seed: int, per_rank: bool = True) -> int:
-        """Seed Python's, NumPy's and torch's random streams; with `per_rank` (the default) rank r gets a stream
-        of its own (accel.runs.rng.rank_seed: rank 0 keeps `seed`), as accel's Trainer seeds its ranks, so batches
-        a loop samples itself differ across ranks. DDP still starts every rank from rank 0's weights. The seed."""
-        used = rank_seed(seed, self.world.rank) if per_rank else seed
-        seed_everything(used)
-        return used
 
-    def print(self: Engine, *args: Any, **kwargs: Any) -> None:
-        """`print` on rank 0 only: a loop's progress once, not once per process."""
-        if self.world.is_main:
-            builtins.print(*args, **kwargs)
+def print_once(world: World, *args: Any, **kwargs: Any) -> None:
+    """`eng.print`: on rank 0 only."""
+    if world.is_main:
+        builtins.print(*args, **kwargs)
 
-    def _first_batch(self: Engine, leading: torch.Tensor) -> None:
-        """The first training batch's checksum, kept on the device (no sync) until the first optimizer step."""
-        if self.world.distributed and self._loop.batch_sum is None:
-            self._loop.batch_sum = checksum(leading)
 
-    def _check_ranks_drew_apart(self: Engine) -> None:
-        """At the first optimizer step, on every rank at once: warn when two ranks' first batches were the same."""
-        if not self.world.distributed:
-            return
-        mine = self._loop.batch_sum
-        mine = torch.full((2,), float("nan"), device=self.device) if mine is None else mine.to(self.device)
-        gathered = [torch.empty_like(mine) for _ in range(self.world.size)]
-        dist.all_gather(gathered, mine)
-        same = same_as([t.tolist() for t in gathered], 0)
-        if self.world.is_main and same:
-            log.warning(drew_the_same(same))
+def first_batch_sum(inputs: Any) -> torch.Tensor | None:
+    """The first training batch's checksum, kept on the device (no sync) until the first optimizer step."""
+    leading = leading_tensor(inputs)
+    return checksum(leading) if leading is not None else None
+
+
+def check_drew_apart(world: World, device: torch.device, mine: torch.Tensor | None) -> None:
+    """At the first optimizer step, on every rank at once: warn when two ranks' first batches (`mine`: this rank's
+    checksum) were the same."""
+    if not world.distributed:
+        return
+    mine = torch.full((2,), float("nan"), device=device) if mine is None else mine.to(device)
+    gathered = [torch.empty_like(mine) for _ in range(world.size)]
+    dist.all_gather(gathered, mine)
+    same = same_as([t.tolist() for t in gathered], 0)
+    if world.is_main and same:
+        log.warning(drew_the_same(same))
 
 
 def drew_the_same(ranks: list[int]) -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from .core import Observer
+
 log = logging.getLogger("accel")
 DOUBLE_STEP = (
     "the scheduler given to eng.setup ({name}) advanced {times} times between two optimizer steps: step it once "
@@ -18,7 +20,7 @@ DOUBLE_STEP = (
 )
 
 
-class ScheduleWatch:
+class ScheduleWatch(Observer):
     """Says a double step of the loop's scheduler, from its position (`last_epoch`) at each optimizer step."""
 
     def __init__(self, scheduler: Any):

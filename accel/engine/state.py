@@ -22,7 +22,7 @@ from . import trial_files
 from .wrappers import unwrap
 
 if TYPE_CHECKING:
-    from .core import Engine
+    from .core import Core
 
 FORMAT = "accel-engine/1"
 
@@ -31,13 +31,13 @@ def _has_state(value: Any) -> bool:
     return callable(getattr(value, "state_dict", None)) and callable(getattr(value, "load_state_dict", None))
 
 
-def _whole(engine: Engine) -> dict[str, Any]:
+def _whole(engine: Core) -> dict[str, Any]:
     """The engine's model and optimizer as whole tensors (gathered from every rank under fsdp: collective)."""
     model, optimizer = engine.strategy.full_state_dicts(engine.module, engine.optimizer)
     return {"model": model, "optimizer": optimizer}
 
 
-def _role(engine: Engine, value: Any) -> str | None:
+def _role(engine: Core, value: Any) -> str | None:
     """ "model" or "optimizer" for the engine's own (as the loop holds them), else None."""
     if engine.module is not None and getattr(value, "__dict__", None) is engine.module.__dict__:
         return "model"  # the module, or the model eng.setup returned (which shares its attributes)
@@ -50,7 +50,7 @@ def _state_of(value: Any, whole: dict[str, Any], role: str | None) -> Any:
     return devices.to_cpu(unwrap(value).state_dict()) if _has_state(value) else value
 
 
-def save(engine: Engine, path: str | Path, state: dict[str, Any]) -> None:
+def save(engine: Core, path: str | Path, state: dict[str, Any]) -> None:
     """Rank 0 writes; every rank waits for it, so none reads a half-written file after."""
     roles = {key: _role(engine, value) for key, value in state.items()}
     whole = _whole(engine) if any(roles.values()) else {}
@@ -68,7 +68,7 @@ def save(engine: Engine, path: str | Path, state: dict[str, Any]) -> None:
     engine.world.barrier()
 
 
-def load(engine: Engine, path: str | Path, state: dict[str, Any]) -> dict[str, Any]:
+def load(engine: Core, path: str | Path, state: dict[str, Any]) -> dict[str, Any]:
     path = Path(trial_files.read_from(path))
     if not path.is_file():
         raise CheckpointError(f"No checkpoint at {path}: `eng.load` reads a file `eng.save` wrote.")

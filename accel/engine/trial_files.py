@@ -10,7 +10,7 @@ import os
 import tempfile
 from typing import Any
 
-from . import script_trial
+from . import trial_variables
 
 
 class TrialFiles:
@@ -48,7 +48,7 @@ FILES = TrialFiles()  # the process's: a process is one trial
 
 
 def in_trial() -> bool:
-    return bool(os.environ.get(script_trial.PATH) or os.environ.get(script_trial.PROFILE))
+    return trial_variables.asked()
 
 
 def save_to(where: Any) -> Any:

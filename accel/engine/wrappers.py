@@ -1,4 +1,4 @@
-"""What `Engine.setup` hands back to a hand-written loop: the user's model and optimizer, still theirs.
+"""What `accel.Engine.setup` hands back to a hand-written loop: the user's model and optimizer, still theirs.
 
 The model is the user's own module object seen through a subclass of its class that shares its attributes
 (`__dict__`): `model.config`, `model.generate(...)`, `isinstance(model, GPT)` and `model.state_dict()` (the
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import copyreg
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -23,28 +24,30 @@ from torch import nn
 from ..errors import AccelError
 
 if TYPE_CHECKING:
-    from .core import Engine
+    from .core import Core
 
 
-def _subclass(base: type, cls: type, engine: Engine) -> type:
-    """`cls` with `base` mixed in, for one engine: the engine is a class attribute, so the shared `__dict__`
-    (the user's module's own) never holds it."""
-    names = {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "_accel_engine": engine}
+def _subclass(base: type, cls: type, core: Core, through: Callable) -> type:
+    """`cls` with `base` mixed in, for one engine: its core and the engine's function a call goes `through` are
+    class attributes, so the shared `__dict__` (the user's module's own) never holds them."""
+    names = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
+    names |= {"_accel_core": core, "_accel_through": staticmethod(through)}
     return type(cls.__name__, (base, cls), names)
 
 
 class EngineModule(nn.Module):
     """Mixed into the user's module class; see the module docstring."""
 
-    _accel_engine: Engine
+    _accel_core: Core
+    _accel_through: Callable[..., Any]  # the engine's forward
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # no nn.Module hooks here: they are the module's own (shared), and run once, in the call below
-        return self._accel_engine.forward(*args, **kwargs)
+        return self._accel_through(*args, **kwargs)
 
     def train(self, mode: bool = True) -> nn.Module:
         super().train(mode)
-        model = self._accel_engine.model
+        model = self._accel_core.model
         if isinstance(model, nn.Module) and model.training != mode:
             model.train(mode)  # DDP and compiled wrappers keep a `training` flag of their own
         return self
@@ -62,9 +65,9 @@ class EngineModule(nn.Module):
         return copyreg._reconstructor, (type(self).__mro__[2], object, None), self.__dict__
 
 
-def wrap_module(module: nn.Module, engine: Engine) -> nn.Module:
-    """The user's module, answering as itself, with calls through the engine."""
-    wrapped = object.__new__(_subclass(EngineModule, type(module), engine))
+def wrap_module(module: nn.Module, core: Core, forward: Callable[..., Any]) -> nn.Module:
+    """The user's module, answering as itself, with calls through the engine's `forward`."""
+    wrapped = object.__new__(_subclass(EngineModule, type(module), core, forward))
     object.__setattr__(wrapped, "__dict__", module.__dict__)
     return wrapped
 
@@ -77,9 +80,10 @@ class EngineOptimizer(torch.optim.Optimizer):
     def _step_supports_amp_scaling(self) -> bool:
         # with accel's fp16 on, a loop's own GradScaler then marks the stand-in before stepping it (refused);
         # without, the loop's scaler unscales and steps it as it would the real optimizer
-        return self._accel_engine.strategy.precision.name == "fp16"
+        return self._accel_core.strategy.precision.name == "fp16"
 
-    _accel_engine: Engine
+    _accel_core: Core
+    _accel_through: Callable[[], None]  # the engine's optimizer step
 
     def __init__(self, optimizer: torch.optim.Optimizer) -> None:
         object.__setattr__(self, "_accel_real", optimizer)
@@ -94,7 +98,7 @@ class EngineOptimizer(torch.optim.Optimizer):
 
     def step(self, closure: Any = None) -> Any:
         if "found_inf" in self.__dict__:
-            given = self._accel_engine.precision_speedup()
+            given = self._accel_core.precision_speedup()
             raise AccelError(
                 "the loop steps the optimizer through a GradScaler of its own, while accel scales the loss (fp16): "
                 "remove the loop's GradScaler (eng.backward scales, optimizer.step() unscales and updates)"
@@ -102,7 +106,7 @@ class EngineOptimizer(torch.optim.Optimizer):
             )
         if closure is not None:
             raise AccelError("optimizer.step(closure) is not supported through the engine: call it without one")
-        self._accel_engine.optimizer_step_from_loop()
+        self._accel_through()
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         self._accel_real.zero_grad(set_to_none=set_to_none)
@@ -120,9 +124,10 @@ class EngineOptimizer(torch.optim.Optimizer):
         return repr(self._accel_real)
 
 
-def wrap_optimizer(optimizer: torch.optim.Optimizer, engine: Engine) -> torch.optim.Optimizer:
-    """A stand-in of the optimizer's class: `isinstance` and schedulers see an optimizer of that class."""
-    wrapped = object.__new__(_subclass(EngineOptimizer, type(optimizer), engine))
+def wrap_optimizer(optimizer: torch.optim.Optimizer, core: Core, step: Callable[[], None]) -> torch.optim.Optimizer:
+    """A stand-in of the optimizer's class, stepped through the engine's `step`: `isinstance` and schedulers see an
+    optimizer of that class."""
+    wrapped = object.__new__(_subclass(EngineOptimizer, type(optimizer), core, step))
     EngineOptimizer.__init__(wrapped, optimizer)
     return wrapped
 

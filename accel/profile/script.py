@@ -23,12 +23,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from ..engine.script_trial import PROFILE as VARIABLE
-from ..engine.script_trial import Engines
+from ..bench.engine_trial import Agent, Engines
+from ..engine.trial_variables import PROFILE as VARIABLE
 from .steps import profile_window
 
 if TYPE_CHECKING:
-    from ..engine.core import Engine
+    from ..engine.core import Core
+    from ..engine.loop_records import LoopRecords
     from .window import ProfileWindow
 
 log = logging.getLogger("accel")
@@ -64,17 +65,17 @@ class Window:
         )
 
 
-def attach(engine: Engine) -> ScriptProfile | None:
+def attach(engine: LoopRecords) -> ScriptProfile | None:
     """The profile `accel profile` asked for (rank 0 only), or None."""
     window = Window.from_env()
-    if window is None or not engine.world.is_main:
+    if window is None or not engine.core.world.is_main:
         return None
     return ScriptProfile(engine, window)
 
 
 class _Run:
     """What ProfileWindow reads of a trainer, from the engines of a hand-written loop: the clock's
-    (accel.engine.script_trial.Engines)."""
+    (accel.bench.engine_trial.Engines)."""
 
     task = SimpleNamespace(name="own loop")
 
@@ -82,8 +83,8 @@ class _Run:
         self.engines = engines
 
     @property
-    def engine(self) -> Engine:
-        return self.engines.main
+    def engine(self) -> Core:
+        return self.engines.main.core
 
     def __getattr__(self, name: str) -> Any:  # device, anatomy, model, module, strategy, speedups, train_loader
         return getattr(self.engine, name)
@@ -93,41 +94,35 @@ class _Run:
         return self.engine.steps
 
 
-class ScriptProfile:
+class ScriptProfile(Agent):
     """The engines' side of `accel profile`: one window per process over the clock's optimizer steps (whatever the
     number of engines: they share one anatomy, so every engine's phases are timed), then the report and exit."""
 
-    def __init__(self, engine: Engine, window: Window):
+    def __init__(self, engine: LoopRecords, window: Window):
         self.engines = Engines(engine)
         self.run, self.settings = _Run(self.engines), window
         self.window = window.profile_window()
         self.done = self.started = False
         atexit.register(self._ended_early)
 
-    def join(self, engine: Engine) -> None:
-        engine.anatomy = self.engines.all[0].anatomy
+    def join(self, engine: LoopRecords) -> None:
+        engine.core.anatomy = self.engines.all[0].core.anatomy
         self.engines.join(engine)
 
-    def set_up(self, engine: Engine) -> None:
+    def set_up(self, engine: LoopRecords) -> None:
         """The first `eng.setup` has run: the window starts counting steps (the model is what the speed-ups made
         of it)."""
         if not self.started:
             self.started = True
             self.window.on_fit_start(self.run)
 
-    def stepped(self, engine: Engine) -> None:
+    def stepped(self, engine: LoopRecords) -> None:
         if not self.engines.ticks(engine):
             return
         self.window.on_batch_end(self.run, STEPPED)
         if self.window.closed:
             self._finish()
             raise SystemExit(0)
-
-    def loss(self, engine: Engine, loss: Any, share: int = 1) -> None:
-        """The profile needs no loss (a bench trial does)."""
-
-    def logged(self, record: dict[str, Any]) -> None:
-        """Nor what the loop logs."""
 
     def _finish(self) -> None:
         self.done = True

@@ -23,7 +23,7 @@ from ..registry import SPEEDUPS
 from .base import Phase, Speedup, SpeedupConfig
 
 if TYPE_CHECKING:
-    from ..engine.core import Engine
+    from ..strategy.slots import Slots
 
 log = logging.getLogger("accel")
 
@@ -75,7 +75,7 @@ class ActivationCheckpointing(Speedup):
         super().__init__(cfg)
         self.wrapped: list[nn.Module] = []
 
-    def setup(self, engine: "Engine") -> None:
+    def setup(self, engine: "Slots") -> None:
         blocks = repeated_blocks(engine.module, self.cfg.blocks)[:: self.cfg.every]
         if not blocks:
             named = (

@@ -17,7 +17,7 @@ from ..registry import SPEEDUPS
 from .base import Candidate, Context, Phase, Speedup, SpeedupConfig
 
 if TYPE_CHECKING:
-    from ..engine.core import Engine
+    from ..strategy.slots import Slots
 
 BACKENDS = {
     "flash": SDPBackend.FLASH_ATTENTION,
@@ -67,7 +67,7 @@ class Attention(Speedup):
             )
         return None
 
-    def setup(self, engine: "Engine") -> None:
+    def setup(self, engine: "Slots") -> None:
         config = getattr(engine.module, "config", None)
         switch = getattr(engine.module, "set_attn_implementation", None)
         if switch is not None and getattr(config, "_attn_implementation", "sdpa") != "sdpa":

@@ -24,7 +24,7 @@ from ..strategy.precision import Precision
 from ..strategy.setup_phases import Phase
 
 if TYPE_CHECKING:
-    from ..engine.core import Engine
+    from ..strategy.slots import Slots
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ class Speedup:
         """The numeric precision this speed-up gives the strategy (amp), or None."""
         return None
 
-    def setup(self, engine: "Engine") -> None:
+    def setup(self, engine: "Slots") -> None:
         """Transform the model, optimizer or loaders once, before the first step."""
 
     def prepare_batch(self, inputs: torch.Tensor) -> torch.Tensor:

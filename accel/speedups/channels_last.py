@@ -11,7 +11,7 @@ from ..registry import SPEEDUPS
 from .base import Candidate, Context, Phase, Speedup, SpeedupConfig
 
 if TYPE_CHECKING:
-    from ..engine.core import Engine
+    from ..strategy.slots import Slots
 
 # By tensor rank: images (N, C, H, W) and volumes (N, C, D, H, W). Other ranks have no channels-last layout.
 FORMATS = {4: torch.channels_last, 5: torch.channels_last_3d}
@@ -50,7 +50,7 @@ class ChannelsLast(Speedup):
             return "FSDP2 gathers each parameter into a contiguous buffer, so weights cannot stay channels-last"
         return None
 
-    def setup(self, engine: "Engine") -> None:
+    def setup(self, engine: "Slots") -> None:
         apply_channels_last(engine.module)
 
     def prepare_batch(self, inputs: torch.Tensor) -> torch.Tensor:

@@ -21,7 +21,7 @@ from ..registry import SPEEDUPS
 from .base import Candidate, Context, Phase, Speedup, SpeedupConfig, one_program
 
 if TYPE_CHECKING:
-    from ..engine.core import Engine
+    from ..strategy.slots import Slots
 
 log = logging.getLogger("accel")
 
@@ -301,7 +301,7 @@ class Compile(Speedup):
     def replaces_step(self) -> bool:
         return self.cfg.whole_step
 
-    def setup(self, engine: Engine) -> None:
+    def setup(self, engine: Slots) -> None:
         import torch._dynamo
 
         self._recompile_limit = torch._dynamo.config.recompile_limit

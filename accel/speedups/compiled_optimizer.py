@@ -30,7 +30,7 @@ from .base import Context, Phase, Speedup, SpeedupConfig
 from .compile import check_backend, release_compile_workers, unavailable
 
 if TYPE_CHECKING:
-    from ..engine.core import Engine
+    from ..strategy.slots import Slots
 
 log = logging.getLogger("accel")
 
@@ -150,7 +150,7 @@ class CompiledOptimizer(Speedup):
             )
         return None
 
-    def setup(self, engine: "Engine") -> None:
+    def setup(self, engine: "Slots") -> None:
         self._environ = dict(os.environ)  # tracing the step imports inductor, which sets variables (its cache dir)
         self._step, self._final, self._warned = CompiledStep(engine.optimizer, self.cfg.backend), {}, False
         self._graphs_seen = 0

@@ -34,7 +34,7 @@ from .base import Context, Phase, RunFacts, Speedup, SpeedupConfig, one_program
 from .compiled_optimizer import tensor_lrs
 
 if TYPE_CHECKING:
-    from ..engine.core import Engine
+    from ..strategy.slots import Slots
 
 log = logging.getLogger("accel")
 
@@ -95,7 +95,7 @@ class CapturedStep:
     """The engine's `step_batch`: eager warm-up steps on a side stream, then one capture, then a replay per
     batch; after each, the host's part of the step (`engine.finish_step`)."""
 
-    def __init__(self, engine: Engine, warmup_steps: int):
+    def __init__(self, engine: Slots, warmup_steps: int):
         self.engine, self.warmup_steps, self.warmed = engine, warmup_steps, 0
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static_batch: Any = None
@@ -201,7 +201,7 @@ class CudaGraphs(Speedup):
     def replaces_step(self) -> bool:
         return True
 
-    def setup(self, engine: Engine) -> None:
+    def setup(self, engine: Slots) -> None:
         make_capturable(engine.optimizer)
         self._step = CapturedStep(engine, self.cfg.warmup_steps)
         engine.replace("step_batch", self._step)

@@ -13,7 +13,7 @@ from ..registry import SPEEDUPS
 from .base import Phase, Speedup, SpeedupConfig
 
 if TYPE_CHECKING:
-    from ..engine.core import Engine
+    from ..strategy.slots import Slots
 
 log = logging.getLogger("accel")
 backends = torch.backends
@@ -122,7 +122,7 @@ class Cudnn(Speedup):
         super().__init__(cfg)
         self._previous: dict[str, Any] | None = None
 
-    def setup(self, engine: "Engine") -> None:
+    def setup(self, engine: "Slots") -> None:
         if engine.device.type != "cuda":
             log.info(
                 "cudnn: on %s only `float32_matmul_precision` has an effect; cuDNN and TF32 flags need CUDA",

@@ -18,7 +18,7 @@ from ..registry import SPEEDUPS
 from .base import Context, Phase, Speedup, SpeedupConfig
 
 if TYPE_CHECKING:
-    from ..engine.core import Engine
+    from ..strategy.slots import Slots
 
 
 def live_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
@@ -98,7 +98,7 @@ class Ema(Speedup):
             return "the average would be held as sharded tensors, which checkpoints do not store"
         return None
 
-    def setup(self, engine: Engine) -> None:
+    def setup(self, engine: Slots) -> None:
         self._live = live_tensors(engine.module)
         self.shadow = {name: tensor.detach().clone() for name, tensor in self._live.items()}
         self._steps = 0

@@ -14,7 +14,7 @@ from ..registry import SPEEDUPS
 from .base import Candidate, Context, Phase, Speedup, SpeedupConfig
 
 if TYPE_CHECKING:
-    from ..engine.core import Engine
+    from ..strategy.slots import Slots
 
 log = logging.getLogger("accel")
 FP8_CAPABILITY = (8, 9)  # Ada and Hopper onwards have FP8 tensor cores
@@ -74,7 +74,7 @@ class Float8(Speedup):
             return "needs torchao: pip install 'accel[float8]'"
         return None
 
-    def setup(self, engine: "Engine") -> None:
+    def setup(self, engine: "Slots") -> None:
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
         def keep(module: nn.Module, fqn: str) -> bool:

@@ -23,7 +23,7 @@ from ..registry import SPEEDUPS
 from .base import Context, Phase, Speedup, SpeedupConfig, one_program
 
 if TYPE_CHECKING:
-    from ..engine.core import Engine
+    from ..strategy.slots import Slots
 
 log = logging.getLogger("accel")
 _deprecation_said = False
@@ -123,6 +123,6 @@ class Jit(Speedup):
             return "TorchScript cannot script or trace FSDP2's hooks (`compile` can compile a sharded model)"
         return one_program(self, context)
 
-    def setup(self, engine: Engine) -> None:
+    def setup(self, engine: Slots) -> None:
         say_deprecated_once()
         engine.replace("model", apply_jit(engine.model, self.cfg.method))

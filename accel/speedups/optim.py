@@ -14,7 +14,7 @@ from ..registry import SPEEDUPS
 from .base import Candidate, Context, Phase, Speedup, SpeedupConfig
 
 if TYPE_CHECKING:
-    from ..engine.core import Engine
+    from ..strategy.slots import Slots
 
 log = logging.getLogger("accel")
 Impl = Literal["auto", "fused", "foreach", "for_loop"]
@@ -102,7 +102,7 @@ class Optim(Speedup):
     def optimizer_impl(self) -> str | None:
         return self.cfg.impl if self.cfg.impl != "auto" else None
 
-    def setup(self, engine: "Engine") -> None:
+    def setup(self, engine: "Slots") -> None:
         self.impl = choose_impl(engine.optimizer, self.cfg.impl)
         if self.impl is None:
             log.info(

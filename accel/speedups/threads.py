@@ -13,7 +13,7 @@ from ..registry import SPEEDUPS
 from .base import Phase, Speedup, SpeedupConfig
 
 if TYPE_CHECKING:
-    from ..engine.core import Engine
+    from ..strategy.slots import Slots
 
 log = logging.getLogger("accel")
 
@@ -69,7 +69,7 @@ class Threads(Speedup):
         super().__init__(cfg)
         self._previous_intra_op: int | None = None
 
-    def setup(self, engine: "Engine") -> None:
+    def setup(self, engine: "Slots") -> None:
         if self._previous_intra_op is None:  # a second fit() keeps the original value to restore
             self._previous_intra_op = torch.get_num_threads()
         torch.set_num_threads(resolve_intra_op(self.cfg.intra_op, self._previous_intra_op, available_cpus()))

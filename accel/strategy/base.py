@@ -14,7 +14,7 @@ from .precision import Precision
 from .setup_phases import Phase
 
 if TYPE_CHECKING:
-    from ..engine.core import Engine
+    from .slots import Slots
     from .world import World
 
 
@@ -45,7 +45,7 @@ class Strategy:
         """The loaders the trainer iterates (XLA feeds them through its own)."""
         return train, val
 
-    def setup(self, engine: Engine) -> None:
+    def setup(self, engine: Slots) -> None:
         """Wrap the engine's `model` in the setup phase WRAP (DDP), through `engine.replace`."""
 
     def teardown(self) -> None:

@@ -10,7 +10,7 @@ import torch
 from .base import Strategy
 
 if TYPE_CHECKING:
-    from ..engine.core import Engine
+    from .slots import Slots
 
 
 class DataParallel(Strategy):
@@ -23,7 +23,7 @@ class DataParallel(Strategy):
         super().__init__()
         self._ddp: torch.nn.Module | None = None
 
-    def setup(self, engine: Engine) -> None:
+    def setup(self, engine: Slots) -> None:
         ids = [engine.device.index] if engine.device.type == "cuda" else None
         self._ddp = torch.nn.parallel.DistributedDataParallel(engine.model, device_ids=ids)
         engine.replace("model", self._ddp)

@@ -16,7 +16,7 @@ from .ddp import DataParallel
 from .xla_runtime import XlaLoader, compile_stats
 
 if TYPE_CHECKING:
-    from ..engine.core import Engine
+    from .slots import Slots
 
 log = logging.getLogger("accel")
 
@@ -37,7 +37,7 @@ class Xla(Strategy):
     def loaders(self, train: Any, val: Any) -> tuple[Any, Any]:
         return XlaLoader(train, self.device), XlaLoader(val, self.device) if val is not None else None
 
-    def setup(self, engine: Engine) -> None:
+    def setup(self, engine: Slots) -> None:
         if self.data_parallel is not None:
             self.data_parallel.setup(engine)
 

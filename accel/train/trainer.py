@@ -14,7 +14,7 @@ from torch import nn
 from .. import devices
 from ..callbacks.base import Callback
 from ..config.train_config import TrainConfig
-from ..engine.core import Engine
+from ..engine.core import Core, Ran
 from ..errors import AccelError
 from ..measure import lint
 from ..measure.anatomy import Anatomy
@@ -71,14 +71,15 @@ class Trainer:
     ):
         self.cfg = config or TrainConfig()
         self.task = as_task(task, loss_fn)
-        self.engine = Engine(
-            speedups,
+        self.engine = Core(
+            list(speedups),
             device=device,
             strategy=strategy,
+            world=world,
             grad_accum=self.cfg.grad_accum,
             clip_grad_norm=self.cfg.clip_grad_norm,
             strict=strict,
-            world=world,
+            counter=lambda batch: (self.task.samples(batch), self.task.tokens(batch)),
         )
         self.engine.attach(model, optimizer, scheduler)
         self.engine.loss = lambda batch: self.task.loss(self.engine.model, batch)
@@ -203,17 +204,14 @@ class Trainer:
             fetched, yielded = time.perf_counter(), True
             if self.startup_s is None:  # everything before the first step's batch was in hand is start-up
                 self.startup_s = process_age_s()
-            stepped, loss, batch = self._train_batch(batch, batches)
+            ran = self._train_batch(batch, batches)
+            stepped = ran.stepped
             if self.cfg.sync_every_step:
                 devices.synchronize(self.device)
             done = time.perf_counter() - self._uncounted_s
             self._uncounted_s = 0.0
             with self.anatomy.phase("logging"):
-                self._account(
-                    BatchInfo(
-                        loss, self.task.samples(batch), fetched - tick, done - fetched, stepped, self.task.tokens(batch)
-                    )
-                )
+                self._account(BatchInfo(ran.loss, ran.samples, fetched - tick, done - fetched, stepped, ran.tokens))
             if stepped and self.cfg.eval_every_steps and self.step % self.cfg.eval_every_steps == 0:
                 if self._run_eval():  # between batches: its time is neither data wait nor training
                     self._log(EvalRecord(epoch=self.epoch, step=self.step, metrics=self.last_eval))
@@ -230,18 +228,16 @@ class Trainer:
         self.epoch += 1
         return True
 
-    def _train_batch(self, batch: Any, batches: int | None) -> tuple[bool, torch.Tensor, Any]:
-        """(whether the optimizer stepped, the loss, the batch on the device)."""
+    def _train_batch(self, batch: Any, batches: int | None) -> Ran:
+        """One micro-batch through the core's step (the epoch's last ends an optimizer step, whatever the
+        accumulation)."""
         self.batch_in_epoch += 1
-        boundary = self.batch_in_epoch % self.cfg.grad_accum == 0 or self.batch_in_epoch == batches
         with self.anatomy.phase("to_device"):
             batch = self.on_device(batch, self.train_transform)
         if not self.utilisation.counted:
             self._uncounted_s = self.utilisation.count(self, batch)
         with self.lint.watch(batch):
-            loss = self.engine.step_batch(batch, boundary)
-        self.engine.after_batch()
-        return boundary, loss.detach(), batch
+            return self.engine.run_step(batch, last=self.batch_in_epoch == batches)
 
     def on_device(self, batch: Any, transform: Transform | None) -> Any:
         return self.engine.on_device(batch, transform)
@@ -344,6 +340,7 @@ class Trainer:
         if state["rng"] is not None:  # None: an older checkpoint without it (checkpoint.LATER_STATE)
             set_rng_state(state["rng"])
         self.epoch, self.step, self.batch_in_epoch = state["epoch"], state["step"], state["batch_in_epoch"]
+        self.engine.count.micro_batches = self.batch_in_epoch % self.cfg.grad_accum  # into the step it was in
         self.meter.load_state_dict(state.get("meter", {}))
 
     def _request_stop(self, signum: int) -> None:

@@ -13,7 +13,7 @@ import pytest
 from accel.bench.records import Trial
 from accel.bench.trial_process import instrumented_pythonpath
 from accel.cli import main
-from accel.engine import script_trial
+from accel.engine import trial_variables
 from conftest import ROOT
 
 # A plain loop, no accel in it: a DataLoader, an evaluation and a checkpoint write every 5 steps, an optional
@@ -92,9 +92,9 @@ def _trial(tmp_path, *args: str, steps: int = 6, warmup: int = 2, **env: str) ->
     record = tmp_path / "trial.json"
     variables = {
         "PYTHONPATH": instrumented_pythonpath(),
-        script_trial.PATH: str(record),
-        script_trial.STEPS: str(steps),
-        script_trial.WARMUP: str(warmup),
+        trial_variables.PATH: str(record),
+        trial_variables.STEPS: str(steps),
+        trial_variables.WARMUP: str(warmup),
         **env,
     }
     command = [sys.executable, str(_script(tmp_path)), "--out", str(tmp_path), *args]
@@ -124,7 +124,7 @@ def test_the_machines_load_is_read_over_the_timed_steps_only(tmp_path):
 
 
 def test_a_target_a_plain_loop_never_logs_says_how_to_log_it(tmp_path):
-    trial = _trial(tmp_path, steps=2, warmup=1, **{script_trial.TARGET: "val_loss=1.0"})
+    trial = _trial(tmp_path, steps=2, warmup=1, **{trial_variables.TARGET: "val_loss=1.0"})
     assert trial.unlogged_metric == "val_loss" and trial.error == (
         "the script logged no `val_loss` in its 3 optimizer steps (it logged nothing): give accel bench "
         "--metric-pattern 'val_loss (?P<val_loss>[0-9.eE+-]+)' matching a line it prints, or have it write "
@@ -293,7 +293,7 @@ for step in range(10**6):
 
 def test_a_fabric_loop_is_measured_with_what_it_logs(tmp_path):
     record = tmp_path / "trial.json"
-    variables = {"PYTHONPATH": instrumented_pythonpath(), script_trial.PATH: str(record), script_trial.STEPS: "3"}
+    variables = {"PYTHONPATH": instrumented_pythonpath(), trial_variables.PATH: str(record), trial_variables.STEPS: "3"}
     done = subprocess.run(
         [sys.executable, str(_script(tmp_path, FABRIC))], env=os.environ | variables, capture_output=True, timeout=300
     )
@@ -336,9 +336,13 @@ VAL_LOSS = "val loss (?P<val_loss>[0-9.]+)"
 
 def test_a_plain_loops_printed_and_tensorboard_metrics_are_its_metrics(tmp_path):
     script = _script(tmp_path, PRINTING)
-    for env, name in (({script_trial.PATTERNS: json.dumps([VAL_LOSS])}, "val_loss"), ({}, "val/loss")):
+    for env, name in (({trial_variables.PATTERNS: json.dumps([VAL_LOSS])}, "val_loss"), ({}, "val/loss")):
         record = tmp_path / "trial.json"
-        variables = {"PYTHONPATH": instrumented_pythonpath(), script_trial.PATH: str(record), script_trial.STEPS: "7"}
+        variables = {
+            "PYTHONPATH": instrumented_pythonpath(),
+            trial_variables.PATH: str(record),
+            trial_variables.STEPS: "7",
+        }
         command = [sys.executable, str(script), "--logs", str(tmp_path / "logs")]
         done = subprocess.run(command, env=os.environ | variables | env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr
@@ -403,7 +407,7 @@ def test_metrics_a_loop_logs_to_wandb_or_mlflow_are_its_metrics_and_its_tracking
     theirs.mkdir()
     where = str(theirs) if tracker == "wandb" else "http://127.0.0.1:9"
     record = tmp_path / "trial.json"
-    variables = {"PYTHONPATH": instrumented_pythonpath(), script_trial.PATH: str(record), script_trial.STEPS: "7"}
+    variables = {"PYTHONPATH": instrumented_pythonpath(), trial_variables.PATH: str(record), trial_variables.STEPS: "7"}
     command = [sys.executable, str(script), tracker, where]
     done = subprocess.run(command, env=os.environ | variables, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

@@ -1,5 +1,5 @@
 """`accel bench -- python train.py`: a user's own script benched through its accel.Engine, each trial a fresh
-process of it (accel/bench/script.py), its steps measured by the engine (accel/engine/script_trial.py)."""
+process of it (accel/bench/script.py), its steps measured by the engine (accel/bench/engine_trial.py)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ import pytest
 import torch
 
 import accel
+from accel.bench.engine_trial import Joined
 from accel.bench.records import Trial
 from accel.bench.script import with_option
 from accel.cli import main
 from accel.cli.script_args import split
-from accel.engine import script_trial
+from accel.engine import trial_variables
 from accel.errors import AccelError
 from conftest import ROOT, syncs_by_caller
 
@@ -260,8 +261,13 @@ def _linear_trial_engine():
     return eng, *eng.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
 
 
+def _agent(eng):
+    """The engine's trial (accel.bench.engine_trial), among its core's observers."""
+    return next(o.agent for o in eng._core.observers if isinstance(o, Joined))
+
+
 def _trial_env(monkeypatch, record, **more) -> None:
-    settings = {script_trial.PATH: record, script_trial.WARMUP: 1, script_trial.STEPS: 3, **more}
+    settings = {trial_variables.PATH: record, trial_variables.WARMUP: 1, trial_variables.STEPS: 3, **more}
     for name, value in settings.items():
         monkeypatch.setenv(name, str(value))
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # the trial's hook is undone with the test
@@ -269,12 +275,12 @@ def _trial_env(monkeypatch, record, **more) -> None:
 
 def test_the_engine_writes_its_trial_after_warmup_and_steps_and_exits_0(tmp_path, monkeypatch):
     record = tmp_path / "trial.json"
-    _trial_env(monkeypatch, record, **{script_trial.WARMUP: 2})
+    _trial_env(monkeypatch, record, **{trial_variables.WARMUP: 2})
     eng, model, optimizer = _linear_trial_engine()
     with pytest.raises(SystemExit) as stopped:
         _steps(eng, model, optimizer, 10)
     assert stopped.value.code == 0 and eng.steps == 5  # 2 warm-up + 3 timed optimizer steps, no more
-    eng._trial.done = True  # its at-exit check belongs to a real process's end
+    _agent(eng).done = True  # its at-exit check belongs to a real process's end
     trial = Trial.model_validate_json(record.read_text())
     assert trial.steps == 3 and len(trial.step_times_s) == 3 and len(trial.step_losses) == 5
     assert trial.samples_per_s == pytest.approx(12 / sum(trial.step_times_s))  # 4 samples a step
@@ -287,13 +293,13 @@ def test_the_engine_writes_its_trial_after_warmup_and_steps_and_exits_0(tmp_path
 def test_the_machines_load_is_read_over_the_timed_steps_only(tmp_path, monkeypatch):
     # a warm-up step of 1 s (a compilation): a neighbour then does not touch the timed steps, so it is not counted
     record = tmp_path / "trial.json"
-    _trial_env(monkeypatch, record, **{script_trial.WARMUP: 2})
+    _trial_env(monkeypatch, record, **{trial_variables.WARMUP: 2})
     eng, model, optimizer = _linear_trial_engine()
     _steps(eng, model, optimizer, 1)
     time.sleep(1.0)
     with pytest.raises(SystemExit):
         _steps(eng, model, optimizer, 10)
-    eng._trial.done = True
+    _agent(eng).done = True
     trial = Trial.model_validate_json(record.read_text())
     assert sum(trial.step_times_s) <= trial.load["wall_s"] < sum(trial.step_times_s) + 0.5 < trial.warmup_s
 
@@ -301,11 +307,11 @@ def test_the_machines_load_is_read_over_the_timed_steps_only(tmp_path, monkeypat
 @pytest.mark.parametrize("sync", ["step", "window"])
 def test_a_window_trial_of_a_script_synchronises_after_the_warmup_and_the_last_step_only(tmp_path, monkeypatch, sync):
     record, callers = tmp_path / "trial.json", syncs_by_caller(monkeypatch)
-    _trial_env(monkeypatch, record, **{script_trial.WARMUP: 2, script_trial.SYNC: sync})
+    _trial_env(monkeypatch, record, **{trial_variables.WARMUP: 2, trial_variables.SYNC: sync})
     eng, model, optimizer = _linear_trial_engine()
     with pytest.raises(SystemExit):
         _steps(eng, model, optimizer, 10)
-    eng._trial.done = True
+    _agent(eng).done = True
     assert callers.count("stepped") == (5 if sync == "step" else 3)  # 2 warm-up, 3 timed: the warm-up's and the last
     trial = Trial.model_validate_json(record.read_text())
     assert trial.samples_per_s == pytest.approx(12 / sum(trial.step_times_s))  # the marks are contiguous
@@ -313,13 +319,13 @@ def test_a_window_trial_of_a_script_synchronises_after_the_warmup_and_the_last_s
 
 def test_the_engine_times_the_target_its_script_logs(tmp_path, monkeypatch):
     record = tmp_path / "trial.json"
-    _trial_env(monkeypatch, record, **{script_trial.TARGET: "val_loss=0.5"})
+    _trial_env(monkeypatch, record, **{trial_variables.TARGET: "val_loss=0.5"})
     eng, model, optimizer = _linear_trial_engine()
     with pytest.raises(SystemExit):
         for i in range(10):
             _steps(eng, model, optimizer, 1)
             eng.log({"val_loss": 1.0 - 0.3 * i, "val_accuracy": 0.5})  # after steps 1, 2, 3: 1.0, 0.7, 0.4
-    eng._trial.done = True
+    _agent(eng).done = True
     trial = Trial.model_validate_json(record.read_text())
     assert [e["step"] for e in trial.target_evals] == [1, 2, 3] and trial.error is None
     assert trial.time_to_target_s == trial.target_evals[2]["wall_s"] > 0
@@ -327,11 +333,11 @@ def test_the_engine_times_the_target_its_script_logs(tmp_path, monkeypatch):
 
 def test_a_target_the_script_never_logs_is_said(tmp_path, monkeypatch):
     record = tmp_path / "trial.json"
-    _trial_env(monkeypatch, record, **{script_trial.TARGET: "val_loss=0.5"})
+    _trial_env(monkeypatch, record, **{trial_variables.TARGET: "val_loss=0.5"})
     eng, model, optimizer = _linear_trial_engine()
     with pytest.raises(SystemExit):
         _steps(eng, model, optimizer, 10)
-    eng._trial.done = True
+    _agent(eng).done = True
     trial = Trial.model_validate_json(record.read_text())
     assert trial.unlogged_metric == "val_loss" and trial.error.startswith(
         "the script logged no `val_loss` through eng.log in its 4 optimizer steps (it logged nothing): log it after "
@@ -363,7 +369,7 @@ def test_a_compiled_steps_trial_counts_optimizer_steps_and_whole_losses(tmp_path
     with pytest.raises(SystemExit):
         for _ in range(20):
             loss = step(x)
-    eng._trial.done = True
+    _agent(eng).done = True
     trial = Trial.model_validate_json(record.read_text())
     assert eng.steps == 4 and trial.batch_size == 4 and trial.grad_accum == 2  # 1 warm-up + 3, two micro-batches each
     assert trial.step_losses == pytest.approx([float(loss)] * 4)  # a micro-batch's mean, not the sum of two
@@ -378,13 +384,13 @@ def test_a_loop_whose_backward_bypasses_the_engine_is_timed_without_a_loss(tmp_p
             model(torch.randn(4, 8)).sum().backward()  # fp32: the loop's own backward is allowed
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-    eng._trial.done = True
+    _agent(eng).done = True
     trial = Trial.model_validate_json(record.read_text())
     assert trial.ok and trial.final_loss is None and trial.step_losses is None  # unknown, not diverged
 
 
 def test_without_the_variable_the_engine_holds_no_trial(monkeypatch):
-    monkeypatch.delenv(script_trial.PATH, raising=False)
+    monkeypatch.delenv(trial_variables.PATH, raising=False)
     assert accel.Engine(device="cpu")._trial is None
 
 
@@ -411,7 +417,7 @@ def test_a_trial_writes_nothing_where_the_scripts_own_run_keeps_its_records(tmp_
             eng.log({"val_loss": 1.0})
             eng.save(checkpoint, {"model": model})
             eng.load(checkpoint, {"model": model})  # the trial's own copy, read back
-    eng._trial.done = True
+    _agent(eng).done = True
     eng.close()
     assert not own.exists()  # no metrics.jsonl, tb/ or summary.json of the trial's in the real run's folder
     assert checkpoint.read_bytes() == b"the real run's"  # and its checkpoint went to the trial's own folder

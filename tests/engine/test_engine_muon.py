@@ -34,7 +34,7 @@ def test_muon_takes_the_block_matrices_with_the_loops_groups_lr_and_weight_decay
     model = tiny_gpt()
     eng = accel.Engine(device="cpu", optimizer="muon")
     wrapped, optimizer = eng.setup(model, two_groups(model))
-    real = eng.optimizer
+    real = eng._core.optimizer
     assert isinstance(real, MuonWithAdamW) and isinstance(optimizer, MuonWithAdamW)
     muon_groups, adamw_groups = groups_by_name(model, real)
     matrices = sorted(n for n, p in model.named_parameters() if n.startswith("blocks.") and n.endswith(HIDDEN))
@@ -56,12 +56,12 @@ def test_muon_only_when_a_setting_asks(monkeypatch):
     model = tiny_gpt()
     eng = accel.Engine(device="cpu")
     _, optimizer = eng.setup(model, two_groups(model))
-    assert type(eng.optimizer) is torch.optim.AdamW
+    assert type(eng._core.optimizer) is torch.optim.AdamW
     monkeypatch.setenv("ACCEL_SET", "optimizer=muon")
     model = tiny_gpt()
     eng = accel.Engine(device="cpu")
     eng.setup(model, two_groups(model))
-    assert isinstance(eng.optimizer, MuonWithAdamW)
+    assert isinstance(eng._core.optimizer, MuonWithAdamW)
 
 
 def test_an_unknown_optimizer_setting_and_a_model_without_blocks_are_refused():

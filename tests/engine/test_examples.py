@@ -114,7 +114,7 @@ for _ in range(2):
     eng.backward(model(torch.randn(4, 8)).square().mean())
     optimizer.step()
     optimizer.zero_grad()
-assert type(eng.model).__name__ == "DistributedDataParallel" and eng.world.size == 2
+assert type(eng._core.model).__name__ == "DistributedDataParallel" and eng.world.size == 2
 assert list(model.state_dict()) == ["0.weight", "0.bias", "2.weight", "2.bias"]  # no module. prefix
 assert model.config == {"width": 16} and model.describe() == "a net of 3 layers" and isinstance(model, Net)
 weights = torch.cat([p.detach().flatten() for p in model.parameters()])
@@ -150,11 +150,11 @@ for _ in range(2):
     optimizer.step()
     optimizer.zero_grad()
 eng.save(sys.argv[1], {"model": model, "optimizer": optimizer, "step": 2})
-saved = eng.strategy.full_state_dicts(eng.module, eng.optimizer)
+saved = eng._core.strategy.full_state_dicts(eng._core.module, eng._core.optimizer)
 other = accel.Engine(strategy="fsdp", device="cpu")
 model2, optimizer2 = other.setup(*build())
 state = other.load(sys.argv[1], {"model": model2, "optimizer": optimizer2, "step": 0})
-loaded = other.strategy.full_state_dicts(other.module, other.optimizer)
+loaded = other._core.strategy.full_state_dicts(other._core.module, other._core.optimizer)
 if other.world.rank == 0:
     assert state["step"] == 2 and list(saved[0]) == ["0.weight", "0.bias", "2.weight", "2.bias"]
     assert all(torch.equal(saved[0][k], loaded[0][k]) for k in saved[0])

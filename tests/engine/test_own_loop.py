@@ -7,6 +7,7 @@ import copy
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -22,6 +23,7 @@ from accel.errors import AccelError, RecipeError
 from accel.registry import SPEEDUPS
 from accel.runs.records import LoopSummary
 from accel.speedups import Speedup
+from conftest import ROOT
 
 
 class Net(nn.Module):
@@ -114,7 +116,7 @@ def test_without_speedups_the_engine_loop_is_the_plain_loop_bit_for_bit():
 def test_every_cpu_speedup_runs_in_an_own_loop(speedups):
     plain, _ = plain_loop()
     mine, _, eng = engine_loop(speedups)
-    assert eng.summary()["speedups"] == list(speedups) or eng.skipped_speedups
+    assert eng.summary()["speedups"] == list(speedups) or eng._core.skipped_speedups
     tolerance = 0.05 if "amp" in speedups else 1e-4  # bf16 rounds; the others compute the same sums
     assert mine == pytest.approx(plain, rel=tolerance, abs=tolerance)
 
@@ -134,7 +136,7 @@ def test_the_model_stays_the_users_through_compile():
     assert isinstance(model, Net) and model.config == {"width": 8} and model.describe() == "Net of width 8"
     assert list(model.state_dict()) == ["conv.weight", "conv.bias", "head.weight", "head.bias"]
     assert [name for name, _ in model.named_parameters()] == list(model.state_dict())
-    assert type(eng.model).__name__ == "OptimizedModule"  # ... while calls run the compiled model
+    assert type(eng._core.model).__name__ == "OptimizedModule"  # ... while calls run the compiled model
     model(torch.randn(2, 3, 10, 10)).sum().backward()
     optimizer.step()
     twin = copy.deepcopy(model)  # an EMA copy the loop takes: a plain Net running its own weights
@@ -147,7 +149,7 @@ def test_the_model_stays_the_users_through_compile():
     buffer.seek(0)
     assert type(torch.load(buffer, weights_only=False)) is Net
     model.eval()
-    assert not eng.model.training and not model.training
+    assert not eng._core.model.training and not model.training
     eng.close()
 
 
@@ -192,7 +194,7 @@ def test_a_scheduler_given_to_setup_is_stepped_by_the_loop_alone(compiled):
             optimizer.zero_grad(set_to_none=True)
         schedule.step()  # as every PyTorch loop does
     assert optimizer.param_groups[0]["lr"] == 1 / 16  # 4 halvings, not 8
-    assert eng.run_facts().scheduled  # what the conflict rule sees: a schedule changes the rate between steps
+    assert eng._core.run_facts().scheduled  # what the conflict rule sees: a schedule changes the rate between steps
     eng.close()
 
 
@@ -235,7 +237,7 @@ def test_ema_averages_optimizer_steps_not_micro_batches():
                 eng.backward(loss)
         optimizer.step()
         optimizer.zero_grad()
-    ema = next(s for s in eng.speedups if s.name == "ema")
+    ema = next(s for s in eng._core.speedups if s.name == "ema")
     assert ema.metrics()["updates"] == 3
     eng.close()
 
@@ -283,7 +285,7 @@ def test_a_model_compiled_twice_is_refused_and_compiled_once_is_kept():
         eng.setup(compiled, optimizer)
     eng = accel.Engine(device="cpu")
     mine, _ = eng.setup(compiled, optimizer)
-    assert eng.model is compiled and list(mine.state_dict())[0] == "conv.weight"  # no _orig_mod. prefix
+    assert eng._core.model is compiled and list(mine.state_dict())[0] == "conv.weight"  # no _orig_mod. prefix
     eng.close()
 
 
@@ -306,7 +308,7 @@ def test_fp16_steps_skip_and_update_through_the_loops_optimizer_step(monkeypatch
     monkeypatch.setattr(devices, "supports_fp16_scaler", lambda device: True)  # torch has a CPU GradScaler
     eng = accel.Engine(speedups={"amp": {"dtype": "fp16", "init_scale": 1024.0}}, device="cpu")
     model, optimizer = eng.setup(*fresh())
-    scaler = eng.strategy.precision.scaler
+    scaler = eng._core.strategy.precision.scaler
     x, y = data()[:8]
     with eng.autocast():
         loss = F.cross_entropy(model(x), y)
@@ -322,7 +324,7 @@ def test_fp16_steps_skip_and_update_through_the_loops_optimizer_step(monkeypatch
     eng.backward(loss)
     optimizer.step()  # inf gradients: skipped, the scale lowered
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
-    assert scaler.get_scale() == 512.0 and eng.strategy.precision.skipped_steps == 1
+    assert scaler.get_scale() == 512.0 and eng._core.strategy.precision.skipped_steps == 1
     own = torch.amp.GradScaler("cpu")
     with eng.autocast():
         loss = F.cross_entropy(model(x), y)
@@ -335,7 +337,7 @@ def test_fp16_steps_skip_and_update_through_the_loops_optimizer_step(monkeypatch
 def test_accel_set_overrides_the_script_and_names_a_wrong_key(monkeypatch, tmp_path):
     monkeypatch.setenv("ACCEL_SET", "speedups.channels_last.enabled=false speedups.compile.backend=eager")
     eng = accel.Engine(speedups={"channels_last": {}, "compile": {}}, device="cpu")
-    assert [s.name for s in eng.speedups] == ["compile"] and eng.speedups[0].cfg.backend == "eager"
+    assert [s.name for s in eng._core.speedups] == ["compile"] and eng._core.speedups[0].cfg.backend == "eager"
     monkeypatch.setenv("ACCEL_SET", "speedups.compile.enable=false")
     with pytest.raises(RecipeError, match=r"ACCEL_SET speedups.compile.enable=false.*did you mean `enabled`"):
         accel.Engine(speedups={"compile": {}}, device="cpu")
@@ -345,7 +347,7 @@ def test_accel_set_overrides_the_script_and_names_a_wrong_key(monkeypatch, tmp_p
     monkeypatch.delenv("ACCEL_SET")
     (tmp_path / "fast.yaml").write_text("speedups:\n  channels_last: {}\n")
     monkeypatch.setenv("ACCEL_SPEEDUPS", str(tmp_path / "fast.yaml"))
-    assert [s.name for s in accel.Engine(speedups={"compile": {}}, device="cpu").speedups] == ["channels_last"]
+    assert [s.name for s in accel.Engine(speedups={"compile": {}}, device="cpu")._core.speedups] == ["channels_last"]
 
 
 def test_an_unbalanced_quote_in_accel_set_names_the_variable_and_its_text(monkeypatch):
@@ -368,17 +370,18 @@ def test_an_accel_speedups_file_with_a_misspelt_top_key_is_refused_not_read_as_n
     assert f"{path}, line 2: `speedup` is not a valid key (did you mean `speedups`?)" in str(err.value)
     assert str(err.value).startswith(f"ACCEL_SPEEDUPS: {path}: only its `speedups:` section is read")
     path.write_text("device: cpu\nspeedups:\n  channels_last: {}\n")  # a recipe's other keys are left alone
-    assert [s.name for s in accel.Engine(speedups={"compile": {}}, device="cpu").speedups] == ["channels_last"]
+    assert [s.name for s in accel.Engine(speedups={"compile": {}}, device="cpu")._core.speedups] == ["channels_last"]
 
 
 def test_speedups_by_preset_name_and_file(tmp_path):
-    assert {s.name for s in accel.Engine(speedups="fast-cpu", device="cpu").speedups} <= {
+    assert {s.name for s in accel.Engine(speedups="fast-cpu", device="cpu")._core.speedups} <= {
         "amp",
         "channels_last",
         "compile",
     }
     (tmp_path / "mine.yaml").write_text("speedups:\n  channels_last: {}\n")
-    assert [s.name for s in accel.Engine(speedups=tmp_path / "mine.yaml", device="cpu").speedups] == ["channels_last"]
+    mine = accel.Engine(speedups=tmp_path / "mine.yaml", device="cpu")
+    assert [s.name for s in mine._core.speedups] == ["channels_last"]
     with pytest.raises(RecipeError, match="neither a YAML file nor a preset"):
         accel.Engine(speedups="no-such-preset", device="cpu")
 
@@ -483,10 +486,10 @@ def test_accumulation_skips_the_reduction_on_all_but_the_last_micro_batch():
     class Recording(Strategy):
         @contextmanager
         def no_sync(self, module):
-            skipped.append(eng._loop.micro_batches)
+            skipped.append(eng._core.count.micro_batches)
             yield
 
-    eng = accel.Engine([], strategy=Recording(), device="cpu", grad_accum=3)
+    eng = accel.Engine(strategy=Recording(), device="cpu", grad_accum=3)
     model, optimizer = eng.setup(*fresh())
     x, y = data()[:4]
     for _ in range(2):
@@ -563,7 +566,7 @@ def test_a_loader_already_sharded_per_rank_is_left_alone():
     from accel.engine.dataloaders import sharded
     from accel.strategy.world import World
 
-    two = type("TwoRanks", (), {"world": World(rank=1, size=2)})()
+    two = World(rank=1, size=2)
     mine = DataLoader(data(), batch_size=4, sampler=DistributedSampler(data(), num_replicas=2, rank=1))
     assert sharded(mine, two) is mine  # not a shard of a shard (Accelerate #4075)
     plain = sharded(DataLoader(data(), batch_size=4, shuffle=True), two)
@@ -626,20 +629,20 @@ def test_the_loops_accumulation_is_refused_before_setup_as_any_conflict(steady_s
         "  - `speedups.steady_shapes`: grad_accum is 2",
     ]
     assert lines[3] == "Disable them (`ACCEL_SET=speedups.NAME.enabled=false`)."
-    assert not eng._set_up and eng.model is model  # nothing was set up
+    assert not eng._core._set_up and eng._core.model is model  # nothing was set up
 
 
 def test_a_loader_given_after_setup_is_judged_before_the_first_step(steady_shapes):
     eng = accel.Engine(speedups={"steady_shapes": {}, "channels_last": {}}, device="cpu")
     eng.setup(*fresh())  # the loader is not known yet: nothing to refuse
-    assert eng._set_up and eng.run_facts().drop_last is None
+    assert eng._core._set_up and eng._core.run_facts().drop_last is None
     with pytest.raises(AccelError, match="`speedups.steady_shapes`: the loader keeps its last incomplete batch"):
         eng.setup_dataloaders(DataLoader(data(), batch_size=10, drop_last=False))
-    assert not eng._set_up  # torn down: no speed-up's global is left behind
+    assert not eng._core._set_up  # torn down: no speed-up's global is left behind
     steady = accel.Engine(speedups={"steady_shapes": {}}, device="cpu")
     steady.setup(*fresh())
     steady.setup_dataloaders(DataLoader(data(), batch_size=10, drop_last=True))
-    assert steady.run_facts().drop_last is True and steady._set_up
+    assert steady._core.run_facts().drop_last is True and steady._core._set_up
 
 
 def test_a_script_accel_refuses_ends_with_the_message_alone(tmp_path):
@@ -669,3 +672,10 @@ def test_a_rank_stopped_by_ctrl_c_or_by_a_peer_says_so_in_one_line(monkeypatch):
     assert plain_message(gloo).startswith("rank 1 stopped: another rank ended in the middle of a collective ([..")
     assert "\n" not in plain_message(gloo)
     assert plain_message(ValueError("a bug")) is None  # a real error keeps its traceback
+
+
+def test_the_engines_public_names_are_the_documented_calls():
+    table = (ROOT / "docs" / "own-loop.md").read_text().split("## What each call does", 1)[1].split("\n## ", 1)[0]
+    documented = set(re.findall(r"`(?:step = )?eng\.(\w+)", table))
+    public = {name for name in dir(accel.Engine) if not name.startswith("_")}
+    assert public == documented and len(public) >= 14

@@ -51,7 +51,7 @@ def test_fp16_on_cuda_steps_skips_updates_and_saves_its_scale(tmp_path):
     fp16 = {"amp": {"dtype": "fp16", "init_scale": 1024.0, "growth_interval": 2}}
     eng = accel.Engine(speedups=fp16, device="cuda")
     model, optimizer = eng.setup(*fresh())
-    scaler = eng.strategy.precision.scaler
+    scaler = eng._core.strategy.precision.scaler
     assert scaler is not None and scaler.is_enabled()
     x, y = batch()
     first = fp16_step(eng, model, optimizer, x, y)
@@ -59,7 +59,7 @@ def test_fp16_on_cuda_steps_skips_updates_and_saves_its_scale(tmp_path):
     before = [p.detach().clone() for p in model.parameters()]
     fp16_step(eng, model, optimizer, x, y, factor=float("inf"))  # inf gradients: skipped, the scale halved
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
-    assert scaler.get_scale() == 512.0 and eng.strategy.precision.skipped_steps == 1
+    assert scaler.get_scale() == 512.0 and eng._core.strategy.precision.skipped_steps == 1
     for _ in range(2):  # growth_interval good steps: the scale grows back
         last = fp16_step(eng, model, optimizer, x, y)
     assert scaler.get_scale() == 1024.0 and last < first
@@ -98,8 +98,8 @@ def graph_losses(speedups: dict, steps: int = 8) -> tuple[list[float], list[torc
 def test_compile_step_captured_as_a_cuda_graph_trains_like_the_eager_step(amp):
     eager, eager_weights, plain = graph_losses(amp)
     graphed, graphed_weights, eng = graph_losses({**amp, "cuda_graphs": {"warmup_steps": 3}})
-    assert eng.skipped_speedups == {}
-    assert next(s for s in eng.speedups if s.name == "cuda_graphs").metrics() == {"captured": True}
+    assert eng._core.skipped_speedups == {}
+    assert next(s for s in eng._core.speedups if s.name == "cuda_graphs").metrics() == {"captured": True}
     assert eng.steps == plain.steps == 8
     start = list(fresh()[0].parameters())
     assert_captured_step_trains_alike((eager, eager_weights), (graphed, graphed_weights), start, bool(amp))

@@ -11,22 +11,22 @@ import pytest
 import torch
 
 from accel.cli import main as cli_main
-from accel.engine.core import Engine
+from accel.engine.core import Core
 from accel.runs.records import FitSummary, StepRecord, read_metrics, read_summary
 from accel.runs.signals import PREEMPTED_EXIT
 
 
 def preempt_at(monkeypatch, step: int, times: int = 1) -> None:
     """SIGUSR1 to this process `times` times once the run has taken `step` optimizer steps."""
-    finish = Engine.finish_step
+    count = Core.count_step
 
-    def signalled(self, applied):
-        finish(self, applied)
+    def signalled(self):
+        count(self)
         if self.steps == step:
             for _ in range(times):
                 os.kill(os.getpid(), signal.SIGUSR1)  # the handler runs before os.kill returns
 
-    monkeypatch.setattr(Engine, "finish_step", signalled)
+    monkeypatch.setattr(Core, "count_step", signalled)
 
 
 def main(argv: list[str]) -> int:

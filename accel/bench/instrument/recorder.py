@@ -13,7 +13,7 @@
 - **Loss**: every scalar `torch.autograd.backward` (`loss.backward()`) is recorded as a device tensor, unscaled
   where a GradScaler scaled it, and read once at the end: no device sync in the step.
 
-After warm-up + N steps (accel.engine.script_trial's variables) it writes the trial record and ends the process.
+After warm-up + N steps (accel.engine.trial_variables) it writes the trial record and ends the process.
 """
 
 from __future__ import annotations
@@ -35,10 +35,11 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 
 from ... import devices
 from ...batches import leading_tensor
-from ...engine import script_trial, trial_files
+from ...engine import trial_files, trial_variables
 from ...io import strict_json, write_atomic
 from ...measure import load
 from ...measure.anatomy import Anatomy
+from .. import engine_trial
 from . import trial_record
 
 if TYPE_CHECKING:
@@ -56,15 +57,15 @@ def install() -> None:
     global RECORDER
     if RECORDER is not None:
         return
-    asked = script_trial.requested()
+    asked = engine_trial.requested()
     if asked is not None:
         RECORDER = Recorder(asked)
-    elif os.environ.get(script_trial.PROFILE):
+    elif os.environ.get(trial_variables.PROFILE):
         from . import profiled
 
         window = profiled.requested()
         if window is not None:
-            nothing = script_trial.Requested(
+            nothing = engine_trial.Requested(
                 path="", warmup=0, steps=0, probe=False, every_step=False, target=None, metric=None, stop=False
             )  # no record and no step count: the window ends the process
             RECORDER = Recorder(nothing, window)
@@ -100,7 +101,7 @@ class Recorder:
     """The script's steps as the bench asked to see them (`asked`), counted from torch's hooks; the figures and
     records it writes are accel.bench.instrument.trial_record's."""
 
-    def __init__(self, asked: script_trial.Requested, profile: UnchangedProfile | None = None):
+    def __init__(self, asked: engine_trial.Requested, profile: UnchangedProfile | None = None):
         self.path, self.steps, self.probe, self.every_step = asked.path, asked.steps, asked.probe, asked.every_step
         self.warmup = max(asked.warmup, 1)  # the first step's samples are counted before the model is known
         self.target, self.metric, self.stop_at_target = asked.target, asked.metric, asked.stop

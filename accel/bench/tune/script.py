@@ -1,5 +1,5 @@
 """`accel tune -- python train.py ARGS`: tune's stages on a user's own script, each trial a fresh process of it
-(accel.bench.script) whose engine measures itself (accel.engine.script_trial); docs/bench.md says how it is run.
+(accel.bench.script) whose engine measures itself (accel.bench.engine_trial); docs/bench.md says how it is run.
 
 - Speed (the default): the speed-ups the device runs, one knob each as for a recipe, starting from those the
   script's engine was given; then the script's batch-size option, when named (`--batch-arg`), and any `--try`

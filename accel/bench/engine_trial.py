@@ -1,8 +1,8 @@
-"""A bench trial inside a user's own script: `accel bench -- python train.py` runs the script with these variables,
-and the script's engine measures its own optimizer steps, writes a `Trial` record and ends the process (exit 0).
+"""A bench trial inside a user's own script: `accel bench -- python train.py` runs the script with these variables
+(named in accel.engine.trial_variables), and the script's engine, observed by this agent, measures its own optimizer
+steps, writes a `Trial` record and ends the process (exit 0).
 
-- `ACCEL_TRIAL=PATH`: where the record goes; without it the engine holds no trial and pays one attribute test a
-  step (`engine._trial is None`).
+- `ACCEL_TRIAL=PATH`: where the record goes; without it the engine holds no agent among its core's observers.
 - `ACCEL_TRIAL_WARMUP=W`, `ACCEL_TRIAL_STEPS=N`: the record is written after W untimed (compilation happens there)
   and N timed optimizer steps; N=0: when the script ends by itself (its own run: `tune --objective time`).
 - `ACCEL_TRIAL_TARGET=val_loss=1.5`: also the seconds from the process start until the script logs (`eng.log`)
@@ -25,7 +25,11 @@ A script that ends (or crashes) before its steps are done leaves a record saying
 A process is one trial (or one profile), whatever the number of its engines: a GAN's two engines join the trial the
 first one made (`Engines`), and the first to step is its clock, as the instrument's first optimizer to step is
 (accel.bench.instrument.recorder). A trial writes none of the script's own records (`out=`): that folder is its real
-run's (accel.engine.core).
+run's (accel.engine.own_loop).
+
+Each engine's core tells its observer (`Joined`) of its events; the observer hands them to the process's agent
+(the trial, the probe or the profile) with the engine's records (accel.engine.loop_records: its core, its loop's
+state, its summary).
 """
 
 from __future__ import annotations
@@ -44,29 +48,66 @@ import psutil
 import torch
 
 from .. import devices
+from ..engine.core import Observer
+from ..engine.trial_variables import CURVE, PATH, PATTERNS, PROBE, PROFILE, STEPS, STOP, SYNC, TARGET, WARMUP
 from ..io import strict_json, write_atomic
 from ..measure import load
 
 if TYPE_CHECKING:
-    from ..bench.target import Target
-    from .core import Engine
-    from .settings import Settings
+    from ..engine.loop_records import LoopRecords
+    from ..engine.settings import Settings
+    from .target import Target
 
-PATH, STEPS, WARMUP, PROBE = "ACCEL_TRIAL", "ACCEL_TRIAL_STEPS", "ACCEL_TRIAL_WARMUP", "ACCEL_TRIAL_PROBE"
-TARGET = "ACCEL_TRIAL_TARGET"  # METRIC=VALUE: the time until the script's `eng.log` reports it
-STOP, CURVE = "ACCEL_TRIAL_STOP", "ACCEL_TRIAL_CURVE"  # end at the target; record this metric's every value
-SYNC = "ACCEL_TRIAL_SYNC"  # window: synchronise around the timed steps only
-PATTERNS = "ACCEL_TRIAL_METRIC_PATTERNS"  # a JSON list of regular expressions: metrics from the printed lines
-PROFILE = "ACCEL_PROFILE"  # `accel profile -- SCRIPT`: the profile window's settings (accel.profile.script)
 log = logging.getLogger("accel")
 _SHARED: dict[str, Any] = {}  # the process's trial or profile, by the variables that asked for it: engines join it
 
 
-def attach(engine: Engine, settings: Settings | None) -> ScriptTrial | None:
-    """The trial the bench asked for, or the window `accel profile` asked for (accel.profile.script), joined by
-    every later engine of the process; None without either, or for the Trainer's engine (`settings` None)."""
+class Agent:
+    """The process's trial, probe or profile, told of every engine's events with that engine's records (`engine`);
+    every hook does nothing unless overridden."""
+
+    done = False
+
+    def join(self, engine: LoopRecords) -> None:
+        """Another engine of the script."""
+
+    def set_up(self, engine: LoopRecords) -> None:
+        """`eng.setup` has run."""
+
+    def loss(self, engine: LoopRecords, loss: torch.Tensor, share: int) -> None:
+        """A micro-batch's loss."""
+
+    def stepped(self, engine: LoopRecords) -> None:
+        """An optimizer step of `engine` ended."""
+
+    def logged(self, record: dict[str, Any]) -> None:
+        """The loop logged metrics (`eng.log`)."""
+
+
+class Joined(Observer):
+    """One engine's observer: its core's events, handed to the process's agent with the engine's records."""
+
+    def __init__(self, agent: Agent, engine: LoopRecords):
+        self.agent, self.engine = agent, engine
+
+    def set_up(self) -> None:
+        self.agent.set_up(self.engine)
+
+    def loss(self, loss: torch.Tensor, share: int) -> None:
+        self.agent.loss(self.engine, loss, share)
+
+    def stepped(self) -> None:
+        self.agent.stepped(self.engine)
+
+    def logged(self, record: dict[str, Any]) -> None:
+        self.agent.logged(record)
+
+
+def attach(engine: LoopRecords, settings: Settings) -> Joined | None:
+    """The observer of an engine (its records) for the trial the bench asked for, or for the window `accel
+    profile` asked for (accel.profile.script), joined by every later engine of the process; None without either."""
     key = os.environ.get(PROFILE) or os.environ.get(PATH)
-    if settings is None or not key:
+    if not key:
         return None
     instrument = sys.modules.get("accel.bench.instrument.recorder")
     if instrument is not None:  # the engine measures its own steps, not the instrument
@@ -74,15 +115,16 @@ def attach(engine: Engine, settings: Settings | None) -> ScriptTrial | None:
     shared = _SHARED.get(key)
     if shared is not None and not shared.done:
         shared.join(engine)
-        return shared
-    trial = _new(engine, settings)
+        return Joined(shared, engine)
+    agent = _new(engine, settings)
     _SHARED.clear()
-    if trial is not None:
-        _SHARED[key] = trial
-    return trial
+    if agent is None:
+        return None
+    _SHARED[key] = agent
+    return Joined(agent, engine)
 
 
-def _new(engine: Engine, settings: Settings) -> Any:
+def _new(engine: LoopRecords, settings: Settings) -> Agent | None:
     if os.environ.get(PROFILE):  # imported only here: the report's plots need matplotlib
         from ..profile.script import attach as profile
 
@@ -102,20 +144,20 @@ class Engines:
     step is the clock: its optimizer steps are the script's steps, its model's forwards its samples; the others'
     steps fall inside them."""
 
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: LoopRecords):
         self.all, self.clock = [engine], None
 
-    def join(self, engine: Engine) -> None:
+    def join(self, engine: LoopRecords) -> None:
         self.all.append(engine)
 
-    def ticks(self, engine: Engine) -> bool:
+    def ticks(self, engine: LoopRecords) -> bool:
         """Whether this optimizer step of `engine` is a step of the script's: the clock's."""
         if self.clock is None:
             self.clock = engine
         return engine is self.clock
 
     @property
-    def main(self) -> Engine:
+    def main(self) -> LoopRecords:
         """The clock, or before any step the first engine."""
         return self.clock or self.all[0]
 
@@ -143,7 +185,7 @@ def requested() -> Requested | None:
         return None
     target = None
     if os.environ.get(TARGET):
-        from ..bench.target import parse_target
+        from .target import parse_target
 
         target = parse_target(os.environ[TARGET], any_metric=True)
     return Requested(
@@ -159,46 +201,43 @@ def requested() -> Requested | None:
     )
 
 
-class Probe:
+class Probe(Agent):
     """What the engine was given, written as it is created (a script that fails before `eng.setup` still says
     it), then again with the model's traits and the run's facts (accel.speedups.RunFacts) at `eng.setup`, where
     the process ends."""
 
-    done = False  # it ends the process at the first `eng.setup`: a later engine has nothing to add
+    # it ends the process at the first `eng.setup`: a later engine has nothing to add (`join` does nothing)
 
-    def __init__(self, engine: Engine, settings: Settings, path: str):
-        self.engine, self.path = engine, path
+    def __init__(self, engine: LoopRecords, settings: Settings, path: str):
+        self.core, self.path = engine.core, path
         self.given = {
             "speedups": {name: config.model_dump(mode="json") for name, config in settings.speedups.items()},
             "device": settings.device,
-            "resolved_device": str(engine.device),
+            "resolved_device": str(self.core.device),
             "strategy": settings.strategy,
             "optimizer": settings.optimizer,
-            "skipped_speedups": engine.skipped_speedups,
+            "skipped_speedups": self.core.skipped_speedups,
         }
         self._write()
 
-    def join(self, engine: Engine) -> None:
-        """Another engine of the script: the probe describes the first to be set up, and ends there."""
-
-    def set_up(self, engine: Engine) -> None:
+    def set_up(self, engine: LoopRecords) -> None:
         from ..models.blocks import model_traits
 
-        self.given["model_traits"] = model_traits(engine.module)
-        self.given["run"] = engine.run_facts().to_data()  # what tune's conflict rule judges candidates by
+        self.given["model_traits"] = model_traits(engine.core.module)
+        self.given["run"] = engine.core.run_facts().to_data()  # what tune's conflict rule judges candidates by
         self._write()
         raise SystemExit(0)
 
     def _write(self) -> None:
-        if self.engine.world.is_main:
+        if self.core.world.is_main:
             write_atomic(self.path, strict_json(self.given))
 
 
-class ScriptTrial:
+class ScriptTrial(Agent):
     """Counts the engine's optimizer steps and times each; after warm-up + steps (or at the target, or when the
     script ends: see the module docstring), writes the record and exits."""
 
-    def __init__(self, engine: Engine, path: str, warmup: int, steps: int):
+    def __init__(self, engine: LoopRecords, path: str, warmup: int, steps: int):
         self.engines, self.path, self.warmup, self.steps = Engines(engine), path, warmup, steps
         self.created = time.perf_counter()
         self.marks: list[dict[str, Any]] = []  # at the end of each optimizer step: time and the engine's counts
@@ -217,28 +256,28 @@ class ScriptTrial:
         self.process_started = psutil.Process().create_time()
         self.created_wall = time.time()
         self.eval_s, self.last_step = 0.0, time.time()
-        devices.reset_peak_memory(engine.device)
+        devices.reset_peak_memory(engine.core.device)
         self._excepthook = sys.excepthook
         sys.excepthook = self._crashed
         atexit.register(self._ended_early)
 
     @property
-    def engine(self) -> Engine:
+    def engine(self) -> LoopRecords:
         """The engine whose steps and counts the record holds: the clock (`Engines`)."""
         return self.engines.main
 
-    def join(self, engine: Engine) -> None:
+    def join(self, engine: LoopRecords) -> None:
         self.engines.join(engine)
 
-    def set_up(self, engine: Engine) -> None:
+    def set_up(self, engine: LoopRecords) -> None:
         """`eng.setup` has run: the model's traits go into the record, as a recipe trial's do."""
         from ..models.blocks import model_traits
 
-        self.model_traits[id(engine)] = model_traits(engine.module)
+        self.model_traits[id(engine)] = model_traits(engine.core.module)
         if not self.warmup and not self.marks:  # the timed steps begin at the last eng.setup before the first
             self.load.begin()
 
-    def loss(self, engine: Engine, loss: torch.Tensor, share: int = 1) -> None:
+    def loss(self, engine: LoopRecords, loss: torch.Tensor, share: int) -> None:
         """A micro-batch's loss: the loop's backward gets its share of the step already (it divides by its
         micro-batches itself); a compiled step's is whole (`share`: the engine divides it)."""
         self.losses.setdefault(id(engine), []).append(loss.detach().float() / share)
@@ -258,18 +297,20 @@ class ScriptTrial:
         if self.stop and self.target.reached(value):
             self._finish()
 
-    def stepped(self, engine: Engine) -> None:
+    def stepped(self, engine: LoopRecords) -> None:
         """The end of an optimizer step of `engine` (it counted it): a step of the script's if it is the clock."""
         if not self.engines.ticks(engine):
             return
         done = len(self.marks) + 1
         if self.every_step or done <= self.warmup or done == self.warmup + self.steps:
-            devices.synchronize(engine.device)
+            devices.synchronize(engine.core.device)
         if done == self.warmup:
             self.load.begin()  # before the mark: its own cost stays out of the timed steps
         self.last_step = time.time()
-        loop, data_s = engine._loop, sum(e._loop.data_s for e in self.engines.all)  # any engine's loader: a wait
-        self.marks.append({"t": time.perf_counter(), "samples": loop.samples, "tokens": loop.tokens, "data_s": data_s})
+        count, data_s = engine.core.count, sum(e.core.count.data_s for e in self.engines.all)  # any loader's: a wait
+        self.marks.append(
+            {"t": time.perf_counter(), "samples": count.samples, "tokens": count.tokens, "data_s": data_s}
+        )
         losses = self.losses.get(id(engine))
         self.step_losses.append(torch.stack(losses).sum() if losses else None)
         self.losses = {}
@@ -282,7 +323,7 @@ class ScriptTrial:
         raise SystemExit(0)
 
     def _write_record(self) -> None:
-        from ..bench.trial_figures import diverged
+        from .trial_figures import diverged
 
         record = self.record() | self._losses()
         self._write(record | self._target_figures() | diverged(record.get("step_losses", [])))
@@ -290,35 +331,36 @@ class ScriptTrial:
 
     def record(self) -> dict[str, Any]:
         """The figures of `accel.bench.records.Trial`, from the engine's own counts."""
-        from ..bench.trial_figures import deltas, rates
         from ..speedups import compile_figures
+        from .trial_figures import deltas, rates
 
         window = self.load.end()  # first: what follows (the FLOPs counted) is not the timed steps
         engine = self.engine
         first = self.marks[0]["t"]  # from the last eng.setup before the first step: every speed-up was set up
-        setup_end = max(e._loop.started for e in self.engines.all if e._loop.started <= first)
+        setup_end = max(e.loop.started for e in self.engines.all if e.loop.started <= first)
         steps = deltas(self.marks, {"t": setup_end})
         timed, setup_s = steps[self.warmup :], setup_end - self.created
-        figures = rates(timed, data_known=engine.train_loader is not None)
-        summary = engine._loop_summary()
-        flops = engine._loop.utilisation.flops_per_sample
+        core = engine.core
+        figures = rates(timed, data_known=core.train_loader is not None)
+        summary = engine.summary()
+        flops = engine.loop.utilisation.flops_per_sample
         return {
             **figures,
-            **engine._loop.utilisation.stats(figures["samples_per_s"]),  # FLOP/s and MFU over the timed steps
+            **engine.loop.utilisation.stats(figures["samples_per_s"]),  # FLOP/s and MFU over the timed steps
             "flops_per_step": flops * steps[0]["samples"] if flops else None,
             "build_s": self.created_wall - self.process_started,  # start-up: the process's start to this engine
             "setup_s": setup_s,
             "first_step_s": setup_s + steps[0]["s"],
             "warmup_s": setup_s + sum(s["s"] for s in steps[: self.warmup]),
-            "peak_memory_mb": devices.peak_memory_mb(engine.device),
-            "batch_size": steps[0]["samples"] // engine.grad_accum or None,  # per micro-batch, as a recipe's
-            "grad_accum": engine.grad_accum,
+            "peak_memory_mb": devices.peak_memory_mb(core.device),
+            "batch_size": steps[0]["samples"] // core.grad_accum or None,  # per micro-batch, as a recipe's
+            "grad_accum": core.grad_accum,
             "wall_s": time.perf_counter() - self.created,
-            "skipped_speedups": engine.skipped_speedups,
+            "skipped_speedups": core.skipped_speedups,
             "lint": summary.lint,
             "model_traits": self.model_traits.get(id(engine)),
             **compile_figures(summary.speedup_metrics),
-            "env": devices.environment(engine.device),
+            "env": devices.environment(core.device),
             "load": window,
         }
 
@@ -326,13 +368,13 @@ class ScriptTrial:
         """Each step's loss and the final loss; none when a step's loss did not pass through `eng.backward`."""
         if not self.step_losses or any(loss is None for loss in self.step_losses):
             return {}
-        from ..bench.trial_figures import final_loss
+        from .trial_figures import final_loss
 
         losses = torch.stack(self.step_losses).tolist()  # one device sync, at the end
         return {"final_loss": final_loss(losses[self.warmup :]), "step_losses": losses}
 
     def _target_figures(self) -> dict[str, Any]:
-        from ..bench.trial_figures import target_figures
+        from .trial_figures import target_figures
 
         if self.metric is None:
             return {}
@@ -341,9 +383,9 @@ class ScriptTrial:
         return target_figures(self.target, self.metric, self.evals, steps, "through eng.log ", fix, names)
 
     def _write(self, record: dict[str, Any]) -> None:
-        from ..bench.records import Trial  # validated as the runner reads it; NaN stays NaN (a diverged loss)
+        from .records import Trial  # validated as the runner reads it; NaN stays NaN (a diverged loss)
 
-        if self.engine.world.is_main:
+        if self.engine.core.world.is_main:
             write_atomic(self.path, Trial.model_validate(record).to_json())
 
     def _crashed(self, kind, value, tb) -> None:
@@ -358,6 +400,6 @@ class ScriptTrial:
         if not self.steps and self.failure is None:
             self._write_record()
             return
-        from ..bench.trial_figures import ran_out
+        from .trial_figures import ran_out
 
         self._write({"error": self.failure or ran_out(len(self.marks), self.warmup, self.steps)})

@@ -1,0 +1,19 @@
+"""The variables by which `accel bench` and `accel profile` ask a script's process to be a trial or a profile
+(what each asks: accel.bench.engine_trial). Named here, below the bench, so that an engine can tell whether it is
+in one without importing the bench."""
+
+from __future__ import annotations
+
+import os
+
+PATH, STEPS, WARMUP, PROBE = "ACCEL_TRIAL", "ACCEL_TRIAL_STEPS", "ACCEL_TRIAL_WARMUP", "ACCEL_TRIAL_PROBE"
+TARGET = "ACCEL_TRIAL_TARGET"  # METRIC=VALUE: the time until the script reports it
+STOP, CURVE = "ACCEL_TRIAL_STOP", "ACCEL_TRIAL_CURVE"  # end at the target; record this metric's every value
+SYNC = "ACCEL_TRIAL_SYNC"  # window: synchronise around the timed steps only
+PATTERNS = "ACCEL_TRIAL_METRIC_PATTERNS"  # a JSON list of regular expressions: metrics from the printed lines
+PROFILE = "ACCEL_PROFILE"  # `accel profile -- SCRIPT`: the profile window's settings (accel.profile.script)
+
+
+def asked() -> bool:
+    """Whether this process is a bench trial or a profile."""
+    return bool(os.environ.get(PROFILE) or os.environ.get(PATH))
