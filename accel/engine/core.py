@@ -33,6 +33,7 @@ from ..batches import map_tensors
 from ..errors import AccelError
 from ..measure.anatomy import Anatomy
 from ..optimizers.traits import optimizer_traits
+from ..runs.rng import rng_state, set_rng_state
 from ..speedups import RunFacts, Speedup, precision_of, refuse, resolve, setup_order
 from ..strategy import Strategy
 from ..strategy.world import World
@@ -79,6 +80,9 @@ class Observer:
         """The driver logged metrics."""
 
 
+HOOKS = ("set_up", "loss", "stepped", "logged")
+
+
 class Core:
     """One training step's machinery on one device, for one module and one optimizer, and its count."""
 
@@ -117,6 +121,8 @@ class Core:
         self.count = StepCount()
         self.counter = counter
         self.observers: list[Observer] = []
+        # each hook's overriding observers, bound: a step calls only those with something to do
+        self._told: dict[str, tuple[Callable[..., None], ...]] = {hook: () for hook in HOOKS}
         self.scheduled = False  # the driver steps a schedule of its own (the conflict rule's fact)
         self.set_up_at: float | None = None  # when the speed-ups' setup ended
         self._prepares = [s for s in self.speedups if type(s).prepare_batch is not Speedup.prepare_batch]
@@ -186,6 +192,27 @@ class Core:
             task=self.task,
         )
 
+    def part_metrics(self) -> dict[str, dict[str, Any]]:
+        """Each speed-up's metrics, and the strategy's where it has any (XLA's compilations): a summary's
+        `speedup_metrics`, the Trainer's and a loop's alike."""
+        strategy = self.strategy.metrics()
+        return {s.name: s.metrics() for s in self.speedups} | ({self.strategy.name: strategy} if strategy else {})
+
+    def own_state(self) -> dict[str, Any]:
+        """What the core keeps in a checkpoint, the Trainer's and a loop's (`eng.save`) alike: the speed-ups' state
+        (the GradScaler's scale, EMA weights), the random state, the optimizer steps."""
+        return {"speedups": {s.name: s.state_dict() for s in self.speedups}, "rng": rng_state(), "steps": self.steps}
+
+    def load_own_state(self, state: dict[str, Any]) -> None:
+        """What `own_state` gave, put back; the speed-ups are set up first, so their state goes into the objects
+        that will use it. An older checkpoint without the random state (None) leaves it as it is."""
+        self.setup_speedups()
+        for speedup in self.speedups:
+            speedup.load_state_dict(state["speedups"].get(speedup.name, {}))
+        if state["rng"] is not None:
+            set_rng_state(state["rng"])
+        self.steps = state["steps"]
+
     def teardown(self) -> None:
         """Undo every speed-up and the strategy, and put every slot back: the engine is as attached."""
         if self._set_up:
@@ -222,17 +249,36 @@ class Core:
         self.count.tokens += tokens or 0
         return samples, tokens
 
+    def observe(self, observer: Observer) -> None:
+        """From now on `observer` is told of the core's events (after those observing already)."""
+        self.observers.append(observer)
+        self._tell_anew()
+
+    def ignore(self, observer: Observer) -> None:
+        """`observer` is told nothing more (an observer may say so from its own hook)."""
+        self.observers.remove(observer)
+        self._tell_anew()
+
+    def _tell_anew(self) -> None:
+        # tuples, rebuilt on each change: a hook that unsubscribes leaves the loop it runs in untouched
+        self._told = {
+            hook: tuple(
+                getattr(o, hook) for o in self.observers if getattr(type(o), hook) is not getattr(Observer, hook)
+            )
+            for hook in HOOKS
+        }
+
     def count_step(self) -> None:
         """An optimizer step ended: count it, and tell the observers."""
         self.count.steps += 1
         self.count.micro_batches = 0
-        for observer in self.observers:
-            observer.stepped()
+        for stepped in self._told["stepped"]:
+            stepped()
 
     def tell(self, hook: str, *args: Any) -> None:
-        """Tell every observer of an event the driver saw (`set_up`, `loss`, `logged`)."""
-        for observer in self.observers:
-            getattr(observer, hook)(*args)
+        """Tell the observers of an event the driver saw (`set_up`, `loss`, `logged`)."""
+        for told in self._told[hook]:
+            told(*args)
 
     # ---- one step -----------------------------------------------------------------------------------
     def run_step(self, batch: Any, last: bool = False) -> Ran:

@@ -15,6 +15,7 @@ from ..batches import leading_size, leading_tensor
 from ..callbacks.tensorboard import TensorBoard
 from ..io import check_creatable, write_atomic
 from ..runs.records import LoopRecord, LoopSummary
+from ..runs.rundir import METRICS, SUMMARY, TENSORBOARD
 from .core import Core
 from .loop_state import LoopState
 
@@ -50,10 +51,10 @@ class LoopRecords:
             return
         self.out.mkdir(parents=True, exist_ok=True)
         written = LoopRecord.from_flat(record)
-        with open(self.out / "metrics.jsonl", "a") as handle:
+        with open(self.out / METRICS, "a") as handle:
             handle.write(written.to_json() + "\n")
         if self.loop.tensorboard is None:
-            self.loop.tensorboard = TensorBoard(self.out / "tb")
+            self.loop.tensorboard = TensorBoard(self.out / TENSORBOARD)
             self.loop.tensorboard.on_fit_start(self.core)
         self.loop.tensorboard.on_log(self.core, written)
 
@@ -93,7 +94,7 @@ class LoopRecords:
             strategy=core.strategy.name,
             speedups=[s.name for s in core.speedups],
             skipped_speedups=core.skipped_speedups,
-            speedup_metrics={s.name: m for s in core.speedups if (m := s.metrics())},
+            speedup_metrics=core.part_metrics(),
             metrics=metrics,
         )
         summary.lint = loop.lint.end(summary.model_dump()) if loop.lint is not None else []
@@ -107,7 +108,7 @@ class LoopRecords:
             self.loop.tensorboard.on_fit_end(self.core, None)  # it closes its file; the summary is the own loop's
         if self.out is not None and self.core.world.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.out / "summary.json", summary.to_json(indent=2))
+            write_atomic(self.out / SUMMARY, summary.to_json(indent=2))
         return summary
 
 

@@ -29,6 +29,8 @@ class LoopState:
     unsynced: Any = None  # the strategy's no_sync, open from a non-final micro-batch's forward to its backward
     in_step: bool = False  # inside a compile_step step
     forward_contexts: bool = False  # a forward outside eng.autocast() enters the step contexts (set by setup)
+    low_precision: bool = False  # the precision is not fp32 (set by setup)
+    distributed: bool = False  # several processes (set by setup)
     started: float = field(default_factory=time.perf_counter)
     first_step: float | None = None  # when the first optimizer step ended: throughput is counted from there
     samples_at_first: int = 0

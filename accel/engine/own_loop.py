@@ -54,7 +54,8 @@ class _StepContext:
 
     def __enter__(self) -> None:
         engine, loop, core = self.engine, self.engine._loop, self.engine._core
-        engine._check_own_step()
+        if core.whole_step is not None:
+            engine._check_own_step()
         if not loop.forward_contexts and not core.anatomy.active:  # fp32, no speed-up context, no profile
             self._stacks.append(None)
             loop.autocast_depth = 0
@@ -91,7 +92,8 @@ def _few_samples(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 
 def leading_counts(inputs: Any) -> tuple[int, int]:
     """A loop's batch is counted from its first tensor: its samples, and its tokens where it holds token ids."""
-    leading = leading_tensor(inputs)
+    first = inputs[0] if isinstance(inputs, tuple) and inputs else None
+    leading = first if isinstance(first, torch.Tensor) and first.dim() else leading_tensor(inputs)  # often the first
     if leading is None:
         return 0, 0
     tokens = leading.numel() if not leading.is_floating_point() and leading.dim() == 2 else 0
@@ -99,16 +101,15 @@ def leading_counts(inputs: Any) -> tuple[int, int]:
 
 
 class _LoopSteps(Observer):
-    """The engine's own bookkeeping at each optimizer step, the first of the core's observers: the speed lint starts
-    and throughput is counted from the first step, and the ranks' first batches are compared there."""
+    """The engine's own bookkeeping at its first optimizer step (the first of the core's observers): the speed lint
+    starts and throughput is counted from there, and the ranks' first batches are compared."""
 
     def __init__(self, engine: Engine):
         self.engine = engine
 
     def stepped(self) -> None:
         engine, loop, count = self.engine, self.engine._loop, self.engine._core.count
-        if loop.first_step is not None:
-            return
+        engine._core.ignore(self)  # the first step only: the later ones cost the loop nothing here
         loop.lint = SpeedLint([], say=engine.world.is_main)  # the loaders are set up by now: the settings are final
         loop.lint.start(engine._core)
         ranks.check_drew_apart(
@@ -162,11 +163,11 @@ class Engine:
         )
         self._loop = LoopState()
         self._optimizer_setting = settings.optimizer  # "muon": built at setup
-        self._core.observers.append(_LoopSteps(self))
+        self._core.observe(_LoopSteps(self))
         self._records = LoopRecords(self._core, self._loop, out)
         trial = _trial(self._records, settings)  # None unless `accel bench` or `accel profile` runs the script
         if trial is not None:
-            self._core.observers.append(trial)
+            self._core.observe(trial)
             self._records.out = None  # a trial's records are its own (the bench's record, the profile's report)
 
     @property
@@ -201,7 +202,7 @@ class Engine:
             optimizer = muon_from(module.to(core.device), optimizer)
         if scheduler is not None:  # the loop steps its own scheduler: the engine watches it, and steps none
             core.scheduled = True
-            core.observers.append(ScheduleWatch(scheduler))
+            core.observe(ScheduleWatch(scheduler))
         core.attach(module, optimizer)
         if given is not None:  # the loop's own compiled model is what forward calls
             core.model = given
@@ -209,7 +210,8 @@ class Engine:
         core.tell("set_up")
         loop.set_up, loop.started = True, time.perf_counter()
         # whether a forward needs the step contexts (a precision, a speed-up's context): decided once, not per call
-        loop.forward_contexts = core.strategy.precision.name != "fp32" or any(
+        loop.low_precision, loop.distributed = core.strategy.precision.name != "fp32", core.world.distributed
+        loop.forward_contexts = loop.low_precision or any(
             type(s).step_context is not Speedup.step_context for s in core.speedups
         )
         return wrap_module(core.module, core, self._forward), wrap_optimizer(core.optimizer, core, self._optimizer_step)
@@ -264,13 +266,14 @@ class Engine:
         if torch.is_grad_enabled() and core.module.training:
             self._micro_batch()
             inputs = args or tuple(kwargs.values())
-            core.count_batch(inputs)
-            if loop.batch_sum is None and core.world.distributed:
+            core.count_batch(inputs)  # the batch's first tensor: a loop's forward takes it first
+            if loop.distributed and loop.batch_sum is None:
                 loop.batch_sum = ranks.first_batch_sum(inputs)
             if loop.flops_inputs is None and not loop.utilisation.counted:
                 loop.flops_inputs = _few_samples(args, kwargs)
         if loop.autocast_depth is not None:
-            self._refuse_inner_autocast()
+            if loop.low_precision:  # an autocast of the loop's own inside eng.autocast() would run it twice
+                self._refuse_inner_autocast()
             return core.model(*args, **kwargs)
         if not loop.forward_contexts:
             return core.model(*args, **kwargs)
@@ -293,7 +296,7 @@ class Engine:
 
     def _refuse_inner_autocast(self) -> None:
         precision = self._core.strategy.precision.name
-        if precision != "fp32" and _autocast_nesting() > self._loop.autocast_depth:
+        if _autocast_nesting() > self._loop.autocast_depth:
             raise AccelError(
                 f"the loop opens an autocast of its own inside eng.autocast(), which already runs the forward in "
                 f"{precision}: remove the loop's torch.autocast (or drop "
@@ -317,8 +320,9 @@ class Engine:
         """The strategy's backward, with the precision's loss scaling (fp16). The loss is used as given: under
         gradient accumulation the loop divides it by its steps itself, as it would without accel. After a step's
         last micro-batch the gradients are unscaled (fp16), so whatever clips them next sees their true values."""
-        self._check_own_step()
         loop, core = self._loop, self._core
+        if core.whole_step is not None:
+            self._check_own_step()
         precision = core.strategy.precision
         if precision.unscaled:
             raise AccelError(

@@ -17,7 +17,6 @@ import torch
 from .. import devices
 from ..errors import CheckpointError
 from ..runs.checkpoint import save_checkpoint, unreadable_message
-from ..runs.rng import rng_state, set_rng_state
 from . import trial_files
 from .wrappers import unwrap
 
@@ -57,11 +56,7 @@ def save(engine: Core, path: str | Path, state: dict[str, Any]) -> None:
     payload = {
         "format": FORMAT,
         "state": {key: _state_of(value, whole, roles[key]) for key, value in state.items()},
-        "engine": {
-            "speedups": {s.name: s.state_dict() for s in engine.speedups},
-            "rng": rng_state(),
-            "steps": engine.steps,
-        },
+        "engine": engine.own_state(),
     }
     if engine.world.is_main:
         save_checkpoint(payload, Path(trial_files.save_to(path)))
@@ -100,9 +95,5 @@ def load(engine: Core, path: str | Path, state: dict[str, Any]) -> dict[str, Any
             unwrap(value).load_state_dict(saved[key])
         else:
             state[key] = saved[key]
-    engine.setup_speedups()  # a speed-up's saved state goes into the objects that will use it
-    for speedup in engine.speedups:
-        speedup.load_state_dict(payload["engine"]["speedups"].get(speedup.name, {}))
-    set_rng_state(payload["engine"]["rng"])
-    engine.steps = payload["engine"]["steps"]
+    engine.load_own_state(payload["engine"])
     return state

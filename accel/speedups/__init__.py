@@ -8,7 +8,7 @@ import pkgutil
 from typing import Any
 
 from ..registry import SPEEDUPS
-from .base import Candidate, Context, Phase, RunFacts, Speedup, SpeedupConfig
+from .base import Candidate, Context, Phase, RunFacts, Speedup, SpeedupConfig, registered
 from .conflicts import precision_of, refusals, refuse, resolve, setup_order, skipped
 
 # Every module in this package registers its speed-up on import: adding a file is all it takes.
@@ -17,6 +17,7 @@ for _module in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = [
+    "registered",
     "Candidate",
     "Context",
     "Phase",

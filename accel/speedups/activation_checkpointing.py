@@ -19,8 +19,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..models.blocks import repeated_blocks
-from ..registry import SPEEDUPS
-from .base import Phase, Speedup, SpeedupConfig
+from .base import Phase, Speedup, SpeedupConfig, registered
 
 if TYPE_CHECKING:
     from ..strategy.slots import Slots
@@ -51,7 +50,7 @@ def checkpointed(forward: Callable) -> Callable:
     return run
 
 
-@SPEEDUPS.register("activation_checkpointing")
+@registered("activation_checkpointing")
 class ActivationCheckpointing(Speedup):
     """Recompute repeated blocks' activations in the backward instead of storing them: less memory, more time."""
 
@@ -68,7 +67,6 @@ class ActivationCheckpointing(Speedup):
             "activations, trading less memory for less recomputation",
         )
 
-    name = "activation_checkpointing"
     phase = Phase.MODEL  # before compile, which then traces the checkpointed forwards
 
     def __init__(self, cfg: Config | None = None):

@@ -10,12 +10,11 @@ from typing import Any, Literal
 from pydantic import Field
 
 from .. import devices
-from ..registry import SPEEDUPS
 from ..strategy.precision import Autocast, Precision, ScaledFp16
-from .base import Candidate, Context, Phase, Speedup, SpeedupConfig
+from .base import Candidate, Context, Phase, Speedup, SpeedupConfig, registered
 
 
-@SPEEDUPS.register("amp")
+@registered("amp")
 class Amp(Speedup):
     """Mixed precision: bf16 autocast (CPU and recent GPUs) or fp16 autocast with a GradScaler (CUDA)."""
 
@@ -31,7 +30,6 @@ class Amp(Speedup):
             2000, ge=1, description="fp16 only: steps without inf/NaN gradients before the loss scale doubles."
         )
 
-    name = "amp"
     phase = Phase.PRECISION
     tune = (Candidate({"dtype": "bf16"}), Candidate({"dtype": "fp16"}))
 

@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ..registry import SPEEDUPS
-from .base import Candidate, Context, Phase, Speedup, SpeedupConfig
+from .base import Candidate, Context, Phase, Speedup, SpeedupConfig, registered
 
 if TYPE_CHECKING:
     from ..strategy.slots import Slots
@@ -34,7 +33,7 @@ def attention_context(backend: str) -> AbstractContextManager:
     return sdpa_kernel([BACKENDS[backend]])
 
 
-@SPEEDUPS.register("attention")
+@registered("attention")
 class Attention(Speedup):
     """The attention kernel: flash, memory-efficient, cuDNN or the math reference, via sdpa_kernel."""
 
@@ -46,7 +45,6 @@ class Attention(Speedup):
             "unfused reference, O(T^2) memory",
         )
 
-    name = "attention"
     phase = Phase.KERNELS
     needs = "has_attention"
     tune = (Candidate({"backend": "flash"}), Candidate({"backend": "efficient"}), Candidate({"backend": "cudnn"}))

@@ -10,6 +10,7 @@ other rooms read instead of its name (`compiles_model`, `reports_compile`, `lint
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -19,6 +20,7 @@ from pydantic import Field
 
 from ..measure.traps import Finding
 from ..optimizers.traits import OptimizerTraits
+from ..registry import SPEEDUPS
 from ..schema import StrictModel
 from ..strategy.precision import Precision
 from ..strategy.setup_phases import Phase
@@ -82,11 +84,21 @@ class SpeedupConfig(StrictModel):
     enabled: bool = Field(True, description="false gives exactly the code path of not listing the speed-up")
 
 
+def registered(name: str) -> Callable[[type[Speedup]], type[Speedup]]:
+    """`@registered("amp")`: the speed-up by that name in recipes (the SPEEDUPS registry), and its `name`."""
+
+    def add(cls: type[Speedup]) -> type[Speedup]:
+        cls.name = name
+        return SPEEDUPS.register(name)(cls)
+
+    return add
+
+
 class Speedup:
     """One speed-up: a thin class around the pure functions that do the work. Hooks have no side effects
     except `setup`, `after_batch`, `end_epoch` and `teardown`, whose job they are."""
 
-    name: ClassVar[str]
+    name: ClassVar[str]  # given by `registered`
     phase: ClassVar[Phase] = Phase.MODEL
     needs: ClassVar[str | None] = None  # a model trait (accel.models.blocks.model_traits) it does nothing without
     tune: ClassVar[tuple[Candidate, ...]] = ()  # what `accel tune` tries, in order (off is always tried first)

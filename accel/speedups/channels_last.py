@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from ..registry import SPEEDUPS
-from .base import Candidate, Context, Phase, Speedup, SpeedupConfig
+from .base import Candidate, Context, Phase, Speedup, SpeedupConfig, registered
 
 if TYPE_CHECKING:
     from ..strategy.slots import Slots
@@ -33,14 +32,13 @@ def apply_channels_last(model: nn.Module) -> nn.Module:
     return model._apply(to_channels_last)
 
 
-@SPEEDUPS.register("channels_last")
+@registered("channels_last")
 class ChannelsLast(Speedup):
     """Channels-last (NHWC) memory format for model and batches: faster convolutions on GPUs and CPUs."""
 
     class Config(SpeedupConfig):
         pass
 
-    name = "channels_last"
     phase = Phase.LAYOUT  # memory layout before anything that traces the model (compile, jit)
     needs = "has_conv"
     tune = (Candidate(),)

@@ -17,8 +17,7 @@ from pydantic import Field, field_validator, model_validator
 
 from ..errors import did_you_mean
 from ..models.blocks import repeated_blocks
-from ..registry import SPEEDUPS
-from .base import Candidate, Context, Phase, Speedup, SpeedupConfig, one_program
+from .base import Candidate, Context, Phase, Speedup, SpeedupConfig, one_program, registered
 
 if TYPE_CHECKING:
     from ..strategy.slots import Slots
@@ -199,11 +198,10 @@ def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else text
 
 
-@SPEEDUPS.register("compile")
+@registered("compile")
 class Compile(Speedup):
     """torch.compile the model (or forward + loss); compile seconds, graph breaks and recompiles go to metrics."""
 
-    name = "compile"
     phase = Phase.COMPILE  # last: it must capture the model as every other speed-up has left it
     compiles_model = reports_compile = True
     tune = (

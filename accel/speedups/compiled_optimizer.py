@@ -25,8 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from pydantic import Field, field_validator
 
-from ..registry import SPEEDUPS
-from .base import Context, Phase, Speedup, SpeedupConfig
+from .base import Context, Phase, Speedup, SpeedupConfig, registered
 from .compile import check_backend, release_compile_workers, unavailable
 
 if TYPE_CHECKING:
@@ -105,12 +104,11 @@ class CompiledStep:
             del self.optimizer.step
 
 
-@SPEEDUPS.register("compiled_optimizer")
+@registered("compiled_optimizer")
 class CompiledOptimizer(Speedup):
     """torch.compile the optimizer step (any torch.optim optimizer), its learning rates as tensors: no schedule
     recompiles it."""
 
-    name = "compiled_optimizer"
     phase = Phase.KERNELS  # it chooses the optimizer's kernels: generated ones instead of torch's hand-written ones
     # no tune candidate: on CPUs it measured 0.93x (lm-bytes) and no effect (ResNet-18), and compiles 30-140 s
     # (docs/benchmarks.md); a GPU measurement decides whether CUDA gets one

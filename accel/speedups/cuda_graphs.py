@@ -29,8 +29,7 @@ from pydantic import Field
 
 from ..batches import map_tensors, tensors
 from ..errors import AccelError
-from ..registry import SPEEDUPS
-from .base import Context, Phase, RunFacts, Speedup, SpeedupConfig, one_program
+from .base import Context, Phase, RunFacts, Speedup, SpeedupConfig, one_program, registered
 from .compiled_optimizer import tensor_lrs
 
 if TYPE_CHECKING:
@@ -163,11 +162,10 @@ class CapturedStep:
         return self.static_loss.clone()  # the next replay overwrites static_loss
 
 
-@SPEEDUPS.register("cuda_graphs")
+@registered("cuda_graphs")
 class CudaGraphs(Speedup):
     """Capture the whole training step in one CUDA graph and replay it (CUDA; fixed shapes, no host syncs)."""
 
-    name = "cuda_graphs"
     phase = Phase.COMPILE  # last: it records the step every other phase has shaped
     # no tune candidate: it has not been measured (no GPU where it was written)
 

@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 from pydantic import Field, model_validator
 
-from ..registry import SPEEDUPS
-from .base import Phase, Speedup, SpeedupConfig
+from .base import Phase, Speedup, SpeedupConfig, registered
 
 if TYPE_CHECKING:
     from ..strategy.slots import Slots
@@ -77,7 +76,7 @@ def restore_flags(previous: dict[str, Any]) -> None:
             put(previous[name])
 
 
-@SPEEDUPS.register("cudnn")
+@registered("cudnn")
 class Cudnn(Speedup):
     """cuDNN autotuning, TF32 and fp32 matmul precision (CUDA; matmul precision also applies on CPU)."""
 
@@ -115,7 +114,6 @@ class Cudnn(Speedup):
                 )
             return self
 
-    name = "cudnn"
     phase = Phase.FLAGS  # global flags first: later speed-ups (compile) see them
 
     def __init__(self, cfg: Config | None = None):

@@ -14,8 +14,7 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from ..registry import SPEEDUPS
-from .base import Context, Phase, Speedup, SpeedupConfig
+from .base import Context, Phase, Speedup, SpeedupConfig, registered
 
 if TYPE_CHECKING:
     from ..strategy.slots import Slots
@@ -57,11 +56,10 @@ def swapped_in(live: dict[str, torch.Tensor], shadow: dict[str, torch.Tensor]) -
                 tensor.copy_(backup[name])
 
 
-@SPEEDUPS.register("ema")
+@registered("ema")
 class Ema(Speedup):
     """Exponential moving average of the weights: evaluated instead of the raw weights, saved in checkpoints."""
 
-    name = "ema"
     phase = Phase.WEIGHTS  # after speed-ups that may rebuild the optimizer, before jit/compile wrap the model
 
     class Config(SpeedupConfig):

@@ -10,8 +10,7 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from ..registry import SPEEDUPS
-from .base import Candidate, Context, Phase, Speedup, SpeedupConfig
+from .base import Candidate, Context, Phase, Speedup, SpeedupConfig, registered
 
 if TYPE_CHECKING:
     from ..strategy.slots import Slots
@@ -30,7 +29,7 @@ def eligible(module: nn.Module, fqn: str, min_features: int, skip: list[str]) ->
     return min(dims) >= min_features and all(d % 16 == 0 for d in dims)
 
 
-@SPEEDUPS.register("float8")
+@registered("float8")
 class Float8(Speedup):
     """Float8 matmuls for the large linear layers via torchao (CUDA, compute capability 8.9+); the run says which."""
 
@@ -52,7 +51,6 @@ class Float8(Speedup):
             "high precision (the output head is the usual one)",
         )
 
-    name = "float8"
     phase = Phase.MODEL  # after the layout and optimizer set-up, before compile traces the converted layers
     tune = (Candidate(),)
 

@@ -19,8 +19,7 @@ from torch import nn
 
 from ..errors import AccelError
 from ..measure.traps import Finding
-from ..registry import SPEEDUPS
-from .base import Context, Phase, Speedup, SpeedupConfig, one_program
+from .base import Context, Phase, Speedup, SpeedupConfig, one_program, registered
 
 if TYPE_CHECKING:
     from ..strategy.slots import Slots
@@ -97,11 +96,10 @@ def apply_jit(model: nn.Module, method: str) -> nn.Module:
         ) from None
 
 
-@SPEEDUPS.register("jit")
+@registered("jit")
 class Jit(Speedup):
     """TorchScript the model (script or trace): for older stacks; deprecated upstream, use `compile` instead."""
 
-    name = "jit"
     phase = Phase.COMPILE  # after layout and precision speed-ups, so the scripted model sees their changes
     compiles_model = True
     lint_finding = Finding(

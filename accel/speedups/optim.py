@@ -10,8 +10,7 @@ from pydantic import Field
 
 from ..errors import AccelError
 from ..optimizers.traits import OptimizerTraits, accepted, constructor_kwargs, fused_works, optimizer_traits
-from ..registry import SPEEDUPS
-from .base import Candidate, Context, Phase, Speedup, SpeedupConfig
+from .base import Candidate, Context, Phase, Speedup, SpeedupConfig, registered
 
 if TYPE_CHECKING:
     from ..strategy.slots import Slots
@@ -72,7 +71,7 @@ def set_implementation(optimizer: torch.optim.Optimizer, impl: str) -> None:
             delattr(optimizer, attr)
 
 
-@SPEEDUPS.register("optim")
+@registered("optim")
 class Optim(Speedup):
     """Fused or foreach (multi-tensor) optimizer kernels instead of one small kernel per parameter."""
 
@@ -85,7 +84,6 @@ class Optim(Speedup):
             "reference implementation.",
         )
 
-    name = "optim"
     phase = Phase.KERNELS
     tune = (Candidate({"impl": "fused"}), Candidate({"impl": "foreach"}))
 

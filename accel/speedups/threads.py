@@ -9,8 +9,7 @@ import torch
 from pydantic import Field
 
 from ..devices import available_cpus
-from ..registry import SPEEDUPS
-from .base import Phase, Speedup, SpeedupConfig
+from .base import Phase, Speedup, SpeedupConfig, registered
 
 if TYPE_CHECKING:
     from ..strategy.slots import Slots
@@ -38,7 +37,7 @@ def set_interop_threads(count: int) -> bool:
     return True
 
 
-@SPEEDUPS.register("threads")
+@registered("threads")
 class Threads(Speedup):
     """Thread counts for torch's CPU pools, capped at the cores this process may use (no oversubscription).
 
@@ -61,7 +60,6 @@ class Threads(Speedup):
             "when it is too late a warning says so and the count is left as it is. Teardown cannot undo it.",
         )
 
-    name = "threads"
     phase = Phase.FLAGS
     thread_count = "intra_op"
 

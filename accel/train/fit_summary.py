@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .. import devices
 from ..runs.records import FitSummary
@@ -38,16 +38,10 @@ def fit_summary(trainer: Trainer, status: str, wall_s: float) -> FitSummary:
         speedups=[s.name for s in trainer.speedups],
         skipped_speedups=trainer.skipped_speedups,
         strategy=trainer.strategy.name,
-        speedup_metrics=part_metrics(trainer),
+        speedup_metrics=trainer.engine.part_metrics(),
     )
     summary.lint = trainer.lint.end(summary.model_dump())  # the lint's traps read the own loop's summary too
     return summary
-
-
-def part_metrics(trainer: Trainer) -> dict[str, dict[str, Any]]:
-    """Each speed-up's metrics, and the strategy's where it has any (XLA's compilations)."""
-    strategy = trainer.strategy.metrics()
-    return {s.name: s.metrics() for s in trainer.speedups} | ({trainer.strategy.name: strategy} if strategy else {})
 
 
 def epochs_done(trainer: Trainer) -> int | float:

@@ -23,14 +23,13 @@ from ..measure.meter import BatchInfo, Meter
 from ..runs import sharded_checkpoint, signals
 from ..runs.checkpoint import check_same_model, check_same_schedule, model_signature
 from ..runs.records import EpochRecord, EvalRecord, FitSummary, StepRecord
-from ..runs.rng import rng_state, set_rng_state
 from ..speedups import Speedup
 from ..strategy import Strategy
 from ..strategy.world import World
 from ..tasks import Task, as_task
 from . import divergence, evaluation, stopping
 from .epoch_batches import epoch_batches, no_batch_message
-from .fit_summary import fit_summary, part_metrics
+from .fit_summary import fit_summary
 from .startup import process_age_s
 
 Transform = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -292,7 +291,7 @@ class Trainer:
         for part in self.engine.parts():
             part.end_epoch()
         evaluated = self.last_eval if self._eval_step == self.step else {}
-        record = EpochRecord(**stats, metrics=evaluated, parts=part_metrics(self))
+        record = EpochRecord(**stats, metrics=evaluated, parts=self.engine.part_metrics())
         self._log(record)
         self._emit("on_epoch_end", record)
 
@@ -313,14 +312,15 @@ class Trainer:
 
     def training_state(self) -> dict[str, Any]:
         """Everything but the weights and optimizer state (a sharded checkpoint writes those shard by shard)."""
+        own = self.engine.own_state()  # the run directory's format names the steps `step`
         return {
             "model_signature": model_signature(self.module),
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
-            "speedups": {s.name: s.state_dict() for s in self.speedups},
+            "speedups": own["speedups"],
             "callbacks": {_state_name(c): c.state_dict() for c in self.callbacks},
-            "rng": rng_state(),
+            "rng": own["rng"],
             "epoch": self.epoch,
-            "step": self.step,
+            "step": own["steps"],
             "batch_in_epoch": self.batch_in_epoch,
             "meter": self.meter.state_dict(mid_epoch=self.batch_in_epoch > 0),
         }
@@ -332,14 +332,11 @@ class Trainer:
         if self.scheduler is not None and state["scheduler"] is not None:
             check_same_schedule(state["scheduler"], self.scheduler.state_dict(), source)
             self.scheduler.load_state_dict(state["scheduler"])
-        self.setup()
-        for speedup in self.speedups:
-            speedup.load_state_dict(state["speedups"].get(speedup.name, {}))
+        # None: an older checkpoint without the random state (checkpoint.LATER_STATE)
+        self.engine.load_own_state({"speedups": state["speedups"], "rng": state["rng"], "steps": state["step"]})
         for callback in self.callbacks:
             callback.load_state_dict(state["callbacks"].get(_state_name(callback), {}))
-        if state["rng"] is not None:  # None: an older checkpoint without it (checkpoint.LATER_STATE)
-            set_rng_state(state["rng"])
-        self.epoch, self.step, self.batch_in_epoch = state["epoch"], state["step"], state["batch_in_epoch"]
+        self.epoch, self.batch_in_epoch = state["epoch"], state["batch_in_epoch"]
         self.engine.count.micro_batches = self.batch_in_epoch % self.cfg.grad_accum  # into the step it was in
         self.meter.load_state_dict(state.get("meter", {}))
 

@@ -31,18 +31,16 @@ MODULE = '''
 from pydantic import Field
 
 from accel.measure.traps import Finding
-from accel.registry import SPEEDUPS
-from accel.speedups import Candidate, Phase, Speedup, SpeedupConfig
+from accel.speedups import Candidate, Phase, Speedup, SpeedupConfig, registered
 
 
-@SPEEDUPS.register("count_batches")
+@registered("count_batches")
 class CountBatches(Speedup):
     """Counts the training batches it saw; a stand-in for a real speed-up."""
 
     class Config(SpeedupConfig):
         every: int = Field(1, ge=1, description="count every N-th batch")
 
-    name = "count_batches"
     phase = Phase.KERNELS
     tune = (Candidate({"every": 2}),)
     compiles_model = True

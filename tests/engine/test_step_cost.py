@@ -1,0 +1,32 @@
+"""The engine's per-step path stays short: the Python calls into accel's files in one optimizer step of a
+hand-written loop, counted (a count does not move with the machine, as a wall clock does on 2 busy cores). The
+figures and their wall-clock side: benchmarks/engine_step_cost.py, docs/benchmarks.md. A new call on this path
+must be worth its cost on a launch-bound GPU step: raise the bound here and say why at the call."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from engine_step_cost import accel_calls, gpt_step, linear_step  # noqa: E402
+
+# an fp32 step without speed-ups: the loop's forward (wrapper, counting), eng.autocast(), eng.backward (the
+# strategy's and precision's backward), optimizer.step() (strategy, precision, the optimizer), zero_grad
+BOUNDS = {"linear": (linear_step, 24), "gpt": (gpt_step, 38)}  # the GPT step: two micro-batches
+
+
+@pytest.mark.parametrize("name", list(BOUNDS))
+def test_a_steps_calls_into_accel_stay_few(name):
+    build, bound = BOUNDS[name]
+    torch.manual_seed(0)
+    step = build(True)
+    for _ in range(3):  # the first step's own work (the speed lint, throughput's start) is done once
+        step()
+    calls, top = accel_calls(step, 4)
+    assert calls <= bound, f"{calls} calls into accel a step (at most {bound}): {top}"
+    assert calls >= 10  # the count sees the engine's path at all
