@@ -14,11 +14,7 @@ import yaml
 from pydantic import Field, SerializeAsAny, ValidationError, field_validator
 
 from ..callbacks.checkpointing import CheckpointConfig
-from ..data.augment import AugmentConfig
-from ..data.cache import CacheConfig
-from ..data.cpu_transforms import CpuTransformsConfig
-from ..data.loaders import LoaderConfig
-from ..data.prefetch import PrefetchConfig
+from ..data.pipeline import DataConfig
 from ..errors import RecipeError, did_you_mean
 from ..models import ModelConfig
 from ..registry import (
@@ -38,30 +34,6 @@ from . import builtins  # noqa: F401  (fills the registries the recipe refers to
 from .recipe_yaml import Origins, apply_overrides, load_with_bases
 from .shipped import find_recipe
 from .train_config import TrainConfig
-
-
-class DataConfig(StrictModel):
-    dataset: SerializeAsAny[StrictModel] = Field(description="`name` of a registered dataset plus its options")
-    batch_size: int = Field(128, ge=1, description="samples per micro-batch (per process)")
-    eval_batch_size: int | None = Field(None, ge=1, description="batch size for evaluation; default: batch_size")
-    drop_last: bool = Field(True, description="drop the last incomplete training batch (steady shapes suit compile)")
-    loader: LoaderConfig = Field(default_factory=LoaderConfig, description="DataLoader tuning")
-    augment: AugmentConfig = Field(
-        default_factory=AugmentConfig,
-        description="batch augmentation: random crop, "
-        "flip, cutout, mixup, cutmix, on the device or in the loader workers",
-    )
-    transforms: CpuTransformsConfig = Field(
-        default_factory=CpuTransformsConfig,
-        description="per-sample CPU transforms on the training split (torchvision.transforms.v2, albumentations)",
-    )
-    cache: CacheConfig = Field(
-        default_factory=CacheConfig, description="decode image files once into a memory-mapped cache"
-    )
-    prefetch: PrefetchConfig = Field(
-        default_factory=PrefetchConfig,
-        description="copy and normalise the next batch on the device while the current one computes",
-    )
 
 
 class LogConfig(StrictModel):

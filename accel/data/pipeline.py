@@ -11,18 +11,44 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from pydantic import Field, SerializeAsAny
 
 from ..callbacks.base import Callback
 from ..devices import available_cpus
 from ..errors import DataError
-from .augment import AugmentState, BatchAugment, CollateAugment, build_augment
-from .cache import cached
-from .cpu_transforms import apply_cpu_transforms
-from .loaders import build_loader
+from ..schema import StrictModel
+from .augment import AugmentConfig, AugmentState, BatchAugment, CollateAugment, build_augment
+from .cache import CacheConfig, cached
+from .cpu_transforms import CpuTransformsConfig, apply_cpu_transforms
+from .loaders import LoaderConfig, build_loader
 from .normalize import Normalize
-from .prefetch import wrap_loader
+from .prefetch import PrefetchConfig, wrap_loader
 from .sampler import EpochSampler
 from .splits import Splits
+
+
+class DataConfig(StrictModel):
+    dataset: SerializeAsAny[StrictModel] = Field(description="`name` of a registered dataset plus its options")
+    batch_size: int = Field(128, ge=1, description="samples per micro-batch (per process)")
+    eval_batch_size: int | None = Field(None, ge=1, description="batch size for evaluation; default: batch_size")
+    drop_last: bool = Field(True, description="drop the last incomplete training batch (steady shapes suit compile)")
+    loader: LoaderConfig = Field(default_factory=LoaderConfig, description="DataLoader tuning")
+    augment: AugmentConfig = Field(
+        default_factory=AugmentConfig,
+        description="batch augmentation: random crop, "
+        "flip, cutout, mixup, cutmix, on the device or in the loader workers",
+    )
+    transforms: CpuTransformsConfig = Field(
+        default_factory=CpuTransformsConfig,
+        description="per-sample CPU transforms on the training split (torchvision.transforms.v2, albumentations)",
+    )
+    cache: CacheConfig = Field(
+        default_factory=CacheConfig, description="decode image files once into a memory-mapped cache"
+    )
+    prefetch: PrefetchConfig = Field(
+        default_factory=PrefetchConfig,
+        description="copy and normalise the next batch on the device while the current one computes",
+    )
 
 
 @dataclass
@@ -36,7 +62,7 @@ class DataPipeline:
     callbacks: list[Callback] = field(default_factory=list)  # state the checkpoint must carry (augment RNG)
 
 
-def _check_combination(data: Any) -> None:
+def _check_combination(data: DataConfig) -> None:
     if data.loader.backend != "dali":
         return
     clash = (
@@ -55,7 +81,7 @@ def _check_combination(data: Any) -> None:
         )
 
 
-def prepare_splits(data: Any, splits: Splits) -> Splits:
+def prepare_splits(data: DataConfig, splits: Splits) -> Splits:
     """Splits read from the decoded cache (when enabled), training samples passed through the CPU transforms."""
     if data.loader.backend == "dali":
         return splits
@@ -68,7 +94,7 @@ def prepare_splits(data: Any, splits: Splits) -> Splits:
 
 
 def _loader(
-    data: Any,
+    data: DataConfig,
     dataset: Any,
     splits: Splits,
     *,
@@ -112,7 +138,7 @@ def _loader(
 
 
 def build_data_pipeline(
-    data: Any, splits: Splits, *, device: torch.device, seed: int, rank: int = 0, world_size: int = 1
+    data: DataConfig, splits: Splits, *, device: torch.device, seed: int, rank: int = 0, world_size: int = 1
 ) -> DataPipeline:
     """Loaders and batch transforms for a recipe's `data` section (a DataConfig) over `splits`."""
     _check_combination(data)

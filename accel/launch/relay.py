@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import subprocess
 
 from ..runs import signals
@@ -34,14 +33,10 @@ def run_torchrun(command: list[str], env: dict[str, str] | None = None, to: str 
         **(env or {}),
     }
     relay = _SignalRelay(to)
-    previous = {sig: signal.signal(sig, relay.handle) for sig in signals.handled()}
-    try:
+    with signals.handling(relay.handle):
         relay.process = subprocess.Popen(command, start_new_session=True, env=env)
         relay.pass_on()  # a signal that came while it was starting
         code = relay.process.wait()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     return code, relay.received[0] if relay.received else None
 
 

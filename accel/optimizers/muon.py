@@ -20,6 +20,7 @@ from torch import nn
 
 from ..errors import AccelError, CheckpointError, did_you_mean
 from ..models.blocks import repeated_blocks
+from .muon_ns import closure_loss
 
 log = logging.getLogger("accel")
 Named = list[tuple[str, nn.Parameter]]
@@ -46,10 +47,7 @@ class MuonWithAdamW(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = closure_loss(closure)
         for part in self.parts:
             part.step()
         return loss

@@ -58,10 +58,7 @@ class DtypeMuon(torch.optim.Muon):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = closure_loss(closure)
         for group in self.param_groups:
             params: list[Tensor] = []
             grads: list[Tensor] = []
@@ -80,3 +77,12 @@ class DtypeMuon(torch.optim.Muon):
         update = orthogonalise(update, self.ns_dtype, group["ns_coefficients"], group["ns_steps"], group["eps"])
         param.mul_(1 - lr * group["weight_decay"])
         param.add_(update, alpha=-_adjust_lr(lr, group["adjust_lr_fn"], param.shape))
+
+
+def closure_loss(closure: Callable[[], Any] | None) -> Any:
+    """The head of every torch optimizer's step: the closure, where one is given, recomputes the loss with
+    gradients on (the step itself runs without them)."""
+    if closure is None:
+        return None
+    with torch.enable_grad():
+        return closure()

@@ -23,6 +23,7 @@ import stat
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 log = logging.getLogger("accel")
 PREEMPT = signal.SIGUSR1
@@ -140,18 +141,15 @@ def stop_requests(on_signal: Callable[[int], None], saves: bool = True) -> Itera
     requests = _Requests()
     requests.saves = saves
     requests.listeners.append(on_signal)
-    try:
-        previous = {sig: signal.signal(sig, requests.handle) for sig in handled()}
-    except ValueError:  # not the main thread: signals stay with the caller
-        yield None
-        return
-    _active = requests
-    try:
-        yield requests
-    finally:
-        _active = None
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    with handling(requests.handle) as installed:
+        if not installed:
+            yield None
+            return
+        _active = requests
+        try:
+            yield requests
+        finally:
+            _active = None
 
 
 def finishing() -> None:
@@ -169,12 +167,21 @@ def abort_on_signals() -> Iterator[None]:
         leave_closed_terminal(signum)
         raise StartupInterrupted(signum)
 
-    try:
-        previous = {sig: signal.signal(sig, handle) for sig in handled()}
-    except ValueError:
-        previous = {}
-    try:
+    with handling(handle):
         yield
+
+
+@contextmanager
+def handling(handler: Callable[[int, Any], None]) -> Iterator[bool]:
+    """`handler` for every signal accel handles (`handled()`) inside the block, and the handlers before put back
+    after it; False, with nothing installed, outside the main thread, where signals stay with the caller."""
+    try:
+        previous = {sig: signal.signal(sig, handler) for sig in handled()}
+    except ValueError:  # only the main thread may install a handler: the first call refuses
+        yield False
+        return
+    try:
+        yield True
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for sig, before in previous.items():
+            signal.signal(sig, before)
