@@ -31,6 +31,7 @@ class LoopState:
     forward_contexts: bool = False  # a forward outside eng.autocast() enters the step contexts (set by setup)
     low_precision: bool = False  # the precision is not fp32 (set by setup)
     distributed: bool = False  # several processes (set by setup)
+    optimizer_step: Any = None  # what the loop's `optimizer.step()` runs (the strategy's choice, at setup)
     started: float = field(default_factory=time.perf_counter)
     first_step: float | None = None  # when the first optimizer step ended: throughput is counted from there
     samples_at_first: int = 0

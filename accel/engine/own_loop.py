@@ -211,6 +211,7 @@ class Engine:
         loop.set_up, loop.started = True, time.perf_counter()
         # whether a forward needs the step contexts (a precision, a speed-up's context): decided once, not per call
         loop.low_precision, loop.distributed = core.strategy.precision.name != "fp32", core.world.distributed
+        loop.optimizer_step = core.strategy.loop_step(core.optimizer)
         loop.forward_contexts = loop.low_precision or any(
             type(s).step_context is not Speedup.step_context for s in core.speedups
         )
@@ -365,7 +366,7 @@ class Engine:
                 "Give the Engine the loop's own number of micro-batches per step"
             )
         with core.anatomy.phase("optimizer"):
-            core.strategy.optimizer_step(core.optimizer, _no_clip)
+            self._loop.optimizer_step()
         core.after_batch()
         core.count_step()
 
@@ -477,7 +478,3 @@ def rebuilt(optimizer: torch.optim.Optimizer, before: dict, after: dict) -> torc
             f"strategy fsdp: {type(optimizer).__name__} could not be built again over the sharded parameters "
             f"({err}); use strategy ddp for it"
         ) from None
-
-
-def _no_clip() -> None:
-    """The loop clips itself (eng.clip_gradients), before optimizer.step()."""

@@ -81,8 +81,19 @@ class Strategy:
     def step(self, optimizer: torch.optim.Optimizer) -> None:
         optimizer.step()
 
+    def loop_step(self, optimizer: torch.optim.Optimizer) -> Callable[[], object]:
+        """A hand-written loop's `optimizer.step()` (the loop clips itself): the optimizer's own step where
+        neither this strategy nor its precision adds to it (fp32, bf16: two frames fewer a step), else theirs."""
+        if type(self).step is Strategy.step and type(self.precision).optimizer_step is Precision.optimizer_step:
+            return optimizer.step
+        return lambda: self.optimizer_step(optimizer, _no_clip)
+
     def end_epoch(self) -> None:
         """At each epoch's end, before `metrics()` is read: say what the epoch showed."""
 
     def metrics(self) -> dict[str, Any]:
         return {}
+
+
+def _no_clip() -> None:
+    """The loop clips itself (eng.clip_gradients), before optimizer.step()."""

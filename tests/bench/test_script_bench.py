@@ -430,14 +430,14 @@ def test_a_scripts_engines_are_one_trial_whose_clock_is_the_first_to_step(tmp_pa
     eng_a, eng_b = accel.Engine(device="cpu"), accel.Engine(device="cpu")
     first, opt_a = eng_a.setup(first, torch.optim.SGD(first.parameters(), lr=0.1))
     second, opt_b = eng_b.setup(second, torch.optim.SGD(second.parameters(), lr=0.1))
-    assert eng_a._trial is eng_b._trial
+    assert _agent(eng_a) is _agent(eng_b)
     with pytest.raises(SystemExit):
         for _ in range(10):
             _steps(eng_b, second, opt_b, 1)  # the second engine steps first: the clock
             eng_a.backward(first(torch.randn(2, 8)).pow(2).sum() + 1000.0)  # another batch size, another loss
             opt_a.step()
             opt_a.zero_grad(set_to_none=True)
-    eng_a._trial.done = True
+    _agent(eng_a).done = True
     trial = Trial.model_validate_json(record.read_text())
     assert trial.error is None and eng_b.steps == 4 and eng_a.steps == 3  # 1 warm-up + 3: the clock's steps
     assert trial.samples_per_s == pytest.approx(12 / sum(trial.step_times_s))  # the clock's 4 samples a step
