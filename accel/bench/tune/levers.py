@@ -44,10 +44,13 @@ def speed_measure(m: Measure) -> Measure:
     return replace(m, settings=m.objective.speed or m.settings, objective=Objective(), kind=SPEED)
 
 
-def _label(levers: dict[str, Any], rows: list[TuneRow]) -> str:
-    """The speed-ups as their rows label them: `speedups.amp=dtype=bf16, speedups.compile=on`."""
+def _label(m: Measure, levers: dict[str, Any], rows: list[TuneRow]) -> str:
+    """The speed-ups that change the configuration as given, as their rows label them: `speedups.amp=dtype=bf16,
+    speedups.compile=on` (a speed-up left off that the configuration lacks says nothing)."""
     said = []
     for key, value in levers.items():
+        if m.subject.config_key({key: value}) == m.subject.config_key({}):
+            continue
         row = next((r for r in rows if r.knob == key and r.value == value), None)
         said.append(f"{key}={row.label if row else format_value(value)}")
     return ", ".join(said) or "as given"
@@ -79,12 +82,12 @@ def by_time(m: Measure, result: TuneResult, speed_keys: list[str], out: Path, fa
     levers = {k: result.chosen[k] for k in speed_keys if k in result.chosen}
     if subject.config_key(levers) == subject.config_key({}):
         return  # nothing measurably faster, or only the speed-ups as given: nothing to run to the target
-    given = Variant(subject.given)
-    variants = [given, Variant(f"{KEY}={_label(levers, result.rows)}", levers)]
+    given = Variant(f"{KEY}=as given")
+    variants = [given, Variant(f"{KEY}={_label(m, levers, result.rows)}", levers)]
     slow = _startup(levers, result.rows)
     without = {k: v for k, v in levers.items() if k != slow}
     if slow and subject.config_key(without) != subject.config_key({}):
-        variants.append(Variant(f"{KEY}={_label(without, result.rows)}", without))
+        variants.append(Variant(f"{KEY}={_label(m, without, result.rows)}", without))
     if not m.budget.allows(len(variants) * m.trials):
         result.rows += [skipped_row(KEY, v.overrides, v.name, "not measured: over the --budget") for v in variants]
         return  # the speed-ups stay chosen by samples/s; the final check still runs them against the given
@@ -123,7 +126,7 @@ def shares(result: TuneResult) -> list[tuple[str, Reading | None]]:
 
 
 def shares_line(result: TuneResult) -> str | None:
-    """`Time to the target, each lever's share: speed-ups 0.80x, optim.lr 0.75x; together 0.60x (...)`."""
+    """`What bought the time to the target: speed-ups (...) 0.80x, optim.lr 0.75x (...); together 0.60x (...)`."""
     found = shares(result)
     if len(found) < 2:
         return None
