@@ -387,3 +387,27 @@ def test_time_objective_never_writes_a_configuration_slower_than_the_one_given(l
     assert result.final.reverted["speedups.optim"] == FUSED and levers.shares(result) == []
     text = write_fragment(result, tmp_path / "tuned.yaml", base, "accel tune", time_settings(base), 3)
     assert yaml.safe_load(text.read_text()) == {} and "Slower than the recipe as given" in text.read_text()
+
+
+def test_the_speedup_stages_leave_two_thirds_of_the_budget_to_the_runs_to_the_target(lm_base, tmp_path):
+    seen: list = []
+    base = validate_recipe({**lm_base, "train": {**lm_base["train"], "max_steps": 1000}})
+    result = tune(
+        base,
+        [*SPEED_KNOBS, Knob(LR_KEY, [BEST_LR])],
+        tmp_path,
+        time_settings(base),
+        trials=3,
+        budget_s=240,
+        final_check=True,
+        run_trials=simulated_levers(seen),
+        objective=Objective("time", speed=TrialSettings(steps=10, warmup=3, evaluate=False)),
+    )
+    notes = {(r.knob, r.label): r.note for r in result.rows}
+    # amp's and the optimizer's stages fit in a third of the budget (80 s of simulated trials); compile's did not,
+    # though it would have beside the whole budget's
+    assert {s[0] for s in seen if s[3]} == {"0-speedups.amp", "1-speedups.optim"}
+    assert notes[("speedups.compile", "on")] == "not measured: over the --budget"
+    # the rest went to the runs to the target: the speed-ups chosen against the recipe as given, whose curve set it
+    assert any(s[0] == "speed-ups" for s in seen) and result.target.startswith("val_loss<=")
+    assert notes[("speed-ups", "as given")] == "reference (as given)"

@@ -13,11 +13,14 @@ class Budget:
     """Wall-clock budget: trials run only when they fit in what is left beside the `reserve` trials kept back for
     the final check, each estimated at the mean duration seen so far of its kind (the time objective's speed-up
     stages run short throughput trials beside its runs to a target), or at its own variant's where measured; a
-    kind with no trial yet at the mean of every trial. The reserve is estimated as the objective's trials."""
+    kind with no trial yet at the mean of every trial. The reserve is estimated as the objective's trials. A kind
+    given a share may spend only that share of the budget (the speed-up stages of `--objective time`, which come
+    first, leave the rest to the runs to the target: a cold compile on a busy CPU once took a whole budget)."""
 
-    def __init__(self, seconds: float | None, reserve: int = 0):
+    def __init__(self, seconds: float | None, reserve: int = 0, shares: dict[str, float] | None = None):
         self.seconds, self.start, self.reserve = seconds, time.perf_counter(), reserve
         self.walls: dict[str, list[float]] = {}  # kind -> each trial's wall time
+        self.shares = shares or {}
 
     def record(self, trials: list[Trial], kind: str = OBJECTIVE) -> None:
         self.walls.setdefault(kind, []).extend(t.wall_s for t in trials if t.wall_s)
@@ -46,6 +49,8 @@ class Budget:
                 own.setdefault(t.variant, []).append(t.wall_s * start_up)
         typical = mean(self.walls.get(kind, []) + mine)
         need = sum(sum(own[v]) / len(own[v]) if v in own else typical for v in variants)
+        if kind in self.shares:  # the rest of the budget, the reserve included, is the objective's
+            return spent + need <= self.shares[kind] * self.seconds
         final = mean(self.walls.get(OBJECTIVE, []) + (mine if kind == OBJECTIVE else []))
         return spent + need + self.reserve * final <= self.seconds
 

@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 
 KEY = "speed-ups"  # the rows of the stage that runs the chosen speed-ups to the target
 SPEED = "speed"  # the budget's kind of the speed-up stages' throughput trials
+# The speed-up stages may spend this share of the --budget, the runs to the target the rest: on the GPT example a
+# run to its target takes 3-4 short trials' time, and the speed-ups' stages hold about as many candidates as the
+# learning knobs' and the final check together, but one cold compile costs a minute on a busy 2-core CPU.
+SPEED_SHARE = 1 / 3
 
 
 def speeds(knob: Knob) -> bool:

@@ -314,8 +314,9 @@ def tune(
     tuning never leaves a user below where they started. `objective`: what a candidate must improve (samples/s by
     default; time to a target)."""
     work = Path(work)
-    budget = Budget(budget_s, reserve=2 * trials if final_check else 0)
     objective = objective or Objective()
+    shares = {levers.SPEED: levers.SPEED_SHARE} if objective.time else None
+    budget = Budget(budget_s, reserve=2 * trials if final_check else 0, shares=shares)
     subject = RecipeSubject(base) if isinstance(base, Recipe) else base
     m = Measure(subject, settings, trials, console or Console(stderr=True), budget, run_trials, objective)
     result = TuneResult(loads=m.loads)
