@@ -410,4 +410,7 @@ def test_the_speedup_stages_leave_two_thirds_of_the_budget_to_the_runs_to_the_ta
     assert notes[("speedups.compile", "on")] == "not measured: over the --budget"
     # the rest went to the runs to the target: the speed-ups chosen against the recipe as given, whose curve set it
     assert any(s[0] == "speed-ups" for s in seen) and result.target.startswith("val_loss<=")
-    assert notes[("speed-ups", "as given")] == "reference (as given)"
+    # there the budget cut the stage after the recipe as given: a stage cut short is not trusted, nothing is kept
+    assert notes[("speed-ups", "as given")] == "reference (as given); stage ended early: over the --budget"
+    assert notes[("speed-ups", "speedups.optim=impl=fused")] == "not run; stage ended early: over the --budget"
+    assert "speedups.optim" not in result.chosen

@@ -97,16 +97,20 @@ def by_time(m: Measure, result: TuneResult, speed_keys: list[str], out: Path, fa
         return  # the speed-ups stay chosen by samples/s; the final check still runs them against the given
     files = subject.inputs(variants, out)
     jobs = [(t, v.name, files[v.name]) for t, v in interleave(variants, m.trials)]
-    done = m.run(jobs, out, skip=WithinBudget(m.budget, [name for _, name, _ in jobs], m.kind))
+    within = WithinBudget(m.budget, [name for _, name, _ in jobs], m.kind)
+    done = m.run(jobs, out, skip=within)
     m.budget.record(done, m.kind)
     report = summarize(m.objective.read(done, given.name), variants, given.name)
     checks = {v.name: final_check(report.variant(v.name), report.variant(given.name)) for v in variants[1:]}
-    kept = [r for n, check in checks.items() if _kept(r := report.variant(n), check)]
+    # a stage cut short by the budget is not trusted (as a speed stage's is not): the speed-ups stay as given
+    kept = [] if within.cut else [r for n, check in checks.items() if _kept(r := report.variant(n), check)]
     best = min(kept, key=lambda r: r.time_to_target_s, default=None)
     for r in report.variants:
         note = "reference (as given)" if r.name == given.name else "chosen" if best and r.name == best.name else ""
         if r.name in checks and not _kept(r, checks[r.name]):
             note = "not kept: no sooner than as given on the median, or short of the target in a trial"
+        if within.cut:
+            note = "; ".join(filter(None, [note if r.trials else "not run", "stage ended early: over the --budget"]))
         result.rows.append(measured_row(KEY, r, note=note, value=r.overrides))
     result.compared.append(KEY)
     for key in levers:  # as given, unless kept

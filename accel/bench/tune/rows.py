@@ -8,6 +8,8 @@ from ..knobs import TRAITS, Knob
 from ..records import Interval, Reading, Record, VariantSummary, Verdict, busy_fields
 from ..summary import MIN_TRIALS
 
+NOT_RUN = "not run (a smaller value failed)"
+
 
 class TuneRow(Record):
     """One candidate of one knob, as tune.json and the table show it. A candidate that never ran has only
@@ -108,7 +110,7 @@ def _note(key: str, r: VariantSummary, current: str, best: str, passed: dict[str
         note = f"not chosen: no verdict, the machine was busy during the trials (others took {r.busy:.0%} of the cores)"
     failed = [t.error for t in r.trials if t.error]
     if not r.trials:
-        note = "not run (a smaller value failed)"
+        note = NOT_RUN
     elif failed:
         last = [ln for ln in failed[0].strip().splitlines() if ln.strip()] or ["?"]
         note = (note + "; " if note else "") + f"{len(failed)} failed: {last[-1][:120]}"

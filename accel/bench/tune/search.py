@@ -29,7 +29,7 @@ from .budget import OBJECTIVE, Budget, WithinBudget
 from .configs import RecipeSubject, Subject
 from .lr_range import lr_range_knob
 from .objective import Objective
-from .rows import FinalCheck, TuneRow, final_check, measured_row, skipped_row, unusable_rows
+from .rows import NOT_RUN, FinalCheck, TuneRow, final_check, measured_row, skipped_row, unusable_rows
 
 
 class TrialRunner(Protocol):
@@ -242,11 +242,18 @@ def _pick(
 def _stage_rows(stage: Stage, report: Report, best: str, passed: dict[str, str]) -> list[TuneRow]:
     rows = [measured_row(stage.knob.key, r, stage.reference, best, passed) for r in report.variants]
     if stage.cut:
+        failed = any(t.error for t in stage.trials)  # else a candidate with no trial was cut, not bounded
         rows = [
-            r.model_copy(update={"note": "; ".join(filter(None, [r.note, "stage ended early: over the --budget"]))})
-            for r in rows
+            r.model_copy(update={"note": "; ".join(filter(None, [_unless_cut(r.note, failed), CUT]))}) for r in rows
         ]
     return rows
+
+
+CUT = "stage ended early: over the --budget"
+
+
+def _unless_cut(note: str, failed: bool) -> str:
+    return "not run" if note == NOT_RUN and not failed else note
 
 
 def _search_knob(m: Measure, result: TuneResult, knob: Knob, out: Path, traits: dict[str, bool]) -> None:
