@@ -414,3 +414,22 @@ def test_the_speedup_stages_leave_two_thirds_of_the_budget_to_the_runs_to_the_ta
     assert notes[("speed-ups", "as given")] == "reference (as given); stage ended early: over the --budget"
     assert notes[("speed-ups", "speedups.optim=impl=fused")] == "not run; stage ended early: over the --budget"
     assert "speedups.optim" not in result.chosen
+
+
+def test_a_time_search_that_ran_no_run_to_the_target_still_reads_as_one(lm_base, tmp_path):
+    base = validate_recipe(lm_base)
+    result = tune(
+        base,
+        SPEED_KNOBS[:1],  # bf16 alone: faster, but it changes results, so nothing is run to the target
+        tmp_path,
+        time_settings(base),
+        trials=3,
+        final_check=True,
+        run_trials=simulated_levers([]),
+        objective=Objective("time", speed=TrialSettings(steps=10, warmup=3, evaluate=False)),
+    )
+    assert result.target is None and result.final is None and not levers.shares(result)
+    console = Console(file=io.StringIO(), width=300)
+    console.print(table(result))
+    rendered = " ".join(console.file.getvalue().split())
+    assert "time to the target (none run)" in rendered and "samples/s ratio" in rendered

@@ -35,7 +35,7 @@ def _ratio(interval: Interval | None) -> str:
 
 def table(result: TuneResult) -> Table:
     """The measurements as a rich table, one row per candidate, grouped by knob."""
-    if result.target:
+    if result.target or result.objective == "time":  # the time objective's, even when no run reached a target
         return _time_table(result)
     out = Table(title="accel tune: samples/s per candidate (ratio vs the recipe's value; vs off for speed-ups)")
     for column in ("knob", "value", "samples/s [95% CI]", "ratio [95% CI]", "median-step ratio", "verdict", "note"):
@@ -71,8 +71,8 @@ def _reached(time_s: float | None, reached: int | None) -> str:
 
 def _time_table(result: TuneResult) -> Table:
     out = Table(
-        title=f"accel tune: time to {result.target} per candidate (ratio vs the reference's; below 1: sooner; "
-        "speed-ups first by samples/s)",
+        title=f"accel tune: time to {result.target or 'the target (none run)'} per candidate (ratio vs the "
+        "reference's; below 1: sooner; speed-ups first by samples/s)",
         caption=shares_line(result),
     )
     columns = ("knob", "value", "time to target s", "time ratio [95% CI]", "samples/s ratio [95% CI]", "verdict")

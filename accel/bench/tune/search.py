@@ -62,6 +62,7 @@ class TuneResult:
     interrupted: bool = False  # Ctrl-C, SIGTERM or SIGHUP ended the search: nothing was chosen
     # --objective time: each lever kept and its stage's time ratio against the choices before it (tune.levers)
     levers: list[tuple[str, Reading | None]] = field(default_factory=list)
+    objective: str = "speed"  # what the search ranked by (accel.bench.tune.objective)
 
     @property
     def labels(self) -> dict[str, str]:
@@ -326,7 +327,7 @@ def tune(
     budget = Budget(budget_s, reserve=2 * trials if final_check else 0, shares=shares)
     subject = RecipeSubject(base) if isinstance(base, Recipe) else base
     m = Measure(subject, settings, trials, console or Console(stderr=True), budget, run_trials, objective)
-    result = TuneResult(loads=m.loads)
+    result = TuneResult(loads=m.loads, objective=objective.name)
     try:
         _search(m, result, knobs, work, final_check)
     except (KeyboardInterrupt, runner.TrialsStopped):  # the record says so, and what was measured (nothing chosen)
