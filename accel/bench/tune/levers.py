@@ -24,7 +24,7 @@ from ..summary import summarize
 from ..variants import Variant, format_value, interleave
 from .budget import WithinBudget
 from .objective import Objective
-from .rows import FinalCheck, TuneRow, final_check, measured_row, skipped_row
+from .rows import CUT, FinalCheck, TuneRow, final_check, measured_row, skipped_row
 
 if TYPE_CHECKING:
     from ..knobs import Knob
@@ -113,7 +113,7 @@ def by_time(m: Measure, result: TuneResult, speed_keys: list[str], out: Path, fa
         if r.name in checks and not _kept(r, checks[r.name]):
             note = "not kept: no sooner than as given on the median, or short of the target in a trial"
         if within.cut:
-            note = "; ".join(filter(None, [note if r.trials else "not run", "stage ended early: over the --budget"]))
+            note = "; ".join(filter(None, [note if r.trials else "not run", CUT]))
         result.rows.append(measured_row(KEY, r, note=note, value=r.overrides))
     result.compared.append(KEY)
     for key in levers:  # as given, unless kept

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..knobs import TRAITS, Knob
-from ..records import Interval, Reading, Record, VariantSummary, Verdict, busy_fields
+from ..records import Interval, Reading, Record, Report, Trial, VariantSummary, Verdict, busy_fields
 from ..summary import MIN_TRIALS
 
 NOT_RUN = "not run (a smaller value failed)"
@@ -144,3 +144,29 @@ def measured_row(
         target_reached=r.target_reached,
         break_even_steps=r.break_even_steps,
     )
+
+
+CUT = "stage ended early: over the --budget"
+
+
+def stage_rows(
+    key: str,
+    report: Report,
+    reference: str,
+    best: str,
+    passed: dict[str, str],
+    cut: bool = False,
+    trials: list[Trial] = (),
+) -> list[TuneRow]:
+    """A stage's rows; `cut`: the budget ended it early, and a candidate with no trial was cut, not bounded by a
+    smaller value's failure, unless one of its `trials` failed."""
+    rows = [measured_row(key, r, reference, best, passed) for r in report.variants]
+    if not cut:
+        return rows
+    failed = any(t.error for t in trials)
+    return [
+        r.model_copy(
+            update={"note": "; ".join(filter(None, ["not run" if r.note == NOT_RUN and not failed else r.note, CUT]))}
+        )
+        for r in rows
+    ]

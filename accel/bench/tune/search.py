@@ -29,7 +29,7 @@ from .budget import OBJECTIVE, Budget, WithinBudget
 from .configs import RecipeSubject, Subject
 from .lr_range import lr_range_knob
 from .objective import Objective
-from .rows import NOT_RUN, FinalCheck, TuneRow, final_check, measured_row, skipped_row, unusable_rows
+from .rows import FinalCheck, TuneRow, final_check, skipped_row, stage_rows, unusable_rows
 
 
 class TrialRunner(Protocol):
@@ -240,23 +240,6 @@ def _pick(
     return best or report.variant(baseline), passed
 
 
-def _stage_rows(stage: Stage, report: Report, best: str, passed: dict[str, str]) -> list[TuneRow]:
-    rows = [measured_row(stage.knob.key, r, stage.reference, best, passed) for r in report.variants]
-    if stage.cut:
-        failed = any(t.error for t in stage.trials)  # else a candidate with no trial was cut, not bounded
-        rows = [
-            r.model_copy(update={"note": "; ".join(filter(None, [_unless_cut(r.note, failed), CUT]))}) for r in rows
-        ]
-    return rows
-
-
-CUT = "stage ended early: over the --budget"
-
-
-def _unless_cut(note: str, failed: bool) -> str:
-    return "not run" if note == NOT_RUN and not failed else note
-
-
 def _search_knob(m: Measure, result: TuneResult, knob: Knob, out: Path, traits: dict[str, bool]) -> None:
     """One stage: measure `knob`'s candidates (unless they would overrun the budget) and record the choice."""
     plain = m.subject.plain()
@@ -300,7 +283,7 @@ def _search_knob(m: Measure, result: TuneResult, knob: Knob, out: Path, traits: 
     if any(t.variant != stage.reference for t in trials):
         result.compared.append(knob.key)
     result.env = result.env or next((t.env for t in trials if t.env), {})
-    result.rows += _stage_rows(stage, report, best.name, passed)
+    result.rows += stage_rows(stage.knob.key, report, stage.reference, best.name, passed, stage.cut, stage.trials)
 
 
 def tune(
