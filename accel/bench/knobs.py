@@ -148,13 +148,21 @@ def lr_for_batch(batch: int, chosen: dict[str, Any], plain: dict) -> dict[str, A
     return {LR_KEY: float(f"{lr * (batch / before) ** power:.4g}")}
 
 
-def time_knobs(base: Recipe, batch_sizes: str | None = None, tries: list[str] = ()) -> list[Knob]:
-    """`tune --objective time`: the knobs that change learning, in order. The optimizer (Muon on the hidden
-    matrices against the recipe's), then the learning rate (a range test proposes the candidate), then the batch
-    size with the learning rate scaled to it. Speed-ups, workers and threads change only speed: tune them with
-    the speed objective first."""
+def time_knobs(
+    base: Recipe,
+    batch_sizes: str | None = None,
+    tries: list[str] = (),
+    speedups: bool = False,
+    device: torch.device | None = None,
+) -> list[Knob]:
+    """`tune --objective time`: with `speedups`, the speed-up knobs first (searched by samples/s, then run together
+    to the target: accel/bench/tune/levers.py); then the knobs that change learning, in order. The optimizer
+    (Muon on the hidden matrices against the recipe's), then the learning rate (a range test proposes the
+    candidate), then the batch size with the learning rate scaled to it. Workers and threads change only speed:
+    tune them with the speed objective."""
     b = base.data.batch_size
-    knobs = [Knob(OPTIMIZER_KEY, ["muon"])] if base.optim.name != "muon" else []
+    knobs = speedup_knobs(base.dump()["speedups"], device or torch.device("cpu")) if speedups else []
+    knobs += [Knob(OPTIMIZER_KEY, ["muon"])] if base.optim.name != "muon" else []
     knobs += [
         Knob(LR_KEY, [], range_test=True),
         Knob(BATCH_KEY, _listed(batch_sizes, [max(1, b // 2), b, 2 * b]), bounded=True, couple=lr_for_batch),

@@ -117,7 +117,7 @@ def add(commands) -> None:
         dest="speedups",
         action="store_false",
         help="leave the speed-ups as the recipe has them (default: try amp, channels_last, "
-        "attention, fused optimizer and compile, each kept only if it measurably helps)",
+        "attention, fused optimizer and compile, each kept only if it measurably helps, for either objective)",
     )
     tune_parser.add_argument(
         "--budget",
@@ -140,7 +140,8 @@ def add(commands) -> None:
         choices=("speed", "time"),
         default="speed",
         help="speed: samples/s (speed-ups, batch size, workers, threads); time: the wall time until a validation "
-        "target (optimizer, learning rate by a range test, batch size with the learning rate scaled)",
+        "target (the speed-ups that raise samples/s and keep the results, then optimizer, learning rate by a range "
+        "test, batch size with the learning rate scaled, on top of them)",
     )
     tune_parser.add_argument(
         "--target",
@@ -345,7 +346,9 @@ def tune(args: argparse.Namespace) -> int:
     out, reads = Path(args.out) if args.out else work / "tuned.yaml", recipe_files(find_recipe(args.recipe))
     check_fragment_out(out, reads)  # now, not after a search of minutes
     settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache, evaluate=False)
-    objective = Objective(args.objective, parse_target(args.target) if args.target else None)
+    # the time objective's speed-up stages run the speed objective's short trials (accel/bench/tune/levers.py)
+    speed = TrialSettings(*SPEED_STEPS, args.timeout, args.warm_cache, evaluate=False) if time else None
+    objective = Objective(args.objective, parse_target(args.target) if args.target else None, speed=speed)
     if objective.target is not None:
         check_target_metric(objective.target, [base.task])
     if time:
@@ -401,16 +404,16 @@ def _tune_knobs(args: argparse.Namespace, base) -> list:
     from ..bench.tune import build_knobs, time_knobs
     from ..devices import resolve_device
 
+    device = resolve_device(base.device)
     if args.objective == "time":
-        if args.workers or args.threads or not args.speedups:
+        if args.workers or args.threads:
             raise AccelError(
-                "--objective time tunes the optimizer, learning rate and batch size; --workers, --threads and "
-                "--no-speedups belong to --objective speed (run it first, then tune its result for time)."
+                "--objective time tunes the speed-ups, optimizer, learning rate and batch size; --workers and "
+                "--threads belong to --objective speed (run it first, then tune its result for time)."
             )
-        return time_knobs(base, args.batch_sizes, args.tries)
+        return time_knobs(base, args.batch_sizes, args.tries, speedups=args.speedups, device=device)
     if args.target:
         raise AccelError("--target needs --objective time (the speed objective measures samples/s).")
-    device = resolve_device(base.device)
     return build_knobs(
         base, args.batch_sizes, args.workers, args.threads, args.tries, speedups=args.speedups, device=device
     )

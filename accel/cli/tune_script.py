@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import AccelError
@@ -26,14 +27,14 @@ def tune_script(args: argparse.Namespace) -> int:
     args.steps = SPEED_STEPS[0] if args.steps is None else args.steps
     args.warmup = (TIME_STEPS if time else SPEED_STEPS)[1] if args.warmup is None else args.warmup
     check_trial_options(args)
-    objective = Objective(args.objective, parse_target(args.target, any_metric=True) if args.target else None)
+    target = parse_target(args.target, any_metric=True) if args.target else None
     work = Path(args.work) if args.work else default_out(script_name(args.user_script), kind="tune")
     check_results_out(work, "tune", "--work")
     out, reads = Path(args.out) if args.out else work / "tuned.yaml", _files(args.user_script)
     check_fragment_out(out, reads)  # before the probe, which runs the script until it creates its engine
     subject = ScriptSubject.probed(args.user_script, args.overrides, args.timeout)
     if time:
-        knobs = time_knobs(subject, args.lr_arg, args.batch_arg, args.batch_sizes, args.tries)
+        knobs = time_knobs(subject, args.lr_arg, args.batch_arg, args.batch_sizes, args.tries, args.speedups)
     else:
         knobs = speed_knobs(subject, args.speedups, args.batch_arg, args.batch_sizes, args.tries)
     if not knobs:
@@ -48,6 +49,9 @@ def tune_script(args: argparse.Namespace) -> int:
         evaluate=False,
         metric_patterns=tuple(args.metric_pattern),
     )
+    # --objective time searches the speed-ups first in the speed objective's short trials (accel.bench.tune.levers)
+    speed = replace(settings, steps=SPEED_STEPS[0], warmup=SPEED_STEPS[1], timeout=args.timeout or SCRIPT_TIMEOUT_S)
+    objective = Objective(args.objective, target, speed=speed if time else None)
     result = searched(
         lambda: run_tune(
             subject, knobs, work, settings, args.trials, budget_s=args.budget, final_check=True, objective=objective
@@ -76,8 +80,6 @@ def _check(args: argparse.Namespace) -> bool:
             "own: vary its options with --try arg:--OPTION=V1,V2, or engine keys with --try KEY=V1,V2."
         )
     time = args.objective == "time"
-    if time and not args.speedups:
-        raise AccelError("--no-speedups belongs to --objective speed: --objective time leaves the speed-ups as given.")
     if not time and (args.target or args.lr_arg):
         raise AccelError("--target and --lr-arg need --objective time (the speed objective measures samples/s).")
     if args.target:
@@ -95,7 +97,8 @@ def _files(command: list[str]) -> list[Path]:
 def _nothing_to_tune(time: bool) -> str:
     if time:
         return (
-            "nothing to tune for time: name the script's learning-rate and batch-size options (--lr-arg=--lr "
-            "--batch-arg=--batch), or --try KEY=V1,V2 (the engine's optimizer is muon already)."
+            "nothing to tune for time: no speed-up to try here (or --no-speedups); name the script's learning-rate "
+            "and batch-size options (--lr-arg=--lr --batch-arg=--batch), or --try KEY=V1,V2 (the engine's "
+            "optimizer is muon already)."
         )
     return "nothing to tune: every knob was given an empty list, or --no-speedups with no --batch-arg or --try."

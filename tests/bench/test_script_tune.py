@@ -10,9 +10,10 @@ import sys
 import pytest
 import yaml
 
+from accel.bench import runner
 from accel.bench.records import Trial
 from accel.bench.trial_process import TrialSettings
-from accel.bench.tune import Knob, tune
+from accel.bench.tune import Knob, Objective, levers, tune
 from accel.bench.tune.script import (
     ScriptSubject,
     UnchangedScript,
@@ -28,6 +29,7 @@ from accel.optimizers.traits import OptimizerTraits
 from accel.speedups import RunFacts
 from conftest import ROOT
 
+FOREACH = {"impl": "foreach", "enabled": True}
 RESNET = [sys.executable, str(ROOT / "examples" / "resnet_loop.py"), "--size", "8", "--batch", "4", "--samples", "32"]
 
 
@@ -112,7 +114,6 @@ def test_tune_refuses_what_a_script_cannot_take_before_running_it(tmp_path, caps
     for options, said in [
         (["--workers", "0,1"], "--workers, --threads and --eval-batches set a recipe's keys"),
         (["--lr-arg=--lr"], "need --objective time"),
-        (["--objective", "time", "--no-speedups"], "--no-speedups belongs to --objective speed"),
     ]:
         assert main(["tune", *options, "--work", str(tmp_path / "w"), *script]) == 2
         assert said in capsys.readouterr().err
@@ -130,6 +131,11 @@ def test_tune_for_time_on_the_gpt_loop_for_real(tmp_path, capsys):
     assert printed[-2] == str(out)
     got = json.loads((work / "tune.json").read_text())
     assert got["target"].startswith("val_loss<=")  # the script's own end-of-run loss, read from its curves
+    # its 6 steps are fewer than the speed-up stages' short trials take (3 + 10): the speed-ups stay as given, and
+    # the learning knobs are searched all the same
+    (speedups,) = [r for r in got["rows"] if r["knob"] == "speed-ups"]
+    assert speedups["note"].startswith("speed-ups not searched: the script as given failed their short throughput")
+    assert "ended after 6 of the 13 optimizer steps" in speedups["note"]
     rows = {r["value"]: r for r in got["rows"] if r["knob"] == "optimizer"}
     assert rows[None]["target_reached"] == 2 and rows[None]["time_to_target_s"] > 0
     assert rows["muon"]["target_reached"] is not None  # measured beside it (reached or not)
@@ -141,6 +147,44 @@ def test_tune_for_time_on_the_gpt_loop_for_real(tmp_path, capsys):
         assert printed[-1] == f"ACCEL_SPEEDUPS={out} {' '.join(gpt)}"
     text = out.read_text()
     assert text.startswith("# Written by `accel tune --objective time") and yaml.safe_load(text) == {"speedups": {}}
+
+
+@pytest.mark.slow
+def test_the_time_objective_tries_a_speedup_on_the_gpt_loop_for_real(tmp_path):
+    """A speed-up stage of short throughput trials, then the learning rate to the script's own end-of-run loss on
+    top of what it chose, in real processes of the GPT example (which of them wins is the machine's to say)."""
+    gpt = [sys.executable, str(ROOT / "examples" / "gpt_loop.py"), "--data", str(tmp_path / "data")]
+    gpt += ["--steps", "16", "--batch", "4", "--accum", "1", "--block", "16", "--eval-every", "4", "--lr", "3e-3"]
+    subject = ScriptSubject.probed(gpt, [], 300)
+    optim = Knob("speedups.optim", [{"enabled": False}, FOREACH], speedup=True, labels=["off", "impl=foreach"])
+    seen: list = []
+
+    def run_trials(jobs, out, settings, console=None, skip=None):
+        seen.extend((out.name, launch.accel_set(), settings.steps) for _, _, launch in jobs)
+        return runner.run_trials(jobs, out, settings, console, skip=skip)
+
+    result = tune(
+        subject,
+        [optim, Knob("arg:--lr", [6e-3])],
+        tmp_path / "work",
+        TrialSettings(0, 1, 300, evaluate=False),  # each trial the script's own run
+        trials=2,
+        final_check=True,
+        run_trials=run_trials,
+        objective=Objective("time", speed=TrialSettings(5, 2, 300, evaluate=False)),
+    )
+    trials = {p: json.loads(p.read_text()) for p in (tmp_path / "work").rglob("trials/*.json")}
+    by_speed = [t for p, t in trials.items() if p.parts[-3] == "0-speedups.optim"]
+    assert len(by_speed) == 4 and all(t["steps"] == 5 and "target_evals" not in t for t in by_speed)
+    assert {steps for where, _, steps in seen if where == "0-speedups.optim"} == {5}
+    assert result.target.startswith("val_loss<=")  # read from the script as given, in the first run to the target
+    assert all(t["target_evals"] for p, t in trials.items() if p.parts[-3] == "1-arg:--lr")
+    foreach = result.chosen.get("speedups.optim") == FOREACH  # measurably faster, and no later to the target
+    assert foreach == any(r.knob == "speed-ups" and r.note == "chosen" for r in result.rows)
+    lr_sets = {accel_set for where, accel_set, _ in seen if where == "1-arg:--lr"}
+    assert all(("foreach" in accel_set) == foreach for accel_set in lr_sets)  # the learning rate on top of it
+    if result.final is not None and not result.final.slower:
+        assert dict(levers.shares(result))["together"] == result.final.time_ratio
 
 
 def test_the_speed_knobs_start_from_the_scripts_speedups_and_launch_as_measured(resnet):

@@ -740,3 +740,12 @@ def test_a_kept_value_says_so_and_a_scripts_null_is_its_own_choice():
     kept = choice_line(result, plain, "optimizer", None, "script")
     assert kept == "optimizer: the script's own (kept from the script: nothing measurably beat it)"
     assert choice_line(result, plain, "data.batch_size", 32, "script").startswith("data.batch_size: 32 (script had 16;")
+
+
+def test_a_candidate_the_budget_cut_before_it_ran_says_so_not_that_a_smaller_value_failed(tiny, tmp_path):
+    fake = simulated_speedups([], compile_wall_s=100.0)
+    values = [{"enabled": False}, {"enabled": True}, {"enabled": True, "regional": True}]
+    knobs = [Knob("speedups.compile", values, speedup=True, labels=["off", "on", "regional=true"])]
+    result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=2, budget_s=150, run_trials=fake)
+    notes = {r.label: r.note for r in result.rows if r.knob == "speedups.compile"}
+    assert notes["regional=true"] == "not run; stage ended early: over the --budget"

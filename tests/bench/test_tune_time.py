@@ -16,7 +16,7 @@ from accel.bench.records import Trial, Verdict
 from accel.bench.summary import summarize
 from accel.bench.target import Target
 from accel.bench.trial_process import TrialSettings
-from accel.bench.tune import Objective, table, time_knobs, tune, write_fragment
+from accel.bench.tune import Knob, Objective, levers, table, time_knobs, tune, write_fragment
 from accel.bench.tune.lr_range import LAG, propose, rates
 from accel.bench.tune.objective import reached_by
 from accel.bench.variants import Variant
@@ -214,7 +214,19 @@ def test_tune_for_time_for_real(tmp_path, capsys):
     path = tmp_path / "lm.yaml"
     path.write_text(yaml.safe_dump(recipe))
     work, out = tmp_path / "work", tmp_path / "tuned.yaml"
-    argv = ["tune", str(path), "--objective", "time", "--steps", "5", "--trials", "1", "--batch-sizes="]
+    # the learning knobs alone (the speed-ups' stages are the simulated tests' and the GPT loop's, test_script_tune)
+    argv = [
+        "tune",
+        str(path),
+        "--objective",
+        "time",
+        "--steps",
+        "5",
+        "--trials",
+        "1",
+        "--batch-sizes=",
+        "--no-speedups",
+    ]
     assert main([*argv, "--work", str(work), "--out", str(out)]) == 0
     data = json.loads((work / "tune.json").read_text())
     assert data["target"].startswith("val_loss<=")
@@ -233,3 +245,191 @@ def test_tune_for_time_refuses_speed_options(tiny, write_recipe, capsys):
     assert "belong to --objective speed" in capsys.readouterr().err
     assert main(["tune", str(write_recipe(tiny)), "--target", "val_loss=1"]) == 2
     assert "--target needs --objective time" in capsys.readouterr().err
+
+
+# --- every lever: the speed-ups by samples/s, together to the target, then the learning knobs on top ---------------
+
+FUSED, BF16, COMPILE = {"impl": "fused", "enabled": True}, {"dtype": "bf16", "enabled": True}, {"enabled": True}
+SPEED_KNOBS = [  # as speedup_knobs makes them, written out so that the test reads the same on every CPU
+    Knob("speedups.amp", [{"enabled": False}, BF16], speedup=True, labels=["off", "dtype=bf16"]),
+    Knob("speedups.optim", [{"enabled": False}, FUSED], speedup=True, labels=["off", "impl=fused"]),
+    Knob("speedups.compile", [{"enabled": False}, COMPILE], speedup=True, labels=["off", "on"]),
+]
+
+
+def simulated_levers(seen: list, final_slower: bool = False):
+    """A run_trials stand-in with speed-ups: the fused optimizer 1.5x the samples/s, bf16 2x but its training loss
+    moves (it changes results), compile 1.2x on top with 3 s of start-up. Throughput trials (no `samples`: the
+    speed-up stages) report samples/s, step times, their first step and the training loss; runs to the target
+    are `simulated_learning`'s, their steps as fast as the speed-ups make them, after the start-up."""
+
+    def run_trials(jobs, out, settings, console=None, skip=None):
+        results = []
+        for trial, name, path in jobs:
+            if skip is not None and skip(name, results):
+                continue
+            recipe = yaml.safe_load(path.read_text())
+            on = {k for k, v in recipe["speedups"].items() if v.get("enabled", True)}
+            optim, batch = recipe["optim"], recipe["data"]["batch_size"]
+            seen.append((out.name, name, tuple(sorted(on)), settings.samples is None))
+            speed = (1.5 if "optim" in on else 1.0) * (2.0 if "amp" in on else 1.0) * (1.2 if "compile" in on else 1)
+            start = 2.0 + (3.0 if "compile" in on else 0.0)
+            sps = 100 * speed * (1 + 0.01 * trial)
+            if settings.samples is None:  # a speed-up stage's throughput trial
+                results.append(
+                    Trial(
+                        variant=name,
+                        trial=trial,
+                        samples_per_s=sps,
+                        median_step_samples_per_s=sps,
+                        step_times_s=[batch / sps] * settings.steps,
+                        first_step_s=start,
+                        final_loss=(2.5 if "amp" in on else 2.0) + 0.001 * trial,
+                        wall_s=start + settings.steps * batch / sps,
+                        env={"device": "cpu (simulated)", "torch": "2.x"},
+                    )
+                )
+                continue
+            slow = 3.0 if final_slower and out.name == "final" and name == "tuned" else 1.0
+            drop = learning(optim["name"], optim["lr"], batch) * (1 + 0.01 * trial)
+            steps, step_s = settings.samples // batch, batch / sps * slow
+            evals = []
+            for k in range(1, 11):
+                step = steps * k // 10
+                value = 3.0 - drop * step * batch
+                evals.append({"step": step, "wall_s": start + step * step_s, "value": value})
+                if settings.stop_at_target and value <= float(settings.target.partition("=")[2]):
+                    break
+            results.append(
+                Trial(
+                    variant=name,
+                    trial=trial,
+                    samples_per_s=sps / slow,
+                    wall_s=evals[-1]["wall_s"],
+                    val_metric_name="val_loss",
+                    target_evals=evals,
+                    env={"device": "cpu (simulated)", "torch": "2.x"},
+                )
+            )
+        return results
+
+    return run_trials
+
+
+def tune_levers(lm_base, tmp_path, seen: list, final_slower: bool = False):
+    base = validate_recipe({**lm_base, "train": {**lm_base["train"], "max_steps": 1000}})
+    speed = TrialSettings(steps=10, warmup=3, evaluate=False)
+    knobs = [*SPEED_KNOBS, Knob(LR_KEY, [BEST_LR])]
+    result = tune(
+        base,
+        knobs,
+        tmp_path,
+        time_settings(base),
+        trials=3,
+        final_check=True,
+        run_trials=simulated_levers(seen, final_slower),
+        objective=Objective("time", speed=speed),
+    )
+    return base, result
+
+
+def test_time_objective_keeps_the_speedups_that_help_without_changing_results_then_tunes_learning(lm_base, tmp_path):
+    seen: list = []
+    base, result = tune_levers(lm_base, tmp_path, seen)
+    # the speed-up stages ran short throughput trials (no samples, no target), each against off
+    speed_stages = {where for where, _, _, by_speed in seen if by_speed}
+    assert speed_stages == {"0-speedups.amp", "1-speedups.optim", "2-speedups.compile"}
+    notes = {(r.knob, r.label): r.note for r in result.rows}
+    assert notes[("speedups.amp", "dtype=bf16")].startswith("faster, but its training loss moved beyond noise")
+    assert notes[("speedups.optim", "impl=fused")] == "chosen" and notes[("speedups.compile", "on")] == "chosen"
+    # then the chosen ones together to the target, against the recipe as given (whose curves set the target), and
+    # without compile, whose 3 s start-up the compressed run does not repay: that one is kept
+    together = {r.label: r for r in result.rows if r.knob == "speed-ups"}
+    assert set(together) == {
+        "as given",
+        "speedups.optim=impl=fused, speedups.compile=on",
+        "speedups.optim=impl=fused",
+    }
+    assert together["as given"].note == "reference (as given)" and together["as given"].time_to_target_s > 0
+    kept = together["speedups.optim=impl=fused"]
+    assert kept.note == "chosen" and kept.time_ratio.median < 1 and kept.target_reached == 3
+    assert result.target == f"val_loss<={3.0 - learning('adamw', 0.001, 32) * 60 * 32:g}"
+    assert result.chosen["speedups.optim"] == FUSED and "speedups.compile" not in result.chosen
+    # the learning rate was searched on top of the fused optimizer, to the same target
+    lr_trials = [s for s in seen if s[0] == f"3-{LR_KEY}"]
+    assert lr_trials and all(s[2] == ("optim",) and not s[3] for s in lr_trials)
+    assert result.chosen[LR_KEY] == BEST_LR
+    # what each lever bought, and all together in the final check
+    shares = dict(levers.shares(result))
+    speedups, lr, together = shares[f"speed-ups ({kept.label})"], shares[LR_KEY], shares["together"]
+    assert speedups.median == pytest.approx(kept.time_ratio.median) and lr.median < 1
+    assert together.median < min(speedups.median, lr.median) and not result.final.slower
+    line = levers.shares_line(result)
+    assert f"speed-ups ({kept.label}) {speedups.text()}, {LR_KEY} {lr.text()}" in line
+    assert f"together {together.text()}" in line
+    assert json.loads((tmp_path / "tune.json").read_text())["shares"]["together"]["median"] == together.median
+
+    console = Console(file=io.StringIO(), width=300)
+    console.print(table(result))
+    rendered = " ".join(console.file.getvalue().replace("│", "|").split())
+    assert "| speedups.optim | impl=fused | | | 1.50x" in rendered and "What bought the time" in rendered
+    settings = time_settings(base)
+    text = write_fragment(result, tmp_path / "tuned.yaml", base, "accel tune lm.yaml --objective time", settings, 3)
+    fragment = text.read_text()
+    assert yaml.safe_load(fragment) == {"speedups": {"optim": FUSED}, "optim": {"lr": BEST_LR}}
+    assert "speedups.optim: impl=fused (1.50x" in fragment and "Speed-ups first, each by samples/s" in fragment
+    assert "What bought the time to the target: speed-ups (" in fragment
+
+
+def test_time_objective_never_writes_a_configuration_slower_than_the_one_given(lm_base, tmp_path):
+    base, result = tune_levers(lm_base, tmp_path, [], final_slower=True)
+    assert result.final.slower and result.chosen == {}
+    assert result.final.reverted["speedups.optim"] == FUSED and levers.shares(result) == []
+    text = write_fragment(result, tmp_path / "tuned.yaml", base, "accel tune", time_settings(base), 3)
+    assert yaml.safe_load(text.read_text()) == {} and "Slower than the recipe as given" in text.read_text()
+
+
+def test_the_speedup_stages_leave_two_thirds_of_the_budget_to_the_runs_to_the_target(lm_base, tmp_path):
+    seen: list = []
+    base = validate_recipe({**lm_base, "train": {**lm_base["train"], "max_steps": 1000}})
+    result = tune(
+        base,
+        [*SPEED_KNOBS, Knob(LR_KEY, [BEST_LR])],
+        tmp_path,
+        time_settings(base),
+        trials=3,
+        budget_s=240,
+        final_check=True,
+        run_trials=simulated_levers(seen),
+        objective=Objective("time", speed=TrialSettings(steps=10, warmup=3, evaluate=False)),
+    )
+    notes = {(r.knob, r.label): r.note for r in result.rows}
+    # amp's and the optimizer's stages fit in a third of the budget (80 s of simulated trials); compile's did not,
+    # though it would have beside the whole budget's
+    assert {s[0] for s in seen if s[3]} == {"0-speedups.amp", "1-speedups.optim"}
+    assert notes[("speedups.compile", "on")] == "not measured: over the --budget"
+    # the rest went to the runs to the target: the speed-ups chosen against the recipe as given, whose curve set it
+    assert any(s[0] == "speed-ups" for s in seen) and result.target.startswith("val_loss<=")
+    # there the budget cut the stage after the recipe as given: a stage cut short is not trusted, nothing is kept
+    assert notes[("speed-ups", "as given")] == "reference (as given); stage ended early: over the --budget"
+    assert notes[("speed-ups", "speedups.optim=impl=fused")] == "not run; stage ended early: over the --budget"
+    assert "speedups.optim" not in result.chosen
+
+
+def test_a_time_search_that_ran_no_run_to_the_target_still_reads_as_one(lm_base, tmp_path):
+    base = validate_recipe(lm_base)
+    result = tune(
+        base,
+        SPEED_KNOBS[:1],  # bf16 alone: faster, but it changes results, so nothing is run to the target
+        tmp_path,
+        time_settings(base),
+        trials=3,
+        final_check=True,
+        run_trials=simulated_levers([]),
+        objective=Objective("time", speed=TrialSettings(steps=10, warmup=3, evaluate=False)),
+    )
+    assert result.target is None and result.final is None and not levers.shares(result)
+    console = Console(file=io.StringIO(), width=300)
+    console.print(table(result))
+    rendered = " ".join(console.file.getvalue().split())
+    assert "time to the target (none run)" in rendered and "samples/s ratio" in rendered

@@ -15,18 +15,20 @@ the recipe's planned steps. Batch sizes are tried in ascending order and the fir
 or no full batch left) bounds the search. A budget skips the knobs whose trials would not fit, and ends a stage
 whose remaining trials no longer fit once its first trials show them slower than estimated (compile's minutes).
 
-With `--objective time` (`objective`) the knobs are those that change learning, ranked by the wall time until a
-validation target rather than by samples/s; its learning-rate candidate comes from a range test (`lr_range`).
-docs/bench.md says how each is run and chosen.
+With `--objective time` (`objective`) the speed-ups come first, chosen as above and then run together to the
+target (`levers`), and on top of them the knobs that change learning, ranked by the wall time until a validation
+target rather than by samples/s; its learning-rate candidate comes from a range test (`lr_range`). docs/bench.md
+says how each is run and chosen.
 
-The modules: `search` (the stages and the choice), `objective` (what a stage's winner must improve), `lr_range`,
-`budget`, `configs` (which overrides make the same configuration), `rows` (the result rows) and `output` (the
-table and the fragment).
+The modules: `search` (the stages and the choice), `objective` (what a stage's winner must improve), `levers`
+(the time objective's speed-ups and what each lever bought), `lr_range`, `budget`, `configs` (which overrides
+make the same configuration), `rows` (the result rows) and `output` (the table and the fragment).
 """
 
 from __future__ import annotations
 
 from ..knobs import BATCH_KEY, WORKERS_KEY, Knob, build_knobs, time_knobs
+from . import levers
 from .objective import Objective, time_settings
 from .output import NOTHING_MEASURED, check_fragment_out, table, write_fragment
 from .search import TrialRunner, TuneResult, tune
@@ -40,6 +42,7 @@ __all__ = [
     "TrialRunner",
     "TuneResult",
     "build_knobs",
+    "levers",
     "check_fragment_out",
     "table",
     "time_knobs",

@@ -6,36 +6,53 @@ import time
 
 from ..records import Trial
 
+OBJECTIVE = ""  # the trials of the objective itself (and of the final check); `--objective time` also runs "speed"
+
 
 class Budget:
     """Wall-clock budget: trials run only when they fit in what is left beside the `reserve` trials kept back for
-    the final check, each estimated at the mean duration seen so far, or at its own variant's where measured."""
+    the final check, each estimated at the mean duration seen so far of its kind (the time objective's speed-up
+    stages run short throughput trials beside its runs to a target), or at its own variant's where measured; a
+    kind with no trial yet at the mean of every trial. The reserve is estimated as the objective's trials. A kind
+    given a share may spend only that share of the budget (the speed-up stages of `--objective time`, which come
+    first, leave the rest to the runs to the target: a cold compile on a busy CPU once took a whole budget)."""
 
-    def __init__(self, seconds: float | None, reserve: int = 0):
-        self.seconds, self.start, self.walls, self.reserve = seconds, time.perf_counter(), [], reserve
+    def __init__(self, seconds: float | None, reserve: int = 0, shares: dict[str, float] | None = None):
+        self.seconds, self.start, self.reserve = seconds, time.perf_counter(), reserve
+        self.walls: dict[str, list[float]] = {}  # kind -> each trial's wall time
+        self.shares = shares or {}
 
-    def record(self, trials: list[Trial]) -> None:
-        self.walls += [t.wall_s for t in trials if t.wall_s]
+    def record(self, trials: list[Trial], kind: str = OBJECTIVE) -> None:
+        self.walls.setdefault(kind, []).extend(t.wall_s for t in trials if t.wall_s)
 
-    def allows(self, runs: int) -> bool:
-        return self.fits([None] * runs)
+    def allows(self, runs: int, kind: str = OBJECTIVE) -> bool:
+        return self.fits([None] * runs, kind=kind)
 
-    def fits(self, variants: list[str | None], done: list[Trial] = ()) -> bool:
-        """Whether trials of `variants` fit, a variant with trials in `done` (its stage's so far) estimated by
-        them, any other at the mean trial."""
-        walls = self.walls + [t.wall_s for t in done if t.wall_s]
-        if self.seconds is None or not walls or not variants:
+    def fits(self, variants: list[str | None], done: list[Trial] = (), kind: str = OBJECTIVE) -> bool:
+        """Whether trials of `variants` fit, a variant with trials in `done` (its stage's so far, of `kind`)
+        estimated by them, any other at the mean trial of `kind`."""
+        mine = [t.wall_s for t in done if t.wall_s]
+        every = [w for walls in self.walls.values() for w in walls] + mine
+        if self.seconds is None or not every or not variants:
             return True
         # Trials run one after another; the elapsed time also holds each trial process's start-up.
-        spent = max(time.perf_counter() - self.start, sum(walls))
-        start_up = spent / sum(walls)
+        spent = max(time.perf_counter() - self.start, sum(every))
+        start_up = spent / sum(every)
+
+        def mean(walls: list[float]) -> float:
+            walls = walls or every
+            return start_up * sum(walls) / len(walls)
+
         own: dict[str, list[float]] = {}
         for t in done:
             if t.wall_s:
                 own.setdefault(t.variant, []).append(t.wall_s * start_up)
-        mean = spent / len(walls)
-        need = sum(sum(own[v]) / len(own[v]) if v in own else mean for v in variants)
-        return spent + need + self.reserve * mean <= self.seconds
+        typical = mean(self.walls.get(kind, []) + mine)
+        need = sum(sum(own[v]) / len(own[v]) if v in own else typical for v in variants)
+        if kind in self.shares:  # the rest of the budget, the reserve included, is the objective's
+            return spent + need <= self.shares[kind] * self.seconds
+        final = mean(self.walls.get(OBJECTIVE, []) + (mine if kind == OBJECTIVE else []))
+        return spent + need + self.reserve * final <= self.seconds
 
 
 class WithinBudget:
@@ -43,11 +60,11 @@ class WithinBudget:
     budget: a candidate much slower to run than the trials before it, a compile's minutes, shows it in its first
     trial. Jobs are asked about in order, once each."""
 
-    def __init__(self, budget: Budget | None, jobs: list[str]):
-        self.budget, self.jobs, self.asked, self.cut = budget, jobs, 0, False
+    def __init__(self, budget: Budget | None, jobs: list[str], kind: str = OBJECTIVE):
+        self.budget, self.jobs, self.asked, self.cut, self.kind = budget, jobs, 0, False, kind
 
     def __call__(self, variant: str, done: list[Trial]) -> str | None:
         left, self.asked = self.jobs[self.asked :], self.asked + 1
-        if not self.cut and self.budget is not None and not self.budget.fits(left, done):
+        if not self.cut and self.budget is not None and not self.budget.fits(left, done, self.kind):
             self.cut = True
         return "the stage's remaining trials would overrun the --budget" if self.cut else None

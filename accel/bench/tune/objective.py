@@ -20,10 +20,12 @@ from ..trial_process import TrialSettings
 
 @dataclass
 class Objective:
-    """How trials run and which variant of a stage wins; the speed objective leaves trials as the user set them."""
+    """How trials run and which variant of a stage wins; the speed objective leaves trials as the user set them.
+    `speed`: under `time`, the settings of the speed-up stages' throughput trials (accel.bench.tune.levers)."""
 
     name: str = "speed"
     target: Target | None = None
+    speed: TrialSettings | None = None
 
     @property
     def time(self) -> bool:

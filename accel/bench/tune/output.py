@@ -18,6 +18,8 @@ from ..records import Interval
 from ..summary import MIN_TRIALS
 from ..trial_process import TrialSettings
 from ..variants import format_value
+from .levers import shares_line
+from .rows import TuneRow
 from .search import TuneResult
 
 WRITTEN_BY = "# Written by `accel tune"  # how a fragment's first line starts (`_comment`): one tune may replace
@@ -33,7 +35,7 @@ def _ratio(interval: Interval | None) -> str:
 
 def table(result: TuneResult) -> Table:
     """The measurements as a rich table, one row per candidate, grouped by knob."""
-    if result.target:
+    if result.target or result.objective == "time":  # the time objective's, even when no run reached a target
         return _time_table(result)
     out = Table(title="accel tune: samples/s per candidate (ratio vs the recipe's value; vs off for speed-ups)")
     for column in ("knob", "value", "samples/s [95% CI]", "ratio [95% CI]", "median-step ratio", "verdict", "note"):
@@ -68,16 +70,23 @@ def _reached(time_s: float | None, reached: int | None) -> str:
 
 
 def _time_table(result: TuneResult) -> Table:
-    out = Table(title=f"accel tune: time to {result.target} per candidate (ratio vs the reference's; below 1: sooner)")
-    for column in ("knob", "value", "time to target s", "time ratio [95% CI]", "verdict", "samples/s", "note"):
+    out = Table(
+        title=f"accel tune: time to {result.target or 'the target (none run)'} per candidate (ratio vs the "
+        "reference's; below 1: sooner; speed-ups first by samples/s)",
+        caption=shares_line(result),
+    )
+    columns = ("knob", "value", "time to target s", "time ratio [95% CI]", "samples/s ratio [95% CI]", "verdict")
+    for column in (*columns, "samples/s", "note"):
         out.add_column(column)
     for r in result.rows:
+        by_speed = _by_speed(r)  # a speed-up stage's row: its trials ran for samples/s, not to the target
         out.add_row(
             r.knob,
             r.label,
-            _reached(r.time_to_target_s, r.target_reached),
-            _ratio(r.time_ratio),
-            (r.time_ratio and r.time_ratio.verdict) or "",
+            "" if by_speed else _reached(r.time_to_target_s, r.target_reached),
+            "" if by_speed else _ratio(r.time_ratio),
+            _ratio(r.ratio) if by_speed else "",
+            (r.verdict if by_speed else r.time_ratio and r.time_ratio.verdict) or "",
             r.samples_per_s.text("{:.1f}", ""),
             r.note,
         )
@@ -88,11 +97,17 @@ def _time_table(result: TuneResult) -> Table:
             f"tuned vs {final.given}",
             ", ".join(f"{k} {v}" for k, v in (final.reached or {}).items()),
             _ratio(final.time_ratio),
+            "",
             (final.time_ratio and final.time_ratio.verdict) or "",
             final.samples_per_s.text("{:.1f}", ""),
             "",
         )
     return out
+
+
+def _by_speed(row: TuneRow) -> bool:
+    """A row of a speed-up stage of `--objective time`: measured by samples/s, with no time to the target."""
+    return row.target_reached is None and row.time_ratio is None and row.ratio.median is not None
 
 
 def _nested(chosen: dict[str, Any]) -> dict:
@@ -111,7 +126,7 @@ def choice_line(result: TuneResult, plain: dict, key: str, value: Any, given: st
     was = format_value(lookup(plain, key))
     if row is None:  # carried by another knob's choice (a batch size's learning rate)
         return f"{key}: {format_value(value)} ({given} had {was}; set with the batch size)"
-    if result.target:
+    if result.target and not _by_speed(row):
         if lookup(plain, key) == value:
             return _kept(key, value, given)
         return f"{key}: {format_value(value)} ({given} had {was}; {_ratio(row.time_ratio)} the time to the target)"
@@ -143,6 +158,8 @@ def final_lines(result: TuneResult, given: str = "recipe") -> list[str]:
     if final.reached is not None:
         reached = ", ".join(f"{k} {v}" for k, v in final.reached.items())
         lines[0] += f" Time to {result.target}: {_ratio(final.time_ratio)} the {given}'s (reached: {reached})."
+    if (shares := shares_line(result)) is not None:
+        lines.append(shares)
     if final.reverted is not None:
         lines.append(
             f"Slower than the {given} as given, so nothing is changed: the {given} stays as it is (the "
@@ -191,8 +208,21 @@ def _rule(result: TuneResult, settings: TrialSettings) -> list[str]:
         f"Objective: the wall time from process start to {result.target}, each trial training on "
         f"{settings.samples} samples (the steps above at the recipe's batch size), evaluated ten times on "
         f"{settings.eval_batches or 'all'} validation batches.",
+        *speedups_rule(result),
         f"A value replaced the previous choice only when it reached the target measurably sooner (its 95% "
         f"interval of the time ratio below 1.0x, at least {MIN_TRIALS} trials, every one at the target).",
+    ]
+
+
+def speedups_rule(result: TuneResult) -> list[str]:
+    """How the time objective chose its speed-ups, when it searched any."""
+    if not any(_by_speed(r) for r in result.rows):
+        return []
+    return [
+        "Speed-ups first, each by samples/s in short trials as the speed objective chooses them (measurably faster "
+        f"by mean samples/s and by median step time, at least {MIN_TRIALS} trials, the training loss unchanged "
+        "beyond noise), then the chosen ones together against the configuration as given, to the target: kept "
+        "when they reached it in every trial, sooner on the median; the learning knobs were searched on top."
     ]
 
 

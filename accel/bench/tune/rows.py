@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..knobs import TRAITS, Knob
-from ..records import Interval, Reading, Record, VariantSummary, Verdict, busy_fields
+from ..records import Interval, Reading, Record, Report, Trial, VariantSummary, Verdict, busy_fields
 from ..summary import MIN_TRIALS
+
+NOT_RUN = "not run (a smaller value failed)"
 
 
 class TuneRow(Record):
@@ -26,6 +28,8 @@ class TuneRow(Record):
     time_to_target_s: float | None = None
     time_ratio: Reading | None = None
     target_reached: int | None = None
+    # a speed-up's steps to repay its start-up (a compilation) in its stage, when it measurably helped
+    break_even_steps: float | None = None
 
 
 class FinalCheck(Record):
@@ -64,9 +68,13 @@ def final_check(tuned: VariantSummary, recipe: VariantSummary) -> FinalCheck:
         median_step_verdict=tuned.median_step_verdict,
         **busy_fields(tuned.busy),
         time_ratio=tuned.time_to_target_ratio if timed else None,
-        reached={r.name: f"{r.target_reached or 0}/{len(r.trials)}" for r in (tuned, recipe)} if timed else None,
+        reached={"tuned": _reached(tuned), recipe.name: _reached(recipe)} if timed else None,
         given=recipe.name,
     )
+
+
+def _reached(r: VariantSummary) -> str:
+    return f"{r.target_reached or 0}/{len(r.trials)}"
 
 
 def skipped_row(key: str, value: Any, name: str, note: str) -> TuneRow:
@@ -102,7 +110,7 @@ def _note(key: str, r: VariantSummary, current: str, best: str, passed: dict[str
         note = f"not chosen: no verdict, the machine was busy during the trials (others took {r.busy:.0%} of the cores)"
     failed = [t.error for t in r.trials if t.error]
     if not r.trials:
-        note = "not run (a smaller value failed)"
+        note = NOT_RUN
     elif failed:
         last = [ln for ln in failed[0].strip().splitlines() if ln.strip()] or ["?"]
         note = (note + "; " if note else "") + f"{len(failed)} failed: {last[-1][:120]}"
@@ -111,18 +119,54 @@ def _note(key: str, r: VariantSummary, current: str, best: str, passed: dict[str
     return note
 
 
-def measured_row(key: str, r: VariantSummary, current: str, best: str, passed: dict[str, str]) -> TuneRow:
-    """The row of a candidate that was in a stage: its figures and why it was (not) chosen."""
+def measured_row(
+    key: str,
+    r: VariantSummary,
+    current: str = "",
+    best: str = "",
+    passed: dict[str, str] | None = None,
+    note: str | None = None,
+    value: Any = None,
+) -> TuneRow:
+    """The row of a candidate that was in a stage: its figures and why it was (not) chosen (`note`, when the
+    stage says so itself; `value`, when the candidate is more than one key's value)."""
     return TuneRow(
         knob=key,
-        value=r.overrides[key],
+        value=r.overrides[key] if value is None else value,
         label=r.name.partition("=")[2],
         samples_per_s=r.samples_per_s,
         ratio=r.ratio_vs_baseline,
         verdict=r.verdict,
         median_step_ratio=r.median_step_ratio,
-        note=_note(key, r, current, best, passed),
+        note=_note(key, r, current, best, passed or {}) if note is None else note,
         time_to_target_s=r.time_to_target_s,
         time_ratio=r.time_to_target_ratio,
         target_reached=r.target_reached,
+        break_even_steps=r.break_even_steps,
     )
+
+
+CUT = "stage ended early: over the --budget"
+
+
+def stage_rows(
+    key: str,
+    report: Report,
+    reference: str,
+    best: str,
+    passed: dict[str, str],
+    cut: bool = False,
+    trials: list[Trial] = (),
+) -> list[TuneRow]:
+    """A stage's rows; `cut`: the budget ended it early, and a candidate with no trial was cut, not bounded by a
+    smaller value's failure, unless one of its `trials` failed."""
+    rows = [measured_row(key, r, reference, best, passed) for r in report.variants]
+    if not cut:
+        return rows
+    failed = any(t.error for t in trials)
+    return [
+        r.model_copy(
+            update={"note": "; ".join(filter(None, ["not run" if r.note == NOT_RUN and not failed else r.note, CUT]))}
+        )
+        for r in rows
+    ]

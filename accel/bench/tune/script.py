@@ -5,10 +5,12 @@
   script's engine was given; then the script's batch-size option, when named (`--batch-arg`), and any `--try`
   key (an engine key, or `arg:--OPTION`). The result is the whole `speedups:` section to run with
   (`ACCEL_SPEEDUPS=FILE` replaces the script's own) and the command line that runs it.
-- Time: what changes learning. The optimizer (`optimizer=muon`: the engine builds Muon and AdamW from the
-  script's own optimizer), then the script's learning-rate option (half and twice its value) and its batch-size
-  option (half, 1x, 2x, the learning rate scaled by the square root, as for AdamW and Muon), each named by the
-  user and given a value on the command line. Each trial runs the script to its own end (or its target).
+- Time: the speed-ups as for speed (short trials, by samples/s), kept when together they reach the target
+  sooner (accel.bench.tune.levers), then what changes learning on top of them. The optimizer (`optimizer=muon`:
+  the engine builds Muon and AdamW from the script's own optimizer), then the script's learning-rate option (half
+  and twice its value) and its batch-size option (half, 1x, 2x, the learning rate scaled by the square root, as
+  for AdamW and Muon), each named by the user and given a value on the command line. Each of these trials runs
+  the script to its own end (or its target).
 """
 
 from __future__ import annotations
@@ -180,12 +182,20 @@ def _tries(subject: ScriptSubject, tries: list[str]) -> list[Knob]:
 
 
 def time_knobs(
-    subject: ScriptSubject, lr_arg: str | None, batch_arg: str | None, batch_sizes: str | None, tries: list[str]
+    subject: ScriptSubject,
+    lr_arg: str | None,
+    batch_arg: str | None,
+    batch_sizes: str | None,
+    tries: list[str],
+    speedups: bool = False,
 ) -> list[Knob]:
-    """Muon (built by the engine from the script's optimizer), the script's learning rate, its batch size with
-    the learning rate scaled to it, then `--try` keys."""
+    """With `speedups`, the speed-up knobs the device runs (without an engine: its Trainer's speed flags), searched
+    by samples/s and then run together to the target (accel/bench/tune/levers.py); then Muon (built by the
+    engine from the script's optimizer), the script's learning rate, its batch size with the learning rate
+    scaled to it, then `--try` keys."""
+    knobs = _speed_flags(subject) if speedups else []
     muon = not isinstance(subject, UnchangedScript) and subject.engine.get(OPTIMIZER) != "muon"  # the engine builds it
-    knobs = [Knob(OPTIMIZER, ["muon"])] if muon else []
+    knobs += [Knob(OPTIMIZER, ["muon"])] if muon else []
     lr_key = None
     if lr_arg:
         lr_key, lr = _option(subject, "--lr-arg", lr_arg)
@@ -273,7 +283,7 @@ def comments(result: TuneResult, command: str, settings: Any, trials: int) -> li
 
     from ...measure.load import busy_note
     from ..summary import MIN_TRIALS
-    from .output import NOTHING_MEASURED
+    from .output import NOTHING_MEASURED, speedups_rule
 
     lines = [f"Written by `{command}` on {time.strftime('%Y-%m-%d %H:%M')}."]
     if not result.compared and result.final is None:
@@ -289,6 +299,7 @@ def comments(result: TuneResult, command: str, settings: Any, trials: int) -> li
             *lines,
             f"{where} trial(s), each a fresh process of the script over {run}, timed from its start to {result.target}"
             " (its evaluations excluded), the target read from the script as given unless --target set it.",
+            *speedups_rule(result),
             f"A value replaced the previous choice only when it reached the target measurably sooner (its 95% "
             f"interval of the time ratio below 1.0x, at least {MIN_TRIALS} trials, every one at the target).",
         ]

@@ -18,17 +18,18 @@ from ...io import strict_json, write_atomic
 from ...measure.load import busy_note
 from .. import runner
 from ..knobs import Knob, current, usable
-from ..records import Report, Trial, VariantSummary, Verdict
+from ..records import Reading, Report, Trial, VariantSummary, Verdict
 from ..refused import new_refusals
 from ..runner import SkipRule
 from ..summary import summarize
 from ..trial_process import Launch, TrialSettings
 from ..variants import Variant, format_value, interleave
-from .budget import Budget, WithinBudget
+from . import levers
+from .budget import OBJECTIVE, Budget, WithinBudget
 from .configs import RecipeSubject, Subject
 from .lr_range import lr_range_knob
 from .objective import Objective
-from .rows import FinalCheck, TuneRow, final_check, measured_row, skipped_row, unusable_rows
+from .rows import FinalCheck, TuneRow, final_check, skipped_row, stage_rows, unusable_rows
 
 
 class TrialRunner(Protocol):
@@ -59,6 +60,9 @@ class TuneResult:
         default_factory=list
     )  # each trial's machine load (accel/measure/load.py)
     interrupted: bool = False  # Ctrl-C, SIGTERM or SIGHUP ended the search: nothing was chosen
+    # --objective time: each lever kept and its stage's time ratio against the choices before it (tune.levers)
+    levers: list[tuple[str, Reading | None]] = field(default_factory=list)
+    objective: str = "speed"  # what the search ranked by (accel.bench.tune.objective)
 
     @property
     def labels(self) -> dict[str, str]:
@@ -74,6 +78,7 @@ class TuneResult:
             "final": self.final.to_data() if self.final else None,
             "target": self.target,
             "busy": busy_note(self.loads),
+            **({"shares": {name: r and r.model_dump() for name, r in levers.shares(self)}} if self.target else {}),
             **({"interrupted": True} if self.interrupted else {}),
         }
 
@@ -91,6 +96,7 @@ class Measure:
     run_trials: TrialRunner
     objective: Objective = field(default_factory=Objective)
     loads: list[dict[str, Any] | None] = field(default_factory=list)  # every trial's machine load, shared by copies
+    kind: str = OBJECTIVE  # the budget's kind of its trials (accel.bench.tune.budget)
 
     def run(self, jobs: list[tuple[int, str, Path | Launch]], out: Path, skip: SkipRule | None = None) -> list[Trial]:
         results = self.run_trials(jobs, out, self.objective.settings(self.settings), self.console, skip=skip)
@@ -102,6 +108,14 @@ class Measure:
         if getattr(results, "stopped", None):
             raise runner.TrialsStopped(results.stopped)
         return results
+
+
+class StartFailed(AccelError):
+    """Every trial of a stage's reference failed (`error`: the first one's): nothing can be compared with it."""
+
+    def __init__(self, message: str, error: str | None = None):
+        super().__init__(message)
+        self.error = error or message
 
 
 @dataclass
@@ -186,7 +200,7 @@ def _run_stage(
     files = m.subject.inputs(list(runs.values()), out)
     names = {v.name: v.overrides[knob.key] for v in variants}
     jobs = [(t, v.name, files[v.name]) for t, v in interleave(list(runs.values()), m.trials)]
-    within = WithinBudget(m.budget, [name for _, name, _ in jobs])
+    within = WithinBudget(m.budget, [name for _, name, _ in jobs], m.kind)
     failed_bound = _failed_bound(knob, names, reference)
     results = m.run(jobs, out, skip=lambda variant, done: within(variant, done) or failed_bound(variant, done))
     measured = {key: [r for r in results if r.variant == v.name] for key, v in runs.items()}
@@ -226,16 +240,6 @@ def _pick(
     return best or report.variant(baseline), passed
 
 
-def _stage_rows(stage: Stage, report: Report, best: str, passed: dict[str, str]) -> list[TuneRow]:
-    rows = [measured_row(stage.knob.key, r, stage.reference, best, passed) for r in report.variants]
-    if stage.cut:
-        rows = [
-            r.model_copy(update={"note": "; ".join(filter(None, [r.note, "stage ended early: over the --budget"]))})
-            for r in rows
-        ]
-    return rows
-
-
 def _search_knob(m: Measure, result: TuneResult, knob: Knob, out: Path, traits: dict[str, bool]) -> None:
     """One stage: measure `knob`'s candidates (unless they would overrun the budget) and record the choice."""
     plain = m.subject.plain()
@@ -251,7 +255,7 @@ def _search_knob(m: Measure, result: TuneResult, knob: Knob, out: Path, traits: 
     variants = [v for v in variants if v.name not in refused]
     if len(variants) < 2:
         return
-    if not m.budget.allows(len({m.subject.config_key(v.overrides) for v in variants}) * m.trials):
+    if not m.budget.allows(len({m.subject.config_key(v.overrides) for v in variants}) * m.trials, m.kind):
         result.rows += [
             skipped_row(knob.key, v.overrides[knob.key], v.name, "not measured: over the --budget")
             for v in variants
@@ -259,16 +263,19 @@ def _search_knob(m: Measure, result: TuneResult, knob: Knob, out: Path, traits: 
         ]
         return
     stage = _run_stage(m, knob, result.chosen, out, traits, variants)
-    m.budget.record(stage.new_trials)
+    m.budget.record(stage.new_trials, m.kind)
     if not any(t.error is None for t in stage.trials if t.variant == stage.reference):
-        raise AccelError(
+        raise StartFailed(
             f"tune: the starting configuration ({stage.reference}) failed; fix the recipe first "
-            f"(trial logs under {out.parent})."
+            f"(trial logs under {out.parent}).",
+            next((t.error for t in stage.trials if t.error), None),
         )
     trials = m.objective.read(stage.trials, stage.reference)
     report = summarize(trials, stage.variants, stage.reference)
     if m.objective.time:
         best, passed = m.objective.pick(report)
+        if best is not None:
+            result.levers.append((knob.key, best.time_to_target_ratio))
         best = best or report.variant(stage.reference)
     else:
         best, passed = _pick(report, stage.reference, m.subject.planned_steps(trials), guard=knob.speedup or knob.guard)
@@ -276,7 +283,7 @@ def _search_knob(m: Measure, result: TuneResult, knob: Knob, out: Path, traits: 
     if any(t.variant != stage.reference for t in trials):
         result.compared.append(knob.key)
     result.env = result.env or next((t.env for t in trials if t.env), {})
-    result.rows += _stage_rows(stage, report, best.name, passed)
+    result.rows += stage_rows(stage.knob.key, report, stage.reference, best.name, passed, stage.cut, stage.trials)
 
 
 def tune(
@@ -298,11 +305,12 @@ def tune(
     tuning never leaves a user below where they started. `objective`: what a candidate must improve (samples/s by
     default; time to a target)."""
     work = Path(work)
-    budget = Budget(budget_s, reserve=2 * trials if final_check else 0)
     objective = objective or Objective()
+    shares = {levers.SPEED: levers.SPEED_SHARE} if objective.time else None
+    budget = Budget(budget_s, reserve=2 * trials if final_check else 0, shares=shares)
     subject = RecipeSubject(base) if isinstance(base, Recipe) else base
     m = Measure(subject, settings, trials, console or Console(stderr=True), budget, run_trials, objective)
-    result = TuneResult(loads=m.loads)
+    result = TuneResult(loads=m.loads, objective=objective.name)
     try:
         _search(m, result, knobs, work, final_check)
     except (KeyboardInterrupt, runner.TrialsStopped):  # the record says so, and what was measured (nothing chosen)
@@ -320,16 +328,33 @@ def _write_record(result: TuneResult, work: Path, objective: Objective) -> None:
 
 
 def _search(m: Measure, result: TuneResult, knobs: list[Knob], work: Path, final_check: bool) -> None:
-    traits = {}
+    traits, failed = {}, None
+    # --objective time: the speed-ups by samples/s, then together to the target, then the learning knobs on top
+    speed = levers.speed_measure(m) if m.objective.time else m
     if any(need for knob in knobs for need in knob.needs):  # a trial of the recipe reports the model's traits
-        traits = _model_traits(m, knobs[0], work / "reference")
+        traits, failed = _model_traits(speed, knobs[0], work / "reference")
+    speed_keys = [knob.key for knob in knobs if levers.speeds(knob)] if m.objective.time else []
     for i, knob in enumerate(knobs):
         out = work / f"{i}-{knob.key}"
+        if speed_keys and levers.speeds(knob):
+            # a short throughput trial the configuration as given cannot run (a script ending before its steps)
+            # leaves the speed-ups as given: the learning knobs are still searched
+            if failed is None:
+                try:
+                    _search_knob(speed, result, knob, out, traits)
+                except StartFailed as err:
+                    failed = err.error
+            continue
+        if speed_keys:  # the first learning knob: the speed-ups to the target first
+            levers.by_time(m, result, speed_keys, work / levers.KEY, failed)
+            speed_keys = []
         if knob.range_test:
             knob, rows = lr_range_knob(m, result.chosen, out / "range-test")
             result.rows += rows
         if knob is not None:
             _search_knob(m, result, knob, out, traits)
+    if speed_keys:  # speed-ups alone
+        levers.by_time(m, result, speed_keys, work / levers.KEY, failed)
     if final_check and m.subject.config_key(result.chosen) != m.subject.config_key({}):  # what tuning bought
         m.budget.reserve = 0
         result.final = _final_check(m, result, work / "final")
@@ -338,19 +363,20 @@ def _search(m: Measure, result: TuneResult, knobs: list[Knob], work: Path, final
             result.final.reverted, result.chosen = dict(result.chosen), {}
 
 
-def _model_traits(m: Measure, first: Knob, out: Path) -> dict[str, bool]:
+def _model_traits(m: Measure, first: Knob, out: Path) -> tuple[dict[str, bool], str | None]:
     """One trial of the first knob's reference configuration, for the model traits it reports, so no stage tries
-    a candidate the model cannot use (its speed is not compared with anything)."""
+    a candidate the model cannot use (its speed is not compared with anything); and its error, if it failed."""
     value = _reference(first, {}, m.subject.plain())
     reference = Knob(first.key, [value], speedup=first.speedup, labels=first.labels[:1])
     stage = _run_stage(replace(m, trials=1, budget=None), reference, {}, out, {})
-    m.budget.record(stage.new_trials)
-    return next((t.model_traits for t in stage.trials if t.model_traits), {})
+    m.budget.record(stage.new_trials, m.kind)
+    traits = next((t.model_traits for t in stage.trials if t.model_traits), {})
+    return traits, next((t.error for t in stage.trials if t.error), None)
 
 
 def _final_check(m: Measure, result: TuneResult, out: Path) -> FinalCheck | None:
     """The tuned configuration against the subject as given, interleaved: what tuning bought, in one run."""
-    if not m.budget.allows(2 * m.trials):
+    if not m.budget.allows(2 * m.trials, m.kind):
         return None
     given = m.subject.given
     variants = [Variant(given), Variant("tuned", m.subject.effective(result.chosen))]  # no `key: null`
