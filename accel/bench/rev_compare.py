@@ -61,7 +61,7 @@ def sentence(name: str, against: str, reading: Reading, changed: bool | None) ->
             f"{name} is {_pct(m - 1)} faster than {against} [{_pct(lo - 1)}, {_pct(hi - 1)}] ({m:.2f}x the samples/s)"
         )
     elif reading.verdict == Verdict.NO_EFFECT:
-        said = f"{name} is as fast as {against} within noise: {reading.text()} the samples/s"
+        said = f"no measurable difference between {name} and {against}: {reading.text()} the samples/s"
     else:
         why = f"busy machine (others took {reading.busy:.0%} of the cores)" if reading.busy else "too few trials"
         said = f"{name} against {against}: {reading.text()} the samples/s, no verdict: {why}"

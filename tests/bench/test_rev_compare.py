@@ -24,7 +24,8 @@ def test_the_sentence_says_by_how_much_with_its_interval():
         _reading(0.93, 0.90, 0.96, Verdict.HURT).said == "b is 7.0% slower than a [4.0%, 10.0%] (0.93x the samples/s)"
     )
     assert _reading(1.5, 1.2, 1.8, Verdict.HELPED).said == "b is 50% faster than a [20%, 80%] (1.50x the samples/s)"
-    assert _reading(0.99, 0.95, 1.03).said == "b is as fast as a within noise: 0.99x [0.95, 1.03] the samples/s"
+    said = "no measurable difference between b and a: 0.99x [0.95, 1.03] the samples/s"
+    assert _reading(0.99, 0.95, 1.03).said == said
     busy = _reading(0.8, 0.7, 0.9, None, busy=0.6).said
     assert busy.endswith("no verdict: busy machine (others took 60% of the cores)")
 

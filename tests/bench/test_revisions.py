@@ -19,6 +19,7 @@ from PIL import Image
 
 from accel.bench.records import RevisionReading
 from accel.bench.rev_compare import gate
+from accel.cli import main
 from conftest import ROOT, finish, wait_until
 
 # A plain loop whose step waits WAIT seconds for its data (a slow transform) beside a small model's step; the
@@ -44,7 +45,7 @@ for step in range(10**6):
 # a few short steps: a timed window under half a second, where the machine's load is not judged (accel/measure/
 # load.py: a busy neighbour would withhold every verdict), after 3 warm-up steps (the first after the model is
 # found ran 8 times as long as the rest)
-TRIALS = ["--steps", "4", "--warmup", "3", "--trials", "2"]
+TRIALS = ["--steps", "3", "--warmup", "3", "--trials", "2"]
 ALLOWED = "25%"  # the longer wait makes a step about four times as long: far beyond this
 
 
@@ -74,9 +75,11 @@ def repo(tmp_path_factory):
     repo = tmp_path_factory.mktemp("repo")
     _git(repo, "init", "-q", "-b", "main")
     (repo / ".gitignore").write_text("out/\n")
-    commits = {"good": _commit(repo, "A plain loop", {"train.py": SCRIPT.format(wait=0.02), ".gitignore": "out/\n"}, 0)}
+    commits = {
+        "good": _commit(repo, "A plain loop", {"train.py": SCRIPT.format(wait=0.015), ".gitignore": "out/\n"}, 0)
+    }
     commits["docs"] = _commit(repo, "Say how to run it", {"README.md": "python train.py\n"}, 1)
-    commits["slow"] = _commit(repo, "Add work to the step", {"train.py": SCRIPT.format(wait=0.08)}, 2)
+    commits["slow"] = _commit(repo, "Add a slow transform", {"train.py": SCRIPT.format(wait=0.06)}, 2)
     commits["more"] = _commit(repo, "Say more", {"README.md": "python train.py, one thread\n"}, 3)
     _git(repo, "checkout", "-q", "-b", "broken")
     commits["broken"] = _commit(repo, "Break it", {"train.py": "raise SystemExit('the data is gone')\n"}, 4)
@@ -144,7 +147,7 @@ def test_a_slower_commit_is_found_slower_with_an_interval_excluding_one(repo, co
     assert f"{commits['slow']} is " in slow["said"] and f"% slower than {commits['good']} [" in slow["said"]
     assert slow["said"] in done.stdout
     labels = [r["label"] for r in report["revisions"]]
-    assert labels[0] == f'{commits["good"]} "A plain loop"' and labels[2] == f'{commits["slow"]} "Add work to the step"'
+    assert labels[0] == f'{commits["good"]} "A plain loop"' and labels[2] == f'{commits["slow"]} "Add a slow transform"'
     assert labels[4] == f"working tree ({commits['more']} 'Say more' + uncommitted changes)"
     assert readings["working-tree"]["ratio"]["ci95"][1] < 1  # the working tree runs slow's script
 
@@ -194,7 +197,7 @@ def test_the_history_records_each_revision_and_renders_a_page_with_its_plot(repo
     done = _accel(path, "history", str(compared[3]), "--html", "out/history.html")
     assert done.returncode == 0, done.stderr
     row = next(line for line in done.stdout.splitlines() if line.strip().startswith(commits["slow"]))
-    assert "Add work to the step" in row and "stepped -" in row  # the change point
+    assert "Add a slow transform" in row and "stepped -" in row  # the change point
     page = (path / "out" / "history.html").read_text()
     assert page.count('<img src="data:image/png;base64,') == 1 and "stepped -" in page
     png = base64.b64decode(page.split('src="data:image/png;base64,')[1].split('"')[0])
@@ -231,28 +234,30 @@ def test_bisect_names_the_commit_that_made_it_slower(repo):
         "train.py",
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert f'first slower commit: {commits["slow"]} "Add work to the step", after 2 comparisons' in done.stdout
+    assert f'first slower commit: {commits["slow"]} "Add a slow transform", after 2 comparisons' in done.stdout
     said = json.loads((path / "out" / "bisect" / "bisect.json").read_text())
     assert [c["judged"] for c in said["comparisons"]] == ["not slower", "slower"]
     assert [c["label"][:7] for c in said["comparisons"]] == [commits["docs"][:7], commits["slow"][:7]]
     assert not list((path / ".git" / "worktrees").glob("*"))
 
 
-def test_a_revision_the_repository_does_not_have_is_a_clear_error(repo):
+def test_a_revision_the_repository_does_not_have_is_a_clear_error(repo, monkeypatch, capsys):
     path, commits = repo
-    done = _accel(path, "bench", "--rev", f"{commits['good']},nosuch", "--", sys.executable, "train.py")
-    assert done.returncode == 2
-    assert "no revision `nosuch` in" in done.stderr and "git log --oneline" in done.stderr
+    monkeypatch.chdir(path)
+    assert main(["bench", "--rev", f"{commits['good']},nosuch", "--", sys.executable, "train.py"]) == 2
+    said = capsys.readouterr().err
+    assert "no revision `nosuch` in" in said and "git log --oneline" in said
 
 
-def test_a_repository_with_submodules_is_a_clear_error(tmp_path):
+def test_a_repository_with_submodules_is_a_clear_error(tmp_path, monkeypatch, capsys):
     _git(tmp_path, "init", "-q")
     (tmp_path / "train.py").write_text("")
     _git(tmp_path, "add", "train.py")
     _git(tmp_path, "update-index", "--add", "--cacheinfo", f"160000,{'1' * 40},vendor/lib")
     _git(tmp_path, "commit", "-q", "-m", "with a submodule")
-    done = _accel(tmp_path, "bench", "--rev", "HEAD,.", "--", sys.executable, "train.py")
-    assert done.returncode == 2 and "has submodules (vendor/lib)" in done.stderr
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "--rev", "HEAD,.", "--", sys.executable, "train.py"]) == 2
+    assert "has submodules (vendor/lib)" in capsys.readouterr().err
 
 
 def test_a_signal_removes_the_checkouts(repo):
