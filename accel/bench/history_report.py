@@ -44,6 +44,12 @@ class Point:
         return statistics.median(widths) if widths else None
 
     @property
+    def interval(self) -> tuple[float, float] | None:
+        """The median ends of its benches' 95% intervals."""
+        spans = [e.ci95 for e in self.entries if e.ci95]
+        return (statistics.median(lo for lo, _ in spans), statistics.median(hi for _, hi in spans)) if spans else None
+
+    @property
     def time_to_target_s(self) -> float | None:
         values = [e.time_to_target_s for e in self.entries if e.time_to_target_s is not None]
         return statistics.median(values) if values else None
@@ -83,35 +89,29 @@ def series(found: list[HistoryEntry]) -> list[Series]:
     return out
 
 
-def table_rows(s: Series) -> list[list[str]]:
+HEADER = ["commit", "date", "subject", "samples/s", "runs", "change"]
+TARGET = "time to target s"  # a column only where a bench measured one
+
+
+def table(s: Series) -> tuple[list[str], list[list[str]]]:
+    """The series' header and rows: a commit a row, its step marked."""
+    targeted = any(p.time_to_target_s is not None for p in s.points)
     rows = []
     for i, p in enumerate(s.points):
-        sps = p.samples_per_s
-        target = p.time_to_target_s
-        step = f"stepped {s.steps[i]:+.0%}" if i in s.steps else ""
-        rows.append(
-            [
-                p.point,
-                (p.date or "")[:10],
-                p.subject[:50],
-                f"{sps:,.1f}" if sps else "failed",
-                f"{target:.1f}" if target is not None else "",
-                str(len(p.entries)),
-                step,
-            ]
-        )
-    return rows
-
-
-HEADER = ["commit", "date", "subject", "samples/s", "time to target s", "runs", "change"]
+        sps, target = p.samples_per_s, p.time_to_target_s
+        row = [p.point, (p.date or "")[:10], p.subject[:50], f"{sps:,.1f}" if sps else "failed"]
+        row += [f"{target:.1f}" if target is not None else "never reached"] if targeted else []
+        rows.append(row + [str(len(p.entries)), f"stepped {s.steps[i]:+.0%}" if i in s.steps else ""])
+    return HEADER[:4] + ([TARGET] if targeted else []) + HEADER[4:], rows
 
 
 def text(all_series: list[Series]) -> str:
     """The table per series, as `accel history` prints it."""
     out = []
     for s in all_series:
-        rows = [HEADER, *table_rows(s)]
-        widths = [max(len(r[c]) for r in rows) for c in range(len(HEADER))]
+        header, body = table(s)
+        rows = [header, *body]
+        widths = [max(len(r[c]) for r in rows) for c in range(len(header))]
         out += [s.title]
         out += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
         out += [""]
@@ -119,12 +119,15 @@ def text(all_series: list[Series]) -> str:
 
 
 def plot(s: Series, path: Path) -> Path:
-    """samples/s per commit, each change point marked with a dashed line and its step."""
+    """samples/s per commit with its interval, each change point marked with a dashed line and its step."""
     fig = Figure(figsize=(max(6.0, 0.6 * len(s.points) + 2), 4.0), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     xs = [i for i, p in enumerate(s.points) if p.samples_per_s]
-    ax.plot(xs, [s.points[i].samples_per_s for i in xs], marker="o", color="tab:blue")
+    ys = [s.points[i].samples_per_s for i in xs]
+    spans = [s.points[i].interval or (y, y) for i, y in zip(xs, ys)]
+    errors = [[y - lo for y, (lo, _) in zip(ys, spans)], [hi - y for y, (_, hi) in zip(ys, spans)]]
+    ax.errorbar(xs, ys, yerr=errors, marker="o", color="tab:blue", capsize=3)
     for i, step in s.steps.items():
         ax.axvline(i - 0.5, color="tab:red", linestyle="--")
         ax.annotate(
@@ -159,6 +162,7 @@ def write_html(all_series: list[Series], out: Path, source: Path) -> Path:
 def _section(s: Series) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="accel-history-") as folder:
         png = embedded_png(plot(s, Path(folder) / "plot.png"), f"samples/s per commit on {s.title}")
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in HEADER)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in table_rows(s))
+    header, rows = table(s)
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
     return [f"<h2>{html.escape(s.title)}</h2>", f"<table><tr>{head}</tr>{body}</table>", f"<p>{png}</p>"]

@@ -125,12 +125,7 @@ def script_revisions(
                 refused[name] = plan.refused[combo.name]
     jobs = [(t, v.name, launches[v.name]) for t, v in interleave(variants, trials) if v.name not in failed | refused]
     run = BenchRun(variants, variants[0].name, shlex.join(command), configs, settings, trials, said, refused, command)
-    run.cwds, run.failed, run.revisions, run.pairs = (
-        cwds,
-        failed,
-        [record(r) for r in revisions],
-        _pairs(revisions, varied),
-    )
+    _as_revisions(run, revisions, varied, cwds, failed)
     return run, jobs
 
 
@@ -172,12 +167,7 @@ def recipe_revisions(
     jobs = [(t, v.name, files[v.name]) for t, v in interleave(variants, trials) if v.name not in skip]
     configs = {name: r.dump() for name, r in recipes.items()}
     run = BenchRun(variants, variants[0].name, recipe, configs, settings, trials, said, refused)
-    run.cwds, run.failed, run.revisions, run.pairs = (
-        cwds,
-        failed,
-        [record(r) for r in revisions],
-        _pairs(revisions, varied),
-    )
+    _as_revisions(run, revisions, varied, cwds, failed)
     return run, jobs
 
 

@@ -41,7 +41,7 @@ class Revision:
         """`3f2a1bc "Add a data transform"`; the working tree says what it is built on."""
         if self.spec != WORKING_TREE:
             return f'{self.name} "{self.subject}"'
-        base = f"{self.commit[:7]} {self.subject!r}" if self.commit else "no commit yet"
+        base = f'{self.commit[:7]} "{self.subject}"' if self.commit else "no commit yet"
         return f"working tree ({base}{' + uncommitted changes' if self.dirty else ''})"
 
 

@@ -77,7 +77,7 @@ def _subject(args: argparse.Namespace):
         )
     if args.rev and args.bisect:
         raise AccelError("give --rev A,B to compare revisions, or --bisect GOOD..BAD to search between two, not both.")
-    if args.fail_if_slower and not (args.rev or args.bisect):
+    if args.fail_if_slower and not (len(args.rev or []) > 1 or args.bisect):
         raise AccelError("--fail-if-slower needs revisions to compare: --rev BASE,NEW (or --bisect GOOD..BAD).")
     if args.bisect and args.vary:
         raise AccelError("--bisect compares one configuration: leave out --vary.")

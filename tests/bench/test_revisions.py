@@ -148,7 +148,7 @@ def test_a_slower_commit_is_found_slower_with_an_interval_excluding_one(repo, co
     assert slow["said"] in done.stdout
     labels = [r["label"] for r in report["revisions"]]
     assert labels[0] == f'{commits["good"]} "A plain loop"' and labels[2] == f'{commits["slow"]} "Add a slow transform"'
-    assert labels[4] == f"working tree ({commits['more']} 'Say more' + uncommitted changes)"
+    assert labels[4] == f'working tree ({commits["more"]} "Say more" + uncommitted changes)'
     assert readings["working-tree"]["ratio"]["ci95"][1] < 1  # the working tree runs slow's script
 
 
