@@ -34,6 +34,7 @@ class Step:
     judged: Judged
     by_median: bool  # the interval could not tell: its median decided
     out: Path
+    benches: int = 1  # with those measured again
 
     @property
     def slower(self) -> bool:
@@ -82,7 +83,9 @@ def bisect(
             return _written(found, out)
     found.first_slower = candidates[slow]
     unsure = " (some comparisons were decided by their median: check it with --rev)" if _unsure(found) else ""
-    found.said = f"first slower commit: {candidates[slow].label}, after {len(found.steps)} comparisons{unsure}"
+    benches = sum(s.benches for s in found.steps)
+    again = f" ({benches} benches, with those measured again)" if benches > len(found.steps) else ""
+    found.said = f"first slower commit: {candidates[slow].label}, after {len(found.steps)} comparisons{again}{unsure}"
     return _written(found, out)
 
 
@@ -97,7 +100,9 @@ def _step(
     judged, by_median = judge(reading.ratio, allowed), False
     if judged == Judged.CANNOT_TELL and again > 0:  # a busy spell or a wide interval: measure once more
         say(f"comparison {out.name.split('-')[0]}: {reading.said}; cannot tell yet, measuring again")
-        return _step(good, candidate, allowed, compare, out.with_name(f"{out.name}-again"), say, again - 1)
+        step = _step(good, candidate, allowed, compare, out.with_name(f"{out.name}-again"), say, again - 1)
+        step.benches += 1
+        return step
     if judged == Judged.CANNOT_TELL:
         by_median = True
         judged = Judged.SLOWER if reading.ratio.median < 1 - allowed else Judged.NOT_SLOWER
@@ -127,6 +132,7 @@ def _written(found: Bisection, out: Path) -> Bisection:
                 "label": s.candidate.label,
                 "judged": str(s.judged),
                 "by_median": s.by_median,
+                "benches": s.benches,
                 "said": s.reading.said if s.reading else None,
                 "ratio": s.reading.ratio.to_data() if s.reading else None,
                 "report": str(s.out),
