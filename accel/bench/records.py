@@ -169,6 +169,8 @@ class Trial(Record):
             said = " ".join(ln.strip() for ln in lines[starts[-1] if starts else -1 :])
         else:
             said = lines[0]
+            if said.endswith("last output:") and len(lines) > 1:  # a process that died: its last words
+                said += " " + lines[-1].strip()
         return said if len(said) <= limit else said[: limit - 3] + "..."
 
     def updated(self, **fields: Any) -> Trial:
@@ -296,6 +298,29 @@ class BenchSettings(Record):
     run_steps_from: str | None = None
 
 
+class RevisionRecord(Record):
+    """A revision a bench compared (accel/bench/revisions.py): its variants are named `name` (`name,VARY` with
+    --vary); `commit` is the full hash (the working tree's HEAD for `.`, then `dirty` when it has changes)."""
+
+    spec: str
+    name: str
+    label: str  # short hash and subject, as the report names it
+    commit: str | None
+    subject: str
+    date: str | None
+    dirty: bool = False
+
+
+class RevisionReading(Record):
+    """One revision's variant against the same variant of the first revision (accel/bench/rev_compare.py)."""
+
+    variant: str
+    against: str
+    ratio: Reading
+    result_changed: bool | None
+    said: str  # "B is 7% slower than A [4%, 10%]"
+
+
 class Report(Record):
     """report.json: the variants' summaries, with what ran and where. `accel bench` sets every field; a report
     made for tune's own comparisons leaves the run's context (recipe, settings, command, ...) unset."""
@@ -314,6 +339,9 @@ class Report(Record):
     settings: BenchSettings | None = None
     recipes: dict[str, dict[str, Any]] | None = None
     command: str | None = None
+    # set only for a bench of revisions (--rev, --bisect): which ones, and each read against the first
+    revisions: list[RevisionRecord] | None = None
+    revision_readings: list[RevisionReading] | None = None
 
     def variant(self, name: str) -> VariantSummary:
         return next(v for v in self.variants if v.name == name)

@@ -13,6 +13,7 @@ from ..io import strict_json, write_atomic
 from ..measure.load import busy_note
 from . import plots
 from .records import Reading, Report, VariantSummary, Verdict
+from .rev_compare import revision_lines
 from .variants import format_value
 
 SAY = {
@@ -233,7 +234,9 @@ def _interrupted(report: Report) -> list[str]:
 def _results(report: Report) -> list[str]:
     """The ranked table, verdicts, recommendation, lint and failed trials."""
     header, rows = table(report)
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    said = revision_lines(report)
+    out = ["## Revisions", "", *[f"- {ln}" for ln in said], ""] if said else []
+    out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(row) + " |" for row in rows]
     out += ["", "## Verdicts", ""] + [f"- {ln}" for ln in verdict_lines(report)]
     out += ["", "## Recommended configuration", "", report.recommended.text, *_run_with(report)]
@@ -288,6 +291,10 @@ def write_reports(report: Report, out_dir: Path) -> dict[str, Path]:
     paths = {"json": out_dir / "report.json", "md": out_dir / "report.md"}
     write_atomic(paths["json"], strict_json(report.to_data(), indent=2) + "\n")
     paths["md"].write_text(render_markdown(report))
-    notes = verdict_lines(report) + ["Recommended configuration: " + report.recommended.text, *_run_with(report)[1:]]
+    notes = (
+        revision_lines(report)
+        + verdict_lines(report)
+        + ["Recommended configuration: " + report.recommended.text, *_run_with(report)[1:]]
+    )
     paths["html"] = plots.write_html(report, out_dir, table(report), notes, failed_lines(report), busy_line(report))
     return paths

@@ -26,8 +26,9 @@ from ..errors import AccelError
 from ..runs.signals import handled, leave_closed_terminal
 from .plan import BenchPlan, slug, write_recipes
 from .real_run import run_steps, run_with
-from .records import Report, Trial
+from .records import Recommendation, Report, RevisionRecord, Trial
 from .report import write_reports
+from .rev_compare import read_revisions
 from .summary import summarize
 from .trial_figures import never_logged
 from .trial_process import Launch, TrialSettings, run_trial_process, trial_argv, trial_env
@@ -93,7 +94,9 @@ class TrialProgress:
         self.progress.advance(self.task)
 
 
-def _run_job(index: int, trial: int, variant: str, recipe: Path | Launch, out: Path, settings: TrialSettings) -> Trial:
+def _run_job(
+    index: int, trial: int, variant: str, recipe: Path | Launch, out: Path, settings: TrialSettings, cwd: Path | None
+) -> Trial:
     stem = slug(index, f"{variant}-t{trial}")
     json_path, log_path = out / "trials" / f"{stem}.json", out / "trials" / f"{stem}.log"
     shared = settings.warm_cache
@@ -102,13 +105,14 @@ def _run_job(index: int, trial: int, variant: str, recipe: Path | Launch, out: P
     if not shared:
         shutil.rmtree(cache, ignore_errors=True)  # cold: nothing from an earlier try at this trial
     if isinstance(recipe, Path):
-        argv, added = trial_argv(recipe, settings, json_path, variant, trial), {}
+        # absolute: a revision's trial runs in its checkout, not here
+        argv, added = trial_argv(recipe.resolve(), settings, json_path.resolve(), variant, trial), {}
     else:
         argv, added = recipe.launch(settings, json_path.resolve())
     started, tick = time.time(), time.perf_counter()
     try:
         # the trial records the machine's load over its own timed steps (accel/measure/load.py's Window)
-        result = run_trial_process(argv, json_path, log_path, settings.timeout, trial_env(cache) | added)
+        result = run_trial_process(argv, json_path, log_path, settings.timeout, trial_env(cache) | added, cwd)
     finally:
         if not shared:
             shutil.rmtree(cache, ignore_errors=True)
@@ -124,7 +128,7 @@ def _run_job(index: int, trial: int, variant: str, recipe: Path | Launch, out: P
 
 
 @contextmanager
-def _signals_as_ctrl_c() -> Iterator[None]:
+def signals_as_ctrl_c() -> Iterator[None]:
     """SIGINT, SIGTERM and SIGHUP (Ctrl-C, a `kill`, a job scheduler, a closed terminal) stop the trials alike:
     the running trial's process group is killed and the finished trials are reported. Without a handler, SIGTERM
     killed the parent at once and left the trial (in its own session) running with no report, and a bench started
@@ -162,17 +166,19 @@ def run_trials(
     settings: TrialSettings,
     console: Console | None = None,
     skip: SkipRule | None = None,
+    cwds: dict[str, Path] | None = None,
 ) -> TrialResults:
     """Run (trial, variant, recipe file) jobs in the given order, one process each; every result, failed too.
 
     `skip(variant, results so far)` may return a reason not to run a job (tune: sizes above one that failed).
+    `cwds` gives a variant the folder its trials run in (a revision's checkout; default: the current one).
     Ctrl-C or SIGTERM stops after killing the running trial and returns the finished ones, so an hour of work
     still makes a report. A trial whose script never logged its target's metric stops them too (`never_logged`).
     """
     out = Path(out)
     (out / "trials").mkdir(parents=True, exist_ok=True)
     results = TrialResults()
-    with TrialProgress(console or Console(stderr=True), len(jobs)) as progress, _signals_as_ctrl_c():
+    with TrialProgress(console or Console(stderr=True), len(jobs)) as progress, signals_as_ctrl_c():
         try:
             for index, (trial, variant, recipe) in enumerate(jobs):
                 reason = skip(variant, results) if skip is not None else None
@@ -180,7 +186,7 @@ def run_trials(
                     progress.skipped(variant, trial, reason)
                     continue
                 progress.started(variant, trial)
-                results.append(_run_job(index, trial, variant, recipe, out, settings))
+                results.append(_run_job(index, trial, variant, recipe, out, settings, (cwds or {}).get(variant)))
                 progress.finished(results[-1])
                 results.stopped = never_logged(results[-1], results[:-1], len(jobs) - index - 1)
                 if results.stopped:  # the caller says why, once
@@ -244,6 +250,13 @@ class BenchRun:
     command: str | None = None
     refused: dict[str, str] = field(default_factory=dict)  # variants the conflict rule refused: no trials
     script: list[str] | None = None  # a script's command line (None: a recipe, `source`)
+    # a bench of revisions (accel/bench/rev_plan.py): the folder each variant's trials run in (its checkout), the
+    # variants that could not start (the error stands for each of their trials), the revisions, and the pairs of
+    # variants read against each other
+    cwds: dict[str, Path] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    revisions: list[RevisionRecord] | None = None
+    pairs: list[tuple[str, str]] = field(default_factory=list)
 
 
 def run_and_report(
@@ -254,7 +267,7 @@ def run_and_report(
     console = console or Console(stderr=True)
     for name, reason in run.refused.items():
         console.print(f"{name}: refused, not run: {reason}", highlight=False, markup=False, soft_wrap=True)
-    results = run_trials(jobs, out, run.settings, console)
+    results = run_trials(jobs, out, run.settings, console, cwds=run.cwds)
     settings = run.settings
     extra = {
         "recipe": run.source,
@@ -281,11 +294,23 @@ def run_and_report(
     if steps:
         extra["settings"] |= {"run_steps": steps, "run_steps_from": said}
     # the report holds the environment once, not in every trial
-    records = [r.without("env") for r in results]
+    records = [r.without("env") for r in results] + _never_started(run)
     env = _environment(results)
     report = summarize(records, run.variants, run.baseline, env=env, extra=extra, refused=run.refused, run_steps=steps)
     baseline = next(v for v in run.variants if v.name == report.baseline)
     line = None if report.interrupted else run_with(run, report.recommended, baseline)
     if line:  # set only when there is one: a report's keys are those set
         report.recommended.run_with = line
+    if run.revisions is not None:
+        report.revisions, report.recommended = run.revisions, REVISIONS_COMPARED
+        report.revision_readings = read_revisions(report, run.pairs)
     return report, write_reports(report, out)
+
+
+REVISIONS_COMPARED = Recommendation(overrides={}, text="none: this bench compares revisions (see Revisions)")
+
+
+def _never_started(run: BenchRun) -> list[Trial]:
+    """A variant that could not start (a revision without the recipe, a script whose probe failed): its error
+    as each of its trials, so the report says it failed, and why, beside the others."""
+    return [Trial(variant=name, trial=t, error=error) for name, error in run.failed.items() for t in range(run.trials)]

@@ -109,15 +109,16 @@ def plan_script(
     vary: list[str],
     only: list[str] | None = None,
     timeout: float | None = None,
+    cwd: Path | None = None,
 ) -> ScriptPlan:
-    """Probe the script, build the variants (--ablate over its engine's speed-ups, or --vary over engine keys) and
-    resolve each one's settings up front."""
+    """Probe the script (run in `cwd`: a revision's checkout), build the variants (--ablate over its engine's
+    speed-ups, or --vary over engine keys) and resolve each one's settings up front."""
     if ablate == bool(vary):
         raise AccelError(
             "accel bench needs exactly one of --ablate (every speed-up of the script's engine on/off) or --vary "
             "KEY=V1,V2 over engine keys (repeatable), e.g. --vary speedups.amp.dtype=bf16,fp16."
         )
-    given = probe(command, sets, timeout)
+    given = probe(command, sets, timeout, cwd)
     variants, skipped = _ablation(given, command) if ablate else (vary_variants(vary), {})
     if only:
         variants = only_variants(variants, only)
@@ -248,7 +249,7 @@ def _quiet():
         logger.setLevel(level)
 
 
-def probe(command: list[str], sets: list[str], timeout: float | None = None) -> dict[str, Any]:
+def probe(command: list[str], sets: list[str], timeout: float | None = None, cwd: Path | None = None) -> dict[str, Any]:
     """What the script trains with: the script runs until its engine sets the model up (what the engine was given:
     speed-ups, device, strategy) or, without an engine, until its first optimizer step (the instrument: device,
     model), which writes it and exits. A script that never trains fails here, with its last output."""
@@ -262,7 +263,7 @@ def probe(command: list[str], sets: list[str], timeout: float | None = None) -> 
             trial_variables.PROBE: "1",
         }
         try:
-            code = run_logged(command, log_path, env, limit)
+            code = run_logged(command, log_path, env, limit, cwd)
         except OSError as err:
             raise AccelError(f"cannot run `{shlex.join(command)}`: {err}") from None
         if code is None:

@@ -148,6 +148,14 @@ def _summarize_variant(
     )
 
 
+def versus(trials: list[Trial], base_trials: list[Trial]) -> tuple[Reading, bool | None]:
+    """One variant's trials against another's as against a baseline: the ratio with its verdict, and whether the
+    results changed (a revision against the first one, accel/bench/rev_compare.py)."""
+    ok, base_ok = ok_trials(trials), ok_trials(base_trials)
+    sps, base_sps = _values(ok, "samples_per_s"), _values(base_ok, "samples_per_s")
+    return _ratio(sps, base_sps, False, busy_share(ok, base_ok)), _result_changed(ok, base_ok, False)
+
+
 def unsteady(sps: list[float]) -> tuple[float, float] | None:
     """(slowest, fastest) samples/s of a variant's trials when the fastest ran `UNSTEADY` times the slowest."""
     if len(sps) < 2 or min(sps) <= 0 or max(sps) < UNSTEADY * min(sps):

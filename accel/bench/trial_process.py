@@ -19,6 +19,7 @@ from .records import Trial
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding `accel/`, for the children's imports
 INSTRUMENT_SITE = Path(__file__).resolve().parent / "instrument" / "site"  # its sitecustomize: accel/bench/instrument
 TAIL_LINES = 30
+STOPS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}  # what stops a bench (accel/bench/runner.py)
 SYNCS = ("step", "window")  # TrialSettings.sync
 WINDOW_WITH_EVALS = (
     "--sync window times the steps as one window, so an evaluation inside it would be timed as training: use it "
@@ -139,14 +140,30 @@ def _read_result(path: Path) -> Trial | None:
         return None
 
 
-def run_logged(argv: list[str], log_path: Path, env: dict[str, str], timeout: float | None) -> int | None:
-    """Run `argv` in a session of its own, its output into `log_path`; its exit code, or None when it ran past
-    `timeout` and was killed with its whole group (DataLoader workers too)."""
+def run_logged(
+    argv: list[str], log_path: Path, env: dict[str, str], timeout: float | None, cwd: Path | None = None
+) -> int | None:
+    """Run `argv` in a session of its own (in `cwd`: a revision's checkout), its output into `log_path`; its exit
+    code, or None when it ran past `timeout` and was killed with its whole group (DataLoader workers too)."""
+    # Ctrl-C or SIGTERM held off while the child forks: a handler that raised then ran in logging's after-fork
+    # hook, which swallowed the KeyboardInterrupt, and a bench stopped there trained on to its end
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
     with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, preexec_fn=die_with_parent
-        )
         try:
+            proc = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+                preexec_fn=lambda: _child_setup(held),
+            )
+        except BaseException:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+            raise
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)  # one that came meanwhile is raised here
             return proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
@@ -156,13 +173,24 @@ def run_logged(argv: list[str], log_path: Path, env: dict[str, str], timeout: fl
             raise
 
 
+def _child_setup(mask: set[signal.Signals]) -> None:
+    """The child's signals as the parent had them before it held some off, and its death with its parent."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    die_with_parent()
+
+
 def run_trial_process(
-    argv: list[str], json_path: Path, log_path: Path, timeout: float | None, env: dict[str, str]
+    argv: list[str],
+    json_path: Path,
+    log_path: Path,
+    timeout: float | None,
+    env: dict[str, str],
+    cwd: Path | None = None,
 ) -> Trial:
     """Run one trial command; its record, or one holding only `error` with the output tail when it crashed,
     timed out or wrote no readable record. Output goes to `log_path`."""
     json_path.unlink(missing_ok=True)
-    code = run_logged(argv, log_path, env, timeout)
+    code = run_logged(argv, log_path, env, timeout, cwd)
     if code is None:
         return Trial(error=f"timed out after {timeout:g} s (--timeout); last output:\n{log_tail(log_path)}")
     result = _read_result(json_path)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..errors import AccelError
 from ..runs.runlock import hold
+from . import bench_rev
 from .options import add_metric_pattern, add_sets, add_trial_options, check_trial_options, positive_int
 
 SPEED_STEPS, TIME_STEPS = (10, 3), (60, 1)  # tune's (steps, warmup) per objective: a speed, and a short run
@@ -81,6 +82,7 @@ def add(commands) -> None:
         metavar="NAME,NAME",
         help="run only these variants (the baseline is always run), e.g. --only all",
     )
+    bench_rev.add_options(bench_parser)
     bench_parser.set_defaults(run=bench)
 
     tune_parser = commands.add_parser(
@@ -185,11 +187,12 @@ def add(commands) -> None:
 def bench(args: argparse.Namespace) -> int:
     from ..bench.plan import plan_bench
     from ..bench.runner import run_bench
-    from ..bench.trial_process import TrialSettings
     from ..bench.variants import describe
     from ..io import default_out
     from ..runs.rundir import check_results_out
 
+    if bench_rev.wanted(args):
+        return bench_rev.bench_revisions(args)
     if args.user_script is not None:
         return bench_script(args)
     if args.recipe is None:
@@ -198,19 +201,33 @@ def bench(args: argparse.Namespace) -> int:
     if args.list:
         print(describe(plan.variants))
         return 0
-    check_trial_options(args)
+    settings = recipe_settings(args)
     if args.target:
         from ..bench.target import check_target_metric, parse_target
 
-        # a malformed target, or one the task never reports, fails now, not in every trial
+        # a target the task never reports fails now, not in every trial
         check_target_metric(parse_target(args.target), (r.task for r in plan.recipes.values()))
+    out = Path(args.out) if args.out else default_out(plan.name, kind="bench")
+    check_results_out(out, "bench")
+    with hold(out):  # a second bench there is refused while this one runs
+        report, _ = run_bench(plan, out, settings, args.trials, command=shlex.join(["accel", *args.argv]))
+    return finish(report, out)
+
+
+def recipe_settings(args: argparse.Namespace):
+    """How a recipe's trials run, from the options; those that do not fit a recipe are refused."""
+    from ..bench.trial_process import TrialSettings
+
+    check_trial_options(args)
+    if args.target:
+        from ..bench.target import parse_target
+
+        parse_target(args.target)  # a malformed target fails now, not in every trial
     if args.metric_pattern:
         raise AccelError("--metric-pattern is for scripts (`-- python train.py`): a recipe's task reports its metrics.")
     if args.eval_every is not None and (args.eval_every < 1 or not args.target):
         raise AccelError("--eval-every N needs N >= 1 and a --target")
-    out = Path(args.out) if args.out else default_out(plan.name, kind="bench")
-    check_results_out(out, "bench")
-    settings = TrialSettings(
+    return TrialSettings(
         args.steps,
         args.warmup,
         args.timeout,
@@ -220,12 +237,34 @@ def bench(args: argparse.Namespace) -> int:
         sync=args.sync,
         run_steps=args.run_steps,
     )
-    with hold(out):  # a second bench there is refused while this one runs
-        report, _ = run_bench(plan, out, settings, args.trials, command=shlex.join(["accel", *args.argv]))
-    return _finish(report, out)
 
 
-def _finish(report, out: Path) -> int:
+def script_settings(args: argparse.Namespace):
+    """How a script's trials run, from the options; those that do not fit a script are refused."""
+    from ..bench.script import SCRIPT_TIMEOUT_S
+    from ..bench.trial_process import TrialSettings
+
+    if args.eval_every is not None:
+        raise AccelError("--eval-every is for recipes: a script evaluates when it does, and logs it with eng.log.")
+    if args.target:
+        from ..bench.target import parse_target
+
+        parse_target(args.target, any_metric=True)  # a malformed target fails now, not in every trial
+    check_trial_options(args)
+    timeout = args.timeout or SCRIPT_TIMEOUT_S  # a script trains as long as it likes: a trial must not
+    return TrialSettings(
+        args.steps,
+        args.warmup,
+        timeout,
+        args.warm_cache,
+        args.target,
+        sync=args.sync,
+        metric_patterns=tuple(args.metric_pattern),
+        run_steps=args.run_steps,
+    )
+
+
+def finish(report, out: Path) -> int:
     """Print the report's folder and summary; the exit code: 130 interrupted, 2 when a trial showed that the rest
     would fail the same way (they were not run), 1 when every trial failed."""
     from ..bench.report import summary_text
@@ -256,8 +295,7 @@ def _all_failed(report, out: Path) -> str:
 
 def bench_script(args: argparse.Namespace) -> int:
     """`accel bench [OPTIONS] -- python train.py ARGS`: the same report, every trial a fresh process of the script."""
-    from ..bench.script import SCRIPT_TIMEOUT_S, plan_script, run_script_bench, script_name
-    from ..bench.trial_process import TrialSettings
+    from ..bench.script import plan_script, run_script_bench, script_name
     from ..bench.variants import describe
     from ..io import default_out
     from ..runs.rundir import check_results_out
@@ -266,24 +304,7 @@ def bench_script(args: argparse.Namespace) -> int:
         raise AccelError("no script after `--`: give its command, e.g. `accel bench --ablate -- python train.py`.")
     if args.recipe is not None:
         raise AccelError(f"give a recipe or a script, not both: `{args.recipe}` and `{' '.join(args.user_script)}`.")
-    if args.eval_every is not None:
-        raise AccelError("--eval-every is for recipes: a script evaluates when it does, and logs it with eng.log.")
-    if args.target:
-        from ..bench.target import parse_target
-
-        parse_target(args.target, any_metric=True)  # a malformed target fails now, not in every trial
-    check_trial_options(args)
-    timeout = args.timeout or SCRIPT_TIMEOUT_S  # a script trains as long as it likes: a trial must not
-    settings = TrialSettings(
-        args.steps,
-        args.warmup,
-        timeout,
-        args.warm_cache,
-        args.target,
-        sync=args.sync,
-        metric_patterns=tuple(args.metric_pattern),
-        run_steps=args.run_steps,
-    )
+    settings = script_settings(args)
     out = Path(args.out) if args.out else default_out(script_name(args.user_script), kind="bench")
     if not args.list:
         check_results_out(out, "bench")  # before the probe, which runs the script until it creates its engine
@@ -293,7 +314,7 @@ def bench_script(args: argparse.Namespace) -> int:
         return 0
     with hold(out):
         report, _ = run_script_bench(plan, out, settings, args.trials, command=shlex.join(["accel", *args.argv]))
-    return _finish(report, out)
+    return finish(report, out)
 
 
 def parse_duration(text: str) -> float:

@@ -1,0 +1,134 @@
+"""A history of a script's speed per commit per machine: `accel bench --history FILE.jsonl` appends one line per
+revision (and --vary combination) it measured; `accel history FILE` reads them (accel/bench/history_report.py).
+
+A line holds the commit (its hash, subject and date), when it was measured, the machine's fingerprint (CPU or GPU
+model, torch version, thread count: figures from two machines are never one series) and the figures: median
+samples/s with its interval, and the time to the target where one was measured.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..errors import AccelError
+from ..io import strict_json
+from .records import Record, Report, RevisionRecord
+from .rev_compare import SEPARATOR
+
+
+class HistoryEntry(Record):
+    """One line of a history file."""
+
+    commit: str | None
+    short: str
+    subject: str
+    commit_date: str | None
+    dirty: bool = False  # the working tree with uncommitted changes (`--rev .`)
+    measured: str  # when, ISO 8601
+    machine: str  # the fingerprint's short hash: one series per machine
+    fingerprint: dict[str, Any]
+    variant: str
+    vary: str = ""  # the --vary values, where the bench had any
+    samples_per_s: float | None
+    ci95: tuple[float, float] | None
+    trials: int
+    target: str | None = None
+    time_to_target_s: float | None = None
+    command: str | None = None
+    report: str | None = None  # the bench's folder
+
+    @property
+    def point(self) -> str:
+        """The commit as the history shows it: `3f2a1bc`, `3f2a1bc+` with uncommitted changes."""
+        return self.short + ("+" if self.dirty else "")
+
+
+def fingerprint(env: dict[str, Any]) -> dict[str, Any]:
+    """What makes two machines' figures different series: the device, torch, the threads a trial used."""
+    return {
+        "device": ", ".join(env["gpus"]) if env.get("gpus") else env.get("cpu") or "unknown CPU",
+        "torch": env.get("torch"),
+        "threads": env.get("torch_threads"),
+    }
+
+
+def machine_id(prints: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(prints, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def machine_said(prints: dict[str, Any]) -> str:
+    return f"{prints['device']}, torch {prints['torch']}, {prints['threads']} threads"
+
+
+def entries(report: Report, out: Path) -> list[HistoryEntry]:
+    """A line for each revision's variant of a finished bench."""
+    prints = fingerprint(report.env)
+    measured = report.finished or time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    target = report.settings.target if report.settings else None
+    revisions = {r.name: r for r in report.revisions or []}
+    found = []
+    for variant in report.variants:
+        name, _, vary = variant.name.partition(SEPARATOR)
+        revision = revisions.get(name)
+        if revision is None:
+            continue
+        found.append(_entry(revision, variant, vary, prints, measured, target, report, out))
+    return found
+
+
+def _entry(revision: RevisionRecord, variant, vary, prints, measured, target, report, out) -> HistoryEntry:
+    sps = variant.samples_per_s
+    return HistoryEntry(
+        commit=revision.commit,
+        short=revision.name if revision.commit is None or revision.spec != "." else revision.commit[:7],
+        subject=revision.subject,
+        commit_date=revision.date,
+        dirty=revision.dirty,
+        measured=measured,
+        machine=machine_id(prints),
+        fingerprint=prints,
+        variant=variant.name,
+        vary=vary,
+        samples_per_s=sps.median,
+        ci95=sps.ci95,
+        trials=variant.ok_trials,
+        target=target,
+        time_to_target_s=variant.time_to_target_s,
+        command=report.command,
+        report=str(Path(out).resolve()),
+    )
+
+
+def append(path: Path, found: list[HistoryEntry]) -> None:
+    """Append the lines; a history is only ever added to."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as file:
+        for entry in found:
+            file.write(strict_json(entry.to_data()) + "\n")
+
+
+def read(path: Path) -> list[HistoryEntry]:
+    """Every line of a history file; one that is not an entry is an error naming its line."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as err:
+        raise AccelError(f"cannot read the history {path}: {err.strerror or err}") from None
+    found = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            found.append(HistoryEntry.model_validate_json(line))
+        except ValidationError as err:
+            raise AccelError(
+                f"{path}:{number} is not a line `accel bench --history` writes: {err.errors()[0]['msg']}"
+            ) from None
+    if not found:
+        raise AccelError(f"{path} holds no measurement yet: `accel bench --rev . --history {path} -- ...` adds one.")
+    return found

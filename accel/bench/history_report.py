@@ -1,0 +1,168 @@
+"""`accel history FILE [--html OUT]`: samples/s (and time to target where measured) per commit per machine, as a
+table and a plot, with the commits where the figure stepped marked (accel/bench/change_points.py).
+
+A series is one machine (its fingerprint) and one set of --vary values; its points are commits in the order of
+their dates, each the median of every measurement of that commit there.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import statistics
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from ..io import write_atomic
+from .change_points import change_points
+from .history import HistoryEntry, machine_said
+from .plots import STYLE, embedded_png
+
+
+@dataclass
+class Point:
+    """One commit in one series: the median of its measurements there."""
+
+    point: str
+    subject: str
+    date: str | None
+    entries: list[HistoryEntry] = field(default_factory=list)
+
+    @property
+    def samples_per_s(self) -> float | None:
+        values = [e.samples_per_s for e in self.entries if e.samples_per_s]
+        return statistics.median(values) if values else None
+
+    @property
+    def half_width(self) -> float | None:
+        """The median half-width of its intervals, in log units."""
+        widths = [math.log(e.ci95[1] / e.ci95[0]) / 2 for e in self.entries if e.ci95 and e.ci95[0] > 0]
+        return statistics.median(widths) if widths else None
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        """The median ends of its benches' 95% intervals."""
+        spans = [e.ci95 for e in self.entries if e.ci95]
+        return (statistics.median(lo for lo, _ in spans), statistics.median(hi for _, hi in spans)) if spans else None
+
+    @property
+    def time_to_target_s(self) -> float | None:
+        values = [e.time_to_target_s for e in self.entries if e.time_to_target_s is not None]
+        return statistics.median(values) if values else None
+
+
+@dataclass
+class Series:
+    machine: str
+    said: str
+    vary: str
+    points: list[Point]
+    steps: dict[int, float]  # index of the point that starts a new level -> its relative step
+
+    @property
+    def title(self) -> str:
+        return f"{self.said}{f' ({self.vary})' if self.vary else ''} [machine {self.machine}]"
+
+
+def series(found: list[HistoryEntry]) -> list[Series]:
+    """The entries as series, each with its change points."""
+    grouped: dict[tuple[str, str], dict[str, Point]] = {}
+    said = {}
+    for entry in found:
+        points = grouped.setdefault((entry.machine, entry.vary), {})
+        said[entry.machine] = machine_said(entry.fingerprint)
+        point = points.setdefault(entry.point, Point(entry.point, entry.subject, entry.commit_date))
+        point.entries.append(entry)
+    out = []
+    for (machine, vary), points in grouped.items():
+        ordered = sorted(points.values(), key=lambda p: p.date or "")  # stable: first measured first among equals
+        measured = [p for p in ordered if p.samples_per_s]
+        widths = [p.half_width for p in measured if p.half_width is not None]
+        steps = change_points([p.samples_per_s for p in measured], widths) if len(measured) > 1 else {}
+        # indices into the measured points, as indices into all of them
+        steps = {ordered.index(measured[i]): s for i, s in steps.items()}
+        out.append(Series(machine, said[machine], vary, ordered, steps))
+    return out
+
+
+HEADER = ["commit", "date", "subject", "samples/s", "runs", "change"]
+TARGET = "time to target s"  # a column only where a bench measured one
+
+
+def table(s: Series) -> tuple[list[str], list[list[str]]]:
+    """The series' header and rows: a commit a row, its step marked."""
+    targeted = any(p.time_to_target_s is not None for p in s.points)
+    rows = []
+    for i, p in enumerate(s.points):
+        sps, target = p.samples_per_s, p.time_to_target_s
+        row = [p.point, (p.date or "")[:10], p.subject[:50], f"{sps:,.1f}" if sps else "failed"]
+        row += [f"{target:.1f}" if target is not None else "never reached"] if targeted else []
+        rows.append(row + [str(len(p.entries)), f"stepped {s.steps[i]:+.0%}" if i in s.steps else ""])
+    return HEADER[:4] + ([TARGET] if targeted else []) + HEADER[4:], rows
+
+
+def text(all_series: list[Series]) -> str:
+    """The table per series, as `accel history` prints it."""
+    out = []
+    for s in all_series:
+        header, body = table(s)
+        rows = [header, *body]
+        widths = [max(len(r[c]) for r in rows) for c in range(len(header))]
+        out += [s.title]
+        out += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+        out += [""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def plot(s: Series, path: Path) -> Path:
+    """samples/s per commit with its interval, each change point marked with a dashed line and its step."""
+    fig = Figure(figsize=(max(6.0, 0.6 * len(s.points) + 2), 4.0), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    xs = [i for i, p in enumerate(s.points) if p.samples_per_s]
+    ys = [s.points[i].samples_per_s for i in xs]
+    spans = [s.points[i].interval or (y, y) for i, y in zip(xs, ys)]
+    errors = [[y - lo for y, (lo, _) in zip(ys, spans)], [hi - y for y, (_, hi) in zip(ys, spans)]]
+    ax.errorbar(xs, ys, yerr=errors, marker="o", color="tab:blue", capsize=3)
+    for i, step in s.steps.items():
+        ax.axvline(i - 0.5, color="tab:red", linestyle="--")
+        ax.annotate(
+            f"{step:+.0%}",
+            (i - 0.5, s.points[i].samples_per_s),
+            color="tab:red",
+            xytext=(4, 4),
+            textcoords="offset points",
+        )
+    ax.set_xticks(range(len(s.points)), [p.point for p in s.points])
+    ax.tick_params(axis="x", labelrotation=30)
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("samples/s (median)")
+    ax.set_title(s.title, fontsize=9)
+    fig.savefig(path, dpi=100)
+    return path
+
+
+def write_html(all_series: list[Series], out: Path, source: Path) -> Path:
+    """A page with each series' table and plot (its PNG inside the page, nothing beside it)."""
+    parts = [f"<h1>accel history</h1><p>From <code>{html.escape(str(source))}</code></p>"]
+    for s in all_series:
+        parts += _section(s)
+    doc = (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>accel history</title>"
+        f"<style>{STYLE}</style></head><body>{''.join(parts)}</body></html>\n"
+    )
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    return write_atomic(Path(out), doc)
+
+
+def _section(s: Series) -> list[str]:
+    with tempfile.TemporaryDirectory(prefix="accel-history-") as folder:
+        png = embedded_png(plot(s, Path(folder) / "plot.png"), f"samples/s per commit on {s.title}")
+    header, rows = table(s)
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return [f"<h2>{html.escape(s.title)}</h2>", f"<table><tr>{head}</tr>{body}</table>", f"<p>{png}</p>"]
