@@ -203,7 +203,7 @@ def test_the_history_records_each_revision_and_renders_a_page_with_its_plot(repo
     png = base64.b64decode(page.split('src="data:image/png;base64,')[1].split('"')[0])
     with Image.open(io.BytesIO(png)) as plot:  # the plot itself, not just its tag
         assert plot.format == "PNG" and plot.width >= 600
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    browser = next(filter(None, map(shutil.which, ("chromium-headless-shell", "chromium", "chromium-browser"))), None)
     if browser:  # as a reader's browser sees the page, where one is installed
         argv = [
             browser,
