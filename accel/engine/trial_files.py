@@ -26,10 +26,19 @@ class TrialFiles:
         if path is None:
             return where
         if path not in self._moved:
-            if self._folder is None:
-                self._folder = tempfile.TemporaryDirectory(prefix="accel-trial-files-")
-            self._moved[path] = os.path.join(self._folder.name, f"{len(self._moved)}-{os.path.basename(path)}")
+            self._moved[path] = os.path.join(self._root(), f"{len(self._moved)}-{os.path.basename(path)}")
         return self._moved[path]
+
+    def folder(self, name: str) -> str:
+        """A folder of the trial's own, made on first use (where its TensorBoard, W&B and MLflow runs go)."""
+        path = os.path.join(self._root(), name)
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    def _root(self) -> str:
+        if self._folder is None:
+            self._folder = tempfile.TemporaryDirectory(prefix="accel-trial-files-")
+        return self._folder.name
 
     def read_from(self, where: Any) -> Any:
         """Where a read of `where` finds it: the trial's copy, where the trial wrote one."""

@@ -1,8 +1,8 @@
 """Metrics a plain loop reports without a framework: the lines it prints, read by the bench's `--metric-pattern`
 regular expressions (nanoGPT prints `step 250: train loss 1.9, val loss 2.0`), and the scalars it logs through
 TensorBoard's `SummaryWriter`, wandb or MLflow. Each value reaches the recorder's `logged`, as a framework's logged
-metric does. A trial's tracking goes to a folder of its own (`scratch`), as its checkpoints do: it adds no run to
-the user's TensorBoard logs, W&B project or MLflow server, and needs none of them to be reachable."""
+metric does. A trial's tracking goes to folders of its own (accel.engine.trial_files), as its checkpoints do: it
+adds no run to the user's TensorBoard logs, W&B project or MLflow server, and needs none of them to be reachable."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import os
 import pathlib
 import re
 import sys
-import tempfile
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from ...engine.trial_files import FILES
 from . import recorder
 
 Logged = Callable[[dict[str, Any]], None]
@@ -32,7 +32,7 @@ def attach_tensorboard(module: ModuleType) -> None:
     """`torch.utils.tensorboard.writer` is imported: `add_scalar(tag, value)` is the metric `tag`."""
 
     def init(original, writer, log_dir=None, *args, **kwargs):
-        return original(writer, scratch("tensorboard"), *args, **kwargs)
+        return original(writer, FILES.folder("tensorboard"), *args, **kwargs)
 
     def add_scalar(original, writer, tag, scalar_value, *args, **kwargs):
         _logged({tag: scalar_value})
@@ -47,7 +47,7 @@ def attach_wandb(module: ModuleType) -> None:
 
     def init(original, *args, **kwargs):
         if "disabled" not in (kwargs.get("mode"), os.environ.get("WANDB_MODE")):
-            kwargs |= {"mode": "offline", "dir": scratch("wandb")}  # init's arguments win over its settings
+            kwargs |= {"mode": "offline", "dir": FILES.folder("wandb")}  # init's arguments win over its settings
         return original(*args, **kwargs)
 
     def log(original, run, data, *args, **kwargs):
@@ -62,7 +62,7 @@ def attach_mlflow(module: ModuleType) -> None:
     """`mlflow` is imported: each metric logged, fluently or through a client, is a metric; every client and the
     fluent API track to a store in the trial's folder, whatever URI the script names."""
     os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"  # a throwaway store: MLflow refuses new file stores otherwise
-    uri = pathlib.Path(scratch("mlflow"), "mlruns").as_uri()  # a store made where none is: its default experiment
+    uri = pathlib.Path(FILES.folder("mlflow"), "mlruns").as_uri()  # a store made where none is: its default experiment
     client = module.tracking.client.MlflowClient
 
     def init(original, self, tracking_uri=None, *args, **kwargs):
@@ -85,19 +85,6 @@ def attach_mlflow(module: ModuleType) -> None:
     module.set_tracking_uri(uri)
     for owner in (module, module.tracking, module.tracking._tracking_service.utils):  # each holds its own name
         recorder.patch(owner, "set_tracking_uri", set_tracking_uri)
-
-
-def scratch(name: str) -> str:
-    """A folder of this trial's own, removed when the process ends."""
-    global _SCRATCH
-    if _SCRATCH is None:
-        _SCRATCH = tempfile.TemporaryDirectory(prefix="accel-trial-tracking-")
-    path = os.path.join(_SCRATCH.name, name)
-    os.makedirs(path, exist_ok=True)
-    return path
-
-
-_SCRATCH: tempfile.TemporaryDirectory | None = None
 
 
 def _logged(values: dict[str, Any]) -> None:
