@@ -53,25 +53,7 @@ def simulated_learning(seen: list, final_slower: bool = False):
                 continue
             slow = final_slower and out.name == "final" and name == "tuned"
             drop = learning(optim["name"], optim["lr"], batch) * (0.5 if slow else 1.0) * (1 + 0.01 * trial)
-            steps = settings.samples // batch
-            evals, step_s = [], batch / 100
-            for k in range(1, 11):
-                step = steps * k // 10
-                value = 3.0 - drop * step * batch
-                evals.append({"step": step, "wall_s": 2.0 + step * step_s + k * 0.5, "value": value})
-                if settings.stop_at_target and value <= float(settings.target.partition("=")[2]):
-                    break
-            results.append(
-                Trial(
-                    variant=name,
-                    trial=trial,
-                    samples_per_s=100.0,
-                    wall_s=evals[-1]["wall_s"],
-                    val_metric_name="val_loss",
-                    target_evals=evals,
-                    env={"device": "cpu (simulated)", "torch": "2.x"},
-                )
-            )
+            results.append(_to_target(name, trial, settings, drop, batch, 100.0, start=2.0, eval_s=0.5))
         return results
 
     return run_trials
@@ -292,25 +274,7 @@ def simulated_levers(seen: list, final_slower: bool = False):
                 continue
             slow = 3.0 if final_slower and out.name == "final" and name == "tuned" else 1.0
             drop = learning(optim["name"], optim["lr"], batch) * (1 + 0.01 * trial)
-            steps, step_s = settings.samples // batch, batch / sps * slow
-            evals = []
-            for k in range(1, 11):
-                step = steps * k // 10
-                value = 3.0 - drop * step * batch
-                evals.append({"step": step, "wall_s": start + step * step_s, "value": value})
-                if settings.stop_at_target and value <= float(settings.target.partition("=")[2]):
-                    break
-            results.append(
-                Trial(
-                    variant=name,
-                    trial=trial,
-                    samples_per_s=sps / slow,
-                    wall_s=evals[-1]["wall_s"],
-                    val_metric_name="val_loss",
-                    target_evals=evals,
-                    env={"device": "cpu (simulated)", "torch": "2.x"},
-                )
-            )
+            results.append(_to_target(name, trial, settings, drop, batch, sps / slow, start=start))
         return results
 
     return run_trials
@@ -433,3 +397,25 @@ def test_a_time_search_that_ran_no_run_to_the_target_still_reads_as_one(lm_base,
     console.print(table(result))
     rendered = " ".join(console.file.getvalue().split())
     assert "time to the target (none run)" in rendered and "samples/s ratio" in rendered
+
+
+def _to_target(name, trial, settings, drop, batch, samples_per_s, start: float, eval_s: float = 0.0) -> Trial:
+    """A simulated run to the target at `samples_per_s` after `start` seconds: the loss falls by `drop` a sample,
+    read at ten evaluations of `eval_s` seconds each; it stops at the target when the trial asks to."""
+    steps, step_s, evals = settings.samples // batch, batch / samples_per_s, []
+    for k in range(1, 11):
+        step = steps * k // 10
+        value = 3.0 - drop * step * batch
+        evals.append({"step": step, "wall_s": start + step * step_s + k * eval_s, "value": value})
+        if settings.stop_at_target and value <= float(settings.target.partition("=")[2]):
+            break
+    env = {"device": "cpu (simulated)", "torch": "2.x"}
+    return Trial(
+        variant=name,
+        trial=trial,
+        samples_per_s=samples_per_s,
+        wall_s=evals[-1]["wall_s"],
+        val_metric_name="val_loss",
+        target_evals=evals,
+        env=env,
+    )
