@@ -11,11 +11,13 @@ from transformers import GPT2Config, GPT2LMHeadModel, HfArgumentParser, Trainer,
 class ModelArguments:
     n_layer: int = field(default=2)
     n_embd: int = field(default=64)
+    n_head: int = field(default=2)
+    context: int = field(default=32)
 
 
 class Tokens(torch.utils.data.Dataset):
-    def __init__(self, n, seed):
-        self.ids = torch.randint(0, 256, (n, 32), generator=torch.Generator().manual_seed(seed))
+    def __init__(self, n, seed, context):
+        self.ids = torch.randint(0, 256, (n, context), generator=torch.Generator().manual_seed(seed))
 
     def __len__(self):
         return len(self.ids)
@@ -26,7 +28,9 @@ class Tokens(torch.utils.data.Dataset):
 
 model_args, args = HfArgumentParser((ModelArguments, TrainingArguments)).parse_args_into_dataclasses()
 torch.manual_seed(0)
-config = GPT2Config(vocab_size=256, n_positions=32, n_embd=model_args.n_embd, n_layer=model_args.n_layer, n_head=2)
-trainer = Trainer(model=GPT2LMHeadModel(config), args=args, train_dataset=Tokens(2048, 0), eval_dataset=Tokens(64, 1))
+shape = {"n_embd": model_args.n_embd, "n_layer": model_args.n_layer, "n_head": model_args.n_head}
+config = GPT2Config(vocab_size=256, n_positions=model_args.context, **shape)
+data = {"train_dataset": Tokens(2048, 0, model_args.context), "eval_dataset": Tokens(64, 1, model_args.context)}
+trainer = Trainer(model=GPT2LMHeadModel(config), args=args, **data)
 trainer.train()
 trainer.save_model()

@@ -22,13 +22,16 @@ Run only when named (the standing GPU issue's figures):
               CUDA graphs, the fused LM loss
   lm-scale    batch 32 against 16, then compile mode max-autotune at batch 32
   lm-shape    at batch 32, the model's shape: 8 heads of 128 against 16 of 64, then width 2048 against 1024 (the
-              larger matmuls a 50% MFU may need; each changes the model, so read its val_loss)
+              larger matmuls a 50% MFU may need; each changes the model, so read its val_loss); `lm-width` the
+              width alone
   lm-muon     time to val_loss 1.6 from each trial's process start: AdamW against Muon
   lm-tune     what `accel tune` picks for lm-bytes-cuda on the GPU (8 minutes)
   lm-time     what `accel tune --objective time` picks for it (8 minutes)
   resnet-host the compiled ResNet preset with inductor's compile workers released, and with CUDA graphs, on/off
   resnet-sync what the bench's sync after every step hides: the ResNet preset compiled and eager, benched with
               `--sync step` (the default) and `--sync window` (a real run's overlap of host and GPU)
+  hf-script   an unchanged Hugging Face Trainer script (examples/hf_trainer.py, a 6-layer GPT-2 of width 768, 256
+              tokens) benched with its own flags: --bf16, --tf32, --torch_compile, each against the script as given
   own-loop    the examples' hand-written loops on the GPU, plain against accel.Engine (benchmarks/engine_overhead.py),
               and `accel bench --ablate -- python examples/gpt_loop.py --bf16` there
 
@@ -46,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import json
 import shlex
 import subprocess
@@ -64,7 +68,19 @@ from accel import devices  # noqa: E402
 
 STEPS = ["env", "peaks", "tests", "plain-loop", "ablate", "transformer", "lm", "profile", "jpeg"]
 # run only when named: the standing GPU issue's figures
-EXTRA = ["lm-levers", "lm-scale", "lm-shape", "lm-muon", "lm-tune", "lm-time", "resnet-host", "resnet-sync", "own-loop"]
+EXTRA = [
+    "lm-levers",
+    "lm-scale",
+    "lm-shape",
+    "lm-width",
+    "lm-muon",
+    "lm-tune",
+    "lm-time",
+    "resnet-host",
+    "resnet-sync",
+    "own-loop",
+    "hf-script",
+]
 HALVES = {
     "ablate-remove": "all,-amp,-channels_last,-compile,-cudnn,-optim",
     "ablate-add": "+amp,+channels_last,+compile,+cudnn,+optim",
@@ -96,6 +112,7 @@ LM_SHAPE = {  # at batch 32 (45.0% MFU on the H200): larger heads for the attent
     "heads": "model.args.heads=16,8 --set data.batch_size=32",
     "width": "model.args.width=1024,2048 --set data.batch_size=32",
 }
+LM_WIDTH = {"width": LM_SHAPE["width"]}  # the heads ran on the H100 of 2026-11-27 (under 2%); the width did not
 RESNET_HOST = {  # what keeps the compiled ResNet preset waiting on its host
     "release-workers": "speedups.compile.release_workers=false,true",
     # SGD cannot read a schedule inside a captured step (the conflict rule): both without the schedule
@@ -223,6 +240,7 @@ def step_tests(check: Check) -> None:
             "no:cacheprovider",
             "-q",
             "-rs",
+            *(["-n", "4"] if importlib.util.find_spec("xdist") else []),  # correctness only: 4 at once
             f"--junitxml={xml}",
             "tests",
         ],
@@ -428,7 +446,7 @@ def _lm_size(check: Check, full: list[str]) -> list[str]:
 def step_lm_levers(check: Check, step: str = "lm-levers") -> None:
     """Issue 31's speedrun levers on lm-bytes-cuda (`lm-scale`: the larger batch and max-autotune; `lm-shape`: the
     heads and the width), each against the recipe as given; MFU is in each report."""
-    varies = {"lm-levers": LM_LEVERS, "lm-scale": LM_SCALE, "lm-shape": LM_SHAPE}[step]
+    varies = {"lm-levers": LM_LEVERS, "lm-scale": LM_SCALE, "lm-shape": LM_SHAPE, "lm-width": LM_WIDTH}[step]
     _bench_vary(check, step, LM_RECIPE, varies, _lm_size(check, ["--steps", "60", "--warmup", "10", "--trials", "2"]))
 
 
@@ -518,6 +536,29 @@ def step_own_loop(check: Check) -> None:
     check.put("own-loop", bench=check.load(out / "report.json"))
 
 
+HF_FLAGS = "baseline,--bf16=True,--tf32=True,--torch_compile=True"
+HF_SHAPE = ["--n_layer", "6", "--n_embd", "768", "--n_head", "12", "--context", "256"]
+
+
+def step_hf_script(check: Check) -> None:
+    """`accel bench --ablate` of the unchanged HF Trainer example on this device: which of its flags help."""
+    quick = check.args.quick
+    out = check.work / "bench-hf-script"
+    size = (
+        ["--steps", "2", "--warmup", "1", "--trials", "1"]
+        if quick
+        else ["--steps", "40", "--warmup", "10", "--trials", "2"]
+    )
+    shape = ["--n_layer", "1", "--n_embd", "32", "--context", "16"] if quick else HF_SHAPE
+    script = [sys.executable, "examples/hf_trainer.py", "--output_dir", str(check.work / "hf-out")]
+    script += ["--report_to", "none", "--per_device_train_batch_size", "32", *shape]
+    if not check.args.device.startswith("cuda"):
+        script += ["--use_cpu", "True"]
+    command = [sys.executable, "-m", "accel.cli", "bench", "--ablate", "--only", HF_FLAGS, *size, "--out", str(out)]
+    check.sh("hf-script", [*command, "--", *script], timeout=3000)
+    check.put("hf-script", bench=check.load(out / "report.json"))
+
+
 def step_jpeg(check: Check) -> None:
     folder, out = check.work / "jpeg-folder", check.work / "bench-data"
     per_class = ["--per-class", "20"] if check.args.quick else []
@@ -560,12 +601,14 @@ RUNNERS = {
     "lm-levers": step_lm_levers,
     "lm-scale": lambda check: step_lm_levers(check, "lm-scale"),
     "lm-shape": lambda check: step_lm_levers(check, "lm-shape"),
+    "lm-width": lambda check: step_lm_levers(check, "lm-width"),
     "lm-tune": step_lm_tune,
     "lm-time": lambda check: step_lm_tune(check, "lm-time"),
     "lm-muon": step_lm_muon,
     "resnet-host": lambda check: step_resnet(check, "resnet-host"),
     "resnet-sync": lambda check: step_resnet(check, "resnet-sync"),
     "own-loop": step_own_loop,
+    "hf-script": step_hf_script,
 }
 
 

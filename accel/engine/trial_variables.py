@@ -12,6 +12,19 @@ STOP, CURVE = "ACCEL_TRIAL_STOP", "ACCEL_TRIAL_CURVE"  # end at the target; reco
 SYNC = "ACCEL_TRIAL_SYNC"  # window: synchronise around the timed steps only
 PATTERNS = "ACCEL_TRIAL_METRIC_PATTERNS"  # a JSON list of regular expressions: metrics from the printed lines
 PROFILE = "ACCEL_PROFILE"  # `accel profile -- SCRIPT`: the profile window's settings (accel.profile.script)
+ROOT = "ACCEL_TRIAL_ROOT"  # the process id of the trial's first Python process, set there for its children
+
+
+def claim_root() -> None:
+    """Called in every Python process of a trial as it starts: the first one (the command the bench ran) is the
+    trial's root, every process it starts inherits its id."""
+    os.environ.setdefault(ROOT, str(os.getpid()))
+
+
+def is_root() -> bool:
+    """Whether this process is the command the bench ran, not one it started (torchrun's ranks, inductor's compile
+    workers, a spawned DataLoader worker)."""
+    return os.environ.get(ROOT) == str(os.getpid())
 
 
 def asked() -> bool:

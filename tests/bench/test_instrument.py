@@ -31,8 +31,13 @@ parser.add_argument("--compile", action="store_true")
 parser.add_argument("--scaler", action="store_true")
 parser.add_argument("--out", default=".")
 parser.add_argument("--slow-first", type=float, default=0.0)  # seconds the first step takes more (a compilation)
+parser.add_argument("--helper", action="store_true")  # a child process that imports torch, as a compile worker
 args = parser.parse_args()
 torch.manual_seed(0)
+if args.helper:  # as inductor's compile workers: started by the script, ended and waited for at its exit
+    import atexit, subprocess, sys
+    helper = subprocess.Popen([sys.executable, "-c", "import sys, torch; sys.stdin.read()"], stdin=subprocess.PIPE)
+    atexit.register(lambda: (helper.stdin.close(), helper.wait()))
 
 
 class Model(torch.nn.Module):
@@ -116,6 +121,13 @@ def test_an_unchanged_loop_is_measured_from_its_optimizer_steps_and_ended(tmp_pa
     # the script ran as it is (ended after warm-up + 6 steps): its checkpoint went to the trial's own folder, and the
     # real run's stayed as it was
     assert (tmp_path / "ckpt.pt").read_bytes() == b"the real run's"
+
+
+def test_a_process_the_script_starts_is_not_the_trial(tmp_path):
+    # inductor's compile workers import torch in processes of their own, which end after the script's record is
+    # written (a compiled HF Trainer script on a GPU was reported as never stepping): the record stays the script's
+    trial = _trial(tmp_path, "--helper", steps=2, warmup=1)
+    assert trial.error is None and trial.steps == 2
 
 
 def test_the_machines_load_is_read_over_the_timed_steps_only(tmp_path):

@@ -72,7 +72,7 @@ def test_fp16_on_cuda_steps_skips_updates_and_saves_its_scale(tmp_path):
     again = accel.Engine(speedups=fp16, device="cuda")
     model2, optimizer2 = again.setup(*fresh())
     again.load(tmp_path / "ckpt.pt", {"model": model2, "optimizer": optimizer2})
-    assert again.strategy.precision.scaler.get_scale() == 512.0 and again.steps == eng.steps
+    assert again._core.strategy.precision.scaler.get_scale() == 512.0 and again.steps == eng.steps
     for a, b in zip(model.parameters(), model2.parameters()):
         torch.testing.assert_close(b, a)
     assert all(p.is_cuda for p in model2.parameters())
