@@ -122,12 +122,11 @@ def test_no_import_cycle_when_modules_load():
 
 
 # Modules that know each other by type only (a part typed against its owner), each knot named: the Trainer and the
-# loop's parts that take it (callbacks and the speed lint among them, until they read the core instead), and the
-# bench's own (a runner and its real run, tune's search and its stages: the range test, the levers; the
-# instrument's recorder and its parts)
+# loop's parts that take it (callbacks among them; the speed lint, FLOP counting and the profile window read the
+# engine's core instead), and the bench's own (a runner and its real run, tune's search and its stages: the range
+# test, the levers; the instrument's recorder and its parts)
 KNOTS = [
-    {"callbacks.base", "measure.lint", "train.divergence", "train.evaluation", "train.fit_summary", "train.stopping"}
-    | {"train.trainer"},
+    {"callbacks.base", "train.divergence", "train.evaluation", "train.fit_summary", "train.stopping", "train.trainer"},
     {"bench.real_run", "bench.runner"},
     {"bench.tune.levers", "bench.tune.lr_range", "bench.tune.search"},
     {"bench.instrument.profiled", "bench.instrument.recorder", "bench.instrument.trial_record"},

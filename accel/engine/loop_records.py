@@ -20,18 +20,16 @@ from .core import Core
 from .loop_state import LoopState
 
 
-class _Counting:
-    """What FLOP counting (accel.measure.flops.Utilisation) reads of a run, for a loop's own model: the forward of the
-    first step's inputs, a sum of its first output standing in for the loop's loss (a loss adds few FLOPs)."""
+class _ForwardSum:
+    """The step FLOP counting runs for a loop of the user's own, whose loss accel never sees: the model's forward on
+    the first step's inputs, a sum of its first output standing in for the loss (a loss adds few FLOPs)."""
 
-    def __init__(self, core: Core):
-        self.device, self.module, self.strategy, self.speedups = core.device, core.module, core.strategy, core.speedups
-        self.step_contexts, self.task = core.step_contexts, self
-
-    def samples(self, batch: Any) -> int:
+    @staticmethod
+    def samples(batch: Any) -> int:
         return leading_size(batch)
 
-    def loss(self, model: Any, batch: Any) -> torch.Tensor:
+    @staticmethod
+    def loss(model: Any, batch: Any) -> torch.Tensor:
         args, kwargs = batch
         return leading_tensor(model(*args, **kwargs)).float().sum()
 
@@ -64,7 +62,7 @@ class LoopRecords:
         loop = self.loop
         if loop.flops_inputs is not None:
             inputs, loop.flops_inputs = loop.flops_inputs, None
-            loop.utilisation.count(_Counting(self.core), inputs)
+            loop.utilisation.count(self.core, _ForwardSum, inputs)
 
     def summary(self) -> LoopSummary:
         """What the run did: steps, throughput after the first step, data wait, speed-ups, the last metrics."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from contextlib import AbstractContextManager, ExitStack
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.func import functional_call
@@ -21,6 +21,9 @@ from torch.utils import flop_counter
 from ..batches import map_tensors
 from ..strategy import sharding
 from . import peaks
+
+if TYPE_CHECKING:
+    from ..engine.core import Core  # the run's device, module, precision and step contexts
 
 log = logging.getLogger("accel")
 aten = torch.ops.aten
@@ -77,9 +80,9 @@ def first_samples(batch: Any, samples: int, few: int) -> Any:
     return map_tensors(lambda t: t[:few] if t.dim() and len(t) == samples else t, batch)
 
 
-def _counting_contexts(trainer: Any) -> ExitStack:
-    stack = trainer.step_contexts()
-    for speedup in trainer.speedups:
+def _counting_contexts(run: Core) -> ExitStack:
+    stack = run.step_contexts()
+    for speedup in run.speedups:
         stack.enter_context(speedup.counting_context())
     return stack
 
@@ -94,18 +97,17 @@ class Utilisation:
         self.flops_per_sample: float | None = None
         self.peak = None
 
-    def count(self, trainer: Any, batch: Any) -> float:
-        """Count once, on the batch's first few samples (not on sharded or XLA models); the seconds it took,
-        which are not training time. A model or task the counter cannot follow costs the figure, not the run."""
+    def count(self, run: Core, task: Any, batch: Any) -> float:
+        """Count once, `task`'s step (its `samples` and `loss`) on the batch's first few samples, in the run's
+        step contexts (not on sharded or XLA models); the seconds it took, which are not training time. A model or
+        task the counter cannot follow costs the figure, not the run."""
         self.counted, start = True, time.perf_counter()
-        if trainer.device.type == "xla" or sharding.is_sharded(trainer.module):
+        if run.device.type == "xla" or sharding.is_sharded(run.module):
             return 0.0
-        samples = max(trainer.task.samples(batch), 1)
+        samples = max(task.samples(batch), 1)
         few = min(samples, COUNT_SAMPLES)
         try:
-            flops = count_step_flops(
-                trainer.module, trainer.task, first_samples(batch, samples, few), _counting_contexts(trainer)
-            )
+            flops = count_step_flops(run.module, task, first_samples(batch, samples, few), _counting_contexts(run))
         except Exception as err:  # noqa: BLE001 - any failure only loses the figure
             log.info("FLOPs not counted: %s: %s", type(err).__name__, err)
             flops = None
@@ -113,9 +115,7 @@ class Utilisation:
             self.flops_per_sample = flops / few
             self.flops_per_batch = round(self.flops_per_sample * samples)
             try:
-                self.peak = peaks.run_peak(
-                    trainer.device, compute_dtype(trainer.strategy.precision.name, trainer.device)
-                )
+                self.peak = peaks.run_peak(run.device, compute_dtype(run.strategy.precision.name, run.device))
             except Exception as err:  # noqa: BLE001 - a probe that fails costs the MFU, not the run
                 log.info("no peak FLOP/s for MFU: %s", err)
         return time.perf_counter() - start

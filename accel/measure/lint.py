@@ -1,6 +1,6 @@
 """The speed lint: settings that quietly cost speed, each found with its fix.
 
-`facts()` reads a set-up trainer once at the start of a run; `findings()` is a pure function of those facts
+`facts()` reads a set-up run (the engine's core) once at its start; `findings()` is a pure function of those facts
 (and, at the end, of the run's summary), so each finding is tested on made-up machines as well as on real
 traps. The trainer logs the start findings once and puts all of them in summary.json; the bench puts them in
 its report.
@@ -27,7 +27,7 @@ from . import host_syncs
 from .traps import Finding, codes, findings
 
 if TYPE_CHECKING:
-    from ..train.trainer import Trainer
+    from ..engine.core import Core
 
 log = logging.getLogger("accel")
 SYNC_BATCH = 3  # the batch whose step is watched for host syncs: the first ones sync for one-off reasons
@@ -46,8 +46,8 @@ class SpeedLint:
             )
         self.ignore, self.say, self.facts, self.batches = set(ignore), say, {}, 0
 
-    def start(self, trainer: Trainer) -> None:
-        self.facts, self.batches = facts(trainer), 0
+    def start(self, run: Core) -> None:
+        self.facts, self.batches = facts(run), 0
         self._say(self._findings())
 
     def watch(self, batch: Any) -> AbstractContextManager:
@@ -77,11 +77,11 @@ class SpeedLint:
             log.warning("speed lint: %s", finding)
 
 
-def facts(trainer: Trainer) -> dict[str, Any]:
-    """What the lint looks at, read from a trainer whose speed-ups are set up."""
-    device, loader, optimizer = trainer.device, trainer.train_loader, trainer.optimizer
+def facts(run: Core) -> dict[str, Any]:
+    """What the lint looks at, read from a run's core whose speed-ups are set up (a recipe's or a loop's own)."""
+    device, loader, optimizer = run.device, run.train_loader, run.optimizer
     loader = getattr(loader, "loader", loader)  # the device prefetcher wraps a DataLoader
-    traits = model_traits(trainer.module)
+    traits = model_traits(run.module)
     return {
         "device": device.type,
         "cores": available_cpus(),
@@ -99,11 +99,11 @@ def facts(trainer: Trainer) -> dict[str, Any]:
         "fused": bool(optimizer.defaults.get("fused")),
         "fused_exists": "fused" in inspect.signature(type(optimizer).__init__).parameters,
         # speed-ups on a model without the trait they need (channels_last without convolutions)
-        "needless": {s.name: s.needs for s in trainer.speedups if s.needs and not traits[s.needs]},
-        "amp": trainer.strategy.precision.name != "fp32",
+        "needless": {s.name: s.needs for s in run.speedups if s.needs and not traits[s.needs]},
+        "amp": run.strategy.precision.name != "fp32",
         "fast_bf16": _fast_bf16(device),
-        "speedup_findings": [s.lint_finding for s in trainer.speedups if s.lint_finding is not None],
-        "float64_model": float64_names(trainer.module),
+        "speedup_findings": [s.lint_finding for s in run.speedups if s.lint_finding is not None],
+        "float64_model": float64_names(run.module),
     }
 
 

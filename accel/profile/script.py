@@ -20,7 +20,6 @@ import shlex
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from ..bench.engine_trial import Agent, Engines
@@ -33,7 +32,6 @@ if TYPE_CHECKING:
     from .window import ProfileWindow
 
 log = logging.getLogger("accel")
-STEPPED = SimpleNamespace(optimizer_stepped=True)  # what ProfileWindow.on_batch_end reads of a batch
 
 
 @dataclass(frozen=True)
@@ -73,37 +71,20 @@ def attach(engine: LoopRecords) -> ScriptProfile | None:
     return ScriptProfile(engine, window)
 
 
-class _Run:
-    """What ProfileWindow reads of a trainer, from the engines of a hand-written loop: the clock's
-    (accel.bench.engine_trial.Engines)."""
-
-    task = SimpleNamespace(name="own loop")
-
-    def __init__(self, engines: Engines):
-        self.engines = engines
-
-    @property
-    def engine(self) -> Core:
-        return self.engines.main.core
-
-    def __getattr__(self, name: str) -> Any:  # device, anatomy, model, module, strategy, speedups, train_loader
-        return getattr(self.engine, name)
-
-    @property
-    def step(self) -> int:
-        return self.engine.steps
-
-
 class ScriptProfile(Agent):
     """The engines' side of `accel profile`: one window per process over the clock's optimizer steps (whatever the
     number of engines: they share one anatomy, so every engine's phases are timed), then the report and exit."""
 
     def __init__(self, engine: LoopRecords, window: Window):
-        self.engines = Engines(engine)
-        self.run, self.settings = _Run(self.engines), window
+        self.engines, self.settings = Engines(engine), window
         self.window = window.profile_window()
         self.done = self.started = False
         atexit.register(self._ended_early)
+
+    @property
+    def run(self) -> Core:
+        """What the window reads: the core of the clock's engine (the first to step)."""
+        return self.engines.main.core
 
     def join(self, engine: LoopRecords) -> None:
         engine.core.anatomy = self.engines.all[0].core.anatomy
@@ -114,12 +95,12 @@ class ScriptProfile(Agent):
         of it)."""
         if not self.started:
             self.started = True
-            self.window.on_fit_start(self.run)
+            self.window.start(self.run)
 
     def stepped(self, engine: LoopRecords) -> None:
         if not self.engines.ticks(engine):
             return
-        self.window.on_batch_end(self.run, STEPPED)
+        self.window.stepped(self.run)
         if self.window.closed:
             self._finish()
             raise SystemExit(0)

@@ -1,7 +1,8 @@
 """The profiled window of a run: `warmup` optimizer steps unprofiled (compilation, the allocator, oneDNN/cuDNN
 kernel choice), then `steps` recorded by torch.profiler with the loop's phases timed (accel/measure/anatomy.py) and, on
 CUDA, the allocator's history; the report is written when the run ends. `accel profile` and `accel train
---profile` both add this callback to the trainer."""
+--profile` both add this callback to the trainer; a hand-written loop's engine and an unchanged script's recorder
+drive it through `start`, `stepped` and `end`. It reads the run from the engine's core (ProfiledRun)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
@@ -24,6 +25,22 @@ from ..runs.records import FitSummary
 log = logging.getLogger("accel")
 SNAPSHOT = "memory.pickle"
 KINETO_LOG_LEVEL, QUIET = "KINETO_LOG_LEVEL", "5"  # kineto's levels: 4 is ERROR, 5 only what it addresses to users
+
+
+class ProfiledRun(Protocol):
+    """What the window reads of a run: the engine's core (accel.engine.core.Core), a recipe's and a hand-written
+    loop's alike; an unchanged script's recorder adapted (accel.bench.instrument.profiled.UnchangedRun)."""
+
+    device: torch.device
+    steps: int  # optimizer steps taken
+    anatomy: Any  # accel.measure.anatomy.Anatomy: the phases' clock
+    model: Any  # what forward calls
+    module: Any  # the plain module
+    optimizer: Any
+    strategy: Any  # its precision's name is read
+    speedups: Any
+    train_loader: Any
+    task: str | None  # the recipe's task, None for a loop of the user's own
 
 
 @dataclass
@@ -67,68 +84,77 @@ class ProfileWindow(Callback):
         return self._closed
 
     def on_fit_start(self, trainer) -> None:
-        cuda = trainer.device.type == "cuda"
+        self.start(trainer.engine)
+
+    def on_batch_end(self, trainer, info) -> None:
+        if info.optimizer_stepped:
+            self.stepped(trainer.engine)
+
+    def on_fit_end(self, trainer, summary: FitSummary) -> None:
+        self.end(trainer.engine, summary.status, summary.diverged_at_step)
+
+    def start(self, run: ProfiledRun) -> None:
+        """The run's steps begin (its speed-ups set up): warm-up counts from here."""
+        cuda = run.device.type == "cuda"
         if not cuda:  # kineto logs "gpuGetDeviceCount failed with code 35" where CUDA is installed but no GPU is
             os.environ.setdefault(KINETO_LOG_LEVEL, QUIET)  # read when the profiler starts; a user's setting wins
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
         plan = schedule(wait=max(self.warmup - 1, 0), warmup=min(self.warmup, 1), active=self.steps, repeat=1)
-        self.profiled = Profiled(profile(activities=activities, schedule=plan), self.steps, trainer.device)
+        self.profiled = Profiled(profile(activities=activities, schedule=plan), self.steps, run.device)
         self.profiled.planned = self.steps
-        self._first, self._closed = trainer.step, False
+        self._first, self._closed = run.steps, False
         self.profiled.profiler.start()
         if self.warmup == 0:
-            self._open(trainer)
+            self._open(run)
 
-    def on_batch_end(self, trainer, info) -> None:
-        if not info.optimizer_stepped or self.profiled is None or self._closed:
+    def stepped(self, run: ProfiledRun) -> None:
+        """An optimizer step of the run ended."""
+        if self.profiled is None or self._closed:
             return
-        devices.synchronize(trainer.device)  # a step's GPU work belongs to that step
-        done = trainer.step - self._first
+        devices.synchronize(run.device)  # a step's GPU work belongs to that step
+        done = run.steps - self._first
         if done == self.warmup:
-            self._open(trainer)
+            self._open(run)
         elif done == self.warmup + self.steps:
-            self._close(trainer)
+            self._close(run)
         elif done > self.warmup:
             self.profiled.boundaries.append(time.perf_counter())
         # the profiler's own cost (a few ms a step) is a phase of its own, not the run's logging; this ends the
         # step's range in the trace and, at the window's edges, starts or stops recording
-        with trainer.anatomy.phase("profiler"):
+        with run.anatomy.phase("profiler"):
             self.profiled.profiler.step()
         if self._closed:
             self.profiled.profiler.stop()
 
-    def on_fit_end(self, trainer, summary: FitSummary) -> None:
-        self.end(trainer, summary.status, summary.diverged_at_step)
-
-    def end(self, trainer, status: str, diverged_at: int | None = None) -> None:
+    def end(self, run: ProfiledRun, status: str, diverged_at: int | None = None) -> None:
         """Report the window of a run that ended with `status` (a trainer's fit, or a script's loop)."""
         profiled, self.profiled = self.profiled, None
         if profiled is None:
             return
         if not self._closed:  # the run ended before the window did: report the steps it has
-            if trainer.anatomy.active:
-                self._close(trainer, profiled)
+            if run.anatomy.active:
+                self._close(run, profiled)
             profiled.profiler.stop()
             profiled.steps = max(len(profiled.boundaries) - 1, 0)
         if profiled.steps < 1:
             log.warning("profile: the run ended before its profiled steps; nothing written to %s", self.folder)
             return
-        profiled.facts = _facts(trainer)
+        profiled.facts = _facts(run)
         profiled.status, profiled.diverged_at = status, diverged_at
         self.report = self.finished(profiled)
 
-    def _open(self, trainer) -> None:
+    def _open(self, run: ProfiledRun) -> None:
         self._load_start = load.counters()
-        self.profiled.boundaries.append(trainer.anatomy.start(trainer.model, trainer.module))
+        self.profiled.boundaries.append(run.anatomy.start(run.model, run.module))
         if self.profiled.cuda:
             memory_snapshot.record_history(True)
             if self.sync_debug:
                 torch.cuda.set_sync_debug_mode("warn")
 
-    def _close(self, trainer, profiled: Profiled | None = None) -> None:
+    def _close(self, run: ProfiledRun, profiled: Profiled | None = None) -> None:
         profiled = profiled or self.profiled
-        profiled.boundaries.append(trainer.anatomy.stop())
-        profiled.segments, self._closed = trainer.anatomy.segments, True
+        profiled.boundaries.append(run.anatomy.stop())
+        profiled.segments, self._closed = run.anatomy.segments, True
         profiled.load = load.between(self._load_start, load.counters())
         if profiled.cuda:
             if self.sync_debug:
@@ -137,36 +163,36 @@ class ProfileWindow(Callback):
             memory_snapshot.record_history(False)
 
 
-def _facts(trainer) -> dict[str, Any]:
+def _facts(run: ProfiledRun) -> dict[str, Any]:
     """The run's settings the advice weighs: whether amp is on, the task, the loader's workers, and whether the
     script has no engine to take accel's settings."""
-    loader = trainer.train_loader
-    precision = trainer.strategy.precision.name
+    loader = run.train_loader
+    precision = run.strategy.precision.name
     return {
         "precision": precision,
-        "speedups": sorted(s.name for s in trainer.speedups),
-        "task": trainer.task.name,
+        "speedups": sorted(s.name for s in run.speedups),
+        "task": run.task or "own loop",
         "num_workers": getattr(loader, "num_workers", None),
-        "bf16_fast": devices.supports_bf16(trainer.device),
-        "device_memory_mb": devices.total_memory_mb(trainer.device),
+        "bf16_fast": devices.supports_bf16(run.device),
+        "device_memory_mb": devices.total_memory_mb(run.device),
         # a script without an accel.Engine (accel/bench/instrument): hf, lightning or plain; None with an engine
-        "framework": getattr(trainer, "framework", None),
-        "fused_optimizer": bool((getattr(getattr(trainer, "optimizer", None), "defaults", None) or {}).get("fused")),
-        "bf16_matmul_speedup": _bf16_at_model_size(trainer) if precision == "fp32" else None,
+        "framework": getattr(run, "framework", None),
+        "fused_optimizer": bool((getattr(run.optimizer, "defaults", None) or {}).get("fused")),
+        "bf16_matmul_speedup": _bf16_at_model_size(run) if precision == "fp32" else None,
     }
 
 
-def _bf16_at_model_size(trainer) -> float | None:
+def _bf16_at_model_size(run: ProfiledRun) -> float | None:
     """bf16 over fp32 at the model's largest matmul (a Linear's, a convolution's as its im2col product), measured
     after the window: what the mixed-precision advice weighs, since a narrow model's bf16 can be slower."""
-    if not devices.supports_bf16(trainer.device):
+    if not devices.supports_bf16(run.device):
         return None
     shapes = [
         (m.weight[0].numel(), m.weight.shape[0])
-        for m in trainer.module.modules()
+        for m in run.module.modules()
         if isinstance(m, (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d))
     ]
     if not shapes:
         return None
     k, n = max(shapes, key=lambda shape: shape[0] * shape[1])
-    return peaks.bf16_matmul_speedup(k, n, trainer.device)
+    return peaks.bf16_matmul_speedup(k, n, run.device)

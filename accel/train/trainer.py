@@ -164,7 +164,7 @@ class Trainer:
             stopping.check_left(self)
         start, status = time.perf_counter(), "failed"
         self.setup()
-        self.lint.start(self)
+        self.lint.start(self.engine)
         self._emit("on_fit_start")
         saves = any(getattr(c, "saves_checkpoints", False) for c in self.callbacks)
         with signals.stop_requests(self._request_stop, saves):  # until the final checkpoint and summary are written
@@ -234,7 +234,7 @@ class Trainer:
         with self.anatomy.phase("to_device"):
             batch = self.on_device(batch, self.train_transform)
         if not self.utilisation.counted:
-            self._uncounted_s = self.utilisation.count(self, batch)
+            self._uncounted_s = self.utilisation.count(self.engine, self.task, batch)
         with self.lint.watch(batch):
             return self.engine.run_step(batch, last=self.batch_in_epoch == batches)
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ...profile.script import STEPPED, Window
+from ...profile.script import Window
 
 if TYPE_CHECKING:
     from .recorder import Recorder
@@ -46,9 +46,9 @@ class UnchangedProfile:
         """The clock stepped; whether the window is done (its report written)."""
         if self.run is None:
             self.run = UnchangedRun(rec)
-            self.window.on_fit_start(self.run)
+            self.window.start(self.run)
         else:
-            self.window.on_batch_end(self.run, STEPPED)
+            self.window.stepped(self.run)
         if self.window.closed:
             self.window.end(self.run, "completed")
             self.done = True
@@ -69,9 +69,10 @@ class UnchangedProfile:
 
 
 class UnchangedRun:
-    """What ProfileWindow reads of a trainer, from the recorder of a script without an engine."""
+    """What ProfileWindow reads of a run (accel.profile.window.ProfiledRun), from the recorder of a script without an
+    engine."""
 
-    task = SimpleNamespace(name="own loop")
+    task = None  # a loop of the script's own
     speedups = ()
 
     def __init__(self, rec: Recorder):
@@ -82,7 +83,7 @@ class UnchangedRun:
         return self.rec.device
 
     @property
-    def step(self) -> int:
+    def steps(self) -> int:
         return len(self.rec.marks)
 
     @property
