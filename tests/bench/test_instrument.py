@@ -130,6 +130,17 @@ def test_a_process_the_script_starts_is_not_the_trial(tmp_path):
     assert trial.error is None and trial.steps == 2
 
 
+def test_a_rank_that_crashes_before_its_first_step_says_why(tmp_path):
+    # torchrun's ranks are processes the launcher started, as compile workers are the script's: a crash there is
+    # still the trial's failure, with its traceback
+    record, script = tmp_path / "trial.json", _script(tmp_path, "import torch\nraise RuntimeError('no data here')\n")
+    variables = {"PYTHONPATH": instrumented_pythonpath(), trial_variables.PATH: str(record)}
+    variables |= {trial_variables.STEPS: "2", trial_variables.WARMUP: "1", trial_variables.ROOT: "1"}  # pid 1: not us
+    done = subprocess.run([sys.executable, str(script)], env=os.environ | variables, capture_output=True, timeout=300)
+    assert done.returncode == 1
+    assert "RuntimeError: no data here" in Trial.model_validate_json(record.read_text()).error
+
+
 def test_the_machines_load_is_read_over_the_timed_steps_only(tmp_path):
     trial = _trial(tmp_path, "--slow-first", "1", steps=3, warmup=2)  # a neighbour in the warm-up is not counted
     assert sum(trial.step_times_s) <= trial.load["wall_s"] < sum(trial.step_times_s) + 0.5 < trial.warmup_s

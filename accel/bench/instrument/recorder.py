@@ -365,8 +365,10 @@ class Recorder:
     def _ended(self) -> None:
         """At exit before the record: the script crashed (its traceback), ran out of steps first, or never stepped;
         or, with no step count asked for (its own run), this is the record."""
-        if not self.marks and not trial_variables.is_root():
-            return  # a process the script started that never stepped (a compile worker): not the trial's to end
+        if not self.marks and (os.path.exists(self.path) or (self.failure is None and not trial_variables.is_root())):
+            # another process of the trial wrote the record (a launcher's rank), or this is one the script started
+            # that never stepped (inductor's compile workers, shut down at the script's exit): not this one's to end
+            return
         if self.profile is not None:
             self.profile.ended_early(len(self.marks))
             return
@@ -375,8 +377,6 @@ class Recorder:
         if not self.steps and self.failure is None and len(self.marks) > self.warmup:
             self._write_record()
             return
-        if not self.marks and os.path.exists(self.path):
-            return  # a launcher (torchrun) whose rank wrote the record: its own lack of steps is no failure
         self._write({"error": self.failure or trial_record.ended_early(self)})
 
 
