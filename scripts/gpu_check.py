@@ -552,8 +552,6 @@ def step_hf_script(check: Check) -> None:
     shape = ["--n_layer", "1", "--n_embd", "32", "--context", "16"] if quick else HF_SHAPE
     script = [sys.executable, "examples/hf_trainer.py", "--output_dir", str(check.work / "hf-out")]
     script += ["--report_to", "none", "--per_device_train_batch_size", "32", *shape]
-    if not check.args.device.startswith("cuda"):
-        script += ["--use_cpu", "True"]
     command = [sys.executable, "-m", "accel.cli", "bench", "--ablate", "--only", HF_FLAGS, *size, "--out", str(out)]
     check.sh("hf-script", [*command, "--", *script], timeout=3000)
     check.put("hf-script", bench=check.load(out / "report.json"))

@@ -13,6 +13,8 @@ import traceback
 from collections.abc import Callable
 from types import ModuleType
 
+from ...engine import trial_variables  # torch-free
+
 SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "site")
 
 
@@ -81,8 +83,6 @@ def _lightning(attach: str) -> Callable[[ModuleType], None]:
 def start() -> None:
     """Start the recorder once torch is imported, and join the HF Trainer, Lightning's Trainer, LightningCLI,
     Fabric, TensorBoard's SummaryWriter, wandb and MLflow once the script imports them (now, where they already are)."""
-    from ...engine import trial_variables  # torch-free
-
     trial_variables.claim_root()
     watched = {"torch": _recorder, "transformers.trainer": _hf_trainer}
     for package in ("lightning.pytorch", "pytorch_lightning"):
