@@ -1,13 +1,18 @@
 """What accel.Engine's per-step path costs a hand-written loop, resolved on a noisy machine.
 
-Two wall-clock rounds a few percent apart cannot show 20 us in a step of 10 ms. Here the same step runs in one
-process, plain and through the engine, interleaved round after round (each round a few hundred steps of each), and
-each side's fastest round is kept: a neighbour slows rounds down, never speeds them up, so the minima differ by
-what the engine adds. Two models: a 4x4 linear layer, whose step is almost all Python (what a launch-bound GPU step
-looks like to the host), and the examples' GPT (2 layers, width 64; gpt_loop.py's loop: autocast context,
-accumulation of 2, `optimizer.step()`). Beside the wall clock, two counts that do not move with the machine: the
-Python calls into accel's files per optimizer step, and their self time under cProfile (an upper bound: cProfile
-charges every call its own overhead). tests/engine/test_step_cost.py holds the call count.
+Two wall-clock rounds a few percent apart cannot show 20 us in a step of 10 ms. Here one model and one optimizer
+are stepped both ways in one process, plainly and through the engine's stand-ins for them, one step of each in
+turn (the order flips every pair), and the figure is the median of the pairs' differences: a neighbour's stall
+lands in one step of a pair and leaves the median alone, the machine's drift cancels within a pair, and a shared
+model leaves no difference of memory placement between the sides (two instances of the same model differ by
+10-30 us a step on their own). The accel code runs between the model's operations, with cold caches, as it
+does in a real loop: a call costs there 2-3 times what a tight timing loop says. Three models: a 4x4 linear layer,
+whose step is almost all Python, the examples' GPT at a tiny size (1 layer of width 8: gpt_loop.py's very path,
+an autocast context, two micro-batches, clipping, `optimizer.step()`, where the maths vanishes as beside a
+launch-bound GPU step), and that GPT at its own size (2 layers, width 64). Beside the wall clock, two counts that
+do not move with the machine: the Python calls into accel's files per optimizer step, and their self time under
+cProfile (an upper bound: cProfile charges every call its own overhead). tests/engine/test_step_cost.py holds
+the call count.
 
     python benchmarks/engine_step_cost.py --out benchmarks/results/engine-step-cost.json
 """
@@ -20,9 +25,11 @@ import cProfile
 import json
 import platform
 import pstats
+import statistics
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -35,70 +42,92 @@ from gpt_model import GPT, GPTConfig  # noqa: E402
 import accel  # noqa: E402
 
 
-def linear_step(engine: bool):
-    """One optimizer step of a 4x4 linear layer: nearly all of it is the loop's (and the engine's) Python."""
+def linear_steps() -> dict[str, Callable[[], None]]:
+    """One optimizer step of a 4x4 linear layer, plain and through the engine: nearly all of it is Python."""
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 4)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-    model, optimizer, ctx, backward = _through(engine, model, optimizer, accum=1)
     x = torch.randn(2, 4)
 
-    def step():
-        with ctx:
-            loss = model(x).sum()
-        backward(loss)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    return step
-
-
-def gpt_step(engine: bool):
-    """One optimizer step of examples/gpt_loop.py: two micro-batches, an autocast context, clipping."""
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(block_size=64))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1, betas=(0.9, 0.95))
-    model, optimizer, ctx, backward = _through(engine, model, optimizer, accum=2)
-    x = torch.randint(0, 256, (16, 64))
-
-    def step():
-        for _ in range(2):
+    def step(model, optimizer, ctx, backward):
+        def one():
             with ctx:
-                _, loss = model(x, x)
-            backward(loss / 2)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+                loss = model(x).sum()
+            backward(loss)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
 
-    return step
+        return one
+
+    return {side: step(*loop) for side, loop in _both(model, optimizer, accum=1).items()}
 
 
-def _through(engine: bool, model, optimizer, accum: int):
-    if not engine:
-        return model, optimizer, contextlib.nullcontext(), lambda loss: loss.backward()
+def gpt_steps(config: GPTConfig | None = None, batch: int = 16) -> dict[str, Callable[[], None]]:
+    """One optimizer step of examples/gpt_loop.py, plain and through the engine: two micro-batches, an autocast
+    context, clipping."""
+    torch.manual_seed(0)
+    config = config or GPTConfig(block_size=64)
+    model = GPT(config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1, betas=(0.9, 0.95))
+    x = torch.randint(0, 256, (batch, config.block_size))
+
+    def step(loop_model, optimizer, ctx, backward):
+        def one():
+            for _ in range(2):
+                with ctx:
+                    _, loss = loop_model(x, x)
+                backward(loss / 2)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        return one
+
+    return {side: step(*loop) for side, loop in _both(model, optimizer, accum=2).items()}
+
+
+def _both(model, optimizer, accum: int) -> dict[str, tuple]:
+    """The loop's (model, optimizer, context, backward), plain and through an engine, over the same objects."""
     eng = accel.Engine(device="cpu", grad_accum=accum)
-    model, optimizer = eng.setup(model, optimizer)
-    return model, optimizer, eng.autocast(), eng.backward
+    engine_model, engine_optimizer = eng.setup(model, optimizer)
+    return {
+        "plain": (model, optimizer, contextlib.nullcontext(), lambda loss: loss.backward()),
+        "engine": (engine_model, engine_optimizer, eng.autocast(), eng.backward),
+    }
 
 
-MODELS = {"linear": (linear_step, 500), "gpt": (gpt_step, 20)}  # steps a round
+def tiny_gpt_steps() -> dict[str, Callable[[], None]]:
+    """The GPT example's step, the very same path, at a size where the maths vanishes (1 layer of width 8, 2 x 8
+    tokens): the engine's cost on that path shows in the wall clock as it would beside a launch-bound GPU step."""
+    return gpt_steps(GPTConfig(block_size=8, n_layer=1, n_head=1, n_embd=8), batch=2)
 
 
-def wall(build, steps: int, rounds: int) -> dict:
-    """Each side's fastest round, interleaved (the order flips every round), in microseconds a step."""
-    sides = {"plain": build(False), "engine": build(True)}
-    for step in sides.values():  # warm: allocator, autograd's first graph, the engine's first step
-        for _ in range(5):
-            step()
-    times: dict[str, list[float]] = {name: [] for name in sides}
-    for r in range(rounds):
-        for name in sorted(sides, reverse=bool(r % 2)):
-            start = time.perf_counter()
-            for _ in range(steps):
-                sides[name]()
-            times[name].append((time.perf_counter() - start) / steps * 1e6)
-    best = {name: min(values) for name, values in times.items()}
-    return {"plain_us": best["plain"], "engine_us": best["engine"], "engine_adds_us": best["engine"] - best["plain"]}
+MODELS = {"linear": (linear_steps, 20000), "gpt-tiny": (tiny_gpt_steps, 3000), "gpt": (gpt_steps, 300)}  # pairs
+
+
+def paired(steps: dict[str, Callable[[], None]], pairs: int) -> dict:
+    """The median of (engine step - plain step) over `pairs` pairs, one step of each in turn (the order flips every
+    pair), and each side's median step, in microseconds."""
+    plain, engine = steps["plain"], steps["engine"]
+    for _ in range(5):  # warm: allocator, autograd's first graph, the engine's first step
+        plain(), engine()
+    clock, added, times = time.perf_counter_ns, [], {"plain": [], "engine": []}
+    for i in range(pairs):
+        order = ("plain", "engine") if i % 2 else ("engine", "plain")
+        took = {}
+        for side in order:
+            start = clock()
+            steps[side]()
+            took[side] = clock() - start
+        added.append(took["engine"] - took["plain"])
+        for side in took:
+            times[side].append(took[side])
+    return {
+        "plain_us": statistics.median(times["plain"]) / 1e3,
+        "engine_us": statistics.median(times["engine"]) / 1e3,
+        "engine_adds_us": statistics.median(added) / 1e3,
+        "pairs": pairs,
+    }
 
 
 def accel_calls(step, steps: int) -> tuple[float, dict[str, float]]:
@@ -131,25 +160,24 @@ def self_time_us(step, steps: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--scale", type=float, default=1.0, help="more (or fewer) pairs than each model's default")
     parser.add_argument("--threads", type=int, default=1, help="torch's threads (1: the Python path, not the maths)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     results = {"machine": platform.processor() or platform.machine(), "torch": torch.__version__, "models": {}}
-    for name, (build, steps) in MODELS.items():
-        engine_step = build(True)
+    for name, (build, pairs) in MODELS.items():
+        engine_step = build()["engine"]
         for _ in range(5):
             engine_step()
         calls, top = accel_calls(engine_step, 50)
-        figures = {**wall(build, steps, args.rounds), "accel_calls_per_step": calls, "top_calls": top}
-        figures["accel_self_us_cprofile"] = self_time_us(engine_step, steps)
+        figures = {**paired(build(), max(1, int(pairs * args.scale))), "accel_calls_per_step": calls, "top_calls": top}
+        figures["accel_self_us_cprofile"] = self_time_us(engine_step, 20)
         results["models"][name] = figures
         print(
-            f"{name}: plain {figures['plain_us']:.1f} us/step, engine {figures['engine_us']:.1f} "
-            f"(+{figures['engine_adds_us']:.1f} us, fastest of {args.rounds} interleaved rounds); "
-            f"{calls:.0f} calls into accel a step, {figures['accel_self_us_cprofile']:.1f} us of their self time "
-            "under cProfile"
+            f"{name}: plain {figures['plain_us']:.1f} us/step, engine {figures['engine_us']:.1f}; the engine adds "
+            f"{figures['engine_adds_us']:.1f} us (median of {figures['pairs']} paired steps); {calls:.0f} calls into "
+            f"accel a step, {figures['accel_self_us_cprofile']:.1f} us of their self time under cProfile"
         )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -32,6 +32,8 @@ class LoopState:
     low_precision: bool = False  # the precision is not fp32 (set by setup)
     distributed: bool = False  # several processes (set by setup)
     optimizer_step: Any = None  # what the loop's `optimizer.step()` runs (the strategy's choice, at setup)
+    backward: Any = None  # what `eng.backward(loss)` runs (the strategy's choice, at setup)
+    syncs: bool = False  # the strategy reduces gradients in backward: a micro-batch that does not step skips it
     started: float = field(default_factory=time.perf_counter)
     first_step: float | None = None  # when the first optimizer step ended: throughput is counted from there
     samples_at_first: int = 0

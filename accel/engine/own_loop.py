@@ -17,7 +17,7 @@ import inspect
 import logging
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +72,10 @@ class _StepContext:
         return stack.__exit__(*exc) if stack is not None else None
 
 
+# a micro-batch that does not step, under a strategy with nothing to skip (one process): no_sync is nothing
+_NOTHING_TO_SKIP = nullcontext()
+
+
 def _full_precision(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.float() if tensor.dtype in (torch.bfloat16, torch.float16) else tensor
 
@@ -91,13 +95,17 @@ def _few_samples(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 
 
 def leading_counts(inputs: Any) -> tuple[int, int]:
-    """A loop's batch is counted from its first tensor: its samples, and its tokens where it holds token ids."""
-    first = inputs[0] if isinstance(inputs, tuple) and inputs else None
-    leading = first if isinstance(first, torch.Tensor) and first.dim() else leading_tensor(inputs)  # often the first
-    if leading is None:
-        return 0, 0
-    tokens = leading.numel() if not leading.is_floating_point() and leading.dim() == 2 else 0
-    return len(leading), tokens
+    """A loop's batch is counted from its first tensor: its samples, and its tokens where it holds token ids. Read
+    from the shape (a tuple), not `len()` and `dim()`: every training forward asks."""
+    first = inputs[0] if type(inputs) is tuple and inputs else None
+    shape = first.shape if isinstance(first, torch.Tensor) else ()
+    if not shape:  # often the first tensor is the batch; else the first with a leading dimension
+        first = leading_tensor(inputs)
+        if first is None:
+            return 0, 0
+        shape = first.shape
+    tokens = shape[0] * shape[1] if len(shape) == 2 and not first.is_floating_point() else 0
+    return shape[0], tokens
 
 
 class _LoopSteps(Observer):
@@ -212,6 +220,7 @@ class Engine:
         # whether a forward needs the step contexts (a precision, a speed-up's context): decided once, not per call
         loop.low_precision, loop.distributed = core.strategy.precision.name != "fp32", core.world.distributed
         loop.optimizer_step = core.strategy.loop_step(core.optimizer)
+        loop.backward, loop.syncs = core.strategy.loop_backward(), core.strategy.syncs
         loop.forward_contexts = loop.low_precision or any(
             type(s).step_context is not Speedup.step_context for s in core.speedups
         )
@@ -291,7 +300,7 @@ class Engine:
             loop.unsynced.__exit__(None, None, None)
             loop.unsynced = None
         if not core.micro_batch() and not loop.in_no_sync:
-            loop.unsynced = core.strategy.no_sync(core.module)
+            loop.unsynced = core.strategy.no_sync(core.module) if loop.syncs else _NOTHING_TO_SKIP
             loop.unsynced.__enter__()
         loop.forward_synced = not loop.in_no_sync and loop.unsynced is None
 
@@ -340,13 +349,16 @@ class Engine:
         loop.forward_synced = None
         core.tell("loss", loss, 1)  # the loop's backward gets its share of the step already
         try:
-            with core.anatomy.phase("backward"):
-                core.strategy.backward(loss)
+            if core.anatomy.active:  # a profile's window: the phase is timed
+                with core.anatomy.phase("backward"):
+                    loop.backward(loss)
+            else:  # every other step: not even a context to enter (a launch-bound GPU step feels each call)
+                loop.backward(loss)
         finally:
             if loop.unsynced is not None:
                 loop.unsynced.__exit__(None, None, None)
                 loop.unsynced = None
-        if not loop.in_no_sync and core.count.micro_batches % core.grad_accum == 0:
+        if precision.scales and not loop.in_no_sync and core.count.micro_batches % core.grad_accum == 0:
             precision.unscale(core.optimizer)
 
     def clip_gradients(
@@ -365,9 +377,13 @@ class Engine:
                 f"grad_accum={core.grad_accum}: the last micro-batch's gradients were not reduced across processes. "
                 "Give the Engine the loop's own number of micro-batches per step"
             )
-        with core.anatomy.phase("optimizer"):
+        if core.anatomy.active:
+            with core.anatomy.phase("optimizer"):
+                self._loop.optimizer_step()
+        else:  # as in backward
             self._loop.optimizer_step()
-        core.after_batch()
+        if core.speedups:
+            core.after_batch()
         core.count_step()
 
     @contextmanager

@@ -32,6 +32,10 @@ def _subclass(base: type, cls: type, core: Core, through: Callable) -> type:
     class attributes, so the shared `__dict__` (the user's module's own) never holds them."""
     names = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
     names |= {"_accel_core": core, "_accel_through": staticmethod(through)}
+    if base is EngineModule:
+        # `model(x)` is the engine's forward itself, one frame and no nn.Module hooks (they are the module's own,
+        # shared, and run once, in the forward's call of the module)
+        names["__call__"] = names["_accel_through"]
     return type(cls.__name__, (base, cls), names)
 
 
@@ -39,11 +43,7 @@ class EngineModule(nn.Module):
     """Mixed into the user's module class; see the module docstring."""
 
     _accel_core: Core
-    _accel_through: Callable[..., Any]  # the engine's forward
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        # no nn.Module hooks here: they are the module's own (shared), and run once, in the call below
-        return self._accel_through(*args, **kwargs)
+    _accel_through: Callable[..., Any]  # the engine's forward, which is also each subclass's `__call__`
 
     def train(self, mode: bool = True) -> nn.Module:
         super().train(mode)

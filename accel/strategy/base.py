@@ -81,6 +81,19 @@ class Strategy:
     def step(self, optimizer: torch.optim.Optimizer) -> None:
         optimizer.step()
 
+    def loop_backward(self) -> Callable[[torch.Tensor], None]:
+        """A hand-written loop's backward: the tensor's own where neither this strategy nor its precision adds to
+        it (fp32, bf16: two frames fewer a micro-batch), else theirs."""
+        if type(self).backward is Strategy.backward and type(self.precision).backward is Precision.backward:
+            return torch.Tensor.backward
+        return self.backward
+
+    @property
+    def syncs(self) -> bool:
+        """Whether gradients are reduced across processes in backward, so a micro-batch that does not step has a
+        `no_sync` to run in."""
+        return type(self).no_sync is not Strategy.no_sync
+
     def loop_step(self, optimizer: torch.optim.Optimizer) -> Callable[[], object]:
         """A hand-written loop's `optimizer.step()` (the loop clips itself): the optimizer's own step where
         neither this strategy nor its precision adds to it (fp32, bf16: two frames fewer a step), else theirs."""

@@ -23,6 +23,7 @@ class Precision:
     """fp32: every hook plain."""
 
     name = "fp32"
+    scales = False  # the loss is scaled, so the gradients need unscaling before they are read (fp16)
     unscaled = False  # this step's gradients are unscaled already (fp16: before the loop clips them)
 
     def setup(self, device: torch.device) -> None:
@@ -74,6 +75,8 @@ def make_scaler(device: torch.device, init_scale: float, growth_interval: int) -
 class ScaledFp16(Autocast):
     """fp16 autocast with a GradScaler: the loss is scaled before backward and the gradients unscaled before
     clipping; a step with inf/NaN gradients is skipped and the scale lowered."""
+
+    scales = True
 
     def __init__(self, init_scale: float, growth_interval: int):
         super().__init__("fp16")
