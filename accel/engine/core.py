@@ -122,7 +122,8 @@ class Core:
         self.counter = counter
         self.observers: list[Observer] = []
         # each hook's overriding observers, bound: a step calls only those with something to do
-        self._told: dict[str, tuple[Callable[..., None], ...]] = {hook: () for hook in HOOKS}
+        # hook -> the observers' methods for it, read by `tell` (and inline by a loop's backward, every micro-batch)
+        self.told: dict[str, tuple[Callable[..., None], ...]] = {hook: () for hook in HOOKS}
         self.scheduled = False  # the driver steps a schedule of its own (the conflict rule's fact)
         self.set_up_at: float | None = None  # when the speed-ups' setup ended
         self._prepares = [s for s in self.speedups if type(s).prepare_batch is not Speedup.prepare_batch]
@@ -261,7 +262,7 @@ class Core:
 
     def _tell_anew(self) -> None:
         # tuples, rebuilt on each change: a hook that unsubscribes leaves the loop it runs in untouched
-        self._told = {
+        self.told = {
             hook: tuple(
                 getattr(o, hook) for o in self.observers if getattr(type(o), hook) is not getattr(Observer, hook)
             )
@@ -272,12 +273,12 @@ class Core:
         """An optimizer step ended: count it, and tell the observers."""
         self.count.steps += 1
         self.count.micro_batches = 0
-        for stepped in self._told["stepped"]:
+        for stepped in self.told["stepped"]:
             stepped()
 
     def tell(self, hook: str, *args: Any) -> None:
         """Tell the observers of an event the driver saw (`set_up`, `loss`, `logged`)."""
-        for told in self._told[hook]:
+        for told in self.told[hook]:
             told(*args)
 
     # ---- one step -----------------------------------------------------------------------------------

@@ -274,7 +274,15 @@ class Engine:
         if core._prepares:  # the memory format the weights are in (channels_last): never the dtype
             args = map_tensors(core._prepare_images, args)
         if torch.is_grad_enabled() and core.module.training:
-            self._micro_batch()
+            # a training micro-batch: under `grad_accum`, every one but a step's last runs forward and backward in
+            # the strategy's no_sync (opened here, closed after its backward): no gradient reduction until the last
+            if loop.unsynced is not None:  # a forward without backward (a probe): its no_sync ends here
+                loop.unsynced.__exit__(None, None, None)
+                loop.unsynced = None
+            if not core.micro_batch() and not loop.in_no_sync:
+                loop.unsynced = core.strategy.no_sync(core.module) if loop.syncs else _NOTHING_TO_SKIP
+                loop.unsynced.__enter__()
+            loop.forward_synced = not loop.in_no_sync and loop.unsynced is None
             inputs = args or tuple(kwargs.values())
             core.count_batch(inputs)  # the batch's first tensor: a loop's forward takes it first
             if loop.distributed and loop.batch_sum is None:
@@ -291,18 +299,6 @@ class Engine:
         with core.step_contexts():
             outputs = core.model(*args, **kwargs)
         return map_tensors(_full_precision, outputs) if core.strategy.precision.name != "fp32" else outputs
-
-    def _micro_batch(self) -> None:
-        """Under `grad_accum`, every micro-batch but a step's last runs forward and backward in the strategy's
-        no_sync (opened here, closed after its backward): no gradient reduction until the last."""
-        loop, core = self._loop, self._core
-        if loop.unsynced is not None:  # a forward without backward (a probe): its no_sync ends here
-            loop.unsynced.__exit__(None, None, None)
-            loop.unsynced = None
-        if not core.micro_batch() and not loop.in_no_sync:
-            loop.unsynced = core.strategy.no_sync(core.module) if loop.syncs else _NOTHING_TO_SKIP
-            loop.unsynced.__enter__()
-        loop.forward_synced = not loop.in_no_sync and loop.unsynced is None
 
     def _refuse_inner_autocast(self) -> None:
         precision = self._core.strategy.precision.name
@@ -347,7 +343,8 @@ class Engine:
                 "forward as well as the backward (DDP prepares the gradient reduction in the forward)"
             )
         loop.forward_synced = None
-        core.tell("loss", loss, 1)  # the loop's backward gets its share of the step already
+        for told in core.told["loss"]:  # core.tell, inline: often no one listens, and then this costs no call
+            told(loss, 1)  # the loop's backward gets its share of the step already
         try:
             if core.anatomy.active:  # a profile's window: the phase is timed
                 with core.anatomy.phase("backward"):

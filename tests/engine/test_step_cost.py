@@ -18,7 +18,7 @@ from engine_step_cost import accel_calls, gpt_steps, linear_steps  # noqa: E402
 # an fp32 step without speed-ups: the loop's forward (the engine's forward is the model's `__call__`; counting),
 # eng.autocast(), eng.backward (the tensor's own backward), optimizer.step() (the optimizer's own in fp32),
 # zero_grad; a profile's phases and the strategy's no_sync only where they exist
-BOUNDS = {"linear": (linear_steps, 13), "gpt": (gpt_steps, 22)}  # the GPT step: two micro-batches
+BOUNDS = {"linear": (linear_steps, 11), "gpt": (gpt_steps, 18)}  # the GPT step: two micro-batches
 
 
 @pytest.mark.parametrize("name", list(BOUNDS))
