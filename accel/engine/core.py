@@ -341,7 +341,7 @@ class Core:
         return stack
 
     def after_batch(self) -> None:
-        if not self.speedups:  # every optimizer step of a plain loop passes here: nothing to time
+        if not self.speedups:  # no empty `speedups` phase in a profile (a loop's step asks before calling)
             return
         with self.anatomy.phase("speedups"):
             for speedup in self.speedups:

@@ -343,8 +343,8 @@ class Engine:
                 "forward as well as the backward (DDP prepares the gradient reduction in the forward)"
             )
         loop.forward_synced = None
-        for told in core.told["loss"]:  # core.tell, inline: often no one listens, and then this costs no call
-            told(loss, 1)  # the loop's backward gets its share of the step already
+        for listener in core.told["loss"]:  # core.tell, inline: often no one listens, and then this costs no call
+            listener(loss, 1)  # the loop's backward gets its share of the step already
         try:
             if core.anatomy.active:  # a profile's window: the phase is timed
                 with core.anatomy.phase("backward"):
@@ -379,7 +379,7 @@ class Engine:
                 self._loop.optimizer_step()
         else:  # as in backward
             self._loop.optimizer_step()
-        if core.speedups:
+        if core.speedups:  # a plain loop's step makes no call for none
             core.after_batch()
         core.count_step()
 
