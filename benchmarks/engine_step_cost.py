@@ -15,6 +15,10 @@ cProfile (an upper bound: cProfile charges every call its own overhead). tests/e
 the call count.
 
     python benchmarks/engine_step_cost.py --out benchmarks/results/engine-step-cost.json
+    python benchmarks/engine_step_cost.py --device cuda --models gpt-tiny gpt   # on a GPU: each step synchronised
+
+On a GPU each timed step ends with a synchronisation, as the examples' loops end theirs with `loss.item()`: where
+the step is launch-bound, the engine's Python adds to it in full; where the GPU is the bottleneck, it hides.
 """
 
 from __future__ import annotations
@@ -42,12 +46,12 @@ from gpt_model import GPT, GPTConfig  # noqa: E402
 import accel  # noqa: E402
 
 
-def linear_steps() -> dict[str, Callable[[], None]]:
+def linear_steps(device: str = "cpu") -> dict[str, Callable[[], None]]:
     """One optimizer step of a 4x4 linear layer, plain and through the engine: nearly all of it is Python."""
     torch.manual_seed(0)
-    model = torch.nn.Linear(4, 4)
+    model = torch.nn.Linear(4, 4).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-    x = torch.randn(2, 4)
+    x = torch.randn(2, 4, device=device)
 
     def step(model, optimizer, ctx, backward):
         def one():
@@ -59,17 +63,17 @@ def linear_steps() -> dict[str, Callable[[], None]]:
 
         return one
 
-    return {side: step(*loop) for side, loop in _both(model, optimizer, accum=1).items()}
+    return {side: step(*loop) for side, loop in _both(model, optimizer, 1, device).items()}
 
 
-def gpt_steps(config: GPTConfig | None = None, batch: int = 16) -> dict[str, Callable[[], None]]:
+def gpt_steps(config: GPTConfig | None = None, batch: int = 16, device: str = "cpu") -> dict[str, Callable[[], None]]:
     """One optimizer step of examples/gpt_loop.py, plain and through the engine: two micro-batches, an autocast
     context, clipping."""
     torch.manual_seed(0)
     config = config or GPTConfig(block_size=64)
-    model = GPT(config)
+    model = GPT(config).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1, betas=(0.9, 0.95))
-    x = torch.randint(0, 256, (batch, config.block_size))
+    x = torch.randint(0, 256, (batch, config.block_size), device=device)
 
     def step(loop_model, optimizer, ctx, backward):
         def one():
@@ -83,12 +87,12 @@ def gpt_steps(config: GPTConfig | None = None, batch: int = 16) -> dict[str, Cal
 
         return one
 
-    return {side: step(*loop) for side, loop in _both(model, optimizer, accum=2).items()}
+    return {side: step(*loop) for side, loop in _both(model, optimizer, 2, device).items()}
 
 
-def _both(model, optimizer, accum: int) -> dict[str, tuple]:
+def _both(model, optimizer, accum: int, device: str) -> dict[str, tuple]:
     """The loop's (model, optimizer, context, backward), plain and through an engine, over the same objects."""
-    eng = accel.Engine(device="cpu", grad_accum=accum)
+    eng = accel.Engine(device=device, grad_accum=accum)
     engine_model, engine_optimizer = eng.setup(model, optimizer)
     return {
         "plain": (model, optimizer, contextlib.nullcontext(), lambda loss: loss.backward()),
@@ -96,13 +100,26 @@ def _both(model, optimizer, accum: int) -> dict[str, tuple]:
     }
 
 
-def tiny_gpt_steps() -> dict[str, Callable[[], None]]:
+def tiny_gpt_steps(device: str = "cpu") -> dict[str, Callable[[], None]]:
     """The GPT example's step, the very same path, at a size where the maths vanishes (1 layer of width 8, 2 x 8
     tokens): the engine's cost on that path shows in the wall clock as it would beside a launch-bound GPU step."""
-    return gpt_steps(GPTConfig(block_size=8, n_layer=1, n_head=1, n_embd=8), batch=2)
+    return gpt_steps(GPTConfig(block_size=8, n_layer=1, n_head=1, n_embd=8), batch=2, device=device)
 
 
 MODELS = {"linear": (linear_steps, 20000), "gpt-tiny": (tiny_gpt_steps, 3000), "gpt": (gpt_steps, 300)}  # pairs
+
+
+def synchronised(steps: dict[str, Callable[[], None]]) -> dict[str, Callable[[], None]]:
+    """Each step ending when the GPU's work has: what a loop's `loss.item()` makes of it."""
+
+    def ending(step):
+        def one():
+            step()
+            torch.cuda.synchronize()
+
+        return one
+
+    return {side: ending(step) for side, step in steps.items()}
 
 
 def paired(steps: dict[str, Callable[[], None]], pairs: int) -> dict:
@@ -162,16 +179,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", type=float, default=1.0, help="more (or fewer) pairs than each model's default")
     parser.add_argument("--threads", type=int, default=1, help="torch's threads (1: the Python path, not the maths)")
+    parser.add_argument("--device", default="cpu", help="where the models step (cuda: each step synchronised)")
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    device = args.device
     results = {"machine": platform.processor() or platform.machine(), "torch": torch.__version__, "models": {}}
-    for name, (build, pairs) in MODELS.items():
-        engine_step = build()["engine"]
+    results["device"] = torch.cuda.get_device_name() if device.startswith("cuda") else device
+    for name in args.models:
+        build, pairs = MODELS[name]
+        engine_step = build(device=device)["engine"]
         for _ in range(5):
             engine_step()
         calls, top = accel_calls(engine_step, 50)
-        figures = {**paired(build(), max(1, int(pairs * args.scale))), "accel_calls_per_step": calls, "top_calls": top}
+        both = build(device=device)
+        both = synchronised(both) if device.startswith("cuda") else both
+        figures = {**paired(both, max(1, int(pairs * args.scale))), "accel_calls_per_step": calls, "top_calls": top}
         figures["accel_self_us_cprofile"] = self_time_us(engine_step, 20)
         results["models"][name] = figures
         print(

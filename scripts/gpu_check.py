@@ -32,8 +32,9 @@ Run only when named (the standing GPU issue's figures):
               `--sync step` (the default) and `--sync window` (a real run's overlap of host and GPU)
   hf-script   an unchanged Hugging Face Trainer script (examples/hf_trainer.py, a 6-layer GPT-2 of width 768, 256
               tokens) benched with its own flags: --bf16, --tf32, --torch_compile, each against the script as given
-  own-loop    the examples' hand-written loops on the GPU, plain against accel.Engine (benchmarks/engine_overhead.py),
-              and `accel bench --ablate -- python examples/gpt_loop.py --bf16` there
+  own-loop    the examples' GPT loop on the GPU, plain against accel.Engine: paired single steps in one process
+              (benchmarks/engine_step_cost.py), then fresh-process rounds (benchmarks/engine_overhead.py)
+  own-bench   `accel bench --ablate -- python examples/gpt_loop.py --bf16` there
 
 Each step runs its commands as subprocesses and adds {command, rc, seconds, output tail, result} to
 OUT/gpu-check.json, rewritten after every step (a step that runs out of time leaves the others' results);
@@ -79,6 +80,7 @@ EXTRA = [
     "resnet-host",
     "resnet-sync",
     "own-loop",
+    "own-bench",
     "hf-script",
 ]
 HALVES = {
@@ -517,23 +519,34 @@ def step_profile(check: Check) -> None:
 
 
 def step_own_loop(check: Check) -> None:
-    """A user's own loop on the GPU: the engine's cost against the plain loop (fresh processes, interleaved), and the
-    script bench's A/B report of the GPT loop."""
+    """A user's own loop on the GPU, plain against accel.Engine: the engine's cost a step, paired in one process over
+    one model (each step synchronised, as the loop's `loss.item()` does), then in fresh processes, interleaved."""
     quick = check.args.quick
+    cost = check.work / "engine-step-cost.json"
+    pairs = ["--scale", "0.01"] if quick else ["--scale", "1"]
+    command = [sys.executable, "benchmarks/engine_step_cost.py", "--device", check.args.device, *pairs]
+    check.sh("own-loop", [*command, "--models", "gpt-tiny", "gpt", "--out", str(cost)])
+    check.put("own-loop", step_cost=check.load(cost))
     path = check.work / "engine-overhead.json"
-    full = ["--rounds", "4", "--set", "steps=600", "--loops", "gpt"]
+    full = ["--rounds", "6", "--set", "steps=600", "--loops", "gpt"]
     sizes = ["--rounds", "1", "--set", "steps=3", "--loops", "gpt"] if quick else full
     check.sh(
         "own-loop",
         [sys.executable, "benchmarks/engine_overhead.py", "--device", check.args.device, "--out", str(path), *sizes],
     )
     check.put("own-loop", overhead=check.load(path))
+
+
+def step_own_bench(check: Check) -> None:
+    """`accel bench --ablate` of the examples' GPT loop with `--bf16` on this device: the script bench's A/B report
+    (about 6 minutes on the H100 of 2026-11-28)."""
+    quick = check.args.quick
     out = check.work / "bench-own-gpt"
     size = ["--steps", "2", "--warmup", "1", "--trials", "1"] if quick else ["--steps", "60", "--warmup", "20"]
     script = [sys.executable, "examples/gpt_loop.py", "--device", check.args.device, "--bf16", "--eval-every", "100000"]
     command = [sys.executable, "-m", "accel.cli", "bench", "--ablate", *size, "--out", str(out), "--", *script]
-    check.sh("own-loop", command)
-    check.put("own-loop", bench=check.load(out / "report.json"))
+    check.sh("own-bench", command)
+    check.put("own-bench", bench=check.load(out / "report.json"))
 
 
 HF_FLAGS = "baseline,--bf16=True,--tf32=True,--torch_compile=True"
@@ -606,6 +619,7 @@ RUNNERS = {
     "resnet-host": lambda check: step_resnet(check, "resnet-host"),
     "resnet-sync": lambda check: step_resnet(check, "resnet-sync"),
     "own-loop": step_own_loop,
+    "own-bench": step_own_bench,
     "hf-script": step_hf_script,
 }
 
