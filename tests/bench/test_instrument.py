@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from accel.bench.records import Trial
 from accel.bench.trial_process import instrumented_pythonpath
@@ -92,8 +93,8 @@ def _script(tmp_path, text: str = PLAIN):
     return path
 
 
-def _trial(tmp_path, *args: str, steps: int = 6, warmup: int = 2, **env: str) -> Trial:
-    """Run the script once as a bench trial does, the instrument loaded; its record."""
+def _trial(tmp_path, *args: str, steps: int = 6, warmup: int = 2, text: str = PLAIN, **env: str) -> Trial:
+    """Run the script (`text`) once as a bench trial does, the instrument loaded; its record."""
     record = tmp_path / "trial.json"
     variables = {
         "PYTHONPATH": instrumented_pythonpath(),
@@ -102,7 +103,7 @@ def _trial(tmp_path, *args: str, steps: int = 6, warmup: int = 2, **env: str) ->
         trial_variables.WARMUP: str(warmup),
         **env,
     }
-    command = [sys.executable, str(_script(tmp_path)), "--out", str(tmp_path), *args]
+    command = [sys.executable, str(_script(tmp_path, text)), "--out", str(tmp_path), *args]
     done = subprocess.run(command, env=os.environ | variables, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return Trial.model_validate_json(record.read_text())
@@ -160,6 +161,35 @@ def test_accumulation_counts_micro_batches_in_a_step_and_the_scalers_loss_is_uns
     scaled = _trial(tmp_path, "--accum", "2", "--scaler", steps=2, warmup=1)
     assert plain.batch_size == 8 and plain.grad_accum == 2
     assert scaled.step_losses == pytest.approx(plain.step_losses, rel=1e-4)  # not 1024 times larger
+
+
+# LBFGS's step runs the closure up to max_iter times on the step's one batch; it returns the first evaluation's loss
+CLOSURE = """
+import sys, torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+optimizer = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=5)
+x, y = torch.randn(12, 4), torch.randn(12, 1)
+for step in range(10**6):
+    def closure():
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        return loss
+    print("loss", optimizer.step(closure).item(), file=sys.stderr, flush=True)
+"""
+
+
+def test_a_closures_re_evaluations_are_not_counted_as_samples_nor_losses(tmp_path):
+    trial = _trial(tmp_path, steps=3, warmup=1, text=CLOSURE)
+    assert trial.error is None and trial.batch_size == 12 and trial.grad_accum == 1  # not 5 micro-batches of 12
+    assert trial.samples_per_s * sum(trial.step_times_s) == pytest.approx(3 * 12, rel=0.05)
+    # each step's loss is LBFGS's own, its first evaluation's, not the sum of its line search's five
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    x, y = torch.randn(12, 4), torch.randn(12, 1)
+    assert trial.step_losses[0] == pytest.approx(torch.nn.functional.mse_loss(model(x), y).item(), rel=1e-5)
+    assert len(trial.step_losses) == 4 and trial.step_losses == sorted(trial.step_losses, reverse=True)
 
 
 def test_a_compiled_model_is_counted_outside_its_graph_without_a_recompilation(tmp_path):

@@ -12,6 +12,9 @@
   and taken out of the step they fall in; a `DataLoader`'s batches are the data wait.
 - **Loss**: every scalar `torch.autograd.backward` (`loss.backward()`) is recorded as a device tensor, unscaled
   where a GradScaler scaled it, and read once at the end: no device sync in the step.
+- **A closure's re-evaluations** (`optimizer.step(closure)`: LBFGS's line search runs the closure up to `max_iter`
+  times) re-run the step's batch: inside a step, the forward and loss of its first backward count, the rest not, as
+  LBFGS itself returns its first evaluation's loss (Lightning runs every training step in a closure: one a step).
 
 After warm-up + N steps (accel.engine.trial_variables) it writes the trial record and ends the process.
 """
@@ -120,6 +123,8 @@ class Recorder:
         self.first_backward: float | None = None
         self.loader_seen = False
         self.depth = 0  # nesting of the hooked models' forwards (a wrapper calls the model it wraps)
+        self.stepping = False  # inside an optimizer's step, where a closure may run
+        self.reevaluating = False  # a closure ran forward and backward in this step already: its batch is counted
         self.scaled: tuple[torch.Tensor, torch.Tensor] | None = None  # a GradScaler's last (scaled, unscaled) loss
         self.done, self.failure, self.active = False, None, True
         self.began: float | None = None  # when a framework said training began: start-up ends there
@@ -148,14 +153,13 @@ class Recorder:
 
     def _hook(self) -> None:
         self._undo = [
+            register_optimizer_step_pre_hook(self._stepping).remove,
             register_optimizer_step_post_hook(self._stepped).remove,
             patch(torch.autograd, "backward", self._backward),
             patch(torch, "save", self._save),
             patch(torch.amp.GradScaler, "scale", self._scale),
             patch(torch.utils.data.dataloader._BaseDataLoaderIter, "__next__", self._next_batch),
         ]
-        if self.profile is not None:
-            self._undo.append(register_optimizer_step_pre_hook(self._stepping).remove)
 
     def _watch_printed(self, patterns: tuple[str, ...]) -> None:
         from . import reported
@@ -179,10 +183,11 @@ class Recorder:
         if self.first_backward is None:
             self.first_backward = time.perf_counter()
         loss = tensors if isinstance(tensors, torch.Tensor) else None
-        if loss is not None and loss.dim() == 0 and self.eval_since is None:
+        if loss is not None and loss.dim() == 0 and self.eval_since is None and not self.reevaluating:
             if self.scaled is not None and loss is self.scaled[0]:
                 loss = self.scaled[1]
             self.losses.append(loss.detach().float())
+            self.reevaluating = self.stepping
         self.scaled = None
         with self.anatomy.phase("backward"):
             return original(tensors, *args, **kwargs)
@@ -225,7 +230,7 @@ class Recorder:
             return
         if torch.is_grad_enabled() and module.training:
             self._close_eval()
-            if not self.batches_counted:
+            if not self.batches_counted and not self.reevaluating:
                 self._count(args or tuple(kwargs.values()))
             if self.profile is not None and self.precision is None:
                 from .profiled import precision
@@ -296,11 +301,15 @@ class Recorder:
     # --- steps ---------------------------------------------------------------------------------------------------
 
     def _stepping(self, optimizer, args, kwargs) -> None:
-        """Before any optimizer's step, under a profile: its `optimizer` phase opens (closed in `_stepped`)."""
-        self._optimizer_phases.append(self.anatomy.phase("optimizer"))
-        self._optimizer_phases[-1].__enter__()
+        """Before any optimizer's step: a closure it runs re-evaluates the step's batch; under a profile, its
+        `optimizer` phase opens (closed in `_stepped`)."""
+        self.stepping, self.reevaluating = True, False
+        if self.profile is not None:
+            self._optimizer_phases.append(self.anatomy.phase("optimizer"))
+            self._optimizer_phases[-1].__enter__()
 
     def _stepped(self, optimizer, args, kwargs) -> None:
+        self.stepping = self.reevaluating = False
         if self._optimizer_phases:
             self._optimizer_phases.pop().__exit__(None, None, None)
         if not self.active:
