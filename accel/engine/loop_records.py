@@ -11,27 +11,13 @@ from typing import Any
 import torch
 
 from .. import devices
-from ..batches import leading_size, leading_tensor
 from ..callbacks.tensorboard import TensorBoard
 from ..io import check_creatable, write_atomic
+from ..measure.flops import ForwardSum
 from ..runs.records import LoopRecord, LoopSummary
 from ..runs.rundir import METRICS, SUMMARY, TENSORBOARD
 from .core import Core
 from .loop_state import LoopState
-
-
-class _ForwardSum:
-    """The step FLOP counting runs for a loop of the user's own, whose loss accel never sees: the model's forward on
-    the first step's inputs, a sum of its first output standing in for the loss (a loss adds few FLOPs)."""
-
-    @staticmethod
-    def samples(batch: Any) -> int:
-        return leading_size(batch)
-
-    @staticmethod
-    def loss(model: Any, batch: Any) -> torch.Tensor:
-        args, kwargs = batch
-        return leading_tensor(model(*args, **kwargs)).float().sum()
 
 
 class LoopRecords:
@@ -62,7 +48,7 @@ class LoopRecords:
         loop = self.loop
         if loop.flops_inputs is not None:
             inputs, loop.flops_inputs = loop.flops_inputs, None
-            loop.utilisation.count(self.core, _ForwardSum, inputs)
+            loop.utilisation.count(self.core, ForwardSum, inputs)
 
     def summary(self) -> LoopSummary:
         """What the run did: steps, throughput after the first step, data wait, speed-ups, the last metrics."""

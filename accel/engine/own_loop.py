@@ -25,9 +25,9 @@ import torch
 from torch import nn
 
 from .. import devices
-from ..batches import leading_size, leading_tensor, map_tensors
+from ..batches import leading_tensor, map_tensors
 from ..errors import AccelError, say_uncaught_plainly
-from ..measure.flops import COUNT_SAMPLES, first_samples
+from ..measure.flops import few_samples
 from ..measure.lint import SpeedLint
 from ..optimizers.builders import muon_from
 from ..speedups import Speedup, from_configs, refuse
@@ -85,13 +85,6 @@ def _autocast_nesting() -> int:
     depth = torch.autocast_increment_nesting()
     torch.autocast_decrement_nesting()
     return depth - 1
-
-
-def _few_samples(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    """The first COUNT_SAMPLES samples of a forward's inputs, copied (the loop may refill its own tensors)."""
-    samples = leading_size((args, kwargs))
-    few = first_samples((args, kwargs), samples, min(samples, COUNT_SAMPLES))
-    return map_tensors(lambda t: t.detach().clone(), few)
 
 
 def leading_counts(inputs: Any) -> tuple[int, int]:
@@ -288,7 +281,7 @@ class Engine:
             if loop.distributed and loop.batch_sum is None:
                 loop.batch_sum = ranks.first_batch_sum(inputs)
             if loop.flops_inputs is None and not loop.utilisation.counted:
-                loop.flops_inputs = _few_samples(args, kwargs)
+                loop.flops_inputs = few_samples(args, kwargs)
         if loop.autocast_depth is not None:
             if loop.low_precision:  # an autocast of the loop's own inside eng.autocast() would run it twice
                 self._refuse_inner_autocast()

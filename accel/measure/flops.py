@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.func import functional_call
-from torch.utils import flop_counter
 
-from ..batches import map_tensors
+from ..batches import leading_size, leading_tensor, map_tensors
 from ..strategy import sharding
 from . import peaks
 
@@ -30,10 +31,14 @@ aten = torch.ops.aten
 
 
 def _attention(query, key, value, *args, out_shape=None, **kwargs) -> int:
+    from torch.utils import flop_counter
+
     return flop_counter.sdpa_flop_count(query, key, value)
 
 
 def _attention_backward(grad_out, query, key, value, *args, out_shape=None, **kwargs) -> int:
+    from torch.utils import flop_counter
+
     return flop_counter.sdpa_backward_flop_count(grad_out, query, key, value)
 
 
@@ -46,6 +51,8 @@ EXTRA_FORMULAS = {
 
 def count_step_flops(module: torch.nn.Module, task: Any, batch: Any, contexts: AbstractContextManager) -> int:
     """Floating-point operations of forward + loss + backward of `task` on `batch` (one micro-batch)."""
+    from torch.utils import flop_counter  # imported when counting: it imports triton (0.1 s of every start-up)
+
     params = dict(module.named_parameters())
     state = {**params, **{name: buffer.clone() for name, buffer in module.named_buffers()}}
     trainable = [p for p in params.values() if p.requires_grad]
@@ -60,6 +67,17 @@ def count_step_flops(module: torch.nn.Module, task: Any, batch: Any, contexts: A
             loss = task.loss(model, batch)
             torch.autograd.grad(loss, trainable, allow_unused=True)
     return counter.get_total_flops()
+
+
+PRECISIONS = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def forward_precision(model: torch.nn.Module, device: torch.device) -> str:
+    """The precision a training forward runs in, asked inside it: autocast's, else the model's parameters'."""
+    if torch.is_autocast_enabled(device.type):
+        return PRECISIONS.get(torch.get_autocast_dtype(device.type), "fp32")
+    dtype = next((p.dtype for p in model.parameters()), torch.float32)
+    return PRECISIONS.get(dtype, "fp32")
 
 
 def compute_dtype(precision: str, device: torch.device) -> str:
@@ -78,6 +96,28 @@ COUNT_SAMPLES = 4  # FLOPs grow linearly with the batch: counting a few samples 
 def first_samples(batch: Any, samples: int, few: int) -> Any:
     """The batch cut to its first `few` samples: every tensor whose leading dimension is the sample count."""
     return map_tensors(lambda t: t[:few] if t.dim() and len(t) == samples else t, batch)
+
+
+def few_samples(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The first COUNT_SAMPLES samples of a forward's inputs, copied (the loop may refill its own tensors)."""
+    samples = leading_size((args, kwargs))
+    few = first_samples((args, kwargs), samples, min(samples, COUNT_SAMPLES))
+    return map_tensors(lambda t: t.detach().clone(), few)
+
+
+class ForwardSum:
+    """The step FLOP counting runs for a loop of the user's own or an unchanged script, whose loss accel never sees:
+    the model's forward on a training forward's inputs (`few_samples`), a sum of its first output standing in for
+    the loss (a loss adds few FLOPs)."""
+
+    @staticmethod
+    def samples(batch: Any) -> int:
+        return leading_size(batch)
+
+    @staticmethod
+    def loss(model: Any, batch: Any) -> torch.Tensor:
+        args, kwargs = batch
+        return leading_tensor(model(*args, **kwargs)).float().sum()
 
 
 def _counting_contexts(run: Core) -> ExitStack:
@@ -99,15 +139,29 @@ class Utilisation:
 
     def count(self, run: Core, task: Any, batch: Any) -> float:
         """Count once, `task`'s step (its `samples` and `loss`) on the batch's first few samples, in the run's
-        step contexts (not on sharded or XLA models); the seconds it took, which are not training time. A model or
-        task the counter cannot follow costs the figure, not the run."""
+        step contexts; the seconds it took, which are not training time."""
+        contexts = partial(_counting_contexts, run)  # entered where a failure costs only the figure
+        return self.count_module(run.module, run.device, run.strategy.precision.name, task, batch, contexts)
+
+    def count_module(
+        self,
+        module: torch.nn.Module,
+        device: torch.device,
+        precision: str,
+        task: Any,
+        batch: Any,
+        contexts: Callable[[], AbstractContextManager],
+    ) -> float:
+        """Count once, `task`'s step of `module` on the batch's first few samples under `contexts()`, against the
+        peak of `precision` on `device` (not on sharded or XLA models); the seconds it took. A model or task the
+        counter cannot follow costs the figure, not the run."""
         self.counted, start = True, time.perf_counter()
-        if run.device.type == "xla" or sharding.is_sharded(run.module):
+        if device.type == "xla" or sharding.is_sharded(module):
             return 0.0
         samples = max(task.samples(batch), 1)
         few = min(samples, COUNT_SAMPLES)
         try:
-            flops = count_step_flops(run.module, task, first_samples(batch, samples, few), _counting_contexts(run))
+            flops = count_step_flops(module, task, first_samples(batch, samples, few), contexts())
         except Exception as err:  # noqa: BLE001 - any failure only loses the figure
             log.info("FLOPs not counted: %s: %s", type(err).__name__, err)
             flops = None
@@ -115,7 +169,7 @@ class Utilisation:
             self.flops_per_sample = flops / few
             self.flops_per_batch = round(self.flops_per_sample * samples)
             try:
-                self.peak = peaks.run_peak(run.device, compute_dtype(run.strategy.precision.name, run.device))
+                self.peak = peaks.run_peak(device, compute_dtype(precision, device))
             except Exception as err:  # noqa: BLE001 - a probe that fails costs the MFU, not the run
                 log.info("no peak FLOP/s for MFU: %s", err)
         return time.perf_counter() - start

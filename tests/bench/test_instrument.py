@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -117,6 +118,10 @@ def test_an_unchanged_loop_is_measured_from_its_optimizer_steps_and_ended(tmp_pa
     assert trial.tokens_per_s == pytest.approx(trial.samples_per_s * 5)  # token ids: 5 a sample
     assert len(trial.step_losses) == 8 and trial.final_loss > 0  # warm-up included, read without a sync a step
     assert trial.data_wait_fraction is not None and trial.model_traits is not None
+    # FLOPs counted after the timed steps on the model's own forward: the head's matmul of 8 x 5 tokens, and its two
+    # in backward (the embedding's lookup is no FLOP); MFU against this CPU's fp32 peak
+    assert trial.flops_per_step == 3 * 2 * (8 * 5) * 16 * 32 and 0 < trial.mfu < 1
+    assert trial.flop_per_s == pytest.approx(trial.flops_per_step / 8 * trial.samples_per_s)
     # the evaluation at step 5 (0.2 s asleep) and its checkpoint are timed apart, out of the step they fell in
     assert trial.eval_s >= 0.2 and trial.save_s > 0 and max(trial.step_times_s) < 0.2
     # the script ran as it is (ended after warm-up + 6 steps): its checkpoint went to the trial's own folder, and the
@@ -259,6 +264,10 @@ def test_a_trainer_script_is_benched_with_its_eval_loss_and_its_output_dir_untou
             assert trial["val_metric_name"] == "eval_loss" and trial["val_metric"] > 0 and trial["eval_s"] > 0
             assert trial["save_s"] > 0 and len(trial["step_losses"]) == 6
             assert trial["run_steps"] == 3 * 2048 // batch  # the Trainer's own: 3 epochs of its 2048 samples
+            assert trial["flops_per_step"] > 0 and 0 < trial["mfu"] < 1  # the GPT-2's forward, counted after
+        assert variant["mfu"] == pytest.approx(statistics.median(t["mfu"] for t in variant["trials"]))
+    per_sample = [v["trials"][0]["flops_per_step"] / batch for v, batch in zip(got["variants"], (4, 8))]
+    assert per_sample[0] == pytest.approx(per_sample[1], rel=1e-3)  # a sample's FLOPs, whatever the batch
     assert got["settings"]["run_steps"] == 3 * 2048 // 4  # the baseline's, which a start-up must pay within
     assert not output_dir.exists() or not any(output_dir.iterdir())  # checkpoints every 2 steps went elsewhere
 
@@ -313,6 +322,7 @@ def test_a_lightning_script_is_benched_with_its_val_loss_and_its_run_folder_unto
         assert trial["tokens_per_s"] == pytest.approx(33 * trial["samples_per_s"])  # from the batch Lightning gave
         assert trial["val_metric_name"] == "val_loss" and trial["val_metric"] > 0 and trial["eval_s"] > 0
         assert trial["time_to_target_s"] > 0 and len(trial["step_losses"]) == 6
+        assert trial["flops_per_step"] > 0 and 0 < trial["mfu"] < 1  # the LightningModule's model, in its closure
     assert not root.exists()  # its logs, checkpoints and LightningCLI's config.yaml went to the trial's own folder
 
 

@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from .recorder import Recorder
 
 log = logging.getLogger("accel")
-PRECISIONS = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 def requested() -> UnchangedProfile | None:
@@ -109,11 +108,3 @@ class UnchangedRun:
         from .recorder import FACTS
 
         return FACTS["framework"]
-
-
-def precision(model: torch.nn.Module, device: torch.device) -> str:
-    """The precision a training forward runs in: autocast's, else the model's parameters'."""
-    if torch.is_autocast_enabled(device.type):
-        return PRECISIONS.get(torch.get_autocast_dtype(device.type), "fp32")
-    dtype = next((p.dtype for p in model.parameters()), torch.float32)
-    return PRECISIONS.get(dtype, "fp32")

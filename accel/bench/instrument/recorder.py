@@ -42,6 +42,7 @@ from ...engine import trial_files, trial_variables
 from ...io import strict_json, write_atomic
 from ...measure import load
 from ...measure.anatomy import Anatomy
+from ...measure.flops import Utilisation, few_samples, forward_precision
 from .. import engine_trial
 from . import trial_record
 
@@ -137,8 +138,10 @@ class Recorder:
         self.saving_depth = 0
         self.profile = profile  # `accel profile`'s window, over this clock (no record is written then)
         self.anatomy = Anatomy()  # the phases the profile times (free while no window is open)
-        self.loader_workers: int | None = None  # the last DataLoader's workers, and the forward's precision:
-        self.precision: str | None = None  # what the profile's advice weighs
+        self.loader_workers: int | None = None  # the last DataLoader's workers: what the profile's advice weighs
+        self.precision: str | None = None  # the training forward's: the profile's advice and the MFU's peak
+        self.flops_inputs: tuple[torch.nn.Module, Any] | None = None  # the first hooked training forward's
+        self.utilisation = Utilisation()  # FLOPs counted on them as the record is written, after the timed steps
         self._optimizer_phases: list[Any] = []  # open `optimizer` phases (a profile's), closed as each step ends
         self._undo: list[Callable[[], None]] = []
         self._hook()
@@ -232,10 +235,9 @@ class Recorder:
             self._close_eval()
             if not self.batches_counted and not self.reevaluating:
                 self._count(args or tuple(kwargs.values()))
-            if self.profile is not None and self.precision is None:
-                from .profiled import precision
-
-                self.precision = precision(module, self.device)
+            if self.precision is None:  # once: a few samples copied, counted when the record is written
+                self.precision = forward_precision(module, self.device)
+                self.flops_inputs = module, few_samples(args, kwargs)
         else:
             self.evaluating()
 

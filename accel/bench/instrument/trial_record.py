@@ -7,11 +7,13 @@ from __future__ import annotations
 import re
 import sys
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ... import devices
+from ...measure.flops import PRECISIONS, ForwardSum
 from ..trial_figures import deltas, diverged, final_loss, ran_out, rates, target_figures
 
 if TYPE_CHECKING:
@@ -47,12 +49,15 @@ def trial(rec: Recorder) -> dict[str, Any]:
     from ...models.blocks import model_traits
     from .recorder import FACTS
 
-    window = rec.load.end()  # first: what follows is not the timed steps
+    window = rec.load.end()  # first: what follows (the FLOPs counted) is not the timed steps
     steps = deltas(rec.marks[1:], rec.marks[0])
     timed = steps[rec.warmup - 1 :]
     figures = rates(timed, data_known=rec.loader_seen)
+    flops = _flops_per_sample(rec)
     record = {
         **figures,
+        **rec.utilisation.stats(figures["samples_per_s"]),  # FLOP/s and MFU over the timed steps
+        "flops_per_step": flops * timed[0]["samples"] if flops and timed else None,
         # start-up: to the training's start (a framework's), or the first backward (a plain loop's imports, data and
         # model before it); the first step and warm-up count from the process's start, the only start seen from
         # outside (an engine's and a recipe's count from their own start, after the build)
@@ -75,6 +80,19 @@ def trial(rec: Recorder) -> dict[str, Any]:
         losses = torch.stack(rec.step_losses).tolist()  # one device sync, at the end
         record |= {"final_loss": final_loss(losses[rec.warmup :]), "step_losses": losses, **diverged(losses)}
     return record
+
+
+def _flops_per_sample(rec: Recorder) -> float | None:
+    """FLOPs of a sample's forward and backward, counted on the first hooked training forward's inputs (the
+    model's output summed for the loss the script computes itself), under the autocast it ran in."""
+    if rec.flops_inputs is None:
+        return None
+    module, inputs = rec.flops_inputs
+    precision, device = rec.precision or "fp32", rec.device
+    dtype = next((d for d, name in PRECISIONS.items() if name == precision), None)
+    autocast = partial(torch.autocast, device.type, dtype=dtype, enabled=dtype is not None)
+    rec.utilisation.count_module(module, device, precision, ForwardSum, inputs, autocast)
+    return rec.utilisation.flops_per_sample
 
 
 def ended_early(rec: Recorder) -> str:
