@@ -16,6 +16,7 @@ from accel.bench.records import Trial
 from accel.bench.trial_process import instrumented_pythonpath
 from accel.cli import main
 from accel.engine import trial_variables
+from accel.measure import peaks
 from conftest import ROOT
 
 # A plain loop, no accel in it: a DataLoader, an evaluation and a checkpoint write every 5 steps, an optional
@@ -195,6 +196,18 @@ def test_a_closures_re_evaluations_are_not_counted_as_samples_nor_losses(tmp_pat
     x, y = torch.randn(12, 4), torch.randn(12, 1)
     assert trial.step_losses[0] == pytest.approx(torch.nn.functional.mse_loss(model(x), y).item(), rel=1e-5)
     assert len(trial.step_losses) == 4 and trial.step_losses == sorted(trial.step_losses, reverse=True)
+
+
+def test_mfu_is_read_against_the_peak_of_an_autocast_opened_inside_the_models_forward(tmp_path):
+    # Accelerate (an HF Trainer's --bf16 on a CPU) wraps the model's forward in its autocast: the model's own
+    # pre-hooks run outside it, so the precision is read again inside the forward
+    patched = PLAIN.replace(
+        "raw = Model()\n", "raw = Model()\nraw.forward = torch.autocast('cpu', dtype=torch.bfloat16)(raw.forward)\n"
+    )
+    assert patched != PLAIN
+    trial = _trial(tmp_path, steps=3, warmup=1, text=patched)
+    bf16 = peaks.run_peak(torch.device("cpu"), "bf16").flop_per_s
+    assert trial.flop_per_s / trial.mfu == pytest.approx(bf16, rel=1e-6)
 
 
 def test_a_compiled_model_is_counted_outside_its_graph_without_a_recompilation(tmp_path):

@@ -352,6 +352,21 @@ class Recorder:
             pre = module.register_forward_pre_hook(self._forward, with_kwargs=True)
             post = module.register_forward_hook(self._forwarded, always_call=True)
             self._undo += [pre.remove, post.remove]
+        # the precision is read again inside the forward, once: Accelerate (an HF Trainer's bf16 on a CPU) opens its
+        # autocast inside the model's patched `forward`, after the model's own pre-hooks ran
+        leaf = (
+            next((m for m in self.models[0].modules() if next(m.children(), None) is None), None)
+            if self.models
+            else None
+        )
+        if leaf is not None:
+            self._inside = leaf.register_forward_pre_hook(self._forward_inside)
+            self._undo.append(self._inside.remove)
+
+    def _forward_inside(self, module, args) -> None:
+        if torch.is_grad_enabled() and module.training:
+            self.precision = forward_precision(self.models[0], self.device)
+            self._inside.remove()
 
     # --- records -------------------------------------------------------------------------------------------------
 
