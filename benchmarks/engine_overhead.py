@@ -73,6 +73,37 @@ def with_overrides(loop_args: list[str], overrides: list[str]) -> list[str]:
     return loop_args
 
 
+def _rounds(name: str, args: argparse.Namespace, data: Path) -> dict:
+    """One loop's interleaved rounds, plain against the other side; its times and ratios."""
+    loop_args = with_overrides(LOOPS[name], args.set) + ["--device", args.device]
+    loop_args += ["--data", str(data / "bytes")] if name == "gpt" else []
+    plain, engine = ROOT / "examples" / "plain" / f"{name}_loop.py", ROOT / "examples" / f"{name}_loop.py"
+    other = (plain, instrumented(data / "trial.json")) if args.instrument else (engine, NO_SPEEDUPS)
+    run(plain, loop_args, {})  # warm the file cache and write the data once
+    times: dict[str, list[float]] = {"plain": [], "engine": []}
+    for round_ in range(args.rounds):
+        order = ["plain", "engine"] if round_ % 2 == 0 else ["engine", "plain"]
+        for side in order:
+            script, env = (plain, {}) if side == "plain" else other
+            times[side].append(run(script, loop_args, env))
+        print(f"{name} round {round_ + 1}: plain {times['plain'][-1]:.2f} s, other {times['engine'][-1]:.2f} s")
+    ratios = [p / e for p, e in zip(times["plain"], times["engine"], strict=True)]
+    other_name = "instrumented" if args.instrument else "engine"
+    _, (low, high) = bootstrap_median_ci(ratios)
+    print(
+        f"{name}: plain/{other_name} time ratio {statistics.median(ratios):.3f} [{low:.3f}, {high:.3f}] "
+        f"(range {min(ratios):.3f}-{max(ratios):.3f}, {args.rounds} rounds)"
+    )
+    return {
+        "args": loop_args,
+        "seconds": times,
+        "ratios": ratios,
+        "ratio_median": statistics.median(ratios),
+        "ratio_ci95": [low, high],
+        "ratio_range": [min(ratios), max(ratios)],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=6)
@@ -86,36 +117,8 @@ def main() -> None:
         "--set", action="append", default=[], metavar="ARG=V", help="override a loop argument, e.g. steps=600"
     )
     args = parser.parse_args()
-    data = Path(tempfile.mkdtemp(prefix="accel-overhead-"))
-    results = {}
-    for name in args.loops:
-        loop_args = with_overrides(LOOPS[name], args.set) + ["--device", args.device]
-        loop_args += ["--data", str(data / "bytes")] if name == "gpt" else []
-        plain, engine = ROOT / "examples" / "plain" / f"{name}_loop.py", ROOT / "examples" / f"{name}_loop.py"
-        other = (plain, instrumented(data / "trial.json")) if args.instrument else (engine, NO_SPEEDUPS)
-        run(plain, loop_args, {})  # warm the file cache and write the data once
-        times: dict[str, list[float]] = {"plain": [], "engine": []}
-        for round_ in range(args.rounds):
-            order = ["plain", "engine"] if round_ % 2 == 0 else ["engine", "plain"]
-            for side in order:
-                script, env = (plain, {}) if side == "plain" else other
-                times[side].append(run(script, loop_args, env))
-            print(f"{name} round {round_ + 1}: plain {times['plain'][-1]:.2f} s, other {times['engine'][-1]:.2f} s")
-        ratios = [p / e for p, e in zip(times["plain"], times["engine"], strict=True)]
-        other_name = "instrumented" if args.instrument else "engine"
-        _, (low, high) = bootstrap_median_ci(ratios)
-        results[name] = {
-            "args": loop_args,
-            "seconds": times,
-            "ratios": ratios,
-            "ratio_median": statistics.median(ratios),
-            "ratio_ci95": [low, high],
-            "ratio_range": [min(ratios), max(ratios)],
-        }
-        print(
-            f"{name}: plain/{other_name} time ratio {statistics.median(ratios):.3f} [{low:.3f}, {high:.3f}] "
-            f"(range {min(ratios):.3f}-{max(ratios):.3f}, {args.rounds} rounds)"
-        )
+    with tempfile.TemporaryDirectory(prefix="accel-overhead-") as data:  # the loops' byte corpus, written once
+        results = {name: _rounds(name, args, Path(data)) for name in args.loops}
     record = {
         "machine": platform.processor() or platform.machine(),
         "cores": os.cpu_count(),

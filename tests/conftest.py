@@ -27,8 +27,10 @@ signal.signal(signal.SIGHUP, signal.SIG_DFL)
 # bf16 autocast runs on every CPU in the tests, including those that only emulate it (the tests check numbers,
 # not speed); subprocesses inherit this. tests/speedups/test_amp.py checks the refusal without it.
 os.environ["ACCEL_CPU_BF16"] = "1"
-# the measured CPU peaks (MFU) go to a file of the test session's, not the user's cache
-os.environ.setdefault("ACCEL_PEAKS_CACHE", os.path.join(tempfile.mkdtemp(prefix="accel-peaks-"), "peaks.json"))
+# the measured CPU peaks (MFU) go to a file of the test session's, removed when it ends, not the user's cache
+if "ACCEL_PEAKS_CACHE" not in os.environ:
+    PEAKS = tempfile.TemporaryDirectory(prefix="accel-peaks-")
+    os.environ["ACCEL_PEAKS_CACHE"] = os.path.join(PEAKS.name, "peaks.json")
 
 TINY = {
     "name": "tiny",

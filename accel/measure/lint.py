@@ -88,7 +88,8 @@ def facts(run: Core) -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         # training processes on this machine: torchrun (`accel train --nproc N`) says how many it started
         "processes": int(os.environ.get("LOCAL_WORLD_SIZE", 1)),
-        "blas_threads": _blas_threads(),
+        # no BLAS pools (threadpoolctl's introspection, `accel doctor`'s): read in a loop's first step, it cost the
+        # GPT example's next steps 0.2 s; torch's own pool is `torch_threads`
         "workers": getattr(loader, "threads", getattr(loader, "num_workers", None)),  # thread workers too
         "pin_memory": getattr(loader, "pin_memory", None),
         "in_memory": getattr(getattr(loader, "dataset", None), "in_memory", False),
@@ -116,15 +117,6 @@ def float64_names(module: torch.nn.Module) -> list[str]:
 def float64_batch(batch: Any) -> list[str]:
     """The shapes of the batch's float64 tensors."""
     return [str(tuple(t.shape)) for t in tensors(batch) if t.dtype == torch.float64]
-
-
-def _blas_threads() -> int:
-    """The largest thread pool of any BLAS or OpenMP library loaded in this process (0 when unknown)."""
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return 0
-    return max((pool.get("num_threads") or 0 for pool in threadpool_info()), default=0)
 
 
 def _fast_bf16(device: torch.device) -> bool:

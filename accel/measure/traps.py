@@ -136,7 +136,7 @@ def _device_traps(f: dict[str, Any]) -> list[Finding]:
 
 def _thread_traps(f: dict[str, Any]) -> list[Finding]:
     out, cores = [], f["cores"]
-    threads = max(f["torch_threads"], f["blas_threads"])
+    threads = max(f["torch_threads"], f.get("blas_threads", 0))  # the pools: `accel doctor` reads them
     if threads > cores:
         out.append(
             Finding(

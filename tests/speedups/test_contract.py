@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-import threadpoolctl  # noqa: F401  # its import sets KMP_DUPLICATE_LIB_OK; the lint imports it mid-run
 import torch
 from pydantic import ValidationError
 
