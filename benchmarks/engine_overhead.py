@@ -13,6 +13,10 @@ kept), in its own-run mode, so the loop trains to its end:
 
     python benchmarks/engine_overhead.py --rounds 6 --out benchmarks/results/engine-overhead.json
     python benchmarks/engine_overhead.py --device cuda --loops gpt --rounds 4 --set steps=600   # on a GPU
+    python benchmarks/engine_overhead.py --loops gpt --rounds 8 --set steps=10   # what the engine does once
+
+Short runs show what the engine does once, in a loop's first steps (benchmarks/engine_step_cost.py pairs steps
+after a warm-up and cannot): the speed lint's thread-pool introspection once cost the GPT loop's next step 0.2 s.
     python benchmarks/engine_overhead.py --instrument --loops gpt --rounds 8 \
         --out benchmarks/results/instrument-overhead.json
 """
