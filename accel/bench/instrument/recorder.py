@@ -142,6 +142,7 @@ class Recorder:
         self.precision: str | None = None  # the training forward's: the profile's advice and the MFU's peak
         self.flops_inputs: tuple[torch.nn.Module, Any] | None = None  # the first hooked training forward's
         self.utilisation = Utilisation()  # FLOPs counted on them as the record is written, after the timed steps
+        self._inside: Any = None  # the one-shot hook that reads the precision inside the model's forward
         self._optimizer_phases: list[Any] = []  # open `optimizer` phases (a profile's), closed as each step ends
         self._undo: list[Callable[[], None]] = []
         self._hook()
@@ -354,11 +355,8 @@ class Recorder:
             self._undo += [pre.remove, post.remove]
         # the precision is read again inside the forward, once: Accelerate (an HF Trainer's bf16 on a CPU) opens its
         # autocast inside the model's patched `forward`, after the model's own pre-hooks ran
-        leaf = (
-            next((m for m in self.models[0].modules() if next(m.children(), None) is None), None)
-            if self.models
-            else None
-        )
+        leaves = (m for model in self.models[:1] for m in model.modules() if next(m.children(), None) is None)
+        leaf = next(leaves, None)
         if leaf is not None:
             self._inside = leaf.register_forward_pre_hook(self._forward_inside)
             self._undo.append(self._inside.remove)
