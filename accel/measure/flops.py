@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.func import functional_call
 
-from ..batches import leading_size, leading_tensor, map_tensors
+from ..batches import leading_size, leading_tensor, map_tensors, tensors
 from ..strategy import sharding
 from . import peaks
 
@@ -117,7 +117,9 @@ class ForwardSum:
     @staticmethod
     def loss(model: Any, batch: Any) -> torch.Tensor:
         args, kwargs = batch
-        return leading_tensor(model(*args, **kwargs)).float().sum()
+        outputs = model(*args, **kwargs)
+        first = leading_tensor(outputs)  # else a model that returns its loss alone
+        return (first if first is not None else tensors(outputs)[0]).float().sum()
 
 
 def _counting_contexts(run: Core) -> ExitStack:

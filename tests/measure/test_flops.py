@@ -10,7 +10,7 @@ from torch import nn
 from accel import Trainer, devices
 from accel.config.train_config import TrainConfig
 from accel.measure import peaks
-from accel.measure.flops import Utilisation, count_step_flops
+from accel.measure.flops import ForwardSum, Utilisation, count_step_flops, few_samples
 from accel.models import GPT, resnet18_cifar
 from accel.tasks import Classification, LanguageModel
 
@@ -136,3 +136,23 @@ def test_a_task_the_counter_cannot_follow_costs_the_figure_not_the_run():
     data = [(torch.randn(4), torch.randn(4))] * 2
     summary = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), data, task=step, device="cpu").fit()
     assert summary["status"] == "completed" and summary["flops_per_step"] is None and summary["mfu"] is None
+
+
+@pytest.mark.parametrize("returns", ["outputs", "a dict with a scalar loss first", "its loss alone"])
+def test_a_loops_own_model_is_counted_from_its_forward_whatever_it_returns(returns):
+    # a loop of the user's own or an unchanged script: accel never sees the loss, so the forward's output stands in
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.Linear(16, 8)
+
+        def forward(self, x, y=None):
+            out = self.layer(x)
+            loss = F.mse_loss(out, y)
+            return {"outputs": out, "a dict with a scalar loss first": {"loss": loss, "logits": out}}.get(returns, loss)
+
+    x, y = torch.randn(32, 16), torch.randn(32, 8)
+    inputs = few_samples((x,), {"y": y})  # the first 4 samples, copied
+    assert ForwardSum.samples(inputs) == 4
+    counted = count_step_flops(Model(), ForwardSum, inputs, torch.enable_grad())
+    assert counted == 2 * 2 * 4 * 16 * 8  # the layer's matmul forward, and its weight's gradient (x needs none)
