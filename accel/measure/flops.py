@@ -21,6 +21,7 @@ from torch.func import functional_call
 
 from ..batches import leading_size, leading_tensor, map_tensors, tensors
 from ..strategy import sharding
+from ..strategy.precision import DTYPES
 from . import peaks
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ def count_step_flops(module: torch.nn.Module, task: Any, batch: Any, contexts: A
     return counter.get_total_flops()
 
 
-PRECISIONS = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+PRECISIONS = {dtype: name for name, dtype in DTYPES.items()}  # an autocast dtype -> its precision's name
 
 
 def forward_precision(model: torch.nn.Module, device: torch.device) -> str:

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ... import devices
-from ...measure.flops import PRECISIONS, ForwardSum
+from ...measure.flops import ForwardSum
+from ...strategy.precision import DTYPES
 from ..trial_figures import deltas, diverged, final_loss, ran_out, rates, target_figures
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ def _flops_per_sample(rec: Recorder) -> float | None:
         return None
     module, inputs = rec.flops_inputs
     precision, device = rec.precision or "fp32", rec.device
-    dtype = next((d for d, name in PRECISIONS.items() if name == precision), None)
+    dtype = DTYPES.get(precision)
     autocast = partial(torch.autocast, device.type, dtype=dtype, enabled=dtype is not None)
     rec.utilisation.count_module(module, device, precision, ForwardSum, inputs, autocast)
     return rec.utilisation.flops_per_sample
