@@ -24,7 +24,7 @@ from ..errors import AccelError
 from ..models.blocks import TRAITS as MODEL_TRAITS
 from ..registry import SPEEDUPS
 from ..speedups import Candidate, Context, Phase, Speedup
-from .variants import format_value, vary_variants
+from .variants import format_value, value_label, vary_variants
 
 BATCH_KEY, WORKERS_KEY, LR_KEY, OPTIMIZER_KEY = "data.batch_size", "data.loader.num_workers", "optim.lr", "optim.name"
 OFF = {"enabled": False}
@@ -58,7 +58,9 @@ class Knob:
     guard: bool = False  # a value must leave the training loss as it was (as a speed-up's must): a speed flag
 
     def label(self, value: Any) -> str:
-        return self.labels[self.values.index(value)] if self.labels else format_value(value)
+        if self.labels and value in self.values:
+            return self.labels[self.values.index(value)]
+        return value_label(self.key, value)
 
 
 def speedup_knobs(sections: dict[str, Any], device: torch.device) -> list[Knob]:

@@ -28,10 +28,9 @@ from .refused import new_refusals, recipe_refusals
 from .rev_compare import variant_name
 from .revisions import Checkouts, Revision, command_in, relocated, trial_folder
 from .runner import BenchRun, run_and_report
-from .script import ENV, launch_of, plan_script, script_name
-from .script_flags import ARG
+from .script import launch_of, plan_script, script_name
 from .trial_process import TrialSettings
-from .variants import Variant, interleave, vary_variants
+from .variants import ARG, ENV, Variant, interleave, vary_variants
 
 
 @dataclass(frozen=True)

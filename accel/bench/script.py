@@ -34,11 +34,10 @@ from .plan import only_variants
 from .records import Report
 from .refused import new_refusals, script_device, script_refusals
 from .runner import BenchRun, run_and_report
-from .script_flags import ARG, FRAMEWORKS, framework_ablation
+from .script_flags import FRAMEWORKS, framework_ablation
 from .trial_process import TrialSettings, exit_reason, instrumented_pythonpath, log_tail, run_logged, trial_env
-from .variants import Variant, ablation_variants, format_value, interleave, vary_variants
+from .variants import ARG, ENV, Variant, ablation_variants, format_value, interleave, option_text, vary_variants
 
-ENV = "env:"  # --vary env:OMP_NUM_THREADS=1,2: an environment variable of the script's process
 CURVE_METRIC = "val_loss"  # what a script reports through eng.log for a target read from its own run
 SCRIPT_TIMEOUT_S = 900.0  # a probe's or trial's limit without --timeout: a script is stopped, never left to train
 NEVER_STEPPED = (
@@ -186,7 +185,7 @@ def launch_of(command: list[str], sets: list[str], variant: Variant) -> ScriptLa
                 env.append((_env_name(key[len(ENV) :]), format_value(value)))
         elif key.startswith(ARG):
             if value is not None:  # None: the option as the command has it (or not at all)
-                command = with_option(command, key[len(ARG) :], format_value(value))
+                command = with_option(command, key[len(ARG) :], option_text(value))
         else:  # a section (a speed-up's whole config, from tune) as JSON, which the YAML of ACCEL_SET reads back
             text = json.dumps(value) if isinstance(value, (dict, list)) else format_value(value)
             items.append(f"{key}={text}")
@@ -201,7 +200,8 @@ def _env_name(name: str) -> str:
 
 def with_option(command: list[str], option: str, value: str) -> list[str]:
     """`command` with the script's `option` set to `value`: replaced where given (`--batch 8`, `--batch=8`),
-    appended where not."""
+    appended where not: a long option as `--batch=8`, the one form every parser reads (argparse, HfArgumentParser,
+    jsonargparse, and nanoGPT's configurator, which takes nothing else)."""
     if not option.startswith("-"):
         raise AccelError(
             f"--vary {ARG}{option}: name the script's option with its dashes, e.g. --vary {ARG}--batch=16,32."
@@ -214,7 +214,7 @@ def with_option(command: list[str], option: str, value: str) -> list[str]:
         if token.startswith(f"{option}="):
             command[i] = f"{option}={value}"
             return command
-    return [*command, option, value]
+    return [*command, f"{option}={value}"] if option.startswith("--") else [*command, option, value]
 
 
 def resolved(given: dict[str, Any], launch: ScriptLaunch, name: str) -> dict[str, Any]:

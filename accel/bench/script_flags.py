@@ -14,10 +14,9 @@ from typing import Any
 
 from ..errors import AccelError
 from .knobs import Knob
-from .variants import Variant
+from .variants import ARG, Variant
 
 CUDA = "needs a CUDA GPU"
-ARG = "arg:"  # --vary arg:--batch=16,32: the script's own option, not an engine key
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ the overrides on top of the recipe. Two ways to build a list:
 - `ablation_variants`: baseline (every speed-up under test off), all (every one on), `+NAME` (NAME added to
   baseline) and `-NAME` (NAME removed from all).
 - `vary_variants`: the cartesian product of `--vary KEY=V1,V2` values; the first combination is the baseline.
+A script's keys are prefixed: `arg:--OPTION` its own command-line option, `env:NAME` its environment.
 """
 
 from __future__ import annotations
@@ -69,11 +70,26 @@ def ablation_variants(speedups: dict[str, dict], added: dict[str, dict] | None =
     return variants
 
 
+ARG = "arg:"  # --vary arg:--batch=16,32: the script's own option, not an engine key
+ENV = "env:"  # --vary env:OMP_NUM_THREADS=1,2: an environment variable of the script's process
+
+
 def format_value(value: Any) -> str:
     """The inverse of `parse_value` for names: true/false/null, numbers and strings as written."""
     if isinstance(value, bool):
         return "true" if value else "false"
     return "null" if value is None else str(value)
+
+
+def option_text(value: Any) -> str:
+    """A script's option value on its command line: a boolean spelled as Python spells it (`True`), which
+    argparse's converters, HfArgumentParser, jsonargparse and nanoGPT's configurator (`literal_eval`) all read."""
+    return str(value) if isinstance(value, bool) else format_value(value)
+
+
+def value_label(key: str, value: Any) -> str:
+    """A value as a variant's name shows it; a script key's None is the script as given (its own default)."""
+    return "as given" if value is None and key.startswith((ARG, ENV)) else format_value(value)
 
 
 def _parse_vary(item: str) -> tuple[str, list[Any]]:

@@ -229,6 +229,55 @@ def test_env_variants_and_options_of_an_unchanged_script_are_benched(tmp_path, c
         assert (out / name).is_file()
 
 
+# nanoGPT's way of taking options: globals, overridden by `--key=value` only (a value read as a Python literal,
+# of the global's own type) by a configurator.py the script runs with exec().
+CONFIGURATOR = """
+import sys
+from ast import literal_eval
+
+for arg in sys.argv[1:]:
+    assert arg.startswith("--") and "=" in arg, f"options are --key=value: {arg}"
+    key, text = arg[2:].split("=")
+    try:
+        value = literal_eval(text)
+    except (SyntaxError, ValueError):
+        value = text
+    assert type(value) is type(globals()[key]), f"{key}: {text} is not a {type(globals()[key]).__name__}"
+    globals()[key] = value
+"""
+GLOBALS_LOOP = """
+import os
+import torch
+
+batch_size = 8
+decay_lr = True
+exec(open(os.path.join(os.path.dirname(__file__), "configurator.py")).read())
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+while True:
+    for group in optimizer.param_groups:
+        group["lr"] = group["lr"] * 0.99 if decay_lr else group["lr"]
+    model(torch.randn(batch_size, 4)).square().mean().backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+"""
+
+
+def test_a_nanogpt_style_scripts_options_reach_it_in_the_one_form_its_configurator_reads(tmp_path):
+    (tmp_path / "configurator.py").write_text(CONFIGURATOR)
+    out = tmp_path / "bench"
+    argv = ["bench", "--vary", "arg:--decay_lr=False,True", "--vary", "arg:--batch_size=4", "--trials", "1"]
+    script = _script(tmp_path, GLOBALS_LOOP)
+    assert main([*argv, "--steps", "2", "--warmup", "1", "--out", str(out), "--", sys.executable, str(script)]) == 0
+    got = json.loads((out / "report.json").read_text())
+    # an option the command lacks is appended as `--batch_size=4`, and a boolean spelled as Python's `False`
+    assert [v["ok_trials"] for v in got["variants"]] == [1, 1]
+    assert [t["batch_size"] for v in got["variants"] for t in v["trials"]] == [4, 4]
+    assert got["recipes"]["arg:--decay_lr=false,arg:--batch_size=4"]["command"].endswith(
+        "--decay_lr=False --batch_size=4"
+    )
+
+
 def test_an_engine_setting_or_an_ablation_of_a_script_without_an_engine_is_refused(tmp_path, capsys):
     path = str(_script(tmp_path))
     assert main(["bench", "--vary", "speedups.amp.enabled=true", "--list", "--", sys.executable, path]) == 2
@@ -298,7 +347,7 @@ def test_a_trainer_scripts_ablation_switches_its_own_flags_and_skips_what_cannot
     got = json.loads((out / "report.json").read_text())
     compiled = next(v for v in got["variants"] if v["name"] == "--torch_compile=True")
     assert compiled["ok_trials"] == 1 and compiled["compile_s"] > 0
-    assert got["recipes"]["--torch_compile=True"]["command"].endswith("--torch_compile True")
+    assert got["recipes"]["--torch_compile=True"]["command"].endswith("--torch_compile=True")
 
 
 @pytest.mark.slow
@@ -348,7 +397,7 @@ def test_a_lightning_cli_scripts_ablation_switches_its_precision_and_skips_what_
     got = json.loads((out / "report.json").read_text())
     bf16 = next(v for v in got["variants"] if v["name"] == "--trainer.precision=bf16-mixed")
     assert bf16["ok_trials"] == 1
-    assert got["recipes"]["--trainer.precision=bf16-mixed"]["command"].endswith("--trainer.precision bf16-mixed")
+    assert got["recipes"]["--trainer.precision=bf16-mixed"]["command"].endswith("--trainer.precision=bf16-mixed")
 
 
 FABRIC = """

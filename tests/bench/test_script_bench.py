@@ -155,7 +155,9 @@ def test_a_scripts_option_is_replaced_where_given_and_appended_where_not():
         "--lr=1",
     ]
     assert with_option(["python", "t.py", "--lr=1"], "--lr", "2") == ["python", "t.py", "--lr=2"]
-    assert with_option(["python", "t.py"], "--lr", "2") == ["python", "t.py", "--lr", "2"]
+    # appended in the one form nanoGPT's configurator reads too (it takes `--key=value` only)
+    assert with_option(["python", "t.py"], "--lr", "2") == ["python", "t.py", "--lr=2"]
+    assert with_option(["python", "t.py"], "-b", "2") == ["python", "t.py", "-b", "2"]
     with pytest.raises(AccelError, match="with its dashes"):
         with_option(["python", "t.py"], "batch", "2")
 

@@ -251,7 +251,7 @@ def test_a_trainer_scripts_own_flags_make_the_speed_knobs_and_its_command_is_the
     assert subject.config_key({"arg:--bf16": False, "arg:--optim": "adamw_torch_fused"}) == subject.config_key({})
     chosen = {"arg:--bf16": True, "arg:--use_cpu": True, "arg:--per_device_train_batch_size": 16}
     assert run_line(subject, chosen, tmp_path / "t.yaml") == (
-        "python train.py --per_device_train_batch_size 16 --bf16 true --use_cpu true"
+        "python train.py --per_device_train_batch_size 16 --bf16=True --use_cpu=True"
     )
     with pytest.raises(AccelError, match="an accel.Engine setting, and `python train.py"):
         speed_knobs(subject, True, None, None, ["speedups.amp.enabled=true"])

@@ -31,10 +31,10 @@ from ...io import write_atomic
 from ..knobs import Knob, _listed, _tried, current, lookup, speedup_knobs
 from ..records import Trial
 from ..refused import script_refusals
-from ..script import ARG, ENV, SET_VARIABLE, launch_of, probe, resolved, uses_engine
+from ..script import SET_VARIABLE, launch_of, probe, resolved, uses_engine
 from ..script_flags import FRAMEWORKS, flag_knobs
 from ..trial_process import Launch
-from ..variants import Variant
+from ..variants import ARG, ENV, Variant
 from .search import TuneResult
 
 OPTIMIZER = "optimizer"  # the engine key tune --objective time varies

@@ -145,7 +145,7 @@ def _reference(knob: Knob, chosen: dict[str, Any], plain: dict) -> Any:
 
 
 def _variant(knob: Knob, value: Any, chosen: dict[str, Any], plain: dict) -> Variant:
-    label = knob.label(value) if value in knob.values else format_value(value)
+    label = knob.label(value)
     coupled = knob.couple(value, chosen, plain) if knob.couple else {}
     with_it = "".join(f" ({k}={format_value(v)})" for k, v in coupled.items() if v != current(k, chosen, plain))
     return Variant(f"{knob.key}={label}{with_it}", {**chosen, knob.key: value, **coupled})
