@@ -7,6 +7,7 @@ the numbers in a run's metrics are that run's own, even when an earlier run in t
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections import Counter
@@ -145,6 +146,11 @@ def _graph_count() -> int:
     from torch._dynamo.utils import counters
 
     return counters["stats"]["unique_graphs"]
+
+
+def seconds_compiled() -> float:
+    """Dynamo's compile seconds in this process so far; 0 where it never ran (nothing imported for it)."""
+    return _compile_seconds() if "torch._dynamo" in sys.modules else 0.0
 
 
 def _compile_seconds() -> float:

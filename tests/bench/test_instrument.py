@@ -213,6 +213,8 @@ def test_mfu_is_read_against_the_peak_of_an_autocast_opened_inside_the_models_fo
 def test_a_compiled_model_is_counted_outside_its_graph_without_a_recompilation(tmp_path):
     trial = _trial(tmp_path, "--compile", steps=3, warmup=1)
     assert trial.error is None and trial.batch_size == 8 and trial.recompiles == 0
+    # the first forward's compilation is the compile seconds, not start-up too: both fit before the first step
+    assert trial.compile_s > 0 and trial.build_s + trial.compile_s <= trial.first_step_s
 
 
 def test_env_variants_and_options_of_an_unchanged_script_are_benched(tmp_path, capsys):

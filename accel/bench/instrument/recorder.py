@@ -122,6 +122,7 @@ class Recorder:
         self.eval_s = self.save_s = 0.0
         self.eval_since: float | None = None  # an evaluation is open
         self.first_backward: float | None = None
+        self.compiled_before_backward = 0.0  # a plain loop's first forward compiles before its start-up ends
         self.loader_seen = False
         self.depth = 0  # nesting of the hooked models' forwards (a wrapper calls the model it wraps)
         self.stepping = False  # inside an optimizer's step, where a closure may run
@@ -186,6 +187,9 @@ class Recorder:
     def _backward(self, original, tensors, *args, **kwargs):
         if self.first_backward is None:
             self.first_backward = time.perf_counter()
+            from ...speedups.compile import seconds_compiled  # once; not at the script's start
+
+            self.compiled_before_backward = seconds_compiled()
         loss = tensors if isinstance(tensors, torch.Tensor) else None
         if loss is not None and loss.dim() == 0 and self.eval_since is None and not self.reevaluating:
             if self.scaled is not None and loss is self.scaled[0]:

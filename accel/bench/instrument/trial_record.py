@@ -59,10 +59,7 @@ def trial(rec: Recorder) -> dict[str, Any]:
         **figures,
         **rec.utilisation.stats(figures["samples_per_s"]),  # FLOP/s and MFU over the timed steps
         "flops_per_step": flops * timed[0]["samples"] if flops and timed else None,
-        # start-up: to the training's start (a framework's), or the first backward (a plain loop's imports, data and
-        # model before it); the first step and warm-up count from the process's start, the only start seen from
-        # outside (an engine's and a recipe's count from their own start, after the build)
-        "build_s": (rec.began or rec.first_backward or rec.marks[0]["wall"]) - rec.zero,
+        "build_s": _startup_s(rec),
         "first_step_s": rec.marks[0]["wall"] - rec.zero,
         "warmup_s": rec.marks[rec.warmup - 1]["wall"] - rec.zero,
         "peak_memory_mb": devices.peak_memory_mb(rec.device),
@@ -81,6 +78,17 @@ def trial(rec: Recorder) -> dict[str, Any]:
         losses = torch.stack(rec.step_losses).tolist()  # one device sync, at the end
         record |= {"final_loss": final_loss(losses[rec.warmup :]), "step_losses": losses, **diverged(losses)}
     return record
+
+
+def _startup_s(rec: Recorder) -> float:
+    """To the training's start (a framework's), or a plain loop's first backward (its imports, data and model
+    before it) less what dynamo compiled by then: that is the report's compile seconds, counted once. The first step
+    and warm-up count from the process's start, the only start seen from outside (an engine's and a recipe's count
+    from their own start, after the build)."""
+    if rec.began is not None:
+        return rec.began - rec.zero
+    end = rec.first_backward or rec.marks[0]["wall"]
+    return end - rec.zero - rec.compiled_before_backward
 
 
 def _flops_per_sample(rec: Recorder) -> float | None:
