@@ -79,9 +79,46 @@ class SpeedLint:
 
 def facts(run: Core) -> dict[str, Any]:
     """What the lint looks at, read from a run's core whose speed-ups are set up (a recipe's or a loop's own)."""
-    device, loader, optimizer = run.device, run.train_loader, run.optimizer
+    device, loader = run.device, run.train_loader
     loader = getattr(loader, "loader", loader)  # the device prefetcher wraps a DataLoader
     traits = model_traits(run.module)
+    return {
+        **_training_facts(device, run.optimizer, run.module),
+        "workers": getattr(loader, "threads", getattr(loader, "num_workers", None)),  # thread workers too
+        "pin_memory": getattr(loader, "pin_memory", None),
+        "in_memory": getattr(getattr(loader, "dataset", None), "in_memory", False),
+        # speed-ups on a model without the trait they need (channels_last without convolutions)
+        "needless": {s.name: s.needs for s in run.speedups if s.needs and not traits[s.needs]},
+        "amp": run.strategy.precision.name != "fp32",
+        "speedup_findings": [s.lint_finding for s in run.speedups if s.lint_finding is not None],
+    }
+
+
+def script_facts(
+    device: torch.device,
+    optimizer: torch.optim.Optimizer,
+    module: torch.nn.Module | None,
+    precision: str | None,
+    loader: dict[str, Any],
+) -> dict[str, Any]:
+    """The same facts of a script without accel in it, as accel's instrument saw its training (`loader`: the
+    DataLoader's `workers`, `pin_memory` and `in_memory`, where it used one); its findings say their fixes in the
+    script's own terms (`script`)."""
+    return {
+        **_training_facts(device, optimizer, module),
+        "workers": loader.get("workers"),
+        "pin_memory": loader.get("pin_memory"),
+        "in_memory": loader.get("in_memory", False),
+        "needless": {},
+        "amp": precision not in (None, "fp32"),
+        "script": True,
+    }
+
+
+def _training_facts(
+    device: torch.device, optimizer: torch.optim.Optimizer, module: torch.nn.Module | None
+) -> dict[str, Any]:
+    """The facts a training's process, device, optimizer and model give, however it was set up."""
     return {
         "device": device.type,
         "cores": available_cpus(),
@@ -90,21 +127,14 @@ def facts(run: Core) -> dict[str, Any]:
         "processes": int(os.environ.get("LOCAL_WORLD_SIZE", 1)),
         # no BLAS pools (threadpoolctl's introspection, `accel doctor`'s): read in a loop's first step, it cost the
         # GPT example's next steps 0.2 s; torch's own pool is `torch_threads`
-        "workers": getattr(loader, "threads", getattr(loader, "num_workers", None)),  # thread workers too
-        "pin_memory": getattr(loader, "pin_memory", None),
-        "in_memory": getattr(getattr(loader, "dataset", None), "in_memory", False),
         "anomaly_detection": torch.is_anomaly_enabled(),
         "deterministic": torch.are_deterministic_algorithms_enabled()
         or (device.type == "cuda" and torch.backends.cudnn.deterministic),
         "optimizer": type(optimizer).__name__,
         "fused": bool(optimizer.defaults.get("fused")),
         "fused_exists": "fused" in inspect.signature(type(optimizer).__init__).parameters,
-        # speed-ups on a model without the trait they need (channels_last without convolutions)
-        "needless": {s.name: s.needs for s in run.speedups if s.needs and not traits[s.needs]},
-        "amp": run.strategy.precision.name != "fp32",
         "fast_bf16": _fast_bf16(device),
-        "speedup_findings": [s.lint_finding for s in run.speedups if s.lint_finding is not None],
-        "float64_model": float64_names(run.module),
+        "float64_model": float64_names(module) if module is not None else [],
     }
 
 

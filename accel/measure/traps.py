@@ -64,6 +64,11 @@ class Finding:
         return f"{self.found} Fix: {self.fix}"
 
 
+def _fix(f: dict[str, Any], recipe: str, script: str) -> str:
+    """A fix in the terms the training was set up in: a recipe's keys (an engine's too), or a script's own code."""
+    return script if f.get("script") else recipe
+
+
 def findings(facts: dict[str, Any], summary: dict[str, Any] | None = None) -> list[Finding]:
     """The traps `facts` show; with a run's `summary`, also those only the run itself reveals."""
     out = _process_traps(facts) + _device_traps(facts) + _thread_traps(facts) + _float64_model(facts)
@@ -110,7 +115,11 @@ def _device_traps(f: dict[str, Any]) -> list[Finding]:
             Finding(
                 "pin-memory-off",
                 "pin_memory is off with a CUDA device: each batch is copied twice and the copy cannot overlap compute.",
-                "data.loader.pin_memory: auto",
+                _fix(
+                    f,
+                    "data.loader.pin_memory: auto",
+                    "DataLoader(..., pin_memory=True) (a Hugging Face Trainer: --dataloader_pin_memory True).",
+                ),
             )
         )
     if f["device"] == "cuda" and f["fused_exists"] and not f["fused"]:
@@ -119,7 +128,11 @@ def _device_traps(f: dict[str, Any]) -> list[Finding]:
                 "optimizer-not-fused",
                 f"{f['optimizer']} runs its unfused implementation on CUDA: "
                 "several kernels per parameter group instead of one.",
-                "speedups: {optim: {impl: fused}}",
+                _fix(
+                    f,
+                    "speedups: {optim: {impl: fused}}",
+                    f"{f['optimizer']}(..., fused=True) (a Hugging Face Trainer: --optim adamw_torch_fused).",
+                ),
             )
         )
     if f["fast_bf16"] and not f["amp"]:
@@ -128,7 +141,12 @@ def _device_traps(f: dict[str, Any]) -> list[Finding]:
             Finding(
                 "fp32-with-fast-bf16",
                 f"training in fp32 on {where}, whose bf16 matmuls are several times faster.",
-                "speedups: {amp: {dtype: bf16}} (check accuracy with `accel bench`).",
+                _fix(
+                    f,
+                    "speedups: {amp: {dtype: bf16}} (check accuracy with `accel bench`).",
+                    "torch.autocast(device_type, dtype=torch.bfloat16) around the forward and the loss (a Hugging Face "
+                    "Trainer: --bf16; Lightning: precision='bf16-mixed'); check accuracy with `accel bench`.",
+                ),
             )
         )
     return out
@@ -143,7 +161,11 @@ def _thread_traps(f: dict[str, Any]) -> list[Finding]:
                 "threads-over-cores",
                 f"{threads} BLAS/OpenMP threads on {cores} usable cores: threads "
                 "wait for each other and every op runs at the slowest one's pace.",
-                f"OMP_NUM_THREADS={cores}, or `speedups: {{threads: {{}}}}` (caps at the cores).",
+                _fix(
+                    f,
+                    f"OMP_NUM_THREADS={cores}, or `speedups: {{threads: {{}}}}` (caps at the cores).",
+                    f"OMP_NUM_THREADS={cores}, or torch.set_num_threads({cores}).",
+                ),
             )
         )
     processes = f.get("processes", 1)
@@ -154,7 +176,8 @@ def _thread_traps(f: dict[str, Any]) -> list[Finding]:
                 f"{processes} training processes on {cores} usable cores: each "
                 "CPU process needs a core of its own at least, so they take turns and every step waits "
                 "for the slowest.",
-                f"--nproc {cores} or fewer (on a CPU, fewer processes with more threads each are usually faster).",
+                f"{_fix(f, '--nproc', 'torchrun --nproc_per_node')} {cores} or fewer (on a CPU, fewer processes "
+                "with more threads each are usually faster).",
             )
         )
     workers = f["workers"] or 0
@@ -166,8 +189,13 @@ def _thread_traps(f: dict[str, Any]) -> list[Finding]:
             Finding(
                 "workers-compete",
                 f"{workers} loader worker(s){main} on {cores} cores: the workers take cores from the training step.",
-                "data.loader.num_workers: 0 for in-memory data, else fewer compute threads "
-                "(speedups.threads.intra_op); `accel tune` measures both.",
+                _fix(
+                    f,
+                    "data.loader.num_workers: 0 for in-memory data, else fewer compute threads "
+                    "(speedups.threads.intra_op); `accel tune` measures both.",
+                    "DataLoader(num_workers=0) for in-memory data, else fewer compute threads "
+                    "(torch.set_num_threads); `accel bench --vary` measures both.",
+                ),
             )
         )
     if f.get("omp_unset") and cores > MANY_CORES:
@@ -238,9 +266,13 @@ def _run_traps(f: dict[str, Any], summary: dict[str, Any]) -> list[Finding]:
             Finding(
                 "data-wait",
                 f"{wait:.0%} of step time waited for batches with {workers} loader worker(s).",
-                "more data.loader.num_workers (workers_kind: threads where decoding releases the GIL), "
-                "data.cache for decoded images, or "
-                "augmentation on the device (`accel tune` measures workers).",
+                _fix(
+                    f,
+                    "more data.loader.num_workers (workers_kind: threads where decoding releases the GIL), "
+                    "data.cache for decoded images, or augmentation on the device (`accel tune` measures workers).",
+                    "more DataLoader num_workers (with persistent_workers=True), decoded images cached, or "
+                    "augmentation on the device (`accel bench --vary` measures the workers).",
+                ),
             )
         )
     # whichever speed-up reports recompilations (torch.compile's)

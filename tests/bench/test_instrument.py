@@ -130,6 +130,33 @@ def test_an_unchanged_loop_is_measured_from_its_optimizer_steps_and_ended(tmp_pa
     assert (tmp_path / "ckpt.pt").read_bytes() == b"the real run's"
 
 
+# Speed traps a script can set itself: anomaly detection, float64 weights and inputs, more threads than cores.
+TRAPPED = """
+import os
+import torch
+
+torch.autograd.set_detect_anomaly(True)
+torch.set_num_threads(2 * len(os.sched_getaffinity(0)))
+model = torch.nn.Linear(4, 1).double()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+while True:
+    model(torch.randn(8, 4, dtype=torch.float64)).square().mean().backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+"""
+
+
+def test_the_speed_lint_reads_an_unchanged_scripts_training_and_says_its_fixes_in_the_scripts_terms(tmp_path):
+    lint = {f["code"]: f for f in _trial(tmp_path, text=TRAPPED, steps=2, warmup=1).lint}
+    assert {"anomaly-detection", "float64-model", "float64-batch", "threads-over-cores"} <= set(lint)
+    assert "torch.set_num_threads(" in lint["threads-over-cores"]["fix"]  # not a recipe's `speedups: {threads}`
+    assert "(8, 4)" in lint["float64-batch"]["found"]
+    # the plain loop of the other tests sets none of them (fp32 is one only where bf16 is fast: AMX)
+    (tmp_path / "plain").mkdir()
+    plain = {f["code"] for f in _trial(tmp_path / "plain", steps=2, warmup=1).lint}
+    assert plain <= {"fp32-with-fast-bf16"}
+
+
 def test_a_process_the_script_starts_is_not_the_trial(tmp_path):
     # inductor's compile workers import torch in processes of their own, which end after the script's record is
     # written (a compiled HF Trainer script on a GPU was reported as never stepping): the record stays the script's

@@ -161,6 +161,22 @@ def test_gpu_and_matrix_unit_traps_on_made_up_machines(change, code):
     assert lint.findings(CLEAN | change | {"amp": True, "pin_memory": True, "fused": True}) == []
 
 
+@pytest.mark.parametrize(
+    "change, code, said",
+    [
+        ({"device": "cuda", "pin_memory": False, "fused": True}, "pin-memory-off", "DataLoader(..., pin_memory=True)"),
+        ({"device": "cuda", "pin_memory": True, "fused": False}, "optimizer-not-fused", "AdamW(..., fused=True)"),
+        ({"fast_bf16": True}, "fp32-with-fast-bf16", "torch.autocast("),
+        ({"torch_threads": 4}, "threads-over-cores", "torch.set_num_threads(2)"),
+        ({"processes": 4}, "processes-over-cores", "torchrun --nproc_per_node 2"),
+    ],
+)
+def test_a_scripts_findings_say_their_fixes_in_its_own_code_not_in_recipe_keys(change, code, said):
+    # an unchanged script (accel's instrument): no recipe, no engine, so no `speedups:` or `data.loader` to set
+    (found,) = lint.findings(CLEAN | change | {"script": True})
+    assert found.code == code and said in found.fix and "speedups" not in found.fix and "data.loader" not in found.fix
+
+
 def test_recompiling_every_epoch_is_found():
     summary = {"epochs": 3, "speedup_metrics": {"compile": {"recompiles": 3}}}
     assert _codes(lint.findings(CLEAN, summary)) == ["recompiles"]

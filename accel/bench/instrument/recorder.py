@@ -140,6 +140,8 @@ class Recorder:
         self.profile = profile  # `accel profile`'s window, over this clock (no record is written then)
         self.anatomy = Anatomy()  # the phases the profile times (free while no window is open)
         self.loader_workers: int | None = None  # the last DataLoader's workers: what the profile's advice weighs
+        self.loader_facts: dict[str, Any] | None = None  # the first training DataLoader's, for the speed lint
+        self.float64_batch: list[str] = []  # the first training forward's float64 inputs, for the speed lint
         self.precision: str | None = None  # the training forward's: the profile's advice and the MFU's peak
         self.flops_inputs: tuple[torch.nn.Module, Any] | None = None  # the first hooked training forward's
         self.utilisation = Utilisation()  # FLOPs counted on them as the record is written, after the timed steps
@@ -230,6 +232,8 @@ class Recorder:
         if self.eval_since is None:
             self.counts["data_s"] += time.perf_counter() - start
             self.loader_seen = True
+            if self.loader_facts is None:
+                self.loader_facts = _loader_facts(iterator)
         return batch
 
     def _forward(self, module, args, kwargs) -> None:
@@ -241,8 +245,11 @@ class Recorder:
             if not self.batches_counted and not self.reevaluating:
                 self._count(args or tuple(kwargs.values()))
             if self.precision is None:  # once: a few samples copied, counted when the record is written
+                from ...measure.lint import float64_batch
+
                 self.precision = forward_precision(module, self.device)
                 self.flops_inputs = module, few_samples(args, kwargs)
+                self.float64_batch = float64_batch((args, kwargs))
         else:
             self.evaluating()
 
@@ -463,6 +470,14 @@ def _numbers(values: dict[str, Any]) -> dict[str, float]:
         if isinstance(value, numbers.Real) and not isinstance(value, bool):  # numpy's scalars too
             out[name] = float(value)
     return out
+
+
+def _loader_facts(iterator: Any) -> dict[str, Any]:
+    """What the speed lint asks of a DataLoader, read off its iterator: workers, pinned memory, data in memory."""
+    dataset = getattr(iterator, "_dataset", None)
+    in_memory = isinstance(dataset, torch.utils.data.TensorDataset) or getattr(dataset, "in_memory", False)
+    pinned = getattr(iterator, "_pin_memory", None)
+    return {"workers": iterator._num_workers, "pin_memory": pinned, "in_memory": in_memory}
 
 
 def _device(optimizer: torch.optim.Optimizer) -> torch.device:

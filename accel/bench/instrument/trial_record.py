@@ -72,12 +72,24 @@ def trial(rec: Recorder) -> dict[str, Any]:
         **_compile_figures(),
         **_batch(timed),
         **_metric_figures(rec),
+        "lint": _lint(rec, figures),
         "load": window,
     }
     if rec.step_losses and all(loss is not None for loss in rec.step_losses):
         losses = torch.stack(rec.step_losses).tolist()  # one device sync, at the end
         record |= {"final_loss": final_loss(losses[rec.warmup :]), "step_losses": losses, **diverged(losses)}
     return record
+
+
+def _lint(rec: Recorder, figures: dict[str, Any]) -> list[dict[str, str]]:
+    """The speed lint's findings in the script's training, each fix in the script's own terms."""
+    from ...measure.lint import as_records, script_facts
+    from ...measure.traps import findings
+
+    model = rec.models[0] if rec.models else None
+    facts = script_facts(rec.device, rec.optimizer, model, rec.precision, rec.loader_facts or {})
+    facts["float64_batch"] = rec.float64_batch
+    return as_records(findings(facts, {"data_wait_fraction": figures.get("data_wait_fraction")}))
 
 
 def _startup_s(rec: Recorder) -> float:
