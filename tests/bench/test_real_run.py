@@ -58,4 +58,4 @@ def test_the_recommendation_comes_with_the_command_that_runs_it():
     )
     flags = Recommendation(overrides={"arg:--bf16": "True", "env:OMP_NUM_THREADS": "2"}, text="")
     unchanged = BenchRun([Variant("baseline")], "baseline", "", {}, TrialSettings(3, 1), 2, script=["python", "t.py"])
-    assert run_with(unchanged, flags, Variant("baseline")) == "OMP_NUM_THREADS=2 python t.py --bf16 True"
+    assert run_with(unchanged, flags, Variant("baseline")) == "OMP_NUM_THREADS=2 python t.py --bf16=True"
