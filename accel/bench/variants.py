@@ -88,8 +88,11 @@ def option_text(value: Any) -> str:
 
 
 def value_label(key: str, value: Any) -> str:
-    """A value as a variant's name shows it; a script key's None is the script as given (its own default)."""
-    return "as given" if value is None and key.startswith((ARG, ENV)) else format_value(value)
+    """A value as a variant's name shows it: a script's option as the script gets it (`True`), a script key's
+    None as the script as given (its own default)."""
+    if value is None and key.startswith((ARG, ENV)):
+        return "as given"
+    return option_text(value) if key.startswith(ARG) else format_value(value)
 
 
 def _parse_vary(item: str) -> tuple[str, list[Any]]:
@@ -116,7 +119,7 @@ def vary_variants(vary: list[str]) -> list[Variant]:
     variants = []
     for combo in itertools.product(*(vals for _, vals in parsed)):
         overrides = dict(zip(keys, combo))
-        name = ",".join(f"{k}={format_value(v)}" for k, v in overrides.items())
+        name = ",".join(f"{k}={value_label(k, v)}" for k, v in overrides.items())
         variants.append(Variant(name, overrides))
     names = [v.name for v in variants]
     if len(set(names)) != len(names):

@@ -302,7 +302,7 @@ def test_a_nanogpt_style_scripts_options_reach_it_in_the_one_form_its_configurat
     # an option the command lacks is appended as `--batch_size=4`, and a boolean spelled as Python's `False`
     assert [v["ok_trials"] for v in got["variants"]] == [1, 1]
     assert [t["batch_size"] for v in got["variants"] for t in v["trials"]] == [4, 4]
-    assert got["recipes"]["arg:--decay_lr=false,arg:--batch_size=4"]["command"].endswith(
+    assert got["recipes"]["arg:--decay_lr=False,arg:--batch_size=4"]["command"].endswith(
         "--decay_lr=False --batch_size=4"
     )
 
