@@ -99,16 +99,16 @@ def script_facts(
     optimizer: torch.optim.Optimizer,
     module: torch.nn.Module | None,
     precision: str | None,
-    loader: dict[str, Any],
+    loader: dict[str, Any] | None,
+    float64_inputs: list[str],
 ) -> dict[str, Any]:
     """The same facts of a script without accel in it, as accel's instrument saw its training (`loader`: the
-    DataLoader's `workers`, `pin_memory` and `in_memory`, where it used one); its findings say their fixes in the
-    script's own terms (`script`)."""
+    DataLoader's `workers`, `pin_memory` and `in_memory`, where it used one; `float64_inputs`: its first training
+    forward's); its findings say their fixes in the script's own terms (`script`)."""
     return {
         **_training_facts(device, optimizer, module),
-        "workers": loader.get("workers"),
-        "pin_memory": loader.get("pin_memory"),
-        "in_memory": loader.get("in_memory", False),
+        **{"workers": None, "pin_memory": None, "in_memory": False, **(loader or {})},
+        "float64_batch": float64_inputs,
         "needless": {},
         "amp": precision not in (None, "fp32"),
         "script": True,

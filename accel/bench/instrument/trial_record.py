@@ -87,8 +87,7 @@ def _lint(rec: Recorder, figures: dict[str, Any]) -> list[dict[str, str]]:
     from ...measure.traps import findings
 
     model = rec.models[0] if rec.models else None
-    facts = script_facts(rec.device, rec.optimizer, model, rec.precision, rec.loader_facts or {})
-    facts["float64_batch"] = rec.float64_batch
+    facts = script_facts(rec.device, rec.optimizer, model, rec.precision, rec.loader_facts, rec.float64_batch)
     return as_records(findings(facts, {"data_wait_fraction": figures.get("data_wait_fraction")}))
 
 
