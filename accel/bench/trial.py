@@ -30,6 +30,7 @@ from ..errors import AccelError
 from ..io import write_atomic
 from ..measure import load
 from ..speedups import compile_figures
+from ..speedups.compile import settle_compile_workers
 from .records import Trial
 from .target import Target, TargetClock, parse_target
 from .trial_figures import LAST_LOSS_STEPS, rates
@@ -83,6 +84,7 @@ class StepTimer(Callback):
             self._open = self._new()
             done = len(self.steps)
             if done == self.warmup:
+                step["s"] += settle_compile_workers()  # a compile-worker pool's start is warm-up, not timed
                 self.load.begin()  # before the window's clock starts: its own cost stays out of the timed steps
             if self.window:
                 self._windowed(step)

@@ -35,6 +35,9 @@ def known_backends() -> list[str]:
     return torch._dynamo.list_backends(exclude_tags=())
 
 
+_stopping: list[threading.Thread] = []  # release_compile_workers' threads, until settle_compile_workers
+
+
 def release_compile_workers() -> None:
     """Stop inductor's compile-worker pools without waiting for them to exit.
 
@@ -53,7 +56,22 @@ def release_compile_workers() -> None:
     async_compile.after_fork()
     if hasattr(async_compile.AsyncCompile, "_ready_future"):
         async_compile.AsyncCompile._ready_future = None  # the warm-up of a stopped pool
-    threading.Thread(target=_shut_down, args=(pools,), name="accel-compile-workers", daemon=True).start()
+    stopping = threading.Thread(target=_shut_down, args=(pools,), name="accel-compile-workers", daemon=True)
+    stopping.start()
+    _stopping.append(stopping)
+
+
+def settle_compile_workers(timeout: float = 60.0) -> float:
+    """Wait until the pools released so far have exited; returns the seconds waited.
+
+    A bench calls this at the end of its warm-up. Inductor starts a pool in every process that compiles, even
+    when every graph comes from a warm cache, and its workers' start (each imports torch) still runs after the
+    release: it halved the compiled ResNet preset's throughput over its first seconds on an H200's 16-core host
+    (docs/benchmarks.md, 2026-11-28). That is start-up, to be counted with compilation, not in the timed steps."""
+    start = time.perf_counter()
+    while _stopping:
+        _stopping.pop().join(timeout)
+    return time.perf_counter() - start
 
 
 def _shut_down(pools: list[Any]) -> None:

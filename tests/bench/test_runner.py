@@ -304,6 +304,30 @@ def test_a_window_trial_synchronises_around_its_timed_steps_only(tiny, write_rec
     )
 
 
+@pytest.mark.parametrize("sync", ["step", "window"])
+def test_a_trials_warm_up_waits_for_released_compile_workers_to_exit(tiny, write_recipe, tmp_path, monkeypatch, sync):
+    """A compile-worker pool still starting in the timed steps halved a compiled preset's throughput on a GPU
+    host: the warm-up's end waits for it, and that wait counts as warm-up, not in the timed steps."""
+    import time
+
+    import accel.bench.trial as trial_module
+
+    waits = []
+
+    def settle():
+        waits.append(1)
+        time.sleep(1.0)
+        return 1.0
+
+    monkeypatch.setattr(trial_module, "settle_compile_workers", settle)
+    out = tmp_path / "t.json"
+    argv = [str(write_recipe(tiny)), "--steps", "3", "--warmup", "2", "--json", str(out), "--sync", sync]
+    assert trial_main(argv) == 0
+    result = json.loads(out.read_text())
+    assert waits == [1] and result["warmup_s"] >= 1.0
+    assert 3 * result["batch_size"] / result["samples_per_s"] < 1.0  # the timed steps, without the wait
+
+
 def test_trial_records_what_compiling_cost(tiny, write_recipe, tmp_path):
     tiny["speedups"] = {"compile": {"backend": "eager"}}  # dynamo traces and counts; no C++ build
     out = tmp_path / "t.json"
