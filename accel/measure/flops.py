@@ -81,14 +81,25 @@ def forward_precision(model: torch.nn.Module, device: torch.device) -> str:
     return PRECISIONS.get(dtype, "fp32")
 
 
-def compute_dtype(precision: str, device: torch.device) -> str:
-    """The dtype the step's matmuls and convolutions run in: the precision's, else TF32 where CUDA allows it,
-    else fp32."""
-    if precision != "fp32":
+def compute_dtype(precision: str, device: torch.device, module: torch.nn.Module) -> str:
+    """The dtype the step's matmuls and convolutions run in: the precision's, else TF32 where CUDA runs the
+    module's fp32 matmuls, or its convolutions, in TF32, else fp32."""
+    if precision != "fp32" or device.type != "cuda":
         return precision
-    if device.type == "cuda" and (torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32):
-        return "tf32"  # cuDNN convolutions default to TF32: a ResNet "in fp32" would read over 100% of the fp32 peak
-    return "fp32"
+    backends = torch.backends
+    # cuDNN's convolutions default to TF32: a ResNet "in fp32" would read over 100% of the fp32 peak, where a
+    # transformer's matmuls stay fp32 (51% of it for a GPT-2 on an H200, not 7% of TF32's)
+    convolutions = any(isinstance(m, torch.nn.modules.conv._ConvNd) for m in module.modules())
+    matmul_tf32 = _runs_tf32(backends.cuda.matmul)
+    conv_tf32 = convolutions and _runs_tf32(getattr(backends.cudnn, "conv", backends.cudnn))
+    return "tf32" if matmul_tf32 or conv_tf32 else "fp32"
+
+
+def _runs_tf32(backend: Any) -> bool:
+    """Whether a CUDA backend runs fp32 in TF32. torch >= 2.9's per-backend field says so whichever API set it;
+    its legacy flag cannot be read once the new API was used (the Hugging Face Trainer's --tf32 uses it)."""
+    precision = getattr(backend, "fp32_precision", None)
+    return precision == "tf32" if precision is not None else bool(backend.allow_tf32)
 
 
 COUNT_SAMPLES = 4  # FLOPs grow linearly with the batch: counting a few samples costs a few % of one step
@@ -172,7 +183,7 @@ class Utilisation:
             self.flops_per_sample = flops / few
             self.flops_per_batch = round(self.flops_per_sample * samples)
             try:
-                self.peak = peaks.run_peak(device, compute_dtype(precision, device))
+                self.peak = peaks.run_peak(device, compute_dtype(precision, device, module))
             except Exception as err:  # noqa: BLE001 - a probe that fails costs the MFU, not the run
                 log.info("no peak FLOP/s for MFU: %s", err)
         return time.perf_counter() - start

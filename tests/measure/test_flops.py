@@ -83,6 +83,42 @@ def test_gpu_peaks_are_dense_and_unknown_gpus_have_none():
     assert peaks.gpu_peak("NVIDIA GeForce RTX 4090", "bf16") is None
 
 
+COMPUTE_DTYPES = """
+import torch
+from torch import nn
+from accel.measure.flops import compute_dtype
+
+cuda, cpu = torch.device("cuda"), torch.device("cpu")
+linear, conv = nn.Linear(4, 4), nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten())
+print(compute_dtype("fp32", cuda, linear), compute_dtype("fp32", cuda, conv), compute_dtype("bf16", cuda, linear))
+{setting}
+print(compute_dtype("fp32", cuda, linear), compute_dtype("fp32", cuda, conv), compute_dtype("fp32", cpu, linear))
+"""
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "torch.backends.fp32_precision = 'tf32'",  # what the Hugging Face Trainer's --tf32 does on torch >= 2.9
+        "torch.backends.cuda.matmul.fp32_precision = 'tf32'",
+        "torch.set_float32_matmul_precision('high')",  # accel's cudnn speed-up, the legacy way
+    ],
+)
+def test_mfus_peak_is_tf32_where_cuda_runs_the_models_fp32_matmuls_or_convolutions_in_it(setting):
+    """By default only cuDNN's convolutions run fp32 in TF32: a transformer's matmuls do not, so its MFU is of the
+    fp32 peak. Set through either of torch's APIs, TF32 matmuls are read as TF32 (the legacy flag cannot be read
+    after the new API set it: the MFU of an HF Trainer's --tf32 was lost on an H200). Flags only: no GPU needed;
+    a process of its own, as torch's precision settings are process-wide."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", COMPUTE_DTYPES.format(setting=setting)], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["fp32 tf32 bf16", "tf32 tf32 fp32"]
+
+
 def test_the_cpu_peak_is_measured_once_and_cached_where_the_hardware_is_unknown(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(peaks, "hardware_peak", lambda dtype, threads: None)
