@@ -52,7 +52,7 @@ from ..engine.core import Observer
 from ..engine.trial_variables import CURVE, PATH, PATTERNS, PROBE, PROFILE, STEPS, STOP, SYNC, TARGET, WARMUP
 from ..io import strict_json, write_atomic
 from ..measure import load
-from ..speedups.compile import settle_compile_workers
+from ..speedups.compile import stop_compile_workers
 
 if TYPE_CHECKING:
     from ..engine.loop_records import LoopRecords
@@ -306,7 +306,7 @@ class ScriptTrial(Agent):
         if self.every_step or done <= self.warmup or done == self.warmup + self.steps:
             devices.synchronize(engine.core.device)
         if done == self.warmup:
-            settle_compile_workers()  # a compile-worker pool's start is warm-up, not timed
+            stop_compile_workers()  # a compile-worker pool's start is warm-up, not timed (the loop's own compile too)
             self.load.begin()  # before the mark: its own cost stays out of the timed steps
         self.last_step = time.time()
         count, data_s = engine.core.count, sum(e.core.count.data_s for e in self.engines.all)  # any loader's: a wait

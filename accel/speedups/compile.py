@@ -45,6 +45,8 @@ def release_compile_workers() -> None:
     (importing torch): 5 s for a pool just started, as it is when the graphs came from a warm cache, 1 s later
     on; the training loop would stall that long. The pools are forgotten here at once, as torch itself does after
     shutting them down (a later compilation starts a pool of its own), and stopped on a thread."""
+    if "torch._inductor.async_compile" not in sys.modules:
+        return  # nothing compiled with inductor in this process: no pool, and no import of inductor to pay for
     from torch._inductor import async_compile
 
     pools = list(getattr(async_compile, "_pool_set", ()))
@@ -72,6 +74,14 @@ def settle_compile_workers(timeout: float = 60.0) -> float:
     while _stopping:
         _stopping.pop().join(timeout)
     return time.perf_counter() - start
+
+
+def stop_compile_workers() -> float:
+    """Stop inductor's pools now and wait for them to exit; returns the seconds it took. At the end of a bench
+    trial's warm-up in a loop whose compilation accel does not own (an unchanged script's torch.compile, a loop's
+    own), whose pool would otherwise start, or idle, through the timed steps."""
+    release_compile_workers()
+    return settle_compile_workers()
 
 
 def _shut_down(pools: list[Any]) -> None:

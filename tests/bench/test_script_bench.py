@@ -306,6 +306,23 @@ def test_the_machines_load_is_read_over_the_timed_steps_only(tmp_path, monkeypat
     assert sum(trial.step_times_s) <= trial.load["wall_s"] < sum(trial.step_times_s) + 0.5 < trial.warmup_s
 
 
+def test_the_warm_up_ends_by_stopping_the_loops_compile_workers_untimed(tmp_path, monkeypatch):
+    """The loop's own torch.compile starts inductor's pool, which halved a compiled model's throughput on a GPU
+    host while it started: the warm-up's end stops it and waits, as warm-up."""
+    import accel.bench.engine_trial as engine_trial
+
+    stopped = []
+    monkeypatch.setattr(engine_trial, "stop_compile_workers", lambda: (stopped.append(1), time.sleep(1.0)))
+    record = tmp_path / "trial.json"
+    _trial_env(monkeypatch, record, **{trial_variables.WARMUP: 2})
+    eng, model, optimizer = _linear_trial_engine()
+    with pytest.raises(SystemExit):
+        _steps(eng, model, optimizer, 10)
+    _agent(eng).done = True
+    trial = Trial.model_validate_json(record.read_text())
+    assert stopped == [1] and trial.warmup_s >= 1.0 and sum(trial.step_times_s) < 1.0
+
+
 @pytest.mark.parametrize("sync", ["step", "window"])
 def test_a_window_trial_of_a_script_synchronises_after_the_warmup_and_the_last_step_only(tmp_path, monkeypatch, sync):
     record, callers = tmp_path / "trial.json", syncs_by_caller(monkeypatch)

@@ -43,6 +43,7 @@ from ...io import strict_json, write_atomic
 from ...measure import load
 from ...measure.anatomy import Anatomy
 from ...measure.flops import Utilisation, few_samples, forward_precision
+from ...speedups.compile import stop_compile_workers
 from .. import engine_trial
 from . import trial_record
 
@@ -338,6 +339,7 @@ class Recorder:
         if self.every_step or done <= self.warmup or done == self.warmup + self.steps:
             devices.synchronize(self.device)
         if done == self.warmup:
+            stop_compile_workers()  # the script's torch.compile started a pool: its start is warm-up, not timed
             self.load.begin()  # before the mark: its own cost stays out of the timed steps
         now = time.perf_counter()
         if done == 1:
