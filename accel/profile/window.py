@@ -21,7 +21,7 @@ from ..callbacks import Callback
 from ..measure import load, memory_snapshot, peaks
 from ..measure.anatomy import Segment
 from ..runs.records import FitSummary
-from ..speedups.compile import settle_compile_workers
+from ..speedups.compile import stop_compile_workers
 
 log = logging.getLogger("accel")
 SNAPSHOT = "memory.pickle"
@@ -115,7 +115,7 @@ class ProfileWindow(Callback):
         devices.synchronize(run.device)  # a step's GPU work belongs to that step
         done = run.steps - self._first
         if done == self.warmup:
-            settle_compile_workers()  # a compile-worker pool still starting would be profiled as the run's
+            stop_compile_workers()  # a compile-worker pool still starting would be profiled as the run's
             self._open(run)
         elif done == self.warmup + self.steps:
             self._close(run)
