@@ -14,7 +14,10 @@ from ..measure.traps import DATA_WAIT
 from .measured import bench_said, benches_of
 from .phases import share
 
-BF16_PAYS = 1.2  # bf16 matmuls at the model's size at least this much faster: worth a bench of mixed precision
+# worth a bench of mixed precision where the step could be this much faster: its matmul share sped up by bf16's
+# measured rate at the model's size (2x where not measured), the rest unchanged
+BF16_STEP_PAYS = 1.1
+BF16_UNMEASURED = 2.0
 
 
 @dataclass(frozen=True)
@@ -58,9 +61,21 @@ class Facts:
         )
 
     @property
+    def bf16_step_bound(self) -> float:
+        """How much faster bf16 could make the step: its matmuls at the measured rate, the rest unchanged (an
+        upper bound: the conversions around the matmuls cost, and a small model's other ops can run slower)."""
+        rate = self.bf16_speedup or BF16_UNMEASURED
+        return 1 / (1 - self.matmul + self.matmul / rate)
+
+    @property
     def bf16_said(self) -> str:
         measured = self.bf16_speedup
-        return "" if measured is None else f" (bf16 matmuls at the model's size measured {measured:.1f}x fp32 here)"
+        if measured is None:
+            return ""
+        return (
+            f" (bf16 matmuls at the model's size measured {measured:.1f}x fp32 here: the step at most "
+            f"{self.bf16_step_bound:.2f}x faster, the conversions around them not counted)"
+        )
 
 
 @dataclass(frozen=True)
@@ -112,7 +127,7 @@ RULES = (
     Rule(
         "fp32-matmuls",
         # not where bf16 measured no faster at the model's own matmul size: narrow layers pay for the conversions
-        lambda f: f.precision == "fp32" and f.bf16_fast and f.matmul >= 0.3 and (f.bf16_speedup or 2.0) >= BF16_PAYS,
+        lambda f: f.precision == "fp32" and f.bf16_fast and f.bf16_step_bound >= BF16_STEP_PAYS,
         "{matmul:.0%} of op time is matmul/convolution in fp32 on a device with fast bf16{bf16_said}",
         "mixed precision (speedups.amp: {{dtype: bf16}})",
         "--vary speedups.amp.enabled=false,true",
