@@ -32,6 +32,8 @@ Run only when named (the standing GPU issue's figures):
               `--sync step` (the default) and `--sync window` (a real run's overlap of host and GPU)
   hf-script   an unchanged Hugging Face Trainer script (examples/hf_trainer.py, a 6-layer GPT-2 of width 768, 256
               tokens) benched with its own flags: --bf16, --tf32, --torch_compile, each against the script as given
+  hf-compile  the same script with --torch_compile, --tf32 True against False: where its compiled fp32 step gets
+              its rate (85 TFLOP/s on an H100 with --tf32 False, above the fp32 peak)
   own-loop    the examples' GPT loop on the GPU, plain against accel.Engine: paired single steps in one process
               (benchmarks/engine_step_cost.py), then fresh-process rounds (benchmarks/engine_overhead.py)
   own-bench   `accel bench --ablate -- python examples/gpt_loop.py --bf16` there
@@ -82,6 +84,7 @@ EXTRA = [
     "own-loop",
     "own-bench",
     "hf-script",
+    "hf-compile",
 ]
 HALVES = {
     "ablate-remove": "all,-amp,-channels_last,-compile,-cudnn,-optim",
@@ -553,10 +556,11 @@ HF_FLAGS = "baseline,--bf16=True,--tf32=True,--torch_compile=True"
 HF_SHAPE = ["--n_layer", "6", "--n_embd", "768", "--n_head", "12", "--context", "256"]
 
 
-def step_hf_script(check: Check) -> None:
-    """`accel bench --ablate` of the unchanged HF Trainer example on this device: which of its flags help."""
+def step_hf_script(check: Check, step: str = "hf-script") -> None:
+    """`accel bench` of the unchanged HF Trainer example on this device: `hf-script` which of its flags help
+    (--ablate), `hf-compile` its --torch_compile with --tf32 True and False (the compiled fp32 step's rate)."""
     quick = check.args.quick
-    out = check.work / "bench-hf-script"
+    out = check.work / f"bench-{step}"
     size = (
         ["--steps", "2", "--warmup", "1", "--trials", "1"]
         if quick
@@ -565,9 +569,13 @@ def step_hf_script(check: Check) -> None:
     shape = ["--n_layer", "1", "--n_embd", "32", "--context", "16"] if quick else HF_SHAPE
     script = [sys.executable, "examples/hf_trainer.py", "--output_dir", str(check.work / "hf-out")]
     script += ["--report_to", "none", "--per_device_train_batch_size", "32", *shape]
-    command = [sys.executable, "-m", "accel.cli", "bench", "--ablate", "--only", HF_FLAGS, *size, "--out", str(out)]
-    check.sh("hf-script", [*command, "--", *script], timeout=3000)
-    check.put("hf-script", bench=check.load(out / "report.json"))
+    if step == "hf-compile":
+        how, script = ["--vary", "arg:--tf32=True,False"], [*script, "--torch_compile", "True"]
+    else:
+        how = ["--ablate", "--only", HF_FLAGS]
+    command = [sys.executable, "-m", "accel.cli", "bench", *how, *size, "--out", str(out)]
+    check.sh(step, [*command, "--", *script], timeout=3000)
+    check.put(step, bench=check.load(out / "report.json"))
 
 
 def step_jpeg(check: Check) -> None:
@@ -621,6 +629,7 @@ RUNNERS = {
     "own-loop": step_own_loop,
     "own-bench": step_own_bench,
     "hf-script": step_hf_script,
+    "hf-compile": lambda check: step_hf_script(check, "hf-compile"),
 }
 
 

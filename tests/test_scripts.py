@@ -239,13 +239,14 @@ def test_gpu_check_lm_steps_build_commands_accel_accepts(tmp_path, monkeypatch):
     assert gpu_check.main(["--out", str(tmp_path), "lm", *gpu_check.EXTRA]) == 0
     steps = json.loads((tmp_path / "gpu-check.json").read_text())["steps"]
     assert set(steps) == {"lm", *gpu_check.EXTRA} and not any("error" in s for s in steps.values())
-    # own-loop's: the two overhead scripts; own-bench's bench of the GPT example, hf-script's of the HF Trainer
-    # example (`-- SCRIPT`: a probe would run it, so only its bench's own options are parsed)
+    # own-loop's: the two overhead scripts; own-bench's bench of the GPT example, hf-script's and hf-compile's of
+    # the HF Trainer example (`-- SCRIPT`: a probe would run it, so only its bench's own options are parsed)
     scripts = [c for c in commands if "accel.cli" not in c or "--" in c]
     overheads = [c[1] for c in scripts if "accel.cli" not in c]
     assert overheads == ["benchmarks/engine_step_cost.py", "benchmarks/engine_overhead.py"]
     benches = [c for c in scripts if "accel.cli" in c]
-    assert [c[c.index("--") + 2] for c in benches] == ["examples/gpt_loop.py", "examples/hf_trainer.py"]
+    hf = "examples/hf_trainer.py"
+    assert [c[c.index("--") + 2] for c in benches] == ["examples/gpt_loop.py", hf, hf]
     for command in benches:
         assert cli._parser().parse_args(command[command.index("accel.cli") + 1 : command.index("--")])
     accel = [command[command.index("accel.cli") + 1 :] for command in commands if command not in scripts]
