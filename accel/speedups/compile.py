@@ -72,7 +72,14 @@ def settle_compile_workers(timeout: float = 60.0) -> float:
     (docs/benchmarks.md, 2026-11-28). That is start-up, to be counted with compilation, not in the timed steps."""
     start = time.perf_counter()
     while _stopping:
-        _stopping.pop().join(timeout)
+        stopping = _stopping.pop()
+        stopping.join(timeout)
+        if stopping.is_alive():
+            log.warning(
+                "compile: inductor's compile workers did not exit within %.0f s; the steps timed next may share the "
+                "CPU with them.",
+                timeout,
+            )
     return time.perf_counter() - start
 
 

@@ -261,6 +261,22 @@ def test_released_compile_workers_are_forgotten_at_once_and_exit_by_the_end_of_a
     assert not any(t.name == "accel-compile-workers" for t in threading.enumerate())
 
 
+def test_a_pool_that_does_not_exit_in_time_is_said_not_waited_for_forever(monkeypatch, caplog):
+    import threading
+
+    import accel.speedups.compile as compile_module
+
+    stuck = threading.Event()
+    thread = threading.Thread(target=stuck.wait, daemon=True)
+    thread.start()
+    monkeypatch.setattr(compile_module, "_stopping", [thread])
+    with caplog.at_level("WARNING", logger="accel"):
+        waited = compile_module.settle_compile_workers(timeout=0.2)
+    stuck.set()
+    assert 0.2 <= waited < 5
+    assert "compile workers did not exit within" in caplog.text and not compile_module._stopping
+
+
 def test_regional_compiles_each_repeated_block_once_and_trains_like_eager():
     from accel.models import GPT
     from accel.tasks import LanguageModel
