@@ -30,7 +30,7 @@ def run_steps(run: BenchRun, trials: list[Trial]) -> tuple[int | None, str | Non
             return int(statistics.median(per_epoch)) * train["epochs"], "the recipe's epochs"
     declared = [t.run_steps for t in trials if t.run_steps and t.variant == run.baseline]
     if declared:
-        return int(statistics.median(declared)), "the script's Trainer (its max_steps or epochs)"
+        return int(statistics.median(declared)), "its max_steps or epochs, as the script's Trainer has them"
     return None, None
 
 
