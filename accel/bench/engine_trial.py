@@ -349,6 +349,7 @@ class ScriptTrial(Agent):
         return {
             **figures,
             **engine.loop.utilisation.stats(figures["samples_per_s"]),  # FLOP/s and MFU over the timed steps
+            "mfu_of": engine.loop.utilisation.peak_dtype,
             "flops_per_step": flops * steps[0]["samples"] if flops else None,
             "build_s": self.created_wall - self.process_started,  # start-up: the process's start to this engine
             "setup_s": setup_s,

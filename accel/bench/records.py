@@ -120,6 +120,7 @@ class Trial(Record):
     flops_per_step: int | float | None = None
     flop_per_s: float | None = None
     mfu: float | None = None
+    mfu_of: str | None = None  # the dtype whose peak the MFU is of: bf16, tf32, fp32...
     val_accuracy: float | None = None
     val_metric_name: str | None = None
     val_metric: float | None = None
@@ -205,6 +206,7 @@ class VariantSummary(Record):
     flop_per_s: float | None
     mfu: float | None
     time_to_target_s: float | None
+    mfu_of: str | None = None  # the dtype whose peak the MFU is of
     target_reached: int | None
     # the variant's time to the target over the baseline's (below 1: sooner), its verdict read like a speed-up's
     time_to_target_ratio: Reading | None = None

@@ -114,6 +114,7 @@ def _summarize_variant(
         tokens_per_s=_median(_values(ok, "tokens_per_s")),
         flop_per_s=_median(_values(ok, "flop_per_s")),
         mfu=_median(_values(ok, "mfu")),
+        mfu_of=next((t.mfu_of for t in ok if t.mfu_of), None),  # one dtype: the variant's trials compute alike
         # --target: the median over the trials that reached it; `target_reached` says how many did
         time_to_target_s=_median(_values(ok, "time_to_target_s")),
         target_reached=sum(t.time_to_target_s is not None for t in ok) if _targeted(ok) else None,

@@ -228,6 +228,7 @@ def run_trial(
             "flop_per_s": None,
             "mfu": None,
             **trainer.utilisation.stats(result["samples_per_s"]),  # over the timed steps, as samples_per_s
+            "mfu_of": trainer.utilisation.peak_dtype,
             "val_accuracy": summary.metrics.get("val_accuracy"),
             # the task's main metric guards the results: accuracy for classification, val_loss for most others
             "val_metric_name": trainer.task.main_metric[0],

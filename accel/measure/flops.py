@@ -195,3 +195,9 @@ class Utilisation:
         if self.peak and flop_per_s > self.peak.flop_per_s and not self.peak.source.startswith("datasheet"):
             self.peak = peaks.reached(self.peak, flop_per_s)  # a CPU's: its clock or probe read low
         return {"flop_per_s": flop_per_s, "mfu": flop_per_s / self.peak.flop_per_s if self.peak else None}
+
+    @property
+    def peak_dtype(self) -> str | None:
+        """The dtype whose peak the MFU is of: a bench report says it (a bf16 MFU of 10% and an fp32 one of 51%
+        are not on one scale)."""
+        return self.peak.dtype if self.peak else None

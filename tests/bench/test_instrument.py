@@ -130,7 +130,7 @@ def test_an_unchanged_loop_is_measured_from_its_optimizer_steps_and_ended(tmp_pa
     assert trial.data_wait_fraction is not None and trial.model_traits is not None
     # FLOPs counted after the timed steps on the model's own forward: the head's matmul of 8 x 5 tokens, and its two
     # in backward (the embedding's lookup is no FLOP); MFU against this CPU's fp32 peak
-    assert trial.flops_per_step == 3 * 2 * (8 * 5) * 16 * 32 and 0 < trial.mfu < 1
+    assert trial.flops_per_step == 3 * 2 * (8 * 5) * 16 * 32 and 0 < trial.mfu < 1 and trial.mfu_of == "fp32"
     assert trial.flop_per_s == pytest.approx(trial.flops_per_step / 8 * trial.samples_per_s)
     # the evaluation at step 5 (0.2 s asleep) and its checkpoint are timed apart, out of the step they fell in
     assert trial.eval_s >= 0.2 and trial.save_s > 0 and max(trial.step_times_s) < 0.2
@@ -243,7 +243,7 @@ def test_mfu_is_read_against_the_peak_of_an_autocast_opened_inside_the_models_fo
     assert patched != PLAIN
     trial = _trial(tmp_path, steps=3, warmup=1, text=patched)
     bf16 = peaks.run_peak(torch.device("cpu"), "bf16").flop_per_s
-    assert trial.flop_per_s / trial.mfu == pytest.approx(bf16, rel=1e-6)
+    assert trial.flop_per_s / trial.mfu == pytest.approx(bf16, rel=1e-6) and trial.mfu_of == "bf16"
 
 
 def test_a_compiled_model_is_counted_outside_its_graph_without_a_recompilation(tmp_path):

@@ -33,6 +33,7 @@ VARIANT_KEYS = {
     "val_metric_name",
     "flop_per_s",
     "mfu",
+    "mfu_of",
     "time_to_target_s",
     "target_reached",
     "time_to_target_ratio",
@@ -274,6 +275,20 @@ def test_compile_seconds_get_a_column_only_when_a_variant_compiled():
     cells = {row[0]: row[column] for row in body}
     assert (cells["+compile"], cells["baseline"]) == ("20.5", "n/a")
     assert "compile s" not in table(summarize(plain, variants[:1], "baseline"))[0]
+
+
+def test_each_mfu_says_the_dtype_whose_peak_it_is_of():
+    """On an H200 an HF script's fp32 baseline read 51% of the fp32 peak and its --bf16 10% of bf16's: one column,
+    two scales, so each cell names its dtype."""
+    variants = vary_variants(["speedups.amp.enabled=false,true"])
+    fp32 = [trial(variants[0].name, i, 100.0).updated(mfu=0.512, mfu_of="fp32") for i in range(2)]
+    bf16 = [trial(variants[1].name, i, 300.0).updated(mfu=0.103, mfu_of="bf16") for i in range(2)]
+    rep = summarize(fp32 + bf16, variants, variants[0].name)
+    header, body = table(rep)
+    column = header.index(next(h for h in header if h.startswith("MFU")))
+    cells = {row[0]: row[column] for row in body}
+    assert [cells[v.name] for v in variants] == ["51.2% fp32", "10.3% bf16"]
+    assert rep.by_name[variants[1].name].mfu_of == "bf16"
 
 
 def test_a_stalled_trial_moves_the_mean_but_not_the_median_step():

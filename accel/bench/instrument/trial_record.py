@@ -58,6 +58,7 @@ def trial(rec: Recorder) -> dict[str, Any]:
     record = {
         **figures,
         **rec.utilisation.stats(figures["samples_per_s"]),  # FLOP/s and MFU over the timed steps
+        "mfu_of": rec.utilisation.peak_dtype,
         "flops_per_step": flops * timed[0]["samples"] if flops and timed else None,
         "build_s": _startup_s(rec),
         "first_step_s": rec.marks[0]["wall"] - rec.zero,
