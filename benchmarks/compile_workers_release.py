@@ -3,8 +3,8 @@
 
 On a GPU host the pool starts with the first compilation; `speedups.compile.release_workers` stops it once the
 graphs are made. torch's `shutdown_compile_workers` waits for the pool's sidecar process to exit, which it does
-only after finishing its own start; `accel.speedups.compile.release_compile_workers` forgets the pool at once and
-stops it on a thread. Each line is one fresh process that starts a pool of 2 workers, waits AGE seconds (a pool
+only after finishing its own start; `accel.speedups.compile_workers.release_compile_workers` forgets the pool at
+once and stops it on a thread. Each line is one fresh process that starts a pool of 2 workers, waits AGE seconds (a pool
 just started, as after graphs from a warm cache, or an older one) and times the call.
 
     python benchmarks/compile_workers_release.py --rounds 3
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ONE = """
 import sys, time
 from torch._inductor import async_compile, config
-from accel.speedups.compile import release_compile_workers
+from accel.speedups.compile_workers import release_compile_workers
 config.compile_threads = 2
 async_compile.AsyncCompile.warm_pool()
 time.sleep(float(sys.argv[2]))

@@ -52,7 +52,7 @@ from ..engine.core import Observer
 from ..engine.trial_variables import CURVE, PATH, PATTERNS, PROBE, PROFILE, STEPS, STOP, SYNC, TARGET, WARMUP
 from ..io import strict_json, write_atomic
 from ..measure import load
-from ..speedups.compile import stop_compile_workers
+from ..speedups.compile_workers import stop_compile_workers
 
 if TYPE_CHECKING:
     from ..engine.loop_records import LoopRecords

@@ -30,7 +30,7 @@ from ..errors import AccelError
 from ..io import write_atomic
 from ..measure import load
 from ..speedups import compile_figures
-from ..speedups.compile import settle_compile_workers
+from ..speedups.compile_workers import settle_compile_workers
 from .records import Trial
 from .target import Target, TargetClock, parse_target
 from .trial_figures import LAST_LOSS_STEPS, rates

@@ -21,7 +21,7 @@ from ..callbacks import Callback
 from ..measure import load, memory_snapshot, peaks
 from ..measure.anatomy import Segment
 from ..runs.records import FitSummary
-from ..speedups.compile import stop_compile_workers
+from ..speedups.compile_workers import stop_compile_workers
 
 log = logging.getLogger("accel")
 SNAPSHOT = "memory.pickle"

@@ -26,7 +26,8 @@ import torch
 from pydantic import Field, field_validator
 
 from .base import Context, Phase, Speedup, SpeedupConfig, registered
-from .compile import check_backend, release_compile_workers, unavailable
+from .compile import check_backend, unavailable
+from .compile_workers import release_compile_workers
 
 if TYPE_CHECKING:
     from ..strategy.slots import Slots

@@ -246,7 +246,7 @@ def test_released_compile_workers_are_forgotten_at_once_and_exit_by_the_end_of_a
 
     from torch._inductor import async_compile, config
 
-    from accel.speedups.compile import release_compile_workers, settle_compile_workers
+    from accel.speedups.compile_workers import release_compile_workers, settle_compile_workers
 
     # a pool, as on a GPU host (none with one thread); config.patch, since monkeypatch's undo deletes the setting
     with config.patch(compile_threads=2):
@@ -264,17 +264,17 @@ def test_released_compile_workers_are_forgotten_at_once_and_exit_by_the_end_of_a
 def test_a_pool_that_does_not_exit_in_time_is_said_not_waited_for_forever(monkeypatch, caplog):
     import threading
 
-    import accel.speedups.compile as compile_module
+    import accel.speedups.compile_workers as workers
 
     stuck = threading.Event()
     thread = threading.Thread(target=stuck.wait, daemon=True)
     thread.start()
-    monkeypatch.setattr(compile_module, "_stopping", [thread])
+    monkeypatch.setattr(workers, "_stopping", [thread])
     with caplog.at_level("WARNING", logger="accel"):
-        waited = compile_module.settle_compile_workers(timeout=0.2)
+        waited = workers.settle_compile_workers(timeout=0.2)
     stuck.set()
     assert 0.2 <= waited < 5
-    assert "compile workers did not exit within" in caplog.text and not compile_module._stopping
+    assert "compile workers did not exit within" in caplog.text and not workers._stopping
 
 
 def test_regional_compiles_each_repeated_block_once_and_trains_like_eager():

@@ -43,7 +43,7 @@ from ...io import strict_json, write_atomic
 from ...measure import load
 from ...measure.anatomy import Anatomy
 from ...measure.flops import Utilisation, few_samples, forward_precision
-from ...speedups.compile import stop_compile_workers
+from ...speedups.compile_workers import stop_compile_workers
 from .. import engine_trial
 from . import trial_record
 
