@@ -119,14 +119,15 @@ def differs_beyond_noise(
     rel_tol: float = 0.05,
     abs_tol: float = 1e-3,
     seed: int = 0,
-) -> bool:
+) -> bool | None:
     """Whether a result (final loss, accuracy) of the variant differs from baseline's beyond noise.
 
     Rule: the 95% bootstrap intervals of the two medians do not overlap AND the medians differ by more than
     max(rel_tol * |baseline median|, abs_tol). Both are needed: seeded CPU runs often repeat exactly, so
     intervals have zero width and any bf16 rounding would count as a change without the tolerance, while a
     tolerance alone would flag noisy-but-equal results. A variant that went non-finite (diverged) while the
-    baseline stayed finite differs; empty inputs do not (nothing to compare).
+    baseline stayed finite differs; empty inputs do not (nothing to compare). Otherwise a side with a single
+    value shows no noise at all (an unseeded script's one run, a chaotic early loss): None, not known.
     """
     v = np.asarray([x for x in variant_values if x is not None], dtype=float)
     b = np.asarray([x for x in baseline_values if x is not None], dtype=float)
@@ -137,6 +138,8 @@ def differs_beyond_noise(
         return True
     if not v_ok:
         return False
+    if min(v.size, b.size) < 2:
+        return None
     vm, (vlo, vhi) = bootstrap_median_ci(v, seed=seed)
     bm, (blo, bhi) = bootstrap_median_ci(b, seed=seed)
     apart = vlo > bhi or vhi < blo

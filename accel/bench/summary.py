@@ -8,10 +8,10 @@ its median step, which a stall of a shared machine hitting a few steps leaves al
 cost; both are shown), `tokens_per_s` (median, tasks on sequences), `flop_per_s` and `mfu` (medians; MFU
 against the dense GPU datasheet peak or the CPU's measured matmul peak), `val_accuracy`, `val_metric` with
 `val_metric_name` (the task's main metric), `result_changed` (final loss or the main metric differs from
-baseline beyond noise; None when there is nothing to compare), `errors` (failed trials), `ok_trials` and, only
-when its trials ran at two speeds, `unsteady` (the slowest and the fastest). The report adds `speedups`
-(ablation only: each speed-up read as added to baseline and as all vs -NAME) and `recommended`. The caller passes
-`env` and the run's context (`recipes`, `command`, ...) as `extra`.
+baseline beyond noise; None when there is nothing to compare, or one trial a side shows no noise), `errors`
+(failed trials), `ok_trials` and, only when its trials ran at two speeds, `unsteady` (the slowest and the
+fastest). The report adds `speedups` (ablation only: each speed-up read as added to baseline and as all vs -NAME)
+and `recommended`. The caller passes `env` and the run's context (`recipes`, `command`, ...) as `extra`.
 
 A comparison whose trials (the variant's or the baseline's) ran while other processes took a large share of the
 cores (accel/measure/load.py's `busy`) gets no verdict: its ratios are kept, `busy` says why, and nothing is recommended
@@ -192,8 +192,8 @@ def _result_changed(ok: list[Trial], base_ok: list[Trial], is_base: bool) -> boo
     if is_base:
         return False
     pairs = [(_values(ok, k), _values(base_ok, k)) for k in ("final_loss", "val_metric")]
-    pairs = [(v, b) for v, b in pairs if v and b]
-    return any(differs_beyond_noise(v, b) for v, b in pairs) if pairs else None
+    said = [differs_beyond_noise(v, b) for v, b in pairs if v and b]
+    return True if True in said else False if said and None not in said else None
 
 
 def _speedup_readings(rows: dict[str, VariantSummary]) -> dict[str, SpeedupReadings]:

@@ -209,6 +209,17 @@ def test_result_change_break_even_and_nan_are_reported(tmp_path):
     assert "NaN" not in text and json.loads(text)["variants"][1]["trials"][2]["final_loss"] is None
 
 
+def test_one_trial_a_side_flags_a_divergence_but_not_a_loss_it_cannot_tell_from_noise(tmp_path):
+    base, other = Variant("baseline"), Variant("+amp", {"speedups.amp.enabled": True})
+    apart = summarize(
+        [trial("baseline", 0, 100.0, loss=1.0), trial("+amp", 0, 110.0, loss=1.5)], [base, other], "baseline"
+    )
+    assert apart.variants[1].result_changed is None  # an unseeded script's single run differs this much by chance
+    assert "results changed" not in write_reports(apart, tmp_path)["md"].read_text()
+    nan = summarize([trial("baseline", 0, 100.0), trial("+amp", 0, 110.0, loss=math.nan)], [base, other], "baseline")
+    assert nan.variants[1].result_changed is True
+
+
 def test_vary_report_recommends_fastest_helped_combination():
     variants = vary_variants(["data.batch_size=32,64,128"])
     speeds = {32: 100.0, 64: 180.0, 128: 181.0}

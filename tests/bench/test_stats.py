@@ -107,6 +107,10 @@ def test_differs_beyond_noise_rule():
     assert differs_beyond_noise([math.nan, 1.0], [1.0, 1.0])  # diverged
     assert not differs_beyond_noise([], [1.0])
     assert not differs_beyond_noise([None], [1.0])
+    # One run a side shows no noise: 50% apart is not known to be a change, but a divergence is.
+    assert differs_beyond_noise([1.5], [1.0]) is None
+    assert differs_beyond_noise([1.5, 1.5], [1.0]) is None
+    assert differs_beyond_noise([math.nan], [1.0]) is True
 
 
 def test_a_single_trial_per_side_gives_no_verdict():
