@@ -199,21 +199,22 @@ def _env_name(name: str) -> str:
 
 
 def with_option(command: list[str], option: str, value: str) -> list[str]:
-    """`command` with the script's `option` set to `value`: replaced where given (`--batch 8`, `--batch=8`),
+    """`command` with the script's `option` set to `value`: replaced where given (`--batch 8`, `--batch=8`), every
+    time it is given (a parser takes the last, so replacing only the first would leave every variant the same),
     appended where not: a long option as `--batch=8`, the one form every parser reads (argparse, HfArgumentParser,
     jsonargparse, and nanoGPT's configurator, which takes nothing else)."""
     if not option.startswith("-"):
         raise AccelError(
             f"--vary {ARG}{option}: name the script's option with its dashes, e.g. --vary {ARG}--batch=16,32."
         )
-    command = list(command)
+    command, given = list(command), False
     for i, token in enumerate(command):
         if token == option and i + 1 < len(command):
-            command[i + 1] = value
-            return command
-        if token.startswith(f"{option}="):
-            command[i] = f"{option}={value}"
-            return command
+            command[i + 1], given = value, True
+        elif token.startswith(f"{option}="):
+            command[i], given = f"{option}={value}", True
+    if given:
+        return command
     return [*command, f"{option}={value}"] if option.startswith("--") else [*command, option, value]
 
 

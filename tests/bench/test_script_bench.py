@@ -162,6 +162,12 @@ def test_a_scripts_option_is_replaced_where_given_and_appended_where_not():
         with_option(["python", "t.py"], "batch", "2")
 
 
+def test_an_option_given_twice_is_replaced_both_times():
+    # the script's parser takes the last: replacing only the first left every variant running with the last value
+    command = ["python", "t.py", "--batch", "32", "--lr=1", "--batch=64"]
+    assert with_option(command, "--batch", "8") == ["python", "t.py", "--batch", "8", "--lr=1", "--batch=8"]
+
+
 @pytest.mark.slow
 def test_a_crashing_variant_leaves_a_report_of_the_others(tmp_path, capsys):
     out = tmp_path / "bench"
