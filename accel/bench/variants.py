@@ -104,7 +104,18 @@ def _parse_vary(item: str) -> tuple[str, list[Any]]:
             f"--vary `{item}` is not KEY=V1,V2: give a dotted recipe key and comma-separated values, "
             "e.g. --vary data.batch_size=64,128."
         )
+    if key.startswith((ARG, ENV)):
+        return key, [_script_value(p) for p in parts]
     return key, [parse_value(p) for p in parts]
+
+
+def _script_value(text: str) -> Any:
+    """A script's option or variable as written: a number YAML would respell (`010` read as octal 8, `1:30` as 90,
+    `1.10` as 1.1) is the text the user typed, which the script parses itself; true/false/null and quotes as YAML."""
+    value = parse_value(text)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and format_value(value) != text.strip():
+        return text.strip()
+    return value
 
 
 def vary_variants(vary: list[str]) -> list[Variant]:

@@ -55,6 +55,14 @@ def test_vary_value_typing():
     assert parse_value(" 7 ") == 7
 
 
+def test_a_scripts_values_are_kept_as_typed():
+    # a script parses its own options: YAML's octal, sexagesimal and float spellings must not reach it respelled
+    values = [x.overrides["arg:--v"] for x in vary_variants(["arg:--v=010,1:30,1.10,1e-3,8,true,null,'07'"])]
+    assert values == ["010", "1:30", "1.10", "1e-3", 8, True, None, "07"]
+    (v,) = vary_variants(["arg:--trainer.max_time=00:00:10:00"])  # Lightning's DD:HH:MM:SS, not 600
+    assert v.name == "arg:--trainer.max_time=00:00:10:00"
+
+
 @pytest.mark.parametrize("bad", [["data.batch_size"], ["=1,2"], ["k="], ["k=1", "k=2"], ["k=1,1"], []])
 def test_vary_rejects_malformed_items(bad):
     with pytest.raises(AccelError):
