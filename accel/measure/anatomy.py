@@ -62,13 +62,14 @@ class Anatomy:
                     return
             yield batch
 
-    def start(self, model: nn.Module, module: nn.Module) -> float:
+    def start(self, model: nn.Module | None, module: nn.Module | None) -> float:
         """Begin timing; `model` is what the loop calls (its forward is the `forward` phase), `module` the plain
         model whose top-level children name the trace's module ranges. A compiled model gets no hooks: adding
-        them would recompile it mid-window, so its forward is counted in `loss`."""
+        them would recompile it mid-window, so its forward is counted in `loss`. None: no model that can be hooked
+        (an unchanged script's compiled in place, which the instrument leaves alone), its forward in the loop's."""
         self.active, self.segments, self._since = True, [], time.perf_counter()
         devices.reset_peak_memory(self.device)
-        if getattr(model, "_orig_mod", None) is None:
+        if model is not None and getattr(model, "_orig_mod", None) is None:
             self._hooks = _range_hooks(model, lambda: self._range("forward"))
             for name, child in _parts(module):
                 label = f"{MODULE}{name} ({type(child).__name__})"

@@ -37,3 +37,14 @@ def test_a_module_lists_members_stand_for_it_and_phases_nest_into_flat_segments(
     assert anatomy.segments[0].start == start and anatomy.segments[-1].end == end
     assert all(a.end == b.start for a, b in zip(anatomy.segments, anatomy.segments[1:]))
     assert not net._forward_hooks and not net.head._forward_pre_hooks
+
+
+def test_no_model_to_hook_times_the_phases_without_ranges():
+    # an unchanged script's model compiled in place is left unhooked (the recorder finds none): the window opened
+    # with model None and the script's step crashed in accel's hook code
+    anatomy = Anatomy()
+    anatomy.start(None, None)
+    with anatomy.phase("backward"):
+        pass
+    anatomy.stop()
+    assert [segment.phase for segment in anatomy.segments] == ["other", "backward", "other"]

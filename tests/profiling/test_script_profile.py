@@ -5,9 +5,12 @@ from __future__ import annotations
 import copy
 import json
 import sys
+from types import SimpleNamespace
 
 import pytest
+import torch
 
+from accel.bench.instrument.profiled import UnchangedRun
 from accel.cli import main
 from accel.profile.advice import advise
 from conftest import ROOT
@@ -154,3 +157,13 @@ def test_an_unchanged_scripts_advice_is_in_its_own_terms():
     assert advise(report, ["python", "train.py"]) == []  # fused already: nothing to add
     report["facts"]["fused_optimizer"] = False
     assert "fused=True" in advise(report, ["python", "train.py"])[0]["fix"]
+
+
+def test_a_model_compiled_in_place_has_no_precision_to_advise_on():
+    # the recorder hooks no model compiled in place (`model.compile()`), so it never saw the forward's autocast:
+    # "fp32" advised bf16 autocast to a script already under it
+    def run(models):
+        return UnchangedRun(SimpleNamespace(precision=None, models=models, anatomy=None))
+
+    assert run([]).strategy.precision.name == "unknown"
+    assert run([torch.nn.Linear(2, 2)]).strategy.precision.name == "fp32"

@@ -101,7 +101,9 @@ class UnchangedRun:
 
     @property
     def strategy(self) -> Any:
-        return SimpleNamespace(precision=SimpleNamespace(name=self.rec.precision or "fp32"))
+        # no model hooked (one compiled in place): its forward's precision was never seen, so no fp32 to advise on
+        seen = self.rec.precision or ("fp32" if self.rec.models else "unknown")
+        return SimpleNamespace(precision=SimpleNamespace(name=seen))
 
     @property
     def framework(self) -> str:
