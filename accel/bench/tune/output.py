@@ -23,6 +23,7 @@ from .rows import TuneRow
 from .search import TuneResult
 
 WRITTEN_BY = "# Written by `accel tune"  # how a fragment's first line starts (`_comment`): one tune may replace
+UNJUDGED = ("not chosen: no verdict", "not trusted")  # rows.py's notes of a candidate measured but not judged
 NOTHING_MEASURED = (
     "Nothing was measured: no knob's candidates ran beside its reference within the --budget (or "
     "every candidate was skipped), so this fragment changes nothing. Give a larger --budget."
@@ -132,17 +133,24 @@ def choice_line(result: TuneResult, plain: dict, key: str, value: Any, given: st
         return f"{key}: {format_value(value)} ({given} had {was}; {_ratio(row.time_ratio)} the time to the target)"
     ratio, label = _ratio(row.ratio), row.label
     if key.startswith("speedups."):
-        said = "nothing measurably beat off" if label == "off" else f"{ratio} samples/s vs off"
-        return f"{key}: {label} ({said})"
+        off = _unjudged(result, key, value) or "nothing measurably beat off"
+        return f"{key}: {label} ({off if label == 'off' else f'{ratio} samples/s vs off'})"
     if lookup(plain, key) == value:
-        return _kept(key, value, given)
+        return _kept(key, value, given, _unjudged(result, key, value))
     return f"{key}: {format_value(value)} ({given} had {was}; {ratio} samples/s vs the previous choice)"
 
 
-def _kept(key: str, value: Any, given: str) -> str:
+def _kept(key: str, value: Any, given: str, unjudged: str = "") -> str:
     # a script's null is its own choice (its own optimizer, its own learning rate)
     what = f"the {given}'s own" if value is None else format_value(value)
-    return f"{key}: {what} (kept from the {given}: nothing measurably beat it)"
+    return f"{key}: {what} (kept from the {given}: {unjudged or 'nothing measurably beat it'})"
+
+
+def _unjudged(result: TuneResult, key: str, value: Any) -> str:
+    """The other candidates of `key` left without a verdict (a busy machine, too few trials), with why; "" when
+    none was: a value kept for want of a verdict must not read as one nothing beat."""
+    notes = (r for r in result.rows if r.knob == key and r.value != value)
+    return "; ".join(f"{r.label} {r.note}" for r in notes if r.note.startswith(UNJUDGED))
 
 
 def final_lines(result: TuneResult, given: str = "recipe") -> list[str]:
