@@ -18,6 +18,8 @@ import json
 import logging
 import os
 import shlex
+import shutil
+import sys
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -277,10 +279,23 @@ def probe(command: list[str], sets: list[str], timeout: float | None = None, cwd
             return json.loads(path.read_text())
         if code == 0:
             raise AccelError(NEVER_STEPPED.format(command=shlex.join(command)))
+        tail = log_tail(log_path)
         raise AccelError(
             f"`{shlex.join(command)}` {exit_reason(code)} before its first optimizer step; last output:\n"
-            f"{log_tail(log_path)}"
+            f"{tail}{_other_python(command) if 'ModuleNotFoundError' in tail else ''}"
         )
+
+
+def _other_python(command: list[str]) -> str:
+    """Why a module may be missing: the command's `python` is found on PATH, and outside accel's own environment
+    (the venv not activated) it may lack torch or accel."""
+    found = shutil.which(command[0]) if Path(command[0]).name.startswith("python") else None
+    if found is None or Path(found).parent.resolve() == Path(sys.executable).parent.resolve():
+        return ""
+    return (
+        f"\n`{command[0]}` is {found}, not the Python accel runs in ({sys.executable}): activate accel's "
+        f"environment, or leave out `{command[0]}` (`-- {shlex.join(command[1:])}` runs under accel's Python)."
+    )
 
 
 def run_script_bench(

@@ -232,6 +232,20 @@ def test_a_script_without_an_engine_fails_with_one_message(tmp_path, capsys):
     assert not out.exists()
 
 
+def test_a_module_missing_under_another_python_says_which_python_ran(tmp_path, monkeypatch, capsys):
+    # `-- python train.py` with accel's venv not activated: PATH's python, without torch, ran the script
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    other = bin_dir / "python"
+    other.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n")
+    other.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    assert main(["bench", "--ablate", "--out", str(tmp_path / "bench"), "--", "python", str(script(tmp_path))]) == 2
+    err = capsys.readouterr().err
+    assert f"`python` is {other}, not the Python accel runs in ({sys.executable})" in err
+    assert f"(`-- {tmp_path / 'train.py'}` runs under accel's Python)" in err
+
+
 @pytest.mark.slow
 def test_a_bad_engine_key_fails_before_any_trial(tmp_path, capsys):
     out = tmp_path / "bench"
