@@ -259,8 +259,7 @@ def _recommend_speedups(
     helped = [n for n, v in said.items() if Verdict.HELPED in v and Verdict.HURT not in v and n not in left_out]
     chosen = [n for n in helped if not _late(rows[f"+{n}"], run_steps)]
     changed = [n for n in chosen if rows[f"+{n}"].result_changed]
-    quiet = " on a quiet machine" if unsure else ""
-    text = ", ".join(chosen) if chosen else f"baseline (no speed-up helped measurably{quiet})"
+    text = ", ".join(chosen) or _none_chosen([n for n in ups if n not in unsure], unsure)
     if failed:
         text += f"; left out because trials failed: {', '.join(failed)}"
     if refused:
@@ -270,7 +269,16 @@ def _recommend_speedups(
     text += _unsure(unsure) + _payback([rows[f"+{n}"] for n in helped], run_steps)
     if changed:
         text += f"; check results: {', '.join(changed)} changed final loss or accuracy beyond noise"
-    return Recommendation(overrides={f"speedups.{n}.enabled": n in chosen for n in ups}, text=text)
+    # a speed-up without a verdict stays as the run has it: nothing is recommended from it, not even "off"
+    return Recommendation(overrides={f"speedups.{n}.enabled": n in chosen for n in ups if n not in unsure}, text=text)
+
+
+def _none_chosen(judged: list[str], unsure: list[str]) -> str:
+    if not unsure:
+        return "baseline (no speed-up helped measurably)"
+    if not judged:
+        return "no change"
+    return f"{', '.join(judged)} off (no speed-up helped measurably on a quiet machine)"
 
 
 INTERRUPTED = Recommendation(
