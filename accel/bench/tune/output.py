@@ -19,11 +19,10 @@ from ..summary import MIN_TRIALS
 from ..trial_process import TrialSettings
 from ..variants import format_value
 from .levers import shares_line
-from .rows import TuneRow
+from .rows import UNJUDGED, TuneRow
 from .search import TuneResult
 
 WRITTEN_BY = "# Written by `accel tune"  # how a fragment's first line starts (`_comment`): one tune may replace
-UNJUDGED = ("not chosen: no verdict", "not trusted")  # rows.py's notes of a candidate measured but not judged
 NOTHING_MEASURED = (
     "Nothing was measured: no knob's candidates ran beside its reference within the --budget (or "
     "every candidate was skipped), so this fragment changes nothing. Give a larger --budget."

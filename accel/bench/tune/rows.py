@@ -9,6 +9,8 @@ from ..records import Interval, Reading, Record, Report, Trial, VariantSummary, 
 from ..summary import MIN_TRIALS
 
 NOT_RUN = "not run (a smaller value failed)"
+NOT_TRUSTED, NO_VERDICT = "not trusted", "not chosen: no verdict"
+UNJUDGED = (NOT_TRUSTED, NO_VERDICT)  # how the notes of a candidate measured but not judged begin
 
 
 class TuneRow(Record):
@@ -105,9 +107,9 @@ def _note(key: str, r: VariantSummary, current: str, best: str, passed: dict[str
     timed = r.time_to_target_ratio
     faster = (timed.median or 2) < 1 if timed else (r.ratio_vs_baseline.median or 0) > 1
     if r.verdict is None and faster and r.name not in (best, current) and r.ok_trials < MIN_TRIALS:
-        note = f"not trusted: fewer than {MIN_TRIALS} trials"
+        note = f"{NOT_TRUSTED}: fewer than {MIN_TRIALS} trials"
     elif r.busy is not None and r.name not in (best, current):
-        note = f"not chosen: no verdict, the machine was busy during the trials (others took {r.busy:.0%} of the cores)"
+        note = f"{NO_VERDICT}, the machine was busy during the trials (others took {r.busy:.0%} of the cores)"
     failed = [t.error for t in r.trials if t.error]
     if not r.trials:
         note = NOT_RUN
