@@ -112,6 +112,9 @@ def break_even_steps(
     return float(extra / saving)
 
 
+NOISE_SDS = 3  # how many standard deviations of the trials' own spread a changed result must move
+
+
 def differs_beyond_noise(
     variant_values: Sequence[float],
     baseline_values: Sequence[float],
@@ -122,12 +125,16 @@ def differs_beyond_noise(
 ) -> bool | None:
     """Whether a result (final loss, accuracy) of the variant differs from baseline's beyond noise.
 
-    Rule: the 95% bootstrap intervals of the two medians do not overlap AND the medians differ by more than
-    max(rel_tol * |baseline median|, abs_tol). Both are needed: seeded CPU runs often repeat exactly, so
-    intervals have zero width and any bf16 rounding would count as a change without the tolerance, while a
-    tolerance alone would flag noisy-but-equal results. A variant that went non-finite (diverged) while the
-    baseline stayed finite differs; empty inputs do not (nothing to compare). Otherwise a side with a single
-    value shows no noise at all (an unseeded script's one run, a chaotic early loss): None, not known.
+    Rule: the 95% bootstrap intervals of the two medians do not overlap, the medians differ by more than
+    max(rel_tol * |baseline median|, abs_tol), AND by more than NOISE_SDS standard deviations of the noisier side.
+    Seeded CPU runs often repeat exactly, so intervals have zero width and any bf16 rounding would count as a
+    change without the tolerance, while a tolerance alone would flag noisy-but-equal results. With 2-3 trials the
+    intervals are the trials' ranges, and two pairs of draws from one noise lie apart 1 time in 3 (an unseeded
+    script's loss): the distance in standard deviations brings that to about 1 in 16 for 2 trials a side, 1 in
+    80 for 3, while a shift of 6 of them is still found 9 times in 10 (simulated). A variant that went
+    non-finite (diverged) while the baseline stayed finite differs; empty inputs do not (nothing to compare).
+    Otherwise a side with a single value shows no noise at all (an unseeded script's one run, a chaotic early
+    loss): None, not known.
     """
     v = np.asarray([x for x in variant_values if x is not None], dtype=float)
     b = np.asarray([x for x in baseline_values if x is not None], dtype=float)
@@ -143,4 +150,5 @@ def differs_beyond_noise(
     vm, (vlo, vhi) = bootstrap_median_ci(v, seed=seed)
     bm, (blo, bhi) = bootstrap_median_ci(b, seed=seed)
     apart = vlo > bhi or vhi < blo
-    return apart and abs(vm - bm) > max(rel_tol * abs(bm), abs_tol)
+    noise = NOISE_SDS * max(float(np.std(v, ddof=1)), float(np.std(b, ddof=1)))
+    return apart and abs(vm - bm) > max(rel_tol * abs(bm), abs_tol, noise)

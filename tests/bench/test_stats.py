@@ -111,6 +111,10 @@ def test_differs_beyond_noise_rule():
     assert differs_beyond_noise([1.5], [1.0]) is None
     assert differs_beyond_noise([1.5, 1.5], [1.0]) is None
     assert differs_beyond_noise([math.nan], [1.0]) is True
+    # Two trials a side of an unseeded script whose variant changes nothing: apart, 19% apart, but by less than
+    # three of their own standard deviations (2.05): noise.
+    assert not differs_beyond_noise([-24.99, -23.84], [-22.04, -19.14])
+    assert differs_beyond_noise([-34.99, -33.84], [-22.04, -19.14])
 
 
 def test_a_single_trial_per_side_gives_no_verdict():
