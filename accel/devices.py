@@ -133,6 +133,12 @@ def cpu_flags() -> set[str] | None:
     return None if flags is None else set(flags.split())
 
 
+def cpu_halves_512() -> bool:
+    """Whether this CPU runs 512-bit vector instructions as two 256-bit halves: AMD's family 25 (Zen 4; Zen 3, the
+    same family, has no AVX-512). Zen 5 and Intel's cores have 512-bit units."""
+    return _cpuinfo("vendor_id") == "AuthenticAMD" and _cpuinfo("cpu family") == "25"
+
+
 def _cpuinfo(field: str) -> str | None:
     """The first value of `field` in /proc/cpuinfo (Linux), or None."""
     try:

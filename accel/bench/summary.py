@@ -6,7 +6,7 @@ computed. Besides the section 6 keys, each variant carries `step_time_p50_s`, `s
 variant helped), `median_step_ratio` and `median_step_verdict` (the same comparison of each trial's samples/s at
 its median step, which a stall of a shared machine hitting a few steps leaves alone, while the mean counts every
 cost; both are shown), `tokens_per_s` (median, tasks on sequences), `flop_per_s` and `mfu` (medians; MFU
-against the dense GPU datasheet peak or the CPU's measured matmul peak), `val_accuracy`, `val_metric` with
+against the dense GPU datasheet peak or the CPU's hardware peak, peaks.cpu_peak), `val_accuracy`, `val_metric` with
 `val_metric_name` (the task's main metric), `result_changed` (final loss or the main metric differs from
 baseline beyond noise; None when there is nothing to compare, or one trial a side shows no noise), `errors`
 (failed trials), `ok_trials` and, only when its trials ran at two speeds, `unsteady` (the slowest and the

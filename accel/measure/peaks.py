@@ -56,21 +56,25 @@ def gpu_peak(name: str, dtype: str) -> Peak | None:
     return None
 
 
-def flop_per_cycle(dtype: str, flags: set[str]) -> tuple[int, str] | None:
+def flop_per_cycle(dtype: str, flags: set[str], halves_512: bool = False) -> tuple[int, str] | None:
     """The FLOPs a core's vector units can finish a cycle at `dtype`, an upper bound from its instruction sets, and
-    which; None where the flags name none known. bf16 or fp16 without instructions of its own runs at fp32's."""
+    which; None where the flags name none known. bf16 or fp16 without instructions of its own runs at fp32's.
+    `halves_512`: the core runs a 512-bit instruction as two 256-bit halves (AMD Zen 4), at half the rate."""
     if dtype in ("bf16", "fp16") and f"amx_{dtype}" in flags:
         return 1024, f"AMX-{dtype.upper()} tiles"
+    units = "2 units of 256 bits" if halves_512 else "2 units"
     if dtype in ("bf16", "fp16") and f"avx512_{dtype}" in flags:
-        return 32 * 2 * 2, f"AVX512-{dtype.upper()}: 32 lanes, FMA, 2 units"
-    lanes, isa = (16, "AVX-512") if "avx512f" in flags else (8, "AVX2") if {"avx2", "fma"} <= flags else (0, "")
-    return (lanes * 2 * 2, f"{isa}: {lanes} fp32 lanes, FMA, 2 units") if lanes else None
+        return 32 * 2 * (1 if halves_512 else 2), f"AVX512-{dtype.upper()}: 32 lanes, FMA, {units}"
+    if "avx512f" in flags:
+        return 16 * 2 * (1 if halves_512 else 2), f"AVX-512: 16 fp32 lanes, FMA, {units}"
+    return (8 * 2 * 2, "AVX2: 8 fp32 lanes, FMA, 2 units") if {"avx2", "fma"} <= flags else None
 
 
 def hardware_peak(dtype: str, threads: int) -> Peak | None:
     """This CPU's peak at `dtype` on `threads` cores from its hardware (cores x clock x FLOPs a cycle), or None
     where its flags or clock cannot be read."""
-    per_cycle, clock = flop_per_cycle(dtype, devices.cpu_flags() or set()), devices.cpu_clock_ghz()
+    per_cycle = flop_per_cycle(dtype, devices.cpu_flags() or set(), devices.cpu_halves_512())
+    clock = devices.cpu_clock_ghz()
     if per_cycle is None or clock is None:
         return None
     (flop, isa), (ghz, where), cores = per_cycle, clock, min(threads, devices.available_cpus())
