@@ -47,3 +47,6 @@ def main(argv: list[str] | None = None) -> int:
     except AccelError as err:
         say_error(user_message(err))
         return 2
+    except KeyboardInterrupt:  # before a command's own handling (a script's probe, a recipe's loading)
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -231,3 +231,21 @@ def test_a_diverged_run_in_fp16_is_told_to_try_bf16(tiny, tmp_path, dtype, told)
     )
     message = diverged_message(summary, recipe)
     assert ("bf16 instead of fp16" in message) is told and "a lower learning rate" in message
+
+
+def test_ctrl_c_in_a_scripts_probe_says_interrupted_not_a_traceback(capsys, tmp_path, monkeypatch):
+    from accel.bench import script
+
+    def pressed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(script, "plan_script", pressed)  # the probe runs the script until its first step
+    (tmp_path / "train.py").write_text("")
+    out = tmp_path / "bench"
+    argv = ["bench", "--vary", "env:A=1,2", "--out", str(out), "--", "python", str(tmp_path / "train.py")]
+    try:
+        code = main(argv)
+    except KeyboardInterrupt:  # the traceback a user saw: caught here, or it would stop the whole suite
+        code = "raised"
+    assert code == 130
+    assert capsys.readouterr().err.strip().endswith("interrupted") and not out.exists()
