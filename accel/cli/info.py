@@ -41,12 +41,15 @@ def speedups(args: argparse.Namespace) -> int:
         cls = SPEEDUPS.get(name)
         reason = cls().conflict(context)
         status = "available" if reason is None else f"unavailable here: {reason}"
-        print(f"{name:24s} {_first_line(cls.__doc__)}  [{status}]")
+        print(f"{name:24s} {_first_sentence(cls.__doc__)}  [{status}]")
     return 0
 
 
-def _first_line(doc: str | None) -> str:
-    return ((doc or "").strip().splitlines() or [""])[0]
+def _first_sentence(text: str | None) -> str:
+    """A description's first sentence, whole where it wraps onto more lines (a cut one can read as another)."""
+    paragraph = " ".join((text or "").strip().split("\n\n")[0].split())
+    end = paragraph.find(". ")
+    return paragraph if end < 0 else paragraph[: end + 1]
 
 
 def doctor(args: argparse.Namespace) -> int:

@@ -146,5 +146,7 @@ def test_accel_speedups_lists_the_registry_with_what_runs_here(capsys):
     assert sorted(lines) == SPEEDUPS.names()
     assert SPEEDUPS.get("threads").__doc__.strip().splitlines()[0] in lines["threads"]
     assert lines["threads"].endswith("[available]")  # runs anywhere
+    # a description that wraps is said to its sentence's end: "no schedule" alone would read as none allowed
+    assert "its learning rates as tensors: no schedule recompiles it.  [" in lines["compiled_optimizer"]
     if not torch.cuda.is_available():
         assert "[unavailable here: float8 matmuls need a CUDA GPU" in lines["float8"]
