@@ -129,6 +129,6 @@ def busy_note(loads: list[dict[str, Any] | None], what: str = "trials") -> str |
     return (
         f"The machine was busy during {len(hit)} of {len(seen)} {what}: other processes took up to "
         f"{worst['others_share']:.0%} of the {worst['cores']} core(s) they may use (load average "
-        f"{worst['load_avg_1m']:.1f}), so timings swing and intervals widen. Stop the other work and run again, "
-        "or give more trials (--trials)."
+        f"{worst['load_avg_1m']:.1f}), so timings swing and intervals widen. Stop the other work and run again: "
+        "more trials would not help, as a comparison with a busy trial on either side gets no verdict."
     )
