@@ -58,7 +58,8 @@ def ablation_variants(speedups: dict[str, dict], added: dict[str, dict] | None =
     if not names:
         raise RecipeError(
             "--ablate needs at least one enabled speed-up in the recipe's `speedups:` section; "
-            "this recipe has none. Add one (e.g. `speedups: {amp: {dtype: bf16}}`) or use --vary."
+            "this recipe has none. Add one (`--set speedups.amp.dtype=bf16`, or `speedups: {amp: {dtype: bf16}}` "
+            "in the recipe) or use --vary."
         )
     everything = set(names)
     variants = [Variant("baseline", _switches(names, set(), added))]

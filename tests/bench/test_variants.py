@@ -84,3 +84,8 @@ def test_variant_is_hashable_and_listed():
     rows = {ln.split()[0]: ln.split()[1:] for ln in text.splitlines()}
     assert list(rows) == ["baseline", "all", "+amp", "+cudnn", "-amp", "-cudnn"]
     assert rows["+amp"] == ["speedups.amp.enabled=true", "speedups.cudnn.enabled=false"]
+
+
+def test_ablating_a_recipe_without_speedups_says_how_to_add_one_on_the_command_line():
+    with pytest.raises(RecipeError, match=r"--set speedups\.amp\.dtype=bf16"):
+        ablation_variants({"amp": {"enabled": False}})
