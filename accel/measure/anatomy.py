@@ -35,6 +35,11 @@ class Segment:
     peak_mb: float | None  # CUDA: allocated peak in the segment; CPU: resident set at its end; None: `other`
 
 
+def compiled_in_place(module: nn.Module) -> bool:
+    """Whether `module.compile()` made its calls compiled ones, hooks included: a hook added now would recompile it."""
+    return getattr(module, "_compiled_call_impl", None) is not None
+
+
 @dataclass
 class Anatomy:
     """The loop's phases, timed only while `active` (ProfileWindow in accel/profile turns it on and off)."""
@@ -64,12 +69,12 @@ class Anatomy:
 
     def start(self, model: nn.Module | None, module: nn.Module | None) -> float:
         """Begin timing; `model` is what the loop calls (its forward is the `forward` phase), `module` the plain
-        model whose top-level children name the trace's module ranges. A compiled model gets no hooks: adding
-        them would recompile it mid-window, so its forward is counted in `loss`. None: no model that can be hooked
-        (an unchanged script's compiled in place, which the instrument leaves alone), its forward in the loop's."""
+        model whose top-level children name the trace's module ranges. A compiled model (torch.compile's wrapper,
+        or a module compiled in place) gets no hooks: adding them would recompile it mid-window, so its forward is
+        counted in `loss`. None: no model to hook, its forward in the loop's time."""
         self.active, self.segments, self._since = True, [], time.perf_counter()
         devices.reset_peak_memory(self.device)
-        if model is not None and getattr(model, "_orig_mod", None) is None:
+        if model is not None and getattr(model, "_orig_mod", None) is None and not compiled_in_place(model):
             self._hooks = _range_hooks(model, lambda: self._range("forward"))
             for name, child in _parts(module):
                 label = f"{MODULE}{name} ({type(child).__name__})"

@@ -31,6 +31,7 @@ parser.add_argument("--batch", type=int, default=int(os.environ.get("BATCH", "8"
 parser.add_argument("--steps", type=int, default=10**6)
 parser.add_argument("--accum", type=int, default=1)
 parser.add_argument("--compile", action="store_true")
+parser.add_argument("--compile-in-place", action="store_true")  # model.compile(): its own calls are the compiled ones
 parser.add_argument("--scaler", action="store_true")
 parser.add_argument("--out", default=".")
 parser.add_argument("--slow-first", type=float, default=0.0)  # seconds the first step takes more (a compilation)
@@ -61,6 +62,8 @@ class Model(torch.nn.Module):
 
 raw = Model()
 model = torch.compile(raw, backend="eager") if args.compile else raw
+if args.compile_in_place:
+    model.compile(backend="eager")
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
 scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, enabled=args.scaler)
 ids = torch.randint(0, 32, (512, 6))
@@ -251,6 +254,14 @@ def test_a_compiled_model_is_counted_outside_its_graph_without_a_recompilation(t
     assert trial.error is None and trial.batch_size == 8 and trial.recompiles == 0
     # the first forward's compilation is the compile seconds, not start-up too: both fit before the first step
     assert trial.compile_s > 0 and trial.build_s + trial.compile_s <= trial.first_step_s
+
+
+def test_a_model_compiled_in_place_is_counted_around_its_compiled_call_without_a_recompilation(tmp_path):
+    # model.compile() runs the module's hooks inside the compiled call, where one added now would recompile it:
+    # every trial of such a script failed with no samples counted
+    trial = _trial(tmp_path, "--compile-in-place", steps=3, warmup=1)
+    assert trial.error is None and trial.batch_size == 8 and trial.recompiles == 0 and trial.samples_per_s > 0
+    assert trial.compile_s > 0 and trial.flops_per_step > 0
 
 
 def test_the_scripts_compile_workers_are_stopped_by_the_end_of_the_warm_up(tmp_path):

@@ -159,9 +159,9 @@ def test_an_unchanged_scripts_advice_is_in_its_own_terms():
     assert "fused=True" in advise(report, ["python", "train.py"])[0]["fix"]
 
 
-def test_a_model_compiled_in_place_has_no_precision_to_advise_on():
-    # the recorder hooks no model compiled in place (`model.compile()`), so it never saw the forward's autocast:
-    # "fp32" advised bf16 autocast to a script already under it
+def test_a_run_with_no_model_hooked_has_no_precision_to_advise_on():
+    # with no model hooked (an optimizer over tensors no module holds) the forward's autocast was never seen:
+    # "fp32" advised bf16 autocast to a script that may be under it
     def run(models):
         return UnchangedRun(SimpleNamespace(precision=None, models=models, anatomy=None))
 

@@ -41,7 +41,7 @@ from ...batches import leading_tensor
 from ...engine import trial_files, trial_variables
 from ...io import strict_json, write_atomic
 from ...measure import load
-from ...measure.anatomy import Anatomy
+from ...measure.anatomy import Anatomy, compiled_in_place
 from ...measure.flops import Utilisation, few_samples, forward_precision
 from ...speedups.compile_workers import stop_compile_workers
 from .. import engine_trial
@@ -363,16 +363,35 @@ class Recorder:
         self.models = trained_models(self.optimizer)
         self.anatomy.device = self.device
         for module in self.models:
+            if compiled_in_place(module):
+                self._undo.append(self._around_compiled_call(module))
+                continue
             pre = module.register_forward_pre_hook(self._forward, with_kwargs=True)
             post = module.register_forward_hook(self._forwarded, always_call=True)
             self._undo += [pre.remove, post.remove]
         # the precision is read again inside the forward, once: Accelerate (an HF Trainer's bf16 on a CPU) opens its
         # autocast inside the model's patched `forward`, after the model's own pre-hooks ran
-        leaves = (m for model in self.models[:1] for m in model.modules() if next(m.children(), None) is None)
+        plain = [model for model in self.models[:1] if not compiled_in_place(model)]
+        leaves = (m for model in plain for m in model.modules() if next(m.children(), None) is None)
         leaf = next(leaves, None)
         if leaf is not None:
             self._inside = leaf.register_forward_pre_hook(self._forward_inside)
             self._undo.append(self._inside.remove)
+
+    def _around_compiled_call(self, module: torch.nn.Module) -> Callable[[], None]:
+        """The forward hooks' calls around the compiled call of a module compiled in place (`model.compile()`),
+        which runs the module's hooks inside itself; what undoes it."""
+        compiled = module._compiled_call_impl
+
+        def call(*args, **kwargs):
+            self._forward(module, args, kwargs)
+            try:
+                return compiled(*args, **kwargs)
+            finally:
+                self._forwarded(module, args, None)
+
+        module._compiled_call_impl = call
+        return lambda: setattr(module, "_compiled_call_impl", compiled)
 
     def _forward_inside(self, module, args) -> None:
         if torch.is_grad_enabled() and module.training:
@@ -419,7 +438,7 @@ class Recorder:
 
 def trained_models(optimizer: torch.optim.Optimizer) -> list[torch.nn.Module]:
     """The modules holding the most of `optimizer`'s parameters, outermost first, without those a compiled module
-    runs (an `OptimizedModule`'s original, a module compiled in place, and what they contain)."""
+    runs (an `OptimizedModule`'s original and what it contains, what a module compiled in place contains)."""
     held = {id(p) for group in optimizer.param_groups for p in group["params"]}
     modules = [m for m in gc.get_objects() if issubclass(type(m), torch.nn.Module)]  # type(): no proxy's __class__
     coverage = {id(m): sum(id(p) in held for p in m.parameters()) for m in modules}
@@ -432,8 +451,8 @@ def trained_models(optimizer: torch.optim.Optimizer) -> list[torch.nn.Module]:
         inner = getattr(m, "_orig_mod", None)
         if isinstance(inner, torch.nn.Module):
             compiled_away |= {id(x) for x in inner.modules()}
-        if getattr(m, "_compiled_call_impl", None) is not None:
-            compiled_away |= {id(x) for x in m.modules()}
+        if compiled_in_place(m):
+            compiled_away |= {id(x) for x in m.modules() if x is not m}
     chosen = [m for m in chosen if id(m) not in compiled_away]
     inner_ids = {id(x) for m in chosen for x in m.modules() if x is not m}
     return sorted(chosen, key=lambda m: id(m) in inner_ids)  # outermost first
