@@ -3,6 +3,7 @@ time."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 from torch.profiler import profile
@@ -39,11 +40,16 @@ def test_a_module_lists_members_stand_for_it_and_phases_nest_into_flat_segments(
     assert not net._forward_hooks and not net.head._forward_pre_hooks
 
 
-def test_no_model_to_hook_times_the_phases_without_ranges():
-    # an unchanged script's model compiled in place is left unhooked (the recorder finds none): the window opened
-    # with model None and the script's step crashed in accel's hook code
+@pytest.mark.parametrize("in_place", [False, True])
+def test_no_model_to_hook_times_the_phases_without_ranges(in_place):
+    # no model found (the window opened with None and the script's step crashed in accel's hook code), or one
+    # compiled in place, whose hooks run inside its compiled call: a hook added there would recompile it
+    model = torch.nn.Linear(2, 2) if in_place else None
+    if in_place:
+        model.compile(backend="eager")
     anatomy = Anatomy()
-    anatomy.start(None, None)
+    anatomy.start(model, model)
+    assert model is None or not (model._forward_pre_hooks or model._forward_hooks)
     with anatomy.phase("backward"):
         pass
     anatomy.stop()
