@@ -33,9 +33,13 @@ class Flag:
     def key(self) -> str:
         return f"{ARG}--{self.name}"
 
+    def given_on(self, flags: dict[str, Any]) -> bool:
+        """Whether the script has it on: set to anything but off (a script's 8 loader workers, not only accel's 4)."""
+        return flags.get(self.name) not in (self.off, None)
+
     def switched(self, flags: dict[str, Any]) -> Any:
         """The flag switched from its given value: on where it was off, and off where it was on."""
-        return self.off if flags.get(self.name) == self.on else self.on
+        return self.off if self.given_on(flags) else self.on
 
     def variant(self, device: str, flags: dict[str, Any]) -> Variant:
         text = str(self.switched(flags))
@@ -124,7 +128,7 @@ def switched_flags(given: dict[str, Any], command: str, what: str) -> tuple[list
             continue  # two flags of one option switch back to the same value as given
         seen.add(name)
         reason = flag.cannot(device, given) if flag.name in flags else "this version's Trainer has no such flag"
-        if reason and flags.get(flag.name) != flag.on:  # a flag the script has on can always be turned off
+        if reason and not flag.given_on(flags):  # a flag the script has on can always be turned off
             skipped[name] = reason
         else:
             runnable.append(flag)
