@@ -96,15 +96,20 @@ def value_label(key: str, value: Any) -> str:
     return option_text(value) if key.startswith(ARG) else format_value(value)
 
 
+VARY_SHAPES = {
+    ARG: "arg:--batch=16,32 (the script's option)",
+    ENV: "env:NAME=1,2 (a variable the script reads)",
+    "": "data.batch_size=64,128 (a dotted recipe key)",
+}
+
+
 def _parse_vary(item: str) -> tuple[str, list[Any]]:
     key, sep, values = item.partition("=")
     key = key.strip()
     parts = [p for p in values.split(",") if p.strip()]
     if not sep or not key or not parts:
-        raise AccelError(
-            f"--vary `{item}` is not KEY=V1,V2: give a dotted recipe key and comma-separated values, "
-            "e.g. --vary data.batch_size=64,128."
-        )
+        shape = next((text for kind, text in VARY_SHAPES.items() if key.startswith(kind)), VARY_SHAPES[""])
+        raise AccelError(f"--vary `{item}` is not KEY=V1,V2 (comma-separated values), e.g. --vary {shape}.")
     if key.startswith((ARG, ENV)):
         return key, [_script_value(p) for p in parts]
     return key, [parse_value(p) for p in parts]

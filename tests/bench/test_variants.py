@@ -89,3 +89,12 @@ def test_variant_is_hashable_and_listed():
 def test_ablating_a_recipe_without_speedups_says_how_to_add_one_on_the_command_line():
     with pytest.raises(RecipeError, match=r"--set speedups\.amp\.dtype=bf16"):
         ablation_variants({"amp": {"enabled": False}})
+
+
+@pytest.mark.parametrize(
+    "item, example",
+    [("arg:--batch", "arg:--batch=16,32"), ("env:SEED=", "env:NAME=1,2"), ("data.batch_size", "data.batch_size=64")],
+)
+def test_a_vary_without_values_shows_the_shape_of_its_own_kind(item, example):
+    with pytest.raises(AccelError, match=f"e.g. --vary {example}"):
+        vary_variants([item])
