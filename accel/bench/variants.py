@@ -108,7 +108,7 @@ def _parse_vary(item: str) -> tuple[str, list[Any]]:
     key = key.strip()
     parts = [p for p in values.split(",") if p.strip()]
     if not sep or not key or not parts:
-        shape = next((text for kind, text in VARY_SHAPES.items() if key.startswith(kind)), VARY_SHAPES[""])
+        shape = next(text for kind, text in VARY_SHAPES.items() if key.startswith(kind))  # "" fits every key
         raise AccelError(f"--vary `{item}` is not KEY=V1,V2 (comma-separated values), e.g. --vary {shape}.")
     if key.startswith((ARG, ENV)):
         return key, [_script_value(p) for p in parts]

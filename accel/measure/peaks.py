@@ -62,11 +62,11 @@ def flop_per_cycle(dtype: str, flags: set[str], halves_512: bool = False) -> tup
     `halves_512`: the core runs a 512-bit instruction as two 256-bit halves (AMD Zen 4), at half the rate."""
     if dtype in ("bf16", "fp16") and f"amx_{dtype}" in flags:
         return 1024, f"AMX-{dtype.upper()} tiles"
-    units = "2 units of 256 bits" if halves_512 else "2 units"
+    per_cycle, units = (1, "2 units of 256 bits") if halves_512 else (2, "2 units")  # 512-bit instructions a cycle
     if dtype in ("bf16", "fp16") and f"avx512_{dtype}" in flags:
-        return 32 * 2 * (1 if halves_512 else 2), f"AVX512-{dtype.upper()}: 32 lanes, FMA, {units}"
+        return 32 * 2 * per_cycle, f"AVX512-{dtype.upper()}: 32 lanes, FMA, {units}"
     if "avx512f" in flags:
-        return 16 * 2 * (1 if halves_512 else 2), f"AVX-512: 16 fp32 lanes, FMA, {units}"
+        return 16 * 2 * per_cycle, f"AVX-512: 16 fp32 lanes, FMA, {units}"
     return (8 * 2 * 2, "AVX2: 8 fp32 lanes, FMA, 2 units") if {"avx2", "fma"} <= flags else None
 
 

@@ -101,7 +101,7 @@ class UnchangedRun:
 
     @property
     def strategy(self) -> Any:
-        # no model hooked (one compiled in place): its forward's precision was never seen, so no fp32 to advise on
+        # no model hooked (its optimizer's tensors in no module): its forward's precision was never seen
         seen = self.rec.precision or ("fp32" if self.rec.models else "unknown")
         return SimpleNamespace(precision=SimpleNamespace(name=seen))
 

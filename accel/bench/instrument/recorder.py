@@ -363,8 +363,8 @@ class Recorder:
         self.models = trained_models(self.optimizer)
         self.anatomy.device = self.device
         for module in self.models:
-            if compiled_in_place(module):
-                self._undo.append(self._around_compiled_call(module))
+            if compiled_in_place(module):  # its hooks run inside the compiled call: the same calls go around it
+                self._undo.append(patch(module, "_compiled_call_impl", functools.partial(self._around, module)))
                 continue
             pre = module.register_forward_pre_hook(self._forward, with_kwargs=True)
             post = module.register_forward_hook(self._forwarded, always_call=True)
@@ -378,20 +378,13 @@ class Recorder:
             self._inside = leaf.register_forward_pre_hook(self._forward_inside)
             self._undo.append(self._inside.remove)
 
-    def _around_compiled_call(self, module: torch.nn.Module) -> Callable[[], None]:
-        """The forward hooks' calls around the compiled call of a module compiled in place (`model.compile()`),
-        which runs the module's hooks inside itself; what undoes it."""
-        compiled = module._compiled_call_impl
-
-        def call(*args, **kwargs):
-            self._forward(module, args, kwargs)
-            try:
-                return compiled(*args, **kwargs)
-            finally:
-                self._forwarded(module, args, None)
-
-        module._compiled_call_impl = call
-        return lambda: setattr(module, "_compiled_call_impl", compiled)
+    def _around(self, module: torch.nn.Module, compiled: Callable, *args: Any, **kwargs: Any) -> Any:
+        """The compiled call of a module compiled in place (`model.compile()`), the forward hooks' calls around it."""
+        self._forward(module, args, kwargs)
+        try:
+            return compiled(*args, **kwargs)
+        finally:
+            self._forwarded(module, args, None)
 
     def _forward_inside(self, module, args) -> None:
         if torch.is_grad_enabled() and module.training:

@@ -132,8 +132,8 @@ def choice_line(result: TuneResult, plain: dict, key: str, value: Any, given: st
         return f"{key}: {format_value(value)} ({given} had {was}; {_ratio(row.time_ratio)} the time to the target)"
     ratio, label = _ratio(row.ratio), row.label
     if key.startswith("speedups."):
-        off = _unjudged(result, key, value) or "nothing measurably beat off"
-        return f"{key}: {label} ({off if label == 'off' else f'{ratio} samples/s vs off'})"
+        said = f"{ratio} samples/s vs off" if label != "off" else _unjudged(result, key, value)
+        return f"{key}: {label} ({said or 'nothing measurably beat off'})"
     if lookup(plain, key) == value:
         return _kept(key, value, given, _unjudged(result, key, value))
     return f"{key}: {format_value(value)} ({given} had {was}; {ratio} samples/s vs the previous choice)"
