@@ -4,10 +4,11 @@ Every comparison is a bench of two revisions (GOOD and the commit in the middle 
 any bench's; a commit counts as slower when its interval lies beyond the allowed slowdown (`rev_compare.judge`).
 GOOD stays the reference of every comparison, so a slowdown that came in small steps is found where it first
 exceeds the threshold. BAD is taken as slower until a comparison shows otherwise; it is measured only when every
-commit before it was not slower, so n commits take about log2(n) comparisons. A comparison that cannot tell (a
-busy machine withholds its verdict, or its interval straddles the threshold) is measured again, up to `AGAIN`
-times: a bisection decides every step, so a wrong guess would send the rest of it the wrong way; after that its
-median decides, and the step says so.
+commit before it was not slower, so n commits take about log2(n) comparisons. Each comparison is one bench that
+adds rounds until its interval decides (accel/bench/decide.py, up to --max-trials and --budget: every reading of
+the comparison pooled). One that still cannot tell (a busy machine withholds its verdict, or its interval
+straddles the threshold) stops the search there and says which commits remain: a guess would send the rest of
+the search the wrong way and name a commit with the authority of a measurement.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from .records import Report, RevisionReading
 from .rev_compare import Judged, judge
 from .revisions import Revision
 
-AGAIN = 2  # a comparison that cannot tell is measured again this many times before its median decides
 Compare = Callable[[Revision, Revision, Path], Report]  # (reference, candidate, its report's folder) -> report
 
 
@@ -32,9 +32,7 @@ class Step:
     candidate: Revision
     reading: RevisionReading | None
     judged: Judged
-    by_median: bool  # the interval could not tell: its median decided
     out: Path
-    benches: int = 1  # with those measured again
 
     @property
     def slower(self) -> bool:
@@ -48,6 +46,7 @@ class Bisection:
     steps: list[Step] = field(default_factory=list)
     first_slower: Revision | None = None
     said: str = ""
+    remaining: list[Revision] = field(default_factory=list)  # where a search that could not tell stopped
 
 
 def bisect(
@@ -68,8 +67,9 @@ def bisect(
         number = len(found.steps) + 1
         step = _step(good, candidates[index], allowed, compare, out / f"{number:02d}-{candidates[index].name}", say)
         found.steps.append(step)
-        if step.judged in (Judged.FAILED, Judged.CANNOT_TELL):  # failed, or interrupted
-            found.said = f"stopped: {candidates[index].label} could not be compared ({_why(step)})"
+        if step.judged in (Judged.FAILED, Judged.CANNOT_TELL):  # failed, interrupted, or undecided
+            found.remaining = candidates[fast + 1 : slow + 1]
+            found.said = _stopped(step, found.remaining, allowed, good)
             return _written(found, out)
         bad_seen = bad_seen or index == len(candidates) - 1
         if step.slower:
@@ -82,41 +82,37 @@ def bisect(
             )
             return _written(found, out)
     found.first_slower = candidates[slow]
-    unsure = " (some comparisons were decided by their median: check it with --rev)" if _unsure(found) else ""
-    benches = sum(s.benches for s in found.steps)
-    again = f" ({benches} benches, with those measured again)" if benches > len(found.steps) else ""
-    found.said = f"first slower commit: {candidates[slow].label}, after {len(found.steps)} comparisons{again}{unsure}"
+    found.said = f"first slower commit: {candidates[slow].label}, after {len(found.steps)} comparisons"
     return _written(found, out)
 
 
-def _step(
-    good: Revision, candidate: Revision, allowed: float, compare: Compare, out: Path, say, again: int = AGAIN
-) -> Step:
+def _step(good: Revision, candidate: Revision, allowed: float, compare: Compare, out: Path, say) -> Step:
     report = compare(good, candidate, out)
     reading = (report.revision_readings or [None])[0]
     if report.interrupted or reading is None:  # no reading: the search stops here
         say(f"interrupted while comparing {candidate.label}")
-        return Step(candidate, None, Judged.CANNOT_TELL, False, out)
-    judged, by_median = judge(reading.ratio, allowed), False
-    if judged == Judged.CANNOT_TELL and again > 0:  # a busy spell or a wide interval: measure once more
-        say(f"comparison {out.name.split('-')[0]}: {reading.said}; cannot tell yet, measuring again")
-        step = _step(good, candidate, allowed, compare, out.with_name(f"{out.name}-again"), say, again - 1)
-        step.benches += 1
-        return step
-    if judged == Judged.CANNOT_TELL:
-        by_median = True
-        judged = Judged.SLOWER if reading.ratio.median < 1 - allowed else Judged.NOT_SLOWER
-    tag = " (by its median: the interval could not tell)" if by_median else ""
-    say(f"comparison {out.name.split('-')[0]}: {reading.said} -> {judged}{tag}")
-    return Step(candidate, reading, judged, by_median, out)
+        return Step(candidate, None, Judged.CANNOT_TELL, out)
+    judged = judge(reading.ratio, allowed)
+    say(f"comparison {out.name.split('-')[0]}: {reading.said} -> {judged}")
+    return Step(candidate, reading, judged, out)
 
 
-def _why(step: Step) -> str:
-    return step.reading.said if step.reading is not None else "interrupted"
-
-
-def _unsure(found: Bisection) -> bool:
-    return any(s.by_median for s in found.steps)
+def _stopped(step: Step, remaining: list[Revision], allowed: float, good: Revision) -> str:
+    """Where a search that could not go on stopped, and the commits among which the first slower one still is."""
+    why = step.reading.said if step.reading is not None else "interrupted"
+    if step.judged == Judged.FAILED:
+        head = f"stopped: {step.candidate.label} could not be compared ({why})"
+    else:
+        head = (
+            f"stopped: cannot tell whether {step.candidate.label} is slower than {good.label} by more than "
+            f"{allowed:.0%} ({why})"
+        )
+    said = ", ".join(r.label for r in remaining[:8]) + (f" and {len(remaining) - 8} more" if len(remaining) > 8 else "")
+    return (
+        f"{head}. The first slower commit, if any, is one of these {len(remaining)}: {said}. Nothing is named "
+        "without a decided comparison: run the search again on a quieter machine, with a larger --budget or "
+        "--max-trials, or over the commits that remain."
+    )
 
 
 def _written(found: Bisection, out: Path) -> Bisection:
@@ -126,13 +122,12 @@ def _written(found: Bisection, out: Path) -> Bisection:
         "bad": found.bad.commit,
         "first_slower": found.first_slower.commit if found.first_slower else None,
         "said": found.said,
+        "remaining": [r.commit for r in found.remaining],
         "comparisons": [
             {
                 "commit": s.candidate.commit,
                 "label": s.candidate.label,
                 "judged": str(s.judged),
-                "by_median": s.by_median,
-                "benches": s.benches,
                 "said": s.reading.said if s.reading else None,
                 "ratio": s.reading.ratio.to_data() if s.reading else None,
                 "report": str(s.out),

@@ -3,7 +3,9 @@ revision (and --vary combination) it measured; `accel history FILE` reads them (
 
 A line holds the commit (its hash, subject and date), when it was measured, the machine's fingerprint (CPU or GPU
 model, torch version, thread count: figures from two machines are never one series) and the figures: median
-samples/s with its interval, and the time to the target where one was measured.
+samples/s with its interval, and the time to the target where one was measured; and how far the reading can be
+trusted: `busy` (others' share of the cores during its trials, set only then) and, for each revision read against
+the bench's first, that reading (`against`, `ratio`, `verdict`; `undecided` where its interval could not decide).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from pydantic import ValidationError
 
 from ..errors import AccelError
 from ..io import strict_json
-from .records import Record, Report, RevisionRecord
+from ..measure import load
+from .records import Reading, Record, Report, RevisionRecord
 from .rev_compare import SEPARATOR
 
 
@@ -42,6 +45,15 @@ class HistoryEntry(Record):
     time_to_target_s: float | None = None
     command: str | None = None
     report: str | None = None  # the bench's folder
+    busy: float | None = None  # set only when the machine was busy during its trials: no verdict rests on it
+    against: str | None = None  # the revision it was read against (the bench's first), with that reading
+    ratio: Reading | None = None
+    undecided: bool = False  # its reading decided nothing at the bench's resolution
+
+    @property
+    def decided_nothing(self) -> bool:
+        """A reading no verdict could rest on: a busy machine, or an interval too wide to decide."""
+        return self.busy is not None or self.undecided
 
     @property
     def point(self) -> str:
@@ -72,18 +84,27 @@ def entries(report: Report, out: Path) -> list[HistoryEntry]:
     measured = report.finished or time.strftime("%Y-%m-%dT%H:%M:%S%z")
     target = report.settings.target if report.settings else None
     revisions = {r.name: r for r in report.revisions or []}
+    readings = {r.variant: r for r in report.revision_readings or []}
     found = []
     for variant in report.variants:
         name, _, vary = variant.name.partition(SEPARATOR)
         revision = revisions.get(name)
         if revision is None:
             continue
-        found.append(_entry(revision, variant, vary, prints, measured, target, report, out))
+        entry = _entry(revision, variant, vary, prints, measured, target, report, out)
+        reading = readings.get(variant.name)
+        if reading is not None:
+            said = reading.ratio
+            entry = entry.model_copy(
+                update={"against": reading.against, "ratio": said, "undecided": bool(said.undecided)}
+            )
+        found.append(entry)
     return found
 
 
 def _entry(revision: RevisionRecord, variant, vary, prints, measured, target, report, out) -> HistoryEntry:
     sps = variant.samples_per_s
+    busy = max((t.load["others_share"] for t in variant.trials if t.ok and load.busy(t.load)), default=None)
     return HistoryEntry(
         commit=revision.commit,
         short=revision.name if revision.commit is None or revision.spec != "." else revision.commit[:7],
@@ -102,6 +123,7 @@ def _entry(revision: RevisionRecord, variant, vary, prints, measured, target, re
         time_to_target_s=variant.time_to_target_s,
         command=report.command,
         report=str(Path(out).resolve()),
+        **({"busy": busy} if busy is not None else {}),
     )
 
 

@@ -2,7 +2,10 @@
 table and a plot, with the commits where the figure stepped marked (accel/bench/change_points.py).
 
 A series is one machine (its fingerprint) and one set of --vary values; its points are commits in the order of
-their dates, each the median of every measurement of that commit there.
+their dates, each the median of every measurement of that commit there that a verdict could rest on. A reading
+taken on a busy machine is shown, marked, and left out of the point where a quiet one exists and out of the search
+for steps always (a busy spell once made the slow commit the fastest in the series); one whose comparison with
+its bench's reference decided nothing is marked.
 """
 
 from __future__ import annotations
@@ -33,20 +36,40 @@ class Point:
     entries: list[HistoryEntry] = field(default_factory=list)
 
     @property
+    def trusted(self) -> list[HistoryEntry]:
+        """Its quiet readings; all of them when every one was busy."""
+        return [e for e in self.entries if e.busy is None] or self.entries
+
+    @property
+    def busy(self) -> bool:
+        """Every reading of it was taken on a busy machine."""
+        return all(e.busy is not None for e in self.entries)
+
+    @property
+    def mark(self) -> str:
+        """Why its figure decides nothing, or ""."""
+        if self.busy:
+            others = max(e.busy for e in self.entries)
+            return f"busy (others took {others:.0%}): not in the step search"
+        if all(e.undecided for e in self.trusted):
+            return f"undecided against {self.trusted[0].against}"
+        return ""
+
+    @property
     def samples_per_s(self) -> float | None:
-        values = [e.samples_per_s for e in self.entries if e.samples_per_s]
+        values = [e.samples_per_s for e in self.trusted if e.samples_per_s]
         return statistics.median(values) if values else None
 
     @property
     def half_width(self) -> float | None:
         """The median half-width of its intervals, in log units."""
-        widths = [math.log(e.ci95[1] / e.ci95[0]) / 2 for e in self.entries if e.ci95 and e.ci95[0] > 0]
+        widths = [math.log(e.ci95[1] / e.ci95[0]) / 2 for e in self.trusted if e.ci95 and e.ci95[0] > 0]
         return statistics.median(widths) if widths else None
 
     @property
     def interval(self) -> tuple[float, float] | None:
         """The median ends of its benches' 95% intervals."""
-        spans = [e.ci95 for e in self.entries if e.ci95]
+        spans = [e.ci95 for e in self.trusted if e.ci95]
         return (statistics.median(lo for lo, _ in spans), statistics.median(hi for _, hi in spans)) if spans else None
 
     @property
@@ -80,7 +103,7 @@ def series(found: list[HistoryEntry]) -> list[Series]:
     out = []
     for (machine, vary), points in grouped.items():
         ordered = sorted(points.values(), key=lambda p: p.date or "")  # stable: first measured first among equals
-        measured = [p for p in ordered if p.samples_per_s]
+        measured = [p for p in ordered if p.samples_per_s and not p.busy]
         widths = [p.half_width for p in measured if p.half_width is not None]
         steps = change_points([p.samples_per_s for p in measured], widths) if len(measured) > 1 else {}
         # indices into the measured points, as indices into all of them
@@ -89,7 +112,7 @@ def series(found: list[HistoryEntry]) -> list[Series]:
     return out
 
 
-HEADER = ["commit", "date", "subject", "samples/s", "runs", "change"]
+HEADER = ["commit", "date", "subject", "samples/s", "runs", "change", "mark"]
 TARGET = "time to target s"  # a column only where a bench measured one
 
 
@@ -101,7 +124,7 @@ def table(s: Series) -> tuple[list[str], list[list[str]]]:
         sps, target = p.samples_per_s, p.time_to_target_s
         row = [p.point, (p.date or "")[:10], p.subject[:50], f"{sps:,.1f}" if sps else "failed"]
         row += [f"{target:.1f}" if target is not None else "never reached"] if targeted else []
-        rows.append(row + [str(len(p.entries)), f"stepped {s.steps[i]:+.0%}" if i in s.steps else ""])
+        rows.append(row + [str(len(p.entries)), f"stepped {s.steps[i]:+.0%}" if i in s.steps else "", p.mark])
     return HEADER[:4] + ([TARGET] if targeted else []) + HEADER[4:], rows
 
 
@@ -128,6 +151,9 @@ def plot(s: Series, path: Path) -> Path:
     spans = [s.points[i].interval or (y, y) for i, y in zip(xs, ys)]
     errors = [[y - lo for y, (lo, _) in zip(ys, spans)], [hi - y for y, (_, hi) in zip(ys, spans)]]
     ax.errorbar(xs, ys, yerr=errors, marker="o", color="tab:blue", capsize=3)
+    busy = [i for i in xs if s.points[i].busy]
+    if busy:  # shown, but not what the line says: no verdict rests on them
+        ax.scatter(busy, [s.points[i].samples_per_s for i in busy], marker="x", s=80, color="tab:gray", zorder=3)
     for i, step in s.steps.items():
         ax.axvline(i - 0.5, color="tab:red", linestyle="--")
         ax.annotate(

@@ -93,6 +93,10 @@ class Reading(Interval):
     # set only when the machine was busy during the trials compared (accel/measure/load.py): others' largest share of
     # the cores, for which the verdict is withheld
     busy: float | None = None
+    # set only when the interval could not decide at the resolution asked (accel/bench/decide.py): that resolution,
+    # and about how many trials a side a fixed design would need to decide it on this noise
+    undecided: float | None = None
+    trials_needed: int | None = None
 
 
 class Trial(Record):
@@ -215,6 +219,8 @@ class VariantSummary(Record):
     # set only when the machine was busy during this variant's or the baseline's trials: others' largest share of
     # the cores; every verdict of the variant is then withheld (None), its figures kept
     busy: float | None = None
+    # set only when its throughput interval could not decide at the resolution asked: that resolution (decide.py)
+    undecided: float | None = None
     median_step_ratio: Interval
     median_step_verdict: Verdict | None
     step_time_p50_s: float | None
@@ -256,7 +262,8 @@ class VariantSummary(Record):
 
     @property
     def ratio_reading(self) -> Reading:
-        return Reading(**self.ratio_vs_baseline.model_dump(), verdict=self.verdict, **busy_fields(self.busy))
+        said = {"undecided": self.undecided} if self.undecided else {}
+        return Reading(**self.ratio_vs_baseline.model_dump(), verdict=self.verdict, **busy_fields(self.busy), **said)
 
     @property
     def median_step_reading(self) -> Reading:
@@ -298,6 +305,12 @@ class BenchSettings(Record):
     # the real run's optimizer steps a recommendation must repay its start-up within, and where that came from
     run_steps: int | None = None
     run_steps_from: str | None = None
+    # the one decision rule's (accel/bench/decide.py): the resolution its verdicts answer, the rounds run, and for a
+    # bench that added rounds until it decided, the most it could run and the looks it planned
+    resolution: float | None = None
+    rounds: int | None = None
+    max_trials: int | None = None
+    looks: list[int] | None = None
 
 
 class RevisionRecord(Record):

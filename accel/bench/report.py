@@ -34,17 +34,21 @@ def _f(x: float | None, fmt: str = "{:.1f}") -> str:
     return "n/a" if x is None else fmt.format(x)
 
 
-def say(verdict: Verdict | None, busy: float | None = None) -> str:
-    """A verdict in words; one withheld because the machine was busy (`busy`: others' share) says so."""
+def say(verdict: Verdict | None, busy: float | None = None, undecided: float | None = None) -> str:
+    """A verdict in words; one withheld because the machine was busy (`busy`: others' share) says so, and so does
+    one whose interval could not decide at the resolution asked (`undecided`: that resolution)."""
     if busy is not None:
         return f"inconclusive: busy machine (others took {busy:.0%} of the cores)"
+    if verdict is None and undecided:
+        return f"undecided at +-{undecided:.0%}"
     return SAY[verdict]
 
 
 def _reading(reading: Reading | None) -> str:
     if reading is None or reading.median is None:
         return "no successful trials"
-    return f"{say(reading.verdict, reading.busy)}, {reading.text()}"
+    need = f" (about {reading.trials_needed} trials a side would decide)" if reading.trials_needed else ""
+    return f"{say(reading.verdict, reading.busy, reading.undecided)}, {reading.text()}{need}"
 
 
 def _target_cell(r: VariantSummary, target: str | None, is_base: bool) -> list[str]:
@@ -66,7 +70,7 @@ def _row(r: VariantSummary, is_base: bool, target: str | None, shown: dict[str, 
         r.samples_per_s.text("{:.1f}", "") + _tokens(r),
         r.ratio_vs_baseline.text(),
         r.median_step_ratio.text(),
-        "baseline" if is_base else "refused" if r.refused else say(r.verdict, r.busy),
+        "baseline" if is_base else "refused" if r.refused else say(r.verdict, r.busy, r.undecided),
         _step_ms(r),
         _f(r.mfu, "{:.1%}") + (f" {r.mfu_of}" if r.mfu is not None and r.mfu_of else ""),
         _f(r.data_wait_fraction, "{:.0%}"),
@@ -155,7 +159,9 @@ def _verdicts(report: Report) -> list[str]:
         )
         for name, s in report.speedups.items():
             busy = [x.busy for x in (s.added, s.removed) if x is not None and x.busy is not None]
-            line = f"{name}: {say(s.verdict, max(busy, default=None))}. Added to baseline: {_reading(s.added)}"
+            wide = [x.undecided for x in (s.added, s.removed) if x is not None and x.undecided]
+            said = say(s.verdict, max(busy, default=None), max(wide, default=None))
+            line = f"{name}: {said}. Added to baseline: {_reading(s.added)}"
             if f"-{name}" in rows and not refused_all:
                 line += f"; removed from all (all vs -{name}): {_reading(s.removed)}"
             failed = sum(rows[n].errors for n in (f"+{name}", f"-{name}") if n in rows)

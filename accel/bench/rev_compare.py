@@ -12,10 +12,12 @@ from __future__ import annotations
 from enum import StrEnum
 
 from ..errors import AccelError
+from .decide import DEFAULT_RULE, Rule
 from .records import Reading, Report, RevisionReading, Verdict
 from .summary import versus
 
 SEPARATOR = ","  # between a revision's name and its --vary values in a variant's name
+CANNOT_TELL_EXIT = 4  # --fail-if-slower and --bisect: the run could not tell (docs/bench.md); 1 is "slower"
 
 
 class Judged(StrEnum):
@@ -63,17 +65,26 @@ def sentence(name: str, against: str, reading: Reading, changed: bool | None) ->
     elif reading.verdict == Verdict.NO_EFFECT:
         said = f"no measurable difference between {name} and {against}: {reading.text()} the samples/s"
     else:
-        why = f"busy machine (others took {reading.busy:.0%} of the cores)" if reading.busy else "too few trials"
-        said = f"{name} against {against}: {reading.text()} the samples/s, no verdict: {why}"
+        said = f"{name} against {against}: {reading.text()} the samples/s, no verdict: {withheld(reading)}"
     return said + ("; its results changed (final loss or metric beyond noise)" if changed else "")
 
 
-def read_revisions(report: Report, pairs: list[tuple[str, str]]) -> list[RevisionReading]:
-    """Each (variant, the first revision's variant) pair read from the report's trials."""
+def withheld(reading: Reading) -> str:
+    """Why a reading has no verdict, and what would give it one."""
+    if reading.busy:
+        return f"busy machine (others took {reading.busy:.0%} of the cores)"
+    if reading.undecided:
+        need = f"; about {reading.trials_needed} trials a side would tell" if reading.trials_needed else ""
+        return f"cannot tell at +-{reading.undecided:.0%}: the interval is wider than that{need}"
+    return "too few trials"
+
+
+def read_revisions(report: Report, pairs: list[tuple[str, str]], rule: Rule = DEFAULT_RULE) -> list[RevisionReading]:
+    """Each (variant, the first revision's variant) pair read from the report's trials by the bench's rule."""
     rows = report.by_name
     out = []
     for name, against in pairs:
-        reading, changed = versus(rows[name].trials, rows[against].trials)
+        reading, changed = versus(rows[name].trials, rows[against].trials, rule)
         out.append(
             RevisionReading(
                 variant=name,
@@ -87,11 +98,12 @@ def read_revisions(report: Report, pairs: list[tuple[str, str]]) -> list[Revisio
 
 
 def judge(reading: Reading, allowed: float) -> Judged:
-    """SLOWER when the whole interval lies beyond `allowed` slowdown, NOT_SLOWER when none of it does; a reading
-    without a verdict (a busy machine, too few trials) or an interval across the line cannot tell."""
-    if reading.median is None or reading.ci95 is None:
+    """SLOWER when the whole interval lies beyond `allowed` slowdown, NOT_SLOWER when none of it does: the gate's
+    one-sided question, which an interval too wide for the two-sided verdict may still answer. A busy machine, too
+    few trials or an interval across the line cannot tell."""
+    if reading.median is None:
         return Judged.FAILED
-    if reading.verdict is None:
+    if reading.ci95 is None or reading.busy is not None or (reading.verdict is None and not reading.undecided):
         return Judged.CANNOT_TELL
     lo, hi = reading.ci95
     if hi < 1 - allowed:
@@ -101,7 +113,8 @@ def judge(reading: Reading, allowed: float) -> Judged:
 
 def gate(readings: list[RevisionReading], allowed: float) -> tuple[int, list[str]]:
     """--fail-if-slower: exit 1 when an interval says a revision is slower than the first by more than `allowed`
-    (or it did not run at all), else 0; with a line for each revision, and a note where the run could not tell."""
+    (or it did not run at all); CANNOT_TELL_EXIT when none is but some comparison could not tell; else 0. A line
+    for each revision; one that could not tell says what would."""
     code, lines = 0, []
     for r in readings:
         judged = judge(r.ratio, allowed)
@@ -113,12 +126,22 @@ def gate(readings: list[RevisionReading], allowed: float) -> tuple[int, list[str
         elif judged == Judged.NOT_SLOWER:
             said = f"ok: {r.variant} is not slower than {r.against} by {limit}"
         else:
+            code = code or CANNOT_TELL_EXIT
             said = (
-                f"note: cannot tell whether {r.variant} is slower than {r.against} by {limit} ({r.said}): the run "
-                "was too noisy to say; not failed. Run it again with more --trials on a quiet machine."
+                f"CANNOT TELL: whether {r.variant} is slower than {r.against} by {limit} ({r.said}); exit "
+                f"{CANNOT_TELL_EXIT}, neither passed nor failed. {_to_tell(r.ratio)}"
             )
         lines.append(said)
     return code, lines
+
+
+def _to_tell(reading: Reading) -> str:
+    if reading.busy:
+        return "Run it again when the machine is quiet."
+    if reading.trials_needed:
+        need = reading.trials_needed
+        return f"About {need} trials a side would tell on this noise: --max-trials {need}."
+    return "Run it again with more trials (--max-trials) on a quiet machine."
 
 
 def revision_lines(report: Report) -> list[str]:

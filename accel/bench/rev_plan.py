@@ -22,12 +22,13 @@ from rich.console import Console
 
 from ..config.recipe import load_recipe
 from ..errors import AccelError
+from .decide import Rounds
 from .plan import resolve_variant, write_recipes
 from .records import Report, RevisionRecord
 from .refused import new_refusals, recipe_refusals
 from .rev_compare import variant_name
 from .revisions import Checkouts, Revision, command_in, relocated, trial_folder
-from .runner import BenchRun, run_and_report
+from .runner import BenchRun, as_rounds, run_and_report
 from .script import launch_of, plan_script, script_name
 from .trial_process import TrialSettings
 from .variants import ARG, ENV, Variant, interleave, vary_variants
@@ -53,17 +54,20 @@ def bench_revisions(
     checkouts: Checkouts,
     out: Path,
     settings: TrialSettings,
-    trials: int,
+    trials: int | Rounds,
     said: str,
     console: Console | None = None,
 ) -> Report:
     """Run the revisions' trials interleaved and write the report (each revision read against the first) in `out`."""
+    rounds = as_rounds(trials)
+    trials = rounds.pilot
     if subject.command:
         args = (subject.command, subject.sets, subject.vary, revisions, checkouts, settings, trials, said)
         run, jobs = script_revisions(*args)
     else:
         args = (subject.recipe, subject.sets, subject.vary, revisions, checkouts, out, settings, trials, said)
         run, jobs = recipe_revisions(*args)
+    run.rounds = rounds
     return run_and_report(run, jobs, out, console)[0]
 
 

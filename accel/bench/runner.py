@@ -24,12 +24,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 
 from ..errors import AccelError
 from ..runs.signals import handled, leave_closed_terminal
+from .decide import Rounds, Rule, fixed_rounds
 from .plan import BenchPlan, slug, write_recipes
 from .real_run import run_steps, run_with
 from .records import Recommendation, Report, RevisionRecord, Trial
 from .report import write_reports
 from .rev_compare import read_revisions
-from .summary import summarize
+from .summary import summarize, undecided_variants
 from .trial_figures import never_logged
 from .trial_process import Launch, TrialSettings, run_trial_process, trial_argv, trial_env
 from .variants import Variant, interleave
@@ -211,7 +212,7 @@ def run_bench(
     plan: BenchPlan,
     out: str | Path,
     settings: TrialSettings,
-    trials: int,
+    trials: int | Rounds,
     command: str | None = None,
     console: Console | None = None,
 ) -> tuple[Report, dict[str, Path]]:
@@ -221,11 +222,22 @@ def run_bench(
     says so, and recommends nothing.
     """
     out = Path(out)
+    rounds = as_rounds(trials)
     files = write_recipes(plan.recipes, out)
-    jobs = [(t, v.name, files[v.name]) for t, v in interleave(plan.variants, trials) if v.name not in plan.refused]
+    jobs = [
+        (t, v.name, files[v.name]) for t, v in interleave(plan.variants, rounds.pilot) if v.name not in plan.refused
+    ]
     configs = {name: recipe.dump() for name, recipe in plan.recipes.items()}
     run = BenchRun(
-        plan.variants, plan.baseline, str(plan.recipe_path), configs, settings, trials, command, plan.refused
+        plan.variants,
+        plan.baseline,
+        str(plan.recipe_path),
+        configs,
+        settings,
+        rounds.pilot,
+        command,
+        plan.refused,
+        rounds=rounds,
     )
     return run_and_report(run, jobs, out, console)
 
@@ -257,17 +269,32 @@ class BenchRun:
     failed: dict[str, str] = field(default_factory=dict)
     revisions: list[RevisionRecord] | None = None
     pairs: list[tuple[str, str]] = field(default_factory=list)
+    rounds: Rounds | None = None  # how many rounds (decide.Rounds); None: `trials`, fixed
+
+    @property
+    def planned(self) -> Rounds:
+        return self.rounds or fixed_rounds(self.trials)
+
+
+def as_rounds(trials: int | Rounds) -> Rounds:
+    """`--trials N` as a fixed design, or the rounds a bench was given."""
+    return trials if isinstance(trials, Rounds) else fixed_rounds(trials)
 
 
 def run_and_report(
     run: BenchRun, jobs: list[tuple[int, str, Path | Launch]], out: Path, console: Console | None = None
 ) -> tuple[Report, dict[str, Path]]:
     """Run the jobs (interleaved already) and write the report of the finished trials into `out`."""
-    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    started, tick = time.strftime("%Y-%m-%dT%H:%M:%S%z"), time.perf_counter()
     console = console or Console(stderr=True)
     for name, reason in run.refused.items():
         console.print(f"{name}: refused, not run: {reason}", highlight=False, markup=False, soft_wrap=True)
     results = run_trials(jobs, out, run.settings, console, cwds=run.cwds)
+    rule = run.planned.rule()
+    if not run.planned.fixed and not results.interrupted and not results.stopped:
+        looks = run.planned.looks(time.perf_counter() - tick)
+        rule = run.planned.rule(looks)
+        jobs, results = _until_decided(run, jobs, results, out, console, rule, tick)
     settings = run.settings
     extra = {
         "recipe": run.source,
@@ -280,6 +307,9 @@ def run_and_report(
             "steps": settings.steps,
             "warmup": settings.warmup,
             "trials": run.trials,
+            "resolution": rule.resolution,
+            "rounds": max((t for t, _, _ in jobs), default=-1) + 1,
+            **({"max_trials": run.planned.most, "looks": list(rule.looks)} if not run.planned.fixed else {}),
             "timeout_s": settings.timeout,
             "compile_cache": compile_cache(settings),
             "target": settings.target,
@@ -296,15 +326,56 @@ def run_and_report(
     # the report holds the environment once, not in every trial
     records = [r.without("env") for r in results] + _never_started(run)
     env = _environment(results)
-    report = summarize(records, run.variants, run.baseline, env=env, extra=extra, refused=run.refused, run_steps=steps)
+    report = summarize(
+        records, run.variants, run.baseline, env=env, extra=extra, refused=run.refused, run_steps=steps, rule=rule
+    )
     baseline = next(v for v in run.variants if v.name == report.baseline)
     line = None if report.interrupted else run_with(run, report.recommended, baseline)
     if line:  # set only when there is one: a report's keys are those set
         report.recommended.run_with = line
     if run.revisions is not None:
         report.revisions, report.recommended = run.revisions, REVISIONS_COMPARED
-        report.revision_readings = read_revisions(report, run.pairs)
+        report.revision_readings = read_revisions(report, run.pairs, rule)
     return report, write_reports(report, out)
+
+
+def _until_decided(
+    run: BenchRun,
+    jobs: list[tuple[int, str, Path | Launch]],
+    results: TrialResults,
+    out: Path,
+    console: Console,
+    rule: Rule,
+    tick: float,
+) -> tuple[list[tuple[int, str, Path | Launch]], TrialResults]:
+    """Rounds added at each planned look for the variants of a comparison still undecided (decide.py), until every
+    one decides, the looks end, the budget is spent, or a signal stops the bench. Each added round runs its
+    variants interleaved in their first order, so its trials pair with each other as the pilot's do."""
+    launch = {variant: recipe for _, variant, recipe in jobs}
+    order = list(launch)
+    done = run.planned.pilot
+    for look in rule.looks[1:]:
+        records = [r.without("env") for r in results]
+        report = summarize(records, run.variants, run.baseline, refused=run.refused, rule=rule)
+        wanted = undecided_variants(report, run.pairs, rule)
+        if not wanted or time.perf_counter() - tick >= run.planned.budget_s:
+            break
+        names = [v for v in order if v in wanted]
+        console.print(
+            f"undecided at +-{rule.resolution:.0%}: {', '.join(n for n in names if n != report.baseline)}; "
+            f"rounds {done + 1}-{look} for {', '.join(names)}",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+        more = [(t, v, launch[v]) for t in range(done, look) for v in names]
+        added = run_trials(more, out, run.settings, console, cwds=run.cwds)
+        jobs, done = jobs + more, look
+        results.extend(added)
+        if added.interrupted or added.stopped:
+            results.interrupted, results.stopped = added.interrupted, added.stopped
+            break
+    return jobs, results
 
 
 REVISIONS_COMPARED = Recommendation(overrides={}, text="none: this bench compares revisions (see Revisions)")

@@ -31,11 +31,12 @@ from rich.console import Console
 from ..engine import trial_variables
 from ..engine.settings import SET_VARIABLE, engine_settings
 from ..errors import AccelError, RecipeError
+from .decide import Rounds
 from .knobs import runnable_speedups
 from .plan import only_variants
 from .records import Report
 from .refused import new_refusals, script_device, script_refusals
-from .runner import BenchRun, run_and_report
+from .runner import BenchRun, as_rounds, run_and_report
 from .script_flags import FRAMEWORKS, framework_ablation
 from .trial_process import TrialSettings, exit_reason, instrumented_pythonpath, log_tail, run_logged, trial_env
 from .variants import ARG, ENV, Variant, ablation_variants, format_value, interleave, option_text, vary_variants
@@ -302,11 +303,13 @@ def run_script_bench(
     plan: ScriptPlan,
     out: str | Path,
     settings: TrialSettings,
-    trials: int,
+    trials: int | Rounds,
     command: str | None = None,
     console: Console | None = None,
 ) -> tuple[Report, dict[str, Path]]:
     """Run the script's variants interleaved, each trial a fresh process; write report.json/.md/.html into `out`."""
+    rounds = as_rounds(trials)
+    trials = rounds.pilot
     jobs = [
         (t, v.name, plan.launches[v.name]) for t, v in interleave(plan.variants, trials) if v.name not in plan.refused
     ]
@@ -314,4 +317,5 @@ def run_script_bench(
     run = BenchRun(
         plan.variants, plan.baseline, source, plan.configs, settings, trials, command, plan.refused, plan.command
     )
+    run.rounds = rounds
     return run_and_report(run, jobs, Path(out), console)

@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 
 from ..measure import load
+from . import decide
+from .decide import DEFAULT_RULE, Rule
 from .records import (
     Interval,
     Reading,
@@ -36,10 +38,10 @@ from .records import (
     Verdict,
     busy_fields,
 )
-from .stats import bootstrap_median_ci, bootstrap_ratio_ci, break_even_steps, differs_beyond_noise, percentiles, verdict
+from .stats import bootstrap_ratio_ci, break_even_steps, differs_beyond_noise, percentiles, verdict
 from .variants import Variant
 
-MIN_TRIALS = 2  # one trial per side gives an interval of zero width: no verdict can rest on it
+MIN_TRIALS = decide.MIN_PAIRS  # one trial per side gives an interval of zero width: no verdict can rest on it
 # A variant whose fastest trial ran this much faster than its slowest is unsteady: its interval spans two speeds (a
 # cold cache or a worker pool starting in some trials, a neighbour), which three trials cannot average out.
 UNSTEADY = 1.3
@@ -64,23 +66,41 @@ def busy_share(*sides: list[Trial]) -> float | None:
     return max((t.load["others_share"] for side in sides for t in side if load.busy(t.load)), default=None)
 
 
-def _ratio(sps: list[float], base_sps: list[float], is_base: bool, busy: float | None = None) -> Reading:
-    """The ratio of medians with its interval, and a verdict when both sides have enough trials and the machine
-    was quiet (`busy` None)."""
-    if is_base and sps:
+def _ratio(
+    ok: list[Trial], base_ok: list[Trial], is_base: bool, busy: float | None, rule: Rule, key: str = "samples_per_s"
+) -> Reading:
+    """The variant's `key` throughput over the baseline's with its interval and verdict, by the one rule
+    (accel/bench/decide.py): paired by round, withheld when the machine was busy (`busy` set)."""
+    if is_base and _values(ok, key):
         return Reading(median=1.0, ci95=(1.0, 1.0), verdict=None)
-    if not sps or not base_sps:
+    said = decide.compare(_keyed(ok, key), _keyed(base_ok, key), rule, busy is not None)
+    if said.ratio is None:
         return Reading(median=None, ci95=None, verdict=None)
-    r, ci = bootstrap_ratio_ci(sps, base_sps)
-    enough = min(len(sps), len(base_sps)) >= MIN_TRIALS and busy is None
-    return Reading(median=r, ci95=ci, verdict=verdict(r, ci) if enough else None, **busy_fields(busy))
+    return Reading(
+        median=said.ratio, ci95=said.ci, verdict=said.verdict, **busy_fields(busy), **undecided_fields(said, rule)
+    )
+
+
+def _keyed(trials: list[Trial], key: str) -> list[Trial]:
+    """The trials with `key`'s figure as their samples/s (the median step's reads through the same rule)."""
+    if key == "samples_per_s":
+        return trials
+    return [t.model_copy(update={"samples_per_s": getattr(t, key), "step_times_s": None}) for t in trials]
+
+
+def undecided_fields(said: decide.Decision, rule: Rule) -> dict[str, float]:
+    """`undecided=resolution` (and the trials a side that would decide it) when the interval could not decide at
+    the rule's resolution; nothing otherwise."""
+    if not said.undecided:
+        return {}
+    needed = said.rounds_to_decide(rule)
+    return {"undecided": rule.resolution, **({"trials_needed": needed} if needed else {})}
 
 
 def _median_interval(xs: list[float]) -> Interval:
     if not xs:
         return Interval(median=None, ci95=None)
-    median, ci = bootstrap_median_ci(xs)
-    return Interval(median=median, ci95=ci)
+    return Interval(median=float(np.median(xs)), ci95=decide.spread_interval(xs))
 
 
 def _interval(reading: Reading) -> Interval:
@@ -97,14 +117,18 @@ def _break_even(ok: list[Trial], base_ok: list[Trial], ratio: Reading, p50: floa
 
 
 def _summarize_variant(
-    variant: Variant, trials: list[Trial], base_ok: list[Trial], is_base: bool, refused: str | None = None
+    variant: Variant,
+    trials: list[Trial],
+    base_ok: list[Trial],
+    is_base: bool,
+    refused: str | None = None,
+    rule: Rule = DEFAULT_RULE,
 ) -> VariantSummary:
     ok = ok_trials(trials)
     busy = busy_share(ok, base_ok)
     sps = _values(ok, "samples_per_s")
-    ratio = _ratio(sps, _values(base_ok, "samples_per_s"), is_base, busy)
-    steady_sps = _values(ok, "median_step_samples_per_s")
-    steady = _ratio(steady_sps, _values(base_ok, "median_step_samples_per_s"), is_base, busy)
+    ratio = _ratio(ok, base_ok, is_base, busy, rule)
+    steady = _ratio(ok, base_ok, is_base, busy, rule, "median_step_samples_per_s")
     steps = percentiles([s for t in ok for s in (t.step_times_s or [])])
     peaks = _values(ok, "peak_memory_mb")
     return VariantSummary(
@@ -122,6 +146,7 @@ def _summarize_variant(
         ratio_vs_baseline=_interval(ratio),
         verdict=ratio.verdict,
         **busy_fields(busy),
+        **({"undecided": ratio.undecided} if ratio.undecided else {}),
         median_step_ratio=_interval(steady),
         median_step_verdict=steady.verdict,
         step_time_p50_s=steps["p50"],
@@ -149,12 +174,28 @@ def _summarize_variant(
     )
 
 
-def versus(trials: list[Trial], base_trials: list[Trial]) -> tuple[Reading, bool | None]:
+def versus(trials: list[Trial], base_trials: list[Trial], rule: Rule = DEFAULT_RULE) -> tuple[Reading, bool | None]:
     """One variant's trials against another's as against a baseline: the ratio with its verdict, and whether the
     results changed (a revision against the first one, accel/bench/rev_compare.py)."""
     ok, base_ok = ok_trials(trials), ok_trials(base_trials)
-    sps, base_sps = _values(ok, "samples_per_s"), _values(base_ok, "samples_per_s")
-    return _ratio(sps, base_sps, False, busy_share(ok, base_ok)), _result_changed(ok, base_ok, False)
+    return _ratio(ok, base_ok, False, busy_share(ok, base_ok), rule), _result_changed(ok, base_ok, False)
+
+
+def undecided_variants(report: Report, pairs: list[tuple[str, str]], rule: Rule) -> set[str]:
+    """The variants of every comparison still undecided at the rule's resolution: more rounds of them could decide
+    it (a busy or failed comparison gets none: its verdict is withheld whatever the interval)."""
+    wanted: set[str] = set()
+    for row in report.variants:
+        if row.undecided:
+            wanted |= {row.name, report.baseline}
+    for name, readings in report.speedups.items():
+        if readings.removed is not None and readings.removed.undecided:
+            wanted |= {"all", f"-{name}"}
+    rows = report.by_name
+    for name, against in pairs:
+        if versus(rows[name].trials, rows[against].trials, rule)[0].undecided:
+            wanted |= {name, against}
+    return wanted
 
 
 def unsteady(sps: list[float]) -> tuple[float, float] | None:
@@ -175,13 +216,23 @@ def _time_ratio(ok: list[Trial], base_ok: list[Trial], is_base: bool, busy: floa
     base = speeds(base_ok)
     if not base or np.median(base) <= 0:  # the baseline never got there: nothing to compare with
         return Reading(median=None, ci95=None, verdict=None)
-    speed = _ratio(speeds(ok), base, is_base, busy)
+    speed = _speed_ratio(speeds(ok), base, is_base, busy)
     if not speed.median:
         # never reaching the target is counted in steps, not timed: a busy machine does not change it
         return Reading(median=None, ci95=None, verdict=Verdict.HURT if speed.median == 0 else None)
     lo, hi = speed.ci95
     ci = (1 / hi, 1 / lo) if lo > 0 else None  # an upper end of "never" has no number
     return Reading(median=1 / speed.median, ci95=ci, verdict=speed.verdict, **busy_fields(busy))
+
+
+def _speed_ratio(sps: list[float], base_sps: list[float], is_base: bool, busy: float | None) -> Reading:
+    """A ratio of median speeds to a target by bootstrap: the one reading outside decide.py's rule, as a trial
+    that never reached the target has speed 0, which no log ratio holds."""
+    if is_base and sps:
+        return Reading(median=1.0, ci95=(1.0, 1.0), verdict=None)
+    r, ci = bootstrap_ratio_ci(sps, base_sps)
+    enough = min(len(sps), len(base_sps)) >= MIN_TRIALS and busy is None
+    return Reading(median=r, ci95=ci, verdict=verdict(r, ci) if enough else None, **busy_fields(busy))
 
 
 def _targeted(trials: list[Trial]) -> bool:
@@ -196,16 +247,15 @@ def _result_changed(ok: list[Trial], base_ok: list[Trial], is_base: bool) -> boo
     return True if True in said else False if said and None not in said else None
 
 
-def _speedup_readings(rows: dict[str, VariantSummary]) -> dict[str, SpeedupReadings]:
+def _speedup_readings(rows: dict[str, VariantSummary], rule: Rule) -> dict[str, SpeedupReadings]:
     """Each ablated speed-up read twice: +NAME vs baseline, and all vs -NAME (its effect among the others)."""
     out = {}
     ok = {n: ok_trials(r.trials) for n, r in rows.items()}
-    sps = {n: _values(trials, "samples_per_s") for n, trials in ok.items()}
     for name in (n[1:] for n in rows if n.startswith("+")):
         added = rows[f"+{name}"].ratio_reading
         removed = None
-        if sps.get("all") and sps.get(f"-{name}"):
-            removed = _ratio(sps["all"], sps[f"-{name}"], False, busy_share(ok["all"], ok[f"-{name}"]))
+        if ok.get("all") and ok.get(f"-{name}"):
+            removed = _ratio(ok["all"], ok[f"-{name}"], False, busy_share(ok["all"], ok[f"-{name}"]), rule)
         said = {x.verdict for x in (added, removed) if x and x.verdict}
         overall = None if not said or _busy(added, removed) else said.pop() if len(said) == 1 else Verdict.MIXED
         out[name] = SpeedupReadings(added=added, removed=removed, verdict=overall)
@@ -333,6 +383,7 @@ def summarize(
     extra: dict[str, Any] | None = None,
     refused: dict[str, str] | None = None,
     run_steps: int | None = None,
+    rule: Rule = DEFAULT_RULE,
 ) -> Report:
     """The report docs/bench.md describes from the trials; failed trials are kept and counted.
 
@@ -350,10 +401,10 @@ def summarize(
         baseline = next((n for n in names if ok_trials(by_name[n])), baseline)
     base_ok = ok_trials(by_name[baseline])
     rows = {
-        v.name: _summarize_variant(v, by_name[v.name], base_ok, v.name == baseline, refused.get(v.name))
+        v.name: _summarize_variant(v, by_name[v.name], base_ok, v.name == baseline, refused.get(v.name), rule)
         for v in variants
     }
-    ups = _speedup_readings(rows) if ablation else {}
+    ups = _speedup_readings(rows, rule) if ablation else {}
     extra = dict(extra or {})
     recommended = INTERRUPTED if extra.get("interrupted") else _recommend(baseline, rows, ups, run_steps)
     clash = set(extra) & {"baseline", "variants", "env", "speedups", "recommended"}

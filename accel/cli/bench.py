@@ -44,6 +44,7 @@ def add(commands) -> None:
         "several --vary give their cartesian product",
     )
     add_trial_options(bench_parser, steps=20, warmup=3, trials=3)
+    add_round_options(bench_parser)
     bench_parser.add_argument(
         "--target",
         metavar="METRIC=VALUE",
@@ -75,6 +76,12 @@ def add(commands) -> None:
     )
     bench_parser.add_argument("--out", help="output folder (default: runs/bench-<name>-<timestamp>)")
     bench_parser.add_argument("--list", action="store_true", help="print the variants and exit without running them")
+    bench_parser.add_argument(
+        "--aa",
+        action="store_true",
+        help="an A/A bench: the recipe or script against itself, to measure what this machine can resolve and how "
+        "long a verdict at 3%%, 5%% and 10%% takes here",
+    )
     bench_parser.add_argument(
         "--only",
         type=lambda text: text.split(","),
@@ -173,7 +180,7 @@ def add(commands) -> None:
         tune_parser,
         steps=f"{SPEED_STEPS[0]}, or {TIME_STEPS[0]} with --objective time",
         warmup=f"{SPEED_STEPS[1]}, or {TIME_STEPS[1]} with --objective time",
-        trials=2,
+        trials=3,
     )
     tune_parser.add_argument(
         "--out",
@@ -197,6 +204,7 @@ def bench(args: argparse.Namespace) -> int:
         return bench_script(args)
     if args.recipe is None:
         raise AccelError("accel bench needs a recipe, or a script after the options: `-- python train.py ARGS`.")
+    as_aa(args, "name=aa-1,aa-2")  # a recipe's name changes nothing it computes
     plan = plan_bench(args.recipe, args.overrides, args.ablate, args.vary, args.only)
     if args.list:
         print(describe(plan.variants))
@@ -210,14 +218,15 @@ def bench(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else default_out(plan.name, kind="bench")
     check_results_out(out, "bench")
     with hold(out):  # a second bench there is refused while this one runs
-        report, _ = run_bench(plan, out, settings, args.trials, command=shlex.join(["accel", *args.argv]))
-    return finish(report, out)
+        report, _ = run_bench(plan, out, settings, args.rounds, command=shlex.join(["accel", *args.argv]))
+    return finish(report, out, args.aa)
 
 
 def recipe_settings(args: argparse.Namespace):
     """How a recipe's trials run, from the options; those that do not fit a recipe are refused."""
     from ..bench.trial_process import TrialSettings
 
+    plan_rounds(args)
     check_trial_options(args)
     if args.target:
         from ..bench.target import parse_target
@@ -250,6 +259,7 @@ def script_settings(args: argparse.Namespace):
         from ..bench.target import parse_target
 
         parse_target(args.target, any_metric=True)  # a malformed target fails now, not in every trial
+    plan_rounds(args)
     check_trial_options(args)
     timeout = args.timeout or SCRIPT_TIMEOUT_S  # a script trains as long as it likes: a trial must not
     return TrialSettings(
@@ -264,11 +274,28 @@ def script_settings(args: argparse.Namespace):
     )
 
 
-def finish(report, out: Path) -> int:
+AA_VARIABLE = "ACCEL_AA"
+
+
+def as_aa(args: argparse.Namespace, vary: str) -> None:
+    """--aa: the subject against itself, as a --vary of something it never reads; it plans its rounds from the
+    noise like any bench."""
+    if not args.aa:
+        return
+    if args.ablate or args.vary or args.only:
+        raise AccelError("--aa benches the subject against itself: leave out --ablate, --vary and --only.")
+    args.vary = [vary]
+
+
+def finish(report, out: Path, aa: bool = False) -> int:
     """Print the report's folder and summary; the exit code: 130 interrupted, 2 when a trial showed that the rest
     would fail the same way (they were not run), 1 when every trial failed."""
     from ..bench.report import summary_text
 
+    if aa and not report.stopped:
+        from ..bench.noise import noise_lines
+
+        print("\n".join(noise_lines(report, out)), file=sys.stderr)
     print(out)
     if report.stopped:  # no table: one trial ran, to find that none could
         print(f"error: {report.stopped}", file=sys.stderr)
@@ -304,6 +331,7 @@ def bench_script(args: argparse.Namespace) -> int:
         raise AccelError("no script after `--`: give its command, e.g. `accel bench --ablate -- python train.py`.")
     if args.recipe is not None:
         raise AccelError(f"give a recipe or a script, not both: `{args.recipe}` and `{' '.join(args.user_script)}`.")
+    as_aa(args, f"env:{AA_VARIABLE}=1,2")  # a variable the script never reads
     settings = script_settings(args)
     out = Path(args.out) if args.out else default_out(script_name(args.user_script), kind="bench")
     if not args.list:
@@ -313,8 +341,62 @@ def bench_script(args: argparse.Namespace) -> int:
         print(describe(plan.variants))
         return 0
     with hold(out):
-        report, _ = run_script_bench(plan, out, settings, args.trials, command=shlex.join(["accel", *args.argv]))
-    return finish(report, out)
+        report, _ = run_script_bench(plan, out, settings, args.rounds, command=shlex.join(["accel", *args.argv]))
+    return finish(report, out, args.aa)
+
+
+PILOT_TRIALS, MAX_TRIALS, BENCH_BUDGET = 3, 20, "5m"  # the rounds a bench runs unless --trials fixes them
+
+
+def add_round_options(parser: argparse.ArgumentParser) -> None:
+    """How many rounds a bench runs: --trials fixes them; by default the bench adds rounds until it decides."""
+    parser.set_defaults(trials=None)  # given: exactly that many; left out: PILOT_TRIALS, then more until decided
+    parser.add_argument(
+        "--resolution",
+        type=parse_share,
+        default=None,
+        metavar="PERCENT",
+        help="the smallest change of samples/s a verdict must resolve (default 3%%, or --fail-if-slower's share): "
+        "undecided comparisons get more rounds, up to --max-trials and --budget, unless --trials fixes the count",
+    )
+    parser.add_argument(
+        "--max-trials",
+        type=positive_int,
+        default=MAX_TRIALS,
+        metavar="N",
+        help=f"at most this many trials a variant when adding rounds (default {MAX_TRIALS})",
+    )
+    parser.add_argument(
+        "--budget",
+        type=parse_duration,
+        default=parse_duration(BENCH_BUDGET),
+        metavar="DURATION",
+        help=f"no rounds added past this wall time, the first ones included (default {BENCH_BUDGET})",
+    )
+
+
+def plan_rounds(args: argparse.Namespace) -> None:
+    """`args.rounds` from the options: a fixed design when --trials was given, else a pilot then looks."""
+    from ..bench.decide import RESOLUTION, Rounds
+
+    allowed = getattr(args, "fail_if_slower", None)
+    resolution = args.resolution or (allowed and parse_share(allowed)) or RESOLUTION
+    if args.trials is not None:
+        args.rounds = Rounds(args.trials, args.trials, 0.0, resolution)
+        return
+    args.trials = PILOT_TRIALS
+    args.rounds = Rounds(PILOT_TRIALS, max(args.max_trials, PILOT_TRIALS), args.budget, resolution)
+
+
+def parse_share(text: str) -> float:
+    """`3%` or `3` as 0.03: a share of samples/s, above 0 and below 100%."""
+    try:
+        share = float(text.strip().removesuffix("%")) / 100
+    except ValueError:
+        share = 0.0
+    if not 0 < share < 1:
+        raise argparse.ArgumentTypeError(f"`{text}`: give a percentage above 0 and below 100, e.g. 3% or 5%")
+    return share
 
 
 def parse_duration(text: str) -> float:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import AccelError
@@ -25,8 +26,9 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--fail-if-slower",
         metavar="3%",
-        help="with --rev: exit 1 when the interval says a revision is slower than the first by more than this "
-        "(a run too noisy to tell says so and exits 0); with --bisect: what counts as slower (default 5%%)",
+        help="with --rev: exit 1 when the interval says a revision is slower than the first by more than this, "
+        "0 when it says not, 4 when the run could not tell (it says how many trials would); with --bisect: what "
+        "counts as slower (default 5%%). Each comparison adds rounds until it decides at this share",
     )
     parser.add_argument(
         "--history",
@@ -47,7 +49,7 @@ def wanted(args: argparse.Namespace) -> bool:
 
 def bench_revisions(args: argparse.Namespace) -> int:
     """`accel bench --rev|--bisect|--history ...`: exit 0, 1 for --fail-if-slower's verdict (or when every trial
-    failed), 130 interrupted."""
+    failed), 4 when it could not tell, 130 interrupted."""
     from ..bench.rev_compare import parse_share
     from ..bench.revisions import Checkouts, repo_root
     from ..bench.runner import signals_as_ctrl_c
@@ -114,7 +116,7 @@ def _compare(args, subject, settings, root, checkouts, allowed) -> int:
     revisions = resolve_all(root, args.rev or ["."])
     out = _out(args, subject.name)
     with hold(out):
-        report = run(subject, revisions, checkouts, out, settings, args.trials, shlex.join(["accel", *args.argv]))
+        report = run(subject, revisions, checkouts, out, settings, args.rounds, shlex.join(["accel", *args.argv]))
     code = finish(report, out)
     if report.interrupted:
         return code
@@ -131,7 +133,7 @@ def _compare(args, subject, settings, root, checkouts, allowed) -> int:
 def _bisect(args, subject, settings, root, checkouts, allowed) -> int:
     from ..bench import history
     from ..bench.bisect import bisect
-    from ..bench.rev_compare import parse_share
+    from ..bench.rev_compare import CANNOT_TELL_EXIT, parse_share
     from ..bench.rev_plan import bench_revisions as run
     from ..bench.revisions import commits_between
 
@@ -143,17 +145,21 @@ def _bisect(args, subject, settings, root, checkouts, allowed) -> int:
     said = shlex.join(["accel", *args.argv])
 
     def compare(reference, candidate, folder: Path):
-        report = run(subject, [reference, candidate], checkouts, folder, settings, args.trials, said)
+        report = run(subject, [reference, candidate], checkouts, folder, settings, args.rounds, said)
         if args.history and not report.interrupted:
             history.append(Path(args.history), history.entries(report, folder))
         return report
 
     print(f"bisecting {len(commits) - 1} commits after {commits[0].label} up to {commits[-1].label}")
     allowed = allowed if allowed is not None else parse_share(DEFAULT_BISECT_SHARE)
+    if not args.resolution:  # each comparison decides at the slowdown the search is for
+        args.rounds = replace(args.rounds, resolution=allowed)
     with hold(out):
         found = bisect(commits, allowed, compare, out, lambda line: print(line, flush=True))
     print(out)
     print(found.said)
     if any(s.reading is None for s in found.steps):
         return 130
+    if found.remaining:
+        return CANNOT_TELL_EXIT
     return 0 if found.first_slower else 1

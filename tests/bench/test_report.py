@@ -154,7 +154,7 @@ def test_reports_are_written_with_table_verdicts_and_plots(ablation, tmp_path):
     assert "- amp: helped. Added to baseline: helped, 2.50x [" in md
     assert "- cudnn: no measurable effect." in md
     assert "- compile: no measurable effect. Added to baseline: no successful trials; removed from all" in md
-    assert "no measurable effect, 1.00x [0.98, 1.03]. 3 of its trials failed." in md
+    assert "no measurable effect, 1.00x [1.00, 1.00]. 3 of its trials failed." in md
     assert "Command: `accel bench r.yaml`" in md
     assert "## Recommended configuration\n\namp; left out because trials failed: compile\n" in md
     assert "- +compile trial 0: RuntimeError: compile exploded" in md

@@ -115,10 +115,3 @@ def test_differs_beyond_noise_rule():
     # three of their own standard deviations (2.05): noise.
     assert not differs_beyond_noise([-24.99, -23.84], [-22.04, -19.14])
     assert differs_beyond_noise([-34.99, -33.84], [-22.04, -19.14])
-
-
-def test_a_single_trial_per_side_gives_no_verdict():
-    from accel.bench.summary import _ratio
-
-    reading = _ratio([200.0], [100.0], is_base=False)
-    assert reading.median == 2.0 and reading.verdict is None

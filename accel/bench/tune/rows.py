@@ -110,6 +110,8 @@ def _note(key: str, r: VariantSummary, current: str, best: str, passed: dict[str
         note = f"{NOT_TRUSTED}: fewer than {MIN_TRIALS} trials"
     elif r.busy is not None and r.name not in (best, current):
         note = f"{NO_VERDICT}, the machine was busy during the trials (others took {r.busy:.0%} of the cores)"
+    elif r.undecided and r.verdict is None and r.name not in (best, current):
+        note = f"{NO_VERDICT}, undecided at +-{r.undecided:.0%}: its interval {r.ratio_vs_baseline.text()} is wider"
     failed = [t.error for t in r.trials if t.error]
     if not r.trials:
         note = NOT_RUN
