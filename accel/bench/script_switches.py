@@ -77,6 +77,11 @@ class Switch:
     cannot: str | None = None
     needs: dict[str, str] = field(default_factory=dict)  # other options it needs on here (`--amp-dtype bfloat16`)
 
+    def spelled(self) -> str:
+        """The switch turned on, as the script's command line says it (`--amp --amp-dtype bfloat16`)."""
+        flag = {PRESENT: f"--{self.name}", ABSENT: f"without --{self.name}"}.get(self.on, f"--{self.name}={self.on}")
+        return " ".join([flag, *(f"{option} {value}" for option, value in self.needs.items())])
+
     def said(self) -> str:
         needs = "".join(f" {option} {value}" for option, value in self.needs.items())
         helped = f" {self.source.help!r}" if self.source.help else ""
