@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shlex
 import shutil
@@ -37,9 +38,20 @@ from .plan import only_variants
 from .records import Report
 from .refused import new_refusals, script_device, script_refusals
 from .runner import BenchRun, as_rounds, run_and_report
-from .script_flags import FRAMEWORKS, framework_ablation
+from .script_flags import found_said, framework_ablation
+from .script_options import ABSENT, PRESENT, Option, ScriptOptions, is_option, tokens
 from .trial_process import TrialSettings, exit_reason, instrumented_pythonpath, log_tail, run_logged, trial_env
-from .variants import ARG, ENV, Variant, ablation_variants, format_value, interleave, option_text, vary_variants
+from .variants import (
+    ARG,
+    ENV,
+    Variant,
+    ablation_variants,
+    describe,
+    format_value,
+    interleave,
+    option_text,
+    vary_variants,
+)
 
 CURVE_METRIC = "val_loss"  # what a script reports through eng.log for a target read from its own run
 SCRIPT_TIMEOUT_S = 900.0  # a probe's or trial's limit without --timeout: a script is stopped, never left to train
@@ -102,6 +114,12 @@ class ScriptPlan:
     configs: dict[str, dict[str, Any]]  # each variant's settings as its engine will resolve them
     given: dict[str, Any]
     refused: dict[str, str] = field(default_factory=dict)  # variants the conflict rule refuses: not run
+    found: list[str] = field(default_factory=list)  # a plain script's speed switches, where from, and those left out
+
+    def listed(self) -> str:
+        """`--list`: the variants, those refused with why, and the speed switches found."""
+        refused = [f"refused, not run: {name}: {why}" for name, why in self.refused.items()]
+        return "\n".join([describe(self.variants), *refused, *self.found])
 
 
 def plan_script(
@@ -124,15 +142,32 @@ def plan_script(
     variants, skipped = _ablation(given, command) if ablate else (vary_variants(vary), {})
     if only:
         variants = only_variants(variants, only)
-    launches = {v.name: launch_of(command, sets, v) for v in variants}
+    options = ScriptOptions.of(given)
+    launches = {v.name: launch_of(command, sets, v, options) for v in variants}
     baseline = variants[0].name
     if not uses_engine(given):
         configs = {v.name: unchanged_script(launches[v.name], v, command) for v in variants}
         refused = {name: reason for name, reason in skipped.items() if name in launches}
-        return ScriptPlan(command, script_name(command), variants, baseline, launches, configs, given, refused)
+        refused |= _parser_refusals(options, [v for v in variants if v.name not in refused], ablate)
+        found = found_said(given, command) if ablate else []
+        return ScriptPlan(command, script_name(command), variants, baseline, launches, configs, given, refused, found)
     configs = {name: resolved(given, launch, name) for name, launch in launches.items()}
     refused = new_refusals({name: script_refusals(given, config) for name, config in configs.items()}, baseline)
     return ScriptPlan(command, script_name(command), variants, baseline, launches, configs, given, refused)
+
+
+def _parser_refusals(options: ScriptOptions | None, variants: list[Variant], ablate: bool) -> dict[str, str]:
+    """The variants the script's own parser would refuse, in its words: a --vary value it refuses is an error
+    before anything runs (as a recipe value that does not validate is); an ablation's is refused, not run."""
+    refused = {}
+    for variant in variants if options else ():
+        settings = {key[len(ARG) :]: v for key, v in variant.overrides.items() if key.startswith(ARG)}
+        said = options.refusal({spelling: None if v is None else option_text(v) for spelling, v in settings.items()})
+        if said and not ablate:
+            raise AccelError(f"variant `{variant.name}`: the script's parser refuses it, so no trial would run: {said}")
+        if said:
+            refused[variant.name] = f"the script's parser refuses it: {said}"
+    return refused
 
 
 def uses_engine(given: dict[str, Any]) -> bool:
@@ -155,17 +190,12 @@ def script_name(command: list[str]) -> str:
 
 def _ablation(given: dict[str, Any], command: list[str]) -> tuple[list[Variant], dict[str, str]]:
     """The speed-ups the script's engine was given, and those tune would try that this device can run and the
-    model can use (its traits, from the probe); for an HF or LightningCLI script without an engine, its Trainer's
-    own flags. With the variants skipped here and why (reported as refused, not run)."""
-    if given.get("framework") in FRAMEWORKS:
-        variants, skipped = framework_ablation(given, shlex.join(command))
-        return variants + [Variant(name) for name in skipped], skipped
+    model can use (its traits, from the probe); without an engine, an HF or LightningCLI script's Trainer flags,
+    or the speed switches among any other script's own options. With the variants skipped here and why (reported
+    as refused, not run)."""
     if not uses_engine(given):
-        raise AccelError(
-            f"--ablate needs the script's speed-ups, and `{shlex.join(command)}` creates no accel.Engine, Hugging "
-            "Face Trainer nor Lightning Trainer: compare its own options with --vary arg:--OPTION=V1,V2 (or "
-            "environment variables with --vary env:NAME=V1,V2)."
-        )
+        variants, skipped = framework_ablation(given, command)
+        return variants + [Variant(name) for name in skipped], skipped
     device = script_device(given)
     added = runnable_speedups(given["speedups"], device, given.get("model_traits"))
     try:
@@ -178,9 +208,11 @@ def _ablation(given: dict[str, Any], command: list[str]) -> tuple[list[Variant],
         ) from None
 
 
-def launch_of(command: list[str], sets: list[str], variant: Variant) -> ScriptLaunch:
-    """The variant's engine keys go to ACCEL_SET; its `arg:--OPTION` keys set the script's own option, its
-    `env:NAME` keys an environment variable."""
+def launch_of(
+    command: list[str], sets: list[str], variant: Variant, options: ScriptOptions | None = None
+) -> ScriptLaunch:
+    """The variant's engine keys go to ACCEL_SET; its `arg:--OPTION` keys set the script's own option (as its
+    parser's `options` take it, where known), its `env:NAME` keys an environment variable."""
     items, env = [], []
     for key, value in variant.overrides.items():
         if key.startswith(ENV):
@@ -188,7 +220,7 @@ def launch_of(command: list[str], sets: list[str], variant: Variant) -> ScriptLa
                 env.append((_env_name(key[len(ENV) :]), format_value(value)))
         elif key.startswith(ARG):
             if value is not None:  # None: the option as the command has it (or not at all)
-                command = with_option(command, key[len(ARG) :], option_text(value))
+                command = with_option(command, key[len(ARG) :], option_text(value), options)
         else:  # a section (a speed-up's whole config, from tune) as JSON, which the YAML of ACCEL_SET reads back
             text = json.dumps(value) if isinstance(value, (dict, list)) else format_value(value)
             items.append(f"{key}={text}")
@@ -201,15 +233,19 @@ def _env_name(name: str) -> str:
     return name
 
 
-def with_option(command: list[str], option: str, value: str) -> list[str]:
+def with_option(command: list[str], option: str, value: str, options: ScriptOptions | None = None) -> list[str]:
     """`command` with the script's `option` set to `value`: replaced where given (`--batch 8`, `--batch=8`), every
     time it is given (a parser takes the last, so replacing only the first would leave every variant the same),
     appended where not: a long option as `--batch=8`, the one form every parser reads (argparse, HfArgumentParser,
-    jsonargparse, and nanoGPT's configurator, which takes nothing else)."""
+    jsonargparse, and nanoGPT's configurator, which takes nothing else). `present` and `absent` switch it by its
+    presence; an option of several values (`nargs`, from the script's parser) takes them as separate words."""
     if not option.startswith("-"):
         raise AccelError(
             f"--vary {ARG}{option}: name the script's option with its dashes, e.g. --vary {ARG}--batch=16,32."
         )
+    spec = options.find(option) if options else None
+    if value in (PRESENT, ABSENT) or (spec is not None and spec.many):
+        return [*_without(command, option, spec), *tokens(option, value, spec)]
     command, given = list(command), False
     for i, token in enumerate(command):
         if token == option and i + 1 < len(command):
@@ -219,6 +255,32 @@ def with_option(command: list[str], option: str, value: str) -> list[str]:
     if given:
         return command
     return [*command, f"{option}={value}"] if option.startswith("--") else [*command, option, value]
+
+
+def _without(command: list[str], option: str, spec: Option | None) -> list[str]:
+    """`command` without `option` wherever given, and the values it takes there (none where its parser is not
+    known: a flag)."""
+    kept, skipping = [], 0
+    for token in command:
+        if token == option:
+            skipping = _values_after(spec)
+        elif token.startswith(f"{option}="):
+            skipping = 0
+        elif skipping and not is_option(token):
+            skipping -= 1
+        else:
+            skipping = 0
+            kept.append(token)
+    return kept
+
+
+def _values_after(spec: Option | None) -> float:
+    """How many words after the option are its values, at most (the next option ends them)."""
+    if spec is None or not spec.takes_values:
+        return 0
+    if isinstance(spec.nargs, int):
+        return spec.nargs
+    return math.inf if spec.many else 1
 
 
 def resolved(given: dict[str, Any], launch: ScriptLaunch, name: str) -> dict[str, Any]:

@@ -1,6 +1,7 @@
-"""The speed flags a framework script already takes on its command line: what `accel bench --ablate` tries on a
-script without an `accel.Engine`. For a Hugging Face Trainer script, the Trainer's own flags (TrainingArguments);
-for a LightningCLI script, the Trainer's `--trainer.precision`. Each is switched against the script as given, where
+"""The speed flags a script already takes on its command line: what `accel bench --ablate` tries on a script
+without an `accel.Engine`. For a Hugging Face Trainer script, the Trainer's own flags (TrainingArguments); for a
+LightningCLI script, the Trainer's `--trainer.precision`; for any other script, the speed switches found by their
+meaning among its own options (accel/bench/script_switches.py). Each is switched against the script as given, where
 the device supports it and the installed packages allow it; a flag that cannot run here is skipped with its reason.
 """
 
@@ -8,15 +9,15 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Callable
+import shlex
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import AccelError
 from .knobs import Knob
+from .script_switches import Switch, cuda_only, script_options, switches
 from .variants import ARG, Variant
-
-CUDA = "needs a CUDA GPU"
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class Flag:
     off: Any
     cannot: Callable[[str, dict[str, Any]], str | None] = lambda device, given: None
     needs: Callable[[str, dict[str, Any]], dict[str, Any]] = lambda device, flags: {}  # other options it needs here
+    shows_needs: bool = False  # the variant's name says what it needs too (`--amp=present,--amp-dtype=bfloat16`)
 
     @property
     def key(self) -> str:
@@ -44,11 +46,18 @@ class Flag:
     def variant(self, device: str, flags: dict[str, Any]) -> Variant:
         text = str(self.switched(flags))
         needs = {key: str(value) for key, value in self.needs(device, flags).items()}
-        return Variant(f"--{self.name}={text}", {self.key: text, **needs})
+        said = [f"{key[len(ARG) :]}={value}" for key, value in needs.items()] if self.shows_needs else []
+        return Variant(",".join([f"--{self.name}={text}", *said]), {self.key: text, **needs})
+
+    @classmethod
+    def of(cls, switch: Switch) -> Flag:
+        """A plain script's speed switch, as a Trainer's flag."""
+        needs = {f"{ARG}{option}": value for option, value in switch.needs.items()}
+        return cls(switch.name, switch.on, switch.off, lambda d, g: switch.cannot, lambda d, f: needs, bool(needs))
 
 
 def _cuda_only(device: str, given: dict[str, Any]) -> str | None:
-    return None if device.startswith("cuda") else f"{CUDA} (this script trains on {device})"
+    return cuda_only(device)
 
 
 def _liger(device: str, given: dict[str, Any]) -> str | None:
@@ -111,16 +120,61 @@ FRAMEWORKS = {
 }
 
 
-def switched_flags(given: dict[str, Any], command: str, what: str) -> tuple[list[Flag], dict[str, str]]:
-    """The Trainer's flags the script takes on its command line that can be switched here; and those that cannot,
-    by their variant's name, with why. `what` (--ablate, tune) needs them."""
+def plain_switches(given: dict[str, Any], command: list[str]) -> tuple[list[Switch], dict[str, str]]:
+    """The speed switches among a plain script's own options, and the options meaning one that cannot be
+    switched, with why."""
+    from ..devices import cpu_has_native_bf16
+
+    device = given["resolved_device"]
+    return switches(script_options(given, command), device, device == "cpu" and cpu_has_native_bf16())
+
+
+def known_flags(given: dict[str, Any], command: list[str], what: str) -> tuple[Sequence[Flag], dict[str, Any]]:
+    """The flags a script takes on its command line (its Trainer's, or its own speed switches), and their values
+    as given; an error where it takes none. `what` (--ablate, tune) needs them."""
+    if given.get("framework") not in FRAMEWORKS:
+        found, _ = plain_switches(given, command)
+        if not found:
+            raise AccelError(
+                f"{what} switches a script's speed flags, and `{shlex.join(command)}` takes none that accel knows "
+                "(mixed precision, channels-last, compile, pinned memory, workers, a fused optimizer, TF32, gradient "
+                "checkpointing) and creates no accel.Engine: compare its own options with --vary arg:--OPTION=V1,V2 "
+                "(a flag: arg:--OPTION=absent,present), or environment variables with --vary env:NAME=V1,V2."
+            )
+        return [Flag.of(switch) for switch in found], {switch.name: switch.given for switch in found}
     known, parses = FRAMEWORKS[given["framework"]]
     if not given.get("command_line"):
         raise AccelError(
-            f"{what} switches a Trainer script's own flags on its command line, and `{command}` does not {parses}: "
-            "compare what it does take with --vary arg:--OPTION=V1,V2."
+            f"{what} switches a Trainer script's own flags on its command line, and `{shlex.join(command)}` does not "
+            f"{parses}: compare what it does take with --vary arg:--OPTION=V1,V2."
         )
-    device, flags = given["resolved_device"], given["flags"]
+    return known, given["flags"]
+
+
+def given_flags(given: dict[str, Any], command: list[str]) -> dict[str, Any]:
+    """The script's flags (its Trainer's, or its own speed switches) as given, by name."""
+    if given.get("framework") in FRAMEWORKS:
+        return given.get("flags") or {}
+    return {switch.name: switch.given for switch in plain_switches(given, command)[0]}
+
+
+def found_said(given: dict[str, Any], command: list[str]) -> list[str]:
+    """What `--ablate --list` says of a plain script's switches: each found, from which option and how it matched,
+    and each left out, with why."""
+    if given.get("framework") in FRAMEWORKS:
+        return []
+    found, left = plain_switches(given, command)
+    lines = [f"found {switch.said()}" + (f"; not run: {switch.cannot}" if switch.cannot else "") for switch in found]
+    return lines + [f"left out {name}: {why}" for name, why in left.items()]
+
+
+def switched_flags(
+    given: dict[str, Any], command: list[str], what: str
+) -> tuple[list[Flag], dict[str, str], dict[str, Any]]:
+    """The flags the script takes on its command line that can be switched here; those that cannot, by their
+    variant's name, with why; and every flag's value as given."""
+    known, flags = known_flags(given, command, what)
+    device, given = given["resolved_device"], given | {"flags": flags}
     runnable, skipped, seen = [], {}, set()
     for flag in known:
         name = flag.variant(device, flags).name
@@ -132,21 +186,21 @@ def switched_flags(given: dict[str, Any], command: str, what: str) -> tuple[list
             skipped[name] = reason
         else:
             runnable.append(flag)
-    return runnable, skipped
+    return runnable, skipped, flags
 
 
-def framework_ablation(given: dict[str, Any], command: str) -> tuple[list[Variant], dict[str, str]]:
-    """The script as given, then each of its Trainer's flags switched; and the flags skipped, with why."""
-    runnable, skipped = switched_flags(given, command, "--ablate")
-    device, flags = given["resolved_device"], given["flags"]
+def framework_ablation(given: dict[str, Any], command: list[str]) -> tuple[list[Variant], dict[str, str]]:
+    """The script as given, then each of its flags switched; and the flags skipped, with why."""
+    runnable, skipped, flags = switched_flags(given, command, "--ablate")
+    device = given["resolved_device"]
     return [Variant("baseline"), *(flag.variant(device, flags) for flag in runnable)], skipped
 
 
-def flag_knobs(given: dict[str, Any], command: str) -> tuple[list[Knob], dict[str, str]]:
-    """tune's knobs over the Trainer's flags: one per option, its values those it can be switched to here (a
+def flag_knobs(given: dict[str, Any], command: list[str]) -> tuple[list[Knob], dict[str, str]]:
+    """tune's knobs over the script's flags: one per option, its values those it can be switched to here (a
     speed flag, guarded: it must leave the training loss as it was); and the flags skipped, with why."""
-    runnable, skipped = switched_flags(given, command, "accel tune")
-    device, flags = given["resolved_device"], given["flags"]
+    runnable, skipped, flags = switched_flags(given, command, "accel tune")
+    device = given["resolved_device"]
     by_key: dict[str, list[Flag]] = {}
     for flag in runnable:
         by_key.setdefault(flag.key, []).append(flag)

@@ -5,6 +5,7 @@ it crashed, timed out or was killed (its process group goes with it: DataLoader 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,6 +20,13 @@ from .records import Trial
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding `accel/`, for the children's imports
 INSTRUMENT_SITE = Path(__file__).resolve().parent / "instrument" / "site"  # its sitecustomize: accel/bench/instrument
 TAIL_LINES = 30
+# the instrument's record of a script that ended before its first optimizer step (accel/bench/instrument); where it
+# exited on an error of its own, the trial says that error instead (`own_error`)
+NEVER_STEPPED = (
+    "the script ended without stepping an optimizer (no torch.optim optimizer's step() ran): accel measures a script "
+    "by its optimizer steps"
+)
+ERROR_LINE = re.compile(r"error|exception", re.IGNORECASE)
 STOPS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}  # what stops a bench (accel/bench/runner.py)
 SYNCS = ("step", "window")  # TrialSettings.sync
 WINDOW_WITH_EVALS = (
@@ -179,6 +187,15 @@ def _child_setup(mask: set[signal.Signals]) -> None:
     die_with_parent()
 
 
+def own_error(code: int, log_path: Path) -> str:
+    """A script that exited on an error of its own before stepping (its parser refused an option, it raised
+    SystemExit("...")): that error's line, its last words that name one, with its last output."""
+    tail = log_tail(log_path)
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    said = next((line for line in reversed(lines) if ERROR_LINE.search(line)), lines[-1] if lines else "no output")
+    return f"the script {exit_reason(code)} before its first optimizer step: {said}\nlast output:\n{tail}"
+
+
 def run_trial_process(
     argv: list[str],
     json_path: Path,
@@ -198,6 +215,8 @@ def run_trial_process(
         return Trial(
             error=f"trial process {exit_reason(code)} without a readable result; last output:\n{log_tail(log_path)}"
         )
+    if code != 0 and result.error == NEVER_STEPPED:
+        return result.updated(error=own_error(code, log_path))
     if code != 0 and result.error is None:
         result = result.updated(
             error=f"trial process {exit_reason(code)} after writing its result; last output:\n{log_tail(log_path)}"

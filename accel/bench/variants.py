@@ -5,7 +5,8 @@ the overrides on top of the recipe. Two ways to build a list:
 - `ablation_variants`: baseline (every speed-up under test off), all (every one on), `+NAME` (NAME added to
   baseline) and `-NAME` (NAME removed from all).
 - `vary_variants`: the cartesian product of `--vary KEY=V1,V2` values; the first combination is the baseline.
-A script's keys are prefixed: `arg:--OPTION` its own command-line option, `env:NAME` its environment.
+A script's keys are prefixed: `arg:--OPTION` its own command-line option (`present`/`absent` switch a flag by its
+presence: accel/bench/script_options.py), `env:NAME` its environment.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ def value_label(key: str, value: Any) -> str:
 
 
 VARY_SHAPES = {
-    ARG: "arg:--batch=16,32 (the script's option)",
+    ARG: "arg:--batch=16,32 (the script's option; a flag by its presence: arg:--channels-last=absent,present)",
     ENV: "env:NAME=1,2 (a variable the script reads)",
     "": "data.batch_size=64,128 (a dotted recipe key)",
 }

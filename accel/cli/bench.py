@@ -40,8 +40,8 @@ def add(commands) -> None:
         action="append",
         default=[],
         metavar="KEY=V1,V2",
-        help="compare values of any recipe key (for a script: engine keys, or its own option as arg:--OPTION); "
-        "several --vary give their cartesian product",
+        help="compare values of any recipe key (for a script: engine keys, or its own option as arg:--OPTION, a "
+        "flag by its presence: arg:--channels-last=absent,present); several --vary give their cartesian product",
     )
     add_trial_options(bench_parser, steps=20, warmup=3, trials=3)
     add_round_options(bench_parser)
@@ -323,7 +323,6 @@ def _all_failed(report, out: Path) -> str:
 def bench_script(args: argparse.Namespace) -> int:
     """`accel bench [OPTIONS] -- python train.py ARGS`: the same report, every trial a fresh process of the script."""
     from ..bench.script import plan_script, run_script_bench, script_name
-    from ..bench.variants import describe
     from ..io import default_out
     from ..runs.rundir import check_results_out
 
@@ -338,7 +337,7 @@ def bench_script(args: argparse.Namespace) -> int:
         check_results_out(out, "bench")  # before the probe, which runs the script until it creates its engine
     plan = plan_script(args.user_script, args.overrides, args.ablate, args.vary, args.only, args.timeout)
     if args.list:
-        print(describe(plan.variants))
+        print(plan.listed())
         return 0
     with hold(out):
         report, _ = run_script_bench(plan, out, settings, args.rounds, command=shlex.join(["accel", *args.argv]))

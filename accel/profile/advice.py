@@ -89,6 +89,8 @@ class Rule:
     script_fix: str | None = None
     # for a script without an engine: the fix in its own terms (torch, an HF Trainer's or Lightning's flags)
     unchanged_fix: str = ""
+    # the meanings of a plain script's own speed switches that are the fix (accel/bench/script_switches.py)
+    switches: tuple[str, ...] = ()
 
 
 RULES = (
@@ -103,6 +105,7 @@ RULES = (
         "decoding on the GPU (DALI)",
         "more workers for the DataLoader (num_workers; an HF Trainer's --dataloader_num_workers), or decoding on "
         "the GPU (DALI)",
+        switches=("loader workers",),
     ),
     Rule(
         "host-bound",
@@ -114,6 +117,7 @@ RULES = (
         "--vary speedups.compile.enabled=false,true",
         unchanged_fix="torch.compile the model (an HF Trainer's --torch_compile; mode reduce-overhead also replays "
         "the step as CUDA graphs)",
+        switches=("torch.compile",),
     ),
     Rule(
         "small-kernels",
@@ -123,6 +127,7 @@ RULES = (
         "compile the model (speedups.compile) to fuse them",
         "--vary speedups.compile.enabled=false,true",
         unchanged_fix="torch.compile the model to fuse them (an HF Trainer's --torch_compile)",
+        switches=("torch.compile",),
     ),
     Rule(
         "fp32-matmuls",
@@ -133,6 +138,7 @@ RULES = (
         "--vary speedups.amp.enabled=false,true",
         unchanged_fix="bf16 autocast around the forward and loss (torch.autocast(device, torch.bfloat16); an HF "
         "Trainer's --bf16, Lightning's --trainer.precision bf16-mixed)",
+        switches=("mixed precision", "bf16 mixed precision"),
     ),
     Rule(
         "memory-bound",
@@ -142,6 +148,7 @@ RULES = (
         "(task.fused_loss: true) never holds the whole vocabulary's logits",
         "--vary speedups.activation_checkpointing.enabled=false,true",
         unchanged_fix="activation checkpointing (torch.utils.checkpoint; an HF Trainer's --gradient_checkpointing)",
+        switches=("gradient checkpointing",),
     ),
     Rule(
         "slow-optimizer",
@@ -153,6 +160,7 @@ RULES = (
         "--vary speedups.optim.impl=auto,fused --vary speedups.compiled_optimizer.enabled=false,true",
         unchanged_fix="a fused optimizer (torch.optim.AdamW(..., fused=True); an HF Trainer's --optim "
         "adamw_torch_fused)",
+        switches=("a fused or foreach optimizer",),
     ),
 )
 
@@ -163,9 +171,10 @@ def advise(
     """The rules that apply to `report`, each as its finding, the fix and the bench command: on the recipe (a
     path) or the script (its command line, a list) with the `--set` overrides the profile was given, since the
     bench must measure the run that was profiled. A rule whose keys only a recipe has gives a script no command; a
-    script without an engine gets the fix in its own terms, and `--ablate` of its Trainer's flags where it has
-    them (a plain loop: no command, since only its own options can change it). Where a bench beside `folder` (the
-    profile's) already found the advised change no faster on this run, the advice says so (`measured`)."""
+    script without an engine gets the fix in its own terms (a plain script's own switch for it, `--amp --amp-dtype
+    bfloat16`), and `--ablate` of its flags where it has them (a plain loop without: no command). Where a bench
+    beside `folder` (the profile's) already found the advised change no faster on this run, the advice says so
+    (`measured`)."""
     script = not isinstance(recipe, str)
     framework = report["facts"].get("framework")
     sets = [f"--set={item}" for item in overrides]
@@ -177,8 +186,11 @@ def advise(
         if not rule.applies(facts):
             continue
         if framework is not None:
-            ablate = f"accel bench --ablate -- {shlex.join(recipe)}" if framework in ("hf", "lightning") else None
-            fix, bench = rule.unchanged_fix, ablate
+            switches = report["facts"].get("switches") or {}
+            own = [spelled for meaning, spelled in switches.items() if meaning in rule.switches]
+            flags = framework in ("hf", "lightning") or own
+            fix = rule.unchanged_fix + "".join(f"; the script's own {spelled}" for spelled in own)
+            bench = f"accel bench --ablate -- {shlex.join(recipe)}" if flags else None
         elif script and rule.script_fix is not None:
             fix, bench = rule.script_fix, None
         elif script:

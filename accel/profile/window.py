@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,8 +181,21 @@ def _facts(run: ProfiledRun) -> dict[str, Any]:
         # a script without an accel.Engine (accel/bench/instrument): hf, lightning or plain; None with an engine
         "framework": getattr(run, "framework", None),
         "fused_optimizer": bool((getattr(run.optimizer, "defaults", None) or {}).get("fused")),
+        "switches": _own_switches(run),
         "bf16_matmul_speedup": _bf16_at_model_size(run) if precision == "fp32" else None,
     }
+
+
+def _own_switches(run: ProfiledRun) -> dict[str, str]:
+    """A plain script's own speed switches that run here, by meaning, as its command line spells them on (timm's
+    `--amp --amp-dtype bfloat16`): the advice names them."""
+    if getattr(run, "framework", None) != "plain":
+        return {}
+    from ..bench.instrument.parsers import captured
+    from ..bench.script_flags import plain_switches
+
+    found, _ = plain_switches({"resolved_device": str(run.device), "parsers": captured()}, sys.argv)
+    return {switch.meaning: switch.spelled() for switch in found if switch.cannot is None}
 
 
 def _bf16_at_model_size(run: ProfiledRun) -> float | None:

@@ -335,12 +335,49 @@ def test_a_nanogpt_style_scripts_options_reach_it_in_the_one_form_its_configurat
     )
 
 
-def test_an_engine_setting_or_an_ablation_of_a_script_without_an_engine_is_refused(tmp_path, capsys):
-    path = str(_script(tmp_path))
+# a plain loop whose options are none of the speed switches accel knows; `--fail` ends it on its parser's error
+OWN_OPTIONS = """
+import argparse, torch
+parser = argparse.ArgumentParser(prog="train.py")
+parser.add_argument("--lr", type=float, default=0.1)
+parser.add_argument("--fail", action="store_true")
+args = parser.parse_args()
+if args.fail:
+    parser.error("--fail cannot train")
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+while True:
+    model(torch.randn(8, 4)).square().mean().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+"""
+
+
+def test_an_engine_setting_or_an_ablation_of_a_script_without_speed_switches_is_refused(tmp_path, capsys):
+    path = str(_script(tmp_path, OWN_OPTIONS))
     assert main(["bench", "--vary", "speedups.amp.enabled=true", "--list", "--", sys.executable, path]) == 2
     assert "an accel.Engine setting" in capsys.readouterr().err
     assert main(["bench", "--ablate", "--list", "--", sys.executable, path]) == 2
-    assert "creates no accel.Engine, Hugging Face Trainer nor Lightning Trainer: compare" in capsys.readouterr().err
+    assert "takes none that accel knows" in capsys.readouterr().err
+
+
+def test_a_plain_scripts_own_flags_are_found_ablated_and_checked_by_its_own_parser(tmp_path, capsys):
+    command = ["--", sys.executable, str(_script(tmp_path)), "--out", str(tmp_path)]
+    assert main(["bench", "--ablate", "--list", *command]) == 0
+    listed = capsys.readouterr().out
+    assert "--compile=present" in listed and "found --compile (torch.compile): --compile, by its name" in listed
+    # `True` after a store_true flag: argparse refuses it, so the variant is refused before any trial, in its words
+    assert main(["bench", "--vary", "arg:--compile=null,True", "--list", *command]) == 2
+    assert "error: argument --compile: ignored explicit argument 'True'" in capsys.readouterr().err
+
+
+def test_a_trial_that_exits_on_the_scripts_own_error_says_that_error(tmp_path):
+    out = tmp_path / "bench"
+    argv = ["bench", "--vary", "arg:--fail=absent,present", "--trials", "1", "--steps", "2", "--warmup", "1"]
+    assert main([*argv, "--out", str(out), "--", sys.executable, str(_script(tmp_path, OWN_OPTIONS))]) == 0
+    failed = json.loads((out / "report.json").read_text())["variants"][1]["trials"][0]
+    said = "the script exited with code 2 before its first optimizer step: train.py: error: --fail cannot train"
+    assert failed["error"].startswith(said)
 
 
 def test_a_script_that_never_steps_is_stopped_at_the_limit_with_its_last_output(tmp_path, capsys):

@@ -151,6 +151,10 @@ def test_an_unchanged_scripts_advice_is_in_its_own_terms():
     report["facts"] |= {"framework": "plain"}
     (advice,) = advise(report, ["python", "train.py"])
     assert advice["bench"] is None  # a plain loop's own options are all a bench can change
+    report["facts"]["switches"] = {"mixed precision": "--amp --amp-dtype bfloat16", "channels-last": "--cl"}
+    (advice,) = advise(report, ["python", "train.py"])  # timm's own switch for it, proved by its --ablate
+    assert advice["fix"].endswith("; the script's own --amp --amp-dtype bfloat16") and "--cl" not in advice["fix"]
+    assert advice["bench"] == "accel bench --ablate -- python train.py"
     report = copy.deepcopy(quiet())
     slow_optimizer(report)
     report["facts"] |= {"framework": "plain", "fused_optimizer": True}

@@ -16,6 +16,7 @@ from ... import devices
 from ...measure.flops import ForwardSum
 from ...strategy.precision import DTYPES
 from ..trial_figures import deltas, diverged, final_loss, ran_out, rates, target_figures
+from ..trial_process import NEVER_STEPPED
 
 if TYPE_CHECKING:
     from .recorder import Recorder
@@ -31,8 +32,10 @@ EVALUATE_WITHIN = (
 
 
 def given(rec: Recorder) -> dict[str, Any]:
-    """The probe's answer: no engine; the device, the optimizer, the model's traits and what a framework told."""
+    """The probe's answer: no engine; the device, the optimizer, the model's traits, what a framework told and the
+    script's own argparse parsers."""
     from ...models.blocks import model_traits
+    from .parsers import captured
     from .recorder import FACTS
 
     return {
@@ -40,6 +43,7 @@ def given(rec: Recorder) -> dict[str, Any]:
         "resolved_device": str(rec.device),
         "optimizer": type(rec.optimizer).__name__,
         "model_traits": model_traits(rec.models[0]) if rec.models else None,
+        "parsers": captured(),
         **FACTS,
     }
 
@@ -118,10 +122,7 @@ def _flops_per_sample(rec: Recorder) -> float | None:
 
 def ended_early(rec: Recorder) -> str:
     if not rec.marks:
-        return (
-            "the script ended without stepping an optimizer (no torch.optim optimizer's step() ran): accel measures "
-            "a script by its optimizer steps"
-        )
+        return NEVER_STEPPED
     return ran_out(len(rec.marks), rec.warmup, rec.steps)
 
 

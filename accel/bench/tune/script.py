@@ -24,7 +24,6 @@ from typing import Any
 
 import yaml
 
-from ...config.recipe_yaml import parse_value
 from ...devices import resolve_device
 from ...errors import AccelError
 from ...io import write_atomic
@@ -32,7 +31,9 @@ from ..knobs import Knob, _listed, _tried, current, lookup, speedup_knobs
 from ..records import Trial
 from ..refused import script_refusals
 from ..script import SET_VARIABLE, launch_of, probe, resolved, uses_engine
-from ..script_flags import FRAMEWORKS, flag_knobs
+from ..script_flags import FRAMEWORKS, flag_knobs, given_flags, plain_switches
+from ..script_options import ScriptOptions
+from ..script_switches import options_of
 from ..trial_process import Launch
 from ..variants import ARG, ENV, Variant
 from .search import TuneResult
@@ -73,7 +74,8 @@ class ScriptSubject:
         return {k: v for k, v in overrides.items() if lookup(plain, k) != v}
 
     def launch(self, overrides: dict[str, Any], name: str = "variant") -> Launch:
-        return launch_of(self.command, self.sets, Variant(name, self.effective(overrides)))
+        options = ScriptOptions.of(self.engine)
+        return launch_of(self.command, self.sets, Variant(name, self.effective(overrides)), options)
 
     def config_key(self, overrides: dict[str, Any]) -> str:
         """The command and the settings its engine resolves (validated: a bad key fails here, before a trial)."""
@@ -94,11 +96,12 @@ class ScriptSubject:
 
 
 class UnchangedScript(ScriptSubject):
-    """A script without an accel.Engine (accel.bench.instrument measures it): its own options and, for a Hugging
-    Face or LightningCLI script, its Trainer's flags, as given; no engine setting to resolve or refuse."""
+    """A script without an accel.Engine (accel.bench.instrument measures it): its own options and its speed flags
+    (a Hugging Face or LightningCLI script's Trainer flags, or its own speed switches), as given; no engine setting
+    to resolve or refuse."""
 
     def plain(self) -> dict[str, Any]:
-        flags = {f"{ARG}--{name}": value for name, value in (self.engine.get("flags") or {}).items()}
+        flags = {f"{ARG}--{name}": value for name, value in given_flags(self.engine, self.command).items()}
         return {**flags, **{f"{ARG}{k}": v for k, v in options_of(self.command).items()}}
 
     def config_key(self, overrides: dict[str, Any]) -> str:
@@ -107,28 +110,6 @@ class UnchangedScript(ScriptSubject):
 
     def refusals(self, overrides: dict[str, Any]) -> list[str]:
         return []
-
-
-def options_of(command: list[str]) -> dict[str, Any]:
-    """The script's `--option value` and `--option=value` pairs, typed as YAML (flags without a value: none)."""
-    found: dict[str, Any] = {}
-    for i, token in enumerate(command):
-        if not token.startswith("--") or token == "--":
-            continue
-        name, sep, text = token.partition("=")
-        if sep:
-            found[name] = parse_value(text)
-        elif i + 1 < len(command) and not _is_option(command[i + 1]):
-            found[name] = parse_value(command[i + 1])
-    return found
-
-
-def _is_option(token: str) -> bool:
-    try:
-        float(token)  # -1 and -1e-3 are values
-        return False
-    except ValueError:
-        return token.startswith("-")
 
 
 def _option(subject: ScriptSubject, flag: str, name: str) -> tuple[str, Any]:
@@ -159,9 +140,9 @@ def speed_knobs(
 
 def _speed_flags(subject: ScriptSubject) -> list[Knob]:
     if isinstance(subject, UnchangedScript):
-        if subject.engine.get("framework") not in FRAMEWORKS:
-            return []
-        knobs, skipped = flag_knobs(subject.engine, shlex.join(subject.command))
+        if subject.engine.get("framework") not in FRAMEWORKS and not plain_switches(subject.engine, subject.command)[0]:
+            return []  # a plain loop with no speed switch of its own: its batch size and --try keys
+        knobs, skipped = flag_knobs(subject.engine, subject.command)
         for name, why in skipped.items():
             print(f"{name}: not tried: {why}", file=sys.stderr)
         return knobs

@@ -1,10 +1,12 @@
 """Loaded by Python before a benched script's first line (this folder is first on the trial's PYTHONPATH): starts
-accel's instrument once the script imports torch, then hands over to the sitecustomize this one shadows, if any."""
+accel's instrument once the script imports torch, records the script's argparse parsers as it parses its command
+line, then hands over to the sitecustomize this one shadows, if any."""
 
 import os
 
 if os.environ.get("ACCEL_TRIAL") or os.environ.get("ACCEL_PROFILE"):
-    from accel.bench.instrument import import_watch
+    from accel.bench.instrument import import_watch, parsers
 
     import_watch.start()
+    parsers.watch()
     import_watch.chain_next_sitecustomize(os.path.dirname(os.path.abspath(__file__)))

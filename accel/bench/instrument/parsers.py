@@ -1,0 +1,89 @@
+"""The script's own `argparse` parsers, read as it parses its command line: each option's spellings, kind, values
+and help, and the value the script got. The bench reads them from the probe's answer to switch a plain script's speed
+flags (accel/bench/script_flags.py) and to refuse, before any trial, a variant its parser would refuse
+(accel/bench/script_options.py). Torch-free and cheap: it records after the script's own call, and never changes
+what the script gets."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from typing import Any
+
+PARSERS: dict[int, dict[str, Any]] = {}  # by the parser's id: a parser parsed twice is recorded once, the last time
+_depth = 0  # parse_args calls parse_known_args, and a subcommand's parser is parsed inside its parent's
+
+
+def watch() -> None:
+    """From now on every parser the script parses its command line with is recorded (the outermost call only)."""
+    for name in ("parse_args", "parse_known_args"):
+        original = getattr(argparse.ArgumentParser, name)
+        setattr(argparse.ArgumentParser, name, _recording(original, strict=name == "parse_args"))
+
+
+def _recording(original, strict: bool):
+    @functools.wraps(original)
+    def parse(parser, *args, **kwargs):
+        global _depth
+        _depth += 1
+        try:
+            parsed = original(parser, *args, **kwargs)
+        finally:
+            _depth -= 1
+        if _depth == 0:
+            try:
+                PARSERS[id(parser)] = described(parser, parsed[0] if isinstance(parsed, tuple) else parsed, strict)
+            except Exception as err:  # noqa: BLE001 - the script goes on; the bench only misses its options
+                print(f"accel: could not read the script's options: {err!r}", file=sys.stderr)
+        return parsed
+
+    return parse
+
+
+def captured() -> list[dict[str, Any]]:
+    return list(PARSERS.values())
+
+
+def described(parser: argparse.ArgumentParser, parsed: argparse.Namespace, strict: bool) -> dict[str, Any]:
+    """The parser as data: `strict` when the script refuses what it does not know (parse_args)."""
+    return {
+        "prog": parser.prog,
+        "strict": strict,
+        "prefix_chars": parser.prefix_chars,
+        "actions": [_action(action, parsed) for action in parser._actions if action.option_strings],
+    }
+
+
+def _action(action: argparse.Action, parsed: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "options": list(action.option_strings),
+        "dest": action.dest,
+        "kind": _kind(action),
+        "nargs": action.nargs,
+        "const": _plain(action.const),
+        "choices": _plain(list(action.choices)) if isinstance(action.choices, (list, tuple, range)) else None,
+        "type": getattr(action.type, "__name__", None) if action.type is not None else None,
+        "default": _plain(action.default),
+        "value": _plain(getattr(parsed, action.dest, None)),
+        "help": action.help if isinstance(action.help, str) else None,
+    }
+
+
+def _kind(action: argparse.Action) -> str:
+    if isinstance(action, argparse.BooleanOptionalAction):
+        return "boolean_optional"
+    if isinstance(action, argparse._StoreTrueAction):
+        return "store_true"
+    if isinstance(action, argparse._StoreFalseAction):
+        return "store_false"
+    return "flag" if action.nargs == 0 else "store"  # store_const, count, help, version; or one taking values
+
+
+def _plain(value: Any) -> Any:
+    """A value as JSON holds it: a number, text, boolean or None as it is, a list of them, anything else its text."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return str(value)
