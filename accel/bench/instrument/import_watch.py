@@ -19,28 +19,56 @@ SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "site")
 
 
 class _AfterImport:
-    """A finder that lets the usual finders find a watched module, and has its loader call `then(module)` once the
-    module's own code has run."""
+    """A finder that lets the other finders find a watched module, and has the loader they found call
+    `then(module)` once the module's own code has run. A watch ends only there: a look-up that imports nothing
+    (`importlib.util.find_spec("torch")`, as `datasets` and `transformers` check that torch is there) finds a spec
+    that is never executed, and the import that follows is watched as the first would have been."""
 
     def __init__(self, watched: dict[str, Callable[[ModuleType], None]]):
         self.watched = watched
 
     def find_spec(self, name, path=None, target=None):
-        then = self.watched.pop(name, None)
-        if then is None:
+        if name not in self.watched:
             return None
-        if not self.watched:
-            sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.loader is not None:
-            exec_module = spec.loader.exec_module
-
-            def exec_then(module):
-                exec_module(module)
-                _safely(then, module)
-
-            spec.loader.exec_module = exec_then
+        spec = self._others(name, path, target)
+        if spec is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _ThenLoader(spec.loader, lambda module: self._loaded(name, module))
         return spec
+
+    def _others(self, name, path, target):
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = None if finder is self or find is None else find(name, path, target)
+            if spec is not None:
+                return spec
+        return None
+
+    def _loaded(self, name: str, module: ModuleType) -> None:
+        then = self.watched.pop(name, None)
+        if not self.watched and self in sys.meta_path:
+            sys.meta_path.remove(self)
+        if then is not None:
+            _safely(then, module)
+
+
+class _ThenLoader:
+    """A found module's own loader, whose `exec_module` then calls `then(module)`; the module is given its own
+    loader back before its code runs, so nothing in it (or that reads `__loader__` later) sees this one."""
+
+    def __init__(self, loader, then: Callable[[ModuleType], None]):
+        self.loader, self.then = loader, then
+
+    def __getattr__(self, name):
+        return getattr(self.loader, name)
+
+    def exec_module(self, module: ModuleType) -> None:
+        if getattr(module, "__loader__", None) is self:
+            module.__loader__ = self.loader
+        spec = getattr(module, "__spec__", None)
+        if spec is not None and spec.loader is self:
+            spec.loader = self.loader
+        self.loader.exec_module(module)
+        self.then(module)
 
 
 def _safely(then: Callable[[ModuleType], None], module: ModuleType) -> None:
