@@ -14,6 +14,7 @@ from collections.abc import Callable
 from types import ModuleType
 
 from ...engine import trial_variables  # torch-free
+from . import guard  # torch-free
 
 SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "site")
 
@@ -78,6 +79,12 @@ def _safely(then: Callable[[ModuleType], None], module: ModuleType) -> None:
         print("accel: the instrument could not start:\n" + traceback.format_exc(), file=sys.stderr)
 
 
+def _torch(torch: ModuleType) -> None:
+    """The recorder, and apart from it the guard's step hook: a recorder that fails to start leaves the guard."""
+    _safely(_recorder, torch)
+    guard.hook_torch()
+
+
 def _recorder(torch: ModuleType) -> None:
     from . import recorder
 
@@ -112,7 +119,8 @@ def start() -> None:
     """Start the recorder once torch is imported, and join the HF Trainer, Lightning's Trainer, LightningCLI,
     Fabric, TensorBoard's SummaryWriter, wandb and MLflow once the script imports them (now, where they already are)."""
     trial_variables.claim_root()
-    watched = {"torch": _recorder, "transformers.trainer": _hf_trainer}
+    guard.start()
+    watched = {"torch": _torch, "transformers.trainer": _hf_trainer}
     for package in ("lightning.pytorch", "pytorch_lightning"):
         watched[f"{package}.trainer.trainer"] = _lightning("attach_trainer")
         watched[f"{package}.cli"] = _lightning("attach_cli")
