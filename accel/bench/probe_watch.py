@@ -19,8 +19,8 @@ NEVER_STEPPED = (
     "optimizer steps. Give it the arguments that make it train, or give them a recipe."
 )
 NO_TORCH = (
-    "`{command}` ran to its end without importing torch, so there is nothing to measure: accel bench, tune and "
-    "profile time a PyTorch script by its optimizer steps."
+    "`{command}` ran to its end without stepping an optimizer: it never imported torch, so there is nothing to "
+    "measure: accel bench, tune and profile time a PyTorch script by its optimizer steps."
 )
 NO_INSTRUMENT = (
     "`{command}` ran to its end, and accel's instrument did not load in it (no process of it ran accel's "
