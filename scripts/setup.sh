@@ -6,4 +6,4 @@ PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[data,export,dali,hf,lightning,timm,trackers,dev]'
+.venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[data,export,dali,hf,lightning,timm,peers,trackers,dev]'

@@ -22,6 +22,7 @@ import shlex
 import shutil
 import sys
 import tempfile
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,9 +36,10 @@ from ..errors import AccelError, RecipeError
 from .decide import Rounds
 from .knobs import runnable_speedups
 from .plan import only_variants
+from .probe_watch import ProbeWatch
 from .records import Report
 from .refused import new_refusals, script_device, script_refusals
-from .runner import BenchRun, as_rounds, run_and_report
+from .runner import BenchRun, as_rounds, run_and_report, signals_as_ctrl_c
 from .script_flags import found_said, framework_ablation
 from .script_options import ABSENT, PRESENT, Option, ScriptOptions, is_option, tokens
 from .trial_process import TrialSettings, exit_reason, instrumented_pythonpath, log_tail, run_logged, trial_env
@@ -55,11 +57,6 @@ from .variants import (
 
 CURVE_METRIC = "val_loss"  # what a script reports through eng.log for a target read from its own run
 SCRIPT_TIMEOUT_S = 900.0  # a probe's or trial's limit without --timeout: a script is stopped, never left to train
-NEVER_STEPPED = (
-    "`{command}` ran to its end without stepping an optimizer (no torch.optim optimizer's step() ran, and no "
-    "accel.Engine was created), so there is nothing to measure: accel bench, tune and profile time a script by its "
-    "optimizer steps. Give it the arguments that make it train, or give them a recipe."
-)
 NO_ENGINE_KEYS = (
     "variant `{name}` sets `{key}`, an accel.Engine setting, but `{command}` creates no accel.Engine: vary its own "
     "options (--vary arg:--OPTION=V1,V2) or environment variables (--vary env:NAME=V1,V2)."
@@ -318,8 +315,10 @@ def _quiet():
 def probe(command: list[str], sets: list[str], timeout: float | None = None, cwd: Path | None = None) -> dict[str, Any]:
     """What the script trains with: the script runs until its engine sets the model up (what the engine was given:
     speed-ups, device, strategy) or, without an engine, until its first optimizer step (the instrument: device,
-    model), which writes it and exits. A script that never trains fails here, with its last output."""
+    model), which writes it and exits. While it runs, a line says what it waits for (accel.bench.probe_watch);
+    Ctrl-C or SIGTERM ends it and says so. A script that never trains fails here, with its last output."""
     limit = timeout or SCRIPT_TIMEOUT_S
+    line = shlex.join(command)
     with tempfile.TemporaryDirectory(prefix="accel-probe-") as folder:
         path, log_path = Path(folder) / "given.json", Path(folder) / "probe.log"
         env = trial_env(Path(folder) / "cache") | {
@@ -328,23 +327,33 @@ def probe(command: list[str], sets: list[str], timeout: float | None = None, cwd
             trial_variables.PATH: str(path),
             trial_variables.PROBE: "1",
         }
+        watch, started = ProbeWatch(path, limit), time.monotonic()
         try:
-            code = run_logged(command, log_path, env, limit, cwd)
+            with signals_as_ctrl_c():
+                code = run_logged(command, log_path, env, limit, cwd, watch)
         except OSError as err:
-            raise AccelError(f"cannot run `{shlex.join(command)}`: {err}") from None
-        if code is None:
-            raise AccelError(
-                f"`{shlex.join(command)}` did not step an optimizer (nor create an accel.Engine) within {limit:g} "
-                f"s{'' if timeout else ' (--timeout to wait longer)'}, so it was stopped; last output:\n"
-                f"{log_tail(log_path)}"
+            raise AccelError(f"cannot run `{line}`: {err}") from None
+        except KeyboardInterrupt:
+            print(
+                f"probe: stopped after {time.monotonic() - started:.0f} s: `{line}` and the processes it started "
+                "were ended before the probe was done; no trial ran",
+                file=sys.stderr,
+                flush=True,
             )
+            raise
+        if code is None:
+            hint = "" if timeout else " (--timeout to wait longer)"
+            raise AccelError(f"{watch.why_stopped(line, hint)}; last output:\n{log_tail(log_path)}")
         if path.is_file():
-            return json.loads(path.read_text())
+            given = json.loads(path.read_text())
+            if "error" in given:  # the guard's: accel's recorder did not start (accel/bench/instrument/guard.py)
+                raise AccelError(f"`{line}`: {given['error']} Last output:\n{log_tail(log_path)}")
+            return given
         if code == 0:
-            raise AccelError(NEVER_STEPPED.format(command=shlex.join(command)))
+            raise AccelError(f"{watch.ended_without_record(line)}\n{log_tail(log_path)}")
         tail = log_tail(log_path)
         raise AccelError(
-            f"`{shlex.join(command)}` {exit_reason(code)} before its first optimizer step; last output:\n"
+            f"`{line}` {exit_reason(code)} before its first optimizer step; last output:\n"
             f"{tail}{_other_python(command) if 'ModuleNotFoundError' in tail else ''}"
         )
 

@@ -9,6 +9,8 @@ import re
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -149,10 +151,16 @@ def _read_result(path: Path) -> Trial | None:
 
 
 def run_logged(
-    argv: list[str], log_path: Path, env: dict[str, str], timeout: float | None, cwd: Path | None = None
+    argv: list[str],
+    log_path: Path,
+    env: dict[str, str],
+    timeout: float | None,
+    cwd: Path | None = None,
+    watch: Callable[[float], bool] | None = None,
 ) -> int | None:
     """Run `argv` in a session of its own (in `cwd`: a revision's checkout), its output into `log_path`; its exit
-    code, or None when it ran past `timeout` and was killed with its whole group (DataLoader workers too)."""
+    code, or None when it ran past `timeout` or `watch` (called about every second with the seconds so far) said to
+    stop it, and it was killed with its whole group (DataLoader workers too)."""
     # Ctrl-C or SIGTERM held off while the child forks: a handler that raised then ran in logging's after-fork
     # hook, which swallowed the KeyboardInterrupt, and a bench stopped there trained on to its end
     held = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
@@ -172,13 +180,25 @@ def run_logged(
             raise
         try:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)  # one that came meanwhile is raised here
-            return proc.wait(timeout=timeout)
+            return proc.wait(timeout=timeout) if watch is None else _watched(proc, timeout, watch)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             return None
         except BaseException:  # Ctrl-C reaches only us (new session): take the process down with us
             _kill_group(proc)
             raise
+
+
+def _watched(proc: subprocess.Popen, timeout: float | None, watch: Callable[[float], bool]) -> int:
+    """`proc`'s exit code; TimeoutExpired once it ran past `timeout` or `watch` said to stop it."""
+    start = time.monotonic()
+    while True:
+        try:
+            return proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            elapsed = time.monotonic() - start
+            if (timeout is not None and elapsed >= timeout) or watch(elapsed):
+                raise
 
 
 def _child_setup(mask: set[signal.Signals]) -> None:

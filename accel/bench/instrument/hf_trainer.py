@@ -4,7 +4,8 @@ The recorder counts and times the steps as for any loop (the Trainer steps a tor
 what only the Trainer knows: when training began (start-up ends there), its logged metrics (`loss`, `eval_loss`,
 ...: targets and the results-changed flag), its checkpoint writes (timed apart), the speed flags it was given (the
 probe's answer, for `--ablate`), and a clean stop (`control.should_training_stop`) once the trial has its steps.
-A trial's checkpoints and logs go to a folder of its own, never to the script's `output_dir`.
+A probe's or trial's checkpoints and logs go to a folder of its own, never to the script's `output_dir`, and its
+steps are told to the guard (accel/bench/instrument/guard.py), whether or not the recorder started.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from . import recorder
+from . import guard, recorder
 
 # the Trainer's own speed flags, as TrainingArguments names them (`--bf16 True`, `--optim adamw_torch_fused`)
 FLAGS = (
@@ -36,6 +37,7 @@ def attach(module: ModuleType) -> None:
     writes are timed apart, and whether the script parses TrainingArguments from its command line is noted."""
     from transformers import HfArgumentParser
 
+    guard.hook_torch()
     recorder.patch(module.Trainer, "__init__", _init)
     recorder.patch(module.Trainer, "_save_checkpoint", recorder.timed_save)
     recorder.patch(HfArgumentParser, "parse_args_into_dataclasses", _parse)
@@ -43,6 +45,7 @@ def attach(module: ModuleType) -> None:
 
 def _init(init, trainer, *args, **kwargs):
     init(trainer, *args, **kwargs)
+    trainer.add_callback(ScratchCallback(trainer.args))
     if recorder.RECORDER is not None and recorder.RECORDER.active:
         trainer.add_callback(TrialCallback(recorder.RECORDER, trainer))
 
@@ -57,6 +60,20 @@ def _parse(parse, parser, *args, **kwargs):
     return parse(parser, *args, **kwargs)
 
 
+class ScratchCallback(TrainerCallback):
+    """The Trainer's outputs in a folder of the process's own, its steps told to the guard: both apart from the
+    recorder, which may not have started."""
+
+    def __init__(self, args: Any):
+        self._scratch = tempfile.TemporaryDirectory(prefix="accel-trial-hf-")  # removed when the process ends
+        args.output_dir = self._scratch.name
+        if hasattr(args, "logging_dir"):
+            args.logging_dir = self._scratch.name
+
+    def on_step_end(self, args, state, control, **kwargs):
+        guard.stepped("the HF Trainer's callback")
+
+
 class TrialCallback(TrainerCallback):
     def __init__(self, rec: recorder.Recorder, trainer: Any):
         self.recorder = rec
@@ -64,10 +81,6 @@ class TrialCallback(TrainerCallback):
         args = trainer.args
         flags = {name: getattr(args, name) for name in (*FLAGS, "use_cpu") if hasattr(args, name)}  # this version's
         recorder.FACTS |= {"framework": "hf", "flags": flags}
-        self._scratch = tempfile.TemporaryDirectory(prefix="accel-trial-hf-")  # removed when the process ends
-        args.output_dir = self._scratch.name  # the trial's checkpoints never land in the script's output_dir
-        if hasattr(args, "logging_dir"):
-            args.logging_dir = self._scratch.name
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.recorder.training_began()

@@ -14,33 +14,62 @@ from collections.abc import Callable
 from types import ModuleType
 
 from ...engine import trial_variables  # torch-free
+from . import guard  # torch-free
 
 SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "site")
 
 
 class _AfterImport:
-    """A finder that lets the usual finders find a watched module, and has its loader call `then(module)` once the
-    module's own code has run."""
+    """A finder that lets the other finders find a watched module, and has the loader they found call
+    `then(module)` once the module's own code has run. A watch ends only there: a look-up that imports nothing
+    (`importlib.util.find_spec("torch")`, as `datasets` and `transformers` check that torch is there) finds a spec
+    that is never executed, and the import that follows is watched as the first would have been."""
 
     def __init__(self, watched: dict[str, Callable[[ModuleType], None]]):
         self.watched = watched
 
     def find_spec(self, name, path=None, target=None):
-        then = self.watched.pop(name, None)
-        if then is None:
+        if name not in self.watched:
             return None
-        if not self.watched:
-            sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.loader is not None:
-            exec_module = spec.loader.exec_module
-
-            def exec_then(module):
-                exec_module(module)
-                _safely(then, module)
-
-            spec.loader.exec_module = exec_then
+        spec = self._others(name, path, target)
+        if spec is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _ThenLoader(spec.loader, lambda module: self._loaded(name, module))
         return spec
+
+    def _others(self, name, path, target):
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = None if finder is self or find is None else find(name, path, target)
+            if spec is not None:
+                return spec
+        return None
+
+    def _loaded(self, name: str, module: ModuleType) -> None:
+        then = self.watched.pop(name, None)
+        if not self.watched and self in sys.meta_path:
+            sys.meta_path.remove(self)
+        if then is not None:
+            _safely(then, module)
+
+
+class _ThenLoader:
+    """A found module's own loader, whose `exec_module` then calls `then(module)`; the module is given its own
+    loader back before its code runs, so nothing in it (or that reads `__loader__` later) sees this one."""
+
+    def __init__(self, loader, then: Callable[[ModuleType], None]):
+        self.loader, self.then = loader, then
+
+    def __getattr__(self, name):
+        return getattr(self.loader, name)
+
+    def exec_module(self, module: ModuleType) -> None:
+        if getattr(module, "__loader__", None) is self:
+            module.__loader__ = self.loader
+        spec = getattr(module, "__spec__", None)
+        if spec is not None and spec.loader is self:
+            spec.loader = self.loader
+        self.loader.exec_module(module)
+        self.then(module)
 
 
 def _safely(then: Callable[[ModuleType], None], module: ModuleType) -> None:
@@ -48,6 +77,12 @@ def _safely(then: Callable[[ModuleType], None], module: ModuleType) -> None:
         then(module)
     except Exception:  # noqa: BLE001 - the script runs on; the trial then says what the instrument could not do
         print("accel: the instrument could not start:\n" + traceback.format_exc(), file=sys.stderr)
+
+
+def _torch(torch: ModuleType) -> None:
+    """The recorder, and apart from it the guard's step hook: a recorder that fails to start leaves the guard."""
+    _safely(_recorder, torch)
+    guard.hook_torch()
 
 
 def _recorder(torch: ModuleType) -> None:
@@ -84,7 +119,8 @@ def start() -> None:
     """Start the recorder once torch is imported, and join the HF Trainer, Lightning's Trainer, LightningCLI,
     Fabric, TensorBoard's SummaryWriter, wandb and MLflow once the script imports them (now, where they already are)."""
     trial_variables.claim_root()
-    watched = {"torch": _recorder, "transformers.trainer": _hf_trainer}
+    guard.start()
+    watched = {"torch": _torch, "transformers.trainer": _hf_trainer}
     for package in ("lightning.pytorch", "pytorch_lightning"):
         watched[f"{package}.trainer.trainer"] = _lightning("attach_trainer")
         watched[f"{package}.cli"] = _lightning("attach_cli")

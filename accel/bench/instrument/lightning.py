@@ -6,9 +6,11 @@ module's forward), when training began, its validation (timed apart), its logged
 `val_loss`... for targets and the results-changed flag), its checkpoint writes, its precision (the probe's answer,
 for `--ablate` of a LightningCLI script) and a clean stop (`trainer.should_stop`) once the trial has its steps.
 
-A trial's logs, checkpoints and LightningCLI's `config.yaml` go to a folder of its own, never the script's: accel
-joins `Trainer.__init__` rather than Lightning's `callbacks_factory` entry point because that one's callbacks come
-after the script's, and LightningCLI's `SaveConfigCallback` writes into the run's folder at setup, before them.
+A probe's or trial's logs, checkpoints and LightningCLI's `config.yaml` go to a folder of its own, never the
+script's, and its training batches are told to the guard (accel/bench/instrument/guard.py), whether or not the
+recorder started: accel joins `Trainer.__init__` rather than Lightning's `callbacks_factory` entry point because
+that one's callbacks come after the script's, and LightningCLI's `SaveConfigCallback` writes into the run's folder
+at setup, before them.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import tempfile
 from types import ModuleType
 from typing import Any
 
-from . import recorder
+from . import guard, recorder
 
 DIRECTORIES = ("_root_dir", "_save_dir")  # where TensorBoardLogger and CSVLogger write (their own attributes)
 
@@ -28,6 +30,7 @@ DIRECTORIES = ("_root_dir", "_save_dir")  # where TensorBoardLogger and CSVLogge
 def attach_trainer(module: ModuleType) -> None:
     """`lightning.pytorch.trainer.trainer` (or `pytorch_lightning`'s) is imported: every Trainer made from now on
     carries the callback, and its checkpoint writes are timed apart."""
+    guard.hook_torch()
     recorder.patch(module.Trainer, "__init__", functools.partial(_init, _package(module)))
     recorder.patch(module.Trainer, "save_checkpoint", recorder.timed_save)
 
@@ -60,10 +63,26 @@ def _package(module: ModuleType) -> str:
 
 def _init(package: str, init, trainer, *args, **kwargs) -> None:
     init(trainer, *args, **kwargs)
+    callback_base = importlib.import_module(package).Callback  # imported whole by now, not while it is attached
     rec = recorder.RECORDER
     if rec is not None and rec.active:
-        callback_base = importlib.import_module(package).Callback  # imported whole by now, not while it is attached
         trainer.callbacks.insert(0, _callback_class(callback_base)(rec, trainer))
+    trainer.callbacks.insert(0, _scratch_class(callback_base)(trainer))
+
+
+def _scratch_class(base: type) -> type:
+    class ScratchCallback(base):
+        """The Trainer's outputs in a folder of the process's own, its batches told to the guard: both apart from
+        the recorder, which may not have started."""
+
+        def __init__(self, trainer: Any):
+            self._scratch = tempfile.TemporaryDirectory(prefix="accel-trial-lightning-")  # gone when the process is
+            _redirect(trainer, self._scratch.name)
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            guard.stepped("Lightning's callback")  # a batch: at least one optimizer step's share
+
+    return ScratchCallback
 
 
 def _callback_class(base: type) -> type:
@@ -73,8 +92,6 @@ def _callback_class(base: type) -> type:
             rec.framework_stops = True
             rec.batches_counted = True  # by on_train_batch_start: training_step need not call the module's forward
             recorder.FACTS |= {"framework": "lightning", "flags": {"trainer.precision": str(trainer.precision)}}
-            self._scratch = tempfile.TemporaryDirectory(prefix="accel-trial-lightning-")  # gone when the process is
-            _redirect(trainer, self._scratch.name)
 
         def on_train_start(self, trainer, pl_module):
             self.recorder.training_began()
