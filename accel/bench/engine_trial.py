@@ -5,6 +5,8 @@ steps, writes a `Trial` record and ends the process (exit 0).
 - `ACCEL_TRIAL=PATH`: where the record goes; without it the engine holds no agent among its core's observers.
 - `ACCEL_TRIAL_WARMUP=W`, `ACCEL_TRIAL_STEPS=N`: the record is written after W untimed (compilation happens there)
   and N timed optimizer steps; N=0: when the script ends by itself (its own run: `tune --objective time`).
+- `ACCEL_TRIAL_WINDOW=S`: and not before the timed steps hold S seconds (`accel bench --window`); a script that
+  ends first after its N steps leaves a record saying the window was short.
 - `ACCEL_TRIAL_TARGET=val_loss=1.5`: also the seconds from the process start until the script logs (`eng.log`)
   that value, its evaluations excluded as a recipe trial's are (the time from the step before the log to the log);
   with `ACCEL_TRIAL_STOP=1` the record is written and the process ends there.
@@ -49,10 +51,23 @@ import torch
 
 from .. import devices
 from ..engine.core import Observer
-from ..engine.trial_variables import CURVE, PATH, PATTERNS, PROBE, PROFILE, STEPS, STOP, SYNC, TARGET, WARMUP
+from ..engine.trial_variables import (
+    CURVE,
+    PATH,
+    PATTERNS,
+    PROBE,
+    PROFILE,
+    STEPS,
+    STOP,
+    SYNC,
+    TARGET,
+    WARMUP,
+    WINDOW,
+)
 from ..io import strict_json, write_atomic
 from ..measure import load
 from ..speedups.compile_workers import stop_compile_workers
+from .trial_figures import TimedWindow
 
 if TYPE_CHECKING:
     from ..engine.loop_records import LoopRecords
@@ -135,7 +150,7 @@ def _new(engine: LoopRecords, settings: Settings) -> Agent | None:
         return None
     if asked.probe:
         return Probe(engine, settings, asked.path)
-    trial = ScriptTrial(engine, asked.path, asked.warmup, asked.steps)
+    trial = ScriptTrial(engine, asked.path, asked.warmup, asked.steps, asked.window)
     trial.target, trial.metric, trial.stop, trial.every_step = asked.target, asked.metric, asked.stop, asked.every_step
     return trial
 
@@ -177,6 +192,7 @@ class Requested:
     metric: str | None  # the logged metric whose values are recorded (the target's)
     stop: bool  # end the trial when the target is reached
     patterns: tuple[str, ...] = ()  # regular expressions whose named groups are metrics in the script's printed lines
+    window: float = 0.0  # seconds the timed steps hold at least, beside their count
 
 
 def requested() -> Requested | None:
@@ -199,6 +215,7 @@ def requested() -> Requested | None:
         metric=target.metric if target else os.environ.get(CURVE) or None,
         stop=os.environ.get(STOP) == "1" and target is not None,
         patterns=tuple(json.loads(os.environ.get(PATTERNS) or "[]")),
+        window=float(os.environ.get(WINDOW, "0")),
     )
 
 
@@ -238,8 +255,9 @@ class ScriptTrial(Agent):
     """Counts the engine's optimizer steps and times each; after warm-up + steps (or at the target, or when the
     script ends: see the module docstring), writes the record and exits."""
 
-    def __init__(self, engine: LoopRecords, path: str, warmup: int, steps: int):
-        self.engines, self.path, self.warmup, self.steps = Engines(engine), path, warmup, steps
+    def __init__(self, engine: LoopRecords, path: str, warmup: int, steps: int, window: float = 0.0):
+        self.engines, self.path, self.warmup, self.steps, self.window = Engines(engine), path, warmup, steps, window
+        self.timed = TimedWindow(steps, window)
         self.created = time.perf_counter()
         self.marks: list[dict[str, Any]] = []  # at the end of each optimizer step: time and the engine's counts
         self.losses: dict[int, list[torch.Tensor]] = {}  # this step's, by engine id, as the loop gave them (no sync)
@@ -303,7 +321,7 @@ class ScriptTrial(Agent):
         if not self.engines.ticks(engine):
             return
         done = len(self.marks) + 1
-        if self.every_step or done <= self.warmup or done == self.warmup + self.steps:
+        if self.every_step or done <= self.warmup:
             devices.synchronize(engine.core.device)
         if done == self.warmup:
             stop_compile_workers()  # a compile-worker pool's start is warm-up, not timed (the loop's own compile too)
@@ -316,8 +334,21 @@ class ScriptTrial(Agent):
         losses = self.losses.get(id(engine))
         self.step_losses.append(torch.stack(losses).sum() if losses else None)
         self.losses = {}
-        if self.steps and len(self.marks) >= self.warmup + self.steps:
+        if self.steps and done > self.warmup and self.timed.add(self._last_step_s()):
+            if not self.every_step:  # the window's end holds the work its steps left queued
+                devices.synchronize(engine.core.device)
+                self.marks[-1]["t"] = time.perf_counter()
             self._finish()
+
+    def _last_step_s(self) -> float:
+        """The last optimizer step's seconds (the first's from the last eng.setup before it, as the record's)."""
+        before = self.marks[-2]["t"] if len(self.marks) > 1 else self._setup_end()
+        return self.marks[-1]["t"] - before
+
+    def _setup_end(self) -> float:
+        """The last eng.setup before the first step: every speed-up was set up there."""
+        first = self.marks[0]["t"]
+        return max(e.loop.started for e in self.engines.all if e.loop.started <= first)
 
     def _finish(self) -> None:
         """Write the whole record and end the process (exit 0)."""
@@ -334,14 +365,14 @@ class ScriptTrial(Agent):
     def record(self) -> dict[str, Any]:
         """The figures of `accel.bench.records.Trial`, from the engine's own counts."""
         from ..speedups import compile_figures
-        from .trial_figures import deltas, rates
+        from .trial_figures import deltas, rates, steady, window_short
 
         window = self.load.end()  # first: what follows (the FLOPs counted) is not the timed steps
         engine = self.engine
-        first = self.marks[0]["t"]  # from the last eng.setup before the first step: every speed-up was set up
-        setup_end = max(e.loop.started for e in self.engines.all if e.loop.started <= first)
+        setup_end = self._setup_end()
         steps = deltas(self.marks, {"t": setup_end})
-        timed, setup_s = steps[self.warmup :], setup_end - self.created
+        cut, timed, said = steady(steps[self.warmup :])
+        setup_s = setup_end - self.created
         core = engine.core
         figures = rates(timed, data_known=core.train_loader is not None)
         summary = engine.summary()
@@ -354,7 +385,9 @@ class ScriptTrial(Agent):
             "build_s": self.created_wall - self.process_started,  # start-up: the process's start to this engine
             "setup_s": setup_s,
             "first_step_s": setup_s + steps[0]["s"],
-            "warmup_s": setup_s + sum(s["s"] for s in steps[: self.warmup]),
+            "warmup_s": setup_s + sum(s["s"] for s in steps[: self.warmup] + cut),
+            **said,
+            **window_short([s["s"] for s in steps[self.warmup :]], self.window),
             "peak_memory_mb": devices.peak_memory_mb(core.device),
             "batch_size": steps[0]["samples"] // core.grad_accum or None,  # per micro-batch, as a recipe's
             "grad_accum": core.grad_accum,
@@ -374,7 +407,8 @@ class ScriptTrial(Agent):
         from .trial_figures import final_loss
 
         losses = torch.stack(self.step_losses).tolist()  # one device sync, at the end
-        return {"final_loss": final_loss(losses[self.warmup :]), "step_losses": losses}
+        planned = losses[self.warmup : self.warmup + self.steps or None]  # as every variant trained them
+        return {"final_loss": final_loss(planned), "step_losses": losses}
 
     def _target_figures(self) -> dict[str, Any]:
         from .trial_figures import target_figures
@@ -400,8 +434,8 @@ class ScriptTrial(Agent):
         step count asked for, its run ended and this is the record."""
         if self.done:
             return
-        if not self.steps and self.failure is None:
-            self._write_record()
+        if self.failure is None and (not self.steps or len(self.marks) >= self.warmup + self.steps):
+            self._write_record()  # its own run, or a window by time that the script's end cut short
             return
         from .trial_figures import ran_out
 

@@ -118,6 +118,10 @@ class Trial(Record):
     setup_s: float | None = None
     first_step_s: float | None = None
     warmup_s: float | None = None
+    # leading timed steps that were one-off costs, moved into the warm-up (accel/bench/trial_figures.py: steady);
+    # `window_note`: a cut not made (too few steps would be left), or a window shorter than --window asked
+    warmup_cut: int | None = None
+    window_note: str | None = None
     final_loss: float | None = None
     steps: int | None = None
     peak_memory_mb: float | None = None
@@ -302,6 +306,7 @@ class BenchSettings(Record):
     target: str | None
     eval_every: int | None
     sync: str = "step"  # set only for --sync window (the device synchronised around the timed steps only)
+    window_s: float | None = None  # set only with a window by time (--window): seconds of timed steps at least
     # the real run's optimizer steps a recommendation must repay its start-up within, and where that came from
     run_steps: int | None = None
     run_steps_from: str | None = None

@@ -283,8 +283,19 @@ def render_markdown(report: Report) -> str:
         out.append(f"Command: `{report.command}`  ")
     if report.env:
         out.append("Environment: " + ", ".join(f"{k}={format_value(v)}" for k, v in report.env.items()))
-    out += [""] + _busy(report) + _interrupted(report) + _baseline(report) + _results(report)
+    out += _window(report) + [""] + _busy(report) + _interrupted(report) + _baseline(report) + _results(report)
     return "\n".join(out) + "\n"
+
+
+def _window(report: Report) -> list[str]:
+    """How long each trial's timed window was, where it was chosen by time (--window)."""
+    settings = report.settings
+    if settings is None or not settings.window_s:
+        return []
+    return [
+        f"Timed window: at least {settings.steps} steps and {settings.window_s:g} s of steps per trial, after "
+        f"{settings.warmup} warm-up steps and the leading one-off steps (counted as warm-up)."
+    ]
 
 
 def write_reports(report: Report, out_dir: Path) -> dict[str, Path]:

@@ -315,6 +315,7 @@ def run_and_report(
             "target": settings.target,
             "eval_every": settings.eval_every,
             **({"sync": settings.sync} if settings.sync != "step" else {}),
+            **({"window_s": settings.window} if settings.window else {}),
         },
         "recipes": run.configs,
     }

@@ -95,6 +95,7 @@ class ScriptLaunch:
             **({trial_variables.STOP: "1"} if settings.stop_at_target else {}),
             **({trial_variables.CURVE: CURVE_METRIC} if settings.curve else {}),
             **({trial_variables.SYNC: settings.sync} if settings.sync != "step" else {}),
+            **({trial_variables.WINDOW: repr(settings.window)} if settings.window else {}),
             **({trial_variables.PATTERNS: json.dumps(settings.metric_patterns)} if settings.metric_patterns else {}),
         }
 

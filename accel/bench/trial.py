@@ -33,7 +33,7 @@ from ..speedups import compile_figures
 from ..speedups.compile_workers import settle_compile_workers
 from .records import Trial
 from .target import Target, TargetClock, parse_target
-from .trial_figures import LAST_LOSS_STEPS, rates
+from .trial_figures import LAST_LOSS_STEPS, MAX_WINDOW_STEPS, TimedWindow, rates, steady, window_short
 from .trial_process import SYNCS, WINDOW_WITH_EVALS
 
 GUARD_BATCHES = 8  # validation batches a trial evaluates for the result guard (no --target)
@@ -47,19 +47,29 @@ BENCH_SETTINGS = (
 
 class StepTimer(Callback):
     """Per optimizer step: seconds (data wait + compute over its micro-batches), data wait, samples and loss; and
-    the machine's load over the timed steps (`load`: from the end of the `warmup` steps to the `total`th).
+    the machine's load over the timed steps (`load`: from the end of the `warmup` steps to the window's end). The
+    window ends, and the fit with it, once it holds `steps` steps and `window_s` seconds of steady steps
+    (trial_figures.TimedWindow).
 
-    With `window` the trainer does not synchronise the device after every step: the timer does so after each
+    With `sync_window` the trainer does not synchronise the device after every step: the timer does so after each
     warm-up step (compilation and warm-up are timed exactly) and after the last step, and times the steps between
     as one window (`window_s`): the host prepares the next batch while the device still works on this one, as in a
-    real run, and the window's wall time holds whatever the steps left queued."""
+    real run, and the window's wall time holds whatever the steps left queued.
 
-    def __init__(self, warmup: int, total: int, window: bool = False) -> None:
+    With `guard` (a window by time: variants run different step counts) the result guard's evaluation runs at the
+    `warmup + steps`th step, so every variant's metric is read after the same training (`guard_metrics`)."""
+
+    def __init__(
+        self, warmup: int, steps: int, window_s: float = 0.0, sync_window: bool = False, guard: bool = False
+    ) -> None:
         self.steps: list[dict[str, Any]] = []
         self.fit_started: float | None = None
-        self.warmup, self.total, self.window, self.window_s = warmup, total, window, None
+        self.warmup, self.planned, self.asked_s, self.sync_window = warmup, steps, window_s, sync_window
+        self.window_s: float | None = None  # the timed window's wall time, with sync_window
+        self.guard, self.guard_metrics = guard, None
         self.load = load.Window()
-        self._device, self._window_start = None, None
+        self._device, self._window_start, self._full = None, None, False
+        self._timed = TimedWindow(steps, window_s)
         self._open = self._new()
 
     @staticmethod
@@ -79,23 +89,39 @@ class StepTimer(Callback):
         step["samples"] += info.samples
         step["tokens"] += info.tokens or 0
         step["losses"].append(info.loss)  # a device tensor: reading it here would add a sync
-        if info.optimizer_stepped:
-            self.steps.append(step)
-            self._open = self._new()
-            done = len(self.steps)
-            if done == self.warmup:
-                step["s"] += settle_compile_workers()  # a compile-worker pool's start is warm-up, not timed
-                self.load.begin()  # before the window's clock starts: its own cost stays out of the timed steps
-            if self.window:
-                self._windowed(step)
-            if done == self.total:
-                self.load.end()
+        if not info.optimizer_stepped or self._full:
+            return
+        self.steps.append(step)
+        self._open = self._new()
+        done = len(self.steps)
+        if done == self.warmup:
+            step["s"] += settle_compile_workers()  # a compile-worker pool's start is warm-up, not timed
+            self.load.begin()  # before the window's clock starts: its own cost stays out of the timed steps
+        self._full = done > self.warmup and self._timed.add(step["s"])
+        if self.sync_window:
+            self._windowed(step)
+        if self.guard and done == self.warmup + self.planned:
+            self._evaluate(trainer)
+        if self._full:
+            self.load.end()
+            trainer.should_stop = True
+
+    def _evaluate(self, trainer) -> None:
+        """The result guard's evaluation, now; the fit's own at its end is then skipped (no loader left). Its time
+        is out of the steps (the trainer's next step starts its clock after this hook) and of the window's clock."""
+        from ..train.evaluation import evaluate
+
+        start = time.perf_counter()
+        self.guard_metrics = evaluate(trainer)
+        trainer.val_loader = None
+        if self._window_start is not None:
+            self._window_start += time.perf_counter() - start
 
     def _windowed(self, step: dict[str, Any]) -> None:
         """Synchronise after each warm-up step and the last, the time it took counted in the step; the timed
         window runs from the end of the warm-up to the end of the last step."""
         done, warmup = len(self.steps), self.warmup
-        if done > warmup and done < self.total:
+        if done > warmup and not self._full:
             return
         start = time.perf_counter()
         devices.synchronize(self._device)
@@ -103,11 +129,12 @@ class StepTimer(Callback):
         step["s"] += now - start
         if done == warmup:
             self._window_start = now
-        if done == self.total:
+        if self._full:
             self.window_s = now - (self._window_start if warmup else self.fit_started)
 
 
 def _final_loss(steps: list[dict[str, Any]]) -> float | None:
+    """The mean loss of the last steps of those given."""
     losses = [loss.float() for s in steps[-LAST_LOSS_STEPS:] for loss in s["losses"]]
     return float(torch.stack(losses).mean()) if losses else None
 
@@ -121,20 +148,26 @@ def _step_losses(steps: list[dict[str, Any]]) -> list[float]:
 
 
 def measure(timer: StepTimer, warmup: int, setup_s: float) -> dict[str, Any]:
-    """Throughput and timing figures from the timed steps (those after `warmup`); warm-up reported apart.
+    """Throughput and timing figures from the timed steps (those after `warmup`, less the leading one-offs that
+    trial_figures.steady moves into the warm-up); warm-up reported apart.
 
     `setup_s` is the time fit() spent before the first step (speed-up setup). It counts towards first_step_s
     and warmup_s because it is start-up cost a speed-up must repay, like compilation in the first step.
     """
-    timed = timer.steps[warmup:]
-    if not timed:
+    if len(timer.steps) <= warmup:
         raise AccelError(f"no timed steps: only {len(timer.steps)} optimizer steps ran, all of them warm-up.")
+    cut, timed, said = steady(timer.steps[warmup:])
+    cut_s = sum(s["s"] for s in cut)
+    window_s = timer.window_s - cut_s if timer.window_s else None  # the window's wall time (--sync window)
     return {
-        **rates(timed, total_s=timer.window_s),  # the window's wall time (--sync window), where there is one
+        **rates(timed, total_s=window_s),
+        **said,
+        **window_short([s["s"] for s in timer.steps[warmup:]], timer.asked_s),
         "setup_s": setup_s,
         "first_step_s": setup_s + timer.steps[0]["s"],
-        "warmup_s": setup_s + sum(s["s"] for s in timer.steps[:warmup]),
-        "final_loss": _final_loss(timed),
+        "warmup_s": setup_s + sum(s["s"] for s in timer.steps[:warmup]) + cut_s,
+        # after the planned steps, as every variant trained them: a window by time runs each to its own count
+        "final_loss": _final_loss(timer.steps[warmup : warmup + timer.planned]),
     }
 
 
@@ -156,11 +189,11 @@ class Evals:
         return self.target is not None or self.curve
 
 
-def _total_steps(recipe_path: Path, steps: int, warmup: int, samples: int | None) -> int:
-    """warmup + steps, or with `samples` the optimizer steps that train on that many samples at this recipe's batch
-    size (at least warmup + 1)."""
+def _total_steps(recipe_path: Path, steps: int, warmup: int, samples: int | None, window: float) -> int:
+    """warmup + steps (with a `window` by time, the most it may take: the timer ends the fit sooner), or with
+    `samples` the optimizer steps that train on that many samples at this recipe's batch size (at least warmup + 1)."""
     if samples is None:
-        return warmup + steps
+        return warmup + (max(steps, MAX_WINDOW_STEPS) if window else steps)
     from ..config.recipe import load_recipe
 
     recipe = load_recipe(recipe_path)
@@ -169,6 +202,7 @@ def _total_steps(recipe_path: Path, steps: int, warmup: int, samples: int | None
 
 
 def _eval_settings(evals: Evals, total: int) -> list[str]:
+    """`total`: the planned steps (a window by time may run more)."""
     # Time to a target needs the validation metric of the run, not of a few batches, unless tune caps it (every
     # candidate then evaluates on the same first batches); the result guard compares every variant on the same
     # first batches, and evaluating a large validation set does not dominate the trial.
@@ -186,6 +220,7 @@ def run_trial(
     evals: Evals = Evals(),
     samples: int | None = None,
     sync: str = "step",
+    window: float = 0.0,
 ) -> Trial:
     """Build and fit the recipe under the bench settings; the measured figures of one trial.
 
@@ -199,14 +234,18 @@ def run_trial(
     from ..train.run import build_trainer
 
     started = time.perf_counter()
-    total = _total_steps(recipe_path, steps, warmup, samples)
+    if window and samples is not None:
+        raise AccelError("--window times a trial's steps; a trial of --samples trains on those samples alone.")
+    total = _total_steps(recipe_path, steps, warmup, samples, window)
     if sync == "window" and evals.timed:
         raise AccelError(WINDOW_WITH_EVALS)
     step_sync = [f"train.sync_every_step={str(sync == 'step').lower()}"]
-    settings = [f"train.max_steps={total}", *step_sync, *BENCH_SETTINGS, *_eval_settings(evals, total)]
+    planned = total if samples is not None else warmup + steps
+    settings = [f"train.max_steps={total}", *step_sync, *BENCH_SETTINGS, *_eval_settings(evals, planned)]
     recipe = load_recipe(recipe_path, settings)
     recipe.seed += trial
-    timer = StepTimer(warmup, total, window=sync == "window")
+    guard = bool(window) and evals.enabled and not evals.timed
+    timer = StepTimer(warmup, planned - warmup, window, sync_window=sync == "window", guard=guard)
     clock = TargetClock(evals.target, stop=evals.stop) if evals.timed else None
     trainer = build_trainer(recipe, run_dir=None, extra_callbacks=[timer] + ([clock] if clock else []))
     if not evals.enabled:
@@ -217,9 +256,10 @@ def run_trial(
     summary, reached = trainer.summary, clock is not None and clock.stopped
     if summary.status != "completed" and not reached:
         raise AccelError(f"training did not complete (status {summary.status}).")
-    if len(timer.steps) < total and not reached:
-        raise AccelError(f"only {len(timer.steps)} of {total} steps ran.")
+    if len(timer.steps) < planned and not reached:
+        raise AccelError(f"only {len(timer.steps)} of {planned} steps ran.")
     result = measure(timer, warmup, setup_s=(timer.fit_started or built) - built)
+    metrics = summary.metrics if timer.guard_metrics is None else timer.guard_metrics
     return Trial(
         **result,
         **{
@@ -229,10 +269,10 @@ def run_trial(
             "mfu": None,
             **trainer.utilisation.stats(result["samples_per_s"]),  # over the timed steps, as samples_per_s
             "mfu_of": trainer.utilisation.peak_dtype,
-            "val_accuracy": summary.metrics.get("val_accuracy"),
+            "val_accuracy": metrics.get("val_accuracy"),
             # the task's main metric guards the results: accuracy for classification, val_loss for most others
             "val_metric_name": trainer.task.main_metric[0],
-            "val_metric": summary.metrics.get(trainer.task.main_metric[0]),
+            "val_metric": metrics.get(trainer.task.main_metric[0]),
             "batch_size": recipe.data.batch_size,
             "grad_accum": recipe.train.grad_accum,
             "build_s": built - started,
@@ -296,6 +336,9 @@ def _parser() -> argparse.ArgumentParser:
         default="step",
         help="synchronise the device after every step, or only around the timed window",
     )
+    parser.add_argument(
+        "--window", type=float, default=0.0, help="time steps until they hold this many seconds too (0: --steps alone)"
+    )
     return parser
 
 
@@ -314,7 +357,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.steps < 1 or args.warmup < 0:
             raise AccelError(f"--steps must be >= 1 and --warmup >= 0, got {args.steps} and {args.warmup}.")
-        measured = run_trial(args.recipe, args.steps, args.warmup, args.trial, _evals(args), args.samples, args.sync)
+        evals = _evals(args)
+        measured = run_trial(
+            args.recipe, args.steps, args.warmup, args.trial, evals, args.samples, args.sync, args.window
+        )
         result, code = measured.updated(**head), 0
     except BaseException:  # KeyboardInterrupt too: the runner still gets a readable record
         result, code = Trial(**head | {"error": traceback.format_exc()}), 1

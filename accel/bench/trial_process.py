@@ -4,6 +4,7 @@ it crashed, timed out or was killed (its process group goes with it: DataLoader 
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import signal
@@ -59,12 +60,16 @@ class TrialSettings:
     sync: str = "step"
     metric_patterns: tuple[str, ...] = ()  # a script's metrics from its printed lines (--metric-pattern)
     run_steps: int | None = None  # the real run's optimizer steps (--run-steps), for the recommendation
+    # --window: each trial times steps until it has `steps` and this many seconds of them (0: the count alone)
+    window: float = 0.0
 
     def __post_init__(self) -> None:
         if self.sync not in SYNCS:
             raise AccelError(f"sync must be one of {', '.join(SYNCS)}, got {self.sync!r}.")
         if self.sync == "window" and (self.target or self.curve):
             raise AccelError(WINDOW_WITH_EVALS)
+        if not 0 <= self.window < math.inf:  # NaN fails both comparisons
+            raise AccelError(f"the timed window must be a finite number of seconds >= 0, got {self.window}.")
 
 
 def trial_argv(recipe: Path, settings: TrialSettings, json_path: Path, variant: str, trial: int) -> list[str]:
@@ -91,6 +96,7 @@ def trial_argv(recipe: Path, settings: TrialSettings, json_path: Path, variant: 
         *(["--stop-at-target"] if settings.stop_at_target else []),
         *([] if settings.evaluate else ["--no-eval"]),
         *(["--sync", settings.sync] if settings.sync != "step" else []),
+        *(["--window", repr(settings.window)] if settings.window else []),
     ]
 
 

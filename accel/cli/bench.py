@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 import shlex
 import sys
 from pathlib import Path
@@ -11,9 +10,18 @@ from pathlib import Path
 from ..errors import AccelError
 from ..runs.runlock import hold
 from . import bench_rev
-from .options import add_metric_pattern, add_sets, add_trial_options, check_trial_options, positive_int
+from .options import (
+    add_metric_pattern,
+    add_sets,
+    add_trial_options,
+    check_trial_options,
+    parse_duration,
+    positive_int,
+    trial_steps,
+)
 
 SPEED_STEPS, TIME_STEPS = (10, 3), (60, 1)  # tune's (steps, warmup) per objective: a speed, and a short run
+BENCH_STEPS = 20
 TIME_EVAL_BATCHES = 4
 
 
@@ -43,7 +51,7 @@ def add(commands) -> None:
         help="compare values of any recipe key (for a script: engine keys, or its own option as arg:--OPTION, a "
         "flag by its presence: arg:--channels-last=absent,present); several --vary give their cartesian product",
     )
-    add_trial_options(bench_parser, steps=20, warmup=3, trials=3)
+    add_trial_options(bench_parser, steps=BENCH_STEPS, warmup=3, trials=3)
     add_round_options(bench_parser)
     bench_parser.add_argument(
         "--target",
@@ -226,6 +234,7 @@ def recipe_settings(args: argparse.Namespace):
     """How a recipe's trials run, from the options; those that do not fit a recipe are refused."""
     from ..bench.trial_process import TrialSettings
 
+    trial_steps(args, BENCH_STEPS)
     plan_rounds(args)
     check_trial_options(args)
     if args.target:
@@ -245,6 +254,7 @@ def recipe_settings(args: argparse.Namespace):
         args.eval_every,
         sync=args.sync,
         run_steps=args.run_steps,
+        window=args.window,
     )
 
 
@@ -259,6 +269,7 @@ def script_settings(args: argparse.Namespace):
         from ..bench.target import parse_target
 
         parse_target(args.target, any_metric=True)  # a malformed target fails now, not in every trial
+    trial_steps(args, BENCH_STEPS)
     plan_rounds(args)
     check_trial_options(args)
     timeout = args.timeout or SCRIPT_TIMEOUT_S  # a script trains as long as it likes: a trial must not
@@ -271,6 +282,7 @@ def script_settings(args: argparse.Namespace):
         sync=args.sync,
         metric_patterns=tuple(args.metric_pattern),
         run_steps=args.run_steps,
+        window=args.window,
     )
 
 
@@ -398,18 +410,6 @@ def parse_share(text: str) -> float:
     return share
 
 
-def parse_duration(text: str) -> float:
-    """Seconds in `90`, `90s`, `15m` or `1.5h`."""
-    scale = {"s": 1, "m": 60, "h": 3600}.get(text.strip()[-1:].lower())
-    try:
-        seconds = float(text.strip()[:-1] if scale else text) * (scale or 1)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"`{text}` is not a duration: use e.g. 900, 90s, 15m or 1.5h") from None
-    if not 0 < seconds < math.inf:  # NaN fails every comparison: `seconds <= 0` let it through
-        raise argparse.ArgumentTypeError(f"the budget must be a positive, finite duration, got `{text}`")
-    return seconds
-
-
 def tune(args: argparse.Namespace) -> int:
 
     from ..bench.target import check_target_metric, parse_target
@@ -436,7 +436,7 @@ def tune(args: argparse.Namespace) -> int:
         raise AccelError("--metric-pattern is for scripts (`-- python train.py`): a recipe's task reports its metrics.")
     time = args.objective == "time"
     default_steps, default_warmup = TIME_STEPS if time else SPEED_STEPS
-    args.steps = default_steps if args.steps is None else args.steps
+    trial_steps(args, default_steps)
     args.warmup = default_warmup if args.warmup is None else args.warmup
     check_trial_options(args)
     base = load_recipe(args.recipe, args.overrides)
@@ -447,9 +447,12 @@ def tune(args: argparse.Namespace) -> int:
     check_results_out(work, "tune", "--work")
     out, reads = Path(args.out) if args.out else work / "tuned.yaml", recipe_files(find_recipe(args.recipe))
     check_fragment_out(out, reads)  # now, not after a search of minutes
-    settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache, evaluate=False)
+    # a time trial trains on the run's samples, whatever they take: the window is its speed-up stages'
+    window = 0.0 if time else args.window
+    settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache, evaluate=False, window=window)
     # the time objective's speed-up stages run the speed objective's short trials (accel/bench/tune/levers.py)
-    speed = TrialSettings(*SPEED_STEPS, args.timeout, args.warm_cache, evaluate=False) if time else None
+    speed = TrialSettings(*SPEED_STEPS, args.timeout, args.warm_cache, evaluate=False, window=args.window)
+    speed = speed if time else None
     objective = Objective(args.objective, parse_target(args.target) if args.target else None, speed=speed)
     if objective.target is not None:
         check_target_metric(objective.target, [base.task])

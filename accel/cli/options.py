@@ -8,6 +8,10 @@ import re
 
 from ..errors import AccelError
 
+# The timed window a trial takes at least when --steps is left out: a 5 ms step gets ~200 timed steps, a 2 s step
+# keeps the default count. Given --steps alone, a trial times that count alone (as scripts, CI and tests ask for).
+DEFAULT_WINDOW = "1s"
+
 
 def add_sets(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -26,8 +30,16 @@ def add_trial_options(parser: argparse.ArgumentParser, steps: int | str, warmup:
     parser.add_argument(
         "--steps",
         type=int,
-        default=steps if isinstance(steps, int) else None,
-        help=f"timed optimizer steps per trial (default {steps})",
+        default=None,
+        help=f"timed optimizer steps per trial, at least (default {steps})",
+    )
+    parser.add_argument(
+        "--window",
+        type=window_duration,
+        default=None,
+        metavar="SECONDS",
+        help="and time steps until they hold this long (s, m: 2s, 0.5m; 0: the steps alone; default "
+        f"{DEFAULT_WINDOW} without --steps, else 0); leading one-off steps count as warm-up, not in it",
     )
     parser.add_argument(
         "--warmup",
@@ -42,6 +54,15 @@ def add_trial_options(parser: argparse.ArgumentParser, steps: int | str, warmup:
         action="store_true",
         help="share one TORCHINDUCTOR_CACHE_DIR under the output folder (default: cold per trial)",
     )
+
+
+def trial_steps(args: argparse.Namespace, steps: int) -> None:
+    """--steps and --window as a trial takes them: left out, `steps` and (unless --window was given) the default
+    window; --steps alone, its count alone."""
+    if args.window is None:
+        args.window = parse_duration(DEFAULT_WINDOW) if args.steps is None else 0.0
+    if args.steps is None:
+        args.steps = steps
 
 
 def check_trial_options(args: argparse.Namespace) -> None:
@@ -67,6 +88,30 @@ def add_metric_pattern(parser: argparse.ArgumentParser) -> None:
         "against each line it prints, e.g. 'val loss (?P<val_loss>[0-9.]+)' (repeatable); --target and the "
         "results check read them",
     )
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in `90`, `90s`, `15m` or `1.5h`."""
+    seconds = _seconds(text)
+    if not 0 < seconds < math.inf:  # NaN fails every comparison: `seconds <= 0` let it through
+        raise argparse.ArgumentTypeError(f"the budget must be a positive, finite duration, got `{text}`")
+    return seconds
+
+
+def window_duration(text: str) -> float:
+    """--window: seconds as parse_duration reads them, 0 included (the steps alone)."""
+    seconds = _seconds(text)
+    if not 0 <= seconds < math.inf:
+        raise argparse.ArgumentTypeError(f"the window must be a finite duration of 0 or more, got `{text}`")
+    return seconds
+
+
+def _seconds(text: str) -> float:
+    scale = {"s": 1, "m": 60, "h": 3600}.get(text.strip()[-1:].lower())
+    try:
+        return float(text.strip()[:-1] if scale else text) * (scale or 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"`{text}` is not a duration: use e.g. 900, 90s, 15m or 1.5h") from None
 
 
 def positive_int(text: str) -> int:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..errors import AccelError
 from .bench import SPEED_STEPS, TIME_STEPS, searched
-from .options import check_trial_options
+from .options import check_trial_options, trial_steps
 
 
 def tune_script(args: argparse.Namespace) -> int:
@@ -24,7 +24,7 @@ def tune_script(args: argparse.Namespace) -> int:
 
     time = _check(args)
     own_run = time and args.steps is None  # each trial runs the script to its own end (or the target)
-    args.steps = SPEED_STEPS[0] if args.steps is None else args.steps
+    trial_steps(args, SPEED_STEPS[0])
     args.warmup = (TIME_STEPS if time else SPEED_STEPS)[1] if args.warmup is None else args.warmup
     check_trial_options(args)
     target = parse_target(args.target, any_metric=True) if args.target else None
@@ -48,9 +48,11 @@ def tune_script(args: argparse.Namespace) -> int:
         args.warm_cache,
         evaluate=False,
         metric_patterns=tuple(args.metric_pattern),
+        window=0.0 if own_run else args.window,
     )
     # --objective time searches the speed-ups first in the speed objective's short trials (accel.bench.tune.levers)
-    speed = replace(settings, steps=SPEED_STEPS[0], warmup=SPEED_STEPS[1], timeout=args.timeout or SCRIPT_TIMEOUT_S)
+    short = args.timeout or SCRIPT_TIMEOUT_S
+    speed = replace(settings, steps=SPEED_STEPS[0], warmup=SPEED_STEPS[1], timeout=short, window=args.window)
     objective = Objective(args.objective, target, speed=speed if time else None)
     result = searched(
         lambda: run_tune(

@@ -10,6 +10,7 @@ PATH, STEPS, WARMUP, PROBE = "ACCEL_TRIAL", "ACCEL_TRIAL_STEPS", "ACCEL_TRIAL_WA
 TARGET = "ACCEL_TRIAL_TARGET"  # METRIC=VALUE: the time until the script reports it
 STOP, CURVE = "ACCEL_TRIAL_STOP", "ACCEL_TRIAL_CURVE"  # end at the target; record this metric's every value
 SYNC = "ACCEL_TRIAL_SYNC"  # window: synchronise around the timed steps only
+WINDOW = "ACCEL_TRIAL_WINDOW"  # seconds of timed steps a trial takes at least, beside its steps (--window)
 PATTERNS = "ACCEL_TRIAL_METRIC_PATTERNS"  # a JSON list of regular expressions: metrics from the printed lines
 PROFILE = "ACCEL_PROFILE"  # `accel profile -- SCRIPT`: the profile window's settings (accel.profile.script)
 ROOT = "ACCEL_TRIAL_ROOT"  # the process id of the trial's first Python process, set there for its children

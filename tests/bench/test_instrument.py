@@ -633,3 +633,10 @@ def test_metrics_a_loop_logs_to_wandb_or_mlflow_are_its_metrics_and_its_tracking
     trial = Trial.model_validate_json(record.read_text())
     assert trial.error is None and trial.val_metric_name == name and 0 < trial.val_metric < 10
     assert trial.eval_s > 0 and list(theirs.iterdir()) == []  # nothing written to the script's W&B folder
+
+
+@pytest.mark.slow
+def test_a_window_the_script_ends_before_is_measured_and_said_short(tmp_path):
+    trial = _trial(tmp_path, "--steps", "8", steps=3, warmup=1, **{trial_variables.WINDOW: "30"})
+    assert trial.error is None and trial.warmup_cut + trial.steps == 7  # all the script made after its warm-up step
+    assert "held" in trial.window_note and "of the 30 s asked (--window): the script's last step" in trial.window_note

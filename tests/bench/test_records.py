@@ -76,3 +76,12 @@ def test_a_trial_keeps_nan_in_its_own_file_as_strict_json_and_writes_null_in_a_r
 def test_a_misspelt_field_is_an_error():
     with pytest.raises(ValueError, match="samples_per_sec"):
         Trial(samples_per_sec=1.0)
+
+
+def test_a_window_by_time_is_said_in_the_settings_and_under_the_environment():
+    stored, report = _report("ablation-report")
+    assert "window_s" not in stored["settings"]  # a bench by count alone says nothing new
+    report.settings = report.settings.model_copy(update={"window_s": 1.0})
+    assert report.to_data()["settings"]["window_s"] == 1.0
+    said = render_markdown(report).split("Baseline:")[0]
+    assert "Timed window: at least 3 steps and 1 s of steps per trial, after 1 warm-up steps" in said

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -445,3 +446,32 @@ def test_a_plan_for_a_device_missing_here_judges_nothing_and_still_lists(tiny, w
     assert plan.refused == {}  # its trials say the device is missing, each one
     assert main(["bench", recipe, "--vary", "speedups.jit.enabled=false,true", "--list"]) == 0
     assert "speedups.jit.enabled=true" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_window_by_time_times_steps_until_they_hold_its_seconds(tiny, write_recipe, tmp_path):
+    """--window: a recipe's trial keeps timing past --steps until its steady steps hold the window's seconds; the
+    result guard still reads the loss and metric after the planned steps, as every variant trained them."""
+    out = tmp_path / "t.json"
+    argv = [str(write_recipe(tiny)), "--steps", "2", "--warmup", "1", "--window", "0.3", "--json", str(out)]
+    assert trial_main(argv) == 0
+    result = Trial.model_validate_json(out.read_text())
+    assert result.error is None and result.steps >= 2 and sum(result.step_times_s) >= 0.3
+    assert len(result.step_losses) == 1 + result.warmup_cut + result.steps
+    assert result.final_loss == pytest.approx(sum(result.step_losses[1:3]) / 2, rel=1e-5)
+    assert result.val_accuracy is not None  # evaluated at the planned step, not at the window's end
+
+
+def test_the_default_window_applies_where_steps_were_left_out():
+    from argparse import Namespace
+
+    from accel.cli.options import trial_steps
+
+    for given, steps, window in [((None, None), 20, 1.0), ((5, None), 5, 0.0), ((None, 0.0), 20, 0.0)]:
+        args = Namespace(steps=given[0], window=given[1])
+        trial_steps(args, 20)
+        assert (args.steps, args.window) == (steps, window)
+    argv = trial_argv(Path("r.yaml"), TrialSettings(steps=3, warmup=1, window=2.5), Path("t.json"), "v", 0)
+    assert argv[-2:] == ["--window", "2.5"]
+    with pytest.raises(AccelError, match="timed window"):
+        TrialSettings(steps=3, warmup=1, window=float("nan"))

@@ -16,7 +16,8 @@
   times) re-run the step's batch: inside a step, the forward and loss of its first backward count, the rest not, as
   LBFGS itself returns its first evaluation's loss (Lightning runs every training step in a closure: one a step).
 
-After warm-up + N steps (accel.engine.trial_variables) it writes the trial record and ends the process.
+After warm-up + N steps, and with a window by time not before they hold its seconds (accel.engine.trial_variables,
+accel.bench.trial_figures.TimedWindow), it writes the trial record and ends the process.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from ...measure.anatomy import Anatomy, compiled_in_place
 from ...measure.flops import Utilisation, few_samples, forward_precision
 from ...speedups.compile_workers import stop_compile_workers
 from .. import engine_trial
+from ..trial_figures import TimedWindow
 from . import trial_record
 
 if TYPE_CHECKING:
@@ -109,6 +111,7 @@ class Recorder:
     def __init__(self, asked: engine_trial.Requested, profile: UnchangedProfile | None = None):
         self.path, self.steps, self.probe, self.every_step = asked.path, asked.steps, asked.probe, asked.every_step
         self.warmup = max(asked.warmup, 1)  # the first step's samples are counted before the model is known
+        self.window, self.timed = asked.window, TimedWindow(asked.steps, asked.window)
         self.target, self.metric, self.stop_at_target = asked.target, asked.metric, asked.stop
         now, started = time.perf_counter(), psutil.Process().create_time()
         self.zero = now - (time.time() - started)  # the process's start on the perf_counter clock
@@ -135,6 +138,7 @@ class Recorder:
         self.batches_counted = False  # a framework's callback counts the training batches (`batch`)
         self.stop_requested = False
         self.metrics: dict[str, float] = {}  # the last value of each metric the script logged through a framework
+        self.planned_metrics: dict[str, float] | None = None  # those at warm-up + N steps: every variant's count
         self.evals: list[dict[str, Any]] = []  # each logged value of the target's metric, as TargetClock's
         self.load = load.Window()  # the machine's load over the timed steps
         self.saving_depth = 0
@@ -336,7 +340,7 @@ class Recorder:
             return
         self._close_eval()
         done = len(self.marks) + 1
-        if self.every_step or done <= self.warmup or done == self.warmup + self.steps:
+        if self.every_step or done <= self.warmup:
             devices.synchronize(self.device)
         if done == self.warmup:
             stop_compile_workers()  # the script's torch.compile started a pool: its start is warm-up, not timed
@@ -353,8 +357,19 @@ class Recorder:
         self.losses = []
         if self.profile is not None and self.profile.stepped(self):
             self._finish()
-        if self.steps and len(self.marks) >= self.warmup + self.steps:
+        if self.steps and done == self.warmup + self.steps:
+            self.planned_metrics = dict(self.metrics)
+        if self.steps and done > self.warmup and self.timed.add(self.marks[-1]["t"] - self.marks[-2]["t"]):
+            if not self.every_step:
+                self._window_end()
             self._finish()
+
+    def _window_end(self) -> None:
+        """The last step's mark moved to the device's end of the work the window's steps left queued."""
+        devices.synchronize(self.device)
+        waited = time.perf_counter() - self.marks[-1]["wall"]
+        self.marks[-1]["t"] += waited
+        self.marks[-1]["wall"] += waited
 
     def _find_models(self) -> None:
         """Hook the trained model's forward: the outermost modules holding the most of the clock's parameters
@@ -423,9 +438,10 @@ class Recorder:
             return
         if self.done or not self.active or self.probe:
             return
-        if not self.steps and self.failure is None and len(self.marks) > self.warmup:
-            self._write_record()
-            return
+        if self.failure is None and len(self.marks) > self.warmup:
+            if not self.steps or len(self.marks) >= self.warmup + self.steps:  # its own run; a window cut short
+                self._write_record()
+                return
         self._write({"error": self.failure or trial_record.ended_early(self)})
 
 

@@ -15,7 +15,7 @@ import torch
 from ... import devices
 from ...measure.flops import ForwardSum
 from ...strategy.precision import DTYPES
-from ..trial_figures import deltas, diverged, final_loss, ran_out, rates, target_figures
+from ..trial_figures import deltas, diverged, final_loss, ran_out, rates, steady, target_figures, window_short
 from ..trial_process import NEVER_STEPPED
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ def trial(rec: Recorder) -> dict[str, Any]:
 
     window = rec.load.end()  # first: what follows (the FLOPs counted) is not the timed steps
     steps = deltas(rec.marks[1:], rec.marks[0])
-    timed = steps[rec.warmup - 1 :]
+    cut, timed, said = steady(steps[rec.warmup - 1 :])
     figures = rates(timed, data_known=rec.loader_seen)
     flops = _flops_per_sample(rec)
     record = {
@@ -66,7 +66,9 @@ def trial(rec: Recorder) -> dict[str, Any]:
         "flops_per_step": flops * timed[0]["samples"] if flops and timed else None,
         "build_s": _startup_s(rec),
         "first_step_s": rec.marks[0]["wall"] - rec.zero,
-        "warmup_s": rec.marks[rec.warmup - 1]["wall"] - rec.zero,
+        "warmup_s": rec.marks[rec.warmup - 1 + len(cut)]["wall"] - rec.zero,  # the one-offs cut included
+        **said,
+        **window_short([s["s"] for s in steps[rec.warmup - 1 :]], rec.window),
         "peak_memory_mb": devices.peak_memory_mb(rec.device),
         "eval_s": rec.eval_s,
         "save_s": rec.save_s,
@@ -82,7 +84,8 @@ def trial(rec: Recorder) -> dict[str, Any]:
     }
     if rec.step_losses and all(loss is not None for loss in rec.step_losses):
         losses = torch.stack(rec.step_losses).tolist()  # one device sync, at the end
-        record |= {"final_loss": final_loss(losses[rec.warmup :]), "step_losses": losses, **diverged(losses)}
+        planned = losses[rec.warmup : rec.warmup + rec.steps or None]  # as every variant trained them
+        record |= {"final_loss": final_loss(planned), "step_losses": losses, **diverged(losses)}
     return record
 
 
@@ -134,9 +137,10 @@ def _batch(timed: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _metric_figures(rec: Recorder) -> dict[str, Any]:
     """The script's own evaluation metric (the results-changed flag reads it) and the time to the target."""
-    name = rec.metric or next((m for m in EVAL_METRICS if m in rec.metrics), None)
-    name = name or next((m for m in rec.metrics if EVAL_LOSS.fullmatch(m)), None)
-    figures = {"val_metric_name": name, "val_metric": rec.metrics[name]} if name in rec.metrics else {}
+    logged = rec.metrics if rec.planned_metrics is None else rec.planned_metrics
+    name = rec.metric or next((m for m in EVAL_METRICS if m in logged), None)
+    name = name or next((m for m in logged if EVAL_LOSS.fullmatch(m)), None)
+    figures = {"val_metric_name": name, "val_metric": logged[name]} if name in logged else {}
     if rec.metric is None:
         return figures
     from .recorder import FACTS
