@@ -83,16 +83,23 @@ class Decision:
         return max(MIN_PAIRS + 1, math.ceil((z * self.log_sd / half) ** 2) + 1)
 
 
+STALLS = 0.02  # at most this share of a trial's steps (and at least one) may be capped as a neighbour's stalls
+
+
 def trial_rate(trial: Trial) -> float | None:
-    """The trial's samples/s with its step times capped at Q3 + 3 IQR of its own steps: a few steps stalled by
-    another process do not count at their stalled length, while steps all slow alike stay as they are."""
+    """The trial's samples/s with a rare stalled step capped at Q3 + 3 IQR of its own steps: a step stalled by
+    another process does not count at its stalled length. A cost that comes back (a loader falling behind every
+    8th step, a host sync every 10th) is the variant's own, and stays: beyond STALLS nothing is capped; nor are
+    steps all slow alike, which the quartiles follow."""
     sps_ = trial.samples_per_s
     times = np.asarray(trial.step_times_s or [], dtype=float)
     if sps_ is None or sps_ <= 0 or times.size < 4 or times.sum() <= 0:
         return sps_
     q1, q3 = np.percentile(times, [25, 75])
-    capped = np.minimum(times, q3 + 3 * (q3 - q1))
-    return float(sps_ * times.sum() / capped.sum())
+    fence = q3 + 3 * (q3 - q1)
+    if (times > fence).sum() > max(1, int(STALLS * times.size)):
+        return sps_
+    return float(sps_ * times.sum() / np.minimum(times, fence).sum())
 
 
 def _rates(trials: Sequence[Trial]) -> dict[int, float]:
@@ -117,7 +124,8 @@ def compare_rates(v: dict[int, float], b: dict[int, float], rule: Rule = DEFAULT
     if not v or not b:
         return Decision(None, None, None)
     rounds = sorted(set(v) & set(b))
-    paired = len(rounds) >= MIN_PAIRS and len(rounds) >= 0.8 * max(len(v), len(b))
+    # the smaller side's rounds: a baseline that ran more rounds (for another comparison) still pairs
+    paired = len(rounds) >= MIN_PAIRS and len(rounds) >= 0.8 * min(len(v), len(b))
     if paired:
         d = np.log([v[r] for r in rounds]) - np.log([b[r] for r in rounds])
         mean, sd, n, df = float(d.mean()), float(d.std(ddof=1)), d.size, d.size - 1
@@ -216,6 +224,7 @@ class Rounds:
     most: int
     budget_s: float
     resolution: float = RESOLUTION
+    gate: float | None = None  # --fail-if-slower's share: a reading across its line is undecided for the gate too
 
     @property
     def fixed(self) -> bool:

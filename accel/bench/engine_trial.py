@@ -215,7 +215,9 @@ def requested() -> Requested | None:
         metric=target.metric if target else os.environ.get(CURVE) or None,
         stop=os.environ.get(STOP) == "1" and target is not None,
         patterns=tuple(json.loads(os.environ.get(PATTERNS) or "[]")),
-        window=float(os.environ.get(WINDOW, "0")),
+        # several processes (torchrun's ranks) each keep a window: by time they could stop a step apart and leave
+        # the others waiting in a collective, so there the count alone decides
+        window=float(os.environ.get(WINDOW, "0")) if int(os.environ.get("WORLD_SIZE", "1")) == 1 else 0.0,
     )
 
 

@@ -168,11 +168,13 @@ def run_trials(
     console: Console | None = None,
     skip: SkipRule | None = None,
     cwds: dict[str, Path] | None = None,
+    earlier: list[Trial] | None = None,
 ) -> TrialResults:
     """Run (trial, variant, recipe file) jobs in the given order, one process each; every result, failed too.
 
     `skip(variant, results so far)` may return a reason not to run a job (tune: sizes above one that failed).
     `cwds` gives a variant the folder its trials run in (a revision's checkout; default: the current one).
+    `earlier`: the bench's trials before these (rounds added to a pilot), which number the jobs after them.
     Ctrl-C or SIGTERM stops after killing the running trial and returns the finished ones, so an hour of work
     still makes a report. A trial whose script never logged its target's metric stops them too (`never_logged`).
     """
@@ -181,7 +183,8 @@ def run_trials(
     results = TrialResults()
     with TrialProgress(console or Console(stderr=True), len(jobs)) as progress, signals_as_ctrl_c():
         try:
-            for index, (trial, variant, recipe) in enumerate(jobs):
+            before = list(earlier or [])
+            for index, (trial, variant, recipe) in enumerate(jobs, start=len(before)):
                 reason = skip(variant, results) if skip is not None else None
                 if reason is not None:
                     progress.skipped(variant, trial, reason)
@@ -189,7 +192,8 @@ def run_trials(
                 progress.started(variant, trial)
                 results.append(_run_job(index, trial, variant, recipe, out, settings, (cwds or {}).get(variant)))
                 progress.finished(results[-1])
-                results.stopped = never_logged(results[-1], results[:-1], len(jobs) - index - 1)
+                left = len(jobs) + len(before) - index - 1
+                results.stopped = never_logged(results[-1], [*before, *results[:-1]], left)
                 if results.stopped:  # the caller says why, once
                     break
         except KeyboardInterrupt:
@@ -300,7 +304,7 @@ def run_and_report(
         "recipe": run.source,
         "started": started,
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "interrupted": len(results) < len(jobs) and not results.stopped,
+        "interrupted": (results.interrupted or len(results) < len(jobs)) and not results.stopped,
         **({"stopped": results.stopped} if results.stopped else {}),
         "trials_planned": len(jobs),
         "settings": {
@@ -355,27 +359,32 @@ def _until_decided(
     launch = {variant: recipe for _, variant, recipe in jobs}
     order = list(launch)
     done = run.planned.pilot
-    for look in rule.looks[1:]:
-        records = [r.without("env") for r in results]
-        report = summarize(records, run.variants, run.baseline, refused=run.refused, rule=rule)
-        wanted = undecided_variants(report, run.pairs, rule)
-        if not wanted or time.perf_counter() - tick >= run.planned.budget_s:
-            break
-        names = [v for v in order if v in wanted]
-        console.print(
-            f"undecided at +-{rule.resolution:.0%}: {', '.join(n for n in names if n != report.baseline)}; "
-            f"rounds {done + 1}-{look} for {', '.join(names)}",
-            highlight=False,
-            markup=False,
-            soft_wrap=True,
-        )
-        more = [(t, v, launch[v]) for t in range(done, look) for v in names]
-        added = run_trials(more, out, run.settings, console, cwds=run.cwds)
-        jobs, done = jobs + more, look
-        results.extend(added)
-        if added.interrupted or added.stopped:
-            results.interrupted, results.stopped = added.interrupted, added.stopped
-            break
+    with signals_as_ctrl_c():
+        try:
+            for look in rule.looks[1:]:
+                records = [r.without("env") for r in results]
+                report = summarize(records, run.variants, run.baseline, refused=run.refused, rule=rule)
+                wanted = undecided_variants(report, run.pairs, rule, run.planned.gate)
+                if not wanted or time.perf_counter() - tick >= run.planned.budget_s:
+                    break
+                names = [v for v in order if v in wanted]
+                console.print(
+                    f"undecided at +-{rule.resolution:.0%}: {', '.join(n for n in names if n != report.baseline)}; "
+                    f"rounds {done + 1}-{look} for {', '.join(names)}",
+                    highlight=False,
+                    markup=False,
+                    soft_wrap=True,
+                )
+                more = [(t, v, launch[v]) for t in range(done, look) for v in names]
+                added = run_trials(more, out, run.settings, console, cwds=run.cwds, earlier=list(results))
+                jobs, done = jobs + more, look
+                results.extend(added)
+                if added.interrupted or added.stopped:
+                    results.interrupted, results.stopped = added.interrupted, added.stopped
+                    break
+        except KeyboardInterrupt:  # between two looks' trials
+            console.print(f"interrupted: keeping the {len(results)} finished trials", highlight=False)
+            results.interrupted = True
     return jobs, results
 
 

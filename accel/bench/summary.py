@@ -100,7 +100,9 @@ def undecided_fields(said: decide.Decision, rule: Rule) -> dict[str, float]:
 def _median_interval(xs: list[float]) -> Interval:
     if not xs:
         return Interval(median=None, ci95=None)
-    return Interval(median=float(np.median(xs)), ci95=decide.spread_interval(xs))
+    median, ci = float(np.median(xs)), decide.spread_interval(xs)
+    # the interval is of the trials' geometric mean; widened to hold the median it is shown with, never narrowed
+    return Interval(median=median, ci95=(min(ci[0], median), max(ci[1], median)) if ci else None)
 
 
 def _interval(reading: Reading) -> Interval:
@@ -181,9 +183,10 @@ def versus(trials: list[Trial], base_trials: list[Trial], rule: Rule = DEFAULT_R
     return _ratio(ok, base_ok, False, busy_share(ok, base_ok), rule), _result_changed(ok, base_ok, False)
 
 
-def undecided_variants(report: Report, pairs: list[tuple[str, str]], rule: Rule) -> set[str]:
-    """The variants of every comparison still undecided at the rule's resolution: more rounds of them could decide
-    it (a busy or failed comparison gets none: its verdict is withheld whatever the interval)."""
+def undecided_variants(report: Report, pairs: list[tuple[str, str]], rule: Rule, gate: float | None = None) -> set[str]:
+    """The variants of every comparison still undecided at the rule's resolution, or of a revision's whose interval
+    straddles the `gate`'s line: more rounds of them could decide it (a busy or failed comparison gets none: its
+    verdict is withheld whatever the interval)."""
     wanted: set[str] = set()
     for row in report.variants:
         if row.undecided:
@@ -193,7 +196,9 @@ def undecided_variants(report: Report, pairs: list[tuple[str, str]], rule: Rule)
             wanted |= {"all", f"-{name}"}
     rows = report.by_name
     for name, against in pairs:
-        if versus(rows[name].trials, rows[against].trials, rule)[0].undecided:
+        said = versus(rows[name].trials, rows[against].trials, rule)[0]
+        straddles = gate is not None and said.busy is None and said.ci95 is not None
+        if said.undecided or (straddles and said.ci95[0] < 1 - gate <= said.ci95[1]):
             wanted |= {name, against}
     return wanted
 

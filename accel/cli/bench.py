@@ -234,6 +234,10 @@ def recipe_settings(args: argparse.Namespace):
     """How a recipe's trials run, from the options; those that do not fit a recipe are refused."""
     from ..bench.trial_process import TrialSettings
 
+    if args.window is None and args.steps is None:
+        # a recipe's trial sizes its learning-rate schedule for the steps it may take: a window by time would
+        # stretch it to the window's most steps, so a recipe's default stays a count
+        args.window = 0.0
     trial_steps(args, BENCH_STEPS)
     plan_rounds(args)
     check_trial_options(args)
@@ -364,7 +368,7 @@ def add_round_options(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(trials=None)  # given: exactly that many; left out: PILOT_TRIALS, then more until decided
     parser.add_argument(
         "--resolution",
-        type=parse_share,
+        type=resolution_share,
         default=None,
         metavar="PERCENT",
         help="the smallest change of samples/s a verdict must resolve (default 3%%, or --fail-if-slower's share): "
@@ -389,24 +393,28 @@ def add_round_options(parser: argparse.ArgumentParser) -> None:
 def plan_rounds(args: argparse.Namespace) -> None:
     """`args.rounds` from the options: a fixed design when --trials was given, else a pilot then looks."""
     from ..bench.decide import RESOLUTION, Rounds
+    from ..bench.rev_compare import parse_share as gate_share
 
     allowed = getattr(args, "fail_if_slower", None)
-    resolution = args.resolution or (allowed and parse_share(allowed)) or RESOLUTION
+    gate = gate_share(allowed) if allowed else None  # its own message for a bad share
+    resolution = args.resolution or gate or RESOLUTION  # a 0% gate keeps the default resolution
     if args.trials is not None:
-        args.rounds = Rounds(args.trials, args.trials, 0.0, resolution)
+        args.rounds = Rounds(args.trials, args.trials, 0.0, resolution, gate)
         return
     args.trials = PILOT_TRIALS
-    args.rounds = Rounds(PILOT_TRIALS, max(args.max_trials, PILOT_TRIALS), args.budget, resolution)
+    args.rounds = Rounds(PILOT_TRIALS, max(args.max_trials, PILOT_TRIALS), args.budget, resolution, gate)
 
 
-def parse_share(text: str) -> float:
-    """`3%` or `3` as 0.03: a share of samples/s, above 0 and below 100%."""
+def resolution_share(text: str) -> float:
+    """--resolution: `3%` or `3` as 0.03, above 0 (the gate's reading of a share, as an option's type)."""
+    from ..bench.rev_compare import parse_share
+
     try:
-        share = float(text.strip().removesuffix("%")) / 100
-    except ValueError:
-        share = 0.0
-    if not 0 < share < 1:
-        raise argparse.ArgumentTypeError(f"`{text}`: give a percentage above 0 and below 100, e.g. 3% or 5%")
+        share = parse_share(text)
+    except AccelError as err:
+        raise argparse.ArgumentTypeError(str(err).replace("--fail-if-slower", "--resolution")) from None
+    if share == 0:
+        raise argparse.ArgumentTypeError("--resolution 0%: give a change a verdict can resolve, e.g. 3% or 5%")
     return share
 
 

@@ -133,7 +133,7 @@ def _compare(args, subject, settings, root, checkouts, allowed) -> int:
 def _bisect(args, subject, settings, root, checkouts, allowed) -> int:
     from ..bench import history
     from ..bench.bisect import bisect
-    from ..bench.rev_compare import CANNOT_TELL_EXIT, parse_share
+    from ..bench.rev_compare import CANNOT_TELL_EXIT, Judged, parse_share
     from ..bench.rev_plan import bench_revisions as run
     from ..bench.revisions import commits_between
 
@@ -152,14 +152,16 @@ def _bisect(args, subject, settings, root, checkouts, allowed) -> int:
 
     print(f"bisecting {len(commits) - 1} commits after {commits[0].label} up to {commits[-1].label}")
     allowed = allowed if allowed is not None else parse_share(DEFAULT_BISECT_SHARE)
-    if not args.resolution:  # each comparison decides at the slowdown the search is for
-        args.rounds = replace(args.rounds, resolution=allowed)
+    # each comparison decides at the slowdown the search is for
+    args.rounds = replace(args.rounds, resolution=args.resolution or allowed, gate=allowed)
     with hold(out):
         found = bisect(commits, allowed, compare, out, lambda line: print(line, flush=True))
     print(out)
     print(found.said)
     if any(s.reading is None for s in found.steps):
         return 130
+    if found.steps and found.steps[-1].judged == Judged.FAILED:
+        return 1  # a commit that does not train: a failure, not a measurement that could not tell
     if found.remaining:
         return CANNOT_TELL_EXIT
     return 0 if found.first_slower else 1

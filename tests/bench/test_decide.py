@@ -67,6 +67,15 @@ def test_a_stalled_step_is_capped_while_steps_all_slow_alike_are_not():
     slow = Trial(samples_per_s=50.0, step_times_s=[0.02] * 20)
     assert trial_rate(slow) == 50.0
     assert trial_rate(Trial(samples_per_s=50.0)) == 50.0  # no step times: as measured
+    # a cost that comes back (a loader behind every 8th step) is the variant's own: nothing is capped
+    recurring = Trial(samples_per_s=1702.0, step_times_s=([0.01] * 7 + [0.08]) * 6)
+    assert trial_rate(recurring) == 1702.0
+
+
+def test_a_baseline_that_ran_more_rounds_still_pairs_with_a_variant_that_ran_fewer():
+    base = [100.0, 140.0, 70.0, 200.0, 120.0, 90.0, 160.0, 110.0, 130.0, 80.0, 150.0, 100.0]
+    said = compare_rates(rounds(*[1.1 * b for b in base[:3]]), rounds(*base), Rule(resolution=0.03))
+    assert said.pairs == 3 and said.ratio == pytest.approx(1.1)
 
 
 def test_looks_grow_geometrically_and_each_look_is_wider_than_a_single_one():

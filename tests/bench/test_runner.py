@@ -13,7 +13,7 @@ from rich.console import Console
 
 from accel.bench import runner
 from accel.bench.plan import plan_bench
-from accel.bench.records import Trial
+from accel.bench.records import Trial, Verdict
 from accel.bench.runner import TrialProgress
 from accel.bench.trial import main as trial_main
 from accel.bench.trial_process import TrialSettings, run_trial_process, trial_argv, trial_env
@@ -475,3 +475,50 @@ def test_the_default_window_applies_where_steps_were_left_out():
     assert argv[-2:] == ["--window", "2.5"]
     with pytest.raises(AccelError, match="timed window"):
         TrialSettings(steps=3, warmup=1, window=float("nan"))
+
+
+def _rounds_bench(tmp_path, monkeypatch, speeds, rounds):
+    """A bench of variants a, b, c through run_and_report, each trial's samples/s from `speeds[variant](round)`."""
+    from accel.bench.variants import Variant
+
+    def job(index, trial, variant, recipe, out, settings, cwd):
+        return Trial(variant=variant, trial=trial, index=index, samples_per_s=speeds[variant](trial))
+
+    monkeypatch.setattr(runner, "_run_job", job)
+    variants = [Variant(n, {"k": i}) for i, n in enumerate(speeds)]
+    jobs = [(t, v.name, tmp_path / "r.yaml") for t in range(rounds.pilot) for v in variants]
+    run = runner.BenchRun(variants, "a", "r.yaml", {}, TrialSettings(4, 1), rounds.pilot, rounds=rounds)
+    console = Console(file=io.StringIO())
+    report, _ = runner.run_and_report(run, jobs, tmp_path, console)
+    return report, console.file.getvalue()
+
+
+def test_a_bench_adds_rounds_for_an_undecided_comparison_until_it_decides(tmp_path, monkeypatch):
+    from accel.bench.decide import Rounds
+
+    # the machine swings 20% from round to round; b is 10% faster within every round, c the same as a but noisy
+    swing = [1.0, 1.2, 0.85, 1.1, 0.9, 1.15, 0.95, 1.05] * 3
+    noise = [1.04, 0.95, 1.03, 0.97, 1.02, 0.96, 1.01, 0.99] * 3
+    speeds = {
+        "a": lambda t: 100 * swing[t],
+        "b": lambda t: 110 * swing[t] * (1.02 if t % 2 else 0.98),
+        "c": lambda t: 100 * swing[t] * noise[t],
+    }
+    report, said = _rounds_bench(tmp_path, monkeypatch, speeds, Rounds(3, 20, 600.0, 0.05))
+    rows = report.by_name
+    assert rows["b"].verdict == Verdict.HELPED and rows["c"].verdict in (Verdict.NO_EFFECT, None)
+    assert "undecided at +-5%" in said
+    assert rows["a"].ok_trials > 3 and rows["a"].ok_trials == max(r.ok_trials for r in rows.values())
+    assert report.settings.rounds == rows["a"].ok_trials and report.settings.looks[0] == 3
+    indices = [t.index for r in rows.values() for t in r.trials]
+    assert sorted(indices) == list(range(len(indices)))  # added rounds number on from the pilot's
+    assert not report.interrupted
+
+
+def test_a_fixed_number_of_trials_adds_no_round(tmp_path, monkeypatch):
+    from accel.bench.decide import fixed_rounds
+
+    speeds = {"a": lambda t: 100.0 + 7 * (t % 2), "b": lambda t: 101.0 - 7 * (t % 2), "c": lambda t: 100.0}
+    report, said = _rounds_bench(tmp_path, monkeypatch, speeds, fixed_rounds(3))
+    assert all(r.ok_trials == 3 for r in report.variants) and "undecided" not in said
+    assert report.by_name["b"].verdict is None and report.by_name["b"].undecided == 0.03
