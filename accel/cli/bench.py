@@ -51,7 +51,9 @@ def add(commands) -> None:
         help="compare values of any recipe key (for a script: engine keys, or its own option as arg:--OPTION, a "
         "flag by its presence: arg:--channels-last=absent,present); several --vary give their cartesian product",
     )
-    add_trial_options(bench_parser, steps=BENCH_STEPS, warmup=3, trials=3)
+    add_trial_options(
+        bench_parser, steps=BENCH_STEPS, warmup=3, trials="exactly that many; left out: 3, then more until decided"
+    )
     add_round_options(bench_parser)
     bench_parser.add_argument(
         "--target",
@@ -365,7 +367,6 @@ PILOT_TRIALS, MAX_TRIALS, BENCH_BUDGET = 3, 20, "5m"  # the rounds a bench runs 
 
 def add_round_options(parser: argparse.ArgumentParser) -> None:
     """How many rounds a bench runs: --trials fixes them; by default the bench adds rounds until it decides."""
-    parser.set_defaults(trials=None)  # given: exactly that many; left out: PILOT_TRIALS, then more until decided
     parser.add_argument(
         "--resolution",
         type=resolution_share,

@@ -24,9 +24,9 @@ def add_sets(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_trial_options(parser: argparse.ArgumentParser, steps: int | str, warmup: int | str, trials: int) -> None:
-    """The options every trial takes; `steps` and `warmup` given as text are the help's account of defaults the
-    command resolves itself (None until then)."""
+def add_trial_options(parser: argparse.ArgumentParser, steps: int | str, warmup: int | str, trials: int | str) -> None:
+    """The options every trial takes; `steps`, `warmup` and `trials` given as text are the help's account of
+    defaults the command resolves itself (None until then)."""
     parser.add_argument(
         "--steps",
         type=int,
@@ -47,7 +47,14 @@ def add_trial_options(parser: argparse.ArgumentParser, steps: int | str, warmup:
         default=warmup if isinstance(warmup, int) else None,
         help=f"untimed steps before them; compile happens here (default {warmup})",
     )
-    parser.add_argument("--trials", type=int, default=trials, help=f"fresh processes per variant (default {trials})")
+    parser.add_argument(
+        "--trials",
+        type=int,
+        default=trials if isinstance(trials, int) else None,
+        help=f"fresh processes per variant (default {trials})"
+        if isinstance(trials, int)
+        else f"fresh processes per variant: {trials}",
+    )
     parser.add_argument("--timeout", type=float, help="seconds before a trial is killed and recorded as failed")
     parser.add_argument(
         "--warm-cache",

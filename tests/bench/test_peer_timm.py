@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -45,3 +46,5 @@ def test_timms_speed_switches_are_found_and_one_is_benched(timm_command, tmp_pat
     assert main([*argv, "--out", str(out), "--", *timm_command]) == 0
     report = json.loads((out / "report.json").read_text())
     assert [variant["ok_trials"] for variant in report["variants"]] == [1, 1]
+    output = Path(timm_command[timm_command.index("--output") + 1])  # its --output: nothing from the probe or a trial
+    assert not output.exists() or not any(output.iterdir())

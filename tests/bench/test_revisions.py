@@ -45,7 +45,7 @@ for step in range(10**6):
 # a few short steps: a timed window under half a second, where the machine's load is not judged (accel/measure/
 # load.py: a busy neighbour would withhold every verdict), after 3 warm-up steps (the first after the model is
 # found ran 8 times as long as the rest)
-TRIALS = ["--steps", "3", "--warmup", "3", "--trials", "2"]
+TRIALS = ["--steps", "3", "--warmup", "3", "--trials", "3"]
 ALLOWED = "25%"  # the longer wait makes a step about four times as long: far beyond this
 
 
@@ -132,7 +132,7 @@ def compared(repo):
         args = ["--rev", revs, "--fail-if-slower", ALLOWED, "--history", history, *TRIALS, "--out", out]
         done = _accel(path, "bench", *args, "--", sys.executable, "train.py")
         report = json.loads((path / out / "report.json").read_text())
-        if "note: cannot tell" not in done.stdout:  # the gate could tell for every revision
+        if "CANNOT TELL" not in done.stdout:  # the gate could tell for every revision
             break
     return done, before, report, path / history
 

@@ -75,6 +75,8 @@ def test_bench_end_to_end_interleaves_and_reports_a_crashing_variant(tiny, write
         "steps": 3,
         "warmup": 1,
         "trials": 2,
+        "resolution": 0.03,  # the one decision rule's (decide.py): --trials fixes the rounds, so no looks
+        "rounds": 2,
         "timeout_s": 120.0,
         "compile_cache": "cold (fresh per trial)",
         "target": None,

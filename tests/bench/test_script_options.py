@@ -81,3 +81,19 @@ def test_an_option_is_switched_by_presence_and_several_values_go_as_words(watche
     ]  # fmt: skip
     # without a parser (nanoGPT's configurator): a flag's presence, the option's neighbours untouched
     assert with_option(["python", "t.py", "--amp", "a.py"], "--amp", "absent") == ["python", "t.py", "a.py"]
+
+
+def test_a_trials_output_options_point_into_a_folder_of_its_own(watched, tmp_path, capsys):
+    """timm makes a run folder under its --output in every probe and trial: there they go to the process's own
+    folder, under the same name; options that are not outputs, and an output left empty, are as given."""
+    parser = argparse.ArgumentParser(prog="train.py")
+    parser.add_argument("--output", default="")
+    parser.add_argument("--output-dir")
+    parser.add_argument("--data-dir")
+    parser.add_argument("--experiment", default="exp1")
+    given = str(tmp_path / "out_timm")
+    args = parser.parse_args(["--output", given, "--data-dir", str(tmp_path / "imgs")])
+    assert args.output != given and args.output.endswith("/output/out_timm") and not args.output.startswith(given)
+    assert args.data_dir == str(tmp_path / "imgs") and args.experiment == "exp1" and args.output_dir is None
+    assert f"not to --output {given}" in capsys.readouterr().err
+    assert parser.parse_args([]).output == ""  # not given: the script's own default, untouched

@@ -769,3 +769,24 @@ def test_a_candidate_the_budget_cut_before_it_ran_says_so_not_that_a_smaller_val
     result = tune(validate_recipe(tiny), knobs, tmp_path, TrialSettings(5, 1), trials=2, budget_s=150, run_trials=fake)
     notes = {r.label: r.note for r in result.rows if r.knob == "speedups.compile"}
     assert notes["regional=true"] == "not run; stage ended early: over the --budget"
+
+
+def test_tune_reads_its_candidates_by_the_benchs_one_rule(tiny, tmp_path):
+    """A candidate 3% faster under 10% noise a trial: the rule's interval cannot decide at 3%, so tune keeps the
+    current value and says why, as a bench would read the same trials (accel/bench/decide.py)."""
+    noise = {0: 1.10, 1: 0.92, 2: 1.01}
+
+    def run_trials(jobs, out, settings, console=None, skip=None):
+        results = []
+        for trial, name, path in jobs:
+            workers = yaml.safe_load(path.read_text())["data"]["loader"]["num_workers"]
+            sps = 100 * (1.03 if workers == 1 else 1.0) * (noise[trial] if workers == 1 else 1 / noise[trial])
+            results.append(Trial(variant=name, trial=trial, samples_per_s=sps, env={"device": "cpu", "torch": "2"}))
+        return results
+
+    result = tune(
+        validate_recipe(tiny), [Knob(WORKERS_KEY, [1])], tmp_path, TrialSettings(5, 1), trials=3, run_trials=run_trials
+    )
+    assert result.chosen == {WORKERS_KEY: "auto"}
+    (row,) = [r for r in result.rows if r.value == 1]
+    assert row.verdict is None and row.note.startswith("not chosen: no verdict, undecided at +-3%")

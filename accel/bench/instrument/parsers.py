@@ -2,15 +2,26 @@
 and help, and the value the script got. The bench reads them from the probe's answer to switch a plain script's speed
 flags (accel/bench/script_flags.py) and to refuse, before any trial, a variant its parser would refuse
 (accel/bench/script_options.py). Torch-free and cheap: it records after the script's own call, and never changes
-what the script gets."""
+what the script gets, but for one thing: an option that names where the script writes (`--output`, `--output-dir`,
+`--save-dir`, ...) points, in a probe or trial, into a folder of the process's own under the same name, as the HF
+Trainer's `output_dir` does (accel/bench/instrument/hf_trainer.py): a bench's runs never write into the user's."""
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import functools
+import os
+import re
+import shutil
 import sys
+import tempfile
 from typing import Any
 
+# an option's destination that names a folder (or file) the script writes its run's outputs to
+OUTPUTS = re.compile(
+    r"(output|out|save|checkpoint|ckpt|log|logging|experiment|exp|run|work)_?(dir|path|folder|root)|output"
+)
 PARSERS: dict[int, dict[str, Any]] = {}  # by the parser's id: a parser parsed twice is recorded once, the last time
 _depth = 0  # parse_args calls parse_known_args, and a subcommand's parser is parsed inside its parent's
 
@@ -32,13 +43,42 @@ def _recording(original, strict: bool):
         finally:
             _depth -= 1
         if _depth == 0:
+            namespace = parsed[0] if isinstance(parsed, tuple) else parsed
             try:
-                PARSERS[id(parser)] = described(parser, parsed[0] if isinstance(parsed, tuple) else parsed, strict)
+                PARSERS[id(parser)] = described(parser, namespace, strict)
+                redirect_outputs(parser, namespace)
             except Exception as err:  # noqa: BLE001 - the script goes on; the bench only misses its options
                 print(f"accel: could not read the script's options: {err!r}", file=sys.stderr)
         return parsed
 
     return parse
+
+
+def redirect_outputs(parser: argparse.ArgumentParser, namespace: argparse.Namespace) -> dict[str, str]:
+    """Point each output option the script was given (a path, not empty) into this process's own folder, under the
+    same name; the folders it names are made by the script as it would its own. What was redirected, by option."""
+    moved = {}
+    for action in parser._actions:
+        value = getattr(namespace, action.dest, None)
+        if action.option_strings and isinstance(value, str) and value and OUTPUTS.fullmatch(action.dest):
+            name = os.path.basename(os.path.normpath(value)) or "output"
+            setattr(namespace, action.dest, os.path.join(_own_folder(), action.dest, name))
+            moved[action.option_strings[-1]] = value
+    if moved:
+        said = ", ".join(f"{option} {value}" for option, value in moved.items())
+        print(f"accel: this trial's outputs go to a folder of its own, not to {said}", file=sys.stderr)
+    return moved
+
+
+_FOLDER: list[str] = []
+
+
+def _own_folder() -> str:
+    """One folder for the process's redirected outputs, removed when it ends."""
+    if not _FOLDER:
+        _FOLDER.append(tempfile.mkdtemp(prefix="accel-trial-outputs-"))
+        atexit.register(shutil.rmtree, _FOLDER[0], True)
+    return _FOLDER[0]
 
 
 def captured() -> list[dict[str, Any]]:
