@@ -140,8 +140,8 @@ def _to_tell(reading: Reading) -> str:
         return "Run it again when the machine is quiet."
     if reading.trials_needed:
         need = reading.trials_needed
-        return f"About {need} trials a side would tell on this noise: --max-trials {need}."
-    return "Run it again with more trials (--max-trials) on a quiet machine."
+        return f"About {need} trials a side would tell on this noise (--trials {need})."
+    return "Run it again with more trials on a quiet machine."
 
 
 def revision_lines(report: Report) -> list[str]:

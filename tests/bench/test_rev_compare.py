@@ -55,7 +55,7 @@ def test_the_gate_fails_only_when_the_interval_says_slower_by_more_than_allowed(
 
 def test_a_gate_that_cannot_tell_says_how_many_trials_would():
     _, lines = gate([_reading(0.97, 0.90, 1.02, None, undecided=0.03)], 0.03)
-    assert "About 40 trials a side would tell on this noise: --max-trials 40." in lines[0]
+    assert "About 40 trials a side would tell on this noise (--trials 40)." in lines[0]
 
 
 def test_a_revision_that_did_not_train_fails_the_gate():

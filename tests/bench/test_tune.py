@@ -84,7 +84,7 @@ def test_search_picks_measured_best_bounds_batch_and_reuses(tiny, tmp_path):
     console.print(table(result))
     rendered = " ".join(console.file.getvalue().replace("│", "|").split())
     assert "| data.batch_size | 256 | n/a | n/a | n/a | | not run (a smaller value failed) |" in rendered
-    assert "| data.batch_size | 64 | 640.6 [640.0, 641.3] | 4.00x [3.99, 4.01] | n/a | helped | chosen |" in rendered
+    assert "| data.batch_size | 64 | 640.6 [639.1, 642.2] | 4.00x [4.00, 4.00] | n/a | helped | chosen |" in rendered
 
 
 def test_a_noise_level_win_keeps_the_current_value(tiny, tmp_path):
