@@ -172,11 +172,6 @@ def judge(mean: float, lo: float, hi: float, resolution: float) -> tuple[Verdict
     return None, True
 
 
-def decided(decision: Decision) -> bool:
-    """Whether more trials could change nothing the comparison says: a verdict, or nothing to compare."""
-    return not decision.undecided
-
-
 # The looks of a sequential bench: after the pilot, each look adds about half the rounds run so far, so the
 # number of looks grows with the log of the rounds (each look's interval widens with the number of looks).
 GROWTH = 1.5

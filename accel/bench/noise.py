@@ -17,7 +17,9 @@ def noise_lines(report: Report, out: Path) -> list[str]:
     """The A/A's reading and what this machine can resolve, as lines; noise.json holds the same figures."""
     first, second = report.variants[:2]
     a, b = ok_trials(first.trials), ok_trials(second.trials)
-    said = decide.compare(b, a)
+    settings = report.settings
+    rule = decide.Rule(settings.resolution or decide.RESOLUTION, tuple(settings.looks or ())) if settings else None
+    said = decide.compare(b, a, rule or decide.DEFAULT_RULE)  # the report's own reading of the same trials
     if said.log_sd is None or said.ci is None:
         return ["A/A: too few successful trials to measure the noise (2 a side at least)."]
     per_trial = [t.process_s for t in a + b if t.process_s]

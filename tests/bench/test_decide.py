@@ -10,7 +10,6 @@ from accel.bench.decide import (
     LEVEL,
     Rule,
     compare_rates,
-    decided,
     judge,
     look_schedule,
     pocock_level,
@@ -106,7 +105,7 @@ def sequential(rng, noise, effect: float, looks: tuple[int, ...], rule: Rule):
     lb = drift + noise(rng, looks[-1])
     for k in looks:
         said = compare_rates(rounds(*np.exp(lv[:k])), rounds(*np.exp(lb[:k])), rule)
-        if decided(said):
+        if not said.undecided:
             break
     return said
 
