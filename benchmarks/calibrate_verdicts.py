@@ -1,10 +1,11 @@
 """Do the bench's verdicts hold on this machine? Repeated A/A benches and benches of a known slowdown, tallied.
 
 A plain PyTorch loop (an MLP, about 5 ms a step on 2 CPU threads, no accel in it) is benched unchanged with
-`accel bench --vary env:SLOW=0,X -- python loop.py`: with X=0 the two variants are the same (an A/A, which must
-read "no effect" or withhold, never helped or hurt), with X > 0 the second sleeps X seconds a step (a known
-slowdown, X/step time). Each bench is a fresh `accel bench` with the options given after `--` (default: the
-bench's own planning from the noise). Prints one line per bench and the tally per case, and writes JSON.
+`accel bench --vary env:SLOW=0,X -- python loop.py`: with X=0 the two variants differ only in a variable the loop
+never reads (an A/A, which must read "no effect" or withhold, never helped or hurt), with X > 0 the second sleeps X
+seconds a step (a known slowdown, X/step time). Each bench is a fresh `accel bench` with the options given after
+`--` (default: the bench's own planning from the noise). Prints one line per bench and the tally per case, and
+writes JSON.
 
     python benchmarks/calibrate_verdicts.py --benches 10 --slow 0 0.0005 0.00025 -- --resolution 5%
 """
@@ -40,7 +41,8 @@ for step in range(100_000):
 
 def one_bench(folder: Path, slow: float, extra: list[str]) -> dict:
     out = folder / f"bench-{time.time_ns()}"
-    argv = [sys.executable, "-m", "accel.cli", "bench", "--vary", f"env:SLOW=0,{slow:g}", "--out", str(out), *extra]
+    vary = f"env:SLOW=0,{slow:g}" if slow else "env:UNREAD=a,b"  # an A/A: the loop never reads UNREAD
+    argv = [sys.executable, "-m", "accel.cli", "bench", "--vary", vary, "--out", str(out), *extra]
     tick = time.perf_counter()
     done = subprocess.run([*argv, "--", sys.executable, str(folder / "loop.py")], capture_output=True, text=True)
     seconds = time.perf_counter() - tick

@@ -67,6 +67,7 @@ from ..engine.trial_variables import (
 from ..io import strict_json, write_atomic
 from ..measure import load
 from ..speedups.compile_workers import stop_compile_workers
+from .instrument import guard
 from .trial_figures import TimedWindow
 
 if TYPE_CHECKING:
@@ -246,7 +247,7 @@ class Probe(Agent):
         self.given["model_traits"] = model_traits(engine.core.module)
         self.given["run"] = engine.core.run_facts().to_data()  # what tune's conflict rule judges candidates by
         self._write()
-        raise SystemExit(0)
+        guard.end()
 
     def _write(self) -> None:
         if self.core.world.is_main:
@@ -355,7 +356,7 @@ class ScriptTrial(Agent):
     def _finish(self) -> None:
         """Write the whole record and end the process (exit 0)."""
         self._write_record()
-        raise SystemExit(0)
+        guard.end()
 
     def _write_record(self) -> None:
         from .trial_figures import diverged

@@ -186,7 +186,9 @@ def run_logged(
             raise
         try:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)  # one that came meanwhile is raised here
-            return proc.wait(timeout=timeout) if watch is None else _watched(proc, timeout, watch)
+            code = proc.wait(timeout=timeout) if watch is None else _watched(proc, timeout, watch)
+            _kill_group(proc)  # what it left behind (DataLoader workers of a trial ended without teardown)
+            return code
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             return None

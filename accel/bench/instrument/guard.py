@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import time
+from typing import NoReturn
 
 from ...engine.trial_variables import PATH, PROBE, STEPS, WARMUP
 from ...io import write_atomic
@@ -26,13 +27,33 @@ UNRECORDED = (
 )
 _hooked = False
 _noted = 0.0  # when this process last left its note (time.monotonic)
+_ended = False  # accel ended this process itself, its record written
 
 
 def start() -> None:
-    """At the process's start: a probe's process leaves its note at its exit too (accel/bench/probe_watch.py reads
-    a probe that ended without a record by it)."""
+    """At the process's start: registered first, so run last, the exit that skips the interpreter's teardown; a
+    probe's process leaves its note at its exit too (accel/bench/probe_watch.py reads a probe that ended without a
+    record by it)."""
+    atexit.register(_skip_teardown)
     if _probing():
         atexit.register(note)
+
+
+def end() -> NoReturn:
+    """accel ends the probe or trial here, its record written. The exit handlers of the script and its libraries
+    still run; the interpreter's teardown of torch's modules does not (1.6 s a process on a 2-core machine, a
+    sixth of a script's trial: benchmarks/process_noise.py's note). The bench ends what the process leaves behind
+    (DataLoader workers) with its process group."""
+    global _ended
+    _ended = True
+    raise SystemExit(0)
+
+
+def _skip_teardown() -> None:
+    if _ended:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def hook_torch() -> None:
@@ -57,7 +78,7 @@ def stepped(by: str) -> None:
     if limit and steps >= limit and not recording():
         if os.environ.get("RANK", "0") == "0":
             write_atomic(os.environ[PATH], json.dumps({"error": UNRECORDED.format(by=by, steps=steps)}))
-        raise SystemExit(0)
+        end()
 
 
 def recording() -> bool:

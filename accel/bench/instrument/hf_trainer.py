@@ -99,4 +99,4 @@ class TrialCallback(TrainerCallback):
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.recorder.stop_requested:
-            raise SystemExit(0)
+            guard.end()

@@ -114,7 +114,7 @@ def _callback_class(base: type) -> type:
 
         def on_train_end(self, trainer, pl_module):
             if self.recorder.stop_requested:
-                raise SystemExit(0)
+                guard.end()
 
     return TrialCallback
 

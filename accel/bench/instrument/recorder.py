@@ -47,7 +47,7 @@ from ...measure.flops import Utilisation, few_samples, forward_precision
 from ...speedups.compile_workers import stop_compile_workers
 from .. import engine_trial
 from ..trial_figures import TimedWindow
-from . import trial_record
+from . import guard, trial_record
 
 if TYPE_CHECKING:
     from .profiled import UnchangedProfile
@@ -314,7 +314,7 @@ class Recorder:
         self.done = True
         self.active = False
         if not self.framework_stops:
-            raise SystemExit(0)
+            guard.end()
         self.stop_requested = True
 
     # --- steps ---------------------------------------------------------------------------------------------------
@@ -350,7 +350,7 @@ class Recorder:
             self._find_models()
             if self.probe:
                 self._write_given()
-                raise SystemExit(0)
+                guard.end()
             self.excluded_s += time.perf_counter() - now
         self.marks.append({"t": now - self.excluded_s, "wall": now, **self.counts})
         self.step_losses.append(torch.stack(self.losses).sum() if self.losses else None)
