@@ -1,8 +1,7 @@
-"""Small-sample statistics for A/B speed reports: bootstrap intervals, verdicts, break-even, result drift.
+"""Small-sample statistics beside the verdicts (those are accel/bench/decide.py's): a median's bootstrap interval
+for the comparison scripts in benchmarks/, percentiles, break-even, result drift.
 
-Everything is pure numpy and seeded, so the same trials always give the same report. Benchmarks here run
-3-10 trials per variant, so the bootstrap is used for its honesty, not its precision: with 3 trials a
-95% interval of a median is roughly [min, max] of the trials, which is what a reader should see.
+Everything is pure numpy and seeded, so the same numbers always give the same report.
 """
 
 from __future__ import annotations
@@ -10,8 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-
-from .records import Verdict
 
 
 def _as_array(xs: Sequence[float], what: str) -> np.ndarray:
@@ -43,30 +40,6 @@ def bootstrap_median_ci(
     return float(np.median(arr)), _interval(_boot_medians(arr, n_boot, rng), level)
 
 
-def bootstrap_ratio_ci(
-    variant_xs: Sequence[float],
-    baseline_xs: Sequence[float],
-    *,
-    n_boot: int = 2000,
-    level: float = 0.95,
-    seed: int = 0,
-) -> tuple[float, tuple[float, float]]:
-    """median(variant) / median(baseline) and a bootstrap interval of that ratio.
-
-    The groups are resampled independently: trials of different variants are separate processes, so there is
-    no pairing to exploit (interleaving already spreads machine drift over all variants alike).
-    """
-    v = _as_array(variant_xs, "bootstrap_ratio_ci (variant)")
-    b = _as_array(baseline_xs, "bootstrap_ratio_ci (baseline)")
-    if np.median(b) <= 0:
-        raise ValueError(f"baseline median must be positive to form a ratio, got {np.median(b)}")
-    rng = np.random.default_rng(seed)
-    vm, bm = _boot_medians(v, n_boot, rng), _boot_medians(b, n_boot, rng)
-    ratios = vm / np.where(bm > 0, bm, np.nan)
-    ratios = ratios[np.isfinite(ratios)]
-    return float(np.median(v) / np.median(b)), _interval(ratios, level)
-
-
 def percentiles(xs: Sequence[float], qs: Sequence[float] = (50, 90)) -> dict:
     """{"p50": x, "p90": y, ...} of `xs`; every value is None when `xs` is empty."""
     arr = np.asarray(list(xs), dtype=float)
@@ -74,22 +47,6 @@ def percentiles(xs: Sequence[float], qs: Sequence[float] = (50, 90)) -> dict:
     if arr.size == 0:
         return dict.fromkeys(keys)
     return {k: float(v) for k, v in zip(keys, np.percentile(arr, list(qs)))}
-
-
-def verdict(ratio_median: float, ci: Sequence[float], *, min_effect: float = 0.02) -> Verdict:
-    """Helped, hurt or no effect for a throughput ratio vs baseline, decided by its interval.
-
-    The interval must exclude 1.0 *and* the point estimate must clear `min_effect`. The margin exists because
-    3-trial bootstraps are coarse: the interval is about [min(v)/max(b), max(v)/min(b)], so a change that does
-    nothing still lands all its trials above the baseline's in 1 of the C(6,3) = 20 equally likely orderings,
-    and would be called "helped" on a 0.3% difference. Requiring a 2% effect keeps such flukes "no effect".
-    """
-    lo, hi = float(ci[0]), float(ci[1])
-    if lo > 1.0 and ratio_median >= 1.0 + min_effect:
-        return Verdict.HELPED
-    if hi < 1.0 and ratio_median <= 1.0 - min_effect:
-        return Verdict.HURT
-    return Verdict.NO_EFFECT
 
 
 def break_even_steps(

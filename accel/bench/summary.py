@@ -38,7 +38,7 @@ from .records import (
     Verdict,
     busy_fields,
 )
-from .stats import bootstrap_ratio_ci, break_even_steps, differs_beyond_noise, percentiles, verdict
+from .stats import break_even_steps, differs_beyond_noise, percentiles
 from .variants import Variant
 
 MIN_TRIALS = decide.MIN_PAIRS  # one trial per side gives an interval of zero width: no verdict can rest on it
@@ -144,7 +144,9 @@ def _summarize_variant(
         # --target: the median over the trials that reached it; `target_reached` says how many did
         time_to_target_s=_median(_values(ok, "time_to_target_s")),
         target_reached=sum(t.time_to_target_s is not None for t in ok) if _targeted(ok) else None,
-        time_to_target_ratio=_time_ratio(ok, base_ok, is_base, busy) if _targeted(ok) and _targeted(base_ok) else None,
+        time_to_target_ratio=_time_ratio(ok, base_ok, is_base, busy, rule)
+        if _targeted(ok) and _targeted(base_ok)
+        else None,
         ratio_vs_baseline=_interval(ratio),
         verdict=ratio.verdict,
         **busy_fields(busy),
@@ -210,34 +212,29 @@ def unsteady(sps: list[float]) -> tuple[float, float] | None:
     return min(sps), max(sps)
 
 
-def _time_ratio(ok: list[Trial], base_ok: list[Trial], is_base: bool, busy: float | None) -> Reading:
-    """The time to target over the baseline's, read through each trial's speed to it (1/s; 0 when it never got
-    there), so a trial that never reached the target counts as slowest rather than dropping out, and the
-    verdict reads like a throughput's: helped means sooner."""
+def _time_ratio(ok: list[Trial], base_ok: list[Trial], is_base: bool, busy: float | None, rule: Rule) -> Reading:
+    """The time to target over the baseline's by the one rule, read through each trial's speed to it (1/s), so the
+    verdict reads like a throughput's: helped means sooner. A trial that never got there is counted, not timed:
+    most of a side never there decides by the count; some never there leaves the interval out."""
 
-    def speeds(trials: list[Trial]) -> list[float]:
-        return [1 / t.time_to_target_s if t.time_to_target_s else 0.0 for t in trials]
+    def speeds(trials: list[Trial]) -> dict[int, float]:
+        return {t.trial: 1 / t.time_to_target_s if t.time_to_target_s else 0.0 for t in trials}
 
-    base = speeds(base_ok)
-    if not base or np.median(base) <= 0:  # the baseline never got there: nothing to compare with
+    mine, base = speeds(ok), speeds(base_ok)
+    if not base or np.median(list(base.values())) <= 0:  # the baseline never got there: nothing to compare with
         return Reading(median=None, ci95=None, verdict=None)
-    speed = _speed_ratio(speeds(ok), base, is_base, busy)
-    if not speed.median:
-        # never reaching the target is counted in steps, not timed: a busy machine does not change it
-        return Reading(median=None, ci95=None, verdict=Verdict.HURT if speed.median == 0 else None)
-    lo, hi = speed.ci95
-    ci = (1 / hi, 1 / lo) if lo > 0 else None  # an upper end of "never" has no number
-    return Reading(median=1 / speed.median, ci95=ci, verdict=speed.verdict, **busy_fields(busy))
-
-
-def _speed_ratio(sps: list[float], base_sps: list[float], is_base: bool, busy: float | None) -> Reading:
-    """A ratio of median speeds to a target by bootstrap: the one reading outside decide.py's rule, as a trial
-    that never reached the target has speed 0, which no log ratio holds."""
-    if is_base and sps:
+    if is_base:
         return Reading(median=1.0, ci95=(1.0, 1.0), verdict=None)
-    r, ci = bootstrap_ratio_ci(sps, base_sps)
-    enough = min(len(sps), len(base_sps)) >= MIN_TRIALS and busy is None
-    return Reading(median=r, ci95=ci, verdict=verdict(r, ci) if enough else None, **busy_fields(busy))
+    if not mine or np.median(list(mine.values())) <= 0:  # counted in steps: a busy machine does not change it
+        return Reading(median=None, ci95=None, verdict=Verdict.HURT if mine else None)
+    if 0.0 in mine.values() or 0.0 in base.values():
+        ratio = float(np.median(list(base.values())) / np.median(list(mine.values())))
+        return Reading(median=ratio, ci95=None, verdict=None, **busy_fields(busy))
+    said = decide.compare_rates(mine, base, rule, busy is not None)
+    ci = (1 / said.ci[1], 1 / said.ci[0]) if said.ci else None
+    return Reading(
+        median=1 / said.ratio, ci95=ci, verdict=said.verdict, **busy_fields(busy), **undecided_fields(said, rule)
+    )
 
 
 def _targeted(trials: list[Trial]) -> bool:

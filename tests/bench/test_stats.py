@@ -2,14 +2,11 @@ import math
 
 import pytest
 
-from accel.bench.records import Verdict
 from accel.bench.stats import (
     bootstrap_median_ci,
-    bootstrap_ratio_ci,
     break_even_steps,
     differs_beyond_noise,
     percentiles,
-    verdict,
 )
 
 
@@ -34,53 +31,6 @@ def test_median_ci_narrows_with_more_data_and_is_seeded():
 def test_empty_input_is_an_error():
     with pytest.raises(ValueError, match="at least one"):
         bootstrap_median_ci([])
-    with pytest.raises(ValueError, match="baseline"):
-        bootstrap_ratio_ci([1.0], [])
-
-
-def test_identical_groups_give_ratio_one_and_no_effect():
-    xs = [100.0, 101.0, 99.0]
-    ratio, ci = bootstrap_ratio_ci(xs, list(xs))
-    assert ratio == 1.0
-    assert ci[0] < 1.0 < ci[1]
-    assert verdict(ratio, ci) == Verdict.NO_EFFECT
-
-
-def test_twice_as_fast_group_helped_with_interval_excluding_one():
-    base = [100.0, 102.0, 98.0]
-    ratio, ci = bootstrap_ratio_ci([2 * x for x in base], base)
-    assert ratio == pytest.approx(2.0)
-    assert 1.0 < ci[0] <= 2.0 <= ci[1]
-    assert verdict(ratio, ci) == Verdict.HELPED
-
-
-def test_half_as_fast_group_hurt():
-    base = [100.0, 102.0, 98.0]
-    ratio, ci = bootstrap_ratio_ci([x / 2 for x in base], base)
-    assert ci[1] < 1.0
-    assert verdict(ratio, ci) == Verdict.HURT
-
-
-def test_do_nothing_fluke_above_baseline_stays_no_effect():
-    # All three variant trials beat all three baseline trials by a hair: the interval excludes 1,
-    # but a 0.3% effect is below the margin, so it must not be called "helped".
-    ratio, ci = bootstrap_ratio_ci([100.3, 100.4, 100.5], [100.0, 100.1, 100.2])
-    assert ci[0] > 1.0
-    assert verdict(ratio, ci) == Verdict.NO_EFFECT
-
-
-@pytest.mark.parametrize(
-    "median, ci, expected",
-    [
-        (1.10, (1.03, 1.20), Verdict.HELPED),
-        (1.10, (0.99, 1.20), Verdict.NO_EFFECT),  # interval touches 1: not decided by the point estimate
-        (0.90, (0.80, 0.99), Verdict.HURT),
-        (0.99, (0.985, 0.995), Verdict.NO_EFFECT),  # excludes 1 but inside the margin
-        (1.00, (1.00, 1.00), Verdict.NO_EFFECT),
-    ],
-)
-def test_verdict_is_decided_by_the_interval(median, ci, expected):
-    assert verdict(median, ci) == expected
 
 
 def test_break_even_arithmetic():

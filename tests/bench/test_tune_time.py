@@ -173,17 +173,22 @@ def test_the_default_target_is_the_worst_end_of_the_reference_curves():
     assert reached_by([ending(0.91, "val_accuracy"), ending(0.9, "val_accuracy")]) == Target("val_accuracy", 0.9)
 
 
-def test_time_to_target_ratio_counts_a_trial_that_never_got_there_as_slowest():
+def test_time_to_target_ratio_is_read_by_the_one_rule_and_counts_a_trial_that_never_got_there():
     def reached(name: str, seconds: float | None, trial: int) -> Trial:
         evals = [{"step": 1, "wall_s": 1.0, "value": 1.0}]
         return Trial(variant=name, trial=trial, samples_per_s=1.0, time_to_target_s=seconds, target_evals=evals)
 
     trials = [reached("base", 10.0 + i, i) for i in range(3)] + [reached("fast", 5.0 + i, i) for i in range(3)]
     trials += [reached("never", None, i) for i in range(3)]
-    report = summarize(trials, [Variant("base"), Variant("fast", {"x": 1}), Variant("never", {"x": 2})], "base")
+    trials += [reached("some", 9.0, 0), reached("some", None, 1), reached("some", 9.5, 2)]
+    names = [Variant("base"), Variant("fast", {"x": 1}), Variant("never", {"x": 2}), Variant("some", {"x": 3})]
+    report = summarize(trials, names, "base")
     fast, never = report.variant("fast").time_to_target_ratio, report.variant("never").time_to_target_ratio
-    assert fast.verdict == Verdict.HELPED and fast.median == pytest.approx(6 / 11)
-    assert never.verdict == Verdict.HURT and never.median is None
+    paired = math.exp(sum(math.log((5 + i) / (10 + i)) for i in range(3)) / 3)  # round by round, as throughput
+    assert fast.verdict == Verdict.HELPED and fast.median == pytest.approx(paired)
+    assert never.verdict == Verdict.HURT and never.median is None  # counted, not timed
+    some = report.variant("some").time_to_target_ratio
+    assert some.verdict is None and some.ci95 is None and some.median == pytest.approx(9.5 / 11)  # no interval
 
 
 @pytest.mark.slow
