@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 from ..io import strict_json, write_atomic
+from ..measure.flops import mfu_percent
 from ..measure.load import busy_note
 from . import plots
 from .records import Reading, Report, VariantSummary, Verdict
@@ -72,7 +73,7 @@ def _row(r: VariantSummary, is_base: bool, target: str | None, shown: dict[str, 
         r.median_step_ratio.text(),
         "baseline" if is_base else "refused" if r.refused else say(r.verdict, r.busy, r.undecided),
         _step_ms(r),
-        _f(r.mfu, "{:.1%}") + (f" {r.mfu_of}" if r.mfu is not None and r.mfu_of else ""),
+        "n/a" if r.mfu is None else mfu_percent(r.mfu) + (f" {r.mfu_of}" if r.mfu_of else ""),
         _f(r.data_wait_fraction, "{:.0%}"),
         _f(r.peak_memory_mb, "{:.0f}"),
         _f(r.first_step_s, "{:.2f}"),

@@ -8,6 +8,7 @@ import time
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from ..measure.flops import mfu_percent
 from ..runs.records import EpochRecord, FitSummary, Record, StepRecord
 from .base import BatchInfo, Callback
 
@@ -74,7 +75,7 @@ class ProgressBar(Callback):
         if record.tokens_per_s is not None:
             parts.append(f"{record.tokens_per_s:.0f} tokens/s")
         if record.flop_per_s:
-            mfu = f" (MFU {100 * record.mfu:.1f}%)" if record.mfu is not None else ""
+            mfu = f" (MFU {mfu_percent(record.mfu)})" if record.mfu is not None else ""
             parts.append(f"{record.flop_per_s / 1e9:.1f} GFLOP/s{mfu}")
         parts.append(f"data wait {100 * record.data_wait_fraction:.0f}%")
         self.console.print("  ".join(parts), highlight=False, soft_wrap=True)

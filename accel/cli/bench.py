@@ -34,8 +34,8 @@ def add(commands) -> None:
     bench_parser.add_argument(
         "recipe",
         nargs="?",
-        help="path to a recipe YAML file; or, after all options, your script: `-- python train.py ARGS` or "
-        "`train.py ARGS` (its accel.Engine measures the steps; docs/own-loop.md)",
+        help="a recipe: its YAML file or a shipped recipe's name (`accel recipes`); or, after all options, your "
+        "script: `-- python train.py ARGS` or `train.py ARGS`, unchanged or with accel.Engine (docs/own-loop.md)",
     )
     add_sets(bench_parser)
     bench_parser.add_argument(
@@ -110,8 +110,8 @@ def add(commands) -> None:
     tune_parser.add_argument(
         "recipe",
         nargs="?",
-        help="path to a recipe YAML file; or, after all options, your script: `-- python train.py ARGS` (its "
-        "accel.Engine measures the steps; docs/own-loop.md)",
+        help="a recipe: its YAML file or a shipped recipe's name (`accel recipes`); or, after all options, your "
+        "script: `-- python train.py ARGS`, unchanged or with accel.Engine (docs/own-loop.md)",
     )
     add_sets(tune_parser)
     tune_parser.add_argument(

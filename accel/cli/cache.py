@@ -13,7 +13,7 @@ def add(commands) -> None:
     parser = commands.add_parser("cache", help="build, list or clear decoded-dataset caches (data.cache)")
     actions = parser.add_subparsers(dest="action", required=True)
     build = actions.add_parser("build", help="decode a recipe's image files into the cache now")
-    build.add_argument("recipe", help="path to a recipe YAML file (its data.cache.dir is used)")
+    build.add_argument("recipe", help="a recipe: its YAML file or a shipped recipe's name (its data.cache.dir is used)")
     add_sets(build)
     for action, text in (("info", "list the cache entries"), ("clear", "delete every cache entry")):
         actions.add_parser(action, help=text).add_argument(

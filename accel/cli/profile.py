@@ -21,8 +21,8 @@ def add(commands) -> None:
     parser.add_argument(
         "recipe",
         nargs="?",
-        help="path to a recipe YAML file, or a shipped recipe's name; or, after all options, your script: "
-        "`-- python train.py ARGS` (its accel.Engine profiles its own steps; docs/own-loop.md)",
+        help="a recipe: its YAML file or a shipped recipe's name (`accel recipes`); or, after all options, your "
+        "script: `-- python train.py ARGS`, unchanged or with accel.Engine (docs/own-loop.md)",
     )
     add_sets(parser)
     parser.add_argument(

@@ -25,7 +25,7 @@ PROFILE_WARMUP = 2  # steps before `--profile` records: compilation, the allocat
 
 def add(commands) -> None:
     train = commands.add_parser("train", help="train a recipe into a run directory")
-    train.add_argument("recipe", help="path to a recipe YAML file")
+    train.add_argument("recipe", help="a recipe: its YAML file or a shipped recipe's name (`accel recipes`)")
     add_sets(train)
     train.add_argument("--out", help="run directory (default: runs/<name>-<timestamp>)")
     train.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.pt")

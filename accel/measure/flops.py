@@ -141,6 +141,12 @@ def _counting_contexts(run: Core) -> ExitStack:
     return stack
 
 
+def mfu_percent(mfu: float) -> str:
+    """An MFU as a percentage to two significant digits: 45%, 5.5%, 0.0063% (never "0.0%" for a small one)."""
+    pct = 100 * mfu
+    return f"{pct:.0f}%" if pct >= 10 else f"{float(f'{pct:.2g}'):g}%"
+
+
 class Utilisation:
     """FLOPs per sample, counted on the first training batch, and the peak they are compared with: what turns a
     throughput into FLOP/s and MFU (model FLOPs utilisation)."""

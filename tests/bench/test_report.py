@@ -293,12 +293,12 @@ def test_each_mfu_says_the_dtype_whose_peak_it_is_of():
     two scales, so each cell names its dtype."""
     variants = vary_variants(["speedups.amp.enabled=false,true"])
     fp32 = [trial(variants[0].name, i, 100.0).updated(mfu=0.512, mfu_of="fp32") for i in range(2)]
-    bf16 = [trial(variants[1].name, i, 300.0).updated(mfu=0.103, mfu_of="bf16") for i in range(2)]
+    bf16 = [trial(variants[1].name, i, 300.0).updated(mfu=0.00006, mfu_of="bf16") for i in range(2)]
     rep = summarize(fp32 + bf16, variants, variants[0].name)
     header, body = table(rep)
     column = header.index(next(h for h in header if h.startswith("MFU")))
     cells = {row[0]: row[column] for row in body}
-    assert [cells[v.name] for v in variants] == ["51.2% fp32", "10.3% bf16"]
+    assert [cells[v.name] for v in variants] == ["51% fp32", "0.006% bf16"]  # two significant digits, never 0.0%
     assert rep.by_name[variants[1].name].mfu_of == "bf16"
 
 

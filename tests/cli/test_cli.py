@@ -138,6 +138,14 @@ def test_quick_commands_answer_without_importing_torch(argv):
     assert done.stderr.strip().endswith("torch not imported"), done.stderr
 
 
+@pytest.mark.parametrize("command", ["train", "bench", "tune", "profile"])
+def test_help_says_a_recipe_is_a_file_or_a_shipped_name(command, capsys):
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    said = " ".join(capsys.readouterr().out.split())  # as argparse wraps it
+    assert "a recipe: its YAML file or a shipped recipe's name" in said
+
+
 def test_accel_speedups_lists_the_registry_with_what_runs_here(capsys):
     from accel.registry import SPEEDUPS
 
