@@ -144,10 +144,11 @@ def test_tune_command_for_real(tiny, write_recipe, tmp_path, capsys):
     captured = capsys.readouterr()
     assert captured.out.strip().splitlines()[-1] == str(out)
     table_text = captured.out.replace("│", " ")  # a narrow non-terminal console wraps cells: compare words
-    assert "accel tune" in table_text and {"4096", "8192", "failed:", "smaller", "chosen"} <= set(table_text.split())
+    assert "accel tune" in table_text and {"4096", "8192", "failed:", "smaller"} <= set(table_text.split())
+    assert "chosen" not in table_text.split() and "beside" in table_text.split()  # nothing measured beside it
     assert "data.batch_size=8192 trial 0: skipped" in captured.err
     assert yaml.safe_load(out.read_text()) == {}  # the recipe's own batch size: nothing to change
-    assert "data.batch_size: 16 (kept from the recipe: nothing measurably beat it)" in out.read_text()
+    assert "data.batch_size: 16 (kept from the recipe: nothing else was measured beside it)" in out.read_text()
     trials = [json.loads(path.read_text()) for path in work.rglob("trials/*.json")]
     assert len(trials) == 2 and trials[0]["val_accuracy"] is None  # tune's trials evaluate nothing
 
@@ -736,7 +737,7 @@ def test_a_candidate_is_refused_only_for_what_it_adds(tiny, tmp_path):
     assert len(seen) == 6 and not any(r.note.startswith("refused") for r in result.rows)
 
 
-def test_a_kept_value_says_so_and_a_scripts_null_is_its_own_choice():
+def test_a_kept_value_says_whether_anything_ran_beside_it_and_a_scripts_null_is_its_own_choice():
     from accel.bench.records import Interval
     from accel.bench.tune.output import choice_line
     from accel.bench.tune.rows import TuneRow
@@ -757,6 +758,10 @@ def test_a_kept_value_says_so_and_a_scripts_null_is_its_own_choice():
         chosen={"optimizer": None, "data.batch_size": 32}, rows=[row("optimizer", None), row("data.batch_size", 32)]
     )
     plain = {"optimizer": None, "data": {"batch_size": 16}}
+    kept = choice_line(result, plain, "optimizer", None, "script")
+    assert kept == "optimizer: the script's own (kept from the script: nothing else was measured beside it)"
+    beside = row("optimizer", "adamw").model_copy(update={"samples_per_s": Interval(median=90.0)})
+    result.rows.append(beside)
     kept = choice_line(result, plain, "optimizer", None, "script")
     assert kept == "optimizer: the script's own (kept from the script: nothing measurably beat it)"
     assert choice_line(result, plain, "data.batch_size", 32, "script").startswith("data.batch_size: 32 (script had 16;")

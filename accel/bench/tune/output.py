@@ -128,21 +128,23 @@ def choice_line(result: TuneResult, plain: dict, key: str, value: Any, given: st
         return f"{key}: {format_value(value)} ({given} had {was}; set with the batch size)"
     if result.target and not _by_speed(row):
         if lookup(plain, key) == value:
-            return _kept(key, value, given)
+            return _kept(result, key, value, given)
         return f"{key}: {format_value(value)} ({given} had {was}; {_ratio(row.time_ratio)} the time to the target)"
     ratio, label = _ratio(row.ratio), row.label
     if key.startswith("speedups."):
         said = f"{ratio} samples/s vs off" if label != "off" else _unjudged(result, key, value)
         return f"{key}: {label} ({said or 'nothing measurably beat off'})"
     if lookup(plain, key) == value:
-        return _kept(key, value, given, _unjudged(result, key, value))
+        return _kept(result, key, value, given, _unjudged(result, key, value))
     return f"{key}: {format_value(value)} ({given} had {was}; {ratio} samples/s vs the previous choice)"
 
 
-def _kept(key: str, value: Any, given: str, unjudged: str = "") -> str:
+def _kept(result: TuneResult, key: str, value: Any, given: str, unjudged: str = "") -> str:
     # a script's null is its own choice (its own optimizer, its own learning rate)
     what = f"the {given}'s own" if value is None else format_value(value)
-    return f"{key}: {what} (kept from the {given}: {unjudged or 'nothing measurably beat it'})"
+    beside = any(r.knob == key and r.value != value and r.samples_per_s.median is not None for r in result.rows)
+    why = unjudged or ("nothing measurably beat it" if beside else "nothing else was measured beside it")
+    return f"{key}: {what} (kept from the {given}: {why})"
 
 
 def _unjudged(result: TuneResult, key: str, value: Any) -> str:

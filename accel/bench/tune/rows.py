@@ -151,6 +151,7 @@ def measured_row(
 
 
 CUT = "stage ended early: over the --budget"
+ALONE = "kept: nothing else was measured beside it"
 
 
 def stage_rows(
@@ -165,6 +166,8 @@ def stage_rows(
     """A stage's rows; `cut`: the budget ended it early, and a candidate with no trial was cut, not bounded by a
     smaller value's failure, unless one of its `trials` failed."""
     rows = [measured_row(key, r, reference, best, passed) for r in report.variants]
+    if sum(r.samples_per_s.median is not None for r in rows) < 2:  # a choice needs another candidate beside it
+        rows = [r.model_copy(update={"note": ALONE}) if r.note == "chosen" else r for r in rows]
     if not cut:
         return rows
     failed = any(t.error for t in trials)
