@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .outputs import declare
+
 
 def add(commands) -> None:
     parser = commands.add_parser(
@@ -16,12 +18,16 @@ def add(commands) -> None:
     parser.add_argument("file", help="a history file that `accel bench --history FILE.jsonl` wrote")
     parser.add_argument("--html", metavar="OUT.html", help="also write a page with each series' table and plot")
     parser.set_defaults(run=history)
+    declare(parser, writes=("html",), reads=("file",))
 
 
 def history(args: argparse.Namespace) -> int:
     from ..bench.history import read
     from ..bench.history_report import series, text, write_html
+    from ..io import check_file_out
 
+    if args.html:
+        check_file_out(Path(args.html), "--html")
     found = series(read(Path(args.file)))
     print(text(found), end="")
     if args.html:

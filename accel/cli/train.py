@@ -15,6 +15,7 @@ from ..launch.torchrun_command import Launch
 from ..launch.torchrun_command import add_options as add_launch_options
 from ..runs.signals import PREEMPT, PREEMPTED_EXIT
 from .options import add_sets
+from .outputs import declare
 
 if TYPE_CHECKING:
     from ..runs.records import FitSummary
@@ -38,6 +39,7 @@ def add(commands) -> None:
     )
     add_launch_options(train)
     train.set_defaults(run=run)
+    declare(train, writes=("out",), reads=("recipe",))
 
 
 def run(args: argparse.Namespace) -> int:
