@@ -20,11 +20,18 @@ def declare(parser: argparse.ArgumentParser, writes: tuple[str, ...], reads: tup
 
 
 def check_apart(args: argparse.Namespace) -> None:
-    """Refuse an output that is one of the inputs, the same file by any spelling or link."""
+    """Refuse an output that is one of the inputs, or another output: the same path by any spelling or link."""
     outputs = [(dest, getattr(args, dest, None)) for dest in getattr(args, "writes", ())]
     outputs = [(f"--{dest.replace('_', '-')}", Path(value)) for dest, value in outputs if value]
-    if not outputs:
+    if not outputs:  # the recipe is read only where an output could be one of its files
         return
+    for i, (flag, output) in enumerate(outputs):
+        for other, path in outputs[i + 1 :]:
+            if _same(output, path):
+                raise AccelError(
+                    f"{flag} {output} and {other} {path} name the same path: each output needs its own. Choose "
+                    f"another {other}."
+                )
     inputs = _inputs(args)
     for flag, output in outputs:
         for what, path in inputs:
@@ -45,7 +52,7 @@ def _inputs(args: argparse.Namespace) -> list[tuple[str, Path]]:
             found.append((f"the {dest}", Path(value)))
     for token in getattr(args, "user_script", None) or ():
         for part in {token, token.partition("=")[2]} - {""}:  # `--data=d.csv` names d.csv
-            if Path(part).exists():
+            if os.path.exists(part):  # False, not an error, for a token too long to be a path
                 found.append(("a path the script's command names", Path(part)))
     return found
 

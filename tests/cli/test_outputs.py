@@ -46,6 +46,16 @@ def test_bench_refuses_a_history_over_its_recipe_before_any_trial(tiny, write_re
     assert base.read_text() == before
 
 
+def test_bench_refuses_two_outputs_at_one_path(tiny, write_recipe, tmp_path, capsys, monkeypatch):
+    def trials(*args, **kwargs):
+        raise AssertionError("a trial ran")
+
+    monkeypatch.setattr("accel.bench.rev_plan.bench_revisions", trials)
+    both = tmp_path / "speed"
+    argv = ["bench", str(write_recipe(tiny)), "--out", str(both), "--history", str(both)]
+    _refused(capsys, argv, f"--out {both} and --history {both} name the same path", "Choose another --history")
+
+
 def test_profile_refuses_an_out_over_a_file_the_scripts_command_names(tmp_path, capsys):
     script, data = tmp_path / "train.py", tmp_path / "data.csv"
     script.write_text("raise SystemExit('never run')\n")
