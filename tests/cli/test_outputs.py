@@ -70,3 +70,11 @@ def test_slurm_refuses_a_job_script_over_its_recipe(tiny, write_recipe, capsys):
     argv = ["slurm", str(recipe), "--nodes", "1", "--gpus-per-node", "1", "--script", str(recipe)]
     _refused(capsys, argv, f"--script {recipe} names the recipe", str(recipe))
     assert recipe.read_text() == before
+
+
+def test_a_script_token_too_long_to_be_a_path_is_no_input():
+    from argparse import Namespace
+
+    from accel.cli.outputs import check_apart
+
+    check_apart(Namespace(command="bench", writes=("out",), out="bench", user_script=["train.py", "x" * 5000]))
