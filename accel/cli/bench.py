@@ -19,7 +19,6 @@ from .options import (
     positive_int,
     trial_steps,
 )
-from .outputs import declare
 
 SPEED_STEPS, TIME_STEPS = (10, 3), (60, 1)  # tune's (steps, warmup) per objective: a speed, and a short run
 BENCH_STEPS = 20
@@ -102,7 +101,6 @@ def add(commands) -> None:
     )
     bench_rev.add_options(bench_parser)
     bench_parser.set_defaults(run=bench)
-    declare(bench_parser, writes=("out", "history"), reads=("recipe",))
 
     tune_parser = commands.add_parser(
         "tune",
@@ -201,7 +199,6 @@ def add(commands) -> None:
     add_metric_pattern(tune_parser)
     tune_parser.add_argument("--work", help="folder for trial recipes and logs (default: runs/tune-<name>-<timestamp>)")
     tune_parser.set_defaults(run=tune)
-    declare(tune_parser, writes=("out", "work"), reads=("recipe",))
 
 
 def bench(args: argparse.Namespace) -> int:

@@ -7,7 +7,6 @@ import shlex
 from pathlib import Path
 
 from .options import add_sets
-from .outputs import declare
 
 
 def add(commands) -> None:
@@ -28,7 +27,6 @@ def add(commands) -> None:
     parser.add_argument("--device", default="cpu", help="where batches are delivered: cpu (default), cuda, auto")
     parser.add_argument("--out", help="folder for bench-data.json (default: runs/bench-data-<name>-<timestamp>)")
     parser.set_defaults(run=run)
-    declare(parser, writes=("out",), reads=("recipe",))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .options import add_sets
-from .outputs import declare
 
 
 def add(commands) -> None:
@@ -19,7 +18,6 @@ def add(commands) -> None:
     slurm.add_argument("--script", help="where to write the script (default: <run directory name>.sbatch)")
     slurm.add_argument("--submit", action="store_true", help="run sbatch on the script")
     slurm.set_defaults(run=run_slurm)
-    declare(slurm, writes=("out", "script"), reads=("recipe",))
     k8s = commands.add_parser("k8s", help="write a Kubeflow TrainJob manifest that trains a recipe on N nodes")
     _add_job(k8s)
     k8s.add_argument("--image", required=True, help="container image with accel installed")
@@ -28,7 +26,6 @@ def add(commands) -> None:
     k8s.add_argument("--out", help="run directory name, under /runs on the claim (default: <name>-<timestamp>)")
     k8s.add_argument("--manifest", help="where to write the manifest (default: <run directory name>.yaml)")
     k8s.set_defaults(run=run_k8s)
-    declare(k8s, writes=("manifest",), reads=("recipe",))  # its --out is a folder on the cluster's claim
 
 
 def _add_job(parser: argparse.ArgumentParser) -> None:

@@ -6,8 +6,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from .outputs import declare
-
 
 def add(commands) -> None:
     parser = commands.add_parser(
@@ -43,7 +41,6 @@ def add(commands) -> None:
         parser.add_argument(flag, type=int, help=text)
     parser.add_argument("--atol", type=float, help="allowed max |logit difference| of the fp32 export (1e-4)")
     parser.set_defaults(run=run)
-    declare(parser, writes=("out",), reads=("source",))
 
 
 def run(args: argparse.Namespace) -> int:

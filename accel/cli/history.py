@@ -6,8 +6,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .outputs import declare
-
 
 def add(commands) -> None:
     parser = commands.add_parser(
@@ -18,7 +16,6 @@ def add(commands) -> None:
     parser.add_argument("file", help="a history file that `accel bench --history FILE.jsonl` wrote")
     parser.add_argument("--html", metavar="OUT.html", help="also write a page with each series' table and plot")
     parser.set_defaults(run=history)
-    declare(parser, writes=("html",), reads=("file",))
 
 
 def history(args: argparse.Namespace) -> int:

@@ -1,7 +1,7 @@
 """What a command writes against what it reads: an output that names one of the command's inputs is refused
 before anything runs (`accel history H.jsonl --html H.jsonl` once replaced the history with its page).
 
-Each command declares its outputs and its inputs by their options' names (`declare`); a script's command line
+Each command's outputs and inputs are its options' names (argparse's dests) in `PATHS`; a script's command line
 (`-- python train.py ARGS`) is an input wherever a token of it names a file or folder that exists.
 """
 
@@ -13,16 +13,26 @@ from pathlib import Path
 
 from ..errors import AccelError
 
-
-def declare(parser: argparse.ArgumentParser, writes: tuple[str, ...], reads: tuple[str, ...] = ()) -> None:
-    """The options (argparse's dests) that name what the command writes, and those that name what it reads."""
-    parser.set_defaults(writes=writes, reads=reads)
+# command -> (the options that name what it writes, those that name what it reads); k8s's --out is a folder on the
+# cluster's claim, not here
+PATHS = {
+    "train": (("out",), ("recipe",)),
+    "bench": (("out", "history"), ("recipe",)),
+    "tune": (("out", "work"), ("recipe",)),
+    "profile": (("out",), ("recipe",)),
+    "bench-data": (("out",), ("recipe",)),
+    "history": (("html",), ("file",)),
+    "export": (("out",), ("source",)),
+    "slurm": (("out", "script"), ("recipe",)),
+    "k8s": (("manifest",), ("recipe",)),
+}
 
 
 def check_apart(args: argparse.Namespace) -> None:
     """Refuse an output that is one of the inputs, or another output: the same path by any spelling or link."""
-    outputs = [(dest, getattr(args, dest, None)) for dest in getattr(args, "writes", ())]
-    outputs = [(f"--{dest.replace('_', '-')}", Path(value)) for dest, value in outputs if value]
+    writes, _ = PATHS.get(args.command, ((), ()))
+    outputs = [(dest, getattr(args, dest, None)) for dest in writes]
+    outputs = [(f"--{dest.replace('_', '-')}", str(value)) for dest, value in outputs if value]  # as typed
     if not outputs:  # the recipe is read only where an output could be one of its files
         return
     for i, (flag, output) in enumerate(outputs):
@@ -44,7 +54,7 @@ def check_apart(args: argparse.Namespace) -> None:
 
 def _inputs(args: argparse.Namespace) -> list[tuple[str, Path]]:
     found = []
-    for dest in getattr(args, "reads", ()):
+    for dest in PATHS[args.command][1]:
         value = getattr(args, dest, None)
         if dest == "recipe" and value:
             found += _recipe(value)
@@ -69,8 +79,8 @@ def _recipe(given: str) -> list[tuple[str, Path]]:
     return [("the recipe", recipe)] + [("a `base:` file of the recipe", base) for base in bases]
 
 
-def _same(output: Path, given: Path) -> bool:
-    if output.resolve() == given.resolve():
+def _same(output: str | Path, given: str | Path) -> bool:
+    if Path(output).resolve() == Path(given).resolve():
         return True
     try:
         return os.path.samefile(output, given)  # a hard link

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from ..errors import AccelError
 from .options import add_sets
-from .outputs import declare
 from .train import EXIT_CODES
 
 
@@ -42,7 +41,6 @@ def add(commands) -> None:
         help="folder for profile.json/.md/.html and trace.json.gz (default: runs/profile-<name>-<timestamp>)",
     )
     parser.set_defaults(run=run)
-    declare(parser, writes=("out",), reads=("recipe",))
 
 
 def run(args: argparse.Namespace) -> int:

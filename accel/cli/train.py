@@ -15,7 +15,6 @@ from ..launch.torchrun_command import Launch
 from ..launch.torchrun_command import add_options as add_launch_options
 from ..runs.signals import PREEMPT, PREEMPTED_EXIT
 from .options import add_sets
-from .outputs import declare
 
 if TYPE_CHECKING:
     from ..runs.records import FitSummary
@@ -39,7 +38,6 @@ def add(commands) -> None:
     )
     add_launch_options(train)
     train.set_defaults(run=run)
-    declare(train, writes=("out",), reads=("recipe",))
 
 
 def run(args: argparse.Namespace) -> int:

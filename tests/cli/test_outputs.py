@@ -77,4 +77,4 @@ def test_a_script_token_too_long_to_be_a_path_is_no_input():
 
     from accel.cli.outputs import check_apart
 
-    check_apart(Namespace(command="bench", writes=("out",), out="bench", user_script=["train.py", "x" * 5000]))
+    check_apart(Namespace(command="bench", out="bench", history=None, recipe=None, user_script=["t.py", "x" * 5000]))
