@@ -59,6 +59,24 @@ def write_atomic(target: Path, text: str) -> Path:
     return target
 
 
+def append_lines(target: Path, lines: list[str]) -> bool:
+    """Append whole lines to `target` (made if missing) in one write, flushed to disk: no reader sees half a line
+    but one a writer killed midway left, and such a cut last line is closed first, so a new line is never glued
+    onto it. Whether it was."""
+    data = "".join(line + "\n" for line in lines).encode()
+    fd = os.open(target, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        size = os.fstat(fd).st_size
+        cut = size > 0 and os.pread(fd, 1, size - 1) != b"\n"
+        data = b"\n" * cut + data
+        while data:  # one write, but for a disk that fills midway (the next write then raises)
+            data = data[os.write(fd, data) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return cut
+
+
 def strict_json(data: Any, **kwargs: Any) -> str:
     """JSON that every parser reads: NaN and infinities (a diverged loss) become null, other objects their str()."""
     return json.dumps(finite(data), default=str, allow_nan=False, **kwargs)
@@ -94,6 +112,17 @@ def check_creatable(path: str | Path, flag: str = "--out") -> None:
         )
     if not os.access(nearest, os.W_OK | os.X_OK):
         raise AccelError(f"{flag} {path}: this user may not write in {nearest}. Choose another {flag}.")
+
+
+def check_file_out(path: Path, flag: str) -> None:
+    """Refuse an output file's path where no file can be written: a folder, a file this user may not write, or a
+    path check_creatable refuses. Called before the work starts, as check_creatable is."""
+    if path.is_dir():
+        raise AccelError(f"{flag} {path} is a folder; accel writes a file there: name one, e.g. {path / 'NAME'}.")
+    if not path.exists():
+        check_creatable(path, flag)
+    elif not os.access(path, os.W_OK):
+        raise AccelError(f"{flag} {path}: this user may not write to it. Choose another {flag}.")
 
 
 def check_not_dangling(path: Path, flag: str = "--out") -> None:

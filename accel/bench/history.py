@@ -12,17 +12,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import math
 import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import ValidationError, field_validator
 
 from ..errors import AccelError
-from ..io import strict_json
+from ..io import append_lines, check_file_out, strict_json
 from ..measure import load
 from .records import Reading, Record, Report, RevisionRecord
 from .rev_compare import SEPARATOR
+
+log = logging.getLogger("accel")
 
 
 class HistoryEntry(Record):
@@ -50,6 +54,13 @@ class HistoryEntry(Record):
     ratio: Reading | None = None
     undecided: bool = False  # its reading decided nothing at the bench's resolution
 
+    @field_validator("samples_per_s", "ci95", "time_to_target_s", "busy")
+    @classmethod
+    def _finite(cls, value: Any) -> Any:
+        """A non-finite figure reads as none, as the writer writes it (JSON has no NaN; a hand-made line may)."""
+        numbers = value if isinstance(value, tuple) else (value,)
+        return value if all(n is None or math.isfinite(n) for n in numbers) else None
+
     @property
     def decided_nothing(self) -> bool:
         """A reading no verdict could rest on: a busy machine, or an interval too wide to decide."""
@@ -75,7 +86,7 @@ def machine_id(prints: dict[str, Any]) -> str:
 
 
 def machine_said(prints: dict[str, Any]) -> str:
-    return f"{prints['device']}, torch {prints['torch']}, {prints['threads']} threads"
+    return f"{prints.get('device')}, torch {prints.get('torch')}, {prints.get('threads')} threads"
 
 
 def entries(report: Report, out: Path) -> list[HistoryEntry]:
@@ -127,30 +138,82 @@ def _entry(revision: RevisionRecord, variant, vary, prints, measured, target, re
     )
 
 
-def append(path: Path, found: list[HistoryEntry]) -> None:
-    """Append the lines; a history is only ever added to."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as file:
-        for entry in found:
-            file.write(strict_json(entry.to_data()) + "\n")
+def check_appendable(path: Path) -> None:
+    """Refuse a --history no line could be appended to, before the first trial: a folder, a path no file can be
+    made at, a file this user may not write, or one that is not a history (a line `read` refuses); a last line a
+    killed writer left cut is said, and `append` starts on a line of its own."""
+    check_file_out(path, "--history")
+    if not path.exists():
+        return
+    text = _text(path)
+    _, cut = _entries(path, text)  # a file that is not a history is refused now, not appended to after the trials
+    if cut and cut[-1] == text.count("\n") + 1:  # its last line, with no newline after it
+        log.warning(
+            "%s:%d, its last line, was cut (a writer killed midway): it is kept as it is, the new lines start on a "
+            "line of their own, and `accel history` leaves the cut one out",
+            path,
+            cut[-1],
+        )
+
+
+def append(path: Path, found: list[HistoryEntry]) -> bool:
+    """Append the lines, whole, in one write (a history is only ever added to); whether a cut last line had to be
+    closed first."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return append_lines(path, [strict_json(entry.to_data()) for entry in found])
+    except OSError as err:
+        raise AccelError(f"could not append to the history {path}: {err.strerror or err}.") from None
 
 
 def read(path: Path) -> list[HistoryEntry]:
-    """Every line of a history file; one that is not an entry is an error naming its line."""
-    try:
-        lines = Path(path).read_text().splitlines()
-    except OSError as err:
-        raise AccelError(f"cannot read the history {path}: {err.strerror or err}") from None
-    found = []
-    for number, line in enumerate(lines, start=1):
+    """Every entry of a history file; a line that is not an entry is an error naming its line, but one a killed
+    writer left cut, which is said and left out."""
+    found, cut = _entries(path, _text(path))
+    for number in cut:
+        log.warning("%s:%d was cut (a writer killed midway): left out", path, number)
+    if not found:
+        raise AccelError(f"{path} holds no measurement yet: `accel bench --rev . --history {path} -- ...` adds one.")
+    return found
+
+
+def _entries(path: Path, text: str) -> tuple[list[HistoryEntry], list[int]]:
+    """The file's entries, and the numbers of its cut lines."""
+    found, cut = [], []
+    for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
             found.append(HistoryEntry.model_validate_json(line))
         except ValidationError as err:
-            raise AccelError(
-                f"{path}:{number} is not a line `accel bench --history` writes: {err.errors()[0]['msg']}"
-            ) from None
-    if not found:
-        raise AccelError(f"{path} holds no measurement yet: `accel bench --rev . --history {path} -- ...` adds one.")
-    return found
+            if not _cut(line):
+                raise AccelError(
+                    f"{path}:{number} is not a line `accel bench --history` writes: {err.errors()[0]['msg']}"
+                ) from None
+            cut.append(number)
+    return found, cut
+
+
+def _text(path: Path) -> str:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as err:
+        raise AccelError(f"cannot read the history {path}: {err.strerror or err}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise AccelError(
+            f"{path}:{line} is not a line `accel bench --history` writes: not UTF-8 text (byte {err.start})"
+        ) from None
+
+
+def _cut(line: str) -> bool:
+    """What a writer killed midway leaves: the start of a JSON object, not all of one."""
+    if not line.startswith("{"):
+        return False
+    try:
+        json.loads(line)
+    except ValueError:
+        return True
+    return False

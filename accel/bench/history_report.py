@@ -53,17 +53,24 @@ class Point:
             return f"busy (others took {others:.0%}): not in the step search"
         if all(e.undecided for e in self.trusted):
             return f"undecided against {self.trusted[0].against}"
+        if self.samples_per_s is not None and not self.positive:
+            return "no speed (0 or below): not in the step search"
         return ""
 
     @property
     def samples_per_s(self) -> float | None:
-        values = [e.samples_per_s for e in self.trusted if e.samples_per_s]
+        values = [e.samples_per_s for e in self.trusted if e.samples_per_s is not None]
         return statistics.median(values) if values else None
+
+    @property
+    def positive(self) -> bool:
+        """A speed the step search can read (it compares logs); a line of a hand-made history may hold 0 or less."""
+        return self.samples_per_s is not None and self.samples_per_s > 0
 
     @property
     def half_width(self) -> float | None:
         """The median half-width of its intervals, in log units."""
-        widths = [math.log(e.ci95[1] / e.ci95[0]) / 2 for e in self.trusted if e.ci95 and e.ci95[0] > 0]
+        widths = [math.log(e.ci95[1] / e.ci95[0]) / 2 for e in self.trusted if e.ci95 and 0 < e.ci95[0] <= e.ci95[1]]
         return statistics.median(widths) if widths else None
 
     @property
@@ -103,7 +110,7 @@ def series(found: list[HistoryEntry]) -> list[Series]:
     out = []
     for (machine, vary), points in grouped.items():
         ordered = sorted(points.values(), key=lambda p: p.date or "")  # stable: first measured first among equals
-        measured = [p for p in ordered if p.samples_per_s and not p.busy]
+        measured = [p for p in ordered if p.positive and not p.busy]
         widths = [p.half_width for p in measured if p.half_width is not None]
         steps = change_points([p.samples_per_s for p in measured], widths) if len(measured) > 1 else {}
         # indices into the measured points, as indices into all of them
@@ -122,7 +129,7 @@ def table(s: Series) -> tuple[list[str], list[list[str]]]:
     rows = []
     for i, p in enumerate(s.points):
         sps, target = p.samples_per_s, p.time_to_target_s
-        row = [p.point, (p.date or "")[:10], p.subject[:50], f"{sps:,.1f}" if sps else "failed"]
+        row = [p.point, (p.date or "")[:10], p.subject[:50], f"{sps:,.1f}" if sps is not None else "failed"]
         row += [f"{target:.1f}" if target is not None else "never reached"] if targeted else []
         rows.append(row + [str(len(p.entries)), f"stepped {s.steps[i]:+.0%}" if i in s.steps else "", p.mark])
     return HEADER[:4] + ([TARGET] if targeted else []) + HEADER[4:], rows
@@ -141,14 +148,18 @@ def text(all_series: list[Series]) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+MAX_WIDTH_IN = 60.0  # matplotlib refuses an image over 2**16 pixels wide: a long series' points get closer
+
+
 def plot(s: Series, path: Path) -> Path:
-    """samples/s per commit with its interval, each change point marked with a dashed line and its step."""
-    fig = Figure(figsize=(max(6.0, 0.6 * len(s.points) + 2), 4.0), layout="constrained")
+    """samples/s per commit with its interval, each change point marked with a dashed line and its step. The
+    history's own text (revision names, --vary values, the machine) is drawn as it is: never read as mathtext."""
+    fig = Figure(figsize=(min(max(6.0, 0.6 * len(s.points) + 2), MAX_WIDTH_IN), 4.0), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    xs = [i for i, p in enumerate(s.points) if p.samples_per_s]
+    xs = [i for i, p in enumerate(s.points) if p.samples_per_s is not None]
     ys = [s.points[i].samples_per_s for i in xs]
-    spans = [s.points[i].interval or (y, y) for i, y in zip(xs, ys)]
+    spans = [_around(y, s.points[i].interval) for i, y in zip(xs, ys)]
     errors = [[y - lo for y, (lo, _) in zip(ys, spans)], [hi - y for y, (_, hi) in zip(ys, spans)]]
     ax.errorbar(xs, ys, yerr=errors, marker="o", color="tab:blue", capsize=3)
     busy = [i for i in xs if s.points[i].busy]
@@ -163,13 +174,19 @@ def plot(s: Series, path: Path) -> Path:
             xytext=(4, 4),
             textcoords="offset points",
         )
-    ax.set_xticks(range(len(s.points)), [p.point for p in s.points])
+    ax.set_xticks(range(len(s.points)), [p.point for p in s.points], parse_math=False)
     ax.tick_params(axis="x", labelrotation=30)
-    ax.set_ylim(bottom=0)
+    if min(ys, default=0) >= 0:  # speeds from 0 up; a hand-made line's negative figure keeps its own scale
+        ax.set_ylim(bottom=0)
     ax.set_ylabel("samples/s (median)")
-    ax.set_title(s.title, fontsize=9)
+    ax.set_title(s.title, fontsize=9, parse_math=False)
     fig.savefig(path, dpi=100)
     return path
+
+
+def _around(y: float, interval: tuple[float, float] | None) -> tuple[float, float]:
+    """The interval's ends where they hold the figure, else the figure itself (no bar)."""
+    return interval if interval is not None and interval[0] <= y <= interval[1] else (y, y)
 
 
 def write_html(all_series: list[Series], out: Path, source: Path) -> Path:
@@ -187,7 +204,10 @@ def write_html(all_series: list[Series], out: Path, source: Path) -> Path:
 
 def _section(s: Series) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="accel-history-") as folder:
-        png = embedded_png(plot(s, Path(folder) / "plot.png"), f"samples/s per commit on {s.title}")
+        try:
+            png = embedded_png(plot(s, Path(folder) / "plot.png"), f"samples/s per commit on {s.title}")
+        except (ValueError, OverflowError) as err:  # figures of a hand-made line past what an axis can span
+            png = html.escape(f"No plot: its figures span more than matplotlib can draw ({err}); the table has them.")
     header, rows = table(s)
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)

@@ -11,7 +11,7 @@ import logging
 import sys
 
 from ..errors import AccelError, say_error, user_message
-from . import bench, bench_data, cache, cluster, export, history, info, profile, run, script_args, train
+from . import bench, bench_data, cache, cluster, export, history, info, outputs, profile, run, script_args, train
 
 GROUPS = (
     train,
@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="accel: %(message)s", stream=sys.stderr)
     try:
         script_args.check_found(args.command, getattr(args, "recipe", None), script)
+        outputs.check_apart(args)
         return args.run(args)
     except AccelError as err:
         say_error(user_message(err))

@@ -426,8 +426,6 @@ def tune(args: argparse.Namespace) -> int:
     from ..bench.tune import Objective, check_fragment_out, time_settings, write_fragment
     from ..bench.tune import tune as run_tune
     from ..config.recipe import load_recipe
-    from ..config.recipe_yaml import recipe_files
-    from ..config.shipped import find_recipe
     from ..io import default_out
     from ..runs.rundir import check_results_out
 
@@ -454,8 +452,8 @@ def tune(args: argparse.Namespace) -> int:
         raise AccelError("nothing to tune: every knob was given an empty list.")
     work = Path(args.work) if args.work else default_out(base.name, kind="tune")
     check_results_out(work, "tune", "--work")
-    out, reads = Path(args.out) if args.out else work / "tuned.yaml", recipe_files(find_recipe(args.recipe))
-    check_fragment_out(out, reads)  # now, not after a search of minutes
+    out = Path(args.out) if args.out else work / "tuned.yaml"
+    check_fragment_out(out)  # now, not after a search of minutes
     # a time trial trains on the run's samples, whatever they take: the window is its speed-up stages'
     window = 0.0 if time else args.window
     settings = TrialSettings(args.steps, args.warmup, args.timeout, args.warm_cache, evaluate=False, window=window)
@@ -476,7 +474,7 @@ def tune(args: argparse.Namespace) -> int:
     )
     if result is None:
         return 130
-    check_fragment_out(out, reads)  # again: the search took minutes, and the file may have appeared since
+    check_fragment_out(out)  # again: the search took minutes, and the file may have appeared since
     path = write_fragment(result, out, base, shlex.join(["accel", *args.argv]), settings, args.trials)
     print(path)
     return 0

@@ -55,6 +55,10 @@ def bench_revisions(args: argparse.Namespace) -> int:
     from ..bench.runner import signals_as_ctrl_c
 
     subject, settings = _subject(args)
+    if args.history:
+        from ..bench.history import check_appendable
+
+        check_appendable(Path(args.history))
     allowed = parse_share(args.fail_if_slower) if args.fail_if_slower else None
     root = repo_root()
     try:
@@ -122,8 +126,9 @@ def _compare(args, subject, settings, root, checkouts, allowed) -> int:
         return code
     if args.history:
         found = history.entries(report, out)
-        history.append(Path(args.history), found)
-        print(f"history: {len(found)} line(s) appended to {args.history}")
+        closed = history.append(Path(args.history), found)
+        after = ", after its cut last line (kept on a line of its own)" if closed else ""
+        print(f"history: {len(found)} line(s) appended to {args.history}{after}")
     if allowed is not None and code == 0:
         code, lines = gate(report.revision_readings or [], allowed)
         print("\n".join(lines))

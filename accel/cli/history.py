@@ -21,7 +21,10 @@ def add(commands) -> None:
 def history(args: argparse.Namespace) -> int:
     from ..bench.history import read
     from ..bench.history_report import series, text, write_html
+    from ..io import check_file_out
 
+    if args.html:
+        check_file_out(Path(args.html), "--html")
     found = series(read(Path(args.file)))
     print(text(found), end="")
     if args.html:

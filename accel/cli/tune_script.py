@@ -30,8 +30,8 @@ def tune_script(args: argparse.Namespace) -> int:
     target = parse_target(args.target, any_metric=True) if args.target else None
     work = Path(args.work) if args.work else default_out(script_name(args.user_script), kind="tune")
     check_results_out(work, "tune", "--work")
-    out, reads = Path(args.out) if args.out else work / "tuned.yaml", _files(args.user_script)
-    check_fragment_out(out, reads)  # before the probe, which runs the script until it creates its engine
+    out = Path(args.out) if args.out else work / "tuned.yaml"
+    check_fragment_out(out)  # before the probe, which runs the script until it creates its engine
     subject = ScriptSubject.probed(args.user_script, args.overrides, args.timeout)
     if time:
         knobs = time_knobs(subject, args.lr_arg, args.batch_arg, args.batch_sizes, args.tries, args.speedups)
@@ -62,7 +62,7 @@ def tune_script(args: argparse.Namespace) -> int:
     )
     if result is None:
         return 130
-    check_fragment_out(out, reads)  # again: the search took minutes, and the file may have appeared since
+    check_fragment_out(out)  # again: the search took minutes, and the file may have appeared since
     head = comments(result, shlex.join(["accel", *args.argv]), settings, args.trials)
     path, line = write_script_fragment(result, subject, out, head)
     print(path)
@@ -89,11 +89,6 @@ def _check(args: argparse.Namespace) -> bool:
 
         parse_target(args.target, any_metric=True)  # a script logs what it logs: eval_loss, val/loss...
     return time
-
-
-def _files(command: list[str]) -> list[Path]:
-    """The script's files, which the fragment must never replace."""
-    return [Path(token).resolve() for token in command if token.endswith(".py")]
 
 
 def _nothing_to_tune(time: bool) -> str:

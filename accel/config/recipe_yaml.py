@@ -156,7 +156,7 @@ def read_yaml(path: Path) -> tuple[dict, Origins]:
 
 
 def recipe_files(path: Path, _seen: tuple[Path, ...] = ()) -> list[Path]:
-    """The recipe file and every `base:` file it reads, resolved: what a command writing YAML must not replace."""
+    """The recipe file and every `base:` file it reads, resolved: what no output may replace (accel/cli/outputs.py)."""
     path = path.resolve()
     files = [path]
     bases = read_yaml(path)[0].get("base")

@@ -12,20 +12,23 @@ import torch
 
 from .. import devices
 from ..callbacks.tensorboard import TensorBoard
+from ..errors import AccelError
 from ..io import check_creatable, write_atomic
 from ..measure.flops import ForwardSum
 from ..runs.records import LoopRecord, LoopSummary
-from ..runs.rundir import METRICS, SUMMARY, TENSORBOARD
+from ..runs.rundir import METRICS, RECIPE, SUMMARY, TENSORBOARD, cut_metrics
+from . import trial_variables
 from .core import Core
 from .loop_state import LoopState
 
 
 class LoopRecords:
     """The records of one engine's loop: its core's counts and the loop's state, written under `out` (None: a
-    trial's process, or no folder given)."""
+    trial's process, or no folder given); with `resume`, continuing the records there."""
 
-    def __init__(self, core: Core, loop: LoopState, out: Path | None):
+    def __init__(self, core: Core, loop: LoopState, out: Path | None, resume: bool = False):
         self.core, self.loop, self.out = core, loop, out
+        self._continues = resume  # until the first write, which cuts the earlier run's records back
 
     def log(self, metrics: dict[str, Any]) -> None:
         record = {"step": self.core.steps, **{k: _scalar(v) for k, v in metrics.items()}}
@@ -33,9 +36,8 @@ class LoopRecords:
         self.core.tell("logged", record)  # `accel bench --target`: the time until the script reports its value
         if self.out is None or not self.core.world.is_main:
             return
-        self.out.mkdir(parents=True, exist_ok=True)
         written = LoopRecord.from_flat(record)
-        with open(self.out / METRICS, "a") as handle:
+        with open(self._folder() / METRICS, "a") as handle:
             handle.write(written.to_json() + "\n")
         if self.loop.tensorboard is None:
             self.loop.tensorboard = TensorBoard(self.out / TENSORBOARD)
@@ -91,18 +93,50 @@ class LoopRecords:
         if self.loop.tensorboard is not None:
             self.loop.tensorboard.on_fit_end(self.core, None)  # it closes its file; the summary is the own loop's
         if self.out is not None and self.core.world.is_main:
-            self.out.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.out / SUMMARY, summary.to_json(indent=2))
+            write_atomic(self._folder() / SUMMARY, summary.to_json(indent=2))
         return summary
 
+    def _folder(self) -> Path:
+        """`out`, made at the first write. A resumed run's metrics.jsonl keeps the earlier run's records up to the
+        step it continues from (`eng.load`'s checkpoint; none loaded: it starts over), as `accel train --resume`
+        keeps its own: the records never read 5, 10, 5."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        if self._continues:
+            self._continues = False
+            if (self.out / METRICS).is_file():
+                cut_metrics(self.out / METRICS, self.loop.resumed_at)
+        return self.out
 
-def records_folder(out: str | Path | None) -> Path | None:
+
+def records_folder(out: str | Path | None, resume: bool) -> Path | None:
     """The engine's `out`, refused now if no folder can be made there (a file, under a file, not writable): the
-    first `log` would otherwise fail with a raw traceback once training has begun."""
+    first `log` would otherwise fail with a raw traceback once training has begun. Refused too where it holds a
+    run's records already, unless `resume` continues a loop's own: two runs would mix their metrics.jsonl, and
+    the later summary.json would replace the earlier (an `accel train` run's "completed" gone)."""
     if out is None:
+        if resume:
+            raise AccelError("accel.Engine(resume=True) continues the records in `out`: give the folder, out=DIR")
         return None
+    out = Path(out)
     check_creatable(out, "accel.Engine(out=)")
-    return Path(out)
+    if not trial_variables.asked():  # a trial's engine writes nothing there
+        _check_records(out, resume)
+    return out
+
+
+def _check_records(out: Path, resume: bool) -> None:
+    if (out / RECIPE).exists():
+        raise AccelError(
+            f"accel.Engine(out=) {out} holds an `accel train` run ({RECIPE}): a loop's engine neither writes into "
+            "nor continues one. Choose another out."
+        )
+    held = [name for name in (METRICS, SUMMARY, TENSORBOARD) if (out / name).exists()]
+    if held and not resume:
+        raise AccelError(
+            f"accel.Engine(out=) {out} holds an earlier run's records ({', '.join(held)}); accel never overwrites "
+            "or mixes two runs' records. To continue that run, pass resume=True (its metrics.jsonl is kept up to "
+            "the step `eng.load` continues from); to start a new one, choose another out."
+        )
 
 
 def _scalar(value: Any) -> Any:

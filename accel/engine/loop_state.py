@@ -40,3 +40,4 @@ class LoopState:
     tokens_at_first: int = 0
     batch_sum: Any = None  # the first training batch's checksum, under several processes (accel.engine.ranks)
     logged: list[dict[str, Any]] = field(default_factory=list)  # what the loop reported through `log`
+    resumed_at: int = 0  # the optimizer steps of the checkpoint `eng.load` continued from

@@ -130,6 +130,7 @@ class Engine:
         device: str | torch.device = "auto",
         strategy: Strategy | str | None = None,
         out: str | Path | None = None,
+        resume: bool = False,
         grad_accum: int = 1,
         clip_grad_norm: float | None = None,
         strict: bool = False,
@@ -139,13 +140,14 @@ class Engine:
         """`speedups`: a recipe's `speedups:` section (a mapping), a preset name (`"fast-cuda"`) or a YAML file
         (ACCEL_SET and ACCEL_SPEEDUPS override them: accel.engine.settings). `strategy`: "ddp" or "fsdp" under
         torchrun (ddp by default there). `out`: a folder for the run's records (metrics.jsonl from `log`,
-        summary.json at `close`). `grad_accum`: micro-batches per optimizer step (a whole number, at least 1); all
-        but a step's last skip the gradient reduction, and where the engine runs the step itself (`compile_step`)
-        it divides the loss by it; a loop's own `backward` never divides.
+        summary.json at `close`); one that holds a run's records already is refused, unless `resume` continues
+        them (accel.engine.loop_records). `grad_accum`: micro-batches per optimizer step (a whole number, at least
+        1); all but a step's last skip the gradient reduction, and where the engine runs the step itself
+        (`compile_step`) it divides the loss by it; a loop's own `backward` never divides.
         `optimizer`: None (the loop's own, the default) or "muon": `setup` then steps Muon on the hidden matrices
         and AdamW on the rest, built from the loop's optimizer (accel.optimizers.builders.muon_from)."""
         # refused before anything is set up (a process group, the device)
-        grad_accum, out = checked_grad_accum(grad_accum), records_folder(out)
+        grad_accum, out = checked_grad_accum(grad_accum), records_folder(out, resume)
         say_uncaught_plainly()
         given = strategy if isinstance(strategy, str) else None
         settings = engine_settings(speedups, str(device), given, optimizer=optimizer)
@@ -165,7 +167,7 @@ class Engine:
         self._loop = LoopState()
         self._optimizer_setting = settings.optimizer  # "muon": built at setup
         self._core.observe(_LoopSteps(self))
-        self._records = LoopRecords(self._core, self._loop, out)
+        self._records = LoopRecords(self._core, self._loop, out, resume)
         trial = _trial(self._records, settings)  # None unless `accel bench` or `accel profile` runs the script
         if trial is not None:
             self._core.observe(trial)
@@ -426,7 +428,9 @@ class Engine:
 
     def load(self, path: str | Path, state: dict[str, Any]) -> dict[str, Any]:
         """Load what `save` wrote into the objects in `state`, in place; plain values are put back in `state`."""
-        return engine_state.load(self._core, path, state)
+        loaded = engine_state.load(self._core, path, state)
+        self._loop.resumed_at = self._core.steps  # where a resumed run's records continue
+        return loaded
 
     def log(self, metrics: dict[str, Any]) -> None:
         """Record scalars (a `val_loss`, anything): with an `out`, in its metrics.jsonl and TensorBoard (tb/)."""

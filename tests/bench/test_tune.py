@@ -628,8 +628,8 @@ def _tune_argv(recipe, out, work) -> list[str]:
 @pytest.mark.parametrize(
     "case, said",
     [
-        ("the recipe", "is the recipe being tuned or one of its `base:` files"),
-        ("its base fragment", "is the recipe being tuned or one of its `base:` files"),
+        ("the recipe", "names the recipe ("),
+        ("its base fragment", "names a `base:` file of the recipe ("),
         ("a user's file", "already exists and was not written by `accel tune`; tune never replaces such a file"),
         ("under a file", "is a file, not a folder"),
         ("a folder", "is a folder; tune writes one YAML file there"),

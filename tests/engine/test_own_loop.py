@@ -547,6 +547,66 @@ def test_an_out_that_is_a_file_is_refused_when_the_engine_is_made(tmp_path):
         accel.Engine(device="cpu", out=path)
 
 
+def _loop_into(out, steps: int, resume: bool = False, checkpoint=None, load=None) -> None:
+    """A loop of `steps` optimizer steps into `out`, logging every 5th; saving at step 5 or loading first."""
+    with accel.Engine(device="cpu", out=out, resume=resume) as eng:
+        model, optimizer = eng.setup(*fresh())
+        if load is not None:
+            eng.load(load, {"model": model, "optimizer": optimizer})
+        x, y = data()[:8]
+        while eng.steps < steps:
+            eng.backward(F.cross_entropy(model(x), y))
+            optimizer.step()
+            optimizer.zero_grad()
+            if eng.steps % 5 == 0:
+                eng.log({"loss": 1.0})
+            if eng.steps == 5 and checkpoint is not None:
+                eng.save(checkpoint, {"model": model, "optimizer": optimizer})
+
+
+def test_an_out_holding_an_earlier_runs_records_is_refused_or_continued_with_resume(tmp_path):
+    """Two runs of a loop into one out= left metrics.jsonl reading steps 5, 10, 5."""
+    out, checkpoint = tmp_path / "run", tmp_path / "ckpt.pt"
+    _loop_into(out, 10, checkpoint=checkpoint)
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    held = r"\(metrics.jsonl, summary.json, tb\)"
+    said = rf"accel.Engine\(out=\) {re.escape(str(out))} holds an earlier run's records {held}"
+    with pytest.raises(AccelError, match=said):
+        accel.Engine(device="cpu", out=out)
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    _loop_into(out, 10, resume=True, load=checkpoint)  # from step 5: its own step 10 replaces the earlier one
+    assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [5, 10]
+    assert LoopSummary.model_validate_json((out / "summary.json").read_text()).steps == 10
+
+
+def test_an_out_holding_an_accel_train_run_is_refused_even_to_resume(tmp_path):
+    """An engine over a recipe's run replaced its summary.json: its status "completed" was gone."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "recipe.yaml").write_text("name: quickstart\n")
+    (run / "summary.json").write_text('{"status": "completed"}\n')
+    for resume in (False, True):
+        with pytest.raises(AccelError, match=r"holds an `accel train` run \(recipe.yaml\)"):
+            accel.Engine(device="cpu", out=run, resume=resume)
+    assert (run / "summary.json").read_text() == '{"status": "completed"}\n'
+
+
+def test_resume_without_an_out_is_refused():
+    with pytest.raises(AccelError, match=r"accel.Engine\(resume=True\) continues the records in `out`"):
+        accel.Engine(device="cpu", resume=True)
+
+
+def test_a_trials_engine_is_not_refused_an_out_holding_the_real_runs_records(tmp_path, monkeypatch):
+    from accel.engine import trial_variables
+    from accel.engine.loop_records import records_folder
+
+    (tmp_path / "metrics.jsonl").write_text('{"step": 5}\n')
+    with pytest.raises(AccelError, match="holds an earlier run's records"):
+        records_folder(tmp_path, resume=False)
+    monkeypatch.setenv(trial_variables.PATH, str(tmp_path / "trial.json"))  # it writes nothing there
+    assert records_folder(tmp_path, resume=False) == tmp_path
+
+
 @pytest.mark.parametrize("grad_accum", [0, -1, 2.5, "2", True])
 def test_grad_accum_that_is_not_a_whole_number_of_at_least_one_is_refused(grad_accum):
     with pytest.raises(AccelError, match=rf"accel.Engine\(grad_accum={grad_accum!r}\): micro-batches per optimizer"):

@@ -252,11 +252,11 @@ def write_fragment(
     return write_atomic(path, header + yaml.safe_dump(_nested(changed), sort_keys=False))
 
 
-def check_fragment_out(path: str | Path, reads: list[Path]) -> None:
-    """Refuse an --out that tune could not write, or must not replace: a folder, a path under a file, a file that
-    an earlier `accel tune` did not write (a recipe, a hand-edited config), or a file the recipe being tuned
-    reads (the recipe itself, a `base:` fragment), even one tune wrote. Called before the search, so a refusal
-    costs nothing, and again before writing."""
+def check_fragment_out(path: str | Path) -> None:
+    """Refuse an --out that tune could not write, or must not replace: a folder, a path under a file, or a file
+    that an earlier `accel tune` did not write (a recipe, a hand-edited config); one the command reads (the recipe,
+    a `base:` fragment, even one tune wrote) is refused with every command's outputs (accel/cli/outputs.py).
+    Called before the search, so a refusal costs nothing, and again before writing."""
     path = Path(path)
     above = next((p for p in path.absolute().parents if p.exists()), None)
     if above is not None and not above.is_dir():
@@ -267,11 +267,6 @@ def check_fragment_out(path: str | Path, reads: list[Path]) -> None:
         )
     if not path.exists():
         return
-    if path.resolve() in reads:
-        raise AccelError(
-            f"--out {path} is the recipe being tuned or one of its `base:` files; the fragment would replace it. "
-            "Choose another --out."
-        )
     if not _written_by_tune(path):
         raise AccelError(
             f"--out {path} already exists and was not written by `accel tune`; tune never replaces such a file. "
