@@ -32,7 +32,7 @@ from ..measure.lint import SpeedLint
 from ..optimizers.builders import muon_from
 from ..speedups import Speedup, from_configs, refuse
 from ..strategy import Strategy, choose
-from ..strategy.world import World, init_process_group, world_from_env
+from ..strategy.world import World, init_process_group, restart_count, world_from_env
 from . import ranks, trial_variables
 from . import state as engine_state
 from .core import Core, Observer, checked_grad_accum
@@ -146,6 +146,8 @@ class Engine:
         (`compile_step`) it divides the loss by it; a loop's own `backward` never divides.
         `optimizer`: None (the loop's own, the default) or "muon": `setup` then steps Muon on the hidden matrices
         and AdamW on the rest, built from the loop's optimizer (accel.optimizers.builders.muon_from)."""
+        # a group torchrun restarted (--max-restarts) re-runs the same command: it continues its own records
+        resume = resume or (out is not None and restart_count() > 0)
         # refused before anything is set up (a process group, the device)
         grad_accum, out = checked_grad_accum(grad_accum), records_folder(out, resume)
         say_uncaught_plainly()

@@ -579,6 +579,15 @@ def test_an_out_holding_an_earlier_runs_records_is_refused_or_continued_with_res
     assert LoopSummary.model_validate_json((out / "summary.json").read_text()).steps == 10
 
 
+def test_a_group_torchrun_restarted_continues_its_own_records(tmp_path, monkeypatch):
+    """`accel run --max-restarts` re-runs the same command: its restarted attempt is no second run."""
+    out, checkpoint = tmp_path / "run", tmp_path / "ckpt.pt"
+    _loop_into(out, 10, checkpoint=checkpoint)
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    _loop_into(out, 10, load=checkpoint)
+    assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [5, 10]
+
+
 def test_an_out_holding_an_accel_train_run_is_refused_even_to_resume(tmp_path):
     """An engine over a recipe's run replaced its summary.json: its status "completed" was gone."""
     run = tmp_path / "run"
