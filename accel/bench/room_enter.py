@@ -10,6 +10,7 @@ without the capabilities that could undo the mounts. Why: accel/bench/isolation.
 
 import ctypes
 import os
+import shutil
 import signal
 import sys
 
@@ -23,6 +24,7 @@ PSEUDO = {
     "selinuxfs",
 }  # fmt: skip
 SYSTEM = ("/proc", "/sys", "/dev", "/run")
+COPIED = 16 << 20  # bytes: a file beside mounts up to this size is copied into the view
 FAILED = 125  # the exit code of a room that could not be made (the command never ran)
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -89,25 +91,31 @@ class View:
 
     def mirror(self, path: str, target: str) -> None:
         fstype, read_only = self.points.get(path, ("", False))
-        if path in SYSTEM or fstype in PSEUDO or read_only:
+        if path in SYSTEM or fstype in PSEUDO:
             return _mount(path, target, None, MS_BIND | MS_REC)  # as it is, with what is mounted below
         prefix = path.rstrip("/") + "/"
-        if not any(p.startswith(prefix) for p in self.points):
-            return self._overlay(path, target)
-        for name in os.listdir(path):
-            self._entry(prefix + name, os.path.join(target, name))
+        if any(p.startswith(prefix) for p in self.points):  # a read-only / may hold a writable /home
+            for name in os.listdir(path):
+                self._entry(prefix + name, os.path.join(target, name))
+        elif read_only:
+            _mount(path, target, None, MS_BIND)  # nothing to write there: as it is
+        else:
+            self._overlay(path, target)
 
     def _entry(self, path: str, target: str) -> None:
         if os.path.islink(path) and path not in self.points:
             os.symlink(os.readlink(path), target)
         elif os.path.isdir(path):
             os.makedirs(target, exist_ok=True)
-            self.mirror(path, target)
-        else:  # a file beside mounts (/etc/hosts in a container): the real one, written through only if mounted
+            if path != self.stage:  # the room's own tmpfs, where a folder beside a mount holds it
+                self.mirror(path, target)
+        elif path not in self.points and _copied(path, target):
+            pass  # a file beside mounts (/etc/passwd beside a container's /etc/hosts): its copy takes the writes
+        else:  # a mounted file, as it is; a large one beside mounts, read-only
             open(target, "a").close()
             _mount(path, target, None, MS_BIND)
             if path not in self.points:
-                _mount("none", target, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+                _read_only(path, target)
 
     def _overlay(self, path: str, target: str) -> None:
         upper, work = (os.path.join(self.stage, f"{kind}{self.layers}") for kind in "uw")
@@ -115,6 +123,24 @@ class View:
         os.mkdir(upper)
         os.mkdir(work)
         _mount("overlay", target, "overlay", 0, f"lowerdir={_lowerdir(path)},upperdir={upper},workdir={work}")
+
+
+def _copied(path: str, target: str) -> bool:
+    """Whether `path` is small and readable enough to be copied into the view (an overlay takes only folders)."""
+    try:
+        if os.path.getsize(path) > COPIED:
+            return False
+        shutil.copy2(path, target)
+        return True
+    except OSError:
+        return False
+
+
+def _read_only(path: str, target: str) -> None:
+    """A bind of a plain file made read-only, keeping the flags a namespace may not clear (nosuid, nodev, noexec:
+    statvfs's bits are the mount flags' own)."""
+    kept = os.statvfs(path).f_flag & (os.ST_NOSUID | os.ST_NODEV | os.ST_NOEXEC)
+    _mount("none", target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | kept)
 
 
 def build(stage: str, exits: list[str]) -> str:

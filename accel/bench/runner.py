@@ -331,8 +331,9 @@ def run_and_report(
     }
     if run.command:
         extra["command"] = run.command
-    if held(results):
-        extra["files"] = held(results)
+    files = held(results)  # what kept the user's files from a script's trials
+    if files:
+        extra["files"] = files
     steps, said = run_steps(run, results)
     if steps:
         extra["settings"] |= {"run_steps": steps, "run_steps_from": said}
