@@ -73,13 +73,19 @@ def _read(path: str, skip: set[str], found: FileRecord) -> None:
     except OSError:
         return  # unreadable: nothing the trial could change through us either
     found.entries[path] = _entry(path, info)
-    if stat.S_ISDIR(info.st_mode):
+    if stat.S_ISDIR(info.st_mode) and not _unread(path):
         try:
             names = sorted(os.listdir(path))
         except OSError:
             return
         for name in names:
             _read(os.path.join(path, name), skip, found)
+
+
+def _unread(folder: str) -> bool:
+    """A folder whose contents the record leaves out: git's own and a Python environment's (a venv in the project
+    holds tens of thousands of files a trial has no business with), read on every trial for nothing."""
+    return os.path.basename(folder) == ".git" or os.path.isfile(os.path.join(folder, "pyvenv.cfg"))
 
 
 def _entry(path: str, info: os.stat_result) -> Entry:

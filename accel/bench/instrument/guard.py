@@ -62,8 +62,8 @@ def end() -> NoReturn:
 def started_by_script() -> str | None:
     """This process's command line where the script started it (a plain child, not a launcher's rank, which the
     trial measures by design): the trial's steps were measured in it, and the bench says so."""
-    if trial_variables.is_root() or "LOCAL_RANK" in os.environ:
-        return None
+    if not os.environ.get(trial_variables.ROOT) or trial_variables.is_root() or "LOCAL_RANK" in os.environ:
+        return None  # not under the instrument, the command the bench ran, or a launcher's rank
     return shlex.join(sys.orig_argv)
 
 
