@@ -83,9 +83,11 @@ def _read(path: str, skip: set[str], found: FileRecord) -> None:
 
 
 def _unread(folder: str) -> bool:
-    """A folder whose contents the record leaves out: git's own and a Python environment's (a venv in the project
-    holds tens of thousands of files a trial has no business with), read on every trial for nothing."""
-    return os.path.basename(folder) == ".git" or os.path.isfile(os.path.join(folder, "pyvenv.cfg"))
+    """A folder whose contents the record leaves out: git's own, a Python environment's (a venv in the project holds
+    tens of thousands of files a trial has no business with) and Python's bytecode cache (any process importing
+    the project's modules rewrites it, the bench's own included)."""
+    name = os.path.basename(folder)
+    return name in (".git", "__pycache__") or os.path.isfile(os.path.join(folder, "pyvenv.cfg"))
 
 
 def _entry(path: str, info: os.stat_result) -> Entry:
