@@ -64,15 +64,27 @@ class Kept:
         return held + moved + (f" (checked in part: more than {file_record.LIMIT} paths)" if self.cut else "")
 
 
+# what the check runs in a view: a folder removed (an overlay whose upper layer takes no user attributes, tmpfs before
+# Linux 6.6, fails there with EIO) and a file written, neither of which may reach the real folder
+TRIED = "import os, sys; os.rmdir(os.path.join(sys.argv[1], 'folder')); open(os.path.join(sys.argv[1], 'file'), 'w')"
+
+
 @functools.cache
 def namespace_refusal() -> str | None:
     """Why this machine gives no trial a private view of the file system (None: it does), tried once."""
     if not sys.platform.startswith("linux"):
         return "not Linux"
-    with tempfile.TemporaryDirectory(prefix="accel-room-") as stage:
-        true = shutil.which("true") or "/bin/true"
-        tried = subprocess.run(_entered(Path(stage), [], [true]), capture_output=True, text=True)
-    return None if tried.returncode == 0 else (tried.stderr.strip().splitlines() or ["unknown"])[-1]
+    with tempfile.TemporaryDirectory(prefix="accel-room-") as folder:
+        real, stage = Path(folder, "real"), Path(folder, "stage")
+        (real / "folder").mkdir(parents=True)
+        stage.mkdir()
+        command = [sys.executable, "-I", "-S", "-c", TRIED, str(real)]
+        tried = subprocess.run(_entered(stage, [], command), capture_output=True, text=True)
+        if tried.returncode != 0:
+            return (tried.stderr.strip().splitlines() or ["unknown"])[-1]
+        if not (real / "folder").is_dir() or (real / "file").exists():
+            return "a write in the view reached the real folder"
+    return None
 
 
 def mechanism() -> str:

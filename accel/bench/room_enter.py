@@ -122,7 +122,9 @@ class View:
         self.layers += 1
         os.mkdir(upper)
         os.mkdir(work)
-        _mount("overlay", target, "overlay", 0, f"lowerdir={_lowerdir(path)},upperdir={upper},workdir={work}")
+        # userxattr: a user namespace may not set trusted.* attributes, without which removing a folder fails
+        options = f"lowerdir={_lowerdir(path)},upperdir={upper},workdir={work},userxattr"
+        _mount("overlay", target, "overlay", 0, options)
 
 
 def _copied(path: str, target: str) -> bool:
