@@ -84,10 +84,11 @@ def _read(path: str, skip: set[str], found: FileRecord) -> None:
 
 def _unread(folder: str) -> bool:
     """A folder whose contents the record leaves out: git's own, a Python environment's (a venv in the project holds
-    tens of thousands of files a trial has no business with) and Python's bytecode cache (any process importing
-    the project's modules rewrites it, the bench's own included)."""
+    tens of thousands of files a trial has no business with), Python's bytecode cache (any process importing the
+    project's modules rewrites it, the bench's own included) and tools' caches (a linter run meanwhile)."""
     name = os.path.basename(folder)
-    return name in (".git", "__pycache__") or os.path.isfile(os.path.join(folder, "pyvenv.cfg"))
+    tool_cache = name.startswith(".") and name.endswith("_cache")  # .ruff_cache, .pytest_cache, .mypy_cache
+    return name in (".git", "__pycache__") or tool_cache or os.path.isfile(os.path.join(folder, "pyvenv.cfg"))
 
 
 def _entry(path: str, info: os.stat_result) -> Entry:

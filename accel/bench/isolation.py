@@ -8,8 +8,9 @@ One guarantee, kept by a mechanism rather than by patched calls, and checked whi
   audit hook in each of the trial's Python processes backs up each path before its first change
   (accel/bench/instrument/backups.py), and the bench puts them back when the trial ends, however it ended;
 - **checked**: a record of the folders the trial can reach (its working folder and the paths its command names,
-  accel/bench/file_record.py), taken before and after, names what differs. A new path the trial left is moved into
-  the bench's folder; a changed or removed one nothing could put back stops the bench (`FilesNotKept`).
+  accel/bench/file_record.py), taken before and after, names what differs. In the private view a difference is
+  someone else's (a file the user edited meanwhile), said beside "isolated". With the hooks, a new path is moved
+  into the bench's folder, and a changed or removed one nothing put back stops the bench (`FilesNotKept`).
 Passing through to the real files: the bench's own folders the trial writes (its record, the compile caches; `exits`)
 and the user's cache folder (~/.cache: a dataset or model downloaded once, not in every trial).
 
@@ -56,12 +57,15 @@ class Kept:
     restored: int = 0
     moved: list[str] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)
+    outside: list[str] = field(default_factory=list)  # changed meanwhile, not by the isolated trial
     cut: bool = False
 
     def said(self) -> str:
         held = "isolated" if self.mechanism == "namespace" else f"restored {self.restored} files"
         moved = f", {len(self.moved)} new files it left moved to {self.left_behind}" if self.moved else ""
-        return held + moved + (f" (checked in part: more than {file_record.LIMIT} paths)" if self.cut else "")
+        outside = f", {len(self.outside)} changed meanwhile outside the trial: {', '.join(self.outside[:NAMED])}"
+        cut = f" (checked in part: more than {file_record.LIMIT} paths)" if self.cut else ""
+        return held + moved + (outside if self.outside else "") + cut
 
 
 # what the check runs in a view: a folder removed (an overlay whose upper layer takes no user attributes, tmpfs before
@@ -161,9 +165,12 @@ class Room:
     def _check(self, how: str, restored: int, before, after) -> Kept:
         differences = file_record.compare(before, after)
         kept = Kept(how, self.left_behind, restored, cut=before.cut or after.cut)
-        for path in differences.added:
-            kept.moved.append(self._move_aside(path))
-        kept.lost = [f"{p} (changed)" for p in differences.changed] + [f"{p} (removed)" for p in differences.removed]
+        changed = [f"{p} (changed)" for p in differences.changed] + [f"{p} (removed)" for p in differences.removed]
+        if how == "namespace":  # the view kept every write of the trial's out: these were someone else's (an editor)
+            kept.outside = changed + [f"{p} (added)" for p in differences.added]
+            return kept
+        kept.moved = [self._move_aside(path) for path in differences.added]
+        kept.lost = changed
         if kept.lost:
             raise FilesNotKept(_lost_message(kept))
         return kept
@@ -179,14 +186,11 @@ class Room:
 def _lost_message(kept: Kept) -> str:
     more = len(kept.lost) - NAMED
     named = "\n  ".join(kept.lost[:NAMED]) + (f"\n  ... {more} more" if more > 0 else "")
-    why = (
-        "while it ran in its own view of the file system: something outside the trial wrote them meanwhile"
-        if kept.mechanism == "namespace"
-        else "through code Python's audit hooks do not see (native code, a program the script ran), since the "
-        f"trial had no private view of the file system ({namespace_refusal() or CHOICE + '=hooks asked for none'})"
-    )
+    why = namespace_refusal() or f"{CHOICE}=hooks asked for none"
     return (
-        f"a trial changed files of yours that accel could not put back, {why}:\n  {named}\n"
+        "a trial changed files of yours that accel could not put back, through code Python's audit hooks do not see "
+        f"(native code, a program the script ran), since the trial had no private view of the file system ({why}) "
+        f"(or you changed them yourself while it ran):\n  {named}\n"
         "accel stopped here. Restore them from your copy or version control; run the bench where user namespaces "
         "are allowed (sysctl kernel.unprivileged_userns_clone=1, or AppArmor's "
         "kernel.apparmor_restrict_unprivileged_userns=0) to keep every write in the trial's own view."

@@ -114,6 +114,23 @@ def test_a_change_nothing_could_put_back_stops_the_bench_naming_it(tmp_path, mon
             (project / "best.pt").write_text("written by native code")  # no audit hook saw it
 
 
+def test_a_change_beside_an_isolated_trial_is_said_and_left_as_it_is(tmp_path, monkeypatch):
+    """In its own view the trial cannot reach the real files: a change the record finds is the user's own (an editor
+    saving meanwhile), kept and said, never moved aside nor a reason to stop."""
+    if isolation.namespace_refusal():
+        pytest.skip(f"no user namespaces here: {isolation.namespace_refusal()}")
+    monkeypatch.setenv(isolation.CHOICE, "namespace")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("the user's")
+    room = isolation.Room(["python", "train.py"], project, tmp_path / "left")
+    with room.entered(["python", "train.py"], {"ACCEL_TRIAL": str(tmp_path / "trial" / "trial.json")}):
+        (project / "train.py").write_text("edited meanwhile")
+        (project / "notes.md").write_text("new meanwhile")
+    assert room.kept.said().startswith("isolated, 2 changed meanwhile outside the trial")
+    assert (project / "notes.md").read_text() == "new meanwhile" and not (tmp_path / "left").exists()
+
+
 def test_the_audit_hooks_back_up_before_the_first_change_and_restore_after(tmp_path):
     folder, journal = tmp_path / "user", tmp_path / "room" / "journal.jsonl"
     (folder / "tree").mkdir(parents=True)
