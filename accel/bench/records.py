@@ -160,6 +160,11 @@ class Trial(Record):
     started_at: float | None = None
     process_s: float | None = None
     log: str | None = None
+    # what kept the user's files from a script's trial (accel/bench/isolation.py): "isolated", "restored 3 files"
+    files: str | None = None
+    files_restored: int | None = None
+    # the trial's steps were measured in a process the script started (its command), which accel ended there
+    measured_in: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -362,6 +367,7 @@ class Report(Record):
     # set only for a bench of revisions (--rev, --bisect): which ones, and each read against the first
     revisions: list[RevisionRecord] | None = None
     revision_readings: list[RevisionReading] | None = None
+    files: str | None = None  # what kept the user's files from a script's trials: "isolated", "restored 3 files"
 
     def variant(self, name: str) -> VariantSummary:
         return next(v for v in self.variants if v.name == name)

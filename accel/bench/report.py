@@ -274,7 +274,7 @@ def _baseline(report: Report) -> list[str]:
 def summary_text(report: Report) -> str:
     """What `accel bench` prints: report.md from the table on (from the interruption note, when there is one)."""
     lines = _interrupted(report) + _baseline(report) if report.interrupted else []
-    return "\n".join(_busy(report) + lines + _results(report))
+    return "\n".join(_busy(report) + lines + _results(report) + _files(report))
 
 
 def render_markdown(report: Report) -> str:
@@ -284,8 +284,15 @@ def render_markdown(report: Report) -> str:
         out.append(f"Command: `{report.command}`  ")
     if report.env:
         out.append("Environment: " + ", ".join(f"{k}={format_value(v)}" for k, v in report.env.items()))
-    out += _window(report) + [""] + _busy(report) + _interrupted(report) + _baseline(report) + _results(report)
+    out += _window(report) + _files(report) + [""]
+    out += _busy(report) + _interrupted(report) + _baseline(report) + _results(report)
     return "\n".join(out) + "\n"
+
+
+def _files(report: Report) -> list[str]:
+    """What kept the user's files from the script's trials (accel/bench/isolation.py): "isolated", "restored 3
+    files"."""
+    return [f"Your files: {report.files} (docs/bench.md, a trial never changes your files)."] if report.files else []
 
 
 def _window(report: Report) -> list[str]:

@@ -25,6 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from ..errors import AccelError
 from ..runs.signals import handled, leave_closed_terminal
 from .decide import Rounds, Rule, fixed_rounds
+from .isolation import Room, held
 from .plan import BenchPlan, slug, write_recipes
 from .real_run import run_steps, run_with
 from .records import Recommendation, Report, RevisionRecord, Trial
@@ -52,6 +53,8 @@ def trial_line(result: Trial, done: int, total: int) -> str:
     if first is not None:
         line += f", first step {first:.2f} s"
     skipped = result.skipped_speedups or {}
+    if result.measured_in:  # never ended silently: the script's own output stops there
+        line += f", measured in `{result.measured_in}`, a process the script started, ended by accel after its steps"
     return line + (f" (skipped here: {', '.join(skipped)})" if skipped else "")
 
 
@@ -108,12 +111,15 @@ def _run_job(
     if isinstance(recipe, Path):
         # absolute: a revision's trial runs in its checkout, not here
         argv, added = trial_argv(recipe.resolve(), settings, json_path.resolve(), variant, trial), {}
-    else:
+        room = None
+    else:  # a script: whatever it writes, the user's files stay as they were
         argv, added = recipe.launch(settings, json_path.resolve())
+        room = Room(argv, cwd, out / "left-behind" / stem)
     started, tick = time.time(), time.perf_counter()
     try:
         # the trial records the machine's load over its own timed steps (accel/measure/load.py's Window)
-        result = run_trial_process(argv, json_path, log_path, settings.timeout, trial_env(cache) | added, cwd)
+        env = trial_env(cache) | added
+        result = run_trial_process(argv, json_path, log_path, settings.timeout, env, cwd, room)
     finally:
         if not shared:
             shutil.rmtree(cache, ignore_errors=True)
@@ -325,6 +331,9 @@ def run_and_report(
     }
     if run.command:
         extra["command"] = run.command
+    files = held(results)  # what kept the user's files from a script's trials
+    if files:
+        extra["files"] = files
     steps, said = run_steps(run, results)
     if steps:
         extra["settings"] |= {"run_steps": steps, "run_steps_from": said}

@@ -34,6 +34,7 @@ from ..engine import trial_variables
 from ..engine.settings import SET_VARIABLE, engine_settings
 from ..errors import AccelError, RecipeError
 from .decide import Rounds
+from .isolation import Room
 from .knobs import runnable_speedups
 from .plan import only_variants
 from .probe_watch import ProbeWatch
@@ -329,9 +330,10 @@ def probe(command: list[str], sets: list[str], timeout: float | None = None, cwd
             trial_variables.PROBE: "1",
         }
         watch, started = ProbeWatch(path, limit), time.monotonic()
+        room = Room(command, cwd, Path(tempfile.gettempdir(), "accel-left-behind", "probe"))
         try:
             with signals_as_ctrl_c():
-                code = run_logged(command, log_path, env, limit, cwd, watch)
+                code = run_logged(command, log_path, env, limit, cwd, watch, room)
         except OSError as err:
             raise AccelError(f"cannot run `{line}`: {err}") from None
         except KeyboardInterrupt:

@@ -14,11 +14,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import AccelError
 from ..runs.signals import die_with_parent
 from .records import Trial
+
+if TYPE_CHECKING:
+    from .isolation import Room
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding `accel/`, for the children's imports
 INSTRUMENT_SITE = Path(__file__).resolve().parent / "instrument" / "site"  # its sitecustomize: accel/bench/instrument
@@ -163,10 +166,15 @@ def run_logged(
     timeout: float | None,
     cwd: Path | None = None,
     watch: Callable[[float], bool] | None = None,
+    room: Room | None = None,
 ) -> int | None:
-    """Run `argv` in a session of its own (in `cwd`: a revision's checkout), its output into `log_path`; its exit
-    code, or None when it ran past `timeout` or `watch` (called about every second with the seconds so far) said to
-    stop it, and it was killed with its whole group (DataLoader workers too)."""
+    """Run `argv` in a session of its own (in `cwd`: a revision's checkout; in `room`: a script's trial, which
+    leaves the user's files as they were), its output into `log_path`; its exit code, or None when it ran past
+    `timeout` or `watch` (called about every second with the seconds so far) said to stop it, and it was killed
+    with its whole group (DataLoader workers too)."""
+    if room is not None:
+        with room.entered(argv, env) as (argv, env):
+            return run_logged(argv, log_path, env, timeout, cwd, watch)
     # Ctrl-C or SIGTERM held off while the child forks: a handler that raised then ran in logging's after-fork
     # hook, which swallowed the KeyboardInterrupt, and a bench stopped there trained on to its end
     held = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
@@ -231,11 +239,17 @@ def run_trial_process(
     timeout: float | None,
     env: dict[str, str],
     cwd: Path | None = None,
+    room: Room | None = None,
 ) -> Trial:
     """Run one trial command; its record, or one holding only `error` with the output tail when it crashed,
-    timed out or wrote no readable record. Output goes to `log_path`."""
+    timed out or wrote no readable record. Output goes to `log_path`; what kept the user's files, to `files`."""
     json_path.unlink(missing_ok=True)
-    code = run_logged(argv, log_path, env, timeout, cwd)
+    code = run_logged(argv, log_path, env, timeout, cwd, room=room)
+    kept = {} if room is None else {"files": room.kept.said(), "files_restored": room.kept.restored}
+    return _result(code, json_path, log_path, timeout).updated(**kept)
+
+
+def _result(code: int | None, json_path: Path, log_path: Path, timeout: float | None) -> Trial:
     if code is None:
         return Trial(error=f"timed out after {timeout:g} s (--timeout); last output:\n{log_tail(log_path)}")
     result = _read_result(json_path)

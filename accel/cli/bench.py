@@ -503,6 +503,8 @@ def searched(search, work: Path):
     busy = busy_note(result.loads)
     if busy:
         print(f"warning: busy machine. {busy}", file=sys.stderr)
+    if result.files:
+        print(f"your files: {result.files}", file=sys.stderr)
     console = Console()
     if not console.is_terminal:  # a file or a pipe: rich would cut the table to 80 columns ("speedups…")
         console = Console(width=WIDE_TABLE)

@@ -17,7 +17,6 @@ import torch
 from .. import devices
 from ..errors import CheckpointError
 from ..runs.checkpoint import save_checkpoint, unreadable_message
-from . import trial_files
 from .wrappers import unwrap
 
 if TYPE_CHECKING:
@@ -59,12 +58,12 @@ def save(engine: Core, path: str | Path, state: dict[str, Any]) -> None:
         "engine": engine.own_state(),
     }
     if engine.world.is_main:
-        save_checkpoint(payload, Path(trial_files.save_to(path)))
+        save_checkpoint(payload, Path(path))
     engine.world.barrier()
 
 
 def load(engine: Core, path: str | Path, state: dict[str, Any]) -> dict[str, Any]:
-    path = Path(trial_files.read_from(path))
+    path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"No checkpoint at {path}: `eng.load` reads a file `eng.save` wrote.")
     try:

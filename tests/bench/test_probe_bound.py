@@ -126,11 +126,14 @@ def test_a_probe_that_ended_without_a_record_says_what_accel_saw(tmp_path, notes
 
 
 def test_sigterm_during_the_probe_ends_it_and_says_what_it_stopped(tmp_path):
-    started = tmp_path / "started"
+    cache = tmp_path / "cache"  # the user's cache folder: what the probe writes there is written for real
+    cache.mkdir()
+    started = cache / "started"
     waits = f"import pathlib, time, torch\npathlib.Path({str(started)!r}).write_text('')\ntime.sleep(600)\n"
     argv = [sys.executable, "-m", "accel.cli", "bench", "--vary", "arg:--x=1,2", "--list", "--"]
+    env = os.environ | {"XDG_CACHE_HOME": str(cache)}
     bench = subprocess.Popen(
-        [*argv, sys.executable, _script(tmp_path, waits)], stderr=subprocess.PIPE, text=True, cwd=ROOT
+        [*argv, sys.executable, _script(tmp_path, waits)], stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env
     )
     wait_until(started.exists, bench, "the probe's script to start")
     bench.send_signal(signal.SIGTERM)

@@ -5,5 +5,7 @@ Every trial of `accel bench | tune | profile -- python train.py` runs with `site
 children alike). It waits for the script to import torch (`import_watch`), then the recorder (`recorder`) counts
 and times optimizer steps through torch's own global hooks, counts samples at the trained model's forward, and
 writes the same trial record a script's `accel.Engine` writes, then ends the process. A script that creates an
-`accel.Engine` is measured by its engine instead (accel/bench/engine_trial.py): the recorder stands down.
+`accel.Engine` is measured by its engine instead (accel/bench/engine_trial.py): the recorder stands down. Where a
+trial has no private view of the file system, `backups` is loaded first: the audit hook that lets the bench put
+back every file the trial changes (accel/bench/isolation.py).
 """

@@ -10,10 +10,12 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import shlex
 import sys
 import time
 from typing import NoReturn
 
+from ...engine import trial_variables
 from ...engine.trial_variables import PATH, PROBE, STEPS, WARMUP
 from ...io import write_atomic
 
@@ -46,7 +48,23 @@ def end() -> NoReturn:
     (DataLoader workers) with its process group."""
     global _ended
     _ended = True
+    started = started_by_script()
+    if started:
+        print(
+            f"accel: ended `{started}` (pid {os.getpid()}), a process the script started, after the optimizer steps "
+            "the bench measures in it: its output stops here, and the script sees it exit with 0",
+            file=sys.stderr,
+            flush=True,
+        )
     raise SystemExit(0)
+
+
+def started_by_script() -> str | None:
+    """This process's command line where the script started it (a plain child, not a launcher's rank, which the
+    trial measures by design): the trial's steps were measured in it, and the bench says so."""
+    if not os.environ.get(trial_variables.ROOT) or trial_variables.is_root() or "LOCAL_RANK" in os.environ:
+        return None  # not under the instrument, the command the bench ran, or a launcher's rank
+    return shlex.join(sys.orig_argv)
 
 
 def _skip_teardown() -> None:

@@ -39,7 +39,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 
 from ... import devices
 from ...batches import leading_tensor
-from ...engine import trial_files, trial_variables
+from ...engine import trial_variables
 from ...io import strict_json, write_atomic
 from ...measure import load
 from ...measure.anatomy import Anatomy, compiled_in_place
@@ -154,7 +154,6 @@ class Recorder:
         self._optimizer_phases: list[Any] = []  # open `optimizer` phases (a profile's), closed as each step ends
         self._undo: list[Callable[[], None]] = []
         self._hook()
-        _keep_trial_files()
         if asked.patterns:
             self._watch_printed(asked.patterns)
         self._excepthook = sys.excepthook
@@ -168,7 +167,7 @@ class Recorder:
             register_optimizer_step_pre_hook(self._stepping).remove,
             register_optimizer_step_post_hook(self._stepped).remove,
             patch(torch.autograd, "backward", self._backward),
-            patch(torch, "save", self._save),
+            patch(torch, "save", self.saving),
             patch(torch.amp.GradScaler, "scale", self._scale),
             patch(torch.utils.data.dataloader._BaseDataLoaderIter, "__next__", self._next_batch),
         ]
@@ -186,10 +185,6 @@ class Recorder:
             undo()
         self._undo = []
         sys.excepthook = self._excepthook
-
-    def _save(self, save, obj, *args, **kwargs):
-        args, kwargs = _file_argument(trial_files.save_to, args, kwargs)
-        return self.saving(save, obj, *args, **kwargs)
 
     def _backward(self, original, tensors, *args, **kwargs):
         if self.first_backward is None:
@@ -465,29 +460,6 @@ def trained_models(optimizer: torch.optim.Optimizer) -> list[torch.nn.Module]:
     chosen = [m for m in chosen if id(m) not in compiled_away]
     inner_ids = {id(x) for m in chosen for x in m.modules() if x is not m}
     return sorted(chosen, key=lambda m: id(m) in inner_ids)  # outermost first
-
-
-def _keep_trial_files() -> None:
-    """The script's own `torch.load`, `os.replace` and `os.rename` of what the trial saved find the trial's copy
-    (accel/engine/trial_files.py), for the process's life: an engine that takes over the measuring still saves
-    there."""
-    patch(torch, "load", _load)
-    patch(os, "replace", trial_files.FILES.move)
-    patch(os, "rename", trial_files.FILES.move)
-
-
-def _load(load, *args, **kwargs):
-    args, kwargs = _file_argument(trial_files.read_from, args, kwargs)
-    return load(*args, **kwargs)
-
-
-def _file_argument(where: Callable, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    """`torch.save(obj, f)`'s and `torch.load(f)`'s file argument, positional or named `f`, passed through `where`."""
-    if "f" in kwargs:
-        kwargs["f"] = where(kwargs["f"])
-    elif args:
-        args = (where(args[0]), *args[1:])
-    return args, kwargs
 
 
 def _numbers(values: dict[str, Any]) -> dict[str, float]:

@@ -17,6 +17,7 @@ from ...measure.flops import ForwardSum
 from ...strategy.precision import DTYPES
 from ..trial_figures import deltas, diverged, final_loss, ran_out, rates, steady, target_figures, window_short
 from ..trial_process import NEVER_STEPPED
+from . import guard
 
 if TYPE_CHECKING:
     from .recorder import Recorder
@@ -82,6 +83,9 @@ def trial(rec: Recorder) -> dict[str, Any]:
         "lint": _lint(rec, figures),
         "load": window,
     }
+    started = guard.started_by_script()
+    if started:  # the bench says it: a process the script started, ended by accel (guard.end)
+        record["measured_in"] = started
     if rec.step_losses and all(loss is not None for loss in rec.step_losses):
         losses = torch.stack(rec.step_losses).tolist()  # one device sync, at the end
         planned = losses[rec.warmup : rec.warmup + rec.steps or None]  # as every variant trained them

@@ -17,6 +17,7 @@ from ...errors import AccelError
 from ...io import strict_json, write_atomic
 from ...measure.load import busy_note
 from .. import runner
+from ..isolation import held
 from ..knobs import Knob, current, usable
 from ..records import Reading, Report, Trial, VariantSummary, Verdict
 from ..refused import new_refusals
@@ -59,6 +60,7 @@ class TuneResult:
     loads: list[dict[str, Any] | None] = field(
         default_factory=list
     )  # each trial's machine load (accel/measure/load.py)
+    ran: list[Trial] = field(default_factory=list)  # every trial: what kept the user's files (`files`)
     interrupted: bool = False  # Ctrl-C, SIGTERM or SIGHUP ended the search: nothing was chosen
     # --objective time: each lever kept and its stage's time ratio against the choices before it (tune.levers)
     levers: list[tuple[str, Reading | None]] = field(default_factory=list)
@@ -69,6 +71,11 @@ class TuneResult:
         """Dotted key -> the label of the value chosen for it."""
         return {r.knob: r.label for r in self.rows if r.knob in self.chosen and r.value == self.chosen[r.knob]}
 
+    @property
+    def files(self) -> str | None:
+        """What kept the user's files from a script's trials: "isolated", "restored 3 files"."""
+        return held(self.ran)
+
     def to_data(self) -> dict[str, Any]:
         """tune.json."""
         return {
@@ -78,6 +85,7 @@ class TuneResult:
             "final": self.final.to_data() if self.final else None,
             "target": self.target,
             "busy": busy_note(self.loads),
+            **({"files": self.files} if self.files else {}),
             **({"shares": {name: r and r.model_dump() for name, r in levers.shares(self)}} if self.target else {}),
             **({"interrupted": True} if self.interrupted else {}),
         }
@@ -97,10 +105,12 @@ class Measure:
     objective: Objective = field(default_factory=Objective)
     loads: list[dict[str, Any] | None] = field(default_factory=list)  # every trial's machine load, shared by copies
     kind: str = OBJECTIVE  # the budget's kind of its trials (accel.bench.tune.budget)
+    ran: list[Trial] = field(default_factory=list)  # every trial, shared by copies
 
     def run(self, jobs: list[tuple[int, str, Path | Launch]], out: Path, skip: SkipRule | None = None) -> list[Trial]:
         results = self.run_trials(jobs, out, self.objective.settings(self.settings), self.console, skip=skip)
         self.loads += [r.load for r in results]
+        self.ran += results
         # Ctrl-C or SIGTERM ends the whole search, not only the stage it came in: no later stage runs, and no
         # choice rests on a stage cut short.
         if getattr(results, "interrupted", False):
@@ -310,7 +320,7 @@ def tune(
     budget = Budget(budget_s, reserve=2 * trials if final_check else 0, shares=shares)
     subject = RecipeSubject(base) if isinstance(base, Recipe) else base
     m = Measure(subject, settings, trials, console or Console(stderr=True), budget, run_trials, objective)
-    result = TuneResult(loads=m.loads, objective=objective.name)
+    result = TuneResult(loads=m.loads, ran=m.ran, objective=objective.name)
     try:
         _search(m, result, knobs, work, final_check)
     except (KeyboardInterrupt, runner.TrialsStopped):  # the record says so, and what was measured (nothing chosen)

@@ -5,8 +5,9 @@ line, then hands over to the sitecustomize this one shadows, if any."""
 import os
 
 if os.environ.get("ACCEL_TRIAL") or os.environ.get("ACCEL_PROFILE"):
-    from accel.bench.instrument import import_watch, parsers
+    from accel.bench.instrument import backups, import_watch, parsers
 
+    backups.start()  # first: the script's every change to a file is seen (the room's fallback)
     import_watch.start()
     parsers.watch()
     import_watch.chain_next_sitecustomize(os.path.dirname(os.path.abspath(__file__)))
