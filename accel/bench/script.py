@@ -159,8 +159,7 @@ def _parser_refusals(options: ScriptOptions | None, variants: list[Variant], abl
     before anything runs (as a recipe value that does not validate is); an ablation's is refused, not run."""
     refused = {}
     for variant in variants if options else ():
-        settings = {key[len(ARG) :]: v for key, v in variant.overrides.items() if key.startswith(ARG)}
-        said = options.refusal({spelling: None if v is None else option_text(v) for spelling, v in settings.items()})
+        said = options.variant_refusal(variant.overrides)
         if said and not ablate:
             raise AccelError(f"variant `{variant.name}`: the script's parser refuses it, so no trial would run: {said}")
         if said:
@@ -232,38 +231,56 @@ def _env_name(name: str) -> str:
 
 
 def with_option(command: list[str], option: str, value: str, options: ScriptOptions | None = None) -> list[str]:
-    """`command` with the script's `option` set to `value`: replaced where given (`--batch 8`, `--batch=8`), every
-    time it is given (a parser takes the last, so replacing only the first would leave every variant the same),
-    appended where not: a long option as `--batch=8`, the one form every parser reads (argparse, HfArgumentParser,
-    jsonargparse, and nanoGPT's configurator, which takes nothing else). `present` and `absent` switch it by its
-    presence; an option of several values (`nargs`, from the script's parser) takes them as separate words."""
+    """`command` with the script's `option` set to `value`: replaced where given by any of its spellings (`-b 8`,
+    `--batch 8`, `--batch=8`, `-b8`: its parser's aliases, where known), every time it is given (a parser takes the
+    last, so replacing only the first would leave every variant the same), appended where not: a long option as
+    `--batch=8`, the one form every parser reads (argparse, HfArgumentParser, jsonargparse, and nanoGPT's
+    configurator, which takes nothing else). `present` and `absent` switch it by its presence; an option of
+    several values (`nargs`, from the script's parser) takes them as separate words."""
     if not option.startswith("-"):
         raise AccelError(
             f"--vary {ARG}{option}: name the script's option with its dashes, e.g. --vary {ARG}--batch=16,32."
         )
     spec = options.find(option) if options else None
+    spellings = spec.options if spec else (option,)
     if value in (PRESENT, ABSENT) or (spec is not None and spec.many):
-        return [*_without(command, option, spec), *tokens(option, value, spec)]
+        return [*_without(command, spellings, spec), *tokens(option, value, spec)]
     command, given = list(command), False
     for i, token in enumerate(command):
-        if token == option and i + 1 < len(command):
+        spelling, attached = _spelling(token, spellings, spec)
+        if spelling is None:
+            continue
+        if attached is not None:
+            command[i], given = f"{spelling}{attached}{value}", True
+        elif i + 1 < len(command):
             command[i + 1], given = value, True
-        elif token.startswith(f"{option}="):
-            command[i], given = f"{option}={value}", True
     if given:
         return command
     return [*command, f"{option}={value}"] if option.startswith("--") else [*command, option, value]
 
 
-def _without(command: list[str], option: str, spec: Option | None) -> list[str]:
-    """`command` without `option` wherever given, and the values it takes there (none where its parser is not
-    known: a flag)."""
+def _spelling(token: str, spellings: tuple[str, ...], spec: Option | None) -> tuple[str | None, str | None]:
+    """Which of the option's spellings `token` is (None: none), and what joins a value given in the same word to
+    it (`=`, or "" for a short option's `-b8`; None: the value is the next word)."""
+    for spelling in spellings:
+        if token == spelling:
+            return spelling, None
+        if token.startswith(f"{spelling}="):
+            return spelling, "="
+        short = len(spelling) == 2 and spelling[1] != "-"
+        if short and spec is not None and spec.takes_values and token.startswith(spelling) and len(token) > 2:
+            return spelling, ""
+    return None, None
+
+
+def _without(command: list[str], spellings: tuple[str, ...], spec: Option | None) -> list[str]:
+    """`command` without the option wherever given by one of its `spellings`, and the values it takes there (none
+    where its parser is not known: a flag)."""
     kept, skipping = [], 0
     for token in command:
-        if token == option:
-            skipping = _values_after(spec)
-        elif token.startswith(f"{option}="):
-            skipping = 0
+        spelling, attached = _spelling(token, spellings, spec)
+        if spelling is not None:
+            skipping = _values_after(spec) if attached is None else 0
         elif skipping and not is_option(token):
             skipping -= 1
         else:

@@ -52,6 +52,7 @@ def trial(rec: Recorder) -> dict[str, Any]:
     """The figures of `accel.bench.records.Trial`, from the recorder's marks (the first step's counts came before
     the model's hook: the timed steps are measured from the first mark on)."""
     from ...models.blocks import model_traits
+    from .parsers import made
     from .recorder import FACTS
 
     window = rec.load.end()  # first: what follows (the FLOPs counted) is not the timed steps
@@ -81,6 +82,7 @@ def trial(rec: Recorder) -> dict[str, Any]:
         **_metric_figures(rec),
         "lint": _lint(rec, figures),
         "load": window,
+        **({"script_outputs": outputs} if (outputs := made()) else {}),
     }
     if rec.step_losses and all(loss is not None for loss in rec.step_losses):
         losses = torch.stack(rec.step_losses).tolist()  # one device sync, at the end
