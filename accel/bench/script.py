@@ -346,6 +346,11 @@ def probe(command: list[str], sets: list[str], timeout: float | None = None, cwd
             trial_variables.PROBE: "1",
         }
         watch, started = ProbeWatch(path, limit), time.monotonic()
+        print(  # at once: a script's imports alone can take half a minute before anything else is said
+            f"probe: running the script until it starts training, to see what it trains with (stopped at {limit:g} s)",
+            file=sys.stderr,
+            flush=True,
+        )
         try:
             with signals_as_ctrl_c():
                 code = run_logged(command, log_path, env, limit, cwd, watch)
