@@ -186,7 +186,8 @@ def test_output_options_of_a_path_type_are_redirected_and_a_file_there_already_i
     assert parsers.made() == {}  # the script has made nothing there yet
     (args.output_dir / "run-1").mkdir(parents=True)
     (args.output_dir / "run-1" / "args.yaml").write_text("lr: 0.1\n")
-    assert parsers.made() == {"--output-dir": {"given": str(tmp_path / "out"), "folders": 1, "files": 1}}
+    made = {"--output-dir": {"given": str(tmp_path / "out"), "folders": 1, "files": 1}}
+    assert parsers.made() == {"script_outputs": made}
     assert not (tmp_path / "out").exists()
 
 

@@ -95,9 +95,10 @@ def captured() -> list[dict[str, Any]]:
     return list(PARSERS.values())
 
 
-def made() -> dict[str, dict[str, Any]]:
-    """What the script made under each output option that was redirected, where it made anything: the path it was
-    given, and the folders and files in it (a file option's: that file)."""
+def made() -> dict[str, Any]:
+    """A trial record's `script_outputs`, where the script made anything under an output option that was
+    redirected: by option, the path it was given and the folders and files made there (a file option's: that
+    file)."""
     counted = {}
     for option, (given, path) in REDIRECTED.items():
         walked = list(os.walk(path))
@@ -105,7 +106,7 @@ def made() -> dict[str, dict[str, Any]]:
         files = sum(len(names) for _, _, names in walked) or int(os.path.isfile(path))
         if folders or files:
             counted[option] = {"given": given, "folders": folders, "files": files}
-    return counted
+    return {"script_outputs": counted} if counted else {}
 
 
 def described(parser: argparse.ArgumentParser, parsed: argparse.Namespace, strict: bool) -> dict[str, Any]:

@@ -82,7 +82,7 @@ def trial(rec: Recorder) -> dict[str, Any]:
         **_metric_figures(rec),
         "lint": _lint(rec, figures),
         "load": window,
-        **({"script_outputs": outputs} if (outputs := made()) else {}),
+        **made(),
     }
     if rec.step_losses and all(loss is not None for loss in rec.step_losses):
         losses = torch.stack(rec.step_losses).tolist()  # one device sync, at the end
