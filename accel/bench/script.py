@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import shlex
 import shutil
@@ -41,7 +40,7 @@ from .records import Report
 from .refused import new_refusals, script_device, script_refusals
 from .runner import BenchRun, as_rounds, run_and_report, signals_as_ctrl_c
 from .script_flags import found_said, framework_ablation
-from .script_options import ABSENT, PRESENT, Option, ScriptOptions, is_option, tokens
+from .script_options import ScriptOptions, with_option
 from .trial_process import TrialSettings, exit_reason, instrumented_pythonpath, log_tail, run_logged, trial_env
 from .variants import (
     ARG,
@@ -228,74 +227,6 @@ def _env_name(name: str) -> str:
     if not name.isidentifier():
         raise AccelError(f"--vary {ENV}{name}: name an environment variable, e.g. --vary {ENV}OMP_NUM_THREADS=1,2.")
     return name
-
-
-def with_option(command: list[str], option: str, value: str, options: ScriptOptions | None = None) -> list[str]:
-    """`command` with the script's `option` set to `value`: replaced where given by any of its spellings (`-b 8`,
-    `--batch 8`, `--batch=8`, `-b8`: its parser's aliases, where known), every time it is given (a parser takes the
-    last, so replacing only the first would leave every variant the same), appended where not: a long option as
-    `--batch=8`, the one form every parser reads (argparse, HfArgumentParser, jsonargparse, and nanoGPT's
-    configurator, which takes nothing else). `present` and `absent` switch it by its presence; an option of
-    several values (`nargs`, from the script's parser) takes them as separate words."""
-    if not option.startswith("-"):
-        raise AccelError(
-            f"--vary {ARG}{option}: name the script's option with its dashes, e.g. --vary {ARG}--batch=16,32."
-        )
-    spec = options.find(option) if options else None
-    spellings = spec.options if spec else (option,)
-    if value in (PRESENT, ABSENT) or (spec is not None and spec.many):
-        return [*_without(command, spellings, spec), *tokens(option, value, spec)]
-    command, given = list(command), False
-    for i, token in enumerate(command):
-        spelling, attached = _spelling(token, spellings, spec)
-        if spelling is None:
-            continue
-        if attached is not None:
-            command[i], given = f"{spelling}{attached}{value}", True
-        elif i + 1 < len(command):
-            command[i + 1], given = value, True
-    if given:
-        return command
-    return [*command, f"{option}={value}"] if option.startswith("--") else [*command, option, value]
-
-
-def _spelling(token: str, spellings: tuple[str, ...], spec: Option | None) -> tuple[str | None, str | None]:
-    """Which of the option's spellings `token` is (None: none), and what joins a value given in the same word to
-    it (`=`, or "" for a short option's `-b8`; None: the value is the next word)."""
-    for spelling in spellings:
-        if token == spelling:
-            return spelling, None
-        if token.startswith(f"{spelling}="):
-            return spelling, "="
-        short = len(spelling) == 2 and spelling[1] != "-"
-        if short and spec is not None and spec.takes_values and token.startswith(spelling) and len(token) > 2:
-            return spelling, ""
-    return None, None
-
-
-def _without(command: list[str], spellings: tuple[str, ...], spec: Option | None) -> list[str]:
-    """`command` without the option wherever given by one of its `spellings`, and the values it takes there (none
-    where its parser is not known: a flag)."""
-    kept, skipping = [], 0
-    for token in command:
-        spelling, attached = _spelling(token, spellings, spec)
-        if spelling is not None:
-            skipping = _values_after(spec) if attached is None else 0
-        elif skipping and not is_option(token):
-            skipping -= 1
-        else:
-            skipping = 0
-            kept.append(token)
-    return kept
-
-
-def _values_after(spec: Option | None) -> float:
-    """How many words after the option are its values, at most (the next option ends them)."""
-    if spec is None or not spec.takes_values:
-        return 0
-    if isinstance(spec.nargs, int):
-        return spec.nargs
-    return math.inf if spec.many else 1
 
 
 def resolved(given: dict[str, Any], launch: ScriptLaunch, name: str) -> dict[str, Any]:

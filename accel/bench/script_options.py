@@ -10,9 +10,11 @@ words, counting those the command gives and the variant keeps."""
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import AccelError
 from .variants import ARG, option_text
 
 PRESENT, ABSENT = "present", "absent"
@@ -89,6 +91,9 @@ class ScriptOptions:
     def find(self, spelling: str) -> Option | None:
         return next((o for o in reversed(self.options) if spelling in o.options), None)
 
+    def spellings(self) -> frozenset[str]:
+        return frozenset(spelling for option in self.options for spelling in option.options)
+
     def refusal(self, settings: dict[str, str | None]) -> str | None:
         """What the script's parser says of these `{--OPTION: value}` settings (its own words, `train.py: error:
         argument --channels-last: ignored explicit argument 'True'`, `argument --bf16: not allowed with argument
@@ -162,6 +167,87 @@ def _others(action: dict[str, Any], groups: list[list[str]]) -> tuple[str, ...]:
     """The other options of the action's mutually exclusive group (none: it is in none)."""
     first = action["options"][0]
     return tuple(other for group in groups if first in group for other in group if other != first)
+
+
+def with_option(command: list[str], option: str, value: str, options: ScriptOptions | None = None) -> list[str]:
+    """`command` with the script's `option` set to `value`: replaced where given by any of its spellings (`-b 8`,
+    `--batch 8`, `--batch=8`, `-b8`: its parser's aliases, where known), every time it is given (a parser takes the
+    last, so replacing only the first would leave every variant the same), appended where not: a long option as
+    `--batch=8`, the one form every parser reads (argparse, HfArgumentParser, jsonargparse, and nanoGPT's
+    configurator, which takes nothing else). `present` and `absent` switch it by its presence; an option of
+    several values (`nargs`, from the script's parser) takes them as separate words."""
+    if not option.startswith("-"):
+        raise AccelError(
+            f"--vary {ARG}{option}: name the script's option with its dashes, e.g. --vary {ARG}--batch=16,32."
+        )
+    spec = options.find(option) if options else None
+    spelled = _Spelled(spec.options if spec else (option,), spec, options.spellings() if options else frozenset())
+    if value in (PRESENT, ABSENT) or (spec is not None and spec.many):
+        return [*_without(command, spelled), *tokens(option, value, spec)]
+    command, given = list(command), False
+    for i, token in enumerate(command):
+        spelling, attached = spelled.of(token)
+        if spelling is None:
+            continue
+        if attached is not None:
+            command[i], given = f"{spelling}{attached}{value}", True
+        elif i + 1 < len(command):
+            command[i + 1], given = value, True
+    if given:
+        return command
+    return [*command, f"{option}={value}"] if option.startswith("--") else [*command, option, value]
+
+
+@dataclass(frozen=True)
+class _Spelled:
+    """An option's spellings on a command line: `spellings` (its parser's aliases, or the one given), `spec` (its
+    parser's record, if known) and `taken` (every spelling the parser knows: `-bs` is its own option, not `-b s`)."""
+
+    spellings: tuple[str, ...]
+    spec: Option | None
+    taken: frozenset[str]
+
+    def of(self, token: str) -> tuple[str | None, str | None]:
+        """Which of the spellings `token` is (None: none), and what joins a value given in the same word to it
+        (`=`, or "" for a short option's `-b8`; None: the value is the next word)."""
+        for spelling in self.spellings:
+            if token == spelling:
+                return spelling, None
+            if token.startswith(f"{spelling}="):
+                return spelling, "="
+            if self._attached(token, spelling):
+                return spelling, ""
+        return None, None
+
+    def _attached(self, token: str, spelling: str) -> bool:
+        short = len(spelling) == 2 and spelling[1] != "-"
+        takes = self.spec is not None and self.spec.takes_values
+        return short and takes and token.startswith(spelling) and len(token) > 2 and token not in self.taken
+
+
+def _without(command: list[str], spelled: _Spelled) -> list[str]:
+    """`command` without the option wherever given by one of its spellings, and the values it takes there (none
+    where its parser is not known: a flag)."""
+    kept, skipping = [], 0
+    for token in command:
+        spelling, attached = spelled.of(token)
+        if spelling is not None:
+            skipping = _values_after(spelled.spec) if attached is None else 0
+        elif skipping and not is_option(token):
+            skipping -= 1
+        else:
+            skipping = 0
+            kept.append(token)
+    return kept
+
+
+def _values_after(spec: Option | None) -> float:
+    """How many words after the option are its values, at most (the next option ends them)."""
+    if spec is None or not spec.takes_values:
+        return 0
+    if isinstance(spec.nargs, int):
+        return spec.nargs
+    return math.inf if spec.many else 1
 
 
 def tokens(spelling: str, value: str | None, option: Option | None) -> list[str]:

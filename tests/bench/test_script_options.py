@@ -12,9 +12,9 @@ import pytest
 from accel.bench.instrument import parsers
 from accel.bench.records import Trial
 from accel.bench.report import outputs_lines
-from accel.bench.script import launch_of, with_option
+from accel.bench.script import launch_of
 from accel.bench.script_flags import Flag
-from accel.bench.script_options import ScriptOptions
+from accel.bench.script_options import ScriptOptions, with_option
 from accel.bench.script_switches import switches
 from accel.bench.tune.script import UnchangedScript, _tries
 from accel.errors import AccelError
@@ -113,12 +113,15 @@ def test_an_option_given_by_another_spelling_is_replaced_not_given_twice(watched
     parser = argparse.ArgumentParser(prog="train.py")
     parser.add_argument("-j", "--workers", type=int, default=2)
     parser.add_argument("-cl", "--channels-last", action="store_true")
+    parser.add_argument("-c", "--crop", type=int, default=224)
     parser.parse_args([])
     options = ScriptOptions(parsers.captured())
     for given, set_to in ((["-j", "4"], ["-j", "8"]), (["-j4"], ["-j8"]), (["--workers=4"], ["--workers=8"])):
         assert with_option(["python", "t.py", *given, "-cl"], "--workers", "8", options) == [
             "python", "t.py", *set_to, "-cl",
         ]  # fmt: skip
+    # `-cl` is an option of its own, not `-c l`
+    assert with_option(["python", "t.py", "-cl", "-c32"], "--crop", "64", options) == ["python", "t.py", "-cl", "-c64"]
     assert with_option(["python", "t.py", "-cl", "-j", "4"], "--channels-last", "absent", options) == [
         "python", "t.py", "-j", "4",
     ]  # fmt: skip
