@@ -68,6 +68,7 @@ from ..io import strict_json, write_atomic
 from ..measure import load
 from ..speedups.compile_workers import stop_compile_workers
 from .instrument import guard
+from .instrument.parsers import made
 from .trial_figures import TimedWindow
 
 if TYPE_CHECKING:
@@ -401,6 +402,7 @@ class ScriptTrial(Agent):
             **compile_figures(summary.speedup_metrics),
             "env": devices.environment(core.device),
             "load": window,
+            **made(),  # under the script's own output options
         }
 
     def _losses(self) -> dict[str, Any]:

@@ -155,6 +155,9 @@ class Trial(Record):
     eval_s: float | None = None
     save_s: float | None = None
     load: dict[str, Any] | None = None  # the machine's load over the timed steps (accel/measure/load.py)
+    # what an unchanged script made under its own output options (`--output`), sent to the trial's own folder
+    # (accel/bench/instrument/parsers.py): by option, the path given and the folders and files made there
+    script_outputs: dict[str, dict[str, Any]] | None = None
     # the runner's, added in the parent process
     index: int | None = None
     started_at: float | None = None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 from ..io import strict_json, write_atomic
 from ..measure.flops import mfu_percent
@@ -205,6 +206,24 @@ def failed_lines(report: Report) -> list[str]:
     return out
 
 
+def outputs_lines(report: Report) -> list[str]:
+    """What the script made under its own output options in the trials, each trial's in a folder of its own."""
+    made: dict[str, list[dict[str, Any]]] = {}
+    for t in (t for r in report.variants for t in r.trials):
+        for option, counted in (t.script_outputs or {}).items():
+            made.setdefault(option, []).append(counted)
+    return [
+        f"The script made {_many(sum(c['folders'] for c in counts), 'folder')} and "
+        f"{_many(sum(c['files'] for c in counts), 'file')} under its {option} in {_many(len(counts), 'trial')}: "
+        f"each trial's in a folder of its own, removed with it, not in {counts[0]['given']}."
+        for option, counts in made.items()
+    ]
+
+
+def _many(n: int, thing: str) -> str:
+    return f"{n} {thing}{'' if n == 1 else 's'}"
+
+
 def lint_lines(report: Report) -> list[str]:
     """Each speed-lint finding once, with the variants it was found in."""
     found: dict[str, tuple[dict, list[str]]] = {}
@@ -247,6 +266,9 @@ def _results(report: Report) -> list[str]:
     out += ["| " + " | ".join(row) + " |" for row in rows]
     out += ["", "## Verdicts", ""] + [f"- {ln}" for ln in verdict_lines(report)]
     out += ["", "## Recommended configuration", "", report.recommended.text, *_run_with(report)]
+    outputs = outputs_lines(report)
+    if outputs:
+        out += ["", "## The script's own outputs", ""] + [f"- {ln}" for ln in outputs]
     lint = lint_lines(report)
     if lint:
         out += ["", "## Speed lint", ""] + [f"- {ln}" for ln in lint]
@@ -320,6 +342,7 @@ def write_reports(report: Report, out_dir: Path) -> dict[str, Path]:
         revision_lines(report)
         + verdict_lines(report)
         + ["Recommended configuration: " + report.recommended.text, *_run_with(report)[1:]]
+        + outputs_lines(report)
     )
     paths["html"] = plots.write_html(report, out_dir, table(report), notes, failed_lines(report), busy_line(report))
     return paths

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import shlex
 import shutil
@@ -42,7 +41,7 @@ from .records import Report
 from .refused import new_refusals, script_device, script_refusals
 from .runner import BenchRun, as_rounds, run_and_report, signals_as_ctrl_c
 from .script_flags import found_said, framework_ablation
-from .script_options import ABSENT, PRESENT, Option, ScriptOptions, is_option, tokens
+from .script_options import ScriptOptions, with_option
 from .trial_process import TrialSettings, exit_reason, instrumented_pythonpath, log_tail, run_logged, trial_env
 from .variants import (
     ARG,
@@ -160,8 +159,7 @@ def _parser_refusals(options: ScriptOptions | None, variants: list[Variant], abl
     before anything runs (as a recipe value that does not validate is); an ablation's is refused, not run."""
     refused = {}
     for variant in variants if options else ():
-        settings = {key[len(ARG) :]: v for key, v in variant.overrides.items() if key.startswith(ARG)}
-        said = options.refusal({spelling: None if v is None else option_text(v) for spelling, v in settings.items()})
+        said = options.variant_refusal(variant.overrides)
         if said and not ablate:
             raise AccelError(f"variant `{variant.name}`: the script's parser refuses it, so no trial would run: {said}")
         if said:
@@ -232,56 +230,6 @@ def _env_name(name: str) -> str:
     return name
 
 
-def with_option(command: list[str], option: str, value: str, options: ScriptOptions | None = None) -> list[str]:
-    """`command` with the script's `option` set to `value`: replaced where given (`--batch 8`, `--batch=8`), every
-    time it is given (a parser takes the last, so replacing only the first would leave every variant the same),
-    appended where not: a long option as `--batch=8`, the one form every parser reads (argparse, HfArgumentParser,
-    jsonargparse, and nanoGPT's configurator, which takes nothing else). `present` and `absent` switch it by its
-    presence; an option of several values (`nargs`, from the script's parser) takes them as separate words."""
-    if not option.startswith("-"):
-        raise AccelError(
-            f"--vary {ARG}{option}: name the script's option with its dashes, e.g. --vary {ARG}--batch=16,32."
-        )
-    spec = options.find(option) if options else None
-    if value in (PRESENT, ABSENT) or (spec is not None and spec.many):
-        return [*_without(command, option, spec), *tokens(option, value, spec)]
-    command, given = list(command), False
-    for i, token in enumerate(command):
-        if token == option and i + 1 < len(command):
-            command[i + 1], given = value, True
-        elif token.startswith(f"{option}="):
-            command[i], given = f"{option}={value}", True
-    if given:
-        return command
-    return [*command, f"{option}={value}"] if option.startswith("--") else [*command, option, value]
-
-
-def _without(command: list[str], option: str, spec: Option | None) -> list[str]:
-    """`command` without `option` wherever given, and the values it takes there (none where its parser is not
-    known: a flag)."""
-    kept, skipping = [], 0
-    for token in command:
-        if token == option:
-            skipping = _values_after(spec)
-        elif token.startswith(f"{option}="):
-            skipping = 0
-        elif skipping and not is_option(token):
-            skipping -= 1
-        else:
-            skipping = 0
-            kept.append(token)
-    return kept
-
-
-def _values_after(spec: Option | None) -> float:
-    """How many words after the option are its values, at most (the next option ends them)."""
-    if spec is None or not spec.takes_values:
-        return 0
-    if isinstance(spec.nargs, int):
-        return spec.nargs
-    return math.inf if spec.many else 1
-
-
 def resolved(given: dict[str, Any], launch: ScriptLaunch, name: str) -> dict[str, Any]:
     """The variant's settings as its engine will resolve them (validated here: a bad key fails now)."""
     env = {SET_VARIABLE: " ".join(map(shlex.quote, launch.sets))}
@@ -331,6 +279,11 @@ def probe(command: list[str], sets: list[str], timeout: float | None = None, cwd
         }
         watch, started = ProbeWatch(path, limit), time.monotonic()
         room = Room(command, cwd, Path(tempfile.gettempdir(), "accel-left-behind", "probe"))
+        print(  # at once: a script's imports alone can take half a minute before anything else is said
+            f"probe: running the script until it starts training, to see what it trains with (stopped at {limit:g} s)",
+            file=sys.stderr,
+            flush=True,
+        )
         try:
             with signals_as_ctrl_c():
                 code = run_logged(command, log_path, env, limit, cwd, watch, room)

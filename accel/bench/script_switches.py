@@ -80,12 +80,15 @@ class Switch:
     def spelled(self) -> str:
         """The switch turned on, as the script's command line says it (`--amp --amp-dtype bfloat16`)."""
         flag = {PRESENT: f"--{self.name}", ABSENT: f"without --{self.name}"}.get(self.on, f"--{self.name}={self.on}")
-        return " ".join([flag, *(f"{option} {value}" for option, value in self.needs.items())])
+        return " ".join([flag, *self._needs_said()])
 
     def said(self) -> str:
-        needs = "".join(f" {option} {value}" for option, value in self.needs.items())
+        needs = "".join(f" {need}" for need in self._needs_said())
         helped = f" {self.source.help!r}" if self.source.help else ""
         return f"--{self.name}{needs} ({self.meaning}): {self.source.name}{helped}, by its {self.matched}"
+
+    def _needs_said(self) -> list[str]:
+        return [f"without {option}" if value == ABSENT else f"{option} {value}" for option, value in self.needs.items()]
 
 
 def options_of(command: list[str]) -> dict[str, Any]:
@@ -126,7 +129,7 @@ def switches(options: list[Option], device: str, bf16_fast: bool) -> tuple[list[
             continue
         if meaning.only_to_remove and switch.given != switch.off:
             continue  # already off: nothing to gain
-        found.append(_here(switch, meaning, dtype, device, bf16_fast))
+        found.append(_beside_given(_here(switch, meaning, dtype, device, bf16_fast), options))
     if dtype is not None and not any(s.meaning == "mixed precision" for s in found):
         found.append(_dtype_switch(dtype, device, bf16_fast))  # nanoGPT's --dtype: the precision itself
     return found, left
@@ -171,6 +174,15 @@ def _switch(option: Option, meaning: Meaning, matched: str) -> Switch | None:
     if isinstance(value, bool):  # --compile=True: a boolean by value
         return Switch(meaning.what, option, matched, name, True, False, value)
     return None
+
+
+def _beside_given(switch: Switch, options: list[Option]) -> Switch:
+    """A switch turned on beside an option of its mutually exclusive group that the command gives (`--bf16` where
+    `--fp16` is given): that option goes, since the script's parser refuses the two together."""
+    given = [o for o in options if o.options[0] in switch.source.exclusive and o.given_on]
+    if switch.on == ABSENT or not given:
+        return switch
+    return Switch(**{**vars(switch), "needs": {**switch.needs, **dict.fromkeys((o.name for o in given), ABSENT)}})
 
 
 def _dtype_option(option: Option) -> bool:

@@ -48,3 +48,8 @@ def test_timms_speed_switches_are_found_and_one_is_benched(timm_command, tmp_pat
     assert [variant["ok_trials"] for variant in report["variants"]] == [1, 1]
     output = Path(timm_command[timm_command.index("--output") + 1])  # its --output: nothing from the probe or a trial
     assert not output.exists() or not any(output.iterdir())
+    # what it made there in each trial (a run folder with its args.yaml) went to the trial's own folder, and is said
+    assert (
+        f"under its --output in 2 trials: each trial's in a folder of its own, removed with it, not in {output}"
+        in (out / "report.md").read_text()
+    )

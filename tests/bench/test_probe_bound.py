@@ -65,6 +65,7 @@ def test_a_probe_whose_recorder_failed_to_start_ends_at_the_first_step_torch_saw
     _failing(tmp_path, monkeypatch, RECORDER_FAILS)
     assert main(["bench", "--vary", "arg:--x=1,2", "--list", "--", sys.executable, _script(tmp_path)]) == 2
     err = " ".join(capsys.readouterr().err.split())
+    assert err.startswith("probe: running the script until it starts training")  # at once, before its imports
     assert "accel's step recorder did not start" in err and "this is accel's failure, not the script's" in err
     assert "torch's optimizer-step hook saw 1 optimizer step(s), and accel stopped the script there" in err
     assert "step 1" not in err  # ended inside its first step (printed after it)

@@ -14,7 +14,7 @@ import torch
 import accel
 from accel.bench.engine_trial import Joined
 from accel.bench.records import Trial
-from accel.bench.script import with_option
+from accel.bench.script_options import with_option
 from accel.cli import main
 from accel.cli.script_args import split
 from accel.engine import trial_variables

@@ -4,7 +4,8 @@ flags (accel/bench/script_flags.py) and to refuse, before any trial, a variant i
 (accel/bench/script_options.py). Torch-free and cheap: it records after the script's own call, and never changes
 what the script gets, but for one thing: an option that names where the script writes (`--output`, `--output-dir`,
 `--save-dir`, ...) points, in a probe or trial, into a folder of the process's own under the same name, as the HF
-Trainer's `output_dir` does (accel/bench/instrument/hf_trainer.py): a bench's runs never write into the user's."""
+Trainer's `output_dir` does (accel/bench/instrument/hf_trainer.py): a bench's runs never write into the user's.
+What the script made there is counted for the trial's record (`made`), so the report can say it."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ OUTPUTS = re.compile(
     r"(output|out|save|checkpoint|ckpt|log|logging|experiment|exp|run|work)_?(dir|path|folder|root)|output"
 )
 PARSERS: dict[int, dict[str, Any]] = {}  # by the parser's id: a parser parsed twice is recorded once, the last time
+REDIRECTED: dict[str, tuple[str, str]] = {}  # by option: the path the script was given, and where it writes instead
 _depth = 0  # parse_args calls parse_known_args, and a subcommand's parser is parsed inside its parent's
 
 
@@ -54,20 +56,28 @@ def _recording(original, strict: bool):
     return parse
 
 
-def redirect_outputs(parser: argparse.ArgumentParser, namespace: argparse.Namespace) -> dict[str, str]:
-    """Point each output option the script was given (a path, not empty) into this process's own folder, under the
-    same name; the folders it names are made by the script as it would its own. What was redirected, by option."""
+def redirect_outputs(parser: argparse.ArgumentParser, namespace: argparse.Namespace) -> dict[str, tuple[str, str]]:
+    """Point each output option the script was given (a path, not empty; a `pathlib.Path` stays one) into this
+    process's own folder, under the same name; the folders it names are made by the script as it would its own. A
+    file that is there already is one the script reads (`--checkpoint-path` to start from): left as given. What
+    was redirected, by option: the path given and where it writes instead."""
     moved = {}
     for action in parser._actions:
         value = getattr(namespace, action.dest, None)
-        if action.option_strings and isinstance(value, str) and value and OUTPUTS.fullmatch(action.dest):
+        if action.option_strings and OUTPUTS.fullmatch(action.dest) and _writes_to(value):
             name = os.path.basename(os.path.normpath(value)) or "output"
-            setattr(namespace, action.dest, os.path.join(_own_folder(), action.dest, name))
-            moved[action.option_strings[-1]] = value
+            path = os.path.join(_own_folder(), action.dest, name)
+            setattr(namespace, action.dest, type(value)(path) if isinstance(value, os.PathLike) else path)
+            moved[action.option_strings[-1]] = (os.fspath(value), path)
     if moved:
-        said = ", ".join(f"{option} {value}" for option, value in moved.items())
+        said = ", ".join(f"{option} {given}" for option, (given, _) in moved.items())
         print(f"accel: this trial's outputs go to a folder of its own, not to {said}", file=sys.stderr)
+    REDIRECTED.update(moved)
     return moved
+
+
+def _writes_to(value: Any) -> bool:
+    return isinstance(value, (str, os.PathLike)) and bool(os.fspath(value)) and not os.path.isfile(value)
 
 
 _FOLDER: list[str] = []
@@ -85,6 +95,20 @@ def captured() -> list[dict[str, Any]]:
     return list(PARSERS.values())
 
 
+def made() -> dict[str, Any]:
+    """A trial record's `script_outputs`, where the script made anything under an output option that was
+    redirected: by option, the path it was given and the folders and files made there (a file option's: that
+    file)."""
+    counted = {}
+    for option, (given, path) in REDIRECTED.items():
+        walked = list(os.walk(path))
+        folders = sum(len(dirs) for _, dirs, _ in walked)
+        files = sum(len(names) for _, _, names in walked) or int(os.path.isfile(path))
+        if folders or files:
+            counted[option] = {"given": given, "folders": folders, "files": files}
+    return {"script_outputs": counted} if counted else {}
+
+
 def described(parser: argparse.ArgumentParser, parsed: argparse.Namespace, strict: bool) -> dict[str, Any]:
     """The parser as data: `strict` when the script refuses what it does not know (parse_args)."""
     return {
@@ -92,6 +116,10 @@ def described(parser: argparse.ArgumentParser, parsed: argparse.Namespace, stric
         "strict": strict,
         "prefix_chars": parser.prefix_chars,
         "actions": [_action(action, parsed) for action in parser._actions if action.option_strings],
+        "exclusive": [
+            [action.option_strings[0] for action in group._group_actions if action.option_strings]
+            for group in parser._mutually_exclusive_groups
+        ],
     }
 
 

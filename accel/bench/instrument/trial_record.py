@@ -53,6 +53,7 @@ def trial(rec: Recorder) -> dict[str, Any]:
     """The figures of `accel.bench.records.Trial`, from the recorder's marks (the first step's counts came before
     the model's hook: the timed steps are measured from the first mark on)."""
     from ...models.blocks import model_traits
+    from .parsers import made
     from .recorder import FACTS
 
     window = rec.load.end()  # first: what follows (the FLOPs counted) is not the timed steps
@@ -82,6 +83,7 @@ def trial(rec: Recorder) -> dict[str, Any]:
         **_metric_figures(rec),
         "lint": _lint(rec, figures),
         "load": window,
+        **made(),
     }
     started = guard.started_by_script()
     if started:  # the bench says it: a process the script started, ended by accel (guard.end)

@@ -109,7 +109,10 @@ class UnchangedScript(ScriptSubject):
         return json.dumps({"command": launch.command, "env": launch.env})
 
     def refusals(self, overrides: dict[str, Any]) -> list[str]:
-        return []
+        """What the script's parser refuses of the choices together (two options of one mutually exclusive group)."""
+        options = ScriptOptions.of(self.engine)
+        said = options.variant_refusal(self.effective(overrides)) if options else None
+        return [f"the script's parser refuses it: {said}"] if said else []
 
 
 def _option(subject: ScriptSubject, flag: str, name: str) -> tuple[str, Any]:
@@ -159,6 +162,13 @@ def _tries(subject: ScriptSubject, tries: list[str]) -> list[Knob]:
                     f"--try {knob.key}=...: an accel.Engine setting, and `{shlex.join(subject.command)}` creates no "
                     "accel.Engine: try its own options (arg:--OPTION) or environment variables (env:NAME)."
                 )
+    options = ScriptOptions.of(subject.engine)
+    for knob in knobs if options else ():
+        for value in knob.values:
+            said = options.variant_refusal({knob.key: value})
+            if said:
+                refused = f"the script's parser refuses it, so no trial would run: {said}"
+                raise AccelError(f"--try {knob.key}={value}: {refused}")
     return knobs
 
 
