@@ -222,3 +222,36 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
     out, err = finish(process)
     return subprocess.CompletedProcess(argv, process.returncode, out, err)
+
+
+# The quick loop (`pytest -m "not slow"`, README) leaves out every test that starts a Python process (a trial, a
+# run, the accel command): importing torch alone takes seconds there. A test that starts one, itself or through a
+# fixture of any scope, fails here unless it is marked `slow`.
+PYTHON_PROGRAMS = ("python", "accel", "torchrun")
+_running: list[pytest.Item] = []  # the test being set up, run or torn down
+
+
+def _starts_python(args) -> bool:
+    program = args if isinstance(args, (str, bytes, os.PathLike)) else args[0]
+    name = Path(os.fsdecode(program).split()[0]).name
+    return name.startswith(PYTHON_PROGRAMS) or os.fsdecode(program) == sys.executable
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _running.append(item)
+    yield
+    _running.clear()
+
+
+_popen_init = subprocess.Popen.__init__
+
+
+def _watched_popen_init(self, args, *rest, **kwargs):
+    if _running and not _running[0].get_closest_marker("slow") and _starts_python(args):
+        # pytest's Failed is a BaseException: no `except Exception` of accel's hides it
+        pytest.fail(f"starts a Python process but is not marked `slow` (the quick loop leaves those out): {args}")
+    _popen_init(self, args, *rest, **kwargs)
+
+
+subprocess.Popen.__init__ = _watched_popen_init

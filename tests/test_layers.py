@@ -10,6 +10,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[1] / "accel"
 
 # Bottom to top: a room imports its own layer and those below it. The same table is drawn in docs/architecture.md.
@@ -170,6 +172,7 @@ def _strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
     return found
 
 
+@pytest.mark.slow
 def test_the_trainer_brings_no_model_dataset_recipe_or_bench_module():
     """`import accel.train.trainer` (bring your own model and data) loads none of them (accel/__init__.py)."""
     code = "import sys, accel.train.trainer; print(' '.join(m for m in sys.modules if m.startswith('accel.')))"
@@ -203,6 +206,7 @@ def test_no_two_modules_share_a_name_but_the_seams_roles():
     assert [name for name, count in names.items() if count > 1] == []
 
 
+@pytest.mark.slow
 def test_every_documented_import_works():
     """`import accel...` and `from accel... import ...` lines of the README and docs/ (and accel's public names),
     run in one fresh interpreter: a move between rooms keeps every path a user was shown."""

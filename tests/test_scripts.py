@@ -20,6 +20,7 @@ def _script(*argv: str) -> str:
     return result.stdout
 
 
+@pytest.mark.slow
 def test_token_batch_cost_times_every_variant(tmp_path):
     report = tmp_path / "cost.json"
     out = _script(
@@ -39,6 +40,7 @@ def test_token_batch_cost_times_every_variant(tmp_path):
     assert all(r[name]["median_us"] > 0 for r in results for name in ("shipped", "views", "views+copy"))
 
 
+@pytest.mark.slow
 def test_compare_plain_loop_reports_a_ratio_and_a_verdict(tmp_path):
     report = tmp_path / "compare.json"
     _script(
@@ -118,6 +120,7 @@ def test_compile_cost_times_a_compiled_first_step(mode):
     assert f"{mode}, 1 blocks, warm toolchain" in out and "first step" in out
 
 
+@pytest.mark.slow
 def test_peak_rates_measures_each_precision_the_device_has(tmp_path):
     out = tmp_path / "peaks.json"
     _script("benchmarks/peak_rates.py", "--device", "cpu", "--size", "128", "--repeats", "2", "--json", str(out))
@@ -126,6 +129,7 @@ def test_peak_rates_measures_each_precision_the_device_has(tmp_path):
     assert result["matmul_tflops"]["fp32"] > 0 and result["env"]["cuda_available"] is not None
 
 
+@pytest.mark.slow
 def test_muon_ns_dtype_times_each_dtype_at_both_orientations(tmp_path):
     out = tmp_path / "ns.json"
     _script("benchmarks/muon_ns_dtype.py", "--repeats", "1", "--json", str(out))

@@ -123,6 +123,7 @@ def _trial(tmp_path, *args: str, steps: int = 6, warmup: int = 2, text: str = PL
     return Trial.model_validate_json(record.read_text())
 
 
+@pytest.mark.slow
 def test_an_unchanged_loop_is_measured_from_its_optimizer_steps_and_ended(tmp_path):
     trial = _trial(tmp_path)
     assert trial.error is None and trial.steps == 6 and len(trial.step_times_s) == 6
@@ -154,6 +155,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 def test_the_speed_lint_reads_an_unchanged_scripts_training_and_says_its_fixes_in_the_scripts_terms(tmp_path):
     lint = {f["code"]: f for f in _trial(tmp_path, text=TRAPPED, steps=2, warmup=1).lint}
     assert {"anomaly-detection", "float64-model", "float64-batch", "threads-over-cores"} <= set(lint)
@@ -165,6 +167,7 @@ def test_the_speed_lint_reads_an_unchanged_scripts_training_and_says_its_fixes_i
     assert plain <= {"fp32-with-fast-bf16"}
 
 
+@pytest.mark.slow
 def test_a_process_the_script_starts_is_not_the_trial(tmp_path):
     # inductor's compile workers import torch in processes of their own, which end after the script's record is
     # written (a compiled HF Trainer script on a GPU was reported as never stepping): the record stays the script's
@@ -172,6 +175,7 @@ def test_a_process_the_script_starts_is_not_the_trial(tmp_path):
     assert trial.error is None and trial.steps == 2
 
 
+@pytest.mark.slow
 def test_a_rank_that_crashes_before_its_first_step_says_why(tmp_path):
     # torchrun's ranks are processes the launcher started, as compile workers are the script's: a crash there is
     # still the trial's failure, with its traceback
@@ -183,11 +187,13 @@ def test_a_rank_that_crashes_before_its_first_step_says_why(tmp_path):
     assert "RuntimeError: no data here" in Trial.model_validate_json(record.read_text()).error
 
 
+@pytest.mark.slow
 def test_the_machines_load_is_read_over_the_timed_steps_only(tmp_path):
     trial = _trial(tmp_path, "--slow-first", "1", steps=3, warmup=2)  # a neighbour in the warm-up is not counted
     assert sum(trial.step_times_s) <= trial.load["wall_s"] < sum(trial.step_times_s) + 0.5 < trial.warmup_s
 
 
+@pytest.mark.slow
 def test_a_target_a_plain_loop_never_logs_says_how_to_log_it(tmp_path):
     trial = _trial(tmp_path, steps=2, warmup=1, **{trial_variables.TARGET: "val_loss=1.0"})
     assert trial.unlogged_metric == "val_loss" and trial.error == (
@@ -197,6 +203,7 @@ def test_a_target_a_plain_loop_never_logs_says_how_to_log_it(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_accumulation_counts_micro_batches_in_a_step_and_the_scalers_loss_is_unscaled(tmp_path):
     plain = _trial(tmp_path, "--accum", "2", steps=2, warmup=1)
     scaled = _trial(tmp_path, "--accum", "2", "--scaler", steps=2, warmup=1)
@@ -221,6 +228,7 @@ for step in range(10**6):
 """
 
 
+@pytest.mark.slow
 def test_a_closures_re_evaluations_are_not_counted_as_samples_nor_losses(tmp_path):
     trial = _trial(tmp_path, steps=3, warmup=1, text=CLOSURE)
     assert trial.error is None and trial.batch_size == 12 and trial.grad_accum == 1  # not 5 micro-batches of 12
@@ -233,6 +241,7 @@ def test_a_closures_re_evaluations_are_not_counted_as_samples_nor_losses(tmp_pat
     assert len(trial.step_losses) == 4 and trial.step_losses == sorted(trial.step_losses, reverse=True)
 
 
+@pytest.mark.slow
 def test_mfu_is_read_against_the_peak_of_an_autocast_opened_inside_the_models_forward(tmp_path):
     # Accelerate (an HF Trainer's --bf16 on a CPU) wraps the model's forward in its autocast: the model's own
     # pre-hooks run outside it, so the precision is read again inside the forward
@@ -245,6 +254,7 @@ def test_mfu_is_read_against_the_peak_of_an_autocast_opened_inside_the_models_fo
     assert trial.flop_per_s / trial.mfu == pytest.approx(bf16, rel=1e-6) and trial.mfu_of == "bf16"
 
 
+@pytest.mark.slow
 def test_a_compiled_model_is_counted_outside_its_graph_without_a_recompilation(tmp_path):
     trial = _trial(tmp_path, "--compile", steps=3, warmup=1)
     assert trial.error is None and trial.batch_size == 8 and trial.recompiles == 0
@@ -252,6 +262,7 @@ def test_a_compiled_model_is_counted_outside_its_graph_without_a_recompilation(t
     assert trial.compile_s > 0 and trial.build_s + trial.compile_s <= trial.first_step_s
 
 
+@pytest.mark.slow
 def test_a_model_compiled_in_place_is_counted_around_its_compiled_call_without_a_recompilation(tmp_path):
     # model.compile() runs the module's hooks inside the compiled call, where one added now would recompile it:
     # every trial of such a script failed with no samples counted
@@ -260,6 +271,7 @@ def test_a_model_compiled_in_place_is_counted_around_its_compiled_call_without_a
     assert trial.compile_s > 0 and trial.flops_per_step > 0
 
 
+@pytest.mark.slow
 def test_the_scripts_compile_workers_are_stopped_by_the_end_of_the_warm_up(tmp_path):
     """torch.compile starts inductor's pool of workers, a warm cache or not; on an H200's host their start halved
     a compiled model's throughput through the timed steps. The instrument stops the pool as the warm-up ends."""
@@ -268,6 +280,7 @@ def test_the_scripts_compile_workers_are_stopped_by_the_end_of_the_warm_up(tmp_p
     assert trial.error is None and alive["2"] == alive["3"] == "False"  # the warm-up's last step on (4: it ended)
 
 
+@pytest.mark.slow
 def test_env_variants_and_options_of_an_unchanged_script_are_benched(tmp_path, capsys):
     out = tmp_path / "bench"
     argv = ["bench", "--vary", "env:BATCH=4,16", "--steps", "3", "--warmup", "1", "--trials", "2"]
@@ -316,6 +329,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 def test_a_nanogpt_style_scripts_options_reach_it_in_the_one_form_its_configurator_reads(tmp_path):
     (tmp_path / "configurator.py").write_text(CONFIGURATOR)
     out = tmp_path / "bench"
@@ -349,6 +363,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 def test_an_engine_setting_or_an_ablation_of_a_script_without_speed_switches_is_refused(tmp_path, capsys):
     path = str(_script(tmp_path, OWN_OPTIONS))
     assert main(["bench", "--vary", "speedups.amp.enabled=true", "--list", "--", sys.executable, path]) == 2
@@ -357,6 +372,7 @@ def test_an_engine_setting_or_an_ablation_of_a_script_without_speed_switches_is_
     assert "takes none that accel knows" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_plain_scripts_own_flags_are_found_ablated_and_checked_by_its_own_parser(tmp_path, capsys):
     command = ["--", sys.executable, str(_script(tmp_path)), "--out", str(tmp_path)]
     assert main(["bench", "--ablate", "--list", *command]) == 0
@@ -367,6 +383,7 @@ def test_a_plain_scripts_own_flags_are_found_ablated_and_checked_by_its_own_pars
     assert "error: argument --compile: ignored explicit argument 'True'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_trial_that_exits_on_the_scripts_own_error_says_that_error(tmp_path):
     out = tmp_path / "bench"
     argv = ["bench", "--vary", "arg:--fail=absent,present", "--trials", "1", "--steps", "2", "--warmup", "1"]
@@ -376,6 +393,7 @@ def test_a_trial_that_exits_on_the_scripts_own_error_says_that_error(tmp_path):
     assert failed["error"].startswith(said)
 
 
+@pytest.mark.slow
 def test_a_script_that_never_steps_is_stopped_at_the_limit_with_its_last_output(tmp_path, capsys):
     evaluating = "import time, torch\nmodel = torch.nn.Linear(2, 2)\nwhile True:\n"
     evaluating += "    with torch.no_grad():\n        model(torch.ones(1, 2))\n    print('evaluating', flush=True)\n"
@@ -388,6 +406,7 @@ def test_a_script_that_never_steps_is_stopped_at_the_limit_with_its_last_output(
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_a_trial_that_runs_out_of_steps_says_how_many_it_had(tmp_path):
     error = _trial(tmp_path, "--steps", "3", steps=5, warmup=1).error
     assert error.startswith("the script ended after 3 of the 6 optimizer steps the bench asked for")
@@ -506,6 +525,7 @@ for step in range(10**6):
 """
 
 
+@pytest.mark.slow
 def test_a_fabric_loop_is_measured_with_what_it_logs(tmp_path):
     record = tmp_path / "trial.json"
     variables = {"PYTHONPATH": instrumented_pythonpath(), trial_variables.PATH: str(record), trial_variables.STEPS: "3"}
@@ -549,6 +569,7 @@ for step in range(1, 10**6):
 VAL_LOSS = "val loss (?P<val_loss>[0-9.]+)"
 
 
+@pytest.mark.slow
 def test_a_plain_loops_printed_and_tensorboard_metrics_are_its_metrics(tmp_path):
     script = _script(tmp_path, PRINTING)
     for env, name in (({trial_variables.PATTERNS: json.dumps([VAL_LOSS])}, "val_loss"), ({}, "val/loss")):
@@ -568,6 +589,7 @@ def test_a_plain_loops_printed_and_tensorboard_metrics_are_its_metrics(tmp_path)
     assert not (tmp_path / "logs").exists()  # the trial's event files went to its own folder
 
 
+@pytest.mark.slow
 def test_time_to_a_printed_metric_target_of_a_plain_loop(tmp_path, capsys):
     out, script = tmp_path / "bench", str(_script(tmp_path, PRINTING))
     argv = ["bench", "--vary", "arg:--lr=0.02,0.1", "--metric-pattern", VAL_LOSS, "--target", "val_loss=2.0"]
@@ -614,6 +636,7 @@ for step in range(1, 10**6):
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tracker, name", [("wandb", "val/loss"), ("mlflow", "val_loss")])
 def test_metrics_a_loop_logs_to_wandb_or_mlflow_are_its_metrics_and_its_tracking_is_the_trials_own(
     tmp_path, tracker, name

@@ -81,10 +81,12 @@ def _script(tmp_path: Path, before: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_the_recorder_starts_after_availability_checks_of_torch_imported_in_a_function(tmp_path):
     _measured(tmp_path, [sys.executable, str(_script(tmp_path, LOOK_UPS))])
 
 
+@pytest.mark.slow
 def test_the_recorder_starts_when_torch_is_imported_lazily(tmp_path):
     _measured(tmp_path, [sys.executable, str(_script(tmp_path, LAZY))])
 
@@ -96,6 +98,7 @@ def test_the_recorder_starts_when_a_library_imports_torch_first(tmp_path, librar
     _measured(tmp_path, [sys.executable, str(_script(tmp_path, LIBRARIES[library]))])
 
 
+@pytest.mark.slow
 def test_the_recorder_starts_in_a_module_run_with_python_m_and_runpy(tmp_path):
     package = tmp_path / "pkg"
     package.mkdir()

@@ -154,6 +154,7 @@ def _wait_dead(pid: int, timeout: float = 60) -> bool:
     return not _alive(pid)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["bench", "tune"])
 def test_a_parent_killed_by_sigkill_takes_its_trial_along_and_its_folder_is_refused_with_what_to_do(
     command, tiny, write_recipe, tmp_path, capsys

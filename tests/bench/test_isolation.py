@@ -102,6 +102,7 @@ def test_without_namespaces_each_change_is_restored_and_new_files_moved_aside(tm
     assert {p.name for p in left.rglob("*")} >= {"new.safetensors", "copy.txt"}  # native writers' new files
 
 
+@pytest.mark.slow
 def test_a_change_nothing_could_put_back_stops_the_bench_naming_it(tmp_path, monkeypatch):
     monkeypatch.setenv(isolation.CHOICE, "hooks")
     project, own = tmp_path / "project", tmp_path / "trial"
@@ -114,6 +115,7 @@ def test_a_change_nothing_could_put_back_stops_the_bench_naming_it(tmp_path, mon
             (project / "best.pt").write_text("written by native code")  # no audit hook saw it
 
 
+@pytest.mark.slow
 def test_a_change_beside_an_isolated_trial_is_said_and_left_as_it_is(tmp_path, monkeypatch):
     """In its own view the trial cannot reach the real files: a change the record finds is the user's own (an editor
     saving meanwhile), kept and said, never moved aside nor a reason to stop."""

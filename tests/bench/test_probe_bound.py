@@ -59,6 +59,7 @@ def _script(tmp_path: Path, text: str = LOOP) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_a_probe_whose_recorder_failed_to_start_ends_at_the_first_step_torch_saw_and_says_so(
     tmp_path, monkeypatch, capsys
 ):
@@ -71,6 +72,7 @@ def test_a_probe_whose_recorder_failed_to_start_ends_at_the_first_step_torch_saw
     assert "step 1" not in err  # ended inside its first step (printed after it)
 
 
+@pytest.mark.slow
 def test_a_trial_whose_recorder_failed_to_start_ends_at_its_steps_with_accels_failure(tmp_path, monkeypatch):
     _failing(tmp_path, monkeypatch, RECORDER_FAILS)
     record = tmp_path / "trial.json"
@@ -82,6 +84,7 @@ def test_a_trial_whose_recorder_failed_to_start_ends_at_its_steps_with_accels_fa
     assert "accel's step recorder did not start" in Trial.model_validate_json(record.read_text()).error
 
 
+@pytest.mark.slow
 def test_a_script_that_ended_where_accels_recorder_missed_torch_is_not_blamed(tmp_path, monkeypatch, capsys):
     _failing(tmp_path, monkeypatch, MISSED_TORCH)
     ends = LOOP.replace("range(1, 10_000)", "range(1, 4)")
@@ -126,6 +129,7 @@ def test_a_probe_that_ended_without_a_record_says_what_accel_saw(tmp_path, notes
     assert got == (said or probe_watch.NEVER_STEPPED).format(command="python train.py", seen="")
 
 
+@pytest.mark.slow
 def test_sigterm_during_the_probe_ends_it_and_says_what_it_stopped(tmp_path):
     cache = tmp_path / "cache"  # the user's cache folder: what the probe writes there is written for real
     cache.mkdir()

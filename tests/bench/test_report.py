@@ -174,6 +174,7 @@ def test_speedup_that_helped_but_crashed_once_is_not_recommended():
     assert "left out because trials failed: amp" in rep.recommended.text
 
 
+@pytest.mark.slow
 def test_everything_failed_still_writes_reports(tmp_path):
     variants = ablation_variants({"amp": {}})
     rep = summarize([crashed(v.name, 0) for v in variants], variants, "baseline")

@@ -137,6 +137,7 @@ def compared(repo):
     return done, before, report, path / history
 
 
+@pytest.mark.slow
 def test_a_slower_commit_is_found_slower_with_an_interval_excluding_one(repo, compared):
     _, commits = repo
     done, _, report, _ = compared
@@ -152,6 +153,7 @@ def test_a_slower_commit_is_found_slower_with_an_interval_excluding_one(repo, co
     assert readings["working-tree"]["ratio"]["ci95"][1] < 1  # the working tree runs slow's script
 
 
+@pytest.mark.slow
 def test_a_revision_that_fails_is_reported_with_its_error_and_the_others_go_on(repo, compared):
     _, commits = repo
     done, _, report, _ = compared
@@ -161,6 +163,7 @@ def test_a_revision_that_fails_is_reported_with_its_error_and_the_others_go_on(r
     assert all(v["ok_trials"] == 3 for v in report["variants"] if v["name"] != commits["broken"])
 
 
+@pytest.mark.slow
 def test_fail_if_slower_exits_1_on_the_slower_commit(repo, compared):
     _, commits = repo
     done, _, _, _ = compared
@@ -168,6 +171,7 @@ def test_fail_if_slower_exits_1_on_the_slower_commit(repo, compared):
     assert f"FAIL: {commits['slow']} is slower than {commits['good']} by more than 25%" in done.stdout
 
 
+@pytest.mark.slow
 def test_fail_if_slower_passes_between_two_equal_commits(repo, compared):
     """The bench's exit code is its worst revision's (slow's, above); between the two equal commits of the same
     bench the gate passes: exit code 0 for them alone."""
@@ -178,6 +182,7 @@ def test_fail_if_slower_passes_between_two_equal_commits(repo, compared):
     assert gate(equal, 0.25) == (0, [f"ok: {commits['docs']} is not slower than {commits['good']} by more than 25%"])
 
 
+@pytest.mark.slow
 def test_the_users_working_tree_index_and_branches_are_unchanged(repo, compared):
     path, _ = repo
     _, before, _, _ = compared
@@ -185,6 +190,8 @@ def test_the_users_working_tree_index_and_branches_are_unchanged(repo, compared)
     assert not list((path / ".git" / "worktrees").glob("*"))  # every checkout removed
 
 
+@pytest.mark.slow
+@pytest.mark.slow
 def test_the_history_records_each_revision_and_renders_a_page_with_its_plot(repo, compared):
     path, commits = repo
     lines = [json.loads(line) for line in compared[3].read_text().splitlines()]
@@ -217,6 +224,7 @@ def test_the_history_records_each_revision_and_renders_a_page_with_its_plot(repo
         assert "<img" in dom and commits["slow"] in dom
 
 
+@pytest.mark.slow
 def test_bisect_names_the_commit_that_made_it_slower(repo):
     path, commits = repo
     done = _accel(
@@ -260,6 +268,7 @@ def test_a_repository_with_submodules_is_a_clear_error(tmp_path, monkeypatch, ca
     assert "has submodules (vendor/lib)" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_signal_removes_the_checkouts(repo):
     path, commits = repo
     argv = [sys.executable, "-m", "accel.cli", "bench", "--rev", f"{commits['good']},{commits['slow']}", *TRIALS]

@@ -173,6 +173,7 @@ def _py(tmp_path, code: str) -> Trial:
     return run_trial_process([sys.executable, "-c", code], tmp_path / "r.json", tmp_path / "r.log", 20, env)
 
 
+@pytest.mark.slow
 def test_trial_process_failures_become_errors(tmp_path):
     out = str(tmp_path / "r.json")
     hung = run_trial_process(

@@ -223,6 +223,7 @@ def test_a_bench_whose_every_trial_failed_exits_1(tmp_path, capsys):
     assert "every trial failed" in capsys.readouterr().err and (out / "report.md").is_file()
 
 
+@pytest.mark.slow
 def test_a_script_without_an_engine_fails_with_one_message(tmp_path, capsys):
     path = script(tmp_path, text="import torch\nprint(torch.ones(2).sum())\n")
     out = tmp_path / "bench"
@@ -232,6 +233,7 @@ def test_a_script_without_an_engine_fails_with_one_message(tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_a_module_missing_under_another_python_says_which_python_ran(tmp_path, monkeypatch, capsys):
     # `-- python train.py` with accel's venv not activated: PATH's python, without torch, ran the script
     bin_dir = tmp_path / "bin"
@@ -312,6 +314,7 @@ def test_the_engine_writes_its_trial_after_warmup_and_steps_and_exits_0(tmp_path
     )
 
 
+@pytest.mark.slow
 def test_a_one_off_first_timed_step_is_start_up_and_a_window_holds_its_seconds_of_steady_steps(tmp_path, monkeypatch):
     record = tmp_path / "trial.json"
     _trial_env(monkeypatch, record, **{trial_variables.WINDOW: 0.05})

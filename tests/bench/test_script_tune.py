@@ -189,6 +189,7 @@ def test_the_time_objective_tries_a_speedup_on_the_gpt_loop_for_real(tmp_path):
         assert dict(levers.shares(result))["together"] == result.final.time_ratio
 
 
+@pytest.mark.slow
 def test_the_speed_knobs_start_from_the_scripts_speedups_and_launch_as_measured(resnet):
     from accel.bench.script import resolved
     from accel.bench.tune.script import speed_knobs

@@ -131,6 +131,7 @@ def test_tune_refuses_a_target_metric_the_task_never_reports_before_the_search(
     assert "the `classification` task reports no `val_perplexity`" in err and not (tmp_path / "work").exists()
 
 
+@pytest.mark.slow
 def test_a_trial_trains_on_samples_records_its_curve_without_its_evaluations_and_stops_at_the_target(
     tiny, write_recipe, tmp_path
 ):

@@ -126,6 +126,7 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path):
     assert a.metrics == b.metrics and a.steps == b.steps == b.epochs * 31
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", [["--help"], ["recipes"], ["train", "--help"], ["bench", "--help"]])
 def test_quick_commands_answer_without_importing_torch(argv):
     """What makes them answer in well under a second on 2 cores: torch alone takes seconds to import there

@@ -97,6 +97,7 @@ def test_sigint_reaches_every_rank_and_the_run_stops_cleanly(tmp_path):
     assert "stopped by signal 2" in text
 
 
+@pytest.mark.slow
 def test_one_process_gets_the_settings_and_its_exit_code_is_reported(tmp_path, capfd):
     script = tmp_path / "train.py"
     script.write_text("import os, sys\nprint('ACCEL_SET=' + os.environ['ACCEL_SET'])\nsys.exit(3)\n")

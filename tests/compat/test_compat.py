@@ -159,6 +159,7 @@ def python_data(case: Case, splits_of: dict) -> tuple[Any, Any, dict[str, int]]:
     return ids[:32], ids[32:], {"vocab_size": 256, "context": 16}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CASES)
 def test_trains_and_evaluates_through_the_trainer(name):
     case = CASES[name]

@@ -146,6 +146,7 @@ BOMB = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
 )
 
 
+@pytest.mark.slow
 def test_an_alias_bomb_is_refused_in_bounded_memory(tmp_path):
     # 9 levels of 10 aliases: 10^9 values once expanded. Under a 1 GiB address-space limit the refusal must come
     # before any expansion (the line tracking used to expand every alias: 3 GB, then MemoryError).

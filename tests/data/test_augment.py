@@ -196,6 +196,7 @@ def test_on_loader_augments_in_reseeded_workers_reproducibly():
     assert not torch.equal(first, data.images.float() / 255)  # cropped, not just normalised
 
 
+@pytest.mark.slow
 def test_resumed_training_draws_what_the_full_run_drew(tiny):
     """Through the trainer: the augmentation generator travels in the checkpoint (AugmentState)."""
     from accel.callbacks.base import Callback

@@ -197,6 +197,7 @@ def test_info_names_a_damaged_entry_and_clear_removes_it(tmp_path, capsys):
     assert "removed 1 cache entries" in capsys.readouterr().out and list(root.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_clear_leaves_a_build_in_progress_and_removes_a_dead_one(tmp_path, capsys, monkeypatch):
     root = tmp_path / "cache"
     dead = root / f"imgs-0123{cache.TMP_MARK}99999"  # a build whose process died: its lock is free

@@ -132,6 +132,7 @@ print(torch.cat(list(batches)).flatten().tolist())
 """
 
 
+@pytest.mark.slow
 def test_workers_outlive_the_sighup_that_stops_the_run():
     """The training process stops on SIGHUP and saves (accel/runs/signals.py); a worker killed by it first would end
     the loop with "DataLoader worker ... killed by signal: Hangup" before it could. In a fresh process: forked from
@@ -157,6 +158,7 @@ print("cv2 in the worker:", bool(next(iter(batches))), "in the process:", "cv2" 
 """
 
 
+@pytest.mark.slow
 def test_a_worker_loads_no_native_library_the_process_had_not():
     """A native library imported in a worker forked from a process with live threads can deadlock or crash there
     (a lock held by a thread the child lacks): the worker's setup uses only what the process loaded."""
@@ -202,6 +204,7 @@ def _python(code: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_a_worker_that_crashes_in_native_code_prints_where():
     """torch reports only that a worker died; accel's workers also print the Python stack of the crash."""
     done = _python(CRASHING_WORKER)

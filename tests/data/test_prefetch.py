@@ -99,6 +99,7 @@ def test_training_with_the_prefetcher_equals_training_without(tiny):
     assert all(torch.equal(a, b) for a, b in zip(results[0][1], results[1][1]))
 
 
+@pytest.mark.slow
 def test_a_data_bound_run_gets_one_warning_with_suggestions(tiny, caplog):
     recipe = validate_recipe(tiny)
     for threshold, warnings in ((0.0, 1), (1.0, 0)):  # every run waits more than 0%, none more than 100%

@@ -714,6 +714,7 @@ def test_a_loader_given_after_setup_is_judged_before_the_first_step(steady_shape
     assert steady._core.run_facts().drop_last is True and steady._core._set_up
 
 
+@pytest.mark.slow
 def test_a_script_accel_refuses_ends_with_the_message_alone(tmp_path):
     """A misspelt ACCEL_SET key in `python train.py`: the refusal, not a traceback around it, and no line before it
     saying the override applies."""

@@ -21,6 +21,7 @@ from engine_step_cost import accel_calls, gpt_steps, linear_steps  # noqa: E402
 BOUNDS = {"linear": (linear_steps, 11), "gpt": (gpt_steps, 18)}  # the GPT step: two micro-batches
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(BOUNDS))
 def test_a_steps_calls_into_accel_stay_few(name):
     build, bound = BOUNDS[name]

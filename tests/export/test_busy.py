@@ -20,6 +20,7 @@ def _export(tiny_run, out, capsys) -> tuple[dict, list[str]]:
     return json.loads((out / "export.json").read_text()), capsys.readouterr().out.splitlines()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("others", [0.9, 0.0])
 def test_the_latency_table_says_when_others_took_the_cores(tiny_run, tmp_path, capsys, monkeypatch, others):
     measured = load.between

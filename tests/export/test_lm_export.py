@@ -38,6 +38,7 @@ def lm_run(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_a_language_model_exports_to_onnx_and_matches_pytorch(lm_run):
     report = export_run(lm_run, ExportConfig(**QUICK | {"batch_size": 4}))
     assert report["verified"] and report["input"]["name"] == "tokens" and report["input"]["shape"] == ["batch", 16]

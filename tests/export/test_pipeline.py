@@ -17,6 +17,7 @@ from accel.runs.records import read_summary
 from .conftest import QUICK
 
 
+@pytest.mark.slow
 def test_onnx_export_report_has_sizes_accuracy_agreement_and_latency(onnx_report):
     report = onnx_report
     variants = {row["name"]: row for row in report["variants"]}
@@ -57,6 +58,7 @@ def test_onnx_export_report_has_sizes_accuracy_agreement_and_latency(onnx_report
     assert table.count("\n") == 5 and "| onnx-static-int8 | onnxruntime |" in table
 
 
+@pytest.mark.slow
 def test_pruned_export_is_compared_with_the_pruned_model_and_reports_sparsity(tiny_run, tmp_path):
     report = export_run(tiny_run, ExportConfig(format="exported", prune=0.3, finetune_steps=2, out=tmp_path, **QUICK))
     assert report["prune"]["sparsity"] == pytest.approx(0.3, abs=0.01) and report["prune"]["finetune"]["steps"] == 2
@@ -114,6 +116,7 @@ def test_cli_exports_prints_the_table_and_refuses_bad_input_with_exit_2(tiny_run
     assert "`prune` = 1.5" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_is_not_compared_with_its_last_evaluation(tiny_run, tmp_path, caplog):
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run, ignore=shutil.ignore_patterns("export"))
@@ -139,9 +142,15 @@ def test_export_refuses_an_out_that_is_a_file_or_holds_a_run(tiny_run, tmp_path,
     )
     assert mine.read_text() == "not yours"
     assert main(["export", str(tiny_run), "--out", str(tiny_run)]) == 2
-    assert f"error: {tiny_run} already holds a run (recipe.yaml, summary.json" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert f"error: --out {tiny_run} names the source ({tiny_run}), which `accel export` reads" in said
+    another = tmp_path / "another"
+    shutil.copytree(tiny_run, another, ignore=shutil.ignore_patterns("export"))
+    assert main(["export", str(tiny_run), "--out", str(another)]) == 2
+    assert f"error: {another} already holds a run (recipe.yaml, summary.json" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_run_fine_tuned_from_a_weights_file_exports_without_it(tiny_run, tmp_path):
     """The checkpoint holds the trained weights: the pretrained file the recipe names may be gone by now."""
     import yaml
@@ -155,6 +164,7 @@ def test_a_run_fine_tuned_from_a_weights_file_exports_without_it(tiny_run, tmp_p
     assert report["validation"]["accuracy_reported_by_training"] is not None
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the exporter folds huge weights
 def test_a_diverged_run_writes_strict_json_and_no_advice_that_cannot_apply(tiny_run, tmp_path, capsys):
     run, out = tmp_path / "run", tmp_path / "export"
@@ -185,6 +195,7 @@ def test_a_diverged_run_writes_strict_json_and_no_advice_that_cannot_apply(tiny_
     assert note.startswith("the run diverged: last.pt holds the last weights it kept") and "Resume" not in note
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_an_export_exits_130_and_its_export_json_says_nothing_was_exported(
     tiny_run, tmp_path, capsys, monkeypatch
 ):

@@ -35,6 +35,7 @@ def _agreement(int8_logits, fp32_logits) -> tuple[float, float]:
     return diff, float((int8_logits.argmax(1) == fp32_logits.argmax(1)).float().mean())
 
 
+@pytest.mark.slow
 def test_dynamic_int8_quantizes_the_linear_layer_only(exported, tmp_path):
     source, fp32, images = exported
     info = quantize("dynamic-int8", fp32, tmp_path / "d.onnx")

@@ -69,6 +69,7 @@ def test_checkpoint_of_another_model_is_refused(tiny_run, tmp_path, recipe_data)
         load_source(tmp_path)
 
 
+@pytest.mark.slow
 def test_a_run_that_evaluated_ema_weights_exports_them(recipe_data, tmp_path):
     run_recipe(validate_recipe({**recipe_data, "speedups": {"ema": {"decay": 0.9}}}), out=tmp_path)
     source = load_source(tmp_path)

@@ -26,6 +26,7 @@ def test_gpt_flops_match_six_times_parameters_times_tokens_plus_attention():
     assert abs(counted / analytic - 1) < 0.10
 
 
+@pytest.mark.slow
 def test_resnet18_flops_match_its_convolutions_and_layer():
     model, batch = resnet18_cifar(num_classes=10), 2
     macs = []
@@ -96,6 +97,7 @@ print(compute_dtype("fp32", cuda, linear), compute_dtype("fp32", cuda, conv), co
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "setting",
     [

@@ -192,6 +192,7 @@ def test_an_ignored_finding_is_not_reported_and_a_wrong_code_is_named():
         _fit(config=TrainConfig(lint_ignore=["chanels-last"]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["quickstart", "cifar10-resnet18", "lm-bytes"])
 def test_the_shipped_cpu_recipes_have_no_findings(name):
     trainer = build_trainer(load_recipe(name), run_dir=None)

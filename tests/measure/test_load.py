@@ -41,6 +41,7 @@ def test_a_window_too_short_for_the_tick_counters_is_not_judged():
     assert load.busy(load.between(_counters(0, 100, 50), _counters(0.5, 100.75, 50)))
 
 
+@pytest.mark.slow
 def test_a_live_child_counts_as_the_measured_trees_own():
     # a trial's DataLoader workers are alive while its timed steps run: their CPU time is the trial's, not others'
     code = "import time\nt = time.process_time()\nwhile time.process_time() - t < 1: pass\nprint(flush=True)\ninput()"
@@ -55,6 +56,7 @@ def test_a_live_child_counts_as_the_measured_trees_own():
     assert seen["own_cpu_s"] >= 0.9
 
 
+@pytest.mark.slow
 def test_the_measured_process_tree_counts_as_its_own():
     code = "import time\nt = time.process_time()\nwhile time.process_time() - t < 1: pass"
     with load.watched() as seen:

@@ -23,6 +23,7 @@ transformers = pytest.importorskip("transformers", reason="the `hf` extra (trans
 TINY_GPT2 = {"model_type": "gpt2", "n_embd": 16, "n_layer": 1, "n_head": 2}
 
 
+@pytest.mark.slow
 def test_a_transformers_model_trains_from_a_recipe_on_dict_batches(tmp_path):
     (tmp_path / "a.py").write_text("def f(x):\n    return x + 1\n" * 30)
     recipe = validate_recipe(

@@ -61,6 +61,7 @@ def test_accel_train_builds_a_timm_model_by_name(tiny, write_recipe, tmp_path):
     assert (tmp_path / "run" / "checkpoints" / "last.pt").is_file()
 
 
+@pytest.mark.slow
 def test_accel_train_with_a_misspelt_timm_name_exits_2_listing_close_names(tiny, write_recipe, tmp_path):
     tiny["model"] = {"name": "timm:resnet1B"}
     result = run_cli("train", write_recipe(tiny), "--out", tmp_path / "run")

@@ -9,6 +9,7 @@ import torch
 from conftest import run_cli
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA run keeps kineto's errors: they may matter there")
 def test_a_cpu_profile_prints_no_kineto_device_error(tiny, write_recipe, tmp_path):
     tiny["data"]["dataset"]["num_samples"] = 256  # enough steps for the window

@@ -81,6 +81,7 @@ def test_a_script_that_ends_before_its_window_says_so(tmp_path, capfd):
     assert "no profile written" in err and "2 + 3 optimizer steps" in err and "exited with code 0" in err
 
 
+@pytest.mark.slow
 def test_a_script_that_never_steps_fails_with_one_message(tmp_path, capfd):
     out = tmp_path / "profile"
     assert main(["profile", "--out", str(out), "--", sys.executable, str(_script(tmp_path, "print(1)\n"))]) == 2

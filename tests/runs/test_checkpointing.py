@@ -37,6 +37,7 @@ def recipe(tiny, write_recipe):
     return write_recipe(tiny)
 
 
+@pytest.mark.slow
 def test_a_crash_resumes_exactly_from_the_last_mid_epoch_checkpoint(recipe, tmp_path, monkeypatch, capsys):
     assert main(["train", str(recipe), "--out", str(tmp_path / "whole")]) == 0
     out = tmp_path / "crashed"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 
+import pytest
 from rich.console import Console
 
 from accel.callbacks import progress
@@ -40,6 +41,7 @@ def test_off_a_terminal_the_first_step_line_comes_at_once_and_then_at_most_one_p
     assert quiet.getvalue() == ""  # log.progress: false keeps only the epoch lines
 
 
+@pytest.mark.slow
 def test_accel_train_on_a_pipe_shows_steps_before_its_first_epoch_ends(tiny, write_recipe):
     tiny["train"]["epochs"] = 1
     done = run_cli(

@@ -52,6 +52,7 @@ def test_a_non_finite_setting_is_refused_by_name(tiny, write_recipe, capsys):
     assert "`train.clip_grad_norm` = nan: Input should be a finite number" in err
 
 
+@pytest.mark.slow
 def test_a_resume_after_sigkill_logs_each_step_once_in_strict_json(tiny, write_recipe, tmp_path):
     tiny["data"]["dataset"]["num_samples"] = 640  # 32 steps an epoch: the kill lands inside the second
     tiny["log"]["every_steps"] = 1

@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from accel.cli import main
 from accel.runs.runlock import RunDirLock
 from conftest import ROOT, wait_for_first_checkpoint
@@ -29,6 +31,7 @@ def test_a_second_writer_is_refused_with_the_holders_pid_and_changes_nothing(tin
     assert snapshot(out) == before
 
 
+@pytest.mark.slow
 def test_a_run_still_training_refuses_a_resume_and_frees_its_directory_when_killed(
     tiny, write_recipe, tmp_path, capsys
 ):

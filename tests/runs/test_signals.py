@@ -255,6 +255,7 @@ def test_ctrl_c_in_the_final_evaluation_stops_it_and_the_run_is_interrupted_then
     assert summary.status == "completed" and summary.metrics["val_loss"] > 0
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_an_evaluation_between_epochs_stops_it_and_keeps_no_partial_metrics(
     tiny, write_recipe, tmp_path, monkeypatch
 ):

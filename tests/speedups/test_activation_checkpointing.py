@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -39,6 +40,7 @@ def fit(speedups) -> tuple[list[torch.Tensor], int, dict]:
     return [p.detach().clone() for p in model.parameters()], len(calls), summary
 
 
+@pytest.mark.slow
 def test_checkpointed_blocks_run_their_forward_twice_and_train_identically():
     plain, plain_calls, plain_summary = fit([])
     every, every_calls, every_summary = fit([ActivationCheckpointing()])

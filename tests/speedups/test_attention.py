@@ -37,6 +37,7 @@ def ops_run(backend: str | None) -> set[str]:
     return {str(op) for op in counter.get_flop_counts()["Global"]}
 
 
+@pytest.mark.slow
 def test_math_runs_the_unfused_reference_and_flash_the_fused_kernel():
     assert "aten.bmm" in ops_run("math")  # Q K^T and A V as batched matmuls
     assert "aten.bmm" not in ops_run("flash") and "aten.bmm" not in ops_run(None)  # the fused CPU kernel

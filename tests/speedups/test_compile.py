@@ -89,6 +89,7 @@ def test_default_config_is_torch_defaults():
     )
 
 
+@pytest.mark.slow
 def test_compiled_model_trains_like_eager(tiny):
     _, plain, _ = fit_tiny(tiny, {})
     trainer, summary, seen = fit_tiny(tiny, {"compile": {"backend": "eager"}})
@@ -99,6 +100,7 @@ def test_compiled_model_trains_like_eager(tiny):
     assert summary["speedup_metrics"]["compile"]["graphs"] >= 1
 
 
+@pytest.mark.slow
 def test_whole_step_compiles_forward_and_loss(tiny):
     _, plain, _ = fit_tiny(tiny, {})
     trainer, summary, seen = fit_tiny(tiny, {"compile": {"backend": "aot_eager", "whole_step": True}})

@@ -59,6 +59,7 @@ class Lrs(Callback):
         self.seen.append(trainer.optimizer.param_groups[0]["lr"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("optim, schedule", [("adamw", "cosine"), ("sgd", "onecycle")])
 def test_compiled_step_trains_like_the_eager_step_and_does_not_recompile(optim, schedule):
     eager, _ = fitted({}, optim, schedule)
@@ -71,6 +72,7 @@ def test_compiled_step_trains_like_the_eager_step_and_does_not_recompile(optim, 
     assert eager.optimizer.param_groups[0]["lr"] == compiled.optimizer.param_groups[0]["lr"]  # the same floats
 
 
+@pytest.mark.slow
 def test_a_float_lr_would_recompile_every_step(monkeypatch, caplog):
     """What the tensor learning rates prevent: with the floats left in place, each new lr is a new constant."""
     monkeypatch.setattr("accel.speedups.compiled_optimizer.tensor_lrs", lambda groups, lrs: nullcontext())
@@ -79,6 +81,7 @@ def test_a_float_lr_would_recompile_every_step(monkeypatch, caplog):
     assert "compiled again" in caplog.text
 
 
+@pytest.mark.slow
 def test_the_schedule_and_the_logged_lr_stay_python_floats():
     trainer = tiny_trainer({"compiled_optimizer": TRACED}, schedule=SCHEDULES["cosine"], train={"max_steps": 3})
     lrs = Lrs()
@@ -121,6 +124,7 @@ def test_foreach_kernels_are_refused_with_the_reason():
         fitted({"optim": {"impl": "foreach"}, "compiled_optimizer": TRACED})
 
 
+@pytest.mark.slow
 def test_resume_continues_exactly_and_checkpoints_hold_float_lrs():
     sections = {"schedule": SCHEDULES["onecycle"], "train": {"max_steps": 4}}
     whole = tiny_trainer({"compiled_optimizer": TRACED}, **sections)
@@ -139,6 +143,7 @@ def test_resume_continues_exactly_and_checkpoints_hold_float_lrs():
     assert all(torch.equal(a, b) for a, b in zip(weights(whole), weights(resumed)))  # compiled both ways: exact
 
 
+@pytest.mark.slow
 def test_teardown_puts_the_optimizers_own_step_back():
     trainer = tiny_trainer({"compiled_optimizer": TRACED})  # no schedule: step is the class's method
     trainer.fit()

@@ -99,6 +99,7 @@ def _fit_from_unusual_globals(name: str) -> Fitted:
         torch.set_float32_matmul_precision(precision)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_two_steps_give_a_finite_loss(name, fitted):
     summary = fitted(name).summary

@@ -50,6 +50,7 @@ def test_script_trains_like_eager(tiny):
     assert trainer.model is trainer.module  # teardown hands the plain module back
 
 
+@pytest.mark.slow
 def test_trace_keeps_train_and_eval_apart(tiny):
     _, plain, _ = fit_tiny(tiny, {})
     trainer, summary, model = fit_tiny(tiny, {"jit": {"method": "trace"}})

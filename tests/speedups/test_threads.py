@@ -75,6 +75,7 @@ print(torch.get_num_interop_threads(), torch.get_num_threads())
 """
 
 
+@pytest.mark.slow
 def test_inter_op_applies_in_a_fresh_process():
     out = subprocess.run(
         [sys.executable, "-c", SETUP_IN_A_FRESH_PROCESS],

@@ -218,6 +218,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["sigterm", "sighup-closed-terminal"])
 def test_the_torchrun_relay_passes_one_signal_acknowledges_the_second_and_kills_all_at_the_third(tmp_path, signum):
     (tmp_path / "torchrun.py").write_text(FAKE_TORCHRUN)

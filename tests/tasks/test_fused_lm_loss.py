@@ -196,6 +196,7 @@ def recipe_losses(tmp_path, task: dict, **changes) -> list[float]:
     return recorder.losses
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("grad_accum", [1, 2])
 def test_a_recipe_trains_to_the_same_losses_with_the_fused_loss(tmp_path, grad_accum):
     changes = {"train": {"max_steps": 4, "grad_accum": grad_accum}}
@@ -204,6 +205,7 @@ def test_a_recipe_trains_to_the_same_losses_with_the_fused_loss(tmp_path, grad_a
     assert fused == pytest.approx(plain, rel=1e-5, abs=1e-5)
 
 
+@pytest.mark.slow
 def test_whole_step_compile_traces_the_fused_loss_without_a_graph_break(tmp_path):
     fused = {"name": "language_model", "fused_loss": True, "chunk_tokens": 40}
     eager = recipe_losses(tmp_path, fused)

@@ -53,6 +53,7 @@ def test_a_one_process_run_imports_no_distributed_checkpoint_and_records_its_sta
     assert child["import_s"] < summary.startup_s < lifetime - summary.train_s
 
 
+@pytest.mark.slow
 def test_process_age_counts_from_the_process_start():
     code = "import time; time.sleep(0.3); from accel.train.startup import process_age_s; print(process_age_s())"
     began = time.perf_counter()

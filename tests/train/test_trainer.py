@@ -22,6 +22,7 @@ def _weights(trainer: Trainer) -> list[torch.Tensor]:
     return [p.detach().clone() for p in trainer.module.parameters()]
 
 
+@pytest.mark.slow
 def test_fit_learns_and_reports_the_summary_contract(tiny):
     tiny["train"]["epochs"] = 6
     tiny["data"]["dataset"]["num_samples"] = 256
