@@ -147,6 +147,17 @@ def bf16_matmul_speedup(
     return sorted(ratios)[rounds // 2]
 
 
+def bf16_speedup_at_model_size(module: torch.nn.Module, device: torch.device) -> float | None:
+    """`bf16_matmul_speedup` at the model's largest matmul (a Linear's, a convolution's as its im2col product), the
+    figure the profile's mixed-precision advice and the speed lint's fp32 finding state; None without such a layer."""
+    layers = (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+    shapes = [(m.weight[0].numel(), m.weight.shape[0]) for m in module.modules() if isinstance(m, layers)]
+    if not shapes:
+        return None
+    k, n = max(shapes, key=lambda shape: shape[0] * shape[1])
+    return bf16_matmul_speedup(k, n, device)
+
+
 def best_seconds(
     fn: Callable[[], object], device: torch.device = CPU, seconds: float = 0.25, repeats: int = 1
 ) -> float:
