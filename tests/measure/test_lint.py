@@ -180,6 +180,8 @@ def test_the_lint_measures_bf16_with_the_profiles_probe_at_the_models_largest_la
 
     _fit(config=TrainConfig(lint_ignore=["fp32-with-fast-bf16"]))
     assert len(probed) == 1  # an ignored finding costs no probe
+    lint.peaks.bf16_speedup_at_model_size(nn.Linear(16, 50_000), torch.device("cpu"))
+    assert probed[-1] == (16, lint.peaks.PROBE_DIM_AT_MOST)  # a vocabulary's head: the probe's tensors bounded
 
 
 @pytest.mark.parametrize(
