@@ -37,11 +37,11 @@ EXTRA_OF = {
 
 
 def missing_message(what: str, module: str) -> str:
-    """`what` needs `module`'s package, and the pip command that installs it (its extra's, where one has it)."""
+    """`what` needs `module`, and the pip command that installs it (its extra's, where one has it)."""
     top = module.split(".")[0]
     extra = EXTRA_OF.get(top)
     command = f"pip install 'accel[{extra}]'" if extra else f"pip install {top}"
-    return f"{what} needs {top}, which is not installed: {command}"
+    return f"{what} needs {module}, which is not installed: {command}"
 
 
 def unavailable(what: str, *modules: str) -> str | None:
@@ -65,7 +65,7 @@ def import_or_explain(module: str, what: str) -> ModuleType:
     except ModuleNotFoundError as err:
         if (err.name or "").split(".")[0] != module.split(".")[0]:
             raise  # a module the package itself imports is missing: its own error says which
-        raise AccelError(missing_message(what, module)) from None
+        raise AccelError(missing_message(what, err.name)) from None
 
 
 def hint(output: str) -> str:
