@@ -31,11 +31,12 @@ class Measured:
     ci95: tuple[float, float] | None
     verdict: str
     folder: Path
+    busy: bool  # the machine was busy during its trials: the bench states no verdict, and neither does this
 
     @property
     def said(self) -> str:
         interval = f" [{self.ci95[0]:.2f}, {self.ci95[1]:.2f}]" if self.ci95 else ""
-        return f"{self.median:.2f}x{interval} ({self.verdict}) in {self.folder}"
+        return f"{self.median:.2f}x{interval} ({self.verdict}{', busy machine' if self.busy else ''}) in {self.folder}"
 
     @property
     def refuted(self) -> bool:
@@ -44,7 +45,7 @@ class Measured:
 
     def contradicts(self, estimate: float) -> bool:
         """The bench's interval leaves out `estimate`: the measurement stands, the estimate goes."""
-        return self.ci95 is not None and not self.ci95[0] <= estimate <= self.ci95[1]
+        return not self.busy and self.ci95 is not None and not self.ci95[0] <= estimate <= self.ci95[1]
 
 
 def bench_measured(benches: list[tuple[Path, dict[str, Any]]], bench_options: str) -> Measured | None:
@@ -56,7 +57,8 @@ def bench_measured(benches: list[tuple[Path, dict[str, Any]]], bench_options: st
         ratio = (variant or {}).get("ratio_vs_baseline") or {}
         if ratio.get("median") is not None:
             ci95 = tuple(ratio["ci95"]) if ratio.get("ci95") else None
-            return Measured(ratio["median"], ci95, variant.get("verdict", "no verdict"), path.parent)
+            verdict = variant.get("verdict") or "no verdict"
+            return Measured(ratio["median"], ci95, verdict, path.parent, variant.get("busy") is not None)
     return None
 
 
