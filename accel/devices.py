@@ -16,6 +16,7 @@ import torch
 
 from .batches import map_tensors
 from .errors import AccelError
+from .extras import require
 
 
 def available_cpus() -> int:
@@ -61,8 +62,7 @@ def resolve_device(spec: str = "auto") -> torch.device:
     if kind == "mps" and not mps_available():
         raise AccelError("device `mps` was asked for, but Apple's MPS backend is not available here.")
     if kind == "xla":
-        if importlib.util.find_spec("torch_xla") is None:
-            raise AccelError("device `xla` needs torch_xla: install the `xla` extra (see docs/devices.md).")
+        require("device `xla`", "torch_xla")  # docs/devices.md: torch_xla must match torch exactly
         return _xla_device()
     return torch.device(spec)
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from rich.console import Console
 
+from .. import extras
 from ..engine import trial_variables
 from ..engine.settings import SET_VARIABLE, engine_settings
 from ..errors import AccelError, RecipeError
@@ -310,8 +311,15 @@ def probe(command: list[str], sets: list[str], timeout: float | None = None, cwd
         tail = log_tail(log_path)
         raise AccelError(
             f"`{line}` {exit_reason(code)} before its first optimizer step; last output:\n"
-            f"{tail}{_other_python(command) if 'ModuleNotFoundError' in tail else ''}"
+            f"{tail}{_why_missing(command, tail)}"
         )
+
+
+def _why_missing(command: list[str], tail: str) -> str:
+    """Why the script could not import a module: a Python other than accel's, or an extra not installed."""
+    if "ModuleNotFoundError" not in tail:
+        return ""
+    return _other_python(command) or extras.hint(tail)
 
 
 def _other_python(command: list[str]) -> str:

@@ -19,6 +19,7 @@ from pydantic import AfterValidator, Field
 from torch.utils.data import Dataset
 
 from ..errors import DataError, did_you_mean
+from ..extras import missing_message
 from ..schema import StrictModel
 
 Spec = str | dict[str, dict[str, Any] | None]
@@ -34,8 +35,8 @@ def _library(kind: str) -> tuple[Any, tuple[type, ...]]:
     os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")  # its import would otherwise ask PyPI for a newer version
     try:
         import albumentations as A
-    except ImportError as err:
-        raise ValueError("albumentations is not installed: `pip install 'accel[data]'`") from err
+    except ModuleNotFoundError as err:  # a ValueError: pydantic reports it at the recipe's line
+        raise ValueError(missing_message("albumentations transforms", "albumentations")) from err
     return A, (A.BasicTransform, A.BaseCompose)
 
 

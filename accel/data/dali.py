@@ -8,34 +8,30 @@ reads its own shard; the reader reshuffles the whole dataset every epoch from th
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 from collections.abc import Iterator, Sequence
 
 import torch
 
 from ..errors import DataError
+from ..extras import installed, missing_message
 
 log = logging.getLogger("accel")
-INSTALL = (
-    "install it with `pip install 'accel[dali]'` (or `pip install nvidia-dali-cuda130`; that wheel also "
-    "runs CPU pipelines), or use `data.loader.backend: torch`"
-)
 SCAN_LIMIT = 50_000  # files checked with PIL to name the one DALI failed on; beyond this it would take too long
 
 
 def dali_available() -> bool:
     """nvidia.dali is importable (checked without importing it: the import takes seconds)."""
-    try:
-        return importlib.util.find_spec("nvidia.dali") is not None
-    except ModuleNotFoundError:  # the `nvidia` namespace itself is missing
-        return False
+    return installed("nvidia.dali")
 
 
 def require_dali() -> None:
     """A DataError saying how to install DALI when it is missing."""
     if not dali_available():
-        raise DataError(f"data.loader.backend is `dali`, but NVIDIA DALI is not installed: {INSTALL}.")
+        raise DataError(
+            f"{missing_message('data.loader.backend `dali`', 'nvidia.dali')} (the nvidia-dali-cuda130 wheel, which "
+            "also runs CPU pipelines), or use `data.loader.backend: torch`."
+        )
 
 
 def _pipeline(

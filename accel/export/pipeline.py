@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from ..extras import require
 from ..io import check_creatable
 from ..measure import load
 from ..runs.rundir import check_results_out
@@ -46,6 +47,8 @@ def export_run(path: str | Path, config: ExportConfig | None = None) -> dict[str
     by more than `config.atol`.
     """
     config = config or ExportConfig()
+    if config.format == "onnx":
+        require("`accel export --format onnx` (the default)", "onnx", "onnxscript", "onnxruntime")
     if config.quantize and config.format != "onnx":
         raise QuantizeError(
             f"--quantize makes int8 ONNX graphs run by onnxruntime; it needs `--format onnx`, "

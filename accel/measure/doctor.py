@@ -3,14 +3,13 @@
 `collect()` gathers plain facts (versions, devices, CPU, BLAS and thread settings, optional backends); the
 device facts come from `accel.devices`. `find_traps()` applies `accel.measure.traps`' rules, the speed lint's own, to
 those facts (a recipe's train.lint_ignore applies here too), so each warning is tested on made-up machines.
-Optional backends are probed with `importlib.util.find_spec` and package metadata, never imported: importing
+Optional backends are probed with `accel.extras.installed` (a look-up) and package metadata, never imported: importing
 DALI or torch_xla costs seconds and may grab a device.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
 import os
 import re
 from typing import Any
@@ -19,6 +18,7 @@ import torch
 
 from .. import devices
 from ..devices import available_cpus
+from ..extras import installed
 from .traps import machine_findings
 
 # module -> distributions that may provide it (DALI's wheel name carries the CUDA major version).
@@ -43,16 +43,9 @@ def _version(*dists: str) -> str | None:
     return None
 
 
-def _installed(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):  # a missing parent package (`nvidia` for nvidia.dali) raises
-        return False
-
-
 def backends() -> dict[str, dict[str, Any]]:
     """Each optional backend: whether it is importable here and its package version."""
-    return {mod: {"installed": _installed(mod), "version": _version(*dists)} for mod, dists in BACKENDS.items()}
+    return {mod: {"installed": installed(mod), "version": _version(*dists)} for mod, dists in BACKENDS.items()}
 
 
 def _nccl() -> str | None:

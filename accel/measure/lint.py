@@ -23,8 +23,8 @@ from ..batches import tensors
 from ..devices import available_cpus
 from ..errors import AccelError
 from ..models.blocks import model_traits
-from . import host_syncs
-from .traps import Finding, codes, findings
+from . import host_syncs, peaks
+from .traps import BF16_CODE, Finding, codes, findings
 
 if TYPE_CHECKING:
     from ..engine.core import Core
@@ -47,7 +47,7 @@ class SpeedLint:
         self.ignore, self.say, self.facts, self.batches = set(ignore), say, {}, 0
 
     def start(self, run: Core) -> None:
-        self.facts, self.batches = facts(run), 0
+        self.facts, self.batches = facts(run, probe_bf16=BF16_CODE not in self.ignore), 0
         self._say(self._findings())
 
     def watch(self, batch: Any) -> AbstractContextManager:
@@ -77,11 +77,13 @@ class SpeedLint:
             log.warning("speed lint: %s", finding)
 
 
-def facts(run: Core) -> dict[str, Any]:
-    """What the lint looks at, read from a run's core whose speed-ups are set up (a recipe's or a loop's own)."""
+def facts(run: Core, probe_bf16: bool = True) -> dict[str, Any]:
+    """What the lint looks at, read from a run's core whose speed-ups are set up (a recipe's or a loop's own);
+    `probe_bf16`: measure bf16's matmul speed where the fp32 finding could apply (half a second)."""
     device, loader = run.device, run.train_loader
     loader = getattr(loader, "loader", loader)  # the device prefetcher wraps a DataLoader
     traits = model_traits(run.module)
+    amp = run.strategy.precision.name != "fp32"
     return {
         **_training_facts(device, run.optimizer, run.module),
         "workers": getattr(loader, "threads", getattr(loader, "num_workers", None)),  # thread workers too
@@ -89,8 +91,9 @@ def facts(run: Core) -> dict[str, Any]:
         "in_memory": getattr(getattr(loader, "dataset", None), "in_memory", False),
         # speed-ups on a model without the trait they need (channels_last without convolutions)
         "needless": {s.name: s.needs for s in run.speedups if s.needs and not traits[s.needs]},
-        "amp": run.strategy.precision.name != "fp32",
+        "amp": amp,
         "speedup_findings": [s.lint_finding for s in run.speedups if s.lint_finding is not None],
+        "bf16_matmul_speedup": _bf16_speedup(device, run.module, amp) if probe_bf16 else None,
     }
 
 
@@ -112,6 +115,7 @@ def script_facts(
         "needless": {},
         "amp": precision not in (None, "fp32"),
         "script": True,
+        "bf16_matmul_speedup": _bf16_speedup(device, module, precision not in (None, "fp32")),
     }
 
 
@@ -155,6 +159,14 @@ def _fast_bf16(device: torch.device) -> bool:
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
     return device.type == "cpu" and "amx_bf16" in (devices.cpu_flags() or set())
+
+
+def _bf16_speedup(device: torch.device, module: torch.nn.Module | None, amp: bool) -> float | None:
+    """bf16 over fp32 at the model's largest matmul, with the probe `accel profile` uses, where the fp32 finding
+    could apply: the figure it states, and below BF16_PAYS no finding."""
+    if amp or module is None or not _fast_bf16(device):
+        return None
+    return peaks.bf16_speedup_at_model_size(module, device)
 
 
 def as_records(found: list[Finding]) -> list[dict[str, str]]:

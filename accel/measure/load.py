@@ -5,8 +5,9 @@ through psutil) less what this process's group used (each member's own and reape
 runs in a group of its own, its DataLoader workers and a launcher's ranks in it, so the trial's whole tree is left
 out, alive or ended. The hypervisor's steal on those cores counts as taken by others too. A trial measures its
 timed steps only (`Window`): `busy()` is the one rule; the bench, tune and the profile report say the same thing
-through `busy_note()`. GPU use by other processes is not recorded: NVML is not a
-dependency, and inside a container its process ids are the host's, so "other" could not be told from "ours".
+through `busy_note()`, and `accel train` of its whole fit through `busy_run_note()`. GPU use by other processes is
+not recorded: NVML is not a dependency, and inside a container its process ids are the host's, so "other" could
+not be told from "ours".
 """
 
 from __future__ import annotations
@@ -131,4 +132,16 @@ def busy_note(loads: list[dict[str, Any] | None], what: str = "trials") -> str |
         f"{worst['others_share']:.0%} of the {worst['cores']} core(s) they may use (load average "
         f"{worst['load_avg_1m']:.1f}), so timings swing and intervals widen. Stop the other work and run again: "
         "more trials would not help, as a comparison with a busy trial on either side gets no verdict."
+    )
+
+
+def busy_run_note(load: dict[str, Any] | None) -> str | None:
+    """A warning for one training run's own figures (samples/s, step and epoch times) when the machine was busy while
+    it trained; None when quiet."""
+    if not busy(load):
+        return None
+    return (
+        f"the machine was busy while this run trained: other processes took {load['others_share']:.0%} of the "
+        f"{load['cores']} core(s) it may use (load average {load['load_avg_1m']:.1f}), so its times and samples/s "
+        "are slower than this machine's own; stop the other work before comparing them."
     )

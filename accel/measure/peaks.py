@@ -38,6 +38,9 @@ GPU_PEAKS: dict[str, dict[str, float]] = {
 # (a token batch times a weight), which a CPU's BLAS may run faster than a square one (1.5x on a 2-core AVX2 EPYC)
 PROBE_SHAPES = ((1024, 1024, 1024), (4096, 256, 1024), (4096, 1024, 256), (16384, 256, 256))
 CPU = torch.device("cpu")
+# a wider matmul is compute-bound in either dtype, so the ratio holds, and the speed lint probes at a run's start
+# beside a model that may fill the device: its tensors stay under 130 MB (a vocabulary's head would take gigabytes)
+PROBE_DIM_AT_MOST = 4096
 PROBE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -145,6 +148,17 @@ def bf16_matmul_speedup(
         for _ in range(rounds)
     ]
     return sorted(ratios)[rounds // 2]
+
+
+def bf16_speedup_at_model_size(module: torch.nn.Module, device: torch.device) -> float | None:
+    """`bf16_matmul_speedup` at the model's largest matmul (a Linear's, a convolution's as its im2col product), the
+    figure the profile's mixed-precision advice and the speed lint's fp32 finding state; None without such a layer."""
+    layers = (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+    shapes = [(m.weight[0].numel(), m.weight.shape[0]) for m in module.modules() if isinstance(m, layers)]
+    if not shapes:
+        return None
+    k, n = max(shapes, key=lambda shape: shape[0] * shape[1])
+    return bf16_matmul_speedup(min(k, PROBE_DIM_AT_MOST), min(n, PROBE_DIM_AT_MOST), device)
 
 
 def best_seconds(

@@ -12,17 +12,14 @@ import torch
 from torch import nn
 
 from ..errors import AccelError
+from ..extras import import_or_explain
 from ..registry import MODELS
 
 log = logging.getLogger("accel")
 
 
 def _transformers(builder: str) -> Any:
-    try:
-        import transformers
-    except ImportError:
-        raise AccelError(f"model `{builder}` needs the transformers package: pip install 'accel[hf]'") from None
-    return transformers
+    return import_or_explain("transformers", f"model `{builder}`")
 
 
 @MODELS.register("hf_causal_lm")

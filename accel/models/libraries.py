@@ -5,7 +5,6 @@ that lists the close ones, a library that is not installed is an error that says
 from __future__ import annotations
 
 import difflib
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -13,12 +12,12 @@ from typing import Any
 from torch import nn
 
 from ..errors import AccelError
+from ..extras import import_or_explain
 
 
 @dataclass(frozen=True)
 class Library:
     package: str
-    install: str
     names: Callable[[Any], list[str]]  # the library module -> the model names it builds
     list_all: str  # a command that prints them all
     create: Callable[[Any, str, dict[str, Any], dict[str, Any]], nn.Module]  # (module, name, data_args, args)
@@ -49,14 +48,12 @@ def _timm_create(timm: Any, name: str, data_args: dict[str, Any], args: dict[str
 LIBRARIES: dict[str, Library] = {
     "torchvision": Library(
         "torchvision",
-        "pip install torchvision",
         _torchvision_names,
         "python -c 'import torchvision; print(torchvision.models.list_models())'",
         _torchvision_create,
     ),
     "timm": Library(
         "timm",
-        "pip install 'accel[timm]'",
         lambda timm: timm.list_models(),
         "python -c 'import timm; print(timm.list_models())'",
         _timm_create,
@@ -72,12 +69,7 @@ def library_model(full_name: str, data_args: dict[str, Any], args: dict[str, Any
     """Build `LIBRARY:NAME` with the data's `num_classes` (and image channels where the library takes them)."""
     prefix, _, name = full_name.partition(":")
     library = LIBRARIES[prefix]
-    try:
-        module = importlib.import_module(library.package)
-    except ImportError:
-        raise AccelError(
-            f"model `{full_name}` needs the {library.package} package, which is not installed: {library.install}"
-        ) from None
+    module = import_or_explain(library.package, f"model `{full_name}`")
     available = library.names(module)
     if name.split(".")[0] not in available:  # timm also takes NAME.TAG (a pretrained tag, ignored without weights)
         raise AccelError(unknown_model_message(prefix, name, available, library.list_all))

@@ -13,6 +13,7 @@ from pydantic import Field
 from torch import nn
 
 from ..errors import AccelError
+from ..extras import import_or_explain
 from ..schema import StrictModel
 
 log = logging.getLogger("accel")
@@ -94,10 +95,7 @@ def read_state_dict(path: Path) -> dict[str, Any]:
 
 
 def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    try:
-        from safetensors.torch import load_file
-    except ImportError:
-        raise AccelError(f"model.weights {path} needs the safetensors package: pip install safetensors") from None
+    load_file = import_or_explain("safetensors.torch", f"model.weights {path}").load_file
     try:
         return load_file(path, device="cpu")
     except Exception as err:  # safetensors raises its own error types for a bad header or a cut-off file

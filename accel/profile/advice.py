@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from ..measure.traps import DATA_WAIT
-from .measured import bench_said, benches_of
+from .measured import Measured, bench_measured, benches_of
 from .phases import share
 
-# worth a bench of mixed precision where the step could be this much faster: its matmul share sped up by bf16's
+# worth a bench of mixed precision where the step is estimated this much faster: its matmul share sped up by bf16's
 # measured rate at the model's size (2x where not measured), the rest unchanged
 BF16_STEP_PAYS = 1.1
 BF16_UNMEASURED = 2.0
@@ -61,21 +61,30 @@ class Facts:
         )
 
     @property
-    def bf16_step_bound(self) -> float:
-        """How much faster bf16 could make the step: its matmuls at the measured rate, the rest unchanged (an
-        upper bound: the conversions around the matmuls cost, and a small model's other ops can run slower)."""
+    def bf16_step_estimate(self) -> float:
+        """How much faster bf16 would make the step if only its matmuls sped up, at the measured rate. An estimate,
+        not a bound: the conversions around the matmuls cost, and bf16 speeds up other ops too (a CPU's
+        memory-bound ones read half the bytes), so only a bench measures the step."""
         rate = self.bf16_speedup or BF16_UNMEASURED
         return 1 / (1 - self.matmul + self.matmul / rate)
 
-    @property
-    def bf16_said(self) -> str:
-        measured = self.bf16_speedup
-        if measured is None:
-            return ""
-        return (
-            f" (bf16 matmuls at the model's size measured {measured:.1f}x fp32 here: the step at most "
-            f"{self.bf16_step_bound:.2f}x faster, the conversions around them not counted)"
+    def bf16_said(self, bench: Measured | None) -> str:
+        """The estimate with what it assumed, or, where a bench of this run measured the step, the bench's figure
+        (the estimate withdrawn where the bench's interval leaves it out)."""
+        if self.bf16_speedup is None:
+            return f" (a bench of this run measured the step at {bench.said})" if bench else ""
+        estimate = (
+            f"bf16 matmuls at the model's size measured {self.bf16_speedup:.1f}x fp32 here; if only they sped up, "
+            f"the step would be {self.bf16_step_estimate:.2f}x faster"
         )
+        if bench is None:
+            return f" ({estimate}: an estimate; `accel bench` measures the step)"
+        if bench.contradicts(self.bf16_step_estimate):
+            return (
+                f" (the estimate of {self.bf16_step_estimate:.2f}x from its matmuls alone is withdrawn: a bench of "
+                f"this run measured the step at {bench.said})"
+            )
+        return f" ({estimate}; a bench of this run measured the step at {bench.said})"
 
 
 @dataclass(frozen=True)
@@ -132,7 +141,7 @@ RULES = (
     Rule(
         "fp32-matmuls",
         # not where bf16 measured no faster at the model's own matmul size: narrow layers pay for the conversions
-        lambda f: f.precision == "fp32" and f.bf16_fast and f.bf16_step_bound >= BF16_STEP_PAYS,
+        lambda f: f.precision == "fp32" and f.bf16_fast and f.bf16_step_estimate >= BF16_STEP_PAYS,
         "{matmul:.0%} of op time is matmul/convolution in fp32 on a device with fast bf16{bf16_said}",
         "mixed precision (speedups.amp: {{dtype: bf16}})",
         "--vary speedups.amp.enabled=false,true",
@@ -200,9 +209,11 @@ def advise(
             )
         else:
             fix, bench = rule.fix, f"accel bench {shlex.join([recipe, *sets])} {rule.bench}"
-        finding = rule.finding.format(**vars(facts), bf16_said=facts.bf16_said)
+        measured = bench_measured(benches, rule.bench)
+        finding = rule.finding.format(**vars(facts), bf16_said=facts.bf16_said(measured))
         advice.append({"rule": rule.name, "finding": finding, "fix": fix.format(), "bench": bench})
-        said = bench_said(benches, rule.bench)
-        if said:
-            advice[-1]["measured"] = said
+        if measured is not None and measured.refuted:
+            advice[-1]["measured"] = (
+                f"a bench of this run measured it at {measured.said}: no use trying it again unless the run changed"
+            )
     return advice

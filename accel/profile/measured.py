@@ -1,11 +1,13 @@
 """What a bench already measured of a piece of advice: where a bench of the same recipe or script (a report.json
 beside the profile's folder, as `runs/` holds them) measured the change a rule advises, the advice says what it
-found, so a profile never repeats a hypothesis the user has already seen refuted."""
+found, so a profile never repeats a hypothesis the user has already seen refuted, nor an estimate the bench's
+figure contradicts."""
 
 from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,20 +23,42 @@ def benches_of(folder: Path, source: str) -> list[tuple[Path, dict[str, Any]]]:
     return [(path, report) for path, report in reports if report and _source(report.get("recipe")) == ours]
 
 
-def bench_said(benches: list[tuple[Path, dict[str, Any]]], bench_options: str) -> str | None:
-    """What the latest of `benches` measured of the change `bench_options` (a rule's `--vary KEY=OFF,ON`) makes,
-    where it found it no faster; None where none did."""
+@dataclass(frozen=True)
+class Measured:
+    """A bench's reading of an advised change: samples/s over the run's as it was, its 95% interval, its verdict."""
+
+    median: float
+    ci95: tuple[float, float] | None
+    verdict: str
+    folder: Path
+    busy: bool  # the machine was busy during its trials: the bench states no verdict, and neither does this
+
+    @property
+    def said(self) -> str:
+        interval = f" [{self.ci95[0]:.2f}, {self.ci95[1]:.2f}]" if self.ci95 else ""
+        return f"{self.median:.2f}x{interval} ({self.verdict}{', busy machine' if self.busy else ''}) in {self.folder}"
+
+    @property
+    def refuted(self) -> bool:
+        """The bench found the change no faster: the advice is a hypothesis it already tested."""
+        return self.verdict in REFUTED
+
+    def contradicts(self, estimate: float) -> bool:
+        """The bench's interval leaves out `estimate`: the measurement stands, the estimate goes."""
+        return not self.busy and self.ci95 is not None and not self.ci95[0] <= estimate <= self.ci95[1]
+
+
+def bench_measured(benches: list[tuple[Path, dict[str, Any]]], bench_options: str) -> Measured | None:
+    """What the latest of `benches` that measured the change `bench_options` (a rule's `--vary KEY=OFF,ON`) makes
+    found; None where none measured it."""
     change = _change(bench_options)
     for path, report in benches:
         variant = next((v for v in report.get("variants", []) if _makes(v.get("overrides") or {}, change)), None)
-        if variant is not None and variant.get("verdict") in REFUTED:
-            ratio = variant.get("ratio_vs_baseline") or {}
-            low, high = ratio.get("ci95") or (None, None)
-            interval = f" [{low:.2f}, {high:.2f}]" if low is not None else ""
-            return (
-                f"a bench of this run measured it at {ratio.get('median', 0):.2f}x{interval} ({variant['verdict']}) "
-                f"in {path.parent}: no use trying it again unless the run changed"
-            )
+        ratio = (variant or {}).get("ratio_vs_baseline") or {}
+        if ratio.get("median") is not None:
+            ci95 = tuple(ratio["ci95"]) if ratio.get("ci95") else None
+            verdict = variant.get("verdict") or "no verdict"
+            return Measured(ratio["median"], ci95, verdict, path.parent, variant.get("busy") is not None)
     return None
 
 

@@ -203,12 +203,4 @@ def _bf16_at_model_size(run: ProfiledRun) -> float | None:
     after the window: what the mixed-precision advice weighs, since a narrow model's bf16 can be slower."""
     if not devices.supports_bf16(run.device):
         return None
-    shapes = [
-        (m.weight[0].numel(), m.weight.shape[0])
-        for m in run.module.modules()
-        if isinstance(m, (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d))
-    ]
-    if not shapes:
-        return None
-    k, n = max(shapes, key=lambda shape: shape[0] * shape[1])
-    return peaks.bf16_matmul_speedup(k, n, run.device)
+    return peaks.bf16_speedup_at_model_size(run.module, run.device)

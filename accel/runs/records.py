@@ -63,6 +63,7 @@ class FitSummary(_Record):
     strategy: str = "plain"
     speedup_metrics: dict[str, dict[str, Any]] = {}
     lint: list[dict[str, str]] = []
+    busy: str | None = Field(None, description="written only where the machine was busy while the run trained")
     run_dir: str | None = Field(None, description="written only where the run has a run directory")
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -10,6 +9,7 @@ import torch
 from pydantic import Field
 from torch import nn
 
+from ..extras import unavailable
 from .base import Candidate, Context, Phase, Speedup, SpeedupConfig, registered
 
 if TYPE_CHECKING:
@@ -68,9 +68,7 @@ class Float8(Speedup):
                 f"{torch.cuda.get_device_name(device)} has compute capability {capability[0]}.{capability[1]}; "
                 "float8 matmuls need 8.9+ (Ada, Hopper, Blackwell)"
             )
-        if importlib.util.find_spec("torchao") is None:
-            return "needs torchao: pip install 'accel[float8]'"
-        return None
+        return unavailable("float8", "torchao")
 
     def setup(self, engine: "Slots") -> None:
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training

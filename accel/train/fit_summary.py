@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import logging
+from typing import TYPE_CHECKING, Any
 
 from .. import devices
+from ..measure.load import busy_run_note
 from ..runs.records import FitSummary
 
 if TYPE_CHECKING:
     from .trainer import Trainer
 
 
-def fit_summary(trainer: Trainer, status: str, wall_s: float) -> FitSummary:
+log = logging.getLogger("accel")
+
+
+def fit_summary(trainer: Trainer, status: str, wall_s: float, machine: dict[str, Any] | None) -> FitSummary:
+    """summary.json's figures; `machine`: others' load while it trained (accel/measure/load.py), said if busy."""
     totals = trainer.meter.totals()
     utilisation = trainer.utilisation
     usage = {"flop_per_s": None, "mfu": None} | utilisation.stats(totals["samples_per_s"])
@@ -41,6 +47,11 @@ def fit_summary(trainer: Trainer, status: str, wall_s: float) -> FitSummary:
         speedup_metrics=trainer.engine.part_metrics(),
     )
     summary.lint = trainer.lint.end(summary.model_dump())  # the lint's traps read the own loop's summary too
+    busy = busy_run_note(machine)
+    if busy:
+        summary.busy = busy
+        if trainer.world.is_main:
+            log.warning("busy machine: %s", busy)
     return summary
 
 

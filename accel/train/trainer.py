@@ -16,7 +16,7 @@ from ..callbacks.base import Callback
 from ..config.train_config import TrainConfig
 from ..engine.core import Core, Ran
 from ..errors import AccelError
-from ..measure import lint
+from ..measure import lint, load
 from ..measure.anatomy import Anatomy
 from ..measure.flops import Utilisation
 from ..measure.meter import BatchInfo, Meter
@@ -165,6 +165,8 @@ class Trainer:
         start, status = time.perf_counter(), "failed"
         self.setup()
         self.lint.start(self.engine)
+        machine = load.Window()  # others' load over the fit: a busy machine's figures are not this machine's own
+        machine.begin()
         self._emit("on_fit_start")
         saves = any(getattr(c, "saves_checkpoints", False) for c in self.callbacks)
         with signals.stop_requests(self._request_stop, saves):  # until the final checkpoint and summary are written
@@ -186,7 +188,7 @@ class Trainer:
                     status, self.diverged_at = "diverged", self.step  # finite weights whose outputs overflow
             finally:
                 signals.finishing()
-                self.summary = fit_summary(self, status, time.perf_counter() - start)
+                self.summary = fit_summary(self, status, time.perf_counter() - start, machine.end())
                 self._fitted = True
                 self._emit("on_fit_end", self.summary)
                 self.engine.teardown()

@@ -249,6 +249,15 @@ def test_a_module_missing_under_another_python_says_which_python_ran(tmp_path, m
 
 
 @pytest.mark.slow
+def test_a_scripts_module_of_a_missing_extra_is_named_with_the_extras_pip_command(tmp_path, capsys):
+    # as a Lightning script fails where the `lightning` extra is not installed
+    path = script(tmp_path, text="raise ModuleNotFoundError(\"No module named 'lightning'\", name='lightning')\n")
+    assert main(["bench", "--ablate", "--out", str(tmp_path / "bench"), "--", sys.executable, str(path)]) == 2
+    said = "the script needs lightning, which is not installed: pip install 'accel[lightning]'"
+    assert said in capsys.readouterr().err
+
+
+@pytest.mark.slow
 def test_a_bad_engine_key_fails_before_any_trial(tmp_path, capsys):
     out = tmp_path / "bench"
     argv = ["bench", "--vary", "speedups.amp.dtyp=bf16,fp16", "--out", str(out), "--", sys.executable]

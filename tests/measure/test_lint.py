@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 import warnings
 
@@ -159,6 +160,28 @@ def test_data_wait_with_few_workers_is_found_at_the_end():
 def test_gpu_and_matrix_unit_traps_on_made_up_machines(change, code):
     assert _codes(lint.findings(CLEAN | change)) == [code]
     assert lint.findings(CLEAN | change | {"amp": True, "pin_memory": True, "fused": True}) == []
+
+
+def test_the_bf16_finding_states_the_speed_measured_at_the_models_size_or_no_number():
+    (found,) = lint.findings(CLEAN | {"fast_bf16": True, "bf16_matmul_speedup": 1.7})
+    assert "measured 1.7x fp32's speed" in found.found
+    assert lint.findings(CLEAN | {"fast_bf16": True, "bf16_matmul_speedup": 0.9}) == []  # narrow layers: no trap
+    (unmeasured,) = lint.findings(CLEAN | {"fast_bf16": True})
+    assert "not measured" in unmeasured.found and not re.search(r"\d+(\.\d+)?x|several", unmeasured.found)
+
+
+def test_the_lint_measures_bf16_with_the_profiles_probe_at_the_models_largest_layer(monkeypatch):
+    probed = []
+    monkeypatch.setattr(lint, "_fast_bf16", lambda device: True)
+    monkeypatch.setattr(lint.peaks, "bf16_matmul_speedup", lambda k, n, device: probed.append((k, n)) or 2.5)
+    found = _found(_fit(model=nn.Sequential(nn.Flatten(), nn.Linear(8, 16), nn.Linear(16, 4))))
+    assert probed == [(8, 16)] and "measured 2.5x" in found["fp32-with-fast-bf16"]["found"]
+    from accel.config.train_config import TrainConfig
+
+    _fit(config=TrainConfig(lint_ignore=["fp32-with-fast-bf16"]))
+    assert len(probed) == 1  # an ignored finding costs no probe
+    lint.peaks.bf16_speedup_at_model_size(nn.Linear(16, 50_000), torch.device("cpu"))
+    assert probed[-1] == (16, lint.peaks.PROBE_DIM_AT_MOST)  # a vocabulary's head: the probe's tensors bounded
 
 
 @pytest.mark.parametrize(

@@ -131,11 +131,38 @@ def test_mixed_precision_is_not_advised_where_bf16_measured_no_faster_at_the_mod
     report["facts"].update(precision="fp32", bf16_matmul_speedup=0.7)  # a narrow model: conversions cost more
     assert advise(report, "r.yaml") == []
     report["facts"]["bf16_matmul_speedup"] = 2.0
-    (advice,) = advise(report, "r.yaml")  # matmuls 60% of op time, twice as fast: at most 1/(0.4 + 0.3) for the step
-    said = "bf16 matmuls at the model's size measured 2.0x fp32 here: the step at most 1.43x faster"
-    assert said in advice["finding"]
+    (advice,) = advise(report, "r.yaml")  # matmuls 60% of op time, twice as fast: 1/(0.4 + 0.3) for the step
+    said = "bf16 matmuls at the model's size measured 2.0x fp32 here; if only they sped up, the step would be 1.43x"
+    assert said in advice["finding"] and "an estimate" in advice["finding"]
     report["facts"]["bf16_matmul_speedup"], report["matmul_share"] = 1.8, 0.15  # fast matmuls, but few of them
-    assert advise(report, "r.yaml") == []  # at most 1.07x
+    assert advise(report, "r.yaml") == []  # 1.07x
+
+
+def test_a_bench_beside_the_profile_that_measured_bf16_withdraws_an_estimate_its_interval_leaves_out(tmp_path):
+    recipe, runs = tmp_path / "r.yaml", tmp_path / "runs"
+    recipe.write_text("name: r\n")
+    variant = {"overrides": {"speedups.amp.enabled": True}, "verdict": "helped"}
+    report = quiet()
+    report["facts"].update(precision="fp32", bf16_matmul_speedup=1.7)  # the step estimated 1/(0.4 + 0.6/1.7) = 1.33x
+
+    def finding(median: float, ci95: list[float]) -> str:
+        bench = runs / "bench-r" / "report.json"
+        bench.parent.mkdir(parents=True, exist_ok=True)
+        ratio = {"ratio_vs_baseline": {"median": median, "ci95": ci95}}
+        bench.write_text(json.dumps({"recipe": str(recipe), "variants": [variant | ratio]}))
+        (advice,) = advise(report, str(recipe), folder=runs / "profile-r")
+        return advice["finding"]
+
+    refuted = finding(2.38, [2.25, 2.50])
+    assert "estimate of 1.33x from its matmuls alone is withdrawn" in refuted
+    assert "measured the step at 2.38x [2.25, 2.50] (helped)" in refuted and "would be" not in refuted
+    variant["busy"] = 0.45  # a busy bench's interval decides nothing, as the bench itself says
+    busy = finding(2.38, [2.25, 2.50])
+    assert "withdrawn" not in busy and "measured the step at 2.38x [2.25, 2.50] (helped, busy machine)" in busy
+    del variant["busy"]
+    agreed = finding(1.30, [1.20, 1.40])
+    assert "would be 1.33x faster" in agreed and "measured the step at 1.30x [1.20, 1.40]" in agreed
+    assert "withdrawn" not in agreed
 
 
 def test_the_bf16_probe_measures_the_models_own_matmul_size():

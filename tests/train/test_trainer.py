@@ -217,3 +217,18 @@ def test_eval_max_batches_evaluates_only_the_first_batches():
     whole = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), val[:2], val_loader=val[:2], device="cpu")
     assert trainer.evaluate() == whole.evaluate()  # the first two batches, and nothing else
     assert Counting.served == 2
+
+
+@pytest.mark.parametrize("others_cpu_s, said", [(10.0, True), (0.0, False)])
+def test_a_fit_says_when_the_machine_was_busy_while_it_trained(tiny, monkeypatch, caplog, others_cpu_s, said):
+    from accel.measure import load
+
+    # 10 s on 2 cores, 5 CPU-s of them the run's own: the rest is others' (10 CPU-s: half the cores)
+    readings = iter([load.Counters(0.0, 0.0, 0.0, 0.0, 2), load.Counters(10.0, 5.0 + others_cpu_s, 0.0, 5.0, 2)])
+    monkeypatch.setattr(load, "counters", lambda: next(readings))
+    summary = build_trainer(validate_recipe(tiny)).fit()
+    if said:
+        assert "other processes took 50% of the 2 core(s)" in summary["busy"]
+        assert "busy machine: the machine was busy while this run trained" in caplog.text
+    else:
+        assert "busy" not in summary and "busy machine" not in caplog.text

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ...errors import DataError
+from ...extras import import_or_explain
 from ...registry import DATASETS
 from ..splits import Splits
 from .base import DatasetConfig, channel_stats
@@ -21,14 +21,7 @@ class Digits:
     @staticmethod
     def build(cfg: Digits.Config, seed: int) -> Splits:
         """Load the bundled digits and split them by `val_fraction` with a permutation seeded by `seed`."""
-        try:
-            from sklearn.datasets import load_digits
-        except ImportError as e:
-            raise DataError(
-                "The `digits` dataset comes from scikit-learn, which is not installed. "
-                "Install it with `pip install scikit-learn`."
-            ) from e
-        bunch = load_digits()
+        bunch = import_or_explain("sklearn.datasets", "the `digits` dataset").load_digits()
         pixels = torch.from_numpy(bunch.data).reshape(-1, 1, 8, 8)
         images = (pixels * (255.0 / 16.0)).round().clamp(0, 255).to(torch.uint8)
         data = TensorImageDataset(images, torch.from_numpy(bunch.target))
