@@ -96,18 +96,28 @@ def worker_init(worker_id: int) -> None:
     torch.set_num_threads(1)
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = "1"  # for libraries first loaded later in this worker
-    try:
-        from threadpoolctl import threadpool_limits
-
-        threadpool_limits(1)  # takes effect on creation and lasts for the process
-    except ImportError:
-        pass
+    # the BLAS and OpenMP pools already loaded start at one thread from WorkerLoader, which limits them in the
+    # parent as the workers fork: threadpoolctl called here, in a forked child, can hang in a BLAS whose threads
+    # the parent had running (joblib/threadpoolctl#176; a worker hung so until the test's 600 s timeout)
     # OpenCV only where the process loaded it already: importing a native library in a worker forked from a process
     # with live threads is where a fork deadlocks or crashes (a lock held by a thread the child lacks), and every
     # worker of every loader paid for it, whether its dataset used OpenCV or not
     cv2 = sys.modules.get("cv2")
     if cv2 is not None:
         cv2.setNumThreads(0)  # 0 = OpenCV runs its own functions single-threaded
+
+
+class WorkerLoader(DataLoader):
+    """A DataLoader with worker processes that start with one thread in each BLAS and OpenMP pool: the limit is set
+    in this process while `iter` forks them (they inherit it) and put back at once (see worker_init)."""
+
+    def __iter__(self):
+        try:
+            from threadpoolctl import threadpool_limits
+        except ImportError:  # installed with the data extra (scikit-learn's); torch's own pools are limited anyway
+            return super().__iter__()
+        with threadpool_limits(1):
+            return super().__iter__()
 
 
 def collate(samples: list | GatheredBatch | GatheredDict) -> Any:
@@ -145,9 +155,9 @@ def build_loader(
     )
     if workers > 0 and resolve_workers_kind(cfg, dataset) == "threads":
         return ThreadLoader(dataset, threads=workers, prefetch_factor=cfg.prefetch_factor, **common)
-    extra = {}
-    if workers > 0:  # DataLoader rejects these options without workers
-        extra = dict(
-            prefetch_factor=cfg.prefetch_factor, persistent_workers=cfg.persistent_workers, worker_init_fn=worker_init
-        )
-    return DataLoader(dataset, num_workers=workers, **common, **extra)
+    if workers == 0:  # DataLoader rejects the worker options without workers
+        return DataLoader(dataset, **common)
+    workers_options = dict(
+        prefetch_factor=cfg.prefetch_factor, persistent_workers=cfg.persistent_workers, worker_init_fn=worker_init
+    )
+    return WorkerLoader(dataset, num_workers=workers, **common, **workers_options)
