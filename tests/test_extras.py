@@ -29,7 +29,11 @@ def pyproject() -> dict:
 
 
 def _missing(monkeypatch, *modules: str) -> None:
+    """Each of `modules` and its submodules an earlier test imported (a cached `sklearn.datasets` imports even
+    with `sklearn` blocked)."""
     for name in modules:
+        for loaded in [module for module in sys.modules if module.startswith(name + ".")]:
+            monkeypatch.setitem(sys.modules, loaded, None)
         monkeypatch.setitem(sys.modules, name, None)
 
 
