@@ -81,6 +81,11 @@ class ScriptLaunch:
         accel_set = [f"{SET_VARIABLE}={shlex.quote(self.accel_set())}"] if self.accel_set() else []
         return " ".join([*own, *variables, *accel_set, shlex.join(self.command)])
 
+    def settings(self) -> str:
+        """Its ACCEL_SET items and environment variables (its options are in its command)."""
+        said = [*self.sets, *(f"{name}={value}" for name, value in self.env)]
+        return " ".join(map(shlex.quote, said)) or "the script as given"
+
     def launch(self, settings: TrialSettings, json_path: Path) -> tuple[list[str], dict[str, str]]:
         """The command and the variables that make it a trial: its engine's (accel.engine.trial_variables), or the
         instrument's, loaded before its first line (accel.bench.instrument)."""

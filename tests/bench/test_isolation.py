@@ -89,7 +89,11 @@ def test_a_trial_in_its_own_view_leaves_every_file_as_it_was(tmp_path, monkeypat
     assert trial["files"] == "isolated" and trial["steps"] == 2
     # the child python that trained was measured and ended there, and both the record and its output say so
     assert trial["measured_in"].endswith("train.py --child")
-    assert "accel: ended" in Path(trial["log"]).read_text()
+    log = Path(trial["log"]).read_text()
+    assert "accel: ended" in log
+    # the header: the script's command (not the room's wrapper of it) and its variant's settings
+    assert log.startswith(f"command: {sys.executable} train.py\nvariant: env:ROOM=1: ROOM=1\n")
+    assert "\nenv: ROOM=1\n" in log
 
 
 @pytest.mark.slow
