@@ -25,10 +25,11 @@ if TYPE_CHECKING:
     from .isolation import Room
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding `accel/`, for the children's imports
-INSTRUMENT_SITE = Path(__file__).resolve().parent / "instrument" / "site"  # its sitecustomize: accel/bench/instrument
+# the trial's side (accel/trial), named on a script trial's PYTHONPATH only: its sitecustomize loads in the child
+TRIAL_SITE = PACKAGE_ROOT / "accel" / "trial" / "site"
 TAIL_LINES = 30
 LOG_SEPARATOR = "-" * 40  # ends a trial log's header: what follows is the process's own output
-# the instrument's record of a script that ended before its first optimizer step (accel/bench/instrument); where it
+# the instrument's record of a script that ended before its first optimizer step (accel/trial/instrument); where it
 # exited on an error of its own, the trial says that error instead (`own_error`)
 NEVER_STEPPED = (
     "the script ended without stepping an optimizer (no torch.optim optimizer's step() ran): accel measures a script "
@@ -130,8 +131,8 @@ def _pythonpath(*first: str) -> str:
 
 
 def instrumented_pythonpath() -> str:
-    """A script trial's PYTHONPATH: the instrument's sitecustomize loads before the script's first line."""
-    return _pythonpath(str(INSTRUMENT_SITE), str(PACKAGE_ROOT))
+    """A script trial's PYTHONPATH: the trial's sitecustomize loads before the script's first line."""
+    return _pythonpath(str(TRIAL_SITE), str(PACKAGE_ROOT))
 
 
 def log_header(argv: list[str], env: dict[str, str], variant: str | None = None) -> str:

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from accel.bench import file_record, isolation
-from accel.bench.instrument.backups import Backups, restore
+from accel.bench.isolation import restore
 from accel.cli import main
+from accel.trial.backups import Backups
 
 # A script that writes through every API the guarantee covers, and starts a child python that trains (the trial's
 # steps are measured there). Each change lands before the first step, so the probe makes them too.
