@@ -8,7 +8,7 @@ faster), reported as the median over rounds with a bootstrap 95% interval and th
 steps and evaluations on the same data with the same seed; the GPT loops print the same losses (a test checks).
 
 With `--instrument` the other side is the plain loop itself, unchanged, with accel's instrument loaded as a bench
-trial loads it (accel/bench/instrument: every optimizer step counted and timed, the model's forward hooked, the loss
+trial loads it (accel/trial/instrument: every optimizer step counted and timed, the model's forward hooked, the loss
 kept), in its own-run mode, so the loop trains to its end:
 
     python benchmarks/engine_overhead.py --rounds 6 --out benchmarks/results/engine-overhead.json

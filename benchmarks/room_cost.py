@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 
 from accel.bench import file_record, isolation
-from accel.bench.instrument import backups
+from accel.engine import trial_variables
 
 IMPORT_TORCH = "import torch, numpy; torch.nn.Linear(4, 4)(torch.randn(2, 4)).sum().backward()"
-HOOKED = f"from accel.bench.instrument import backups; backups.start(); {IMPORT_TORCH}"
+HOOKED = f"from accel.trial import backups; backups.start(); {IMPORT_TORCH}"
 
 
 def _timed(argv: list[str], env: dict[str, str] | None = None) -> float:
@@ -54,7 +54,7 @@ def hooks(repeats: int) -> dict[str, float]:
     env = dict(os.environ)
     plain = _median_ms(lambda: _timed([sys.executable, "-c", IMPORT_TORCH], env), repeats)
     with tempfile.TemporaryDirectory() as folder:
-        hooked_env = env | {backups.JOURNAL: str(Path(folder, "journal.jsonl"))}
+        hooked_env = env | {trial_variables.JOURNAL: str(Path(folder, "journal.jsonl"))}
         hooked = _median_ms(lambda: _timed([sys.executable, "-c", HOOKED], hooked_env), repeats)
     return {"import torch ms": plain, "import torch, audit hook on ms": hooked}
 

@@ -25,12 +25,10 @@ LAYERS = [
     {"train"},
     {"bench", "profile", "export"},
     {"cli", "launch"},
+    {"trial"},  # the trial's side, inside a script's process: nothing imports it (`test_nothing_imports_the_trial`)
 ]
 # Imports that point up, each for a reason, called inside a function
 UPWARD = {
-    # the in-script half of `accel bench -- python train.py` and `accel profile -- ...` (accel.bench.engine_trial):
-    # `accel.Engine` registers it among its core's observers, only in a trial's or a profile's process
-    ("accel.engine.own_loop", "accel.bench.engine_trial"),
     # `torchvision:NAME` and `timm:NAME` are names in the model registry, built by the libraries' own builders
     ("accel.registry", "accel.models.libraries"),
 }
@@ -98,6 +96,20 @@ def test_every_import_points_down_a_layer_or_is_a_named_exception():
     assert not wrong, "imports up a layer (docs/architecture.md, Rooms):\n" + "\n".join(wrong)
 
 
+def test_nothing_imports_the_trial():
+    """The trial's side (accel/trial) runs inside a script's process, loaded by its sitecustomize: the rest of accel
+    only names it on a trial's PYTHONPATH and command line, and an engine meets it through the observers its
+    process registers (accel.engine.process_observers), so no import of it, even inside a function or for types."""
+    wrong = sorted(
+        f"{module} imports {target}"
+        for module in MODULES
+        if room(module) != "trial"
+        for target in imports(module, typing=True)
+        if room(target) == "trial"
+    )
+    assert not wrong, "imports of the trial's side (docs/architecture.md, Rooms):\n" + "\n".join(wrong)
+
+
 def test_every_room_is_in_a_layer():
     rooms = {room(module) for module in MODULES if module != "accel"}
     assert rooms == set().union(*LAYERS)
@@ -125,13 +137,13 @@ def test_no_import_cycle_when_modules_load():
 
 # Modules that know each other by type only (a part typed against its owner), each knot named: the Trainer and the
 # loop's parts that take it (callbacks among them; the speed lint, FLOP counting and the profile window read the
-# engine's core instead), and the bench's own (a runner and its real run, tune's search and its stages: the range
-# test, the levers; the instrument's recorder and its parts)
+# engine's core instead), the bench's own (a runner and its real run, tune's search and its stages: the range
+# test, the levers) and the trial's (the instrument's recorder and its parts)
 KNOTS = [
     {"callbacks.base", "train.divergence", "train.evaluation", "train.fit_summary", "train.stopping", "train.trainer"},
     {"bench.real_run", "bench.runner"},
     {"bench.tune.levers", "bench.tune.lr_range", "bench.tune.search"},
-    {"bench.instrument.profiled", "bench.instrument.recorder", "bench.instrument.trial_record"},
+    {"trial.instrument.profiled", "trial.instrument.recorder", "trial.instrument.trial_record"},
 ]
 
 

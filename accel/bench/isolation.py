@@ -2,11 +2,11 @@
 
 One guarantee, kept by a mechanism rather than by patched calls, and checked whichever mechanism ran:
 - **isolated**: where the kernel lets an unprivileged process make user and mount namespaces, the trial runs in a
-  private view of the file system (accel/bench/room_enter.py): an overlay over every writable mount, so whatever
+  private view of the file system (accel/trial/room_enter.py): an overlay over every writable mount, so whatever
   writes (Python or native code, a `cp` the script runs) lands in the trial's upper layer, gone with the trial;
 - **restored**: elsewhere (user namespaces disabled: Ubuntu 24.04's AppArmor rule, Docker's default seccomp), an
   audit hook in each of the trial's Python processes backs up each path before its first change
-  (accel/bench/instrument/backups.py), and the bench puts them back when the trial ends, however it ended;
+  (accel/trial/backups.py), and the bench puts them back when the trial ends, however it ended;
 - **checked**: a record of the folders the trial can reach (its working folder and the paths its command names,
   accel/bench/file_record.py), taken before and after, names what differs. In the private view a difference is
   someone else's (a file the user edited meanwhile), said beside "isolated". With the hooks, a new path is moved
@@ -34,10 +34,9 @@ from pathlib import Path
 from ..engine import trial_variables
 from ..errors import AccelError
 from . import file_record
-from .instrument import backups
 from .records import Trial
 
-ENTER = Path(__file__).resolve().parent / "room_enter.py"
+ENTER = Path(__file__).resolve().parents[1] / "trial" / "room_enter.py"  # run as a file: nothing imports the trial
 CHOICE = "ACCEL_ISOLATION"  # namespace | hooks: the mechanism asked for (default: namespace where it works)
 MECHANISMS = ("namespace", "hooks")
 CACHES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")  # the bench's compile caches (trial_process.trial_env)
@@ -153,11 +152,14 @@ class Room:
         if how == "namespace":
             argv = _entered(folder, through, argv)
         else:
-            env = env | {backups.JOURNAL: str(journal), backups.EXITS: os.pathsep.join(map(str, through))}
+            env = env | {
+                trial_variables.JOURNAL: str(journal),
+                trial_variables.EXITS: os.pathsep.join(map(str, through)),
+            }
         try:
             yield argv, env
         finally:
-            restored = backups.restore(str(journal))
+            restored = restore(str(journal))
             after = file_record.record(self.reachable, [*through, folder])
             shutil.rmtree(folder, ignore_errors=True)
             self.kept = self._check(how, restored, before, after)
@@ -181,6 +183,32 @@ class Room:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(path, target)
         return path
+
+
+def restore(journal: str) -> int:
+    """Put back every path the trial's journal (written by accel/trial/backups.py) names as it was before the
+    trial's first change to it, latest change first; the number of paths put back."""
+    try:
+        with open(journal) as f:
+            entries = [json.loads(line) for line in f if line.endswith("\n")]
+    except FileNotFoundError:
+        return 0
+    first: dict[str, str | None] = {}
+    for entry in entries:
+        first.setdefault(entry["path"], entry["backup"])
+    for path, backup in reversed(first.items()):
+        _clear(path)
+        if backup is not None:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            shutil.move(backup, path)
+    return len(first)
+
+
+def _clear(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        os.remove(path)
 
 
 def _lost_message(kept: Kept) -> str:

@@ -1,5 +1,5 @@
 """What the bench says and does while a script's probe runs (accel.bench.script.probe), from the notes its processes
-leave (accel/bench/instrument/guard.py: whether they imported torch, whether accel's recorder started, the optimizer
+leave (accel/trial/instrument/guard.py: whether they imported torch, whether accel's recorder started, the optimizer
 steps accel's hooks saw): a line at least every PROGRESS_S seconds saying what it waits for; a stop once a step was
 seen and the probe, which ends at its first step, did not end within as long again as the step took to come (at
 least GRACE_S); and, for a script that ended without a record, what accel saw and failed to see."""

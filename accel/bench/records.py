@@ -151,12 +151,12 @@ class Trial(Record):
     target_evals: list[dict[str, Any]] | None = None
     unlogged_metric: str | None = None  # the metric a target needs, which the script never logged: the bench stops
     step_losses: list[float] | None = None  # each optimizer step's training loss, warm-up included
-    # an unchanged script's one-off costs, out of its steps (accel/bench/instrument): evaluation, checkpoint writes
+    # an unchanged script's one-off costs, out of its steps (accel/trial/instrument): evaluation, checkpoint writes
     eval_s: float | None = None
     save_s: float | None = None
     load: dict[str, Any] | None = None  # the machine's load over the timed steps (accel/measure/load.py)
     # what an unchanged script made under its own output options (`--output`), sent to the trial's own folder
-    # (accel/bench/instrument/parsers.py): by option, the path given and the folders and files made there
+    # (accel/trial/instrument/parsers.py): by option, the path given and the folders and files made there
     script_outputs: dict[str, dict[str, Any]] | None = None
     # the runner's, added in the parent process
     index: int | None = None

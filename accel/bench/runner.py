@@ -111,15 +111,15 @@ def _run_job(
     if isinstance(recipe, Path):
         # absolute: a revision's trial runs in its checkout, not here
         argv, added = trial_argv(recipe.resolve(), settings, json_path.resolve(), variant, trial), {}
-        room = None
+        room, said = None, f"{variant}: the resolved recipe {recipe}"
     else:  # a script: whatever it writes, the user's files stay as they were
         argv, added = recipe.launch(settings, json_path.resolve())
-        room = Room(argv, cwd, out / "left-behind" / stem)
+        room, said = Room(argv, cwd, out / "left-behind" / stem), f"{variant}: {recipe.settings()}"
     started, tick = time.time(), time.perf_counter()
     try:
         # the trial records the machine's load over its own timed steps (accel/measure/load.py's Window)
         env = trial_env(cache) | added
-        result = run_trial_process(argv, json_path, log_path, settings.timeout, env, cwd, room)
+        result = run_trial_process(argv, json_path, log_path, settings.timeout, env, cwd, room, said)
     finally:
         if not shared:
             shutil.rmtree(cache, ignore_errors=True)

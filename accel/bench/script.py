@@ -2,7 +2,7 @@
 
 A variant is the script with `ACCEL_SET` items added (accel.engine.settings), with one of its own options set
 (`--vary arg:--batch=16,32`) or with an environment variable set (`--vary env:OMP_NUM_THREADS=1,2`). Every trial
-runs with accel's instrument loaded before the script's first line (accel/bench/instrument): a script that creates
+runs with accel's instrument loaded before the script's first line (accel/trial/instrument): a script that creates
 an `accel.Engine` is measured by its engine (accel.engine.trial_variables), any other by the instrument, from its
 optimizer steps. One probe comes first: the script runs until its engine sets the model up (what the engine was
 given, the model's traits) or, without an engine, until its first optimizer step (the device, the model's traits),
@@ -82,9 +82,14 @@ class ScriptLaunch:
         accel_set = [f"{SET_VARIABLE}={shlex.quote(self.accel_set())}"] if self.accel_set() else []
         return " ".join([*own, *variables, *accel_set, shlex.join(self.command)])
 
+    def settings(self) -> str:
+        """Its ACCEL_SET items and environment variables (its options are in its command)."""
+        said = [*self.sets, *(f"{name}={value}" for name, value in self.env)]
+        return " ".join(map(shlex.quote, said)) or "the script as given"
+
     def launch(self, settings: TrialSettings, json_path: Path) -> tuple[list[str], dict[str, str]]:
         """The command and the variables that make it a trial: its engine's (accel.engine.trial_variables), or the
-        instrument's, loaded before its first line (accel.bench.instrument)."""
+        instrument's, loaded before its first line (accel.trial.instrument)."""
         return list(self.command), {
             **dict(self.env),
             "PYTHONPATH": instrumented_pythonpath(),
@@ -303,7 +308,7 @@ def probe(command: list[str], sets: list[str], timeout: float | None = None, cwd
             raise AccelError(f"{watch.why_stopped(line, hint)}; last output:\n{log_tail(log_path)}")
         if path.is_file():
             given = json.loads(path.read_text())
-            if "error" in given:  # the guard's: accel's recorder did not start (accel/bench/instrument/guard.py)
+            if "error" in given:  # the guard's: accel's recorder did not start (accel/trial/instrument/guard.py)
                 raise AccelError(f"`{line}`: {given['error']} Last output:\n{log_tail(log_path)}")
             return given
         if code == 0:

@@ -1,5 +1,5 @@
 """A plain script's own options, as its argparse parsers declare them (recorded in the probe by
-accel/bench/instrument/parsers.py): how a variant's `arg:--OPTION` value goes on its command line, and whether the
+accel/trial/instrument/parsers.py): how a variant's `arg:--OPTION` value goes on its command line, and whether the
 script's parser takes it, asked of a parser rebuilt from the recorded options, before any trial runs.
 
 `present` and `absent` switch an option by its presence (a `store_true` flag, `--no-x` of a BooleanOptionalAction,

@@ -1,5 +1,5 @@
 """A trial's figures from its optimizer steps: one home for a recipe's trial (bench/trial.py), a script's engine
-(bench/engine_trial.py) and an unchanged script's instrument (bench/instrument/).
+(trial/engine_agent.py) and an unchanged script's instrument (trial/instrument/).
 
 A step is a dict of its seconds (`s`), `samples`, `tokens` and data wait (`data_s`); a script's steps come as
 cumulative marks (`t` and counts) taken at the end of each optimizer step, which `deltas` turns into steps.

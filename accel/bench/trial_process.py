@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -24,9 +25,11 @@ if TYPE_CHECKING:
     from .isolation import Room
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding `accel/`, for the children's imports
-INSTRUMENT_SITE = Path(__file__).resolve().parent / "instrument" / "site"  # its sitecustomize: accel/bench/instrument
+# the trial's side (accel/trial), named on a script trial's PYTHONPATH only: its sitecustomize loads in the child
+TRIAL_SITE = PACKAGE_ROOT / "accel" / "trial" / "site"
 TAIL_LINES = 30
-# the instrument's record of a script that ended before its first optimizer step (accel/bench/instrument); where it
+LOG_SEPARATOR = "-" * 40  # ends a trial log's header: what follows is the process's own output
+# the instrument's record of a script that ended before its first optimizer step (accel/trial/instrument); where it
 # exited on an error of its own, the trial says that error instead (`own_error`)
 NEVER_STEPPED = (
     "the script ended without stepping an optimizer (no torch.optim optimizer's step() ran): accel measures a script "
@@ -109,6 +112,9 @@ class Launch(Protocol):
     def launch(self, settings: TrialSettings, json_path: Path) -> tuple[list[str], dict[str, str]]:
         """The command line and the environment variables it adds."""
 
+    def settings(self) -> str:
+        """What the variant sets, for its trials' logs."""
+
 
 def trial_env(cache_dir: Path) -> dict[str, str]:
     """The parent's environment, with the compile caches pointed at `cache_dir` and accel importable."""
@@ -125,15 +131,30 @@ def _pythonpath(*first: str) -> str:
 
 
 def instrumented_pythonpath() -> str:
-    """A script trial's PYTHONPATH: the instrument's sitecustomize loads before the script's first line."""
-    return _pythonpath(str(INSTRUMENT_SITE), str(PACKAGE_ROOT))
+    """A script trial's PYTHONPATH: the trial's sitecustomize loads before the script's first line."""
+    return _pythonpath(str(TRIAL_SITE), str(PACKAGE_ROOT))
+
+
+def log_header(argv: list[str], env: dict[str, str], variant: str | None = None) -> str:
+    """What made a trial's log, at its top: the command as run, the variant, and the environment variables accel
+    set or the variant changed (those that differ from the parent's), then a separator."""
+    changed = sorted((name, value) for name, value in env.items() if os.environ.get(name) != value)
+    lines = [
+        f"command: {shlex.join(argv)}",
+        *([f"variant: {variant}"] if variant else []),
+        *(f"env: {name}={shlex.quote(value)}" for name, value in changed),
+    ]
+    return "\n".join([*lines, LOG_SEPARATOR, ""])
 
 
 def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
+    """The last `lines` of the process's own output (the header left out)."""
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        text = path.read_text(errors="replace")
     except OSError:
         return ""
+    output = text.split(f"{LOG_SEPARATOR}\n", 1)[-1]
+    return "\n".join(output.splitlines()[-lines:])
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -167,18 +188,32 @@ def run_logged(
     cwd: Path | None = None,
     watch: Callable[[float], bool] | None = None,
     room: Room | None = None,
+    variant: str | None = None,
 ) -> int | None:
     """Run `argv` in a session of its own (in `cwd`: a revision's checkout; in `room`: a script's trial, which
-    leaves the user's files as they were), its output into `log_path`; its exit code, or None when it ran past
-    `timeout` or `watch` (called about every second with the seconds so far) said to stop it, and it was killed
-    with its whole group (DataLoader workers too)."""
-    if room is not None:
-        with room.entered(argv, env) as (argv, env):
-            return run_logged(argv, log_path, env, timeout, cwd, watch)
+    leaves the user's files as they were), its output into `log_path` after a header saying what made it
+    (`log_header`, `variant` among it); its exit code, or None when it ran past `timeout` or `watch` (called about
+    every second with the seconds so far) said to stop it, and it was killed with its whole group (DataLoader
+    workers too)."""
+    log_path.write_text(log_header(argv, env, variant))  # the command as given, not the room's wrapper of it
+    if room is None:
+        return _run_logged(argv, log_path, env, timeout, cwd, watch)
+    with room.entered(argv, env) as (argv, env):
+        return _run_logged(argv, log_path, env, timeout, cwd, watch)
+
+
+def _run_logged(
+    argv: list[str],
+    log_path: Path,
+    env: dict[str, str],
+    timeout: float | None,
+    cwd: Path | None,
+    watch: Callable[[float], bool] | None,
+) -> int | None:
     # Ctrl-C or SIGTERM held off while the child forks: a handler that raised then ran in logging's after-fork
     # hook, which swallowed the KeyboardInterrupt, and a bench stopped there trained on to its end
     held = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
-    with log_path.open("w") as log:
+    with log_path.open("a") as log:
         try:
             proc = subprocess.Popen(
                 argv,
@@ -240,11 +275,13 @@ def run_trial_process(
     env: dict[str, str],
     cwd: Path | None = None,
     room: Room | None = None,
+    variant: str | None = None,
 ) -> Trial:
     """Run one trial command; its record, or one holding only `error` with the output tail when it crashed,
-    timed out or wrote no readable record. Output goes to `log_path`; what kept the user's files, to `files`."""
+    timed out or wrote no readable record. Output goes to `log_path` (its header naming `variant`); what kept the
+    user's files, to `files`."""
     json_path.unlink(missing_ok=True)
-    code = run_logged(argv, log_path, env, timeout, cwd, room=room)
+    code = run_logged(argv, log_path, env, timeout, cwd, room=room, variant=variant)
     kept = {} if room is None else {"files": room.kept.said(), "files_restored": room.kept.restored}
     return _result(code, json_path, log_path, timeout).updated(**kept)
 

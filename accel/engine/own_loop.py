@@ -33,14 +33,14 @@ from ..optimizers.builders import muon_from
 from ..speedups import Speedup, from_configs, refuse
 from ..strategy import Strategy, choose
 from ..strategy.world import World, init_process_group, restart_count, world_from_env
-from . import ranks, trial_variables
+from . import process_observers, ranks
 from . import state as engine_state
 from .core import Core, Observer, checked_grad_accum
 from .dataloaders import DeviceLoader, sharded
 from .loop_records import LoopRecords, records_folder
 from .loop_state import LoopState
 from .schedule import ScheduleWatch
-from .settings import Settings, engine_settings
+from .settings import engine_settings
 from .wrappers import unwrap, wrap_module, wrap_optimizer
 
 log = logging.getLogger("accel")
@@ -170,9 +170,9 @@ class Engine:
         self._optimizer_setting = settings.optimizer  # "muon": built at setup
         self._core.observe(_LoopSteps(self))
         self._records = LoopRecords(self._core, self._loop, out, resume)
-        trial = _trial(self._records, settings)  # None unless `accel bench` or `accel profile` runs the script
-        if trial is not None:
-            self._core.observe(trial)
+        # a bench trial's or a profile's agent, in a process `accel bench` or `accel profile` runs (accel/trial)
+        for observer in process_observers.made_for(self._records, settings):
+            self._core.observe(observer)
             self._records.out = None  # a trial's records are its own (the bench's record, the profile's report)
 
     @property
@@ -461,16 +461,6 @@ class Engine:
     def print(self, *args: Any, **kwargs: Any) -> None:
         """`print` on rank 0 only: a loop's progress once, not once per process."""
         ranks.print_once(self.world, *args, **kwargs)
-
-
-def _trial(records: LoopRecords, settings: Settings) -> Observer | None:
-    """The bench's trial or the profile's window, when `accel bench` or `accel profile` runs the script: the
-    bench's agent (the one import of the bench from here, in a trial's process only)."""
-    if not trial_variables.asked():
-        return None
-    from ..bench.engine_trial import attach
-
-    return attach(records, settings)
 
 
 def rebuilt(optimizer: torch.optim.Optimizer, before: dict, after: dict) -> torch.optim.Optimizer:

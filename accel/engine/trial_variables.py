@@ -1,6 +1,7 @@
-"""The variables by which `accel bench` and `accel profile` ask a script's process to be a trial or a profile
-(what each asks: accel.bench.engine_trial). Named here, below the bench, so that an engine can tell whether it is
-in one without importing the bench."""
+"""The variables by which `accel bench` and `accel profile` ask a script's process to be a trial or a profile, and
+keep its files (what each asks: accel/trial/requested.py; the room: accel/bench/isolation.py). The one home of
+names the parent's side (accel/bench, accel/profile) and the trial's (accel/trial) share: here, below both, since
+the engine reads them too (a trial's engine leaves its `out=` alone) and none of them may import the trial."""
 
 from __future__ import annotations
 
@@ -14,6 +15,10 @@ WINDOW = "ACCEL_TRIAL_WINDOW"  # seconds of timed steps a trial takes at least, 
 PATTERNS = "ACCEL_TRIAL_METRIC_PATTERNS"  # a JSON list of regular expressions: metrics from the printed lines
 PROFILE = "ACCEL_PROFILE"  # `accel profile -- SCRIPT`: the profile window's settings (accel.profile.script)
 ROOT = "ACCEL_TRIAL_ROOT"  # the process id of the trial's first Python process, set there for its children
+# a trial's room without a private view (accel/trial/backups.py): the journal of its backups, JSON lines of
+# {"path", "backup"} that the bench replays when it ends; and the bench's own folders, os.pathsep-separated,
+# which the trial writes for real
+JOURNAL, EXITS = "ACCEL_ROOM_JOURNAL", "ACCEL_ROOM_EXITS"
 
 
 def claim_root() -> None:

@@ -31,7 +31,7 @@ KINETO_LOG_LEVEL, QUIET = "KINETO_LOG_LEVEL", "5"  # kineto's levels: 4 is ERROR
 
 class ProfiledRun(Protocol):
     """What the window reads of a run: the engine's core (accel.engine.core.Core), a recipe's and a hand-written
-    loop's alike; an unchanged script's recorder adapted (accel.bench.instrument.profiled.UnchangedRun)."""
+    loop's alike; an unchanged script's recorder adapted (accel.trial.instrument.profiled.UnchangedRun)."""
 
     device: torch.device
     steps: int  # optimizer steps taken
@@ -178,7 +178,7 @@ def _facts(run: ProfiledRun) -> dict[str, Any]:
         "num_workers": getattr(loader, "num_workers", None),
         "bf16_fast": devices.supports_bf16(run.device),
         "device_memory_mb": devices.total_memory_mb(run.device),
-        # a script without an accel.Engine (accel/bench/instrument): hf, lightning or plain; None with an engine
+        # a script without an accel.Engine (accel/trial/instrument): hf, lightning or plain; None with an engine
         "framework": getattr(run, "framework", None),
         "fused_optimizer": bool((getattr(run.optimizer, "defaults", None) or {}).get("fused")),
         "switches": _own_switches(run),
@@ -189,12 +189,11 @@ def _facts(run: ProfiledRun) -> dict[str, Any]:
 def _own_switches(run: ProfiledRun) -> dict[str, str]:
     """A plain script's own speed switches that run here, by meaning, as its command line spells them on (timm's
     `--amp --amp-dtype bfloat16`): the advice names them."""
-    if getattr(run, "framework", None) != "plain":
+    if getattr(run, "framework", None) != "plain":  # an unchanged script's run: it holds the parsers it recorded
         return {}
-    from ..bench.instrument.parsers import captured
     from ..bench.script_flags import plain_switches
 
-    found, _ = plain_switches({"resolved_device": str(run.device), "parsers": captured()}, sys.argv)
+    found, _ = plain_switches({"resolved_device": str(run.device), "parsers": run.parsers}, sys.argv)
     return {switch.meaning: switch.spelled() for switch in found if switch.cannot is None}
 
 

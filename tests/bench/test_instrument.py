@@ -1,4 +1,4 @@
-"""accel's instrument (accel/bench/instrument): an unchanged script, with no line of accel in it, measured from its
+"""accel's instrument (accel/trial/instrument): an unchanged script, with no line of accel in it, measured from its
 optimizer steps under `accel bench -- python train.py`."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The instrument starts however a script reaches torch (accel/bench/instrument/import_watch.py): after a look-up
+"""The instrument starts however a script reaches torch (accel/trial/instrument/import_watch.py): after a look-up
 that imports nothing, inside a function, through a library that imports it first, through runpy, under a launcher.
 Each script would train far past the trial's 2 steps: only a recorder that started ends it there with its record."""
 

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from accel.bench import file_record, isolation
-from accel.bench.instrument.backups import Backups, restore
+from accel.bench.isolation import restore
 from accel.cli import main
+from accel.trial.backups import Backups
 
 # A script that writes through every API the guarantee covers, and starts a child python that trains (the trial's
 # steps are measured there). Each change lands before the first step, so the probe makes them too.
@@ -89,7 +90,11 @@ def test_a_trial_in_its_own_view_leaves_every_file_as_it_was(tmp_path, monkeypat
     assert trial["files"] == "isolated" and trial["steps"] == 2
     # the child python that trained was measured and ended there, and both the record and its output say so
     assert trial["measured_in"].endswith("train.py --child")
-    assert "accel: ended" in Path(trial["log"]).read_text()
+    log = Path(trial["log"]).read_text()
+    assert "accel: ended" in log
+    # the header: the script's command (not the room's wrapper of it) and its variant's settings
+    assert log.startswith(f"command: {sys.executable} train.py\nvariant: env:ROOM=1: ROOM=1\n")
+    assert "\nenv: ROOM=1\n" in log
 
 
 @pytest.mark.slow

@@ -1,5 +1,5 @@
 """Never a whole training by accident, whatever fails inside accel: a probe or trial whose step recorder did not
-start is ended by the steps accel's other hooks saw (accel/bench/instrument/guard.py), the probe says what it waits
+start is ended by the steps accel's other hooks saw (accel/trial/instrument/guard.py), the probe says what it waits
 for and what it stopped (accel/bench/probe_watch.py), its messages never blame the script for what accel failed to
 see, and a framework's outputs go to the trial's own folder whether or not the recorder started."""
 
@@ -42,7 +42,7 @@ for finder in sys.meta_path:
 """
 RECORDER_FAILS = """
 import sys
-sys.modules["accel.bench.instrument.recorder"] = None  # importing the recorder raises: its start fails
+sys.modules["accel.trial.instrument.recorder"] = None  # importing the recorder raises: its start fails
 """
 
 

@@ -16,7 +16,7 @@ from accel.bench.plan import plan_bench
 from accel.bench.records import Trial, Verdict
 from accel.bench.runner import TrialProgress
 from accel.bench.trial import main as trial_main
-from accel.bench.trial_process import TrialSettings, run_trial_process, trial_argv, trial_env
+from accel.bench.trial_process import TrialSettings, log_tail, run_logged, run_trial_process, trial_argv, trial_env
 from accel.cli import main
 from accel.errors import AccelError, RecipeError
 from conftest import syncs_by_caller
@@ -41,6 +41,20 @@ TRIAL_KEYS = {
 
 
 @pytest.mark.slow
+def test_a_trials_log_starts_with_the_command_variant_and_environment_that_made_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("KEPT", "as the parent has it")
+    log = tmp_path / "t.log"
+    env = trial_env(tmp_path / "cache") | {"ACCEL_SET": "speedups.amp.enabled=true", "OMP_NUM_THREADS": "2"}
+    assert run_logged(["sh", "-c", "echo trained"], log, env, 20, variant="+amp: speedups.amp.enabled=true") == 0
+    header, output = log.read_text().split("-" * 40 + "\n")
+    lines = header.splitlines()
+    assert lines[:2] == ["command: sh -c 'echo trained'", "variant: +amp: speedups.amp.enabled=true"]
+    assert "env: ACCEL_SET=speedups.amp.enabled=true" in lines and "env: OMP_NUM_THREADS=2" in lines
+    assert f"env: TORCHINDUCTOR_CACHE_DIR={tmp_path / 'cache'}" in lines  # accel's own
+    assert not any("KEPT" in line for line in lines)  # unchanged from the parent's: not said
+    assert output == "trained\n" and log_tail(log) == "trained"
+
+
 def test_bench_end_to_end_interleaves_and_reports_a_crashing_variant(tiny, write_recipe, tmp_path, capsys):
     out = tmp_path / "bench"
     # 4096 > the 51 training samples with drop_last: that variant's trials raise inside the trial process.
@@ -109,6 +123,10 @@ def test_bench_end_to_end_interleaves_and_reports_a_crashing_variant(tiny, write
     recipes = {p.name for p in (out / "recipes").iterdir()}
     assert recipes == {"00-data.batch_size=8.yaml", "01-data.batch_size=4096.yaml"}
     assert len(list((out / "trials").glob("*.json"))) == 4 and len(list((out / "trials").glob("*.log"))) == 4
+    header = (out / "trials" / "00-data.batch_size=8-t0.log").read_text().splitlines()[:2]
+    assert header[0].startswith(f"command: {sys.executable} -m accel.bench.trial ")
+    recipe = out / "recipes" / "00-data.batch_size=8.yaml"
+    assert header[1] == f"variant: data.batch_size=8: the resolved recipe {recipe}"
     for name in ("report.md", "report.html", "throughput.png"):
         assert (out / name).is_file()
 

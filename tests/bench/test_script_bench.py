@@ -1,5 +1,5 @@
 """`accel bench -- python train.py`: a user's own script benched through its accel.Engine, each trial a fresh
-process of it (accel/bench/script.py), its steps measured by the engine (accel/bench/engine_trial.py)."""
+process of it (accel/bench/script.py), its steps measured by the engine (accel/trial/engine_agent.py)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ import pytest
 import torch
 
 import accel
-from accel.bench.engine_trial import Joined
 from accel.bench.records import Trial
 from accel.bench.script_options import with_option
 from accel.cli import main
 from accel.cli.script_args import split
-from accel.engine import trial_variables
+from accel.engine import process_observers, trial_variables
 from accel.errors import AccelError
+from accel.trial import dispatch
+from accel.trial.engine_agent import Joined
 from conftest import ROOT, syncs_by_caller
 
 GAN = ROOT / "tests" / "engine" / "gan_loop.py"  # two engines: one per model and optimizer
@@ -295,7 +296,7 @@ def _linear_trial_engine():
 
 
 def _agent(eng):
-    """The engine's trial (accel.bench.engine_trial), among its core's observers."""
+    """The engine's trial (accel.trial.engine_agent), among its core's observers."""
     return next(o.agent for o in eng._core.observers if isinstance(o, Joined))
 
 
@@ -304,6 +305,8 @@ def _trial_env(monkeypatch, record, **more) -> None:
     for name, value in settings.items():
         monkeypatch.setenv(name, str(value))
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # the trial's hook is undone with the test
+    # as the trial's sitecustomize registers it in a trial's process, undone with the test
+    monkeypatch.setattr(process_observers, "FACTORIES", [dispatch.attach])
 
 
 def test_the_engine_writes_its_trial_after_warmup_and_steps_and_exits_0(tmp_path, monkeypatch):
@@ -358,7 +361,7 @@ def test_the_machines_load_is_read_over_the_timed_steps_only(tmp_path, monkeypat
 def test_the_warm_up_ends_by_stopping_the_loops_compile_workers_untimed(tmp_path, monkeypatch):
     """The loop's own torch.compile starts inductor's pool, which halved a compiled model's throughput on a GPU
     host while it started: the warm-up's end stops it and waits, as warm-up."""
-    import accel.bench.engine_trial as engine_trial
+    import accel.trial.engine_agent as engine_trial
 
     stopped = []
     monkeypatch.setattr(engine_trial, "stop_compile_workers", lambda: (stopped.append(1), time.sleep(1.0)))

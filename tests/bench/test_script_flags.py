@@ -7,9 +7,9 @@ import argparse
 import pytest
 
 from accel import devices
-from accel.bench.instrument.parsers import described
 from accel.bench.script_flags import framework_ablation
 from accel.errors import AccelError
+from accel.trial.instrument.parsers import described
 
 HF_DEFAULTS = {
     "bf16": False,

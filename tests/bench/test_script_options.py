@@ -9,7 +9,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from accel.bench.instrument import parsers
 from accel.bench.records import Trial
 from accel.bench.report import outputs_lines
 from accel.bench.script import launch_of
@@ -18,6 +17,7 @@ from accel.bench.script_options import ScriptOptions, with_option
 from accel.bench.script_switches import switches
 from accel.bench.tune.script import UnchangedScript, _tries
 from accel.errors import AccelError
+from accel.trial.instrument import parsers
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from accel.bench.instrument.profiled import UnchangedRun
 from accel.cli import main
 from accel.profile.advice import advise
+from accel.trial.instrument.profiled import UnchangedRun
 from conftest import ROOT
 from tests.profiling.test_advice import data_bound, quiet, slow_optimizer
 
@@ -102,7 +102,7 @@ def test_a_scripts_advice_benches_the_script_with_its_settings():
     assert advice["bench"] is None and "script's DataLoader" in advice["fix"]  # its keys are a recipe's
 
 
-# --- a script without an engine, unchanged: the instrument drives the window (accel/bench/instrument/profiled.py) --
+# --- a script without an engine, unchanged: the instrument drives the window (accel/trial/instrument/profiled.py) --
 
 PLAIN = """
 import sys, torch

@@ -1,5 +1,5 @@
 """`accel tune -- python train.py ARGS`: tune's stages on a user's own script, each trial a fresh process of it
-(accel.bench.script) whose engine measures itself (accel.bench.engine_trial); docs/bench.md says how it is run.
+(accel.bench.script) whose engine measures itself (accel.trial.engine_agent); docs/bench.md says how it is run.
 
 - Speed (the default): the speed-ups the device runs, one knob each as for a recipe, starting from those the
   script's engine was given; then the script's batch-size option, when named (`--batch-arg`), and any `--try`
@@ -96,7 +96,7 @@ class ScriptSubject:
 
 
 class UnchangedScript(ScriptSubject):
-    """A script without an accel.Engine (accel.bench.instrument measures it): its own options and its speed flags
+    """A script without an accel.Engine (accel.trial.instrument measures it): its own options and its speed flags
     (a Hugging Face or LightningCLI script's Trainer flags, or its own speed switches), as given; no engine setting
     to resolve or refuse."""
 

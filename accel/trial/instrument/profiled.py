@@ -110,3 +110,10 @@ class UnchangedRun:
         from .recorder import FACTS
 
         return FACTS["framework"]
+
+    @property
+    def parsers(self) -> list[dict[str, Any]]:
+        """The script's argparse parsers as the instrument recorded them: a plain script's own switches."""
+        from .parsers import captured
+
+        return captured()

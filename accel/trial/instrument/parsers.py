@@ -4,7 +4,7 @@ flags (accel/bench/script_flags.py) and to refuse, before any trial, a variant i
 (accel/bench/script_options.py). Torch-free and cheap: it records after the script's own call, and never changes
 what the script gets, but for one thing: an option that names where the script writes (`--output`, `--output-dir`,
 `--save-dir`, ...) points, in a probe or trial, into a folder of the process's own under the same name, as the HF
-Trainer's `output_dir` does (accel/bench/instrument/hf_trainer.py): a bench's runs never write into the user's.
+Trainer's `output_dir` does (accel/trial/instrument/hf_trainer.py): a bench's runs never write into the user's.
 What the script made there is counted for the trial's record (`made`), so the report can say it."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ what only the Trainer knows: when training began (start-up ends there), its logg
 ...: targets and the results-changed flag), its checkpoint writes (timed apart), the speed flags it was given (the
 probe's answer, for `--ablate`), and a clean stop (`control.should_training_stop`) once the trial has its steps.
 A probe's or trial's checkpoints and logs go to a folder of its own, never to the script's `output_dir`, and its
-steps are told to the guard (accel/bench/instrument/guard.py), whether or not the recorder started.
+steps are told to the guard (accel/trial/instrument/guard.py), whether or not the recorder started.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Metrics a plain loop reports without a framework: the lines it prints, read by the bench's `--metric-pattern`
 regular expressions (nanoGPT prints `step 250: train loss 1.9, val loss 2.0`), and the scalars it logs through
 TensorBoard's `SummaryWriter`, wandb or MLflow. Each value reaches the recorder's `logged`, as a framework's logged
-metric does. A trial's tracking goes to folders of its own (accel.engine.trial_files): it adds no run to the
+metric does. A trial's tracking goes to folders of its own (accel.trial.files): it adds no run to the
 user's TensorBoard logs, W&B project or MLflow server, and needs none of them to be reachable."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from ...engine.trial_files import FILES
+from ..files import FILES
 from . import recorder
 
 Logged = Callable[[dict[str, Any]], None]

@@ -39,14 +39,14 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 
 from ... import devices
 from ...batches import leading_tensor
+from ...bench.trial_figures import TimedWindow
 from ...engine import trial_variables
 from ...io import strict_json, write_atomic
 from ...measure import load
 from ...measure.anatomy import Anatomy, compiled_in_place
 from ...measure.flops import Utilisation, few_samples, forward_precision
 from ...speedups.compile_workers import stop_compile_workers
-from .. import engine_trial
-from ..trial_figures import TimedWindow
+from ..requested import Requested, requested
 from . import guard, trial_record
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def install() -> None:
     global RECORDER
     if RECORDER is not None:
         return
-    asked = engine_trial.requested()
+    asked = requested()
     if asked is not None:
         RECORDER = Recorder(asked)
     elif os.environ.get(trial_variables.PROFILE):
@@ -72,16 +72,12 @@ def install() -> None:
 
         window = profiled.requested()
         if window is not None:
-            nothing = engine_trial.Requested(
+            nothing = Requested(
                 path="", warmup=0, steps=0, probe=False, every_step=False, target=None, metric=None, stop=False
             )  # no record and no step count: the window ends the process
             RECORDER = Recorder(nothing, window)
-
-
-def stand_down() -> None:
-    """The script created an `accel.Engine`, which measures its own steps: the recorder lets go of every hook."""
     if RECORDER is not None:
-        RECORDER.stand_down()
+        guard.recorder_started(RECORDER)
 
 
 def timed_save(save: Callable, *args: Any, **kwargs: Any) -> Any:
@@ -106,9 +102,9 @@ def patch(owner: Any, name: str, wrapper: Callable) -> Callable[[], None]:
 
 class Recorder:
     """The script's steps as the bench asked to see them (`asked`), counted from torch's hooks; the figures and
-    records it writes are accel.bench.instrument.trial_record's."""
+    records it writes are accel.trial.instrument.trial_record's."""
 
-    def __init__(self, asked: engine_trial.Requested, profile: UnchangedProfile | None = None):
+    def __init__(self, asked: Requested, profile: UnchangedProfile | None = None):
         self.path, self.steps, self.probe, self.every_step = asked.path, asked.steps, asked.probe, asked.every_step
         self.warmup = max(asked.warmup, 1)  # the first step's samples are counted before the model is known
         self.window, self.timed = asked.window, TimedWindow(asked.steps, asked.window)
@@ -412,7 +408,7 @@ class Recorder:
         self._write(trial_record.trial(self))
 
     def _write(self, record: dict[str, Any]) -> None:
-        from ..records import Trial  # validated as the runner reads it; NaN stays NaN (a diverged loss)
+        from ...bench.records import Trial  # validated as the runner reads it; NaN stays NaN (a diverged loss)
 
         if _is_main():
             write_atomic(self.path, Trial.model_validate(record).to_json())

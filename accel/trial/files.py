@@ -1,5 +1,5 @@
 """A trial's own folder, where its frameworks' outputs go (TensorBoard, W&B and MLflow runs, an HF Trainer's or
-Lightning's output folders: accel/bench/instrument), made at first use and gone with the process. Keeping the
+Lightning's output folders: accel/trial/instrument), made at first use and gone with the process. Keeping the
 user's own files as they were is the trial's room's job, whatever writes them (accel/bench/isolation.py); this
 folder keeps a trial's runs out of the user's tracking (W&B offline, a store of MLflow's own)."""
 

@@ -13,7 +13,7 @@ import os
 import shlex
 import sys
 import time
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from ...engine import trial_variables
 from ...engine.trial_variables import PATH, PROBE, STEPS, WARMUP
@@ -30,6 +30,7 @@ UNRECORDED = (
 _hooked = False
 _noted = 0.0  # when this process last left its note (time.monotonic)
 _ended = False  # accel ended this process itself, its record written
+_recorder: Any = None  # the process's recorder, once started (`recorder_started`)
 
 
 def start() -> None:
@@ -99,9 +100,23 @@ def stepped(by: str) -> None:
         end()
 
 
+def recorder_started(recorder: Any) -> None:
+    """The recorder started in this process (accel/trial/instrument/recorder.py, which this module never imports:
+    it imports torch)."""
+    global _recorder
+    _recorder = recorder
+
+
 def recording() -> bool:
     """Whether the recorder started in this process (it may have stood down for an engine, which then measures)."""
-    return getattr(sys.modules.get(f"{__package__}.recorder"), "RECORDER", None) is not None
+    return _recorder is not None
+
+
+def stand_down_recorder() -> None:
+    """The script created an `accel.Engine`, which measures its own steps: the recorder, if it started, lets go of
+    every hook."""
+    if _recorder is not None:
+        _recorder.stand_down()
 
 
 def note() -> None:

@@ -1,4 +1,4 @@
-"""What the instrument writes, read off its recorder (accel/bench/instrument/recorder.py): the probe's answer and the
+"""What the instrument writes, read off its recorder (accel/trial/instrument/recorder.py): the probe's answer and the
 trial's record, the same `Trial` a script's engine writes, from the bench's one home for a trial's figures
 (accel/bench/trial_figures.py)."""
 
@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ... import devices
+from ...bench.trial_figures import deltas, diverged, final_loss, ran_out, rates, steady, target_figures, window_short
+from ...bench.trial_process import NEVER_STEPPED
 from ...measure.flops import ForwardSum
 from ...strategy.precision import DTYPES
-from ..trial_figures import deltas, diverged, final_loss, ran_out, rates, steady, target_figures, window_short
-from ..trial_process import NEVER_STEPPED
 from . import guard
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """The fallback of a trial's room where the kernel gives it no private view of the file system (accel/bench/
 isolation.py): a Python audit hook in every process of the trial backs up each path before the trial's first change
-to it and journals it; the bench restores them all when the trial ends, however it ended (`restore`).
+to it and journals it; the bench restores them all when the trial ends, however it ended (isolation's `restore`).
 
 What Python's audit events show is covered whoever calls it (open for writing, os.remove, os.rename/replace,
 os.truncate, os.rmdir, os.mkdir, os.link, os.symlink, shutil.rmtree; shutil, pathlib and numpy's `tofile` go
@@ -16,8 +16,8 @@ import shutil
 import sys
 import threading
 
-JOURNAL = "ACCEL_ROOM_JOURNAL"  # the journal's path, set by the bench for a trial with this fallback
-EXITS = "ACCEL_ROOM_EXITS"  # the bench's own folders (os.pathsep-separated): the trial writes them for real
+from ..engine.trial_variables import EXITS, JOURNAL
+
 SYSTEM = ("/proc/", "/dev/", "/sys/")
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
@@ -174,29 +174,3 @@ def see_torch_writes(torch) -> None:
         native_init(self, name, *args, **kwargs)
 
     writer.__init__ = opened
-
-
-def restore(journal: str) -> int:
-    """Put back every path the trial's journal names as it was before the trial's first change to it, latest
-    change first; the number of paths put back."""
-    try:
-        with open(journal) as f:
-            entries = [json.loads(line) for line in f if line.endswith("\n")]
-    except FileNotFoundError:
-        return 0
-    first: dict[str, str | None] = {}
-    for entry in entries:
-        first.setdefault(entry["path"], entry["backup"])
-    for path, backup in reversed(first.items()):
-        _clear(path)
-        if backup is not None:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            shutil.move(backup, path)
-    return len(first)
-
-
-def _clear(path: str) -> None:
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path)
-    elif os.path.lexists(path):
-        os.remove(path)

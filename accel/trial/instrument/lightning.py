@@ -7,7 +7,7 @@ module's forward), when training began, its validation (timed apart), its logged
 for `--ablate` of a LightningCLI script) and a clean stop (`trainer.should_stop`) once the trial has its steps.
 
 A probe's or trial's logs, checkpoints and LightningCLI's `config.yaml` go to a folder of its own, never the
-script's, and its training batches are told to the guard (accel/bench/instrument/guard.py), whether or not the
+script's, and its training batches are told to the guard (accel/trial/instrument/guard.py), whether or not the
 recorder started: accel joins `Trainer.__init__` rather than Lightning's `callbacks_factory` entry point because
 that one's callbacks come after the script's, and LightningCLI's `SaveConfigCallback` writes into the run's folder
 at setup, before them.

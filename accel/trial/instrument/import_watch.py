@@ -1,7 +1,7 @@
 """The instrument starts when the script has imported torch, not before: importing torch first would change a
 script that sets `OMP_NUM_THREADS` or other variables torch reads at import; and it joins the Hugging Face Trainer
-when the script imports it (accel/bench/instrument/hf_trainer.py), as it joins Lightning's
-(accel/bench/instrument/lightning.py). Nothing here imports torch."""
+when the script imports it (accel/trial/instrument/hf_trainer.py), as it joins Lightning's
+(accel/trial/instrument/lightning.py). Nothing here imports torch."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from collections.abc import Callable
 from types import ModuleType
 
 from ...engine import trial_variables  # torch-free
-from . import backups, guard  # torch-free
+from .. import backups
+from . import guard  # torch-free
 
 SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "site")
 

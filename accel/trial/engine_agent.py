@@ -1,83 +1,47 @@
-"""A bench trial inside a user's own script: `accel bench -- python train.py` runs the script with these variables
-(named in accel.engine.trial_variables), and the script's engine, observed by this agent, measures its own optimizer
-steps, writes a `Trial` record and ends the process (exit 0).
+"""A bench trial inside a user's own script: `accel bench -- python train.py` runs the script with the trial's
+variables (what they ask: accel/trial/requested.py), and the script's engine, observed by this agent, measures its
+own optimizer steps, writes a `Trial` record and ends the process (exit 0); or, asked for a probe, says what the
+engine was given and exits at `eng.setup`.
 
-- `ACCEL_TRIAL=PATH`: where the record goes; without it the engine holds no agent among its core's observers.
-- `ACCEL_TRIAL_WARMUP=W`, `ACCEL_TRIAL_STEPS=N`: the record is written after W untimed (compilation happens there)
-  and N timed optimizer steps; N=0: when the script ends by itself (its own run: `tune --objective time`).
-- `ACCEL_TRIAL_WINDOW=S`: and not before the timed steps hold S seconds (`accel bench --window`); a script that
-  ends first after its N steps leaves a record saying the window was short.
-- `ACCEL_TRIAL_TARGET=val_loss=1.5`: also the seconds from the process start until the script logs (`eng.log`)
-  that value, its evaluations excluded as a recipe trial's are (the time from the step before the log to the log);
-  with `ACCEL_TRIAL_STOP=1` the record is written and the process ends there.
-- `ACCEL_TRIAL_CURVE=val_loss`: every logged value of that metric is recorded (the curve a target is read from).
-- `ACCEL_TRIAL_METRIC_PATTERNS=["val loss (?P<val_loss>[0-9.]+)"]`: a script without an engine reports metrics in
-  the lines it prints; each pattern's named groups are metrics (accel/bench/instrument/reported.py).
-- `ACCEL_TRIAL_SYNC=window`: synchronise the device after each warm-up step and the last step only, not after every
-  step (`accel bench --sync window`): the timed steps' time is then one window, in which the host prepares the next
-  step while the device works, as in a real run.
-- `ACCEL_TRIAL_PROBE=1`: write what the engine was given (speed-ups, device, strategy, optimizer) as it is
-  created, add the model's traits (convolutions, attention, repeated blocks) at `eng.setup` and exit there, before
-  the first step: the bench asks this first, to know the script's speed-ups, the model, and that it uses an engine.
-
-Otherwise the device is synchronised after every step, so a step's time is its real time: from the end of the previous
-optimizer step to the end of this one, the loop's own work (data, logging) included, as its user waits for it.
-A script that ends (or crashes) before its steps are done leaves a record saying so.
+Unless the bench asks for `--sync window`, the device is synchronised after every step, so a step's time is its
+real time: from the end of the previous optimizer step to the end of this one, the loop's own work (data, logging)
+included, as its user waits for it. A script that ends (or crashes) before its steps are done leaves a record
+saying so.
 
 A process is one trial (or one profile), whatever the number of its engines: a GAN's two engines join the trial the
 first one made (`Engines`), and the first to step is its clock, as the instrument's first optimizer to step is
-(accel.bench.instrument.recorder). A trial writes none of the script's own records (`out=`): that folder is its real
+(accel.trial.instrument.recorder). A trial writes none of the script's own records (`out=`): that folder is its real
 run's (accel.engine.own_loop).
 
 Each engine's core tells its observer (`Joined`) of its events; the observer hands them to the process's agent
-(the trial, the probe or the profile) with the engine's records (accel.engine.loop_records: its core, its loop's
-state, its summary).
+(the trial, the probe or the profile: accel/trial/dispatch.py chooses) with the engine's records
+(accel.engine.loop_records: its core, its loop's state, its summary).
 """
 
 from __future__ import annotations
 
 import atexit
-import json
-import logging
-import os
 import sys
 import time
 import traceback
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import psutil
 import torch
 
 from .. import devices
+from ..bench.trial_figures import TimedWindow
 from ..engine.core import Observer
-from ..engine.trial_variables import (
-    CURVE,
-    PATH,
-    PATTERNS,
-    PROBE,
-    PROFILE,
-    STEPS,
-    STOP,
-    SYNC,
-    TARGET,
-    WARMUP,
-    WINDOW,
-)
 from ..io import strict_json, write_atomic
 from ..measure import load
 from ..speedups.compile_workers import stop_compile_workers
 from .instrument import guard
 from .instrument.parsers import made
-from .trial_figures import TimedWindow
 
 if TYPE_CHECKING:
+    from ..bench.target import Target
     from ..engine.loop_records import LoopRecords
     from ..engine.settings import Settings
-    from .target import Target
-
-log = logging.getLogger("accel")
-_SHARED: dict[str, Any] = {}  # the process's trial or profile, by the variables that asked for it: engines join it
 
 
 class Agent:
@@ -121,42 +85,6 @@ class Joined(Observer):
         self.agent.logged(record)
 
 
-def attach(engine: LoopRecords, settings: Settings) -> Joined | None:
-    """The observer of an engine (its records) for the trial the bench asked for, or for the window `accel
-    profile` asked for (accel.profile.script), joined by every later engine of the process; None without either."""
-    key = os.environ.get(PROFILE) or os.environ.get(PATH)
-    if not key:
-        return None
-    instrument = sys.modules.get("accel.bench.instrument.recorder")
-    if instrument is not None:  # the engine measures its own steps, not the instrument
-        instrument.stand_down()
-    shared = _SHARED.get(key)
-    if shared is not None and not shared.done:
-        shared.join(engine)
-        return Joined(shared, engine)
-    agent = _new(engine, settings)
-    _SHARED.clear()
-    if agent is None:
-        return None
-    _SHARED[key] = agent
-    return Joined(agent, engine)
-
-
-def _new(engine: LoopRecords, settings: Settings) -> Agent | None:
-    if os.environ.get(PROFILE):  # imported only here: the report's plots need matplotlib
-        from ..profile.script import attach as profile
-
-        return profile(engine)
-    asked = requested()
-    if asked is None:
-        return None
-    if asked.probe:
-        return Probe(engine, settings, asked.path)
-    trial = ScriptTrial(engine, asked.path, asked.warmup, asked.steps, asked.window)
-    trial.target, trial.metric, trial.stop, trial.every_step = asked.target, asked.metric, asked.stop, asked.every_step
-    return trial
-
-
 class Engines:
     """The engines of one script (a GAN's: one per model and optimizer), measured as one training. The first to
     step is the clock: its optimizer steps are the script's steps, its model's forwards its samples; the others'
@@ -178,49 +106,6 @@ class Engines:
     def main(self) -> LoopRecords:
         """The clock, or before any step the first engine."""
         return self.clock or self.all[0]
-
-
-@dataclass(frozen=True)
-class Requested:
-    """What the bench asked of a script's trial, from its variables (see the module docstring): read by the
-    script's engine and by accel's instrument in a script without one (accel/bench/instrument)."""
-
-    path: str
-    warmup: int
-    steps: int
-    probe: bool
-    every_step: bool
-    target: Target | None
-    metric: str | None  # the logged metric whose values are recorded (the target's)
-    stop: bool  # end the trial when the target is reached
-    patterns: tuple[str, ...] = ()  # regular expressions whose named groups are metrics in the script's printed lines
-    window: float = 0.0  # seconds the timed steps hold at least, beside their count
-
-
-def requested() -> Requested | None:
-    """The trial this process is, or None outside the bench."""
-    path = os.environ.get(PATH)
-    if not path:
-        return None
-    target = None
-    if os.environ.get(TARGET):
-        from .target import parse_target
-
-        target = parse_target(os.environ[TARGET], any_metric=True)
-    return Requested(
-        path,
-        warmup=int(os.environ.get(WARMUP, "0")),
-        steps=int(os.environ.get(STEPS, "1")),
-        probe=os.environ.get(PROBE) == "1",
-        every_step=os.environ.get(SYNC, "step") != "window",
-        target=target,
-        metric=target.metric if target else os.environ.get(CURVE) or None,
-        stop=os.environ.get(STOP) == "1" and target is not None,
-        patterns=tuple(json.loads(os.environ.get(PATTERNS) or "[]")),
-        # several processes (torchrun's ranks) each keep a window: by time they could stop a step apart and leave
-        # the others waiting in a collective, so there the count alone decides
-        window=float(os.environ.get(WINDOW, "0")) if int(os.environ.get("WORLD_SIZE", "1")) == 1 else 0.0,
-    )
 
 
 class Probe(Agent):
@@ -360,7 +245,7 @@ class ScriptTrial(Agent):
         guard.end()
 
     def _write_record(self) -> None:
-        from .trial_figures import diverged
+        from ..bench.trial_figures import diverged
 
         record = self.record() | self._losses()
         self._write(record | self._target_figures() | diverged(record.get("step_losses", [])))
@@ -368,8 +253,8 @@ class ScriptTrial(Agent):
 
     def record(self) -> dict[str, Any]:
         """The figures of `accel.bench.records.Trial`, from the engine's own counts."""
+        from ..bench.trial_figures import deltas, rates, steady, window_short
         from ..speedups import compile_figures
-        from .trial_figures import deltas, rates, steady, window_short
 
         window = self.load.end()  # first: what follows (the FLOPs counted) is not the timed steps
         engine = self.engine
@@ -409,14 +294,14 @@ class ScriptTrial(Agent):
         """Each step's loss and the final loss; none when a step's loss did not pass through `eng.backward`."""
         if not self.step_losses or any(loss is None for loss in self.step_losses):
             return {}
-        from .trial_figures import final_loss
+        from ..bench.trial_figures import final_loss
 
         losses = torch.stack(self.step_losses).tolist()  # one device sync, at the end
         planned = losses[self.warmup : self.warmup + self.steps or None]  # as every variant trained them
         return {"final_loss": final_loss(planned), "step_losses": losses}
 
     def _target_figures(self) -> dict[str, Any]:
-        from .trial_figures import target_figures
+        from ..bench.trial_figures import target_figures
 
         if self.metric is None:
             return {}
@@ -425,7 +310,7 @@ class ScriptTrial(Agent):
         return target_figures(self.target, self.metric, self.evals, steps, "through eng.log ", fix, names)
 
     def _write(self, record: dict[str, Any]) -> None:
-        from .records import Trial  # validated as the runner reads it; NaN stays NaN (a diverged loss)
+        from ..bench.records import Trial  # validated as the runner reads it; NaN stays NaN (a diverged loss)
 
         if self.engine.core.world.is_main:
             write_atomic(self.path, Trial.model_validate(record).to_json())
@@ -442,6 +327,6 @@ class ScriptTrial(Agent):
         if self.failure is None and (not self.steps or len(self.marks) >= self.warmup + self.steps):
             self._write_record()  # its own run, or a window by time that the script's end cut short
             return
-        from .trial_figures import ran_out
+        from ..bench.trial_figures import ran_out
 
         self._write({"error": self.failure or ran_out(len(self.marks), self.warmup, self.steps)})
