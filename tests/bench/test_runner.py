@@ -40,7 +40,6 @@ TRIAL_KEYS = {
 }
 
 
-@pytest.mark.slow
 def test_a_trials_log_starts_with_the_command_variant_and_environment_that_made_it(tmp_path, monkeypatch):
     monkeypatch.setenv("KEPT", "as the parent has it")
     log = tmp_path / "t.log"
@@ -55,6 +54,7 @@ def test_a_trials_log_starts_with_the_command_variant_and_environment_that_made_
     assert output == "trained\n" and log_tail(log) == "trained"
 
 
+@pytest.mark.slow
 def test_bench_end_to_end_interleaves_and_reports_a_crashing_variant(tiny, write_recipe, tmp_path, capsys):
     out = tmp_path / "bench"
     # 4096 > the 51 training samples with drop_last: that variant's trials raise inside the trial process.
