@@ -20,7 +20,8 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def timm_command(tmp_path_factory):
-    """Its README's command, tiny: 32x32 images of its make_data.py (the images only: the text is run_clm's)."""
+    """Its README's command, tiny: 32x32 images of its make_data.py (the images only: the text is run_clm's), 7
+    batches an epoch, so a trial's steps pass an epoch's end (its evaluation, its checkpoint copied by os.link)."""
     pytest.importorskip("timm")
     sys.path.insert(0, str(PEERS))
     try:
@@ -30,8 +31,8 @@ def timm_command(tmp_path_factory):
     folder = tmp_path_factory.mktemp("timm")
     make_data.images(str(folder / "imgs"))
     return [sys.executable, str(PEERS / "timm" / "train.py"), "--data-dir", str(folder / "imgs"), "--dataset=",
-            "--model", "resnet10t", "--num-classes", "10", "--img-size", "32", "-b", "8", "--workers", "0",
-            "--device", "cpu", "--epochs", "1", "--output", str(folder / "out")]  # fmt: skip
+            "--model", "resnet10t", "--num-classes", "10", "--img-size", "32", "-b", "64", "--workers", "0",
+            "--device", "cpu", "--epochs", "2", "--output", str(folder / "out")]  # fmt: skip
 
 
 def test_timms_speed_switches_are_found_and_one_is_benched(timm_command, tmp_path, capsys, monkeypatch):
@@ -42,10 +43,10 @@ def test_timms_speed_switches_are_found_and_one_is_benched(timm_command, tmp_pat
         assert switch in listed
     assert "found --amp --amp-dtype bfloat16 (mixed precision): --amp 'use AMP for mixed precision training'" in listed
     out = tmp_path / "bench"
-    argv = ["bench", "--vary", "arg:--channels-last=absent,present", "--trials", "1", "--steps", "2", "--warmup", "1"]
+    argv = ["bench", "--vary", "arg:--channels-last=absent,present", "--trials", "1", "--steps", "8", "--warmup", "1"]
     assert main([*argv, "--out", str(out), "--", *timm_command]) == 0
     report = json.loads((out / "report.json").read_text())
-    assert [variant["ok_trials"] for variant in report["variants"]] == [1, 1]
+    assert [variant["ok_trials"] for variant in report["variants"]] == [1, 1]  # each past its first epoch's end
     output = Path(timm_command[timm_command.index("--output") + 1])  # its --output: nothing from the probe or a trial
     assert not output.exists() or not any(output.iterdir())
     # what it made there in each trial (a run folder with its args.yaml) went to the trial's own folder, and is said
