@@ -140,6 +140,8 @@ class Room:
         self.reachable = file_record.reachable(command, Path(os.path.abspath(cwd or os.getcwd())))
         self.left_behind = left_behind
         self.kept: Kept | None = None
+        # while entered with a private view: its stage and exits, for a trial forked from a zygote to enter itself
+        self.view: tuple[str, list[str]] | None = None
 
     @contextmanager
     def entered(self, argv: list[str], env: dict[str, str]) -> Iterator[tuple[list[str], dict[str, str]]]:
@@ -150,7 +152,7 @@ class Room:
         before = file_record.record(self.reachable, [*through, folder])
         journal = folder / "journal.jsonl"
         if how == "namespace":
-            argv = _entered(folder, through, argv)
+            argv, self.view = _entered(folder, through, argv), (str(folder), [str(p) for p in through])
         else:
             env = env | {
                 trial_variables.JOURNAL: str(journal),
@@ -159,6 +161,7 @@ class Room:
         try:
             yield argv, env
         finally:
+            self.view = None
             restored = restore(str(journal))
             after = file_record.record(self.reachable, [*through, folder])
             shutil.rmtree(folder, ignore_errors=True)

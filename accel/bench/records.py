@@ -168,6 +168,9 @@ class Trial(Record):
     files_restored: int | None = None
     # the trial's steps were measured in a process the script started (its command), which accel ended there
     measured_in: str | None = None
+    # forked from its variant's zygote (accel/bench/zygotes.py), whose imports took these seconds once: the trial's
+    # start-up figures are from its fork on, those imports left out
+    forked_s: float | None = None
 
     @property
     def ok(self) -> bool:

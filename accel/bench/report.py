@@ -306,7 +306,7 @@ def render_markdown(report: Report) -> str:
         out.append(f"Command: `{report.command}`  ")
     if report.env:
         out.append("Environment: " + ", ".join(f"{k}={format_value(v)}" for k, v in report.env.items()))
-    out += _window(report) + _files(report) + [""]
+    out += _window(report) + _forked(report) + _files(report) + [""]
     out += _busy(report) + _interrupted(report) + _baseline(report) + _results(report)
     return "\n".join(out) + "\n"
 
@@ -315,6 +315,19 @@ def _files(report: Report) -> list[str]:
     """What kept the user's files from the script's trials (accel/bench/isolation.py): "isolated", "restored 3
     files"."""
     return [f"Your files: {report.files} (docs/bench.md, a trial never changes your files)."] if report.files else []
+
+
+def _forked(report: Report) -> list[str]:
+    """Which of a script's trials were forked from their variant's zygote (accel/bench/zygotes.py)."""
+    trials = [t for v in report.variants for t in v.trials]
+    imports = [t.forked_s for t in trials if t.forked_s is not None]
+    if not imports:
+        return []
+    fresh = "" if len(imports) == len(trials) else "; the others started as fresh processes"
+    return [
+        f"Trials: {len(imports)} of {len(trials)} forked from their variant's zygote, a process that imported the "
+        f"script's libraries once ({min(imports):.1f}-{max(imports):.1f} s, left out of their start-up){fresh}."
+    ]
 
 
 def _window(report: Report) -> list[str]:

@@ -14,7 +14,7 @@ import shutil
 import signal
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from .summary import summarize, undecided_variants
 from .trial_figures import never_logged
 from .trial_process import Launch, TrialSettings, run_trial_process, trial_argv, trial_env
 from .variants import Variant, interleave
+from .zygotes import Zygote, Zygotes
 
 SkipRule = Callable[[str, list], "str | None"]
 
@@ -99,7 +100,14 @@ class TrialProgress:
 
 
 def _run_job(
-    index: int, trial: int, variant: str, recipe: Path | Launch, out: Path, settings: TrialSettings, cwd: Path | None
+    index: int,
+    trial: int,
+    variant: str,
+    recipe: Path | Launch,
+    out: Path,
+    settings: TrialSettings,
+    cwd: Path | None,
+    zygotes: Zygotes,
 ) -> Trial:
     stem = slug(index, f"{variant}-t{trial}")
     json_path, log_path = out / "trials" / f"{stem}.json", out / "trials" / f"{stem}.log"
@@ -119,12 +127,14 @@ def _run_job(
     try:
         # the trial records the machine's load over its own timed steps (accel/measure/load.py's Window)
         env = trial_env(cache) | added
-        result = run_trial_process(argv, json_path, log_path, settings.timeout, env, cwd, room, said)
+        zygote = _zygote(zygotes, argv, env, recipe, settings, variant)
+        result = run_trial_process(argv, json_path, log_path, settings.timeout, env, cwd, room, said, zygote)
     finally:
         if not shared:
             shutil.rmtree(cache, ignore_errors=True)
     # The runner's own bookkeeping wins over anything the child wrote.
     return result.updated(
+        forked_s=None if zygote is None else zygote.preload_s,
         variant=variant,
         trial=trial,
         index=index,
@@ -132,6 +142,21 @@ def _run_job(
         process_s=time.perf_counter() - tick,
         log=str(log_path),
     )
+
+
+def _zygote(
+    zygotes: Zygotes, argv: list[str], env: dict[str, str], recipe: Path | Launch, settings: TrialSettings, name: str
+) -> Zygote | None:
+    """The zygote a script's speed trial forks from (None: it starts fresh). A trial timed to a target or recording
+    a curve starts fresh: its time runs from its process's start, imports included."""
+    preload = getattr(recipe, "preload", ())
+    if isinstance(recipe, Path) or settings.target or settings.curve or not preload:
+        return None
+    return zygotes.for_trial(argv, env, list(preload), name)
+
+
+def _printer(console: Console) -> Callable[[str], None]:
+    return lambda line: console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 @contextmanager
@@ -175,19 +200,23 @@ def run_trials(
     skip: SkipRule | None = None,
     cwds: dict[str, Path] | None = None,
     earlier: list[Trial] | None = None,
+    zygotes: Zygotes | None = None,
 ) -> TrialResults:
     """Run (trial, variant, recipe file) jobs in the given order, one process each; every result, failed too.
 
     `skip(variant, results so far)` may return a reason not to run a job (tune: sizes above one that failed).
     `cwds` gives a variant the folder its trials run in (a revision's checkout; default: the current one).
     `earlier`: the bench's trials before these (rounds added to a pilot), which number the jobs after them.
+    `zygotes`: the bench's (a script's trials fork from its variant's zygote), else this call's own.
     Ctrl-C or SIGTERM stops after killing the running trial and returns the finished ones, so an hour of work
     still makes a report. A trial whose script never logged its target's metric stops them too (`never_logged`).
     """
     out = Path(out)
     (out / "trials").mkdir(parents=True, exist_ok=True)
     results = TrialResults()
-    with TrialProgress(console or Console(stderr=True), len(jobs)) as progress, signals_as_ctrl_c():
+    console = console or Console(stderr=True)
+    own = Zygotes(out / "trials", _printer(console)) if zygotes is None else nullcontext(zygotes)
+    with TrialProgress(console, len(jobs)) as progress, signals_as_ctrl_c(), own as zygotes:
         try:
             before = list(earlier or [])
             for index, (trial, variant, recipe) in enumerate(jobs, start=len(before)):
@@ -196,7 +225,8 @@ def run_trials(
                     progress.skipped(variant, trial, reason)
                     continue
                 progress.started(variant, trial)
-                results.append(_run_job(index, trial, variant, recipe, out, settings, (cwds or {}).get(variant)))
+                cwd = (cwds or {}).get(variant)
+                results.append(_run_job(index, trial, variant, recipe, out, settings, cwd, zygotes))
                 progress.finished(results[-1])
                 left = len(jobs) + len(before) - index - 1
                 results.stopped = never_logged(results[-1], [*before, *results[:-1]], left)
@@ -299,12 +329,13 @@ def run_and_report(
     console = console or Console(stderr=True)
     for name, reason in run.refused.items():
         console.print(f"{name}: refused, not run: {reason}", highlight=False, markup=False, soft_wrap=True)
-    results = run_trials(jobs, out, run.settings, console, cwds=run.cwds)
-    rule = run.planned.rule()
-    if not run.planned.fixed and not results.interrupted and not results.stopped:
-        looks = run.planned.looks(time.perf_counter() - tick)
-        rule = run.planned.rule(looks)
-        jobs, results = _until_decided(run, jobs, results, out, console, rule, tick)
+    with Zygotes(out / "trials", _printer(console)) as zygotes:  # a variant's zygote serves every look's trials
+        results = run_trials(jobs, out, run.settings, console, cwds=run.cwds, zygotes=zygotes)
+        rule = run.planned.rule()
+        if not run.planned.fixed and not results.interrupted and not results.stopped:
+            looks = run.planned.looks(time.perf_counter() - tick)
+            rule = run.planned.rule(looks)
+            jobs, results = _until_decided(run, jobs, results, out, console, rule, tick, zygotes)
     settings = run.settings
     extra = {
         "recipe": run.source,
@@ -361,6 +392,7 @@ def _until_decided(
     console: Console,
     rule: Rule,
     tick: float,
+    zygotes: Zygotes,
 ) -> tuple[list[tuple[int, str, Path | Launch]], TrialResults]:
     """Rounds added at each planned look for the variants of a comparison still undecided (decide.py), until every
     one decides, the looks end, the budget is spent, or a signal stops the bench. Each added round runs its
@@ -385,7 +417,8 @@ def _until_decided(
                     soft_wrap=True,
                 )
                 more = [(t, v, launch[v]) for t in range(done, look) for v in names]
-                added = run_trials(more, out, run.settings, console, cwds=run.cwds, earlier=list(results))
+                earlier = list(results)
+                added = run_trials(more, out, run.settings, console, cwds=run.cwds, earlier=earlier, zygotes=zygotes)
                 jobs, done = jobs + more, look
                 results.extend(added)
                 if added.interrupted or added.stopped:

@@ -22,6 +22,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +73,7 @@ class ScriptLaunch:
     command: tuple[str, ...]
     sets: tuple[str, ...]
     env: tuple[tuple[str, str], ...] = ()  # --vary env:NAME=V: the variant's own environment variables
+    preload: tuple[str, ...] = ()  # what its trials' zygote imports (the probe's; accel/bench/zygotes.py)
 
     def accel_set(self) -> str:
         return " ".join([os.environ.get(SET_VARIABLE, ""), *map(shlex.quote, self.sets)]).strip()
@@ -147,7 +149,7 @@ def plan_script(
     if only:
         variants = only_variants(variants, only)
     options = ScriptOptions.of(given)
-    launches = {v.name: launch_of(command, sets, v, options) for v in variants}
+    launches = {v.name: launch_of(command, sets, v, options, given.get("preload", ())) for v in variants}
     baseline = variants[0].name
     if not uses_engine(given):
         configs = {v.name: unchanged_script(launches[v.name], v, command) for v in variants}
@@ -212,10 +214,15 @@ def _ablation(given: dict[str, Any], command: list[str]) -> tuple[list[Variant],
 
 
 def launch_of(
-    command: list[str], sets: list[str], variant: Variant, options: ScriptOptions | None = None
+    command: list[str],
+    sets: list[str],
+    variant: Variant,
+    options: ScriptOptions | None = None,
+    preload: Sequence[str] = (),
 ) -> ScriptLaunch:
     """The variant's engine keys go to ACCEL_SET; its `arg:--OPTION` keys set the script's own option (as its
-    parser's `options` take it, where known), its `env:NAME` keys an environment variable."""
+    parser's `options` take it, where known), its `env:NAME` keys an environment variable; `preload`: what the
+    probe found its trials' zygote may import."""
     items, env = [], []
     for key, value in variant.overrides.items():
         if key.startswith(ENV):
@@ -227,7 +234,7 @@ def launch_of(
         else:  # a section (a speed-up's whole config, from tune) as JSON, which the YAML of ACCEL_SET reads back
             text = json.dumps(value) if isinstance(value, (dict, list)) else format_value(value)
             items.append(f"{key}={text}")
-    return ScriptLaunch(tuple(command), (*sets, *items), tuple(env))
+    return ScriptLaunch(tuple(command), (*sets, *items), tuple(env), tuple(preload))
 
 
 def _env_name(name: str) -> str:

@@ -23,6 +23,7 @@ from .records import Trial
 
 if TYPE_CHECKING:
     from .isolation import Room
+    from .zygotes import Zygote
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding `accel/`, for the children's imports
 # the trial's side (accel/trial), named on a script trial's PYTHONPATH only: its sitecustomize loads in the child
@@ -157,7 +158,15 @@ def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
     return "\n".join(output.splitlines()[-lines:])
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+class Process(Protocol):
+    """A trial's process: a Popen, or one forked from a zygote (accel/bench/zygotes.py)."""
+
+    pid: int
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+def _kill_group(proc: Process) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)  # the trial and its DataLoader workers, nothing else
     except ProcessLookupError:
@@ -189,17 +198,21 @@ def run_logged(
     watch: Callable[[float], bool] | None = None,
     room: Room | None = None,
     variant: str | None = None,
+    zygote: Zygote | None = None,
 ) -> int | None:
     """Run `argv` in a session of its own (in `cwd`: a revision's checkout; in `room`: a script's trial, which
-    leaves the user's files as they were), its output into `log_path` after a header saying what made it
-    (`log_header`, `variant` among it); its exit code, or None when it ran past `timeout` or `watch` (called about
-    every second with the seconds so far) said to stop it, and it was killed with its whole group (DataLoader
-    workers too)."""
+    leaves the user's files as they were; forked from `zygote`, which imported what it imports), its output into
+    `log_path` after a header saying what made it (`log_header`, `variant` among it); its exit code, or None when
+    it ran past `timeout` or `watch` (called about every second with the seconds so far) said to stop it, and it
+    was killed with its whole group (DataLoader workers too)."""
     log_path.write_text(log_header(argv, env, variant))  # the command as given, not the room's wrapper of it
     if room is None:
         return _run_logged(argv, log_path, env, timeout, cwd, watch)
-    with room.entered(argv, env) as (argv, env):
-        return _run_logged(argv, log_path, env, timeout, cwd, watch)
+    with room.entered(argv, env) as (entered, env):
+        if zygote is not None:
+            forked = zygote.fork(argv, env, cwd, log_path, room.view)
+            return _waited(forked, timeout, watch)
+        return _run_logged(entered, log_path, env, timeout, cwd, watch)
 
 
 def _run_logged(
@@ -229,18 +242,27 @@ def _run_logged(
             raise
         try:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)  # one that came meanwhile is raised here
-            code = proc.wait(timeout=timeout) if watch is None else _watched(proc, timeout, watch)
-            _kill_group(proc)  # what it left behind (DataLoader workers of a trial ended without teardown)
-            return code
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            return None
-        except BaseException:  # Ctrl-C reaches only us (new session): take the process down with us
+        except BaseException:
             _kill_group(proc)
             raise
+        return _waited(proc, timeout, watch)
 
 
-def _watched(proc: subprocess.Popen, timeout: float | None, watch: Callable[[float], bool]) -> int:
+def _waited(proc: Process, timeout: float | None, watch: Callable[[float], bool] | None) -> int | None:
+    """`proc`'s exit code (None: it ran past `timeout` or `watch` stopped it); its group is killed either way."""
+    try:
+        code = proc.wait(timeout=timeout) if watch is None else _watched(proc, timeout, watch)
+        _kill_group(proc)  # what it left behind (DataLoader workers of a trial ended without teardown)
+        return code
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        return None
+    except BaseException:  # Ctrl-C reaches only us (new session): take the process down with us
+        _kill_group(proc)
+        raise
+
+
+def _watched(proc: Process, timeout: float | None, watch: Callable[[float], bool]) -> int:
     """`proc`'s exit code; TimeoutExpired once it ran past `timeout` or `watch` said to stop it."""
     start = time.monotonic()
     while True:
@@ -276,12 +298,13 @@ def run_trial_process(
     cwd: Path | None = None,
     room: Room | None = None,
     variant: str | None = None,
+    zygote: Zygote | None = None,
 ) -> Trial:
-    """Run one trial command; its record, or one holding only `error` with the output tail when it crashed,
-    timed out or wrote no readable record. Output goes to `log_path` (its header naming `variant`); what kept the
-    user's files, to `files`."""
+    """Run one trial command (forked from `zygote` where given); its record, or one holding only `error` with the
+    output tail when it crashed, timed out or wrote no readable record. Output goes to `log_path` (its header naming
+    `variant`); what kept the user's files, to `files`."""
     json_path.unlink(missing_ok=True)
-    code = run_logged(argv, log_path, env, timeout, cwd, room=room, variant=variant)
+    code = run_logged(argv, log_path, env, timeout, cwd, room=room, variant=variant, zygote=zygote)
     kept = {} if room is None else {"files": room.kept.said(), "files_restored": room.kept.restored}
     return _result(code, json_path, log_path, timeout).updated(**kept)
 

@@ -75,7 +75,8 @@ class ScriptSubject:
 
     def launch(self, overrides: dict[str, Any], name: str = "variant") -> Launch:
         options = ScriptOptions.of(self.engine)
-        return launch_of(self.command, self.sets, Variant(name, self.effective(overrides)), options)
+        variant = Variant(name, self.effective(overrides))
+        return launch_of(self.command, self.sets, variant, options, self.engine.get("preload", ()))
 
     def config_key(self, overrides: dict[str, Any]) -> str:
         """The command and the settings its engine resolves (validated: a bad key fails here, before a trial)."""

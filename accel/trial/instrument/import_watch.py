@@ -14,7 +14,7 @@ from collections.abc import Callable
 from types import ModuleType
 
 from ...engine import trial_variables  # torch-free
-from .. import backups
+from .. import backups, preload
 from . import guard  # torch-free
 
 SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "site")
@@ -82,6 +82,7 @@ def _safely(then: Callable[[ModuleType], None], module: ModuleType) -> None:
 
 def _torch(torch: ModuleType) -> None:
     """The recorder, and apart from it the guard's step hook: a recorder that fails to start leaves the guard."""
+    preload.mark_torch()
     _safely(_recorder, torch)
     _safely(backups.see_torch_writes, torch)
     guard.hook_torch()

@@ -34,8 +34,9 @@ EVALUATE_WITHIN = (
 
 def given(rec: Recorder) -> dict[str, Any]:
     """The probe's answer: no engine; the device, the optimizer, the model's traits, what a framework told and the
-    script's own argparse parsers."""
+    script's own argparse parsers, and the libraries a zygote may import for its trials."""
     from ...models.blocks import model_traits
+    from .. import preload
     from .parsers import captured
     from .recorder import FACTS
 
@@ -45,6 +46,7 @@ def given(rec: Recorder) -> dict[str, Any]:
         "optimizer": type(rec.optimizer).__name__,
         "model_traits": model_traits(rec.models[0]) if rec.models else None,
         "parsers": captured(),
+        "preload": preload.preloadable(),
         **FACTS,
     }
 

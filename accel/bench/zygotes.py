@@ -1,0 +1,178 @@
+"""A script's trials forked from its variant's zygote (accel/trial/zygote.py): a process that imported what the
+script imports (the probe's `preload`: torch, transformers...) once, with the variant's environment. Each trial is
+still a process of its own, with its own session, room, allocator, thread pool and compile caches; what it no longer
+pays is the interpreter's start and its imports, most of a short trial's cost (7 s a trial of a 5 ms-step loop here,
+1 s of it timed), so a bench runs several times the trials in the same minutes, and the interval a verdict needs,
+whose noise lies between processes, narrows with them (docs/bench.md, how a trial is measured).
+
+A trial starts fresh, as before, where the command is not `python SCRIPT ...`, the probe preloaded nothing (the
+script changed its environment before its imports), a trial times a target or a curve (its time runs from the
+process's start), the zygote could not start (an import failed or left a thread running), or `ACCEL_ZYGOTE=off`."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ..engine import trial_variables
+from ..runs.signals import die_with_parent
+
+ZYGOTE = Path(__file__).resolve().parents[1] / "trial" / "zygote.py"  # run as a file: nothing imports the trial
+CHOICE = "ACCEL_ZYGOTE"  # off: every trial a fresh process
+READY_S = 600.0  # a zygote's imports may take this long (transformers on a busy machine: a minute)
+MOST = 16  # zygotes alive at once (a variant's each); beyond, trials start fresh
+
+
+def eligible(argv: list[str], preload: list[str]) -> bool:
+    """Whether a trial of `argv` may be forked from a zygote importing `preload`."""
+    if os.environ.get(CHOICE, "").lower() in ("off", "0", "no") or not preload or len(argv) < 2:
+        return False
+    return Path(argv[0]).name.startswith("python") and not argv[1].startswith("-") and os.path.isfile(argv[1])
+
+
+# what makes a process a trial (the zygote imports, it joins nothing), and what differs between a variant's trials
+# (its record, its room's journal, its cold compile caches, read by torch when it compiles, not at import)
+TRIALS_OWN = (
+    trial_variables.PATH,
+    trial_variables.PROFILE,
+    trial_variables.JOURNAL,
+    trial_variables.EXITS,
+    "TORCHINDUCTOR_CACHE_DIR",
+    "TRITON_CACHE_DIR",
+)
+
+
+def _zygote_env(env: dict[str, str]) -> dict[str, str]:
+    """The variant's environment, less each trial's own."""
+    return {name: value for name, value in env.items() if name not in TRIALS_OWN}
+
+
+class ZygoteGone(Exception):
+    """The zygote ended (killed, out of memory) while it served a trial."""
+
+
+class Zygote:
+    """One variant's zygote, serving its trials one at a time."""
+
+    def __init__(self, python: str, env: dict[str, str], preload: list[str], log: Path) -> None:
+        requests_r, self.requests = os.pipe()
+        self.replies, replies_w = os.pipe()
+        with log.open("a") as out:
+            self.proc = subprocess.Popen(
+                [python, str(ZYGOTE), str(requests_r), str(replies_w), *preload],
+                env=_zygote_env(env),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                pass_fds=(requests_r, replies_w),
+                start_new_session=True,  # Ctrl-C reaches the bench alone, which ends its zygotes
+                preexec_fn=die_with_parent,
+            )
+        os.close(requests_r)
+        os.close(replies_w)
+        self.buffer = b""
+        self.refused: str | None = None
+        self.preload_s: float | None = None
+        ready = self._read(READY_S)
+        if ready is None:
+            self.refused = f"its imports took over {READY_S:g} s"
+        elif "refused" in ready:
+            self.refused = ready["refused"]
+        else:
+            self.preload_s = ready["ready"]
+        if self.refused:
+            self.close()
+
+    def _read(self, timeout: float | None) -> dict | None:
+        """The zygote's next reply; None once `timeout` passed without one. ZygoteGone when it ended."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self.buffer:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not select.select([self.replies], [], [], left)[0]:
+                return None
+            chunk = os.read(self.replies, 65536)
+            if not chunk:
+                raise ZygoteGone(f"the zygote ended ({self.proc.poll()})")
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def fork(self, argv: list[str], env: dict[str, str], cwd: Path | None, log: Path, view) -> "Forked":
+        """A trial of `argv` in a process forked from the zygote, its output appended to `log`."""
+        request = {"argv": argv, "env": env, "cwd": str(cwd or os.getcwd()), "log": str(log), "view": view}
+        os.write(self.requests, (json.dumps(request) + "\n").encode())
+        started = self._read(READY_S)
+        if started is None:
+            raise ZygoteGone("the zygote did not fork the trial")
+        return Forked(self, started["pid"])
+
+    def close(self) -> None:
+        for fd in (self.requests, self.replies):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+class Forked:
+    """A trial forked from a zygote: `pid` (its session's too), `wait` as Popen's, its exit code from the zygote."""
+
+    def __init__(self, zygote: Zygote, pid: int) -> None:
+        self.zygote, self.pid, self.returncode = zygote, pid, None
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            try:
+                reply = self.zygote._read(timeout)
+            except ZygoteGone:
+                reply = {"exit": -signal.SIGKILL}
+            if reply is None:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0)
+            self.returncode = reply["exit"]
+        return self.returncode
+
+
+class Zygotes:
+    """The bench's zygotes, one a variant's (its interpreter and environment), closed with the bench; `say` tells
+    the user why a variant's trials start fresh after all."""
+
+    def __init__(self, folder: Path, say: Callable[[str], None] = print) -> None:
+        self.folder, self.say = folder, say
+        self.alive: dict[tuple, Zygote] = {}
+        self.refused: dict[tuple, str] = {}
+
+    def __enter__(self) -> "Zygotes":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for zygote in self.alive.values():
+            zygote.close()
+        self.alive.clear()
+
+    def for_trial(self, argv: list[str], env: dict[str, str], preload: list[str], name: str) -> Zygote | None:
+        """The zygote a trial of `argv` forks from, started at its first trial; None: the trial starts fresh."""
+        if not eligible(argv, preload):
+            return None
+        key = (argv[0], tuple(sorted(_zygote_env(env).items())), tuple(preload))
+        zygote = self.alive.get(key)
+        if zygote is not None and zygote.proc.poll() is None:
+            return zygote
+        if key in self.refused or len(self.alive) >= MOST:
+            return None
+        self.folder.mkdir(parents=True, exist_ok=True)
+        zygote = Zygote(argv[0], env, preload, self.folder / f"zygote-{len(self.alive) + len(self.refused)}.log")
+        if zygote.refused:
+            self.refused[key] = f"{name}: its trials start as fresh processes: {zygote.refused}"
+            self.say(self.refused[key])
+            return None
+        self.alive[key] = zygote
+        return zygote

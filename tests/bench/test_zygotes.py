@@ -1,0 +1,147 @@
+"""A script's trials forked from its variant's zygote (accel/bench/zygotes.py, accel/trial/zygote.py): each is what a
+fresh `python SCRIPT ARGS` process would be, the zygote only saves its imports."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from accel.bench import zygotes
+from accel.bench.isolation import Room
+from accel.bench.script import probe
+from accel.bench.trial_process import run_logged, trial_env
+from accel.bench.zygotes import Zygotes
+from accel.cli import main
+from accel.engine import trial_variables
+
+pytestmark = pytest.mark.slow  # every test starts python processes
+
+# what a fresh process of the script would see, written where the test reads it
+SEEN = """
+import json, os, sys
+import numpy as np
+json.dump({
+    "argv": sys.argv, "orig_argv": sys.orig_argv, "cwd": os.getcwd(), "name": __name__, "path0": sys.path[0],
+    "variable": os.environ.get("SEEN_VARIABLE"), "random": float(np.random.rand()), "pid": os.getpid(),
+    "session": os.getsid(0), "loaded": "numpy" in sys.modules,
+}, open(sys.argv[1], "w"))
+print("said to the log")
+sys.exit(int(sys.argv[2]))
+"""
+
+
+def _forked(tmp_path: Path, zygote, argv: list[str], env: dict[str, str], timeout: float | None = None):
+    log = tmp_path / "trial.log"
+    code = run_logged_forked(argv, log, env, timeout, tmp_path, zygote)
+    return code, log.read_text()
+
+
+def run_logged_forked(argv, log, env, timeout, cwd, zygote):
+    room = Room(argv, cwd, cwd / "left-behind")
+    env = env | {trial_variables.PATH: str(cwd / "record" / "trial.json")}  # the room's own folder beside it
+    return run_logged(argv, log, env, timeout, cwd, room=room, zygote=zygote)
+
+
+def test_a_forked_trial_is_the_script_run_as_a_fresh_process_would_be(tmp_path):
+    script = tmp_path / "seen.py"
+    script.write_text(SEEN)
+    env = trial_env(tmp_path / "cache") | {"SEEN_VARIABLE": "variant's"}
+    argv = [sys.executable, str(script)]
+    with Zygotes(tmp_path / "zygotes") as pool:
+        zygote = pool.for_trial(argv, env, ["numpy"], "seen")
+        assert zygote is not None and zygote.preload_s > 0
+        seen = []
+        for n, code in enumerate((0, 3)):
+            out = tmp_path / "record" / f"seen-{n}.json"  # the trial's own folder: the room keeps the rest
+            got, log = _forked(tmp_path, zygote, [*argv, str(out), str(code)], env)
+            assert got == code and "said to the log" in log
+            seen.append(json.loads(out.read_text()))
+        assert pool.for_trial(argv, env | {"TORCHINDUCTOR_CACHE_DIR": "elsewhere"}, ["numpy"], "seen") is zygote
+        assert pool.for_trial(argv, env | {"SEEN_VARIABLE": "another"}, ["numpy"], "seen") is not zygote
+    for one, out in zip(seen, ("seen-0.json", "seen-1.json")):
+        assert one["argv"][0] == str(script) and one["argv"][1] == str(tmp_path / "record" / out)
+        assert one["orig_argv"][:2] == argv and one["cwd"] == str(tmp_path)
+        assert one["name"] == "__main__" and one["path0"] == str(tmp_path) and one["variable"] == "variant's"
+        assert one["session"] == one["pid"] and one["loaded"]  # a session of its own; numpy came preloaded
+    assert seen[0]["random"] != seen[1]["random"]  # numpy's global state drawn anew, as a fresh process's
+
+
+def test_a_zygote_whose_imports_leave_a_thread_running_refuses_and_its_trials_start_fresh(tmp_path):
+    (tmp_path / "threaded.py").write_text(
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+    )
+    env = trial_env(tmp_path / "cache") | {"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    script = tmp_path / "script.py"
+    script.write_text("")
+    said = []
+    with Zygotes(tmp_path / "zygotes", said.append) as pool:
+        assert pool.for_trial([sys.executable, str(script)], env, ["threaded"], "threaded") is None
+    assert said == [next(iter(pool.refused.values()))]
+    assert said[0].startswith("threaded: its trials start as fresh processes: the imports left Python threads")
+
+
+def test_a_hung_forked_trial_is_killed_at_its_timeout_with_its_group(tmp_path):
+    script = tmp_path / "hang.py"
+    script.write_text(
+        "import subprocess, sys, time\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "time.sleep(60)\n"
+    )
+    env = trial_env(tmp_path / "cache")
+    argv = [sys.executable, str(script)]
+    with Zygotes(tmp_path / "zygotes") as pool:
+        zygote = pool.for_trial(argv, env, ["json"], "hang")
+        tick = time.monotonic()
+        code, _ = _forked(tmp_path, zygote, argv, env, timeout=3)
+        assert code is None and time.monotonic() - tick < 30
+        sleepers = subprocess.run(["pgrep", "-f", "time.sleep\\(60\\)"], capture_output=True, text=True).stdout
+        assert not sleepers.split()  # its child went with its group
+
+
+def test_the_probe_preloads_only_what_was_imported_before_the_script_changed_its_environment(tmp_path):
+    before = tmp_path / "before.py"
+    before.write_text(
+        "import os\nos.environ['OMP_NUM_THREADS'] = '1'\nimport torch\n"
+        "m = torch.nn.Linear(2, 1)\no = torch.optim.SGD(m.parameters(), lr=0.1)\nm(torch.ones(2)).sum().backward()\n"
+        "o.step()\n"
+    )
+    after = tmp_path / "after.py"
+    after.write_text(
+        before.read_text().replace(
+            "os.environ['OMP_NUM_THREADS'] = '1'\nimport torch",
+            "import torch\nos.environ['SOMETHING'] = '1'\nimport wave",
+        )
+    )
+    assert probe([sys.executable, str(before)], [], cwd=tmp_path)["preload"] == []
+    preload = probe([sys.executable, str(after)], [], cwd=tmp_path)["preload"]
+    assert "torch" in preload and "wave" not in preload  # wave was imported after the change
+
+
+LOOP = """
+import torch
+model = torch.nn.Linear(64, 8)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+for _ in range(10_000):
+    model(torch.randn(32, 64)).square().mean().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+"""
+
+
+@pytest.mark.parametrize("choice", ["", "off"])
+def test_a_scripts_bench_forks_its_trials_unless_asked_not_to(tmp_path, monkeypatch, choice):
+    monkeypatch.setenv(zygotes.CHOICE, choice)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "loop.py").write_text(LOOP)
+    argv = ["bench", "--vary", "env:UNREAD=1,2", "--trials", "2", "--steps", "3", "--warmup", "1"]
+    assert main([*argv, "--out", str(tmp_path / "bench"), "--", sys.executable, "loop.py"]) == 0
+    trials = [t for v in json.loads((tmp_path / "bench" / "report.json").read_text())["variants"] for t in v["trials"]]
+    assert all(t["samples_per_s"] > 0 for t in trials)
+    forked = [t["forked_s"] is not None for t in trials]
+    assert forked == [choice != "off"] * 4
