@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 from ..errors import AccelError
 from ..runs.signals import die_with_parent
 from .records import Trial
+from .zygotes import ZygoteGone
 
 if TYPE_CHECKING:
     from .isolation import Room
@@ -209,8 +210,13 @@ def run_logged(
     if room is None:
         return _run_logged(argv, log_path, env, timeout, cwd, watch)
     with room.entered(argv, env) as (entered, env):
+        forked = None
         if zygote is not None:
-            forked = zygote.fork(argv, env, cwd, log_path, room.view)
+            try:
+                forked = zygote.fork(argv, env, cwd, log_path, room.view)
+            except ZygoteGone:  # it ended since its last trial: this one starts fresh
+                pass
+        if forked is not None:
             return _waited(forked, timeout, watch)
         return _run_logged(entered, log_path, env, timeout, cwd, watch)
 

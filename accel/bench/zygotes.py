@@ -106,7 +106,10 @@ class Zygote:
     def fork(self, argv: list[str], env: dict[str, str], cwd: Path | None, log: Path, view) -> "Forked":
         """A trial of `argv` in a process forked from the zygote, its output appended to `log`."""
         request = {"argv": argv, "env": env, "cwd": str(cwd or os.getcwd()), "log": str(log), "view": view}
-        os.write(self.requests, (json.dumps(request) + "\n").encode())
+        try:
+            os.write(self.requests, (json.dumps(request) + "\n").encode())
+        except OSError as err:  # it ended since its last trial
+            raise ZygoteGone(f"the zygote ended ({err})") from None
         started = self._read(READY_S)
         if started is None:
             raise ZygoteGone("the zygote did not fork the trial")
@@ -163,9 +166,12 @@ class Zygotes:
         if not eligible(argv, preload):
             return None
         key = (argv[0], tuple(sorted(_zygote_env(env).items())), tuple(preload))
-        zygote = self.alive.get(key)
+        zygote = self.alive.pop(key, None)
         if zygote is not None and zygote.proc.poll() is None:
+            self.alive[key] = zygote
             return zygote
+        if zygote is not None:  # ended (killed, out of memory): a new one takes its place
+            zygote.close()
         if key in self.refused or len(self.alive) >= MOST:
             return None
         self.folder.mkdir(parents=True, exist_ok=True)

@@ -154,7 +154,7 @@ def _run(argv: list[str]) -> int:
     script = argv[1]
     sys.argv = argv[1:]
     sys.orig_argv = list(argv)
-    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))  # as Python puts it before PYTHONPATH
     if join.asked():
         join.join()
     try:

@@ -145,3 +145,19 @@ def test_a_scripts_bench_forks_its_trials_unless_asked_not_to(tmp_path, monkeypa
     assert all(t["samples_per_s"] > 0 for t in trials)
     forked = [t["forked_s"] is not None for t in trials]
     assert forked == [choice != "off"] * 4
+
+
+def test_a_trial_whose_zygote_ended_starts_fresh_and_the_next_trial_gets_a_new_zygote(tmp_path):
+    script = tmp_path / "seen.py"
+    script.write_text(SEEN)
+    env = trial_env(tmp_path / "cache")
+    argv = [sys.executable, str(script)]
+    with Zygotes(tmp_path / "zygotes") as pool:
+        zygote = pool.for_trial(argv, env, ["numpy"], "seen")
+        zygote.proc.kill()
+        zygote.proc.wait()
+        out = tmp_path / "record" / "seen.json"
+        code, log = _forked(tmp_path, zygote, [*argv, str(out), "0"], env)
+        assert code == 0 and "said to the log" in log and json.loads(out.read_text())["path0"] == str(tmp_path)
+        again = pool.for_trial(argv, env, ["numpy"], "seen")
+        assert again is not zygote and again.proc.poll() is None
