@@ -29,9 +29,10 @@ READY_S = 600.0  # a zygote's imports may take this long (transformers on a busy
 MOST = 16  # zygotes alive at once (a variant's each); beyond, trials start fresh
 
 
-def eligible(argv: list[str], preload: list[str]) -> bool:
-    """Whether a trial of `argv` may be forked from a zygote importing `preload`."""
-    if os.environ.get(CHOICE, "").lower() in ("off", "0", "no") or not preload or len(argv) < 2:
+def eligible(argv: list[str], env: dict[str, str], preload: list[str]) -> bool:
+    """Whether a trial of `argv` with `env` may be forked from a zygote importing `preload` (ACCEL_ZYGOTE=off in
+    its environment: no, so `--vary env:ACCEL_ZYGOTE=on,off` benches forked trials against fresh ones)."""
+    if env.get(CHOICE, "").lower() in ("off", "0", "no") or not preload or len(argv) < 2:
         return False
     return Path(argv[0]).name.startswith("python") and not argv[1].startswith("-") and os.path.isfile(argv[1])
 
@@ -163,7 +164,7 @@ class Zygotes:
 
     def for_trial(self, argv: list[str], env: dict[str, str], preload: list[str], name: str) -> Zygote | None:
         """The zygote a trial of `argv` forks from, started at its first trial; None: the trial starts fresh."""
-        if not eligible(argv, preload):
+        if not eligible(argv, env, preload):
             return None
         key = (argv[0], tuple(sorted(_zygote_env(env).items())), tuple(preload))
         zygote = self.alive.pop(key, None)
