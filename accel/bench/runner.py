@@ -333,7 +333,8 @@ def run_and_report(
         results = run_trials(jobs, out, run.settings, console, cwds=run.cwds, zygotes=zygotes)
         rule = run.planned.rule()
         if not run.planned.fixed and not results.interrupted and not results.stopped:
-            looks = run.planned.looks(time.perf_counter() - tick)
+            # the pilot's pace without its one-off zygote starts, which later rounds do not pay
+            looks = run.planned.looks(time.perf_counter() - tick - zygotes.started_s)
             rule = run.planned.rule(looks)
             jobs, results = _until_decided(run, jobs, results, out, console, rule, tick, zygotes)
     settings = run.settings

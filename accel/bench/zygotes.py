@@ -153,6 +153,7 @@ class Zygotes:
         self.folder, self.say = folder, say
         self.alive: dict[tuple, Zygote] = {}
         self.refused: dict[tuple, str] = {}
+        self.started_s = 0.0  # the zygotes' starts, one-off costs of the trials that met them
 
     def __enter__(self) -> "Zygotes":
         return self
@@ -176,7 +177,9 @@ class Zygotes:
         if key in self.refused or len(self.alive) >= MOST:
             return None
         self.folder.mkdir(parents=True, exist_ok=True)
+        tick = time.perf_counter()
         zygote = Zygote(argv[0], env, preload, self.folder / f"zygote-{len(self.alive) + len(self.refused)}.log")
+        self.started_s += time.perf_counter() - tick
         if zygote.refused:
             self.refused[key] = f"{name}: its trials start as fresh processes: {zygote.refused}"
             self.say(self.refused[key])

@@ -362,7 +362,9 @@ def bench_script(args: argparse.Namespace) -> int:
     return finish(report, out, args.aa)
 
 
-PILOT_TRIALS, MAX_TRIALS, BENCH_BUDGET = 3, 20, "5m"  # the rounds a bench runs unless --trials fixes them
+# the rounds a bench runs unless --trials fixes them: the budget ends a bench that cannot decide; the most rounds
+# only bounds its report (a forked script trial of a 5 ms-step loop takes 1.5 s: 100 rounds of two fit in 5 minutes)
+PILOT_TRIALS, MAX_TRIALS, BENCH_BUDGET = 3, 100, "5m"
 
 
 def add_round_options(parser: argparse.ArgumentParser) -> None:
