@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
+
 from ..engine import trial_variables
 from ..runs.signals import die_with_parent
 
@@ -27,6 +29,7 @@ ZYGOTE = Path(__file__).resolve().parents[1] / "trial" / "zygote.py"  # run as a
 CHOICE = "ACCEL_ZYGOTE"  # off: every trial a fresh process
 READY_S = 600.0  # a zygote's imports may take this long (transformers on a busy machine: a minute)
 MOST = 16  # zygotes alive at once (a variant's each); beyond, trials start fresh
+MEMORY_SHARE = 0.25  # no new zygote once those alive hold this share of the machine's memory (transformers': 1 GB)
 
 
 def eligible(argv: list[str], env: dict[str, str], preload: list[str]) -> bool:
@@ -174,7 +177,12 @@ class Zygotes:
             return zygote
         if zygote is not None:  # ended (killed, out of memory): a new one takes its place
             zygote.close()
-        if key in self.refused or len(self.alive) >= MOST:
+        if key in self.refused:
+            return None
+        full = self._full()
+        if full:
+            self.refused[key] = f"{name}: its trials start as fresh processes: {full}"
+            self.say(self.refused[key])
             return None
         self.folder.mkdir(parents=True, exist_ok=True)
         tick = time.perf_counter()
@@ -186,3 +194,20 @@ class Zygotes:
             return None
         self.alive[key] = zygote
         return zygote
+
+    def _full(self) -> str | None:
+        """Why no more zygotes may start (None: one may)."""
+        if len(self.alive) >= MOST:
+            return f"{MOST} zygotes are alive already"
+        held = sum(_memory(z.proc.pid) for z in self.alive.values())
+        total = psutil.virtual_memory().total
+        if held > MEMORY_SHARE * total:
+            return f"the zygotes alive hold {held / 2**30:.1f} GiB, over {MEMORY_SHARE:.0%} of this machine's memory"
+        return None
+
+
+def _memory(pid: int) -> int:
+    try:
+        return psutil.Process(pid).memory_info().rss
+    except psutil.Error:
+        return 0

@@ -159,3 +159,14 @@ def test_a_trial_whose_zygote_ended_starts_fresh_and_the_next_trial_gets_a_new_z
         assert code == 0 and "said to the log" in log and json.loads(out.read_text())["path0"] == str(tmp_path)
         again = pool.for_trial(argv, env, ["numpy"], "seen")
         assert again is not zygote and again.proc.poll() is None
+
+
+def test_no_zygote_starts_once_those_alive_hold_their_share_of_the_machines_memory(tmp_path, monkeypatch):
+    monkeypatch.setattr(zygotes, "MEMORY_SHARE", 0.0)
+    script = tmp_path / "script.py"
+    script.write_text("")
+    env, said = trial_env(tmp_path / "cache"), []
+    with Zygotes(tmp_path / "zygotes", said.append) as pool:
+        assert pool.for_trial([sys.executable, str(script)], env, ["json"], "first") is not None
+        assert pool.for_trial([sys.executable, str(script)], env | {"OTHER": "1"}, ["json"], "second") is None
+    assert said[0].startswith("second: its trials start as fresh processes: the zygotes alive hold")
