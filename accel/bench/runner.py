@@ -147,10 +147,12 @@ def _run_job(
 def _zygote(
     zygotes: Zygotes, argv: list[str], env: dict[str, str], recipe: Path | Launch, settings: TrialSettings, name: str
 ) -> Zygote | None:
-    """The zygote a script's speed trial forks from (None: it starts fresh). A trial timed to a target or recording
-    a curve starts fresh: its time runs from its process's start, imports included."""
+    """The zygote a script's speed trial forks from (None: it starts fresh). A trial timed to a target, recording a
+    curve or training the script's own run (tune's time trials) starts fresh: its time runs from its process's
+    start, imports included."""
     preload = getattr(recipe, "preload", ())
-    if isinstance(recipe, Path) or settings.target or settings.curve or not preload:
+    timed_from_start = settings.target or settings.curve or settings.samples or not settings.steps
+    if isinstance(recipe, Path) or timed_from_start or not preload:
         return None
     return zygotes.for_trial(argv, env, list(preload), name)
 
