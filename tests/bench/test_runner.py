@@ -395,7 +395,7 @@ def test_a_bench_whose_every_trial_failed_exits_1_and_says_so(tiny, write_recipe
 
 
 def test_the_trials_stop_at_the_first_whose_script_never_logged_the_targets_metric(tmp_path, monkeypatch):
-    def job(index, trial, variant, recipe, out, settings, cwd):  # `logs`: the variants whose script logs val_loss
+    def job(index, trial, variant, recipe, out, settings, cwd, zygotes):  # `logs`: the variants that log val_loss
         if variant in logs:
             return Trial(variant=variant, trial=trial, samples_per_s=1.0, target_evals=[{"value": 1.0}])
         error = "the script logged no `val_loss` through eng.log in its 4 optimizer steps (it logged `loss`): log it"
@@ -502,7 +502,7 @@ def _rounds_bench(tmp_path, monkeypatch, speeds, rounds):
     """A bench of variants a, b, c through run_and_report, each trial's samples/s from `speeds[variant](round)`."""
     from accel.bench.variants import Variant
 
-    def job(index, trial, variant, recipe, out, settings, cwd):
+    def job(index, trial, variant, recipe, out, settings, cwd, zygotes):
         return Trial(variant=variant, trial=trial, index=index, samples_per_s=speeds[variant](trial))
 
     monkeypatch.setattr(runner, "_run_job", job)
