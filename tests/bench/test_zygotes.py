@@ -28,8 +28,8 @@ import json, os, sys
 import numpy as np
 json.dump({
     "argv": sys.argv, "orig_argv": sys.orig_argv, "cwd": os.getcwd(), "name": __name__, "path0": sys.path[0],
-    "variable": os.environ.get("SEEN_VARIABLE"), "random": float(np.random.rand()), "pid": os.getpid(),
-    "session": os.getsid(0), "loaded": "numpy" in sys.modules,
+    "path1": sys.path[1], "variable": os.environ.get("SEEN_VARIABLE"), "random": float(np.random.rand()),
+    "pid": os.getpid(), "session": os.getsid(0), "loaded": "numpy" in sys.modules,
 }, open(sys.argv[1], "w"))
 print("said to the log")
 sys.exit(int(sys.argv[2]))
@@ -68,6 +68,7 @@ def test_a_forked_trial_is_the_script_run_as_a_fresh_process_would_be(tmp_path):
         assert one["argv"][0] == str(script) and one["argv"][1] == str(tmp_path / "record" / out)
         assert one["orig_argv"][:2] == argv and one["cwd"] == str(tmp_path)
         assert one["name"] == "__main__" and one["path0"] == str(tmp_path) and one["variable"] == "variant's"
+        assert one["path1"] == env["PYTHONPATH"].split(os.pathsep)[0]  # PYTHONPATH after the script's folder
         assert one["session"] == one["pid"] and one["loaded"]  # a session of its own; numpy came preloaded
     assert seen[0]["random"] != seen[1]["random"]  # numpy's global state drawn anew, as a fresh process's
 
