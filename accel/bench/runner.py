@@ -128,13 +128,15 @@ def _run_job(
         # the trial records the machine's load over its own timed steps (accel/measure/load.py's Window)
         env = trial_env(cache) | added
         zygote = _zygote(zygotes, argv, env, recipe, settings, variant)
+        forks = zygote.forks if zygote is not None else 0
         result = run_trial_process(argv, json_path, log_path, settings.timeout, env, cwd, room, said, zygote)
+        forked = zygote is not None and zygote.forks > forks  # else its zygote had ended: it started fresh
     finally:
         if not shared:
             shutil.rmtree(cache, ignore_errors=True)
     # The runner's own bookkeeping wins over anything the child wrote.
     return result.updated(
-        forked_s=None if zygote is None else zygote.preload_s,
+        forked_s=zygote.preload_s if forked else None,
         variant=variant,
         trial=trial,
         index=index,

@@ -81,6 +81,7 @@ class Zygote:
         os.close(requests_r)
         os.close(replies_w)
         self.buffer = b""
+        self.forks = 0  # the trials it forked (one whose fork failed started fresh instead)
         self.refused: str | None = None
         self.preload_s: float | None = None
         ready = self._read(READY_S)
@@ -117,6 +118,7 @@ class Zygote:
         started = self._read(READY_S)
         if started is None:
             raise ZygoteGone("the zygote did not fork the trial")
+        self.forks += 1
         return Forked(self, started["pid"])
 
     def close(self) -> None:
@@ -181,19 +183,20 @@ class Zygotes:
             return None
         full = self._full()
         if full:
-            self.refused[key] = f"{name}: its trials start as fresh processes: {full}"
-            self.say(self.refused[key])
-            return None
+            return self._refuse(key, name, full)
         self.folder.mkdir(parents=True, exist_ok=True)
         tick = time.perf_counter()
         zygote = Zygote(argv[0], env, preload, self.folder / f"zygote-{len(self.alive) + len(self.refused)}.log")
         self.started_s += time.perf_counter() - tick
         if zygote.refused:
-            self.refused[key] = f"{name}: its trials start as fresh processes: {zygote.refused}"
-            self.say(self.refused[key])
-            return None
+            return self._refuse(key, name, zygote.refused)
         self.alive[key] = zygote
         return zygote
+
+    def _refuse(self, key: tuple, name: str, why: str) -> None:
+        """The variant's trials start fresh from here on, said once."""
+        self.refused[key] = f"{name}: its trials start as fresh processes: {why}"
+        self.say(self.refused[key])
 
     def _full(self) -> str | None:
         """Why no more zygotes may start (None: one may)."""

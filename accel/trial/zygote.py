@@ -29,18 +29,13 @@ import threading
 import time
 import traceback
 
-PR_SET_PDEATHSIG = 1
+from accel.runs.signals import die_with_parent
+
 FORK_CHECK_S = 60.0  # a fork's first parallel calls take well under a second; a hung pool never returns
 
 
 def _reply(fd: int, message: dict) -> None:
     os.write(fd, (json.dumps(message) + "\n").encode())
-
-
-def _die_with_parent() -> None:
-    import ctypes
-
-    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def preload(modules: list[str]) -> str | None:
@@ -114,7 +109,7 @@ def _trial(request: dict) -> None:
     code = 1
     try:
         os.setsid()
-        _die_with_parent()
+        die_with_parent()
         _output(request["log"])
         os.chdir(request["cwd"])
         if request.get("view"):
@@ -197,7 +192,7 @@ def _exit(code: int) -> None:
 def main(argv: list[str]) -> None:
     requests, replies = int(argv[1]), int(argv[2])
     sys.path.pop(0)  # this file's folder: its modules must not shadow the libraries preloaded
-    _die_with_parent()
+    die_with_parent()
     tick = time.perf_counter()
     refused = preload(argv[3:])
     if refused:
