@@ -18,7 +18,6 @@ joined, its exit handlers run) as Python's own. Nothing here imports torch: the 
 
 from __future__ import annotations
 
-import atexit
 import importlib
 import json
 import os
@@ -29,6 +28,7 @@ import threading
 import time
 import traceback
 
+from accel.runs.process_exit import finish_like_python
 from accel.runs.signals import die_with_parent
 
 FORK_CHECK_S = 60.0  # a fork's first parallel calls take well under a second; a hung pool never returns
@@ -178,10 +178,7 @@ def _exit(code: int) -> None:
     """Python's exit: non-daemon threads joined, exit handlers run (accel's own may end the process there), the
     output flushed; an interrupt ends the process by its signal, as Python's does."""
     try:
-        threading._shutdown()  # type: ignore[attr-defined]
-        atexit._run_exitfuncs()
-        sys.stdout.flush()
-        sys.stderr.flush()
+        finish_like_python()
     finally:
         if code == -signal.SIGINT:
             signal.signal(signal.SIGINT, signal.SIG_DFL)
