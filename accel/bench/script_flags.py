@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import AccelError
 from .knobs import Knob
-from .script_switches import Switch, cuda_only, script_options, switches
+from .script_switches import Switch, cuda_only, no_fast_bf16, script_options, switches
 from .variants import ARG, Variant
 
 
@@ -79,8 +79,15 @@ def _fp16(device: str, given: dict[str, Any]) -> str | None:
     return _cuda_only(device, given)
 
 
+def _fast_bf16(device: str) -> str | None:
+    """Why bf16 would be slower than fp32 here, as a plain script's bf16 switch is refused (script_switches)."""
+    from ..devices import cpu_has_native_bf16
+
+    return no_fast_bf16(device, device == "cpu" and cpu_has_native_bf16())
+
+
 def _bf16(device: str, given: dict[str, Any]) -> str | None:
-    return "the script trains in fp16 already" if given["flags"].get("fp16") else None
+    return "the script trains in fp16 already" if given["flags"].get("fp16") else _fast_bf16(device)
 
 
 def _use_cpu(device: str, flags: dict[str, Any]) -> dict[str, str]:
@@ -102,12 +109,16 @@ HF_FLAGS = (
 
 
 def _bf16_mixed(device: str, given: dict[str, Any]) -> str | None:
-    precision = given["flags"].get("trainer.precision")
-    return f"the script trains in {precision} already" if precision not in ("32-true", "bf16-mixed") else None
+    return _other_precision(given) or _fast_bf16(device)
 
 
 def _fp16_mixed(device: str, given: dict[str, Any]) -> str | None:
-    return _bf16_mixed(device, given) or _cuda_only(device, given)
+    return _other_precision(given) or _cuda_only(device, given)
+
+
+def _other_precision(given: dict[str, Any]) -> str | None:
+    precision = given["flags"].get("trainer.precision")
+    return f"the script trains in {precision} already" if precision not in ("32-true", "bf16-mixed") else None
 
 
 LIGHTNING_FLAGS = (

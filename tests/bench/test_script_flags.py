@@ -126,3 +126,14 @@ def test_a_plain_script_without_speed_switches_is_told_how_to_compare_its_option
     parser = _parser((("--lr",), {"type": float, "default": 0.1}))
     with pytest.raises(AccelError, match="takes none that accel knows .*arg:--OPTION=absent,present"):
         _plain("cpu", ("python", "train.py"), parser)
+
+
+def test_a_frameworks_bf16_is_left_out_where_the_cpu_emulates_bf16_as_a_plain_scripts_is(monkeypatch):
+    monkeypatch.setattr(devices, "cpu_has_native_bf16", lambda: False)
+    for framework, flags, bf16 in (
+        ("hf", HF_DEFAULTS, "--bf16=True"),
+        ("lightning", {"trainer.precision": "32-true"}, "--trainer.precision=bf16-mixed"),
+    ):
+        given = {"framework": framework, "command_line": True, "resolved_device": "cpu", "flags": flags}
+        variants, skipped = framework_ablation(given, ["python", "train.py"])
+        assert bf16 not in {v.name for v in variants} and "no native bf16" in skipped[bf16], framework
