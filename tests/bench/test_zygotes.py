@@ -171,3 +171,31 @@ def test_no_zygote_starts_once_those_alive_hold_their_share_of_the_machines_memo
         assert pool.for_trial([sys.executable, str(script)], env, ["json"], "first") is not None
         assert pool.for_trial([sys.executable, str(script)], env | {"OTHER": "1"}, ["json"], "second") is None
     assert said[0].startswith("second: its trials start as fresh processes: the zygotes alive hold")
+
+
+# a library whose fork handler never returns in the child, as an OpenMP runtime without fork support can hang
+HANGS_IN_A_FORK = "import os, time\nos.register_at_fork(after_in_child=lambda: time.sleep(3600))\n"
+CHECK = """
+import sys, time
+from accel.trial import zygote
+zygote.FORK_CHECK_S = 1.0  # a minute in a zygote: shortened here, where the child hangs for sure
+tick = time.monotonic()
+print(zygote.preload(sys.argv[1:]))
+print(time.monotonic() - tick)
+"""
+
+
+@pytest.mark.parametrize("module", ["hangs_in_a_fork", "json"])
+def test_a_zygote_whose_fork_hangs_refuses_in_its_time_and_leaves_no_process(tmp_path, module):
+    (tmp_path / "hangs_in_a_fork.py").write_text(HANGS_IN_A_FORK)
+    env = os.environ | {"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    done = subprocess.run(
+        [sys.executable, "-c", CHECK, module], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    refused, took = done.stdout.splitlines()
+    if module == "json":
+        assert refused == "None", done.stderr
+        return
+    assert refused == "a forked process hung in its first parallel call (over 1 s)" and float(took) < 10
+    hung = subprocess.run(["pgrep", "-f", "hangs_in_a_fork"], capture_output=True, text=True).stdout
+    assert not hung.split()  # the hung child was killed, not left behind
