@@ -110,8 +110,8 @@ class Engines:
 
 class Probe(Agent):
     """What the engine was given, written as it is created (a script that fails before `eng.setup` still says
-    it), then again with the model's traits and the run's facts (accel.speedups.RunFacts) at `eng.setup`, where
-    the process ends."""
+    it), then again with the model's traits, the run's facts (accel.speedups.RunFacts) and the libraries its trials'
+    zygote may import at `eng.setup`, where the process ends."""
 
     # it ends the process at the first `eng.setup`: a later engine has nothing to add (`join` does nothing)
 
@@ -129,9 +129,11 @@ class Probe(Agent):
 
     def set_up(self, engine: LoopRecords) -> None:
         from ..models.blocks import model_traits
+        from . import preload
 
         self.given["model_traits"] = model_traits(engine.core.module)
         self.given["run"] = engine.core.run_facts().to_data()  # what tune's conflict rule judges candidates by
+        self.given["preload"] = preload.preloadable()  # what its trials' zygote imports (accel/bench/zygotes.py)
         self._write()
         guard.end()
 

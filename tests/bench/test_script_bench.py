@@ -87,6 +87,7 @@ def test_ablate_benches_the_scripts_own_speedups(tmp_path, capsys):
         assert variant["samples_per_s"]["median"] > 0 and len(variant["samples_per_s"]["ci95"]) == 2
         for trial in variant["trials"]:
             assert len(trial["step_times_s"]) == 3 and len(trial["step_losses"]) == 4 and trial["first_step_s"] > 0
+            assert trial["forked_s"] > 0  # from its variant's zygote, which imported what the probe's script had
     order = sorted((t for v in got["variants"] for t in v["trials"]), key=lambda t: t["index"])
     assert [t["variant"] for t in order] == ["baseline", "+amp"] * 2  # interleaved
     for name in ("report.md", "report.html"):
