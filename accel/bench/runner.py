@@ -35,7 +35,7 @@ from .summary import summarize, undecided_variants
 from .trial_figures import never_logged
 from .trial_process import Launch, TrialSettings, run_trial_process, trial_argv, trial_env
 from .variants import Variant, interleave
-from .zygotes import Zygote, Zygotes
+from .zygotes import RECIPE_PRELOAD, Zygote, Zygotes
 
 SkipRule = Callable[[str, list], "str | None"]
 
@@ -127,7 +127,7 @@ def _run_job(
     try:
         # the trial records the machine's load over its own timed steps (accel/measure/load.py's Window)
         env = trial_env(cache) | added
-        zygote = _zygote(zygotes, argv, env, recipe, settings, variant)
+        zygote = _zygote(zygotes, argv, env, recipe, settings, variant, cwd)
         forks = zygote.forks if zygote is not None else 0
         result = run_trial_process(argv, json_path, log_path, settings.timeout, env, cwd, room, said, zygote)
         forked = zygote is not None and zygote.forks > forks  # else its zygote had ended: it started fresh
@@ -147,16 +147,22 @@ def _run_job(
 
 
 def _zygote(
-    zygotes: Zygotes, argv: list[str], env: dict[str, str], recipe: Path | Launch, settings: TrialSettings, name: str
+    zygotes: Zygotes,
+    argv: list[str],
+    env: dict[str, str],
+    recipe: Path | Launch,
+    settings: TrialSettings,
+    name: str,
+    cwd: Path | None,
 ) -> Zygote | None:
-    """The zygote a script's speed trial forks from (None: it starts fresh). A trial timed to a target, recording a
-    curve or training the script's own run (tune's time trials) starts fresh: its time runs from its process's
-    start, imports included."""
-    preload = getattr(recipe, "preload", ())
+    """The zygote a speed trial forks from (None: it starts fresh). A trial timed to a target, recording a curve or
+    training the script's own run (tune's time trials) starts fresh: its time runs from its process's start, imports
+    included. So does a trial in a revision's checkout that holds an accel of its own: the zygote runs this one."""
     timed_from_start = settings.target or settings.curve or settings.samples or not settings.steps
-    if isinstance(recipe, Path) or timed_from_start or not preload:
+    if timed_from_start or (cwd is not None and (cwd / "accel" / "__init__.py").is_file()):
         return None
-    return zygotes.for_trial(argv, env, list(preload), name)
+    preload = RECIPE_PRELOAD if isinstance(recipe, Path) else recipe.preload
+    return zygotes.for_trial(argv, env, list(preload), name) if preload else None
 
 
 def _printer(console: Console) -> Callable[[str], None]:
@@ -219,7 +225,7 @@ def run_trials(
     (out / "trials").mkdir(parents=True, exist_ok=True)
     results = TrialResults()
     console = console or Console(stderr=True)
-    own = Zygotes(out / "trials", _printer(console)) if zygotes is None else nullcontext(zygotes)
+    own = Zygotes(out / "zygotes", _printer(console)) if zygotes is None else nullcontext(zygotes)
     with TrialProgress(console, len(jobs)) as progress, signals_as_ctrl_c(), own as zygotes:
         try:
             before = list(earlier or [])
@@ -333,7 +339,7 @@ def run_and_report(
     console = console or Console(stderr=True)
     for name, reason in run.refused.items():
         console.print(f"{name}: refused, not run: {reason}", highlight=False, markup=False, soft_wrap=True)
-    with Zygotes(out / "trials", _printer(console)) as zygotes:  # a variant's zygote serves every look's trials
+    with Zygotes(out / "zygotes", _printer(console)) as zygotes:  # a variant's zygote serves every look's trials
         results = run_trials(jobs, out, run.settings, console, cwds=run.cwds, zygotes=zygotes)
         rule = run.planned.rule()
         if not run.planned.fixed and not results.interrupted and not results.stopped:

@@ -208,17 +208,23 @@ def run_logged(
     was killed with its whole group (DataLoader workers too)."""
     log_path.write_text(log_header(argv, env, variant))  # the command as given, not the room's wrapper of it
     if room is None:
-        return _run_logged(argv, log_path, env, timeout, cwd, watch)
+        forked = _fork(zygote, argv, env, cwd, log_path, None)
+        return _waited(forked, timeout, watch) if forked else _run_logged(argv, log_path, env, timeout, cwd, watch)
     with room.entered(argv, env) as (entered, env):
-        forked = None
-        if zygote is not None:
-            try:
-                forked = zygote.fork(argv, env, cwd, log_path, room.view)
-            except ZygoteGone:  # it ended since its last trial: this one starts fresh
-                pass
+        forked = _fork(zygote, argv, env, cwd, log_path, room.view)
         if forked is not None:
             return _waited(forked, timeout, watch)
         return _run_logged(entered, log_path, env, timeout, cwd, watch)
+
+
+def _fork(zygote: Zygote | None, argv: list[str], env: dict[str, str], cwd: Path | None, log: Path, view):
+    """The trial forked from `zygote`; None: it starts fresh (no zygote, or one that ended since its last trial)."""
+    if zygote is None:
+        return None
+    try:
+        return zygote.fork(argv, env, cwd, log, view)
+    except ZygoteGone:
+        return None
 
 
 def _run_logged(

@@ -1,13 +1,15 @@
-"""A script's trials forked from its variant's zygote (accel/trial/zygote.py): a process that imported what the
-script imports (the probe's `preload`: torch, transformers...) once, with the variant's environment. Each trial is
+"""A script's or a recipe's trials forked from their variant's zygote (accel/trial/zygote.py): a process that
+imported what the trial imports (a script's: the probe's `preload`, torch, transformers...; a recipe's:
+RECIPE_PRELOAD) once, with the variant's environment. Each trial is
 still a process of its own, with its own session, room, allocator, thread pool and compile caches; what it no longer
 pays is the interpreter's start and its imports, most of a short trial's cost (7 s a trial of a 5 ms-step loop here,
 1 s of it timed), so a bench runs several times the trials in the same minutes, and the interval a verdict needs,
 whose noise lies between processes, narrows with them (docs/bench.md, how a trial is measured).
 
-A trial starts fresh, as before, where the command is not `python SCRIPT ...`, the probe preloaded nothing (the
-script changed its environment before its imports), a trial times a target or a curve (its time runs from the
-process's start), the zygote could not start (an import failed or left a thread running), or `ACCEL_ZYGOTE=off`."""
+A trial starts fresh, as before, where the command is not `python SCRIPT ...` or `python -m MODULE ...`, the probe
+preloaded nothing (the script changed its environment before its imports), a trial times a target or a curve (its
+time runs from the process's start), it runs in a revision's checkout that holds its own accel, the zygote could not
+start (an import failed or left a thread running), or `ACCEL_ZYGOTE=off`."""
 
 from __future__ import annotations
 
@@ -30,6 +32,9 @@ CHOICE = "ACCEL_ZYGOTE"  # off: every trial a fresh process
 READY_S = 600.0  # a zygote's imports may take this long (transformers on a busy machine: a minute)
 MOST = 16  # zygotes alive at once (a variant's each); beyond, trials start fresh
 MEMORY_SHARE = 0.25  # no new zygote once those alive hold this share of the machine's memory (transformers': 1 GB)
+# the libraries a recipe's trial (`python -m accel.bench.trial`) imports, torch's `torch._dynamo` at its first
+# optimizer step among them; accel itself is left to the trial, which reads its settings from its environment
+RECIPE_PRELOAD = ("torch", "torch._dynamo", "torchvision", "numpy", "pydantic", "yaml", "rich", "psutil")
 
 
 def eligible(argv: list[str], env: dict[str, str], preload: list[str]) -> bool:
@@ -37,7 +42,10 @@ def eligible(argv: list[str], env: dict[str, str], preload: list[str]) -> bool:
     its environment: no, so `--vary env:ACCEL_ZYGOTE=on,off` benches forked trials against fresh ones)."""
     if env.get(CHOICE, "").lower() in ("off", "0", "no") or not preload or len(argv) < 2:
         return False
-    return Path(argv[0]).name.startswith("python") and not argv[1].startswith("-") and os.path.isfile(argv[1])
+    if not Path(argv[0]).name.startswith("python"):
+        return False
+    module = argv[1] == "-m" and len(argv) > 2
+    return module or (not argv[1].startswith("-") and os.path.isfile(argv[1]))
 
 
 # what makes a process a trial (the zygote imports, it joins nothing), and what differs between a variant's trials
@@ -67,10 +75,12 @@ class Zygote:
     def __init__(self, python: str, env: dict[str, str], preload: list[str], log: Path) -> None:
         requests_r, self.requests = os.pipe()
         self.replies, replies_w = os.pipe()
+        # torch._dynamo makes its cache's folder as it is imported: in the bench's folder, not the temporary one
+        caches = {"TORCHINDUCTOR_CACHE_DIR": str(log.parent / "inductor-cache")}
         with log.open("a") as out:
             self.proc = subprocess.Popen(
                 [python, str(ZYGOTE), str(requests_r), str(replies_w), *preload],
-                env=_zygote_env(env),
+                env=_zygote_env(env) | caches,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -10,11 +10,12 @@ It replies `{"ready": seconds}` once the modules are imported (or `{"refused": w
 left a thread running, which a fork would not carry), then serves one trial at a time: a request (its command, folder,
 environment, log, the room's view) gets `{"pid": N}`, then `{"exit": code}` (negative: the signal that ended it).
 
-A forked trial is what a fresh `python SCRIPT ARGS` process with those imports done would be: a session of its own,
-its output into the log, the room entered (accel/trial/room_enter.py) before anything of the script runs, the
-environment and command line the trial's, the script's folder first on sys.path, global random states drawn anew,
-the trial joined (accel/trial/join.py), the script run as `__main__`, and the interpreter's exit (its threads
-joined, its exit handlers run) as Python's own. Nothing here imports torch: the modules named do."""
+A forked trial is what a fresh `python SCRIPT ARGS` (or `python -m MODULE ARGS`) process with those imports done
+would be: a session of its own, its output into the log, the room entered (accel/trial/room_enter.py) before
+anything of the script runs, the environment and command line the trial's, the script's folder (the working folder
+for `-m`) first on sys.path, global random states drawn anew, the trial joined (accel/trial/join.py), the script run
+as `__main__`, and the interpreter's exit (its threads joined, its exit handlers run) as Python's own. Nothing here
+imports torch: the modules named do."""
 
 from __future__ import annotations
 
@@ -146,14 +147,18 @@ def _reseed() -> None:
 def _run(argv: list[str]) -> int:
     from accel.trial import join
 
-    script = argv[1]
-    sys.argv = argv[1:]
+    module = argv[2] if argv[1] == "-m" else None
+    sys.argv = argv[2:] if module else argv[1:]
     sys.orig_argv = list(argv)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))  # as Python puts it before PYTHONPATH
+    # as Python puts it before PYTHONPATH: `-m`'s working folder, a script's own
+    sys.path.insert(0, os.getcwd() if module else os.path.dirname(os.path.abspath(argv[1])))
     if join.asked():
         join.join()
     try:
-        runpy.run_path(script, run_name="__main__")
+        if module:
+            runpy._run_module_as_main(module)  # type: ignore[attr-defined]  # `python -m`'s own way in
+        else:
+            runpy.run_path(argv[1], run_name="__main__")
     except SystemExit as stop:
         return _exit_code(stop.code)
     except KeyboardInterrupt:

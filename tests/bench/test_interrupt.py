@@ -17,14 +17,16 @@ from conftest import ROOT, Progress, finish
 
 
 def _trial_pids(out: Path) -> list[int]:
-    """The bench trial processes writing under `out` (each runs in its own session, so only /proc finds them)."""
+    """The bench trial processes writing under `out` (each runs in its own session, so only /proc finds them): their
+    output goes to their log in a trials folder under `out`, whether started fresh or forked from a zygote (whose
+    command line they keep)."""
     found = []
     for entry in Path("/proc").iterdir():
         try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
-        except OSError:  # it ended while we looked
+            output = os.readlink(entry / "fd" / "1") if entry.name.isdigit() else ""
+        except OSError:  # it ended while we looked, or has no output
             continue
-        if b"accel.bench.trial" in argv and any(str(out).encode() in arg for arg in argv):
+        if output.startswith(f"{out}{os.sep}") and f"{os.sep}trials{os.sep}" in output:
             found.append(int(entry.name))
     return found
 

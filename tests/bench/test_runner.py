@@ -109,6 +109,7 @@ def test_bench_end_to_end_interleaves_and_reports_a_crashing_variant(tiny, write
         assert len(t["step_times_s"]) == 3 and t["batch_size"] == 8 and "env" not in t
         # the machine's load over the timed steps only: from the warm-up's end to the last step
         assert sum(t["step_times_s"]) <= t["load"]["wall_s"] <= t["process_s"] - t["warmup_s"]
+        assert t["forked_s"] > 0  # forked from a zygote that imported torch once, not `python -m` again
     assert bad["errors"] == 2 and bad["samples_per_s"]["median"] is None
     assert all("training loader yields no batches" in t["error"] for t in bad["trials"])
 

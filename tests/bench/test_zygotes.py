@@ -73,6 +73,22 @@ def test_a_forked_trial_is_the_script_run_as_a_fresh_process_would_be(tmp_path):
     assert seen[0]["random"] != seen[1]["random"]  # numpy's global state drawn anew, as a fresh process's
 
 
+def test_a_forked_python_m_trial_is_the_module_run_as_a_fresh_python_m_would_run_it(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "seen.py").write_text(SEEN)
+    env = trial_env(tmp_path / "cache")
+    argv = [sys.executable, "-m", "pkg.seen"]
+    out = tmp_path / "record" / "seen.json"
+    with Zygotes(tmp_path / "zygotes") as pool:
+        zygote = pool.for_trial(argv, env, ["numpy"], "seen")
+        got, log = _forked(tmp_path, zygote, [*argv, str(out), "4"], env)
+        assert got == 4 and "said to the log" in log and zygote.forks == 1
+    seen = json.loads(out.read_text())
+    assert seen["argv"] == [str(tmp_path / "pkg" / "seen.py"), str(out), "4"]  # as `python -m` sets it
+    assert seen["name"] == "__main__" and seen["path0"] == str(tmp_path) and seen["loaded"]
+
+
 def test_a_zygote_whose_imports_leave_a_thread_running_refuses_and_its_trials_start_fresh(tmp_path):
     (tmp_path / "threaded.py").write_text(
         "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
