@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import socket
 import sys
 import time
 import warnings
@@ -192,6 +194,7 @@ class Stage:
         except KeyboardInterrupt:  # stopped here, not lost: the round waits for the next worker or rerun
             self.study.enqueue_trial({"round": r})
             raise
+        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
         trial.set_user_attr("trials", [t.to_data() for t in results])
         trial.set_user_attr("machine", next((_machine(t) for t in results if t.env), None))
         if getattr(results, "stopped", None):
