@@ -94,6 +94,8 @@ def storage(spec: StudySpec):
 
 def _opened(spec: StudySpec):
     optuna = _optuna()
+    import sqlalchemy.exc  # optuna's own dependency
+
     kwargs = {"connect_args": {"timeout": 60}} if spec.storage.startswith("sqlite") else {}  # workers share a file
     if spec.storage.startswith("sqlite:///"):
         Path(spec.storage[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
@@ -104,13 +106,19 @@ def _opened(spec: StudySpec):
         print(f"{study.study_name}: {said}", file=sys.stderr)
         retry(study, trial)
 
-    return optuna.storages.RDBStorage(
-        spec.storage,
-        engine_kwargs=kwargs,
-        heartbeat_interval=spec.heartbeat_s,
-        grace_period=spec.grace_s,
-        failed_trial_callback=failed,
-    )
+    for attempt in range(3):
+        try:
+            return optuna.storages.RDBStorage(
+                spec.storage,
+                engine_kwargs=kwargs,
+                heartbeat_interval=spec.heartbeat_s,
+                grace_period=spec.grace_s,
+                failed_trial_callback=failed,
+            )
+        except sqlalchemy.exc.SQLAlchemyError:  # workers started together race to create a new database's tables
+            if attempt == 2:
+                raise
+            time.sleep(POLL_S)
 
 
 def search_study(spec: StudySpec, store, done: bool | None = None):
@@ -277,7 +285,7 @@ def _stages(spec: StudySpec, store) -> list[Stage]:
 
 
 def _sampler(rounds: int):
-    # GridSampler gives trial n round n, so one worker runs the rounds in order, as the hand-made loop did
+    # each round once, in the sampler's own seeded order: a round holds every candidate, so its place changes nothing
     return _optuna().samplers.GridSampler({"round": list(range(rounds))})
 
 
