@@ -4,6 +4,7 @@ who runs them (--workers N here, --join URL from anywhere), and a --work folder 
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -95,8 +96,12 @@ def stop(spec) -> None:
 
 
 def continues(work: Path, time: bool) -> bool:
-    """A --work folder a time search left unfinished (its study, no tune.json): the same command continues it."""
-    return time and (work / "study.db").exists() and not (work / "tune.json").exists()
+    """A --work folder a time search left unfinished (its study, and no tune.json or one of a search cut short):
+    the same command continues it."""
+    if not time or not (work / "study.db").exists():
+        return False
+    record = work / "tune.json"
+    return not record.exists() or bool(json.loads(record.read_text()).get("interrupted"))
 
 
 def join(args: argparse.Namespace) -> int:

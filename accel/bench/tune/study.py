@@ -233,9 +233,7 @@ class StudyRunner:
 
     def __call__(self, jobs, out, settings, console=None, skip=None) -> TrialResults:
         console = console or Console(stderr=True)
-        store = storage(self.spec)
-        search_study(self.spec, store, done=False)
-        stage = Stage.publish(self.spec, store, jobs, Path(out), settings)
+        stage = Stage.publish(self.spec, storage(self.spec), jobs, Path(out), settings)
         done = len(stage.complete())
         if done:
             said = f"{done} of {len(stage.rounds)} rounds already COMPLETE, continuing"
