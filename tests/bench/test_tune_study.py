@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import signal
 import sys
 import time
@@ -142,12 +143,13 @@ def test_a_coordinator_killed_mid_round_is_continued_by_the_same_command(tmp_pat
     first.join(5)
     calls: list = []
     found = StudyRunner(spec, readings(calls=calls))(JOBS, tmp_path / "stage", SETTINGS)
-    # one round was COMPLETE before the kill: the rerun ran the round never started, then the one in flight, once
-    # its heartbeat had gone stale and Optuna had marked it FAIL
+    # one round was COMPLETE before the kill: the rerun ran the round never started and the one in flight, once its
+    # heartbeat had gone stale and Optuna had marked it FAIL (in either order: that depends on when it went stale)
     assert len(calls) == 2 and len(found) == len(JOBS) and _states(spec).count("COMPLETE") == 3
     err = capsys.readouterr().err
     assert "1 of 3 rounds already COMPLETE, continuing" in err
-    assert f"round {calls[1][0][0]} (trial #1) lost its worker: marked FAIL, run again" in err
+    lost = re.search(r"round (\d) \(trial #1\) lost its worker: marked FAIL, run again", err)
+    assert lost and int(lost.group(1)) in [c[0][0] for c in calls]
 
 
 def _coordinator_then_hang(spec: StudySpec, marker: Path) -> None:

@@ -218,7 +218,8 @@ class Stage:
         if len(machines) > 1:
             console.print(
                 f"{self.study.study_name}: rounds ran on {len(machines)} machines ({'; '.join(machines)}): each "
-                "candidate is compared only with the reference of its own round, measured beside it"
+                "candidate is compared only with the reference of its own round, measured beside it",
+                soft_wrap=True,
             )
         return found
 
@@ -237,7 +238,7 @@ class StudyRunner:
         done = len(stage.complete())
         if done:
             said = f"{done} of {len(stage.rounds)} rounds already COMPLETE, continuing"
-            console.print(f"{stage.study.study_name}: {said}")
+            console.print(f"{stage.study.study_name}: {said}", soft_wrap=True)  # one line, whatever the width
         while len(stage.complete()) < len(stage.rounds):
             if self.spec.works_here() and stage.has_work():
                 stage.run_round(self.inner, console, skip)
