@@ -27,6 +27,7 @@ from typing import Any
 
 from rich.console import Console
 
+from ...errors import AccelError
 from ...extras import import_or_explain
 from ..history import fingerprint, machine_said
 from ..records import Trial
@@ -80,7 +81,6 @@ def _optuna():
     optuna = import_or_explain("optuna", NEEDS)
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # accel's own progress says what each trial did
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
     return optuna
 
 
@@ -248,19 +248,19 @@ class StudyRunner:
         return stage.results(console)
 
 
-def join(spec: StudySpec, run_trials, console: Console | None = None, idle_s: float = 600.0) -> int:
-    """A worker: run the search's rounds, stage after stage, until its coordinator ends it (or nothing has come for
-    `idle_s`); the rounds it ran."""
+def join(spec: StudySpec, run_trials, console: Console | None = None) -> int:
+    """A worker: run the search's rounds, stage after stage, until its coordinator ends it; the rounds it ran. A
+    worker of a coordinator that was killed waits for the same command to continue the search."""
     console = console or Console(stderr=True)
     store = storage(spec)
-    ran, idle = 0, time.monotonic()
+    ran = 0
     while True:
         stage = next((s for s in _stages(spec, store) if s.has_work()), None)
         if stage is not None:
             stage.run_round(run_trials, console)
-            ran, idle = ran + 1, time.monotonic()
+            ran += 1
             continue
-        if search_study(spec, store).user_attrs.get(DONE) or time.monotonic() - idle > idle_s:
+        if search_study(spec, store).user_attrs.get(DONE):
             return ran
         for stage in _stages(spec, store):
             _optuna().storages.fail_stale_trials(stage.study)
@@ -271,8 +271,6 @@ def only_search(url: str) -> str:
     """The one search a storage holds (`--join URL` without --study)."""
     names = [s.study_name for s in _optuna().get_all_study_summaries(url) if "/" not in s.study_name]
     if len(names) != 1:
-        from ...errors import AccelError
-
         held = ", ".join(names) or "none"
         raise AccelError(f"--join {url}: name the search with --study NAME; the storage holds {held}.")
     return names[0]
