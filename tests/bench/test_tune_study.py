@@ -244,3 +244,24 @@ def test_a_joined_worker_runs_real_trials_of_the_study(tiny, write_recipe, tmp_p
 
 def _stage_name(spec: StudySpec) -> str:
     return next(n for n in optuna.get_all_study_names(storage(spec)) if n.startswith(spec.name + "/"))
+
+
+def test_a_work_folder_of_a_search_cut_short_is_continued_and_a_finished_one_refused(tmp_path, tiny, write_recipe):
+    from accel.cli.tune_study import continues
+
+    work = tmp_path / "work"
+    work.mkdir()
+    assert not continues(work, time=True)  # no study there
+    (work / "study.db").write_text("")
+    assert continues(work, time=True) and not continues(work, time=False)  # killed: no tune.json
+    (work / "tune.json").write_text('{"interrupted": true}')
+    assert continues(work, time=True)  # Ctrl-C: its record says so
+    (work / "tune.json").write_text('{"chosen": {}}')
+    assert not continues(work, time=True)  # finished: its results are never overwritten
+    argv = ["tune", str(write_recipe(tiny)), "--objective", "time", "--work", str(work)]
+    assert main(argv) == 2
+
+
+def test_the_study_options_need_the_time_objective(tiny, write_recipe, capsys):
+    assert main(["tune", str(write_recipe(tiny)), "--storage", "sqlite:///x.db"]) == 2
+    assert "--storage and --study need --objective time" in capsys.readouterr().err
