@@ -36,6 +36,11 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def cuda_count() -> int:
+    """CUDA GPUs this process sees (0 without CUDA)."""
+    return torch.cuda.device_count() if cuda_available() else 0
+
+
 def mps_available() -> bool:
     return bool(getattr(torch.backends, "mps", None)) and torch.backends.mps.is_available()
 

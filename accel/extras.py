@@ -33,6 +33,7 @@ EXTRA_OF = {
     "torchao": "float8",
     "liger_kernel": "liger",
     "torch_xla": "xla",
+    "optuna": "tune",
 }
 
 

@@ -5,7 +5,7 @@
 # which, with its pip command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-TEST_EXTRAS=data,export,dali,hf,lightning,timm,peers,trackers,dev
+TEST_EXTRAS=data,export,dali,hf,lightning,timm,peers,trackers,tune,dev
 EXTRAS=${1:-$TEST_EXTRAS}
 PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..errors import AccelError
 from ..runs.runlock import hold
-from . import bench_rev
+from . import bench_rev, tune_study
 from .options import (
     add_metric_pattern,
     add_sets,
@@ -123,7 +123,8 @@ def add(commands) -> None:
     tune_parser.add_argument(
         "--workers",
         metavar="N1,N2",
-        help="DataLoader worker counts (default: 0,1,2,4 up to the cores); an empty value skips the knob",
+        help="DataLoader worker counts (default: 0,1,2,4 up to the cores); an empty value skips the knob. With "
+        "--objective time: N worker processes sharing the study (one GPU each, or a slice of the cores each)",
     )
     tune_parser.add_argument(
         "--threads",
@@ -197,7 +198,12 @@ def add(commands) -> None:
         help="recipe fragment to write (default: WORK/tuned.yaml); an existing file only if an earlier tune wrote it",
     )
     add_metric_pattern(tune_parser)
-    tune_parser.add_argument("--work", help="folder for trial recipes and logs (default: runs/tune-<name>-<timestamp>)")
+    tune_parser.add_argument(
+        "--work",
+        help="folder for trial recipes and logs (default: runs/tune-<name>-<timestamp>); with --objective time, "
+        "one a killed tune left continues its study",
+    )
+    tune_study.add_options(tune_parser)
     tune_parser.set_defaults(run=tune)
 
 
@@ -429,8 +435,9 @@ def tune(args: argparse.Namespace) -> int:
     from ..bench.tune import tune as run_tune
     from ..config.recipe import load_recipe
     from ..io import default_out
-    from ..runs.rundir import check_results_out
 
+    if args.join:
+        return tune_study.join(args)
     if args.user_script is not None:
         from .tune_script import tune_script
 
@@ -449,11 +456,11 @@ def tune(args: argparse.Namespace) -> int:
     args.warmup = default_warmup if args.warmup is None else args.warmup
     check_trial_options(args)
     base = load_recipe(args.recipe, args.overrides)
+    work = Path(args.work) if args.work else default_out(base.name, kind="tune")
+    workers = tune_study.prepare(args, work)
     knobs = _tune_knobs(args, base)
     if not knobs:
         raise AccelError("nothing to tune: every knob was given an empty list.")
-    work = Path(args.work) if args.work else default_out(base.name, kind="tune")
-    check_results_out(work, "tune", "--work")
     out = Path(args.out) if args.out else work / "tuned.yaml"
     check_fragment_out(out)  # now, not after a search of minutes
     # a time trial trains on the run's samples, whatever they take: the window is its speed-up stages'
@@ -468,11 +475,21 @@ def tune(args: argparse.Namespace) -> int:
     if time:
         eval_batches = TIME_EVAL_BATCHES if args.eval_batches is None else args.eval_batches
         settings = time_settings(settings, base, eval_batches)
+    study = tune_study.study_of(args, work, workers)
     result = searched(
         lambda: run_tune(
-            base, knobs, work, settings, args.trials, budget_s=args.budget, final_check=True, objective=objective
+            base,
+            knobs,
+            work,
+            settings,
+            args.trials,
+            budget_s=args.budget,
+            final_check=True,
+            objective=objective,
+            study=study,
         ),
         work,
+        study,
     )
     if result is None:
         return 130
@@ -485,7 +502,7 @@ def tune(args: argparse.Namespace) -> int:
 WIDE_TABLE = 240  # columns of tune's table where its output is not a terminal
 
 
-def searched(search, work: Path):
+def searched(search, work: Path, study=None):
     """Run tune's search and print its table and warnings; None when Ctrl-C or SIGTERM cut it short."""
     from rich.console import Console
 
@@ -496,12 +513,15 @@ def searched(search, work: Path):
         with hold(work):  # a second tune there is refused while this one runs
             result = search()
     except KeyboardInterrupt:
+        again = f"; the same command with --work {work} continues its study" if study else ""
         print(
             f"interrupted: no fragment written (nothing chosen from a search cut short); the trials so far are "
-            f"under {work}",
+            f"under {work}{again}",
             file=sys.stderr,
         )
         return None
+    finally:
+        tune_study.stop(study)
     busy = busy_note(result.loads)
     if busy:
         print(f"warning: busy machine. {busy}", file=sys.stderr)

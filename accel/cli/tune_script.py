@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import AccelError
+from . import tune_study
 from .bench import SPEED_STEPS, TIME_STEPS, searched
 from .options import check_trial_options, trial_steps
 
@@ -20,7 +21,6 @@ def tune_script(args: argparse.Namespace) -> int:
     from ..bench.tune import tune as run_tune
     from ..bench.tune.script import ScriptSubject, comments, speed_knobs, time_knobs, write_script_fragment
     from ..io import default_out
-    from ..runs.rundir import check_results_out
 
     time = _check(args)
     own_run = time and args.steps is None  # each trial runs the script to its own end (or the target)
@@ -29,7 +29,7 @@ def tune_script(args: argparse.Namespace) -> int:
     check_trial_options(args)
     target = parse_target(args.target, any_metric=True) if args.target else None
     work = Path(args.work) if args.work else default_out(script_name(args.user_script), kind="tune")
-    check_results_out(work, "tune", "--work")
+    workers = tune_study.prepare(args, work)
     out = Path(args.out) if args.out else work / "tuned.yaml"
     check_fragment_out(out)  # before the probe, which runs the script until it creates its engine
     subject = ScriptSubject.probed(args.user_script, args.overrides, args.timeout)
@@ -54,11 +54,21 @@ def tune_script(args: argparse.Namespace) -> int:
     short = args.timeout or SCRIPT_TIMEOUT_S
     speed = replace(settings, steps=SPEED_STEPS[0], warmup=SPEED_STEPS[1], timeout=short, window=args.window)
     objective = Objective(args.objective, target, speed=speed if time else None)
+    study = tune_study.study_of(args, work, workers)
     result = searched(
         lambda: run_tune(
-            subject, knobs, work, settings, args.trials, budget_s=args.budget, final_check=True, objective=objective
+            subject,
+            knobs,
+            work,
+            settings,
+            args.trials,
+            budget_s=args.budget,
+            final_check=True,
+            objective=objective,
+            study=study,
         ),
         work,
+        study,
     )
     if result is None:
         return 130
@@ -76,12 +86,12 @@ def _check(args: argparse.Namespace) -> bool:
         raise AccelError("no script after `--`: give its command, e.g. `accel tune -- python train.py`.")
     if args.recipe is not None:
         raise AccelError(f"give a recipe or a script, not both: `{args.recipe}` and `{' '.join(args.user_script)}`.")
-    if args.workers or args.threads or args.eval_batches is not None:
+    time = args.objective == "time"
+    if (args.workers and not time) or args.threads or args.eval_batches is not None:
         raise AccelError(
             "--workers, --threads and --eval-batches set a recipe's keys; a script's loader and evaluation are its "
             "own: vary its options with --try arg:--OPTION=V1,V2, or engine keys with --try KEY=V1,V2."
         )
-    time = args.objective == "time"
     if not time and (args.target or args.lr_arg):
         raise AccelError("--target and --lr-arg need --objective time (the speed objective measures samples/s).")
     if args.target:

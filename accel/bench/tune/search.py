@@ -31,6 +31,7 @@ from .configs import RecipeSubject, Subject
 from .lr_range import lr_range_knob
 from .objective import Objective
 from .rows import FinalCheck, TuneRow, final_check, skipped_row, stage_rows, unusable_rows
+from .study import StudyRunner, StudySpec, default_storage, search_study, storage
 
 
 class TrialRunner(Protocol):
@@ -106,6 +107,11 @@ class Measure:
     loads: list[dict[str, Any] | None] = field(default_factory=list)  # every trial's machine load, shared by copies
     kind: str = OBJECTIVE  # the budget's kind of its trials (accel.bench.tune.budget)
     ran: list[Trial] = field(default_factory=list)  # every trial, shared by copies
+    study: StudySpec | None = None  # --objective time: the study the learning stages' rounds run on
+
+    def on_study(self) -> Measure:
+        """How a learning stage runs its trials: as rounds of its study, by whichever worker takes each."""
+        return replace(self, run_trials=StudyRunner(self.study, self.run_trials)) if self.study else self
 
     def run(self, jobs: list[tuple[int, str, Path | Launch]], out: Path, skip: SkipRule | None = None) -> list[Trial]:
         results = self.run_trials(jobs, out, self.objective.settings(self.settings), self.console, skip=skip)
@@ -307,19 +313,24 @@ def tune(
     final_check: bool = False,
     run_trials: TrialRunner = runner.run_trials,
     objective: Objective | None = None,
+    study: StudySpec | None = None,
 ) -> TuneResult:
     """Search `knobs` in order by measurement (trials under `work`, run by `run_trials`); the chosen values and
     every measurement. `base`: a recipe, or a script (accel.bench.tune.script.ScriptSubject). A knob whose trials
     would overrun `budget_s` is left as given. With `final_check`, the tuned configuration then runs against the
     one as given, in time kept back from the budget for it; measured slower, the one as given is the result:
     tuning never leaves a user below where they started. `objective`: what a candidate must improve (samples/s by
-    default; time to a target)."""
+    default; time to a target). `study`: where the time objective's learning stages keep their rounds and who runs
+    them (accel.bench.tune.study; default: a SQLite file in `work`, run here)."""
     work = Path(work)
     objective = objective or Objective()
+    if objective.time:
+        study = study or StudySpec(default_storage(work), "tune")
+        search_study(study, storage(study), done=False)  # the tune extra is asked for now, before any trial
     shares = {levers.SPEED: levers.SPEED_SHARE} if objective.time else None
     budget = Budget(budget_s, reserve=2 * trials if final_check else 0, shares=shares)
     subject = RecipeSubject(base) if isinstance(base, Recipe) else base
-    m = Measure(subject, settings, trials, console or Console(stderr=True), budget, run_trials, objective)
+    m = Measure(subject, settings, trials, console or Console(stderr=True), budget, run_trials, objective, study=study)
     result = TuneResult(loads=m.loads, ran=m.ran, objective=objective.name)
     try:
         _search(m, result, knobs, work, final_check)
@@ -327,6 +338,9 @@ def tune(
         result.interrupted, result.chosen = True, {}
         _write_record(result, work, objective)
         raise
+    finally:
+        if study is not None:  # its workers end with it
+            search_study(study, storage(study), done=True)
     _write_record(result, work, objective)
     return result
 
@@ -362,7 +376,7 @@ def _search(m: Measure, result: TuneResult, knobs: list[Knob], work: Path, final
             knob, rows = lr_range_knob(m, result.chosen, out / "range-test")
             result.rows += rows
         if knob is not None:
-            _search_knob(m, result, knob, out, traits)
+            _search_knob(m.on_study(), result, knob, out, traits)
     if speed_keys:  # speed-ups alone
         levers.by_time(m, result, speed_keys, work / levers.KEY, failed)
     if final_check and m.subject.config_key(result.chosen) != m.subject.config_key({}):  # what tuning bought
