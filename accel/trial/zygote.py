@@ -161,12 +161,9 @@ def _run(argv: list[str]) -> int:
             runpy.run_path(argv[1], run_name="__main__")
     except SystemExit as stop:
         return _exit_code(stop.code)
-    except KeyboardInterrupt:
-        traceback.print_exc()
-        return -signal.SIGINT
-    except BaseException:  # noqa: BLE001 - as Python says an uncaught exception
-        traceback.print_exc()
-        return 1
+    except BaseException as uncaught:  # noqa: BLE001 - as Python says it: through sys.excepthook, which a trial's
+        sys.excepthook(type(uncaught), uncaught, uncaught.__traceback__)  # agent takes to record the crash
+        return -signal.SIGINT if isinstance(uncaught, KeyboardInterrupt) else 1
     return 0
 
 
