@@ -5,7 +5,7 @@ A plain PyTorch loop (an MLP, about 5 ms a step on 2 CPU threads, no accel in it
 never reads (an A/A, which must read "no effect" or withhold, never helped or hurt), with X > 0 the second sleeps X
 seconds a step (a known slowdown, X/step time). A sleep overshoots by tens of microseconds, so small slowdowns are
 made by work instead: `--work N` benches `env:WORK=0,N`, whose second variant multiplies a 128x256 by a 256x256
-matrix N more times a step (about 4% of the step each here). Each bench is a fresh `accel bench` with the options
+matrix N more times a step (4-6% of the step each here). Each bench is a fresh `accel bench` with the options
 given after `--` (default: the bench's own planning from the noise). Prints one line per bench and the tally per
 case, and writes JSON.
 
