@@ -432,7 +432,6 @@ def tune(args: argparse.Namespace) -> int:
     from ..bench.target import check_target_metric, parse_target
     from ..bench.trial_process import TrialSettings
     from ..bench.tune import Objective, check_fragment_out, time_settings, write_fragment
-    from ..bench.tune import tune as run_tune
     from ..config.recipe import load_recipe
     from ..io import default_out
 
@@ -475,22 +474,7 @@ def tune(args: argparse.Namespace) -> int:
     if time:
         eval_batches = TIME_EVAL_BATCHES if args.eval_batches is None else args.eval_batches
         settings = time_settings(settings, base, eval_batches)
-    study = tune_study.study_of(args, work, workers)
-    result = searched(
-        lambda: run_tune(
-            base,
-            knobs,
-            work,
-            settings,
-            args.trials,
-            budget_s=args.budget,
-            final_check=True,
-            objective=objective,
-            study=study,
-        ),
-        work,
-        study,
-    )
+    result = tuned(args, work, workers, base, knobs, settings, objective)
     if result is None:
         return 130
     check_fragment_out(out)  # again: the search took minutes, and the file may have appeared since
@@ -500,6 +484,15 @@ def tune(args: argparse.Namespace) -> int:
 
 
 WIDE_TABLE = 240  # columns of tune's table where its output is not a terminal
+
+
+def tuned(args: argparse.Namespace, work: Path, workers: int, subject, knobs: list, settings, objective):
+    """tune's search of `subject` (a recipe or a script) on its study, as `searched` runs and reports it."""
+    from ..bench.tune import tune as run_tune
+
+    study = tune_study.study_of(args, work, workers)
+    run = dict(budget_s=args.budget, final_check=True, objective=objective, study=study)
+    return searched(lambda: run_tune(subject, knobs, work, settings, args.trials, **run), work, study)
 
 
 def searched(search, work: Path, study=None):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..errors import AccelError
 from . import tune_study
-from .bench import SPEED_STEPS, TIME_STEPS, searched
+from .bench import SPEED_STEPS, TIME_STEPS, tuned
 from .options import check_trial_options, trial_steps
 
 
@@ -18,7 +18,6 @@ def tune_script(args: argparse.Namespace) -> int:
     from ..bench.target import parse_target
     from ..bench.trial_process import TrialSettings
     from ..bench.tune import Objective, check_fragment_out
-    from ..bench.tune import tune as run_tune
     from ..bench.tune.script import ScriptSubject, comments, speed_knobs, time_knobs, write_script_fragment
     from ..io import default_out
 
@@ -54,22 +53,7 @@ def tune_script(args: argparse.Namespace) -> int:
     short = args.timeout or SCRIPT_TIMEOUT_S
     speed = replace(settings, steps=SPEED_STEPS[0], warmup=SPEED_STEPS[1], timeout=short, window=args.window)
     objective = Objective(args.objective, target, speed=speed if time else None)
-    study = tune_study.study_of(args, work, workers)
-    result = searched(
-        lambda: run_tune(
-            subject,
-            knobs,
-            work,
-            settings,
-            args.trials,
-            budget_s=args.budget,
-            final_check=True,
-            objective=objective,
-            study=study,
-        ),
-        work,
-        study,
-    )
+    result = tuned(args, work, workers, subject, knobs, settings, objective)
     if result is None:
         return 130
     check_fragment_out(out)  # again: the search took minutes, and the file may have appeared since
