@@ -134,10 +134,8 @@ FRAMEWORKS = {
 def plain_switches(given: dict[str, Any], command: list[str]) -> tuple[list[Switch], dict[str, str]]:
     """The speed switches among a plain script's own options, and the options meaning one that cannot be
     switched, with why."""
-    from ..devices import cpu_has_native_bf16
-
     device = given["resolved_device"]
-    return switches(script_options(given, command), device, device == "cpu" and cpu_has_native_bf16())
+    return switches(script_options(given, command), device, _fast_bf16(device) is None)
 
 
 def known_flags(given: dict[str, Any], command: list[str], what: str) -> tuple[Sequence[Flag], dict[str, Any]]:
