@@ -21,8 +21,10 @@ NOT_COUNTS = ("t", "wall")  # a mark's clock readings; its other entries are cou
 # own bulk, so a variant slow in every step is never cut: its median is slow too. The echo test keeps a cost that
 # recurs (logging every N steps, a periodic stall) in the window: a leading step of that kind is not a start-up, and
 # cutting it alone would read the variant faster than it trains; a neighbour's short stall later in the window (a
-# fraction of a one-off's size) does not keep the one-off in. Fewer than half the steps can be SLOW times the median,
-# so a cut leaves most of the window; one that would leave fewer than MIN_STEADY steps is not made (and said).
+# fraction of a one-off's size) does not keep the one-off in. The longest leading run that passes is cut: a one-off
+# followed by a step that is merely slowish (cold caches after a long stall) loses only the one-off. Fewer than half
+# the steps can be SLOW times the median, so a cut leaves most of the window; one that would leave fewer than
+# MIN_STEADY steps is not made (and said).
 SLOW, ECHO, MIN_STEADY = 3.0, 0.5, 3
 MAX_WINDOW_STEPS = 10_000  # a --window of tiny steps stops here (and says so): a record of step times stays small
 
@@ -43,9 +45,7 @@ def one_off_steps(times: list[float]) -> int:
         return 0
     bulk = statistics.median(times)
     run = next((i for i, s in enumerate(times) if s < SLOW * bulk), len(times))
-    if not run or max(times[run:], default=0.0) >= ECHO * min(times[:run]):
-        return 0
-    return run
+    return next((k for k in range(run, 0, -1) if max(times[k:], default=0.0) < ECHO * min(times[:k])), 0)
 
 
 def steady(timed: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:

@@ -44,6 +44,8 @@ def test_a_cost_that_recurs_is_kept_in_the_window():
     assert one_off_steps(times) == 0
     times = [0.4, *_noisy(10), 0.03, *_noisy(8)]  # a neighbour's short stall later: the one-off still goes
     assert one_off_steps(times) == 1
+    times = [2.0, 0.02, *_noisy(10), 0.012, *_noisy(8)]  # a slowish step after the one-off, a stall echoing it
+    assert one_off_steps(times) == 1  # the one-off still goes; the slowish step stays in the window
 
 
 def test_a_cut_that_leaves_too_few_steps_is_not_made_and_said():
