@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from accel import cli
-from accel.cli.bench import parse_duration
+from accel.cli.options import parse_duration
 from conftest import ROOT
 
 

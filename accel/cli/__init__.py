@@ -11,7 +11,7 @@ import logging
 import sys
 
 from ..errors import AccelError, say_error, user_message
-from . import bench, bench_data, cache, cluster, export, history, info, outputs, profile, run, script_args, train
+from . import bench, bench_data, cache, cluster, export, history, info, outputs, profile, run, script_args, train, tune
 
 GROUPS = (
     train,
@@ -19,6 +19,7 @@ GROUPS = (
     cluster,
     info,
     bench,
+    tune,
     history,
     bench_data,
     profile,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from ..errors import AccelError
 from . import tune_study
-from .bench import SPEED_STEPS, TIME_STEPS, tuned
 from .options import check_trial_options, trial_steps
+from .tune import SPEED_STEPS, TIME_STEPS, tuned
 
 
 def tune_script(args: argparse.Namespace) -> int:

@@ -318,7 +318,7 @@ def test_tunes_table_to_a_file_or_a_pipe_is_not_cut_to_80_columns(tmp_path, caps
     from accel.bench.records import Interval
     from accel.bench.tune.rows import TuneRow
     from accel.bench.tune.search import TuneResult
-    from accel.cli.bench import searched
+    from accel.cli.tune import searched
 
     none = Interval(median=None, ci95=None)
     note = "the recipe's value, measured beside"
