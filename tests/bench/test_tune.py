@@ -580,6 +580,33 @@ def test_tune_never_chooses_from_a_verdict_measured_on_a_busy_machine(tiny, tmp_
     assert row.note == "not chosen: no verdict, the machine was busy during the trials (others took 40% of the cores)"
 
 
+def test_a_candidate_whose_trials_failed_on_a_busy_machine_reads_failed_not_unjudged(tiny, tmp_path):
+    base, fake = validate_recipe(tiny), simulated([])
+    busy = {"wall_s": 10.0, "cores": 2, "own_cpu_s": 9.0, "others_cpu_s": 8.0, "steal_s": 0.0}
+    busy |= {"others_share": 0.4, "load_avg_1m": 3.2}
+
+    def one_worker_fails_beside_a_busy_process(jobs, out, settings, console=None, skip=None):
+        done = fake(jobs, out, settings, console, skip)
+        gone = dict(error="RuntimeError: out of memory", samples_per_s=None, median_step_samples_per_s=None)
+        return [
+            t.updated(load=busy, **gone) if t.variant.endswith("num_workers=1") else t.updated(load=busy) for t in done
+        ]
+
+    settings = TrialSettings(5, 1)
+    result = tune(
+        base,
+        [Knob(WORKERS_KEY, [0, 1])],
+        tmp_path / "work",
+        settings,
+        2,
+        run_trials=one_worker_fails_beside_a_busy_process,
+    )
+    assert next(r for r in result.rows if r.value == 1).note == "2 failed: RuntimeError: out of memory"
+    text = write_fragment(result, tmp_path / "t.yaml", base, "accel tune r.yaml", settings, 2).read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith(f"# {WORKERS_KEY}:"))
+    assert "0 not chosen: no verdict, the machine was busy" in line and "1 not chosen" not in line  # 1 failed
+
+
 def test_a_value_kept_for_want_of_a_verdict_says_so_in_the_fragment(tiny, tmp_path):
     # 1 worker ran 1.5x faster, but beside a busy process: the kept value was never judged against it
     base, fake = validate_recipe(tiny), simulated([])

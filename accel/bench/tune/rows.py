@@ -106,11 +106,13 @@ def _note(key: str, r: VariantSummary, current: str, best: str, passed: dict[str
         note = "reference (off)" if key.startswith("speedups.") else "current"
     timed = r.time_to_target_ratio
     faster = (timed.median or 2) < 1 if timed else (r.ratio_vs_baseline.median or 0) > 1
-    if r.verdict is None and faster and r.name not in (best, current) and r.ok_trials < MIN_TRIALS:
+    # why a candidate measured beside the others was not judged; one whose every trial failed has no reading
+    unjudged = r.ok_trials > 0 and r.name not in (best, current)
+    if unjudged and r.verdict is None and faster and r.ok_trials < MIN_TRIALS:
         note = f"{NOT_TRUSTED}: fewer than {MIN_TRIALS} trials"
-    elif r.busy is not None and r.name not in (best, current):
+    elif unjudged and r.busy is not None:
         note = f"{NO_VERDICT}, the machine was busy during the trials (others took {r.busy:.0%} of the cores)"
-    elif r.undecided and r.verdict is None and r.name not in (best, current):
+    elif unjudged and r.undecided and r.verdict is None:
         note = f"{NO_VERDICT}, undecided at +-{r.undecided:.0%}: its interval {r.ratio_vs_baseline.text()} is wider"
     failed = [t.error for t in r.trials if t.error]
     if not r.trials:
