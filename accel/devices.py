@@ -133,6 +133,17 @@ def cpu_has_native_bf16() -> bool:
     return flags is None or bool({"avx512_bf16", "amx_bf16"} & flags)
 
 
+# (class, the flag that marks it), fastest first: the instruction sets that set a CPU's training speed
+CPU_CLASSES = (("AMX", "amx_bf16"), ("AVX512-BF16", "avx512_bf16"), ("AVX-512", "avx512f"), ("AVX2", "avx2"))
+
+
+def cpu_class() -> str:
+    """The CPU's class by its fastest matrix instructions (`AMX`, `AVX512-BF16`, `AVX-512`, `AVX2`), else its
+    architecture: the same loop's costs differ between classes (docs/benchmarks.md), so each figure names it."""
+    flags = cpu_flags() or set()
+    return next((name for name, flag in CPU_CLASSES if flag in flags), platform.machine())
+
+
 def cpu_flags() -> set[str] | None:
     flags = _cpuinfo("flags")
     return None if flags is None else set(flags.split())
@@ -213,6 +224,7 @@ def environment(device: torch.device | None = None) -> dict[str, Any]:
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "cuda_available": cuda_available(),
         "cpu": cpu_model(),
+        "cpu_class": cpu_class(),
         "cpu_native_bf16": cpu_has_native_bf16(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),

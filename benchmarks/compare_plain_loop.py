@@ -36,6 +36,7 @@ import argparse
 import json
 import math
 import statistics
+import subprocess
 import sys
 import time
 from contextlib import nullcontext
@@ -53,6 +54,7 @@ from accel.train.run import build_trainer
 from accel.train.trainer import Trainer
 
 TARGET = 1.03  # accel may take at most 3% longer than the plain loop
+HERE = Path(__file__).parent
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -309,13 +311,23 @@ def print_table(rounds: list[dict], summary: dict, args: argparse.Namespace) -> 
     ):
         ratio = summary[key]
         print(
-            f"accel/plain time ratio, {name}: median {ratio['median']:.4f}, 95% CI [{ratio['ci95'][0]:.4f}, "
+            f"accel/plain time ratio on {summary['cpu_class']}, {name}: median {ratio['median']:.4f}, "
+            f"95% CI [{ratio['ci95'][0]:.4f}, "
             f"{ratio['ci95'][1]:.4f}], range [{ratio['min']:.4f}, {ratio['max']:.4f}]: {summary[said]}"
         )
     print(
         f"(target: accel takes at most {100 * (TARGET - 1):.0f}% longer, the whole 95% interval <= {TARGET}; "
         "inconclusive: run more rounds on a quiet machine)"
     )
+
+
+def head_commit() -> str | None:
+    """The checkout's commit, where this file is in a git checkout."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE)
+    except OSError:
+        return None
+    return out.stdout.strip() or None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -336,6 +348,10 @@ def main(argv: list[str] | None = None) -> int:
         "model": recipe.model.name,
         "batch_size": recipe.data.batch_size,
         "plain_batch_size": plain.data.batch_size,
+        # the class the figures hold for: one loop's per-step costs differ between CPU classes (parity_by_cpu.py)
+        "cpu_class": devices.cpu_class() if probe.device.type == "cpu" else devices.device_name(probe.device),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "commit": head_commit(),
     }
     print_table(rounds, summary, args)
     device = probe.device

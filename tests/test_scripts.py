@@ -6,10 +6,11 @@ import importlib.util
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from accel import cli
+from accel import cli, devices
 from accel.cli.options import parse_duration
 from conftest import ROOT
 
@@ -65,6 +66,41 @@ def test_compare_plain_loop_reports_a_ratio_and_a_verdict(tmp_path):
     assert len(result["rounds"]) == 2 and result["ratio_accel_over_plain"]["median"] > 0
     assert result["step_verdict"] in {"within", "not within", "inconclusive"}
     assert all(r["accel_step_s"] > 0 and r["plain_step_s"] > 0 for r in result["rounds"])
+    assert result["cpu_class"] == devices.cpu_class() and result["date"]  # each figure names its CPU class
+
+
+@pytest.mark.slow
+def test_compare_plain_ops_profiles_both_sides_runs_alike(tmp_path):
+    report = tmp_path / "ops.json"
+    argv = ["--model", "small_cnn", "--batch-size", "8", "--steps", "2", "--pairs", "1", "--json", str(report)]
+    out = _script("benchmarks/compare_plain_ops.py", *argv)
+    runs = json.loads(report.read_text())["runs"]
+    assert list(runs) == ["accel 1", "plain 1"] and "only on accel's side: " in out
+    # the same model's steps on both sides: each convolution the plain loop ran, accel ran (and its FLOP count's)
+    assert runs["accel 1"]["aten::convolution"][0] > runs["plain 1"]["aten::convolution"][0] > 0
+
+
+def test_parity_by_cpu_groups_results_by_class_and_fails_on_one_above_the_target(tmp_path, capsys):
+    parity = _module("benchmarks/parity_by_cpu.py")
+    ratio = {"median": 1.0, "ci95": [0.99, 1.01]}
+    recorded = {"ratio_accel_over_plain": ratio, "verdict": "within", "cpu_class": "AMX", "commit": "abc1234"}
+    older = {"ratio_accel_over_plain": ratio, "verdict": "within", "env": {"cpu": "AMD EPYC", "cpu_native_bf16": False}}
+    slower = recorded | {"ratio_accel_over_plain": {"median": 1.08, "ci95": [1.04, 1.12]}, "verdict": "not within"}
+    for name, result in (("amx.json", recorded), ("old.json", older)):
+        (tmp_path / name).write_text(json.dumps(result))
+    assert parity.main([str(tmp_path / "amx.json"), str(tmp_path / "old.json")]) == 0
+    out = capsys.readouterr().out
+    assert "AMX " in out and "AVX2 (from its name)" in out and "abc1234" in out
+    (tmp_path / "slow.json").write_text(json.dumps(slower))
+    assert parity.main([str(tmp_path / "slow.json")]) == 1
+    assert "above the target (1.03) on AMX: slow.json" in capsys.readouterr().out
+
+
+def _module(path: str):
+    spec = importlib.util.spec_from_file_location(Path(path).stem, ROOT / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.mark.slow
@@ -235,9 +271,7 @@ def test_gpu_check_lm_steps_build_commands_accel_accepts(tmp_path, monkeypatch):
     """The language-model steps and those named only on a GPU machine (lm-levers, ...) run commands whose flags
     and recipe keys accel accepts: each is parsed, and each bench's variants are built (`--list`), without
     training anything."""
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
-    gpu_check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpu_check)
+    gpu_check = _module("scripts/gpu_check.py")
     commands: list[list[str]] = []
     monkeypatch.setattr(gpu_check.Check, "sh", lambda self, step, command, timeout=600: commands.append(command))
     assert gpu_check.main(["--out", str(tmp_path), "lm", *gpu_check.EXTRA]) == 0

@@ -108,6 +108,7 @@ def collect(recipe: Any = None) -> dict[str, Any]:
         "xla_requested": devices.xla_requested(),
         "cpu": {
             "model": env["cpu"],
+            "class": env["cpu_class"],
             "cores": env["cpu_count"],
             "usable_cores": available_cpus(),
             "memory_mb": _memory_mb(),

@@ -79,7 +79,8 @@ class SpeedLint:
 
 def facts(run: Core, probe_bf16: bool = True) -> dict[str, Any]:
     """What the lint looks at, read from a run's core whose speed-ups are set up (a recipe's or a loop's own);
-    `probe_bf16`: measure bf16's matmul speed where the fp32 finding could apply (half a second)."""
+    `probe_bf16`: measure bf16's matmul speed where the fp32 finding could apply (half a second, once per machine and
+    shape: the figure is cached)."""
     device, loader = run.device, run.train_loader
     loader = getattr(loader, "loader", loader)  # the device prefetcher wraps a DataLoader
     traits = model_traits(run.module)

@@ -150,15 +150,24 @@ def bf16_matmul_speedup(
     return sorted(ratios)[rounds // 2]
 
 
-def bf16_speedup_at_model_size(module: torch.nn.Module, device: torch.device) -> float | None:
+def bf16_speedup_at_model_size(
+    module: torch.nn.Module, device: torch.device, cache: Path | None = None
+) -> float | None:
     """`bf16_matmul_speedup` at the model's largest matmul (a Linear's, a convolution's as its im2col product), the
-    figure the profile's mixed-precision advice and the speed lint's fp32 finding state; None without such a layer."""
+    figure the profile's mixed-precision advice and the speed lint's fp32 finding state; None without such a layer.
+    Measured once per device, thread count, torch version and shape, and cached: the lint asks at every run's start,
+    where the probe's 0.6 s (a 2-core AMX Xeon) would be paid by every run (docs/benchmarks.md)."""
     layers = (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
     shapes = [(m.weight[0].numel(), m.weight.shape[0]) for m in module.modules() if isinstance(m, layers)]
     if not shapes:
         return None
-    k, n = max(shapes, key=lambda shape: shape[0] * shape[1])
-    return bf16_matmul_speedup(min(k, PROBE_DIM_AT_MOST), min(n, PROBE_DIM_AT_MOST), device)
+    k, n = (min(side, PROBE_DIM_AT_MOST) for side in max(shapes, key=lambda shape: shape[0] * shape[1]))
+    cache = cache or cache_path()
+    key, cached = f"{devices.device_name(device)}|torch {torch.__version__}|bf16 over fp32 at {k}x{n}", _read(cache)
+    if key not in cached:
+        cached[key] = bf16_matmul_speedup(k, n, device)
+        _write(cache, cached)
+    return cached[key]
 
 
 def best_seconds(
