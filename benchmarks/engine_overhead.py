@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import statistics
 import subprocess
@@ -37,6 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from accel import devices  # noqa: E402
 from accel.bench.stats import bootstrap_median_ci  # noqa: E402
 from accel.bench.trial_process import instrumented_pythonpath  # noqa: E402
 from accel.engine import trial_variables  # noqa: E402
@@ -124,7 +124,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="accel-overhead-") as data:  # the loops' byte corpus, written once
         results = {name: _rounds(name, args, Path(data)) for name in args.loops}
     record = {
-        "machine": platform.processor() or platform.machine(),
+        "machine": devices.cpu_model(),
+        "cpu_class": devices.cpu_class(),  # the engine's costs differ by class (docs/benchmarks.md)
         "cores": os.cpu_count(),
         "device": args.device,
         "other": "the plain loop, instrumented" if args.instrument else "the engine loop",
