@@ -33,7 +33,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--pairs", type=int, default=2, help="profiled runs of each side, alternating")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--top", type=int, default=30, help="operators shown, by the larger self time")
-    parser.add_argument("--json", type=Path, default=Path("runs/compare_plain_ops.json"))
+    parser.add_argument("--json", type=Path, default=Path("runs/plain_ops.json"))
     return parser.parse_args(argv)
 
 
