@@ -22,6 +22,7 @@ from .options import (
 
 SPEED_STEPS, TIME_STEPS = (10, 3), (60, 1)  # (steps, warmup) per objective: a speed, and a short run
 TIME_EVAL_BATCHES = 4
+TUNE_TRIALS = 3  # rounds a stage runs first (with a budget, more while undecided)
 
 
 def add(commands) -> None:
@@ -114,7 +115,8 @@ def add(commands) -> None:
         tune_parser,
         steps=f"{SPEED_STEPS[0]}, or {TIME_STEPS[0]} with --objective time",
         warmup=f"{SPEED_STEPS[1]}, or {TIME_STEPS[1]} with --objective time",
-        trials=3,
+        trials=f"{TUNE_TRIALS}, and more while a stage is undecided and its share of --budget allows; given: "
+        "exactly that many",
     )
     tune_parser.add_argument(
         "--out",
@@ -140,6 +142,8 @@ def tune(args: argparse.Namespace) -> int:
 
     if args.join:
         return tune_study.join(args)
+    args.add_rounds = args.trials is None  # --trials N as given is a fixed design, as in bench
+    args.trials = TUNE_TRIALS if args.trials is None else args.trials
     if args.user_script is not None:
         from .tune_script import tune_script
 
@@ -194,7 +198,7 @@ def tuned(args: argparse.Namespace, work: Path, workers: int, subject, knobs: li
     from ..bench.tune import tune as run_tune
 
     study = tune_study.study_of(args, work, workers)
-    run = dict(budget_s=args.budget, final_check=True, objective=objective, study=study)
+    run = dict(budget_s=args.budget, final_check=True, objective=objective, study=study, add_rounds=args.add_rounds)
     return searched(lambda: run_tune(subject, knobs, work, settings, args.trials, **run), work, study)
 
 

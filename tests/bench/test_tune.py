@@ -13,7 +13,7 @@ from accel.bench import tune as tune_module
 from accel.bench.records import Trial, Verdict
 from accel.bench.runner import TrialResults, TrialsStopped
 from accel.bench.trial_process import TrialSettings
-from accel.bench.tune import BATCH_KEY, WORKERS_KEY, Knob, build_knobs, table, tune, write_fragment
+from accel.bench.tune import BATCH_KEY, WORKERS_KEY, Knob, TuneResult, build_knobs, table, tune, write_fragment
 from accel.cli import main
 from accel.config.recipe import load_recipe, validate_recipe
 from accel.devices import available_cpus
@@ -368,6 +368,77 @@ def test_a_stage_ends_when_its_first_trials_show_the_rest_would_overrun_the_budg
     assert "speedups.compile" not in result.chosen or result.chosen["speedups.compile"]["enabled"] is False
     notes = [r.note for r in result.rows if r.knob == "speedups.compile"]
     assert notes and all(n.endswith("stage ended early: over the --budget") for n in notes)
+
+
+JITTER = (0.06, -0.06, 0.02, -0.03, 0.04, -0.01, 0.03, -0.02, 0.01, 0.0)  # a round's share, by its index
+
+
+def noisy_workers(seen: list, gain: float = 1.06):
+    """A run_trials stand-in whose 1-worker trials run `gain` times as fast as the reference's, give or take
+    JITTER's share of their round: three rounds cannot tell 6% apart at 3%; each trial takes 10 s."""
+
+    def run_trials(jobs, out, settings, console=None, skip=None):
+        results = []
+        for trial, name, path in jobs:
+            if skip is not None and skip(name, results):
+                continue
+            workers = yaml.safe_load(path.read_text())["data"]["loader"]["num_workers"]
+            seen.append((trial, workers))
+            sps = 100.0 * (gain * (1 + JITTER[trial % len(JITTER)]) if workers == 1 else 1.0)
+            results.append(
+                Trial(variant=name, trial=trial, samples_per_s=sps, wall_s=10.0, step_times_s=[16 / sps] * 4)
+            )
+        return results
+
+    return run_trials
+
+
+def test_an_undecided_stage_adds_rounds_within_its_share_of_the_budget_and_reads_them_by_the_looks(tiny, tmp_path):
+    knobs = [Knob(WORKERS_KEY, [1])]
+    seen: list = []
+    fixed = tune(
+        validate_recipe(tiny), knobs, tmp_path / "a", TrialSettings(5, 1), trials=3, run_trials=noisy_workers(seen)
+    )
+    assert len(seen) == 6 and fixed.chosen == {WORKERS_KEY: "auto"}  # no budget: the trials as given, undecided
+    assert [r.verdict for r in fixed.rows if r.value == 1] == [None]
+    seen.clear()
+    budget = tune(
+        validate_recipe(tiny),
+        knobs,
+        tmp_path / "b",
+        TrialSettings(5, 1),
+        trials=3,
+        budget_s=600,
+        run_trials=noisy_workers(seen),
+    )
+    rounds = sorted({trial for trial, _ in seen})
+    assert len(rounds) > 3 and len(seen) * 10 <= 600  # rounds added, within the budget
+    (row,) = [r for r in budget.rows if r.value == 1]
+    assert row.verdict == Verdict.HELPED and budget.chosen == {WORKERS_KEY: 1}
+    assert rounds == list(range(len(rounds)))  # interleaved rounds, paired by their index
+    head = write_fragment(budget, tmp_path / "tuned.yaml", validate_recipe(tiny), "accel tune", TrialSettings(5, 1), 3)
+    assert f"each candidate ran 3 to {len(rounds)} trial(s)" in head.read_text()
+
+
+def test_trials_given_are_run_exactly_and_the_default_adds_rounds_while_undecided(
+    monkeypatch, tiny, write_recipe, tmp_path
+):
+    asked = []
+    monkeypatch.setattr(tune_module, "tune", lambda *args, **kwargs: asked.append((args[4], kwargs)) or TuneResult())
+    for extra in ([], ["--trials", "3"]):
+        assert main([*_tune_argv(write_recipe(tiny), tmp_path / "t.yaml", tmp_path / "work"), *extra]) == 0
+    assert [(trials, kwargs["add_rounds"]) for trials, kwargs in asked] == [(3, True), (3, False)]
+
+
+def test_a_stage_takes_an_equal_part_of_what_is_left_of_the_budget():
+    from accel.bench.tune.budget import Budget
+
+    budget = Budget(600.0, reserve=2)
+    assert budget.stage_seconds(3) == pytest.approx(200.0, abs=1.0)
+    budget.record([Trial(variant="a", trial=0, wall_s=100.0)] * 2)
+    # 200 s spent; the final check's 2 trials of 100 s held back; two stages left share 200 s
+    assert budget.stage_seconds(2) == pytest.approx(100.0, abs=1.0)
+    assert Budget(None).stage_seconds(1) is None
 
 
 def test_the_budget_keeps_back_the_final_checks_trials(tiny, tmp_path):

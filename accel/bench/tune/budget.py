@@ -28,6 +28,21 @@ class Budget:
     def allows(self, runs: int, kind: str = OBJECTIVE) -> bool:
         return self.fits([None] * runs, kind=kind)
 
+    def stage_seconds(self, stages: int, kind: str = OBJECTIVE) -> float | None:
+        """What a stage may spend, its first rounds included: an equal part, among the `stages` left (this one
+        included), of what is left of `kind`'s share, or of the budget beside the reserve; None without a budget
+        (a stage then runs its trials as given, adding none)."""
+        if self.seconds is None:
+            return None
+        every = [w for walls in self.walls.values() for w in walls]
+        spent = max(time.perf_counter() - self.start, sum(every))
+        if kind in self.shares:
+            limit = self.shares[kind] * self.seconds
+        else:
+            final = self.walls.get(OBJECTIVE) or every
+            limit = self.seconds - (self.reserve * sum(final) / len(final) if final else 0.0)
+        return max(limit - spent, 0.0) / max(stages, 1)
+
     def fits(self, variants: list[str | None], done: list[Trial] = (), kind: str = OBJECTIVE) -> bool:
         """Whether trials of `variants` fit, a variant with trials in `done` (its stage's so far, of `kind`)
         estimated by them, any other at the mean trial of `kind`."""

@@ -195,7 +195,8 @@ def _comment(result: TuneResult, base: Recipe, command: str, settings: TrialSett
         written,
         *([f"BUSY MACHINE: {busy}"] if busy else []),
         f"Measured on {env.get('device', 'this machine')}, torch {env.get('torch', '?')}: each candidate ran "
-        f"{trials} trial(s) in fresh processes, {settings.steps} timed steps after {settings.warmup} warm-up.",
+        f"{result.trials_ran(trials)} trial(s) in fresh processes, {settings.steps} timed steps after "
+        f"{settings.warmup} warm-up.",
         *_rule(result, settings),
     ]
     plain = base.dump()

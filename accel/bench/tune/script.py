@@ -283,7 +283,8 @@ def comments(result: TuneResult, command: str, settings: Any, trials: int) -> li
     busy, env = busy_note(result.loads), result.env
     lines += [f"BUSY MACHINE: {busy}"] if busy else []
     where = (
-        f"Measured on {env.get('device', 'this machine')}, torch {env.get('torch', '?')}: each candidate ran {trials}"
+        f"Measured on {env.get('device', 'this machine')}, torch {env.get('torch', '?')}: each candidate ran "
+        f"{result.trials_ran(trials)}"
     )
     if result.target:
         run = f"{settings.steps} optimizer steps" if settings.steps else "its own run"

@@ -6,6 +6,7 @@ simulated measurements.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -17,12 +18,13 @@ from ...errors import AccelError
 from ...io import strict_json, write_atomic
 from ...measure.load import busy_note
 from .. import runner
+from ..decide import DEFAULT_RULE, Rounds, Rule
 from ..isolation import held
 from ..knobs import Knob, current, usable
 from ..records import Reading, Report, Trial, VariantSummary, Verdict
 from ..refused import new_refusals
 from ..runner import SkipRule
-from ..summary import summarize
+from ..summary import summarize, undecided_variants
 from ..trial_process import Launch, TrialSettings
 from ..variants import Variant, format_value, interleave
 from . import levers
@@ -32,6 +34,8 @@ from .lr_range import lr_range_knob
 from .objective import Objective
 from .rows import FinalCheck, TuneRow, final_check, skipped_row, stage_rows, unusable_rows
 from .study import StudyRunner, StudySpec, default_storage, search_study, storage
+
+MOST_ROUNDS = 100  # a stage's rounds at most, as bench's (its share of the budget ends it sooner)
 
 
 class TrialRunner(Protocol):
@@ -72,6 +76,12 @@ class TuneResult:
         """Dotted key -> the label of the value chosen for it."""
         return {r.knob: r.label for r in self.rows if r.knob in self.chosen and r.value == self.chosen[r.knob]}
 
+    def trials_ran(self, trials: int) -> str:
+        """The trials a candidate ran, as the fragment says it: `trials`, or up to the most an undecided stage
+        added ("3 to 7")."""
+        most = max((t.trial + 1 for t in self.ran if t.trial is not None), default=trials)
+        return f"{trials}" if most <= trials else f"{trials} to {most}"
+
     @property
     def files(self) -> str | None:
         """What kept the user's files from a script's trials: "isolated", "restored 3 files"."""
@@ -108,6 +118,7 @@ class Measure:
     kind: str = OBJECTIVE  # the budget's kind of its trials (accel.bench.tune.budget)
     ran: list[Trial] = field(default_factory=list)  # every trial, shared by copies
     study: StudySpec | None = None  # --objective time: the study the learning stages' rounds run on
+    add_rounds: bool = True  # an undecided stage adds rounds within its share of the budget
 
     def on_study(self) -> Measure:
         """How a learning stage runs its trials: as rounds of its study, by whichever worker takes each."""
@@ -144,6 +155,7 @@ class Stage:
     reference: str
     new_trials: list[Trial]  # the trials this stage ran (variants equal in effect share them)
     cut: bool = False  # ended early: its remaining trials would have overrun the budget
+    rule: Rule = DEFAULT_RULE  # how its comparisons are read: the looks it planned, if it added rounds
 
 
 def _candidates(knob: Knob, current: Any, traits: dict[str, bool]) -> list[Any]:
@@ -199,9 +211,10 @@ def _run_stage(
     out: Path,
     traits: dict[str, bool],
     variants: list[Variant] | None = None,
+    seconds: float | None = None,
 ) -> Stage:
     """Measure every candidate of `knob` (or those `variants` of them) and its reference, interleaved, all in this
-    stage.
+    stage; with `seconds` (its share of the budget), rounds are added while a comparison is undecided.
 
     The reference is measured again in every stage, never taken from an earlier one: a shared machine's speed
     drifts from minute to minute, and only trials run side by side compare (a reference measured at a fast
@@ -218,11 +231,59 @@ def _run_stage(
     jobs = [(t, v.name, files[v.name]) for t, v in interleave(list(runs.values()), m.trials)]
     within = WithinBudget(m.budget, [name for _, name, _ in jobs], m.kind)
     failed_bound = _failed_bound(knob, names, reference)
-    results = m.run(jobs, out, skip=lambda variant, done: within(variant, done) or failed_bound(variant, done))
+    started = time.perf_counter()
+    results = list(m.run(jobs, out, skip=_either(within, failed_bound)))
+    ref_name = next(v.name for v in variants if v.overrides[knob.key] == reference)
+    rule = DEFAULT_RULE
+    if seconds is not None and not within.cut and not m.objective.time and len(runs) > 1:
+        plan = Rounds(m.trials, MOST_ROUNDS, seconds)
+        # planned from the first rounds' own time (a trial's wall time, as the budget counts it), never their figures
+        elapsed = max(time.perf_counter() - started, sum(t.wall_s or 0.0 for t in results))
+        rule = plan.rule(plan.looks(elapsed))
+        _until_decided(m, runs, files, runs[keys[ref_name]].name, results, out, rule, failed_bound)
     measured = {key: [r for r in results if r.variant == v.name] for key, v in runs.items()}
     trials_of = [r.updated(variant=v.name) for v in variants for r in measured[keys[v.name]]]
-    ref_name = next(v.name for v in variants if v.overrides[knob.key] == reference)
-    return Stage(knob, variants, trials_of, ref_name, results, cut=within.cut)
+    return Stage(knob, variants, trials_of, ref_name, results, cut=within.cut, rule=rule)
+
+
+def _until_decided(
+    m: Measure,
+    runs: dict[str, Variant],
+    files: dict[str, Path | Launch],
+    reference: str,
+    results: list[Trial],
+    out: Path,
+    rule: Rule,
+    skip: SkipRule,
+) -> None:
+    """At each look the stage planned after its first `m.trials` rounds, rounds added for the candidates still
+    undecided and the reference, interleaved, as bench adds them (decide.py's looks, so the intervals stay 95%
+    ones), until each decides, the looks end or the budget would be overrun; `results` grows in place."""
+    done = m.trials
+    for look in (look for look in rule.looks if look > done):
+        report = summarize(results, list(runs.values()), reference, rule=rule)
+        wanted = undecided_variants(report, [], rule)
+        if not wanted:
+            return
+        names = [v.name for v in runs.values() if v.name in wanted]
+        m.console.print(
+            f"undecided at +-{rule.resolution:.0%}: {', '.join(n for n in names if n != reference)}; "
+            f"rounds {done + 1}-{look} within the stage's share of the --budget",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+        more = [(t, name, files[name]) for t in range(done, look) for name in names]
+        within = WithinBudget(m.budget, [name for _, name, _ in more], m.kind)
+        results += m.run(more, out, skip=_either(within, skip))
+        done = look
+        if within.cut:
+            return
+
+
+def _either(*rules: SkipRule) -> SkipRule:
+    """Skips what any of `rules` skips, asking them in order (a WithinBudget counts the jobs it is asked about)."""
+    return lambda variant, done: next((why for rule in rules if (why := rule(variant, done))), None)
 
 
 def _passed_over(r: VariantSummary, planned_steps: int | None, guard: bool) -> str | None:
@@ -256,8 +317,11 @@ def _pick(
     return best or report.variant(baseline), passed
 
 
-def _search_knob(m: Measure, result: TuneResult, knob: Knob, out: Path, traits: dict[str, bool]) -> None:
-    """One stage: measure `knob`'s candidates (unless they would overrun the budget) and record the choice."""
+def _search_knob(
+    m: Measure, result: TuneResult, knob: Knob, out: Path, traits: dict[str, bool], stages: int = 1
+) -> None:
+    """One stage of `stages` left: measure `knob`'s candidates (unless they would overrun the budget), adding rounds
+    within its share of the budget while one is undecided, and record the choice."""
     plain = m.subject.plain()
     variants = _variants(knob, result.chosen, plain, traits)
     reference = _reference(knob, result.chosen, plain)
@@ -278,7 +342,8 @@ def _search_knob(m: Measure, result: TuneResult, knob: Knob, out: Path, traits: 
             if v.overrides[knob.key] != reference
         ]
         return
-    stage = _run_stage(m, knob, result.chosen, out, traits, variants)
+    seconds = m.budget.stage_seconds(stages, m.kind) if m.budget is not None and m.add_rounds else None
+    stage = _run_stage(m, knob, result.chosen, out, traits, variants, seconds)
     m.budget.record(stage.new_trials, m.kind)
     if not any(t.error is None for t in stage.trials if t.variant == stage.reference):
         raise StartFailed(
@@ -287,7 +352,7 @@ def _search_knob(m: Measure, result: TuneResult, knob: Knob, out: Path, traits: 
             next((t.error for t in stage.trials if t.error), None),
         )
     trials = m.objective.read(stage.trials, stage.reference)
-    report = summarize(trials, stage.variants, stage.reference)
+    report = summarize(trials, stage.variants, stage.reference, rule=stage.rule)
     if m.objective.time:
         best, passed = m.objective.pick(report)
         if best is not None:
@@ -314,6 +379,7 @@ def tune(
     run_trials: TrialRunner = runner.run_trials,
     objective: Objective | None = None,
     study: StudySpec | None = None,
+    add_rounds: bool = True,
 ) -> TuneResult:
     """Search `knobs` in order by measurement (trials under `work`, run by `run_trials`); the chosen values and
     every measurement. `base`: a recipe, or a script (accel.bench.tune.script.ScriptSubject). A knob whose trials
@@ -321,7 +387,8 @@ def tune(
     one as given, in time kept back from the budget for it; measured slower, the one as given is the result:
     tuning never leaves a user below where they started. `objective`: what a candidate must improve (samples/s by
     default; time to a target). `study`: where the time objective's learning stages keep their rounds and who runs
-    them (accel.bench.tune.study; default: a SQLite file in `work`, run here)."""
+    them (accel.bench.tune.study; default: a SQLite file in `work`, run here). `add_rounds`: a stage still
+    undecided after its `trials` rounds adds rounds within its share of `budget_s` (False: `trials` exactly)."""
     work = Path(work)
     objective = objective or Objective()
     if objective.time:
@@ -330,7 +397,8 @@ def tune(
     shares = {levers.SPEED: levers.SPEED_SHARE} if objective.time else None
     budget = Budget(budget_s, reserve=2 * trials if final_check else 0, shares=shares)
     subject = RecipeSubject(base) if isinstance(base, Recipe) else base
-    m = Measure(subject, settings, trials, console or Console(stderr=True), budget, run_trials, objective, study=study)
+    console = console or Console(stderr=True)
+    m = Measure(subject, settings, trials, console, budget, run_trials, objective, study=study, add_rounds=add_rounds)
     result = TuneResult(loads=m.loads, ran=m.ran, objective=objective.name)
     try:
         _search(m, result, knobs, work, final_check)
@@ -365,7 +433,7 @@ def _search(m: Measure, result: TuneResult, knobs: list[Knob], work: Path, final
             # leaves the speed-ups as given: the learning knobs are still searched
             if failed is None:
                 try:
-                    _search_knob(speed, result, knob, out, traits)
+                    _search_knob(speed, result, knob, out, traits, stages=len(speed_keys) - speed_keys.index(knob.key))
                 except StartFailed as err:
                     failed = err.error
             continue
@@ -376,7 +444,7 @@ def _search(m: Measure, result: TuneResult, knobs: list[Knob], work: Path, final
             knob, rows = lr_range_knob(m, result.chosen, out / "range-test")
             result.rows += rows
         if knob is not None:
-            _search_knob(m.on_study(), result, knob, out, traits)
+            _search_knob(m.on_study(), result, knob, out, traits, stages=len(knobs) - i)
     if speed_keys:  # speed-ups alone
         levers.by_time(m, result, speed_keys, work / levers.KEY, failed)
     if final_check and m.subject.config_key(result.chosen) != m.subject.config_key({}):  # what tuning bought
