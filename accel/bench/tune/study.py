@@ -137,6 +137,7 @@ class Stage:
     rounds: list[list[tuple[int, str, Path | Launch]]]
     out: Path
     settings: TrialSettings
+    taken: int | None = None  # the round another process took from this one as lost while it ran it
 
     @classmethod
     def publish(cls, spec: StudySpec, store, jobs, out: Path, settings: TrialSettings) -> Stage:
@@ -184,8 +185,17 @@ class Stage:
         return len(started) < len(self.rounds) or any(t.state.name == "WAITING" for t in every)
 
     def run_round(self, run_trials, console: Console, skip: SkipRule | None = None) -> None:
-        """Run the next round here, under Optuna's heartbeat (Study.optimize), with its trials recorded."""
-        self.study.optimize(lambda trial: self._round(trial, run_trials, console, skip), n_trials=1, catch=())
+        """Run the next round here, under Optuna's heartbeat (Study.optimize), with its trials recorded. A round
+        whose heartbeat came later than the grace period (a machine too busy to send it) was marked FAIL by another
+        process and queued again: this one's trials are dropped, and the worker goes on."""
+        self.taken = None
+        try:
+            self.study.optimize(lambda trial: self._round(trial, run_trials, console, skip), n_trials=1, catch=())
+        except Exception:  # Optuna's own telling of the finished trial fails after ours: the flag says why
+            if self.taken is None:
+                raise
+            said = f"round {self.taken}'s heartbeat came later than the grace period: it was marked FAIL, run again"
+            console.print(f"{self.study.study_name}: {said}", soft_wrap=True)
 
     def _round(self, trial, run_trials, console: Console, skip: SkipRule | None) -> float:
         optuna = _optuna()
@@ -202,9 +212,13 @@ class Stage:
         except KeyboardInterrupt:  # stopped here, not lost: the round waits for the next worker or rerun
             self.study.enqueue_trial({"round": r})
             raise
-        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
-        trial.set_user_attr("trials", [t.to_data() for t in results])
-        trial.set_user_attr("machine", next((_machine(t) for t in results if t.env), None))
+        try:
+            trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+            trial.set_user_attr("trials", [t.to_data() for t in results])
+            trial.set_user_attr("machine", next((_machine(t) for t in results if t.env), None))
+        except optuna.exceptions.UpdateFinishedTrialError:
+            self.taken = r  # another process marked the round FAIL and queued it again
+            raise
         if getattr(results, "stopped", None):
             trial.set_user_attr("stopped", results.stopped)
         return sum(t.wall_s or 0.0 for t in results)
