@@ -28,19 +28,21 @@ class Budget:
     def allows(self, runs: int, kind: str = OBJECTIVE) -> bool:
         return self.fits([None] * runs, kind=kind)
 
-    def stage_seconds(self, stages: int, kind: str = OBJECTIVE) -> float | None:
-        """What a stage may spend, its first rounds included: an equal part, among the `stages` left (this one
-        included), of what is left of `kind`'s share, or of the budget beside the reserve; None without a budget
-        (a stage then runs its trials as given, adding none)."""
+    def stage_seconds(self, stages: int, kind: str = OBJECTIVE, done: list[Trial] = ()) -> float | None:
+        """What is left for a stage beside `done` (its first rounds): an equal part, among the `stages` left (this
+        one included), of what is left of `kind`'s share, or of the budget beside the reserve, each trial counted
+        with its process's start-up as `fits` counts it; None without a budget (a stage then adds no rounds)."""
         if self.seconds is None:
             return None
-        every = [w for walls in self.walls.values() for w in walls]
+        mine = [t.wall_s for t in done if t.wall_s]
+        every = [w for walls in self.walls.values() for w in walls] + mine
         spent = max(time.perf_counter() - self.start, sum(every))
+        start_up = spent / sum(every) if sum(every) > 0 else 1.0
         if kind in self.shares:
             limit = self.shares[kind] * self.seconds
         else:
-            final = self.walls.get(OBJECTIVE) or every
-            limit = self.seconds - (self.reserve * sum(final) / len(final) if final else 0.0)
+            final = self.walls.get(OBJECTIVE, []) + (mine if kind == OBJECTIVE else []) or every
+            limit = self.seconds - (self.reserve * start_up * sum(final) / len(final) if final else 0.0)
         return max(limit - spent, 0.0) / max(stages, 1)
 
     def fits(self, variants: list[str | None], done: list[Trial] = (), kind: str = OBJECTIVE) -> bool:

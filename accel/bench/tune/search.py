@@ -211,10 +211,11 @@ def _run_stage(
     out: Path,
     traits: dict[str, bool],
     variants: list[Variant] | None = None,
-    seconds: float | None = None,
+    stages: int | None = None,
 ) -> Stage:
     """Measure every candidate of `knob` (or those `variants` of them) and its reference, interleaved, all in this
-    stage; with `seconds` (its share of the budget), rounds are added while a comparison is undecided.
+    stage; given the `stages` left (this one included), rounds are added while a comparison is undecided, within
+    the stage's part of the budget left.
 
     The reference is measured again in every stage, never taken from an earlier one: a shared machine's speed
     drifts from minute to minute, and only trials run side by side compare (a reference measured at a fast
@@ -235,10 +236,12 @@ def _run_stage(
     results = list(m.run(jobs, out, skip=_either(within, failed_bound)))
     ref_name = next(v.name for v in variants if v.overrides[knob.key] == reference)
     rule = DEFAULT_RULE
-    if seconds is not None and not within.cut and not m.objective.time and len(runs) > 1:
-        plan = Rounds(m.trials, MOST_ROUNDS, seconds)
+    adds = stages is not None and m.budget is not None and not within.cut and not m.objective.time and len(runs) > 1
+    left = m.budget.stage_seconds(stages, m.kind, results) if adds else None
+    if left is not None:
         # planned from the first rounds' own time (a trial's wall time, as the budget counts it), never their figures
         elapsed = max(time.perf_counter() - started, sum(t.wall_s or 0.0 for t in results))
+        plan = Rounds(m.trials, MOST_ROUNDS, elapsed + left)
         rule = plan.rule(plan.looks(elapsed))
         _until_decided(m, runs, files, runs[keys[ref_name]].name, results, out, rule, failed_bound)
     measured = {key: [r for r in results if r.variant == v.name] for key, v in runs.items()}
@@ -342,8 +345,7 @@ def _search_knob(
             if v.overrides[knob.key] != reference
         ]
         return
-    seconds = m.budget.stage_seconds(stages, m.kind) if m.budget is not None and m.add_rounds else None
-    stage = _run_stage(m, knob, result.chosen, out, traits, variants, seconds)
+    stage = _run_stage(m, knob, result.chosen, out, traits, variants, stages if m.add_rounds else None)
     m.budget.record(stage.new_trials, m.kind)
     if not any(t.error is None for t in stage.trials if t.variant == stage.reference):
         raise StartFailed(
