@@ -395,6 +395,19 @@ def run_and_report(
     return report, write_reports(report, out)
 
 
+def say_added_rounds(
+    console: Console, rule: Rule, names: list[str], baseline: str, rounds: tuple[int, int], why: str
+) -> None:
+    """The line a bench or a tune stage prints as it adds `rounds` (first, last) for undecided `names`."""
+    undecided = ", ".join(n for n in names if n != baseline)
+    console.print(
+        f"undecided at +-{rule.resolution:.0%}: {undecided}; rounds {rounds[0]}-{rounds[1]} {why}",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
+
+
 def _until_decided(
     run: BenchRun,
     jobs: list[tuple[int, str, Path | Launch]],
@@ -420,13 +433,7 @@ def _until_decided(
                 if not wanted or time.perf_counter() - tick >= run.planned.budget_s:
                     break
                 names = [v for v in order if v in wanted]
-                console.print(
-                    f"undecided at +-{rule.resolution:.0%}: {', '.join(n for n in names if n != report.baseline)}; "
-                    f"rounds {done + 1}-{look} for {', '.join(names)}",
-                    highlight=False,
-                    markup=False,
-                    soft_wrap=True,
-                )
+                say_added_rounds(console, rule, names, report.baseline, (done + 1, look), f"for {', '.join(names)}")
                 more = [(t, v, launch[v]) for t in range(done, look) for v in names]
                 earlier = list(results)
                 added = run_trials(more, out, run.settings, console, cwds=run.cwds, earlier=earlier, zygotes=zygotes)

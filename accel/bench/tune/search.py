@@ -269,13 +269,7 @@ def _until_decided(
         if not wanted:
             return
         names = [v.name for v in runs.values() if v.name in wanted]
-        m.console.print(
-            f"undecided at +-{rule.resolution:.0%}: {', '.join(n for n in names if n != reference)}; "
-            f"rounds {done + 1}-{look} within the stage's share of the --budget",
-            highlight=False,
-            markup=False,
-            soft_wrap=True,
-        )
+        runner.say_added_rounds(m.console, rule, names, reference, (done + 1, look), "within the stage's --budget")
         more = [(t, name, files[name]) for t in range(done, look) for name in names]
         within = WithinBudget(m.budget, [name for _, name, _ in more], m.kind)
         results += m.run(more, out, skip=_either(within, skip))
