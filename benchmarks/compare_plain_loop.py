@@ -36,7 +36,6 @@ import argparse
 import json
 import math
 import statistics
-import subprocess
 import sys
 import time
 from contextlib import nullcontext
@@ -46,6 +45,7 @@ from typing import Any
 import torch
 
 from accel import devices
+from accel.bench.revisions import git
 from accel.bench.stats import bootstrap_median_ci
 from accel.callbacks.base import Callback
 from accel.config.recipe import Recipe, load_recipe, validate_recipe
@@ -324,10 +324,15 @@ def print_table(rounds: list[dict], summary: dict, args: argparse.Namespace) -> 
 def head_commit() -> str | None:
     """The checkout's commit, where this file is in a git checkout."""
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE)
-    except OSError:
+        return git(HERE, "rev-parse", "--short", "HEAD").strip()
+    except AccelError:
         return None
-    return out.stdout.strip() or None
+
+
+def write_json(path: Path, report: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2))
+    print(f"wrote {path}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -362,9 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": rounds,
         **summary,
     }
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(report, indent=2))
-    print(f"wrote {args.json}")
+    write_json(args.json, report)
     return 0
 
 

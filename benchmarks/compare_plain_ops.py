@@ -11,7 +11,6 @@ python benchmarks/compare_plain_ops.py --model resnet18_cifar --batch-size 128 -
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -73,9 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("only on accel's side: " + (", ".join(only) or "nothing"))
     report = {"args": {k: str(v) for k, v in vars(args).items()}, "env": devices.environment(), "runs": runs}
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(report, indent=1))
-    print(f"wrote {args.json}")
+    compare.write_json(args.json, report)
     return 0
 
 

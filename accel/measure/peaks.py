@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -89,15 +90,21 @@ def cpu_peak(dtype: str, cache: Path | None = None) -> Peak:
     """This CPU's peak at `dtype` with the current thread count: from its hardware, else a matmul probe measured
     once and cached; raised to the highest rate a run reached here above it (`reached`)."""
     cache = cache or cache_path()
-    key, cached = _key(dtype), _read(cache)
+    key = _key(dtype)
     peak = hardware_peak(dtype, torch.get_num_threads())
     if peak is None:
-        if key not in cached:
-            probed = measure_matmul(PROBE_DTYPES[dtype])
-            cached[key] = asdict(Peak(probed, dtype, f"measured: best of {len(PROBE_SHAPES)} matmul shapes, {key}"))
-            _write(cache, cached)
-        peak = Peak(**cached[key])
-    return _raised(peak, cached.get(f"{key}|reached", 0.0))
+        said = f"measured: best of {len(PROBE_SHAPES)} matmul shapes, {key}"
+        peak = Peak(**measured_once(cache, key, lambda: asdict(Peak(measure_matmul(PROBE_DTYPES[dtype]), dtype, said))))
+    return _raised(peak, _read(cache).get(f"{key}|reached", 0.0))
+
+
+def measured_once(cache: Path, key: str, measure: Callable[[], Any]) -> Any:
+    """`key`'s figure in the cache, measured by `measure()` and kept there the first time it is asked for."""
+    cached = _read(cache)
+    if key not in cached:
+        cached[key] = measure()
+        _write(cache, cached)
+    return cached[key]
 
 
 def reached(peak: Peak, flop_per_s: float, cache: Path | None = None) -> Peak:
@@ -150,9 +157,7 @@ def bf16_matmul_speedup(
     return sorted(ratios)[rounds // 2]
 
 
-def bf16_speedup_at_model_size(
-    module: torch.nn.Module, device: torch.device, cache: Path | None = None
-) -> float | None:
+def bf16_speedup_at_model_size(module: torch.nn.Module, device: torch.device) -> float | None:
     """`bf16_matmul_speedup` at the model's largest matmul (a Linear's, a convolution's as its im2col product), the
     figure the profile's mixed-precision advice and the speed lint's fp32 finding state; None without such a layer.
     Measured once per device, thread count, torch version and shape, and cached: the lint asks at every run's start,
@@ -162,12 +167,8 @@ def bf16_speedup_at_model_size(
     if not shapes:
         return None
     k, n = (min(side, PROBE_DIM_AT_MOST) for side in max(shapes, key=lambda shape: shape[0] * shape[1]))
-    cache = cache or cache_path()
-    key, cached = f"{devices.device_name(device)}|torch {torch.__version__}|bf16 over fp32 at {k}x{n}", _read(cache)
-    if key not in cached:
-        cached[key] = bf16_matmul_speedup(k, n, device)
-        _write(cache, cached)
-    return cached[key]
+    key = f"{devices.device_name(device)}|torch {torch.__version__}|bf16 over fp32 at {k}x{n}"
+    return measured_once(cache_path(), key, lambda: bf16_matmul_speedup(k, n, device))
 
 
 def best_seconds(
