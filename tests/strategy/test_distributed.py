@@ -25,6 +25,7 @@ from conftest import LIMIT_S, ROOT, finish, wait_for_first_checkpoint, wait_unti
 
 # several processes that import torch: bounded by their progress (conftest.finish), not by the suite's 600 s clock
 pytestmark = pytest.mark.timeout(LIMIT_S)
+TORCHRUN_TWO = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
 
 RECIPE = {
     "name": "ddp",
@@ -289,7 +290,7 @@ def test_no_gloo_thread_outlives_a_finished_run(recipe, tmp_path, strategy):
         "open(report, 'w').write(json.dumps(names))\n"
     )
     done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script)],
+        [*TORCHRUN_TWO, str(script)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -339,7 +340,8 @@ import atexit, os, sys, torch, accel
 import torch.distributed as dist
 from torch import nn
 
-atexit.register(lambda: print(f"rank {os.environ['RANK']} left: {not dist.is_initialized()}", flush=True))  # last
+# registered first, so it runs last; a file per rank, as two ranks' prints to one pipe can interleave mid-line
+atexit.register(lambda: open(f"{sys.argv[2]}/rank-{os.environ['RANK']}", "w").write(str(not dist.is_initialized())))
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
 eng = accel.Engine(device="cpu", strategy="fsdp")
@@ -358,15 +360,14 @@ def test_a_hand_written_loop_leaves_its_group_at_exit_unless_it_failed(tmp_path)
     script = tmp_path / "loop.py"
     script.write_text(LOOP_LEFT_AT_EXIT)
     for how, left in (("finish", True), ("fail", False)):
+        said = tmp_path / how
+        said.mkdir()
         done = subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script), how],
+            [*TORCHRUN_TWO, str(script), how, str(said)],
             cwd=ROOT,
             capture_output=True,
             text=True,
             timeout=300,
         )
         assert (done.returncode == 0) is left, done.stderr[-3000:]
-        assert sorted(line for line in done.stdout.splitlines() if " left: " in line) == [
-            f"rank 0 left: {left}",
-            f"rank 1 left: {left}",
-        ], done.stdout
+        assert {p.name: p.read_text() for p in said.iterdir()} == {"rank-0": str(left), "rank-1": str(left)}
