@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -96,8 +96,10 @@ class Rule:
     bench: str  # the `accel bench` options that measure the fix against the recipe (or script) as it is
     # for a script with an engine where `fix` names a recipe's keys: this, and no bench command
     script_fix: str | None = None
-    # for a script without an engine: the fix in its own terms (torch, an HF Trainer's or Lightning's flags)
+    # for a script without an engine: the fix in torch's terms, and where the script is an HF Trainer's or a
+    # LightningCLI's, that framework's own flag for it (a plain script's own switch is found by `switches`)
     unchanged_fix: str = ""
+    framework_flags: dict[str, str] = field(default_factory=dict)
     # the meanings of a plain script's own speed switches that are the fix (accel/bench/script_switches.py)
     switches: tuple[str, ...] = ()
 
@@ -112,8 +114,8 @@ RULES = (
         "--vary data.loader.num_workers=0,2,4 --vary data.cache.enabled=false,true",
         "more workers for the script's DataLoader (num_workers), batches through eng.setup_dataloaders, or "
         "decoding on the GPU (DALI)",
-        "more workers for the DataLoader (num_workers; an HF Trainer's --dataloader_num_workers), or decoding on "
-        "the GPU (DALI)",
+        "more workers for the DataLoader (num_workers), or decoding on the GPU (DALI)",
+        framework_flags={"hf": "--dataloader_num_workers"},
         switches=("loader workers",),
     ),
     Rule(
@@ -124,8 +126,8 @@ RULES = (
         "or capture the step as a CUDA graph without compiling (speedups.cuda_graphs)",
         # compile alone: it and cuda_graphs refuse each other, and every variant of a --vary product must run
         "--vary speedups.compile.enabled=false,true",
-        unchanged_fix="torch.compile the model (an HF Trainer's --torch_compile; mode reduce-overhead also replays "
-        "the step as CUDA graphs)",
+        unchanged_fix="torch.compile the model (mode reduce-overhead also replays the step as CUDA graphs)",
+        framework_flags={"hf": "--torch_compile"},
         switches=("torch.compile",),
     ),
     Rule(
@@ -135,7 +137,8 @@ RULES = (
         "and memory traffic between small kernels",
         "compile the model (speedups.compile) to fuse them",
         "--vary speedups.compile.enabled=false,true",
-        unchanged_fix="torch.compile the model to fuse them (an HF Trainer's --torch_compile)",
+        unchanged_fix="torch.compile the model to fuse them",
+        framework_flags={"hf": "--torch_compile"},
         switches=("torch.compile",),
     ),
     Rule(
@@ -145,8 +148,8 @@ RULES = (
         "{matmul:.0%} of op time is matmul/convolution in fp32 on a device with fast bf16{bf16_said}",
         "mixed precision (speedups.amp: {{dtype: bf16}})",
         "--vary speedups.amp.enabled=false,true",
-        unchanged_fix="bf16 autocast around the forward and loss (torch.autocast(device, torch.bfloat16); an HF "
-        "Trainer's --bf16, Lightning's --trainer.precision bf16-mixed)",
+        unchanged_fix="bf16 autocast around the forward and loss (torch.autocast(device, torch.bfloat16))",
+        framework_flags={"hf": "--bf16", "lightning": "--trainer.precision bf16-mixed"},
         switches=("mixed precision", "bf16 mixed precision"),
     ),
     Rule(
@@ -156,7 +159,8 @@ RULES = (
         "activation checkpointing (speedups.activation_checkpointing); for a language model the chunked loss "
         "(task.fused_loss: true) never holds the whole vocabulary's logits",
         "--vary speedups.activation_checkpointing.enabled=false,true",
-        unchanged_fix="activation checkpointing (torch.utils.checkpoint; an HF Trainer's --gradient_checkpointing)",
+        unchanged_fix="activation checkpointing (torch.utils.checkpoint)",
+        framework_flags={"hf": "--gradient_checkpointing"},
         switches=("gradient checkpointing",),
     ),
     Rule(
@@ -167,8 +171,8 @@ RULES = (
         "a fused optimizer (speedups.optim: {{impl: fused}}) or a compiled one (speedups.compiled_optimizer)",
         # not foreach: the compiled optimizer refuses it, and every variant of the product must run
         "--vary speedups.optim.impl=auto,fused --vary speedups.compiled_optimizer.enabled=false,true",
-        unchanged_fix="a fused optimizer (torch.optim.AdamW(..., fused=True); an HF Trainer's --optim "
-        "adamw_torch_fused)",
+        unchanged_fix="a fused optimizer (fused=True where the script builds its torch.optim optimizer)",
+        framework_flags={"hf": "--optim adamw_torch_fused"},
         switches=("a fused or foreach optimizer",),
     ),
 )
@@ -198,7 +202,7 @@ def advise(
             switches = report["facts"].get("switches") or {}
             own = [spelled for meaning, spelled in switches.items() if meaning in rule.switches]
             flags = framework in ("hf", "lightning") or own
-            fix = rule.unchanged_fix + "".join(f"; the script's own {spelled}" for spelled in own)
+            fix = rule.unchanged_fix + _in_its_terms(rule, framework, own)
             bench = f"accel bench --ablate -- {shlex.join(recipe)}" if flags else None
         elif script and rule.script_fix is not None:
             fix, bench = rule.script_fix, None
@@ -217,3 +221,14 @@ def advise(
                 f"a bench of this run measured it at {measured.said}: no use trying it again unless the run changed"
             )
     return advice
+
+
+FRAMEWORK_NAMES = {"hf": "the HF Trainer's", "lightning": "LightningCLI's"}
+
+
+def _in_its_terms(rule: Rule, framework: str, own: list[str]) -> str:
+    """The script's own spelling of the fix: its framework's flag, or a plain script's own switches (timm's `--amp
+    --amp-dtype bfloat16`); nothing where it has neither. Never another framework's flag."""
+    if framework in rule.framework_flags:
+        return f": {FRAMEWORK_NAMES[framework]} {rule.framework_flags[framework]}"
+    return f": the script's own {' or '.join(own)}" if own else ""

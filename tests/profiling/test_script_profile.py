@@ -147,14 +147,20 @@ def test_an_unchanged_scripts_advice_is_in_its_own_terms():
     report = copy.deepcopy(quiet())
     report["facts"] |= {"framework": "hf", "precision": "fp32"}
     (advice,) = advise(report, ["python", "train_hf.py", "--output_dir", "out"])
-    assert "torch.autocast" in advice["fix"] and "--bf16" in advice["fix"] and "speedups" not in advice["fix"]
+    assert advice["fix"].endswith("(torch.autocast(device, torch.bfloat16)): the HF Trainer's --bf16")
+    assert "Lightning" not in advice["fix"] and "speedups" not in advice["fix"]
+    report["facts"] |= {"framework": "lightning"}
+    assert advise(report, ["python", "cli.py", "fit"])[0]["fix"].endswith(
+        ": LightningCLI's --trainer.precision bf16-mixed"
+    )
     assert advice["bench"] == "accel bench --ablate -- python train_hf.py --output_dir out"
     report["facts"] |= {"framework": "plain"}
     (advice,) = advise(report, ["python", "train.py"])
     assert advice["bench"] is None  # a plain loop's own options are all a bench can change
     report["facts"]["switches"] = {"mixed precision": "--amp --amp-dtype bfloat16", "channels-last": "--cl"}
     (advice,) = advise(report, ["python", "train.py"])  # timm's own switch for it, proved by its --ablate
-    assert advice["fix"].endswith("; the script's own --amp --amp-dtype bfloat16") and "--cl" not in advice["fix"]
+    assert advice["fix"].endswith(": the script's own --amp --amp-dtype bfloat16") and "--cl" not in advice["fix"]
+    assert "Trainer" not in advice["fix"] and "Lightning" not in advice["fix"]  # not another framework's flag
     assert advice["bench"] == "accel bench --ablate -- python train.py"
     report = copy.deepcopy(quiet())
     slow_optimizer(report)
