@@ -225,12 +225,24 @@ def _many(n: int, thing: str) -> str:
 
 
 def lint_lines(report: Report) -> list[str]:
-    """Each speed-lint finding once, with the variants it was found in."""
+    """Each speed-lint finding once, with the variants it was found in, and, for one the baseline has, what this
+    bench measured of the variants that ran without it: a fix the bench found slower is said beside the advice."""
     found: dict[str, tuple[dict, list[str]]] = {}
     for r in report.variants:
         for f in r.lint:
             found.setdefault(f["code"], (f, []))[1].append(r.name)
-    return [f"{f['found']} Fix: {f['fix']} ({', '.join(names)})" for f, names in found.values()]
+    return [
+        f"{f['found']} Fix: {f['fix']} ({', '.join(names)}){_measured_without(report, names)}"
+        for f, names in found.values()
+    ]
+
+
+def _measured_without(report: Report, found_in: list[str]) -> str:
+    if report.baseline not in found_in:
+        return ""
+    without = [r for r in report.variants if r.name not in found_in and not r.refused and r.trials]
+    said = "; ".join(f"{r.name} {_reading(r.ratio_reading)} vs {report.baseline}" for r in without)
+    return f". Measured here without it: {said}." if said else ""
 
 
 def busy_line(report: Report) -> str | None:

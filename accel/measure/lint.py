@@ -105,17 +105,19 @@ def script_facts(
     precision: str | None,
     loader: dict[str, Any] | None,
     float64_inputs: list[str],
+    framework: str = "plain",
 ) -> dict[str, Any]:
     """The same facts of a script without accel in it, as accel's instrument saw its training (`loader`: the
     DataLoader's `workers`, `pin_memory` and `in_memory`, where it used one; `float64_inputs`: its first training
-    forward's); its findings say their fixes in the script's own terms (`script`)."""
+    forward's); its findings say their fixes in the script's own terms (`script`: its framework, "hf", "lightning" or
+    "plain")."""
     return {
         **_training_facts(device, optimizer, module),
         **{"workers": None, "pin_memory": None, "in_memory": False, **(loader or {})},
         "float64_batch": float64_inputs,
         "needless": {},
         "amp": precision not in (None, "fp32"),
-        "script": True,
+        "script": framework,
         "bf16_matmul_speedup": _bf16_speedup(device, module, precision not in (None, "fp32")),
     }
 

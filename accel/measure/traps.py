@@ -17,6 +17,8 @@ NAMED = 3  # float64 tensors named in a finding; the rest are counted
 MANY_CORES = 8  # above this, an unset OMP_NUM_THREADS makes every process start a thread per core
 BF16_CODE = "fp32-with-fast-bf16"  # its measurement is skipped where a run ignores it
 BF16_PAYS = 1.1  # bf16 matmuls at the model's size measured at least this much faster than fp32's: else no trap
+# a script's framework, as the instrument names it (`script` in the facts: "hf", "lightning" or "plain")
+FRAMEWORK_NAMES = {"hf": "the Hugging Face Trainer's", "lightning": "Lightning's"}
 RUN_CODES = (
     "anomaly-detection",
     "deterministic",
@@ -66,9 +68,14 @@ class Finding:
         return f"{self.found} Fix: {self.fix}"
 
 
-def _fix(f: dict[str, Any], recipe: str, script: str) -> str:
-    """A fix in the terms the training was set up in: a recipe's keys (an engine's too), or a script's own code."""
-    return script if f.get("script") else recipe
+def _fix(f: dict[str, Any], recipe: str, script: str, frameworks: dict[str, str] | None = None) -> str:
+    """A fix in the terms the training was set up in: a recipe's keys (an engine's too), or a script's own code,
+    where it is an HF Trainer's or a Lightning script, with that framework's own setting (`{own}` in `script`):
+    never another framework's."""
+    if not f.get("script"):
+        return recipe
+    own = (frameworks or {}).get(f["script"])
+    return script.replace("{own}", f" ({FRAMEWORK_NAMES[f['script']]} {own})" if own else "")
 
 
 def findings(facts: dict[str, Any], summary: dict[str, Any] | None = None) -> list[Finding]:
@@ -120,7 +127,8 @@ def _device_traps(f: dict[str, Any]) -> list[Finding]:
                 _fix(
                     f,
                     "data.loader.pin_memory: auto",
-                    "DataLoader(..., pin_memory=True) (a Hugging Face Trainer: --dataloader_pin_memory True).",
+                    "DataLoader(..., pin_memory=True){own}.",
+                    {"hf": "--dataloader_pin_memory True"},
                 ),
             )
         )
@@ -133,7 +141,8 @@ def _device_traps(f: dict[str, Any]) -> list[Finding]:
                 _fix(
                     f,
                     "speedups: {optim: {impl: fused}}",
-                    f"{f['optimizer']}(..., fused=True) (a Hugging Face Trainer: --optim adamw_torch_fused).",
+                    f"{f['optimizer']}(..., fused=True){{own}}.",
+                    {"hf": "--optim adamw_torch_fused"},
                 ),
             )
         )
@@ -152,8 +161,9 @@ def _device_traps(f: dict[str, Any]) -> list[Finding]:
                 _fix(
                     f,
                     "speedups: {amp: {dtype: bf16}} (check accuracy with `accel bench`).",
-                    "torch.autocast(device_type, dtype=torch.bfloat16) around the forward and the loss (a Hugging Face "
-                    "Trainer: --bf16; Lightning: precision='bf16-mixed'); check accuracy with `accel bench`.",
+                    "torch.autocast(device_type, dtype=torch.bfloat16) around the forward and the loss{own}; check "
+                    "accuracy with `accel bench`.",
+                    {"hf": "--bf16", "lightning": "precision='bf16-mixed'"},
                 ),
             )
         )

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..measure.traps import DATA_WAIT
+from ..measure.traps import DATA_WAIT, FRAMEWORK_NAMES
 from .measured import Measured, bench_measured, benches_of
 from .phases import share
 
@@ -221,9 +221,6 @@ def advise(
                 f"a bench of this run measured it at {measured.said}: no use trying it again unless the run changed"
             )
     return advice
-
-
-FRAMEWORK_NAMES = {"hf": "the HF Trainer's", "lightning": "LightningCLI's"}
 
 
 def _in_its_terms(rule: Rule, framework: str, own: list[str]) -> str:

@@ -198,8 +198,16 @@ def test_the_lint_measures_bf16_with_the_profiles_probe_at_the_models_largest_la
 )
 def test_a_scripts_findings_say_their_fixes_in_its_own_code_not_in_recipe_keys(change, code, said):
     # an unchanged script (accel's instrument): no recipe, no engine, so no `speedups:` or `data.loader` to set
-    (found,) = lint.findings(CLEAN | change | {"script": True})
+    (found,) = lint.findings(CLEAN | change | {"script": "plain"})
     assert found.code == code and said in found.fix and "speedups" not in found.fix and "data.loader" not in found.fix
+
+
+def test_a_scripts_fix_names_its_own_frameworks_setting_and_no_other():
+    fp32 = CLEAN | {"fast_bf16": True, "amp": False, "bf16_matmul_speedup": 3.4}
+    said = {where: lint.findings(fp32 | {"script": where})[0].fix for where in ("plain", "hf", "lightning")}
+    assert "torch.autocast" in said["plain"] and "Trainer" not in said["plain"] and "Lightning" not in said["plain"]
+    assert "Trainer's --bf16)" in said["hf"] and "Lightning" not in said["hf"]
+    assert "Lightning's precision='bf16-mixed')" in said["lightning"] and "Trainer" not in said["lightning"]
 
 
 def test_recompiling_every_epoch_is_found():

@@ -147,11 +147,11 @@ def test_an_unchanged_scripts_advice_is_in_its_own_terms():
     report = copy.deepcopy(quiet())
     report["facts"] |= {"framework": "hf", "precision": "fp32"}
     (advice,) = advise(report, ["python", "train_hf.py", "--output_dir", "out"])
-    assert advice["fix"].endswith("(torch.autocast(device, torch.bfloat16)): the HF Trainer's --bf16")
+    assert advice["fix"].endswith("(torch.autocast(device, torch.bfloat16)): the Hugging Face Trainer's --bf16")
     assert "Lightning" not in advice["fix"] and "speedups" not in advice["fix"]
     report["facts"] |= {"framework": "lightning"}
     assert advise(report, ["python", "cli.py", "fit"])[0]["fix"].endswith(
-        ": LightningCLI's --trainer.precision bf16-mixed"
+        ": Lightning's --trainer.precision bf16-mixed"
     )
     assert advice["bench"] == "accel bench --ablate -- python train_hf.py --output_dir out"
     report["facts"] |= {"framework": "plain"}

@@ -101,9 +101,12 @@ def _lint(rec: Recorder, figures: dict[str, Any]) -> list[dict[str, str]]:
     """The speed lint's findings in the script's training, each fix in the script's own terms."""
     from ...measure.lint import as_records, script_facts
     from ...measure.traps import findings
+    from .recorder import FACTS
 
     model = rec.models[0] if rec.models else None
-    facts = script_facts(rec.device, rec.optimizer, model, rec.precision, rec.loader_facts, rec.float64_batch)
+    facts = script_facts(
+        rec.device, rec.optimizer, model, rec.precision, rec.loader_facts, rec.float64_batch, FACTS["framework"]
+    )
     return as_records(findings(facts, {"data_wait_fraction": figures.get("data_wait_fraction")}))
 
 
