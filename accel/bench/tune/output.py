@@ -182,6 +182,8 @@ def _final_verdict(final) -> str:
         return final.verdict
     if final.busy is not None:
         return f"no verdict: the machine was busy during the trials (others took {final.busy:.0%} of the cores)"
+    if final.undecided:
+        return f"undecided at +-{final.undecided:.0%}: its interval is wider"
     return "too few trials for a verdict"
 
 

@@ -44,6 +44,7 @@ class FinalCheck(Record):
     median_step_ratio: Interval
     median_step_verdict: Verdict | None
     busy: float | None = None  # the machine was busy during its trials: others' largest share; no verdict
+    undecided: float | None = None  # its interval could not decide at this resolution (decide.py)
     reverted: dict[str, Any] | None = None
     # --objective time: the tuned time to the target over the recipe's, and how many trials of each reached it
     time_ratio: Reading | None = None
@@ -69,6 +70,7 @@ def final_check(tuned: VariantSummary, recipe: VariantSummary) -> FinalCheck:
         median_step_ratio=tuned.median_step_ratio,
         median_step_verdict=tuned.median_step_verdict,
         **busy_fields(tuned.busy),
+        undecided=tuned.undecided,
         time_ratio=tuned.time_to_target_ratio if timed else None,
         reached={"tuned": _reached(tuned), recipe.name: _reached(recipe)} if timed else None,
         given=recipe.name,

@@ -236,17 +236,38 @@ def _run_stage(
     results = list(m.run(jobs, out, skip=_either(within, failed_bound)))
     ref_name = next(v.name for v in variants if v.overrides[knob.key] == reference)
     rule = DEFAULT_RULE
-    adds = stages is not None and m.budget is not None and not within.cut and not m.objective.time and len(runs) > 1
-    left = m.budget.stage_seconds(stages, m.kind, results) if adds else None
-    if left is not None:
-        # planned from the first rounds' own time (a trial's wall time, as the budget counts it), never their figures
-        elapsed = max(time.perf_counter() - started, sum(t.wall_s or 0.0 for t in results))
-        plan = Rounds(m.trials, MOST_ROUNDS, elapsed + left)
-        rule = plan.rule(plan.looks(elapsed))
-        _until_decided(m, runs, files, runs[keys[ref_name]].name, results, out, rule, failed_bound)
+    if stages is not None and not within.cut and len(runs) > 1:
+        rule = _rounds_until_decided(
+            m, stages, started, runs, files, runs[keys[ref_name]].name, results, out, failed_bound
+        )
     measured = {key: [r for r in results if r.variant == v.name] for key, v in runs.items()}
     trials_of = [r.updated(variant=v.name) for v in variants for r in measured[keys[v.name]]]
     return Stage(knob, variants, trials_of, ref_name, results, cut=within.cut, rule=rule)
+
+
+def _rounds_until_decided(
+    m: Measure,
+    stages: int,
+    started: float,
+    runs: dict[str, Variant],
+    files: dict[str, Path | Launch],
+    reference: str,
+    results: list[Trial],
+    out: Path,
+    skip: SkipRule,
+) -> Rule:
+    """Rounds added while a comparison is undecided, within an equal part of the budget left among the `stages`
+    left (this one included); the rule its looks were read by (the default one where nothing could be added: no
+    budget, or the time objective, whose stages read time to the target)."""
+    left = m.budget.stage_seconds(stages, m.kind, results) if m.budget is not None and not m.objective.time else None
+    if left is None:
+        return DEFAULT_RULE
+    # planned from the first rounds' own time (a trial's wall time, as the budget counts it), never their figures
+    elapsed = max(time.perf_counter() - started, sum(t.wall_s or 0.0 for t in results))
+    plan = Rounds(m.trials, MOST_ROUNDS, elapsed + left)
+    rule = plan.rule(plan.looks(elapsed))
+    _until_decided(m, runs, files, reference, results, out, rule, skip)
+    return rule
 
 
 def _until_decided(
@@ -469,6 +490,11 @@ def _final_check(m: Measure, result: TuneResult, out: Path) -> FinalCheck | None
     given = m.subject.given
     variants = [Variant(given), Variant("tuned", m.subject.effective(result.chosen))]  # no `key: null`
     files = m.subject.inputs(variants, out)
+    started = time.perf_counter()
     done = m.run([(t, v.name, files[v.name]) for t, v in interleave(variants, m.trials)], out)
-    report = summarize(m.objective.read(done, given), variants, given)
+    rule = DEFAULT_RULE
+    if m.add_rounds:  # undecided, it takes what the budget has left, as a stage does
+        runs = {v.name: v for v in variants}
+        rule = _rounds_until_decided(m, 1, started, runs, files, given, done, out, lambda variant, trials: None)
+    report = summarize(m.objective.read(done, given), variants, given, rule=rule)
     return final_check(report.variant("tuned"), report.variant(given))
