@@ -290,7 +290,7 @@ def _until_decided(
         if not wanted:
             return
         names = [v.name for v in runs.values() if v.name in wanted]
-        runner.say_added_rounds(m.console, rule, names, reference, (done + 1, look), "within the stage's --budget")
+        runner.say_added_rounds(m.console, rule, names, reference, (done + 1, look), "within the --budget")
         more = [(t, name, files[name]) for t in range(done, look) for name in names]
         within = WithinBudget(m.budget, [name for _, name, _ in more], m.kind)
         results += m.run(more, out, skip=_either(within, skip))
