@@ -256,9 +256,12 @@ def _rounds_until_decided(
     out: Path,
     skip: SkipRule,
 ) -> Rule:
-    """Rounds added while a comparison is undecided, within an equal part of the budget left among the `stages`
-    left (this one included); the rule its looks were read by (the default one where nothing could be added: no
-    budget, or the time objective, whose stages read time to the target)."""
+    """Rounds added for the candidates still undecided after the first `m.trials` and the reference, interleaved,
+    at the looks planned from those rounds' time within an equal part of the budget left among the `stages` left
+    (this one included), as bench adds them (decide.py's looks, so the intervals stay 95% ones), until each
+    decides, the looks end or the budget would be overrun; `results` grows in place. Returns the rule the looks are
+    read by (the default one where none are planned: no budget, or the time objective, which reads time to the
+    target)."""
     left = m.budget.stage_seconds(stages, m.kind, results) if m.budget is not None and not m.objective.time else None
     if left is None:
         return DEFAULT_RULE
@@ -266,29 +269,11 @@ def _rounds_until_decided(
     elapsed = max(time.perf_counter() - started, sum(t.wall_s or 0.0 for t in results))
     plan = Rounds(m.trials, MOST_ROUNDS, elapsed + left)
     rule = plan.rule(plan.looks(elapsed))
-    _until_decided(m, runs, files, reference, results, out, rule, skip)
-    return rule
-
-
-def _until_decided(
-    m: Measure,
-    runs: dict[str, Variant],
-    files: dict[str, Path | Launch],
-    reference: str,
-    results: list[Trial],
-    out: Path,
-    rule: Rule,
-    skip: SkipRule,
-) -> None:
-    """At each look the stage planned after its first `m.trials` rounds, rounds added for the candidates still
-    undecided and the reference, interleaved, as bench adds them (decide.py's looks, so the intervals stay 95%
-    ones), until each decides, the looks end or the budget would be overrun; `results` grows in place."""
     done = m.trials
     for look in (look for look in rule.looks if look > done):
-        report = summarize(results, list(runs.values()), reference, rule=rule)
-        wanted = undecided_variants(report, [], rule)
+        wanted = undecided_variants(summarize(results, list(runs.values()), reference, rule=rule), [], rule)
         if not wanted:
-            return
+            break
         names = [v.name for v in runs.values() if v.name in wanted]
         runner.say_added_rounds(m.console, rule, names, reference, (done + 1, look), "within the --budget")
         more = [(t, name, files[name]) for t in range(done, look) for name in names]
@@ -296,7 +281,8 @@ def _until_decided(
         results += m.run(more, out, skip=_either(within, skip))
         done = look
         if within.cut:
-            return
+            break
+    return rule
 
 
 def _either(*rules: SkipRule) -> SkipRule:
