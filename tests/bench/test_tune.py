@@ -448,6 +448,25 @@ def test_an_undecided_final_check_adds_rounds_with_what_the_budget_has_left(tiny
         assert (final_rounds > 6) is add_rounds and len(seen) * 10 <= 1200  # rounds past 3, within the budget
 
 
+def test_each_stage_says_what_it_chose_the_trials_it_ran_and_the_budget_left(tiny, tmp_path):
+    said = io.StringIO()
+    knobs = [Knob(WORKERS_KEY, [1]), Knob(BATCH_KEY, [32], bounded=True)]
+    tune(
+        validate_recipe(tiny),
+        knobs,
+        tmp_path,
+        TrialSettings(5, 1),
+        trials=3,
+        budget_s=900,
+        console=Console(file=said, width=200),
+        run_trials=noisy_workers([]),
+    )
+    lines = [line for line in said.getvalue().splitlines() if " trial(s)" in line]
+    assert lines[0].startswith(f"{WORKERS_KEY}: chose {WORKERS_KEY}=1 after ")
+    assert lines[1].startswith(f"{BATCH_KEY}: kept ") and len(lines) == 2
+    assert all(" of the --budget left" in line for line in lines)
+
+
 def test_trials_given_are_run_exactly_and_the_default_adds_rounds_while_undecided(
     monkeypatch, tiny, write_recipe, tmp_path
 ):

@@ -25,6 +25,10 @@ class Budget:
     def record(self, trials: list[Trial], kind: str = OBJECTIVE) -> None:
         self.walls.setdefault(kind, []).extend(t.wall_s for t in trials if t.wall_s)
 
+    def left_s(self) -> float | None:
+        """Wall seconds left of the budget, the final check's reserve included (None without a budget)."""
+        return None if self.seconds is None else max(self.seconds - (time.perf_counter() - self.start), 0.0)
+
     def allows(self, runs: int, kind: str = OBJECTIVE) -> bool:
         return self.fits([None] * runs, kind=kind)
 

@@ -368,6 +368,21 @@ def _search_knob(
         result.compared.append(knob.key)
     result.env = result.env or next((t.env for t in trials if t.env), {})
     result.rows += stage_rows(stage.knob.key, report, stage.reference, best.name, passed, stage.cut, stage.trials)
+    _say_progress(m, knob.key, best, best.name == stage.reference, len(stage.new_trials))
+
+
+def _say_progress(m: Measure, key: str, best: VariantSummary, kept: bool, trials: int) -> None:
+    """A line after each stage: what it chose (with its time to the target under --objective time), the trials it
+    ran, and what is left of the budget."""
+    sooner = f", {best.time_to_target_s:.0f} s to the target" if m.objective.time and best.time_to_target_s else ""
+    left = m.budget.left_s()
+    budget = f"; {int(left // 60)} min {int(left % 60)} s of the --budget left" if left is not None else ""
+    m.console.print(
+        f"{key}: {'kept' if kept else 'chose'} {best.name}{sooner} after {trials} trial(s){budget}",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 def tune(
