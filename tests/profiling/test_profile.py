@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import gzip
 import io
 import json
+import statistics
 import sys
 
 import pytest
@@ -14,6 +16,7 @@ import yaml
 from accel.cli import main
 from conftest import TINY
 
+PREEMPTION_MS = 3.0  # a third of a profiled step: a step lost from either clock still fails
 PHASE_RANGES = {"accel/data", "accel/to_device", "accel/forward", "accel/loss", "accel/backward", "accel/optimizer"}
 
 
@@ -22,12 +25,19 @@ def profiled(tmp_path_factory):
     """One `accel profile` of the tiny recipe: its folder, profile.json and what it printed."""
     folder = tmp_path_factory.mktemp("profile")
     recipe = folder / "recipe.yaml"
-    recipe.write_text(yaml.safe_dump(TINY))
+    # steps of ~10 ms, so a few ms of a busy machine's preemption is told apart from a step lost by a clock
+    wider = copy.deepcopy(TINY)
+    wider["model"]["args"]["width"] = 16
+    wider["data"] |= {
+        "batch_size": 32,
+        "dataset": wider["data"]["dataset"] | {"shape": [1, 32, 32], "num_samples": 256},
+    }
+    recipe.write_text(yaml.safe_dump(wider))
     out = folder / "out"
     argv = ["profile", str(recipe), "--warmup", "1", "--steps", "3", "--rows", "5", "--out", str(out)]
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        assert main([*argv, "--set", "data.batch_size=8"]) == 0
+        assert main(argv) == 0
     return out, json.loads((out / "profile.json").read_text()), printed.getvalue()
 
 
@@ -55,13 +65,17 @@ def test_the_phases_add_up_to_each_measured_step(profiled):
     assert {"data", "to_device", "forward", "loss", "backward", "optimizer", "logging", "other"} <= rows.keys()
     for i, step_ms in enumerate(anatomy["step_ms"]):
         assert sum(row["per_step_ms"][i] for row in rows.values()) == pytest.approx(step_ms, rel=0.05)
-    assert rows["other"]["share"] < 0.2  # the named phases cover the loop
-    # the window against the profiler's own clock, from its first step's start to its last step's end: that span
-    # leaves out the profiler's start, which the anatomy counts as the first step's `profiler` phase
-    steps = [e for e in _trace(out)["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")]
-    span_ms = (max(e["ts"] + e["dur"] for e in steps) - min(e["ts"] for e in steps)) / 1000
+    # the named phases cover the loop: in the median step, as a busy machine's preemption can land in any one
+    shares = [other / step for other, step in zip(rows["other"]["per_step_ms"], anatomy["step_ms"])]
+    assert statistics.median(shares) < 0.2
+    # the window against the profiler's own clock, from its first step's start to its last step's start (the last
+    # step's event also holds the profiler's stop, which grows on a busy machine): that span leaves out the
+    # profiler's start, which the anatomy counts as the first step's `profiler` phase; give or take one
+    # preemption of a busy machine, which lands on one clock's side of a boundary
+    starts = sorted(e["ts"] for e in _trace(out)["traceEvents"] if e.get("name", "").startswith("ProfilerStep#"))
+    span_ms = (starts[-1] - starts[0]) / 1000
     starting_ms = rows["profiler"]["per_step_ms"][0]
-    assert sum(anatomy["step_ms"]) - starting_ms == pytest.approx(span_ms, rel=0.05)
+    assert sum(anatomy["step_ms"][:-1]) - starting_ms == pytest.approx(span_ms, rel=0.05, abs=PREEMPTION_MS)
     assert rows["backward"]["peak_mb"] > 0 and anatomy["memory"] == "CPU resident set"
 
 
@@ -71,7 +85,8 @@ def test_the_operators_are_grouped_by_module_with_the_matmul_share(profiled):
     assert "(backward)" in groups and any(name.endswith("(Sequential)") for name in groups)
     convs = [row for name, row in groups.items() if name.endswith("(Sequential)")]
     assert any("aten::mkldnn_convolution" in row["top"] or "aten::convolution" in row["top"] for row in convs)
-    assert all(op.endswith("_backward") or "Backward" in op for op in groups["(backward)"]["top"][:1])
+    # autograd's ops (the first by time may be another where a busy machine's preemption lands)
+    assert any(op.endswith("_backward") or "Backward" in op for op in groups["(backward)"]["top"])
     assert 0 < report["matmul_share"] < 1
     ops = report["ops"]["self_cpu_time"]
     assert len(ops) == 6 and ops[-1]["op"] == "total" and ops[0]["ms_per_step"] >= ops[1]["ms_per_step"]
