@@ -201,7 +201,7 @@ def advise(
         if framework is not None:
             switches = report["facts"].get("switches") or {}
             own = [spelled for meaning, spelled in switches.items() if meaning in rule.switches]
-            flags = framework in ("hf", "lightning") or own
+            flags = framework in FRAMEWORK_NAMES or own
             fix = rule.unchanged_fix + _in_its_terms(rule, framework, own)
             bench = f"accel bench --ablate -- {shlex.join(recipe)}" if flags else None
         elif script and rule.script_fix is not None:

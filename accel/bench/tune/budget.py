@@ -34,46 +34,44 @@ class Budget:
 
     def stage_seconds(self, stages: int, kind: str = OBJECTIVE, done: list[Trial] = ()) -> float | None:
         """What is left for a stage beside `done` (its first rounds): an equal part, among the `stages` left (this
-        one included), of what is left of `kind`'s share, or of the budget beside the reserve, each trial counted
-        with its process's start-up as `fits` counts it; None without a budget (a stage then adds no rounds)."""
+        one included), of what `kind` may still spend, each trial counted with its process's start-up as `fits`
+        counts it; None without a budget (a stage then adds no rounds)."""
         if self.seconds is None:
             return None
-        mine = [t.wall_s for t in done if t.wall_s]
-        every = [w for walls in self.walls.values() for w in walls] + mine
-        spent = max(time.perf_counter() - self.start, sum(every))
-        start_up = spent / sum(every) if sum(every) > 0 else 1.0
-        if kind in self.shares:
-            limit = self.shares[kind] * self.seconds
-        else:
-            final = self.walls.get(OBJECTIVE, []) + (mine if kind == OBJECTIVE else []) or every
-            limit = self.seconds - (self.reserve * start_up * sum(final) / len(final) if final else 0.0)
-        return max(limit - spent, 0.0) / max(stages, 1)
+        mine, every, spent, start_up = self._so_far(done)
+        return max(self._limit(kind, mine, every, start_up) - spent, 0.0) / max(stages, 1)
 
     def fits(self, variants: list[str | None], done: list[Trial] = (), kind: str = OBJECTIVE) -> bool:
         """Whether trials of `variants` fit, a variant with trials in `done` (its stage's so far, of `kind`)
         estimated by them, any other at the mean trial of `kind`."""
-        mine = [t.wall_s for t in done if t.wall_s]
-        every = [w for walls in self.walls.values() for w in walls] + mine
+        mine, every, spent, start_up = self._so_far(done)
         if self.seconds is None or not every or not variants:
             return True
-        # Trials run one after another; the elapsed time also holds each trial process's start-up.
-        spent = max(time.perf_counter() - self.start, sum(every))
-        start_up = spent / sum(every)
-
-        def mean(walls: list[float]) -> float:
-            walls = walls or every
-            return start_up * sum(walls) / len(walls)
-
         own: dict[str, list[float]] = {}
         for t in done:
             if t.wall_s:
                 own.setdefault(t.variant, []).append(t.wall_s * start_up)
-        typical = mean(self.walls.get(kind, []) + mine)
+        walls = self.walls.get(kind, []) + mine or every
+        typical = start_up * sum(walls) / len(walls)
         need = sum(sum(own[v]) / len(own[v]) if v in own else typical for v in variants)
-        if kind in self.shares:  # the rest of the budget, the reserve included, is the objective's
-            return spent + need <= self.shares[kind] * self.seconds
-        final = mean(self.walls.get(OBJECTIVE, []) + (mine if kind == OBJECTIVE else []))
-        return spent + need + self.reserve * final <= self.seconds
+        return spent + need <= self._limit(kind, mine, every, start_up)
+
+    def _so_far(self, done: list[Trial]) -> tuple[list[float], list[float], float, float]:
+        """`done`'s trial walls, every trial's so far with them, the wall time spent, and how much longer a trial
+        takes than its own wall (trials run one after another; the elapsed time also holds each process's
+        start-up)."""
+        mine = [t.wall_s for t in done if t.wall_s]
+        every = [w for walls in self.walls.values() for w in walls] + mine
+        spent = max(time.perf_counter() - self.start, sum(every))
+        return mine, every, spent, spent / sum(every) if sum(every) > 0 else 1.0
+
+    def _limit(self, kind: str, mine: list[float], every: list[float], start_up: float) -> float:
+        """What trials of `kind` may spend in all: its share of the budget (the rest, the reserve included, is the
+        objective's), or the budget beside the reserve, each trial kept back at the objective's mean trial."""
+        if kind in self.shares:
+            return self.shares[kind] * self.seconds
+        final = self.walls.get(OBJECTIVE, []) + (mine if kind == OBJECTIVE else []) or every
+        return self.seconds - (self.reserve * start_up * sum(final) / len(final) if final else 0.0)
 
 
 class WithinBudget:
