@@ -15,7 +15,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from ..runs.signals import handled, leave_closed_terminal
 from .decide import Rounds, Rule, fixed_rounds
 from .isolation import Room, held
 from .plan import BenchPlan, slug, write_recipes
+from .prune import PRUNE_SLACK
 from .real_run import run_steps, run_with
 from .records import Recommendation, Report, RevisionRecord, Trial
 from .report import write_reports
@@ -236,7 +237,8 @@ def run_trials(
                     continue
                 progress.started(variant, trial)
                 cwd = (cwds or {}).get(variant)
-                results.append(_run_job(index, trial, variant, recipe, out, settings, cwd, zygotes))
+                own = with_deadline(settings, trial, variant, results)
+                results.append(_run_job(index, trial, variant, recipe, out, own, cwd, zygotes))
                 progress.finished(results[-1])
                 left = len(jobs) + len(before) - index - 1
                 results.stopped = never_logged(results[-1], [*before, *results[:-1]], left)
@@ -246,6 +248,19 @@ def run_trials(
             progress.console.print(f"interrupted: keeping the {len(results)} finished trials", highlight=False)
             results.interrupted = True
     return results
+
+
+def with_deadline(settings: TrialSettings, trial: int, variant: str, done: list[Trial]) -> TrialSettings:
+    """tune's pruner: a candidate's deadline is PRUNE_SLACK times the time to the target of the variant
+    `settings.deadline_from` (the stage's reference, run first in each round) in the same round, `trial`; none
+    when that trial has not reached it."""
+    ref = settings.deadline_from
+    if ref is None or variant == ref:
+        return settings
+    reached = next(
+        (t.time_to_target_s for t in done if t.variant == ref and t.trial == trial and t.time_to_target_s), None
+    )
+    return replace(settings, deadline_s=PRUNE_SLACK * reached) if reached else settings
 
 
 def _environment(results: list[Trial]) -> dict[str, Any]:

@@ -101,6 +101,7 @@ class ScriptLaunch:
             trial_variables.WARMUP: str(settings.warmup),
             **({trial_variables.TARGET: settings.target} if settings.target else {}),
             **({trial_variables.STOP: "1"} if settings.stop_at_target else {}),
+            **({trial_variables.DEADLINE: repr(settings.deadline_s)} if settings.deadline_s is not None else {}),
             **({trial_variables.CURVE: CURVE_METRIC} if settings.curve else {}),
             **({trial_variables.SYNC: settings.sync} if settings.sync != "step" else {}),
             **({trial_variables.WINDOW: repr(settings.window)} if settings.window else {}),

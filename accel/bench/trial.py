@@ -183,6 +183,7 @@ class Evals:
     stop: bool = False
     curve: bool = False
     enabled: bool = True
+    deadline: float | None = None  # tune's pruner: stop short of the target past it (accel.bench.target.pruned)
 
     @property
     def timed(self) -> bool:
@@ -246,17 +247,17 @@ def run_trial(
     recipe.seed += trial
     guard = bool(window) and evals.enabled and not evals.timed
     timer = StepTimer(warmup, planned - warmup, window, sync_window=sync == "window", guard=guard)
-    clock = TargetClock(evals.target, stop=evals.stop) if evals.timed else None
+    clock = TargetClock(evals.target, evals.stop, evals.deadline, warmup) if evals.timed else None
     trainer = build_trainer(recipe, run_dir=None, extra_callbacks=[timer] + ([clock] if clock else []))
     if not evals.enabled:
         trainer.val_loader = None
     built = time.perf_counter()
     devices.reset_peak_memory(trainer.device)
     trainer.fit()
-    summary, reached = trainer.summary, clock is not None and clock.stopped
-    if summary.status != "completed" and not reached:
+    summary, stopped = trainer.summary, clock is not None and clock.stopped  # at the target, or pruned
+    if summary.status != "completed" and not stopped:
         raise AccelError(f"training did not complete (status {summary.status}).")
-    if len(timer.steps) < planned and not reached:
+    if len(timer.steps) < planned and not stopped:
         raise AccelError(f"only {len(timer.steps)} of {planned} steps ran.")
     result = measure(timer, warmup, setup_s=(timer.fit_started or built) - built)
     metrics = summary.metrics if timer.guard_metrics is None else timer.guard_metrics
@@ -324,6 +325,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--eval-batches", type=int, default=None, help="validation batches per evaluation (all)")
     parser.add_argument("--stop-at-target", action="store_true", help="end the trial once --target is reached")
     parser.add_argument(
+        "--deadline",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="with --stop-at-target: end the trial short of the target once it cannot reach it by then",
+    )
+    parser.add_argument(
         "--samples",
         type=int,
         default=None,
@@ -347,7 +355,11 @@ def _evals(args: argparse.Namespace) -> Evals:
         raise AccelError("--target and --curve need evaluations; drop --no-eval.")
     if args.stop_at_target and not args.target:
         raise AccelError("--stop-at-target needs a --target.")
-    return Evals(args.target, args.eval_every, args.eval_batches, args.stop_at_target, args.curve, args.evaluate)
+    if args.deadline is not None and not args.stop_at_target:
+        raise AccelError("--deadline needs --stop-at-target.")
+    return Evals(
+        args.target, args.eval_every, args.eval_batches, args.stop_at_target, args.curve, args.evaluate, args.deadline
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

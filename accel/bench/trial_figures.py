@@ -131,11 +131,18 @@ def ran_out(done: int, warmup: int, steps: int) -> str:
 
 
 def target_figures(
-    target: Any, metric: str, evals: list[dict[str, Any]], steps: int, where: str, fix: str, logged: set[str]
+    target: Any,
+    metric: str,
+    evals: list[dict[str, Any]],
+    steps: int,
+    where: str,
+    fix: str,
+    logged: set[str],
+    pruned: Any = None,
 ) -> dict[str, Any]:
     """The time to `target` from each logged value of its `metric` (`evals`); an error when the script logged
     none in its `steps` optimizer steps (`where` it logs, the names it `logged`, and the `fix` that has it log
-    the metric within a trial), which stops the bench (`never_logged`)."""
+    the metric within a trial), which stops the bench (`never_logged`); and why tune's pruner stopped it, if it did."""
     from .target import time_to
 
     if not evals:
@@ -143,7 +150,8 @@ def target_figures(
         error = f"the script logged no `{metric}` {where}in its {steps} optimizer steps (it logged {said}): {fix}"
         return {"error": error, "unlogged_metric": metric}
     reached = time_to(target, evals) if target else None
-    return {"time_to_target_s": reached, "target_evals": evals, "val_metric_name": metric}
+    figures = {"time_to_target_s": reached, "target_evals": evals, "val_metric_name": metric}
+    return figures | (pruned.record() if pruned else {})  # accel.bench.prune.Pruned
 
 
 def never_logged(result: Any, earlier: list[Any], left: int) -> str | None:

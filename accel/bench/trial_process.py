@@ -63,6 +63,10 @@ class TrialSettings:
     eval_batches: int | None = None
     curve: bool = False
     stop_at_target: bool = False
+    # tune's pruner: a candidate ends short of the target once it cannot reach it by `deadline_s` (set for each
+    # trial by the runner: PRUNE_SLACK times the time of the variant `deadline_from` in the same round)
+    deadline_from: str | None = None
+    deadline_s: float | None = None
     # "step": the device synchronised after every step (exact step times; the host cannot prepare the next batch
     # while the device works); "window": only around the timed steps, whose throughput is then a real run's
     sync: str = "step"
@@ -102,6 +106,7 @@ def trial_argv(recipe: Path, settings: TrialSettings, json_path: Path, variant: 
         *(["--eval-batches", str(settings.eval_batches)] if settings.eval_batches else []),
         *(["--samples", str(settings.samples)] if settings.samples else []),
         *(["--stop-at-target"] if settings.stop_at_target else []),
+        *(["--deadline", repr(settings.deadline_s)] if settings.deadline_s is not None else []),
         *([] if settings.evaluate else ["--no-eval"]),
         *(["--sync", settings.sync] if settings.sync != "step" else []),
         *(["--window", repr(settings.window)] if settings.window else []),

@@ -88,6 +88,13 @@ def add(commands) -> None:
         "test, batch size with the learning rate scaled, on top of them)",
     )
     tune_parser.add_argument(
+        "--no-prune",
+        dest="prune",
+        action="store_false",
+        help="with --objective time: run every candidate's trial to the target or its end (default: stop one once "
+        "it cannot be sooner than the reference beside it: past 1.2x its time, or too slow at its fastest pace)",
+    )
+    tune_parser.add_argument(
         "--target",
         metavar="METRIC=VALUE",
         help="with --objective time: the validation target (default: what the recipe as given reaches at the end "
@@ -175,7 +182,8 @@ def tune(args: argparse.Namespace) -> int:
     # the time objective's speed-up stages run the speed objective's short trials (accel/bench/tune/levers.py)
     speed = TrialSettings(*SPEED_STEPS, args.timeout, args.warm_cache, evaluate=False, window=args.window)
     speed = speed if time else None
-    objective = Objective(args.objective, parse_target(args.target) if args.target else None, speed=speed)
+    target = parse_target(args.target) if args.target else None
+    objective = Objective(args.objective, target, speed=speed, prune=args.prune)
     if objective.target is not None:
         check_target_metric(objective.target, [base.task])
     if time:
@@ -227,6 +235,8 @@ def searched(search, work: Path, study=None):
         print(f"warning: busy machine. {busy}", file=sys.stderr)
     if result.files:
         print(f"your files: {result.files}", file=sys.stderr)
+    if pruned := result.pruned_line():
+        print(pruned, file=sys.stderr)
     console = Console()
     if not console.is_terminal:  # a file or a pipe: rich would cut the table to 80 columns ("speedups…")
         console = Console(width=WIDE_TABLE)
@@ -248,8 +258,8 @@ def _tune_knobs(args: argparse.Namespace, base) -> list:
                 "--threads belong to --objective speed (run it first, then tune its result for time)."
             )
         return time_knobs(base, args.batch_sizes, args.tries, speedups=args.speedups, device=device)
-    if args.target:
-        raise AccelError("--target needs --objective time (the speed objective measures samples/s).")
+    if args.target or not args.prune:
+        raise AccelError("--target and --no-prune need --objective time (the speed objective measures samples/s).")
     return build_knobs(
         base, args.batch_sizes, args.workers, args.threads, args.tries, speedups=args.speedups, device=device
     )

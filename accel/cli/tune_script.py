@@ -52,7 +52,7 @@ def tune_script(args: argparse.Namespace) -> int:
     # --objective time searches the speed-ups first in the speed objective's short trials (accel.bench.tune.levers)
     short = args.timeout or SCRIPT_TIMEOUT_S
     speed = replace(settings, steps=SPEED_STEPS[0], warmup=SPEED_STEPS[1], timeout=short, window=args.window)
-    objective = Objective(args.objective, target, speed=speed if time else None)
+    objective = Objective(args.objective, target, speed=speed if time else None, prune=args.prune)
     result = tuned(args, work, workers, subject, knobs, settings, objective)
     if result is None:
         return 130
@@ -76,8 +76,10 @@ def _check(args: argparse.Namespace) -> bool:
             "--workers, --threads and --eval-batches set a recipe's keys; a script's loader and evaluation are its "
             "own: vary its options with --try arg:--OPTION=V1,V2, or engine keys with --try KEY=V1,V2."
         )
-    if not time and (args.target or args.lr_arg):
-        raise AccelError("--target and --lr-arg need --objective time (the speed objective measures samples/s).")
+    if not time and (args.target or args.lr_arg or not args.prune):
+        raise AccelError(
+            "--target, --lr-arg and --no-prune need --objective time (the speed objective measures samples/s)."
+        )
     if args.target:
         from ..bench.target import parse_target
 

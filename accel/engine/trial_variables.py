@@ -10,6 +10,7 @@ import os
 PATH, STEPS, WARMUP, PROBE = "ACCEL_TRIAL", "ACCEL_TRIAL_STEPS", "ACCEL_TRIAL_WARMUP", "ACCEL_TRIAL_PROBE"
 TARGET = "ACCEL_TRIAL_TARGET"  # METRIC=VALUE: the time until the script reports it
 STOP, CURVE = "ACCEL_TRIAL_STOP", "ACCEL_TRIAL_CURVE"  # end at the target; record this metric's every value
+DEADLINE = "ACCEL_TRIAL_DEADLINE"  # seconds: with STOP, end short of the target once it cannot be reached by then
 SYNC = "ACCEL_TRIAL_SYNC"  # window: synchronise around the timed steps only
 WINDOW = "ACCEL_TRIAL_WINDOW"  # seconds of timed steps a trial takes at least, beside its steps (--window)
 PATTERNS = "ACCEL_TRIAL_METRIC_PATTERNS"  # a JSON list of regular expressions: metrics from the printed lines

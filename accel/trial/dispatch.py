@@ -61,4 +61,5 @@ def _new(engine: LoopRecords, settings: Settings) -> Agent | None:
         return Probe(engine, settings, asked.path)
     trial = ScriptTrial(engine, asked.path, asked.warmup, asked.steps, asked.window)
     trial.target, trial.metric, trial.stop, trial.every_step = asked.target, asked.metric, asked.stop, asked.every_step
+    trial.deadline = asked.deadline
     return trial

@@ -30,6 +30,7 @@ import psutil
 import torch
 
 from .. import devices
+from ..bench.prune import Pruned, overdue, pruned
 from ..bench.trial_figures import TimedWindow
 from ..engine.core import Observer
 from ..io import strict_json, write_atomic
@@ -159,6 +160,8 @@ class ScriptTrial(Agent):
         self.target: Target | None = None
         self.metric: str | None = None  # the logged metric whose values are recorded (the target's)
         self.stop = False  # end the trial when the target is reached
+        self.deadline: float | None = None  # with `stop`: end it short of the target past this (tune's pruner)
+        self.pruned: Pruned | None = None
         self.evals: list[dict[str, Any]] = []  # each logged value of the metric, as TargetClock's
         self.logged_names: set[str] = set()  # every metric the loop logged, for a target it never logs
         self.model_traits: dict[int, dict[str, bool]] = {}  # by engine id
@@ -206,6 +209,15 @@ class ScriptTrial(Agent):
         self.evals.append({"step": len(self.marks), "wall_s": wall_s, "value": value, "eval_s": self.eval_s})
         if self.stop and self.target.reached(value):
             self._finish()
+        elif self.deadline is not None:
+            self._prune(pruned(self.target, self.evals, self.deadline))
+
+    def _prune(self, stop: Pruned | None) -> None:
+        """Ended short of the target, as at the target: the record says why (never within the warm-up, so that the
+        record has timed steps)."""
+        if stop is not None and len(self.marks) > self.warmup:
+            self.pruned = stop
+            self._finish()
 
     def stepped(self, engine: LoopRecords) -> None:
         """The end of an optimizer step of `engine` (it counted it): a step of the script's if it is the clock."""
@@ -230,6 +242,8 @@ class ScriptTrial(Agent):
                 devices.synchronize(engine.core.device)
                 self.marks[-1]["t"] = time.perf_counter()
             self._finish()
+        elif self.deadline is not None:
+            self._prune(overdue(self.target, self.last_step - self.process_started - self.eval_s, self.deadline))
 
     def _last_step_s(self) -> float:
         """The last optimizer step's seconds (the first's from the last eng.setup before it, as the record's)."""
@@ -309,7 +323,7 @@ class ScriptTrial(Agent):
             return {}
         fix = f"log it after an evaluation, `eng.log({{'{self.metric}': value}})`, or give the trials more --steps"
         steps, names = len(self.marks), self.logged_names
-        return target_figures(self.target, self.metric, self.evals, steps, "through eng.log ", fix, names)
+        return target_figures(self.target, self.metric, self.evals, steps, "through eng.log ", fix, names, self.pruned)
 
     def _write(self, record: dict[str, Any]) -> None:
         from ..bench.records import Trial  # validated as the runner reads it; NaN stays NaN (a diverged loss)

@@ -9,7 +9,8 @@ script without one (accel/trial/instrument/recorder.py). Torch-free.
   ends first after its N steps leaves a record saying the window was short.
 - `ACCEL_TRIAL_TARGET=val_loss=1.5`: also the seconds from the process start until the script logs (`eng.log`)
   that value, its evaluations excluded as a recipe trial's are (the time from the step before the log to the log);
-  with `ACCEL_TRIAL_STOP=1` the record is written and the process ends there.
+  with `ACCEL_TRIAL_STOP=1` the record is written and the process ends there; with `ACCEL_TRIAL_DEADLINE=S` too, it
+  ends short of the target once it cannot reach it within S seconds (tune's pruner, accel.bench.target.pruned).
 - `ACCEL_TRIAL_CURVE=val_loss`: every logged value of that metric is recorded (the curve a target is read from).
 - `ACCEL_TRIAL_METRIC_PATTERNS=["val loss (?P<val_loss>[0-9.]+)"]`: a script without an engine reports metrics in
   the lines it prints; each pattern's named groups are metrics (accel/trial/instrument/reported.py).
@@ -28,7 +29,19 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..engine.trial_variables import CURVE, PATH, PATTERNS, PROBE, STEPS, STOP, SYNC, TARGET, WARMUP, WINDOW
+from ..engine.trial_variables import (
+    CURVE,
+    DEADLINE,
+    PATH,
+    PATTERNS,
+    PROBE,
+    STEPS,
+    STOP,
+    SYNC,
+    TARGET,
+    WARMUP,
+    WINDOW,
+)
 
 if TYPE_CHECKING:
     from ..bench.target import Target
@@ -49,6 +62,7 @@ class Requested:
     stop: bool  # end the trial when the target is reached
     patterns: tuple[str, ...] = ()  # regular expressions whose named groups are metrics in the script's printed lines
     window: float = 0.0  # seconds the timed steps hold at least, beside their count
+    deadline: float | None = None  # with `stop`: seconds by which the target must be within reach (the pruner's)
 
 
 def requested() -> Requested | None:
@@ -71,6 +85,7 @@ def requested() -> Requested | None:
         metric=target.metric if target else os.environ.get(CURVE) or None,
         stop=os.environ.get(STOP) == "1" and target is not None,
         patterns=tuple(json.loads(os.environ.get(PATTERNS) or "[]")),
+        deadline=float(os.environ[DEADLINE]) if os.environ.get(DEADLINE) and target is not None else None,
         # several processes (torchrun's ranks) each keep a window: by time they could stop a step apart and leave
         # the others waiting in a collective, so there the count alone decides
         window=float(os.environ.get(WINDOW, "0")) if int(os.environ.get("WORLD_SIZE", "1")) == 1 else 0.0,

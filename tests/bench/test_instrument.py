@@ -205,6 +205,16 @@ def test_a_target_a_plain_loop_never_logs_says_how_to_log_it(tmp_path):
 
 
 @pytest.mark.slow
+def test_an_unchanged_loop_past_its_deadline_is_stopped_short_of_its_target(tmp_path):
+    # its "loss" is the step it prints, read through a metric pattern: it never reaches 0 within a deadline of 0 s
+    said = {trial_variables.PATTERNS: json.dumps(["step (?P<val_loss>[0-9]+)"]), trial_variables.STOP: "1"}
+    asked = {trial_variables.TARGET: "val_loss=0", trial_variables.DEADLINE: "0", **said}
+    trial = _trial(tmp_path, "--steps", "50", steps=0, warmup=1, **asked)
+    assert trial.error is None and "past its deadline of 0.0 s" in trial.pruned
+    assert len(trial.step_losses) == 2  # stopped at its first step past the warm-up, not at its 50th
+
+
+@pytest.mark.slow
 def test_accumulation_counts_micro_batches_in_a_step_and_the_scalers_loss_is_unscaled(tmp_path):
     plain = _trial(tmp_path, "--accum", "2", steps=2, warmup=1)
     scaled = _trial(tmp_path, "--accum", "2", "--scaler", steps=2, warmup=1)

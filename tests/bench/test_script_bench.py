@@ -403,6 +403,20 @@ def test_the_engine_times_the_target_its_script_logs(tmp_path, monkeypatch):
     assert trial.time_to_target_s == trial.target_evals[2]["wall_s"] > 0
 
 
+def test_the_engine_stops_a_trial_that_cannot_reach_its_target_by_its_deadline(tmp_path, monkeypatch):
+    record, stop = tmp_path / "trial.json", {trial_variables.STOP: "1", trial_variables.STEPS: 0}
+    _trial_env(monkeypatch, record, **{trial_variables.TARGET: "val_loss=0.5", trial_variables.DEADLINE: 600, **stop})
+    eng, model, optimizer = _linear_trial_engine()
+    with pytest.raises(SystemExit) as ended:
+        for _ in range(10):
+            _steps(eng, model, optimizer, 1)
+            eng.log({"val_loss": 1.0})  # flat: it never moves toward the target
+    _agent(eng).done = True
+    trial = Trial.model_validate_json(record.read_text())
+    assert ended.value.code == 0 and eng.steps == 3 and trial.error is None and trial.time_to_target_s is None
+    assert "never: it has not moved toward it" in trial.pruned and trial.pruned_saved_s > 500
+
+
 def test_a_target_the_script_never_logs_is_said(tmp_path, monkeypatch):
     record = tmp_path / "trial.json"
     _trial_env(monkeypatch, record, **{trial_variables.TARGET: "val_loss=0.5"})

@@ -12,9 +12,11 @@ import yaml
 from rich.console import Console
 
 from accel.bench.knobs import BATCH_KEY, LR_KEY, OPTIMIZER_KEY, lr_for_batch
+from accel.bench.prune import pruned
 from accel.bench.records import Trial, Verdict
+from accel.bench.runner import with_deadline
 from accel.bench.summary import summarize
-from accel.bench.target import Target
+from accel.bench.target import Target, parse_target, time_to
 from accel.bench.trial_process import TrialSettings
 from accel.bench.tune import Knob, Objective, levers, table, time_knobs, tune, write_fragment
 from accel.bench.tune.lr_range import LAG, propose, rates
@@ -53,7 +55,8 @@ def simulated_learning(seen: list, final_slower: bool = False):
                 continue
             slow = final_slower and out.name == "final" and name == "tuned"
             drop = learning(optim["name"], optim["lr"], batch) * (0.5 if slow else 1.0) * (1 + 0.01 * trial)
-            results.append(_to_target(name, trial, settings, drop, batch, 100.0, start=2.0, eval_s=0.5))
+            own = with_deadline(settings, trial, name, results)  # as the runner gives each trial its deadline
+            results.append(_to_target(name, trial, own, drop, batch, 100.0, start=2.0, eval_s=0.5))
         return results
 
     return run_trials
@@ -141,6 +144,37 @@ def test_a_given_target_is_used_from_the_first_stage(lm_base, tmp_path):
         objective=Objective("time", target),
     )
     assert {s[5] for s in seen} == {"val_loss=2.0"}
+
+
+@pytest.mark.parametrize("prune", [True, False])
+def test_a_candidate_that_cannot_be_sooner_is_stopped_short_and_what_that_saved_is_said(lm_base, tmp_path, prune):
+    seen: list = []
+    base = validate_recipe(lm_base)
+    slow = 4e-5  # a hundredth of the best rate: it learns 2% as fast, and would never reach the target
+    result = tune(
+        base,
+        [Knob(LR_KEY, [slow], bounded=True)],
+        tmp_path,
+        time_settings(base),
+        trials=2,
+        run_trials=simulated_learning(seen),
+        objective=Objective("time", Target("val_loss", 2.0), prune=prune),
+    )
+    # the reference first in each round, though the candidates are in ascending order: its time is their deadline
+    assert [s[3] for s in seen] == [0.001, slow, 0.001, slow]
+    row = next(r for r in result.rows if r.value == slow)
+    assert result.chosen == {LR_KEY: 0.001} and row.target_reached == 0
+    data = json.loads((tmp_path / "tune.json").read_text())
+    if not prune:
+        assert not result.pruned and "pruned" not in row.note and "pruned" not in data
+        return
+    reference = next(r for r in result.rows if r.value == 0.001)
+    assert "pruned in 2 of 2: it could not be sooner" in row.note and "pruned" not in reference.note
+    stopped = [t for t in result.ran if t.pruned]
+    assert len(stopped) == 2 and all(len(t.target_evals) == 3 for t in stopped)  # at its third evaluation
+    assert "at its fastest pace so far it would reach val_loss<=2" in stopped[0].pruned
+    assert data["pruned"] == {"trials": 2, "saved_s": pytest.approx(result.saved_s, abs=0.1)}
+    assert result.pruned_line().startswith("Pruned: 2 of 4 trials to the target stopped once they could not be")
 
 
 def test_the_range_test_proposes_a_tenth_of_the_lowest_losses_rate():
@@ -232,7 +266,9 @@ def test_tune_for_time_refuses_speed_options(tiny, write_recipe, capsys):
     assert main(["tune", str(write_recipe(tiny)), "--objective", "time", "--workers", "0,1"]) == 2
     assert "belong to --objective speed" in capsys.readouterr().err
     assert main(["tune", str(write_recipe(tiny)), "--target", "val_loss=1"]) == 2
-    assert "--target needs --objective time" in capsys.readouterr().err
+    assert "--target and --no-prune need --objective time" in capsys.readouterr().err
+    assert main(["tune", str(write_recipe(tiny)), "--no-prune"]) == 2
+    assert "--target and --no-prune need --objective time" in capsys.readouterr().err
 
 
 # --- every lever: the speed-ups by samples/s, together to the target, then the learning knobs on top ---------------
@@ -407,13 +443,16 @@ def test_a_time_search_that_ran_no_run_to_the_target_still_reads_as_one(lm_base,
 
 def _to_target(name, trial, settings, drop, batch, samples_per_s, start: float, eval_s: float = 0.0) -> Trial:
     """A simulated run to the target at `samples_per_s` after `start` seconds: the loss falls by `drop` a sample,
-    read at ten evaluations of `eval_s` seconds each; it stops at the target when the trial asks to."""
-    steps, step_s, evals = settings.samples // batch, batch / samples_per_s, []
+    read at ten evaluations of `eval_s` seconds each; it stops at the target when the trial
+    asks to, or short of it where the pruner says so (its `deadline_s`)."""
+    steps, step_s, evals, stop = settings.samples // batch, batch / samples_per_s, [], None
     for k in range(1, 11):
         step = steps * k // 10
         value = 3.0 - drop * step * batch
         evals.append({"step": step, "wall_s": start + step * step_s + k * eval_s, "value": value})
         if settings.stop_at_target and value <= float(settings.target.partition("=")[2]):
+            break
+        if settings.target and (stop := pruned(parse_target(settings.target), evals, settings.deadline_s)):
             break
     env = {"device": "cpu (simulated)", "torch": "2.x"}
     return Trial(
@@ -424,4 +463,6 @@ def _to_target(name, trial, settings, drop, batch, samples_per_s, start: float, 
         val_metric_name="val_loss",
         target_evals=evals,
         env=env,
+        time_to_target_s=time_to(parse_target(settings.target), evals) if settings.target else None,
+        **(stop.record() if stop else {}),
     )

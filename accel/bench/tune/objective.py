@@ -26,17 +26,21 @@ class Objective:
     name: str = "speed"
     target: Target | None = None
     speed: TrialSettings | None = None
+    prune: bool = True  # a learning stage's candidate stops once it cannot be sooner (accel.bench.prune)
 
     @property
     def time(self) -> bool:
         return self.name == "time"
 
-    def settings(self, settings: TrialSettings) -> TrialSettings:
+    def settings(self, settings: TrialSettings, reference: str | None = None) -> TrialSettings:
+        """How a stage's trials run; given its `reference` (run first in each round), its candidates are pruned
+        against it."""
         if not self.time:
             return settings
         if self.target is None:  # the first stage: curves, to read the target from
             return replace(settings, curve=True)
-        return replace(settings, target=self.target.arg, stop_at_target=True)
+        against = reference if self.prune else None
+        return replace(settings, target=self.target.arg, stop_at_target=True, deadline_from=against)
 
     def read(self, trials: list[Trial], reference: str) -> list[Trial]:
         """The stage's trials with their time to the target (set from the reference's curves on the first)."""

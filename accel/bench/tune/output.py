@@ -155,10 +155,11 @@ def _unjudged(result: TuneResult, key: str, value: Any) -> str:
 
 
 def final_lines(result: TuneResult, given: str = "recipe") -> list[str]:
-    """What the final check measured, and whether the choice was undone."""
+    """What the final check measured, whether the choice was undone, and what the pruner stopped."""
+    pruned = [line] if (line := result.pruned_line()) else []
     final = result.final
     if not final:
-        return []
+        return pruned
     lines = [
         f"Tuned vs the {given} as given, measured last: {_ratio(final.ratio)} samples/s "
         f"({_final_verdict(final)}); by median step times "
@@ -174,7 +175,7 @@ def final_lines(result: TuneResult, given: str = "recipe") -> list[str]:
             f"Slower than the {given} as given, so nothing is changed: the {given} stays as it is (the "
             f"measured choice was {final.reverted})."
         )
-    return lines
+    return lines + pruned
 
 
 def _final_verdict(final) -> str:

@@ -124,6 +124,8 @@ def _note(key: str, r: VariantSummary, current: str, best: str, passed: dict[str
         note = (note + "; " if note else "") + f"{len(failed)} failed: {last[-1][:120]}"
     if r.unsteady:  # its figures rest on trials at two speeds
         note = (note + "; " if note else "") + r.unsteady_said
+    if stopped := sum(bool(t.pruned) for t in r.trials):
+        note = (note + "; " if note else "") + f"pruned in {stopped} of {len(r.trials)}: it could not be sooner"
     return note
 
 

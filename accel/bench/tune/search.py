@@ -83,6 +83,27 @@ class TuneResult:
         return f"{trials}" if most <= trials else f"{trials} to {most}"
 
     @property
+    def pruned(self) -> list[Trial]:
+        """The trials the pruner stopped short of the target (accel.bench.prune)."""
+        return [t for t in self.ran if t.pruned]
+
+    @property
+    def saved_s(self) -> float:
+        """The pruned trials' seconds to their deadlines: what the pruner saved at the least."""
+        return sum(t.pruned_saved_s or 0.0 for t in self.pruned)
+
+    def pruned_line(self) -> str | None:
+        """`Pruned: 3 of 12 trials ...`, when the pruner stopped any."""
+        if not self.pruned:
+            return None
+        timed = sum(t.target_evals is not None for t in self.ran)
+        return (
+            f"Pruned: {len(self.pruned)} of {timed} trials to the target stopped once they could not be sooner than "
+            f"the reference beside them, about {self.saved_s / 60:.1f} trial-min saved (each one's time to its "
+            "deadline); `--no-prune` runs every trial to its end."
+        )
+
+    @property
     def files(self) -> str | None:
         """What kept the user's files from a script's trials: "isolated", "restored 3 files"."""
         return held(self.ran)
@@ -99,6 +120,7 @@ class TuneResult:
             **({"files": self.files} if self.files else {}),
             **({"shares": {name: r and r.model_dump() for name, r in levers.shares(self)}} if self.target else {}),
             **({"interrupted": True} if self.interrupted else {}),
+            **({"pruned": {"trials": len(self.pruned), "saved_s": round(self.saved_s, 1)}} if self.pruned else {}),
         }
 
 
@@ -124,8 +146,16 @@ class Measure:
         """How a learning stage runs its trials: as rounds of its study, by whichever worker takes each."""
         return replace(self, run_trials=StudyRunner(self.study, self.run_trials)) if self.study else self
 
-    def run(self, jobs: list[tuple[int, str, Path | Launch]], out: Path, skip: SkipRule | None = None) -> list[Trial]:
-        results = self.run_trials(jobs, out, self.objective.settings(self.settings), self.console, skip=skip)
+    def run(
+        self,
+        jobs: list[tuple[int, str, Path | Launch]],
+        out: Path,
+        skip: SkipRule | None = None,
+        reference: str | None = None,
+    ) -> list[Trial]:
+        """The jobs' trials; a learning stage's `reference`, first in each round, sets its candidates' deadlines."""
+        settings = self.objective.settings(self.settings, reference)
+        results = self.run_trials(jobs, out, settings, self.console, skip=skip)
         self.loads += [r.load for r in results]
         self.ran += results
         # Ctrl-C or SIGTERM ends the whole search, not only the stage it came in: no later stage runs, and no
@@ -229,17 +259,19 @@ def _run_stage(
         runs.setdefault(keys[v.name], v)
     files = m.subject.inputs(list(runs.values()), out)
     names = {v.name: v.overrides[knob.key] for v in variants}
-    jobs = [(t, v.name, files[v.name]) for t, v in interleave(list(runs.values()), m.trials)]
+    ref_name = next(v.name for v in variants if v.overrides[knob.key] == reference)
+    ref_run = runs[keys[ref_name]].name
+    order = list(runs.values())
+    if m.objective.time:  # the reference first in each round: its time to the target is its candidates' deadline
+        order.sort(key=lambda v: v.name != ref_run)
+    jobs = [(t, v.name, files[v.name]) for t, v in interleave(order, m.trials)]
     within = WithinBudget(m.budget, [name for _, name, _ in jobs], m.kind)
     failed_bound = _failed_bound(knob, names, reference)
     started = time.perf_counter()
-    results = list(m.run(jobs, out, skip=_either(within, failed_bound)))
-    ref_name = next(v.name for v in variants if v.overrides[knob.key] == reference)
+    results = list(m.run(jobs, out, skip=_either(within, failed_bound), reference=ref_run))
     rule = DEFAULT_RULE
     if stages is not None and not within.cut and len(runs) > 1:
-        rule = _rounds_until_decided(
-            m, stages, started, runs, files, runs[keys[ref_name]].name, results, out, failed_bound
-        )
+        rule = _rounds_until_decided(m, stages, started, runs, files, ref_run, results, out, failed_bound)
     measured = {key: [r for r in results if r.variant == v.name] for key, v in runs.items()}
     trials_of = [r.updated(variant=v.name) for v in variants for r in measured[keys[v.name]]]
     return Stage(knob, variants, trials_of, ref_name, results, cut=within.cut, rule=rule)

@@ -39,6 +39,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 
 from ... import devices
 from ...batches import leading_tensor
+from ...bench.prune import Pruned, overdue, pruned
 from ...bench.trial_figures import TimedWindow
 from ...engine import trial_variables
 from ...io import strict_json, write_atomic
@@ -109,6 +110,7 @@ class Recorder:
         self.warmup = max(asked.warmup, 1)  # the first step's samples are counted before the model is known
         self.window, self.timed = asked.window, TimedWindow(asked.steps, asked.window)
         self.target, self.metric, self.stop_at_target = asked.target, asked.metric, asked.stop
+        self.deadline, self.pruned = asked.deadline, None  # tune's pruner (accel.bench.target.pruned)
         now, started = time.perf_counter(), psutil.Process().create_time()
         self.zero = now - (time.time() - started)  # the process's start on the perf_counter clock
         self.optimizer: torch.optim.Optimizer | None = None  # the step clock
@@ -296,6 +298,15 @@ class Recorder:
         self.evals.append({"step": len(self.marks), "wall_s": wall_s, "value": value, "eval_s": self.eval_s})
         if self.stop_at_target and self.target.reached(value):
             self._finish()
+        elif self.deadline is not None:
+            self._prune(pruned(self.target, self.evals, self.deadline))
+
+    def _prune(self, stop: Pruned | None) -> None:
+        """Ended short of the target, as at the target: the record says why (never within the warm-up, so that the
+        record has timed steps)."""
+        if stop is not None and len(self.marks) > self.warmup:
+            self.pruned = stop
+            self._finish()
 
     def _finish(self) -> None:
         """Write the record (a profile wrote its report) and end: at once, or through the framework's own stop
@@ -354,6 +365,8 @@ class Recorder:
             if not self.every_step:
                 self._window_end()
             self._finish()
+        elif self.deadline is not None and not self.done:
+            self._prune(overdue(self.target, now - self.zero - self.eval_s, self.deadline))
 
     def _window_end(self) -> None:
         """The last step's mark moved to the device's end of the work the window's steps left queued."""

@@ -157,7 +157,8 @@ def _metric_figures(rec: Recorder) -> dict[str, Any]:
     from .recorder import FACTS
 
     fix = _log_it(rec.metric) if FACTS["framework"] == "plain" else EVALUATE_WITHIN
-    return figures | target_figures(rec.target, rec.metric, rec.evals, len(rec.marks), "", fix, set(rec.metrics))
+    named = set(rec.metrics)
+    return figures | target_figures(rec.target, rec.metric, rec.evals, len(rec.marks), "", fix, named, rec.pruned)
 
 
 def _log_it(metric: str) -> str:

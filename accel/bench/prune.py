@@ -1,0 +1,71 @@
+"""tune's pruner: a candidate timed to a target stops short of it once it cannot be read as sooner than the reference
+measured beside it, in its round (accel.bench.tune.search sets each trial's deadline; runner.run_trials passes it).
+Asked by every kind of trial as it runs (a recipe's TargetClock, a script's instrument or engine agent), so it
+imports nothing heavy: a script's instrument loads it before the script's first line."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .target import Target
+
+PRUNE_SLACK = 1.2  # a candidate this many times the reference's time to the target, in its round, is not sooner
+PACE_EVALS = 3  # evaluations before a trial's pace is read: one noisy reading between two says nothing
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """Why a trial stopped short of its target, when (its clock) and its deadline."""
+
+    why: str
+    at_s: float
+    deadline_s: float
+
+    def record(self) -> dict[str, Any]:
+        """The trial record's fields: why, and the seconds to its deadline it did not run (what its candidate
+        would have cost at the least to be judged: one short of the target by its deadline is not sooner)."""
+        return {"pruned": self.why, "pruned_saved_s": max(self.deadline_s - self.at_s, 0.0)}
+
+
+def overdue(target: Target, now_s: float, deadline_s: float | None) -> Pruned | None:
+    """A trial that has not reached `target` stops at `now_s` (its clock: seconds since its process started, less
+    its evaluations) past its `deadline_s`, the reference's time to the target in its round times PRUNE_SLACK
+    (tune's pruner, accel.bench.tune.search): it can no longer be read as sooner. Cheap: asked at every step."""
+    if deadline_s is None or now_s <= deadline_s:
+        return None
+    why = f"stopped at {now_s:.1f} s, past its deadline of {deadline_s:.1f} s without reaching {target}"
+    return Pruned(why, now_s, deadline_s)
+
+
+def pruned(target: Target, evals: list[dict[str, Any]], deadline_s: float | None) -> Pruned | None:
+    """A trial stops after its latest evaluation (`evals`, TargetClock's records) short of `target` when overdue,
+    or when its fastest progress between any two evaluations so far (from PACE_EVALS of them) would bring it there
+    only after the deadline. A validation loss falls ever more slowly, so that pace is the most it can hope for; a
+    curve that speeds up late (a long warm-up) can be stopped wrongly: `accel tune --no-prune`."""
+    if deadline_s is None or not evals or any(target.reached(e["value"]) for e in evals):
+        return None
+    last = evals[-1]
+    if late := overdue(target, last["wall_s"], deadline_s):
+        return late
+    if len(evals) < PACE_EVALS:
+        return None
+    sign = 1.0 if target.minimise else -1.0  # progress toward the target is > 0
+    paces = [
+        sign * (a["value"] - b["value"]) / (b["wall_s"] - a["wall_s"])
+        for i, a in enumerate(evals)
+        for b in evals[i + 1 :]
+        if b["wall_s"] > a["wall_s"]
+    ]
+    pace = max(paces, default=math.inf)
+    soonest = last["wall_s"] + sign * (last["value"] - target.value) / pace if pace > 0 else math.inf
+    if soonest <= deadline_s:
+        return None
+    when = f"at {soonest:.1f} s at the soonest" if math.isfinite(soonest) else "never: it has not moved toward it"
+    why = (
+        f"stopped at {last['wall_s']:.1f} s: at its fastest pace so far it would reach {target} {when}, past its "
+        f"deadline of {deadline_s:.1f} s"
+    )
+    return Pruned(why, last["wall_s"], deadline_s)
