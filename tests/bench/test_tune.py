@@ -488,6 +488,22 @@ def test_a_stage_takes_an_equal_part_of_what_is_left_of_the_budget():
     assert Budget(None).stage_seconds(1) is None
 
 
+def test_rounds_that_workers_ran_side_by_side_spend_the_budget_by_the_clock():
+    from accel.bench.tune.budget import Budget, side_by_side
+
+    def ran(start: float, worker: int) -> Trial:
+        return Trial(variant=f"w{worker}", trial=0, wall_s=100.0, started_at=start, process_s=100.0)
+
+    two_at_once = [ran(0.0, 0), ran(1.0, 1), ran(100.0, 0), ran(101.0, 1)]  # two workers, two rounds each: 201 s
+    one_after_another = [ran(100.0 * i, 0) for i in range(4)]
+    assert side_by_side(two_at_once) == pytest.approx(400 / 201)
+    assert side_by_side(one_after_another) == 1.0 and side_by_side([Trial(variant="a", trial=0, wall_s=5.0)]) == 1.0
+    budget = Budget(1000.0)
+    budget.record(two_at_once)
+    assert sum(budget.walls[""]) == pytest.approx(201.0)  # the clock's 201 s, not the 400 trial-seconds
+    assert budget.fits([None] * 15) and not budget.fits([None] * 16)  # 50 s each, as they ran: 799 s left
+
+
 def test_the_budget_keeps_back_the_final_checks_trials(tiny, tmp_path):
     seen: list = []
     knobs = [

@@ -1,15 +1,22 @@
 """tune's learning stages on an Optuna study (accel/bench/tune/study.py): workers in other processes sharing a SQLite
-study, a worker or a coordinator killed mid-trial, a rerun continuing, the machine split between local workers,
-and the tune extra asked for. Real Optuna and SQLite throughout; trials simulated, except in the one slow test."""
+study (and a PostgreSQL server's, started by the test), a worker or a coordinator killed mid-trial, a rerun
+continuing, the machine split between local workers, and the tune extra asked for. Real Optuna and SQLite
+throughout; trials simulated, except in the one slow test."""
 
 from __future__ import annotations
 
+import glob
 import multiprocessing
 import os
 import re
+import shutil
 import signal
+import socket
+import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,8 +38,46 @@ SETTINGS = TrialSettings(steps=5, warmup=1, evaluate=False)
 JOBS = [(t, name, Path(f"/nowhere/{name}.yaml")) for t in range(3) for name in ("ref", "cand")]
 
 
-def spec_at(tmp_path: Path, name: str = "search") -> StudySpec:
-    return StudySpec(f"sqlite:///{tmp_path / 'study.db'}", name, heartbeat_s=1, grace_s=2)
+def spec_at(tmp_path: Path, name: str = "search", url: str | None = None) -> StudySpec:
+    return StudySpec(url or f"sqlite:///{tmp_path / 'study.db'}", name, heartbeat_s=1, grace_s=2)
+
+
+@pytest.fixture(scope="module")
+def postgresql() -> Iterator[str]:
+    """A real PostgreSQL server of the test's own (Debian's `postgresql` package, which CI installs) in a temporary
+    folder, on a free port, as the `postgres` user when the tests run as root (the server refuses root); its URL."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb")) or [shutil.which("initdb") or ""]
+    if not found[-1]:
+        pytest.skip("needs a PostgreSQL server: apt-get install postgresql (CI installs it)")
+    pytest.importorskip("psycopg", reason="needs the PostgreSQL driver: pip install 'psycopg[binary]' (the dev extra)")
+    bindir, root = Path(found[-1]).parent, Path(tempfile.mkdtemp(prefix="accel-pg-"))
+    as_server = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    if as_server:
+        shutil.chown(root, "postgres")
+    with socket.socket() as probe:  # a free port, as the OS hands one out
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    def run(*argv) -> None:
+        subprocess.run([*as_server, *map(str, argv)], check=True, capture_output=True, timeout=120)
+
+    run(bindir / "initdb", "-D", root / "data", "-U", "accel", "--auth=trust")
+    run(
+        bindir / "pg_ctl",
+        "-D",
+        root / "data",
+        "-l",
+        root / "log",
+        "-w",
+        "-o",
+        f"-p {port} -k {root} -h 127.0.0.1",
+        "start",
+    )
+    try:
+        yield f"postgresql://accel@127.0.0.1:{port}/postgres"
+    finally:
+        run(bindir / "pg_ctl", "-D", root / "data", "-m", "immediate", "-w", "stop")
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def readings(device: str = "cpu A", pause: float = 0.0, calls: list | None = None):
@@ -108,9 +153,15 @@ def test_two_worker_processes_share_a_search_through_sqlite(lm_base, tmp_path): 
     assert [r.target_reached for r in result.rows if r.knob == "optim.name"] == [4, 4]
 
 
-def test_a_worker_killed_mid_trial_loses_only_its_round_and_a_rerun_runs_nothing_again(tmp_path, capsys):
-    spec, marker = spec_at(tmp_path), tmp_path / "started"
-    doomed = FORK.Process(target=_worker, args=(spec_at(tmp_path), hang(marker)), daemon=True)
+@pytest.fixture(params=["sqlite", "postgresql"])
+def storage_url(request, tmp_path) -> str | None:
+    """A study's storage: a SQLite file (None: spec_at's default) or a PostgreSQL server's database."""
+    return request.getfixturevalue("postgresql") if request.param == "postgresql" else None
+
+
+def test_a_worker_killed_mid_trial_loses_only_its_round_and_a_rerun_runs_nothing_again(tmp_path, capsys, storage_url):
+    spec, marker = spec_at(tmp_path, url=storage_url), tmp_path / "started"
+    doomed = FORK.Process(target=_worker, args=(spec_at(tmp_path, url=storage_url), hang(marker)), daemon=True)
     doomed.start()
     killed: list = []
 

@@ -23,7 +23,10 @@ class Budget:
         self.shares = shares or {}
 
     def record(self, trials: list[Trial], kind: str = OBJECTIVE) -> None:
-        self.walls.setdefault(kind, []).extend(t.wall_s for t in trials if t.wall_s)
+        """`trials` ran: each counted at its share of the clock, so a stage's rounds that several workers ran side
+        by side (`--workers`, `--join`) spend the budget by the wall time they took, not by their sum."""
+        at_once = side_by_side(trials)
+        self.walls.setdefault(kind, []).extend(t.wall_s / at_once for t in trials if t.wall_s)
 
     def left_s(self) -> float | None:
         """Wall seconds left of the budget, the final check's reserve included (None without a budget)."""
@@ -72,6 +75,16 @@ class Budget:
             return self.shares[kind] * self.seconds
         final = self.walls.get(OBJECTIVE, []) + (mine if kind == OBJECTIVE else []) or every
         return self.seconds - (self.reserve * start_up * sum(final) / len(final) if final else 0.0)
+
+
+def side_by_side(trials: list[Trial]) -> float:
+    """How many of `trials` ran at once, on average: their processes' seconds over the span from the first one's
+    start to the last one's end (1 for trials run one after another, or without their clock times)."""
+    timed = [(t.started_at, t.process_s) for t in trials if t.started_at is not None and t.process_s]
+    if len(timed) < 2:
+        return 1.0
+    span = max(start + took for start, took in timed) - min(start for start, _ in timed)
+    return max(1.0, sum(took for _, took in timed) / span) if span > 0 else 1.0
 
 
 class WithinBudget:
