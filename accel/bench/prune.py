@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from .target import Target
 
 PRUNE_SLACK = 1.2  # a candidate this many times the reference's time to the target, in its round, is not sooner
-PACE_EVALS = 3  # evaluations before a trial's pace is read: one noisy reading between two says nothing
+PACE_EVALS = 3  # the readings a pace is read over: the last and the two before it
 
 
 @dataclass(frozen=True)
@@ -42,30 +42,36 @@ def overdue(target: Target, now_s: float, deadline_s: float | None) -> Pruned | 
 
 def pruned(target: Target, evals: list[dict[str, Any]], deadline_s: float | None) -> Pruned | None:
     """A trial stops after its latest evaluation (`evals`, TargetClock's records) short of `target` when overdue,
-    or when its fastest progress between any two evaluations so far (from PACE_EVALS of them) would bring it there
-    only after the deadline. A validation loss falls ever more slowly, so that pace is the most it can hope for; a
-    curve that speeds up late (a long warm-up) can be stopped wrongly: `accel tune --no-prune`."""
+    or when at two evaluations in a row (one noisy reading does not stop it) its recent pace (`soonest`) would
+    bring it there only after the deadline. A curve that speeds up late (a long warm-up) can be stopped wrongly:
+    `accel tune --no-prune`."""
     if deadline_s is None or not evals or any(target.reached(e["value"]) for e in evals):
         return None
     last = evals[-1]
     if late := overdue(target, last["wall_s"], deadline_s):
         return late
-    if len(evals) < PACE_EVALS:
+    if len(evals) <= PACE_EVALS:
         return None
-    sign = 1.0 if target.minimise else -1.0  # progress toward the target is > 0
-    paces = [
-        sign * (a["value"] - b["value"]) / (b["wall_s"] - a["wall_s"])
-        for i, a in enumerate(evals)
-        for b in evals[i + 1 :]
-        if b["wall_s"] > a["wall_s"]
-    ]
-    pace = max(paces, default=math.inf)
-    soonest = last["wall_s"] + sign * (last["value"] - target.value) / pace if pace > 0 else math.inf
+    soonest = min(_soonest(target, evals), _soonest(target, evals[:-1]))
     if soonest <= deadline_s:
         return None
     when = f"at {soonest:.1f} s at the soonest" if math.isfinite(soonest) else "never: it has not moved toward it"
     why = (
-        f"stopped at {last['wall_s']:.1f} s: at its fastest pace so far it would reach {target} {when}, past its "
-        f"deadline of {deadline_s:.1f} s"
+        f"stopped at {last['wall_s']:.1f} s: at its recent pace it would reach {target} {when}, past its deadline of "
+        f"{deadline_s:.1f} s"
     )
     return Pruned(why, last["wall_s"], deadline_s)
+
+
+def _soonest(target: Target, evals: list[dict[str, Any]]) -> float:
+    """When the last of `evals` would reach `target` at the steepest pace of the chords to it from the readings
+    before it (the last PACE_EVALS in all); infinite when none moved toward it. A validation loss falls ever more
+    slowly (its curve is convex), so no later pace is faster than a chord's up to now: this is the soonest it can."""
+    last, sign = evals[-1], 1.0 if target.minimise else -1.0  # progress toward the target is > 0
+    paces = [
+        sign * (e["value"] - last["value"]) / (last["wall_s"] - e["wall_s"])
+        for e in evals[-PACE_EVALS:-1]
+        if last["wall_s"] > e["wall_s"]
+    ]
+    pace = max(paces, default=0.0)
+    return last["wall_s"] + sign * (last["value"] - target.value) / pace if pace > 0 else math.inf

@@ -21,26 +21,31 @@ def curve(*points: tuple[float, float]) -> list[dict]:
 
 
 def test_a_trial_on_its_way_to_the_target_in_time_runs_on():
-    # 3.0 -> 2.6 in 4 s: 0.1/s, 6 s more to 2.0, at 10 s: within a deadline of 12 s
-    assert pruned(LOSS, curve((1, 3.0), (3, 2.8), (5, 2.6)), 12.0) is None
-    assert pruned(LOSS, curve((1, 3.0), (3, 2.8), (5, 2.6)), None) is None  # no deadline: never
-    assert pruned(LOSS, curve((1, 3.0), (3, 1.9), (5, 2.6)), 6.0) is None  # reached once: its time is measured
+    # 0.1/s: from 2.4 at 7 s, 4 s more to 2.0, at 11 s: within a deadline of 12 s
+    on_its_way = curve((1, 3.0), (3, 2.8), (5, 2.6), (7, 2.4))
+    assert pruned(LOSS, on_its_way, 12.0) is None
+    assert pruned(LOSS, on_its_way, None) is None  # no deadline: never
+    assert pruned(LOSS, curve((1, 3.0), (3, 1.9), (5, 2.6), (7, 2.7)), 6.0) is None  # reached: its time is measured
 
 
-def test_a_trial_too_slow_at_its_fastest_pace_stops_with_the_soonest_it_could_get_there():
-    # its fastest pace is the first stretch, 0.1/s (the loss falls ever more slowly): 2.7 -> 2.0 takes 7 s more
-    stop = pruned(LOSS, curve((1, 3.0), (3, 2.8), (5, 2.7)), 10.0)
-    assert stop is not None and stop.at_s == 5 and stop.deadline_s == 10.0
-    assert "at 12.0 s at the soonest, past its deadline of 10.0 s" in stop.why
-    assert stop.record() == {"pruned": stop.why, "pruned_saved_s": 5.0}
+def test_a_trial_too_slow_at_its_recent_pace_at_two_readings_in_a_row_stops():
+    # fast at first (0.25/s), slow since: 0.025-0.0375/s, which would take it to 2.0 after 16 s at the soonest
+    slowing = curve((1, 3.0), (3, 2.5), (5, 2.4), (7, 2.35), (9, 2.3))
+    assert pruned(LOSS, slowing[:3], 12.0) is None  # three readings: no pace read yet
+    stop = pruned(LOSS, slowing, 12.0)
+    assert stop is not None and stop.at_s == 9 and stop.deadline_s == 12.0
+    assert "it would reach val_loss<=2 at 16.3 s at the soonest, past its deadline of 12.0 s" in stop.why
+    assert stop.record() == {"pruned": stop.why, "pruned_saved_s": 3.0}
+    assert pruned(LOSS, slowing, 17.0) is None  # the reading before said 16.3 s: not missed twice
     # a higher-is-better metric, the same way round
-    assert pruned(ACCURACY, curve((1, 0.5), (3, 0.6), (5, 0.65)), 10.0) is None  # 0.05/s: there at 10 s
-    assert pruned(ACCURACY, curve((1, 0.5), (3, 0.6), (5, 0.65)), 9.0).at_s == 5
+    rising = curve((1, 0.5), (3, 0.6), (5, 0.65), (7, 0.7))  # 0.025-0.0375/s: 0.9 at 11.7 s at the soonest
+    assert pruned(ACCURACY, rising, 12.0) is None and pruned(ACCURACY, rising, 11.0).at_s == 7
 
 
-def test_a_curve_that_has_not_moved_toward_the_target_stops_but_two_readings_are_not_enough():
-    assert pruned(LOSS, curve((1, 3.0), (3, 3.1)), 10.0) is None  # one noisy step between two says nothing
-    stop = pruned(LOSS, curve((1, 3.0), (3, 3.1), (5, 3.2)), 10.0)
+def test_one_noisy_reading_does_not_stop_a_trial_but_a_curve_that_never_moves_does():
+    # 2.35 after 2.3 reads as slow, but the reading before it was on course (6.7 s): it runs on
+    assert pruned(LOSS, curve((1, 3.0), (3, 2.6), (5, 2.3), (7, 2.35)), 10.0) is None
+    stop = pruned(LOSS, curve((1, 3.0), (3, 3.1), (5, 3.2), (7, 3.3)), 10.0)
     assert stop is not None and "never: it has not moved toward it" in stop.why
 
 

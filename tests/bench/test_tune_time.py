@@ -171,8 +171,8 @@ def test_a_candidate_that_cannot_be_sooner_is_stopped_short_and_what_that_saved_
     reference = next(r for r in result.rows if r.value == 0.001)
     assert "pruned in 2 of 2: it could not be sooner" in row.note and "pruned" not in reference.note
     stopped = [t for t in result.ran if t.pruned]
-    assert len(stopped) == 2 and all(len(t.target_evals) == 3 for t in stopped)  # at its third evaluation
-    assert "at its fastest pace so far it would reach val_loss<=2" in stopped[0].pruned
+    assert len(stopped) == 2 and all(len(t.target_evals) == 4 for t in stopped)  # at its fourth evaluation
+    assert "at its recent pace it would reach val_loss<=2" in stopped[0].pruned
     assert data["pruned"] == {"trials": 2, "saved_s": pytest.approx(result.saved_s, abs=0.1)}
     assert result.pruned_line().startswith("Pruned: 2 of 4 trials to the target stopped once they could not be")
 
