@@ -4,6 +4,7 @@ the reason, not paid a trial to fail at setup."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -13,8 +14,8 @@ from ..config.recipe import Recipe
 from ..devices import cuda_available, resolve_device, xla_requested
 from ..errors import AccelError
 from ..optimizers.builders import build_optimizer, build_scheduler
-from ..optimizers.traits import optimizer_traits
-from ..registry import SPEEDUPS
+from ..optimizers.traits import OptimizerTraits, optimizer_traits
+from ..registry import OPTIMIZERS, SPEEDUPS
 from ..speedups import RunFacts, Speedup, from_configs, precision_of, refusals, skipped
 from ..strategy import Strategy
 
@@ -49,8 +50,14 @@ def trial_device(spec: str) -> torch.device | None:
 
 def script_refusals(given: dict[str, Any], config: dict[str, Any]) -> list[str]:
     """What the rule refuses of a script's variant (`config`: its resolved settings), judged by the run's facts the
-    probe read from the script's engine (`given`; none known: none refused for them)."""
-    return refused(built(config["speedups"]), script_device(given), RunFacts.from_data(given.get("run")))
+    probe read from the script's engine (`given`; none known: none refused for them), the optimizer the variant
+    swaps in (tune's `optimizer=muon`: a fused kernel chosen before it has none for Muon) judged on a stand-in."""
+    device, facts = script_device(given), RunFacts.from_data(given.get("run"))
+    swapped = config.get("optimizer")
+    if swapped and swapped != given.get("optimizer"):
+        optimizer = _standin(OPTIMIZERS.get(swapped).Config())
+        facts = replace(facts, optimizer=_traits(optimizer, device))
+    return refused(built(config["speedups"]), device, facts)
 
 
 def script_device(given: dict[str, Any]) -> torch.device:
@@ -85,15 +92,29 @@ def recipe_facts(recipe: Recipe, device: torch.device) -> RunFacts:
     """What the recipe's run would tell the rule before setup, from the recipe alone: its optimizer and schedule
     are built on a stand-in module on the CPU (two blocks, for Muon; whether a fused kernel works on another device
     stays unknown)."""
+    optimizer = _standin(recipe.optim)
     try:
-        optimizer = build_optimizer(recipe.optim, nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)))
         scheduler = build_scheduler(recipe.schedule, optimizer, total_steps=STANDIN_STEPS, steps_per_epoch=10)
-    except Exception:  # noqa: BLE001 - a stand-in the optimizer refuses (its parameter patterns) says nothing
-        optimizer = scheduler = None
+    except Exception:  # noqa: BLE001 - no optimizer, or a schedule it cannot take: no schedule known
+        scheduler = None
     return RunFacts(
         grad_accum=recipe.train.grad_accum,
         drop_last=recipe.data.drop_last,
-        optimizer=optimizer_traits(optimizer, fused_known=device.type == "cpu") if optimizer is not None else None,
+        optimizer=_traits(optimizer, device),
         scheduled=scheduler is not None,
         task=recipe.task.name,
     )
+
+
+def _standin(cfg: Any) -> torch.optim.Optimizer | None:
+    """The optimizer `cfg` builds on a stand-in module on the CPU (two blocks, for Muon); None when it refuses the
+    stand-in (its parameter patterns), which then says nothing."""
+    try:
+        return build_optimizer(cfg, nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)))
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _traits(optimizer: torch.optim.Optimizer | None, device: torch.device) -> OptimizerTraits | None:
+    """A stand-in's traits: whether a fused kernel works is known for the CPU only, where the stand-in is."""
+    return optimizer_traits(optimizer, fused_known=device.type == "cpu") if optimizer is not None else None

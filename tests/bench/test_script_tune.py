@@ -221,6 +221,20 @@ def test_a_scripts_candidate_the_conflict_rule_refuses_is_recorded_refused_witho
     assert sorted({name for _, name, _ in seen}) == ["speedups.optim=impl=foreach", "speedups.optim=off"]
 
 
+def test_muon_in_place_of_a_scripts_optimizer_is_refused_beside_a_fused_kernel_chosen_before_it(tmp_path):
+    from accel.bench.refused import script_refusals
+    from accel.bench.script import resolved
+
+    adamw = OptimizerTraits("AdamW", foreach=True, capturable=True, known_fused=True)
+    engine = {"speedups": {}, "device": "cpu", "resolved_device": "cpu", "strategy": None, "optimizer": None}
+    subject = ScriptSubject(["python", "train.py"], [], engine | {"run": RunFacts(optimizer=adamw).to_data()})
+    fused = {"speedups.optim": {"impl": "fused", "enabled": True}}
+    assert subject.refusals(fused) == []  # the script's own AdamW has the kernel
+    (said,) = subject.refusals({**fused, "optimizer": "muon"})
+    assert said.startswith("`speedups.optim`: MuonWithAdamW has no fused kernel for its parameters here")
+    assert script_refusals(subject.engine, resolved(subject.engine, subject.launch({"optimizer": "muon"}), "v")) == []
+
+
 # --- a script without an engine: its Trainer's flags and its own options ------------------------------------------
 
 HF_GIVEN = {
