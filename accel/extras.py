@@ -34,6 +34,7 @@ EXTRA_OF = {
     "liger_kernel": "liger",
     "torch_xla": "xla",
     "optuna": "tune",
+    "optuna_dashboard": "tune",
 }
 
 

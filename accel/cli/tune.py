@@ -149,6 +149,8 @@ def tune(args: argparse.Namespace) -> int:
 
     if args.join:
         return tune_study.join(args)
+    if args.dashboard:
+        return tune_study.dashboard(args)
     args.add_rounds = args.trials is None  # --trials N as given is a fixed design, as in bench
     args.trials = TUNE_TRIALS if args.trials is None else args.trials
     if args.user_script is not None:

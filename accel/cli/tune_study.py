@@ -30,6 +30,16 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         "again continues it)",
     )
     parser.add_argument(
+        "--dashboard",
+        metavar="URL",
+        help="serve optuna-dashboard on the tune study at URL (its --storage: sqlite:///WORK/study.db by default) "
+        "at http://127.0.0.1:PORT/ until Ctrl-C, while the search runs or after it: each stage a study, each round a "
+        "trial with what its candidates read",
+    )
+    parser.add_argument(
+        "--dashboard-port", type=int, default=8080, metavar="PORT", help="--dashboard's port (default 8080)"
+    )
+    parser.add_argument(
         "--join",
         metavar="URL",
         help="run as a worker of the tune whose study is at URL (its --storage; --study NAME where it holds "
@@ -102,6 +112,21 @@ def continues(work: Path, time: bool) -> bool:
         return False
     record = work / "tune.json"
     return not record.exists() or bool(json.loads(record.read_text()).get("interrupted"))
+
+
+def dashboard(args: argparse.Namespace) -> int:
+    """`accel tune --dashboard URL`: optuna-dashboard on the study's storage, until Ctrl-C."""
+    from ..bench.tune.study import NEEDS_DASHBOARD, StudySpec, storage
+    from ..extras import import_or_explain
+
+    served = import_or_explain("optuna_dashboard", NEEDS_DASHBOARD)
+    store = storage(StudySpec(args.dashboard, ""))  # a bad URL fails here, saying so
+    print(f"optuna-dashboard of {args.dashboard}: http://127.0.0.1:{args.dashboard_port}/ (Ctrl-C ends it)")
+    try:
+        served.run_server(store, host="127.0.0.1", port=args.dashboard_port)
+    except KeyboardInterrupt:
+        pass
+    return 0
 
 
 def join(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ throughout; trials simulated, except in the one slow test."""
 from __future__ import annotations
 
 import glob
+import json
 import multiprocessing
 import os
 import re
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -233,6 +235,33 @@ def test_a_round_marked_lost_while_its_late_worker_still_ran_it_runs_again_and_t
     assert [(t.trial, t.variant) for t in found] == [(t, n) for t, n, _ in JOBS]  # the lost round too, run again
     assert _states(spec).count("COMPLETE") == 3 and _states(spec).count("FAIL") == 1
     assert "heartbeat came later than the grace period: it was marked FAIL, run again" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_dashboard_serves_the_study_with_what_each_rounds_candidates_read(tmp_path):
+    spec = spec_at(tmp_path)
+    StudyRunner(spec, readings())(JOBS, tmp_path / "stage", SETTINGS)
+    stage = optuna.load_study(study_name=_stage_name(spec), storage=storage(spec))
+    assert {t.user_attrs["readings"]["cand"] for t in stage.get_trials()} == {"1 samples/s"}
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = [sys.executable, "-m", "accel.cli", "tune", "--dashboard", spec.storage, "--dashboard-port", str(port)]
+    server = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        end, studies = time.monotonic() + 60, None
+        while studies is None and time.monotonic() < end and server.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=5) as answer:
+                    studies = json.load(answer)["study_summaries"]
+            except OSError:  # not listening yet
+                time.sleep(0.2)
+        assert studies is not None, server.communicate(timeout=5)[0] if server.poll() is not None else "no answer"
+        assert _stage_name(spec) in {s["study_name"] for s in studies}
+    finally:
+        server.terminate()
+        said = server.communicate(timeout=30)[0]
+    assert f"optuna-dashboard of {spec.storage}: http://127.0.0.1:{port}/" in said
 
 
 def test_a_study_of_rounds_from_two_machines_says_so(tmp_path, capsys):

@@ -99,7 +99,7 @@ class TuneResult:
         timed = sum(t.target_evals is not None for t in self.ran)
         return (
             f"Pruned: {len(self.pruned)} of {timed} trials to the target stopped once they could not be sooner than "
-            f"the reference beside them, about {self.saved_s / 60:.1f} trial-min saved (each one's time to its "
+            f"the reference beside them, about {_trial_time(self.saved_s)} saved (each one's time to its "
             "deadline); `--no-prune` runs every trial to its end."
         )
 
@@ -122,6 +122,11 @@ class TuneResult:
             **({"interrupted": True} if self.interrupted else {}),
             **({"pruned": {"trials": len(self.pruned), "saved_s": round(self.saved_s, 1)}} if self.pruned else {}),
         }
+
+
+def _trial_time(seconds: float) -> str:
+    """`1.1 trial-seconds`, `3.1 trial-minutes`: seconds of trials, however many ran at once."""
+    return f"{seconds:.1f} trial-seconds" if seconds < 120 else f"{seconds / 60:.1f} trial-minutes"
 
 
 @dataclass

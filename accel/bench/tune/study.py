@@ -36,6 +36,7 @@ from ..script import ScriptLaunch
 from ..trial_process import Launch, TrialSettings
 
 NEEDS = "accel tune --objective time (its learning-knob search runs on an Optuna study)"
+NEEDS_DASHBOARD = "accel tune --dashboard (optuna-dashboard serves the study)"
 HEARTBEAT_S, GRACE_S = 5, 30  # a worker's trial silent this long is taken as dead, and its round run again
 POLL_S = 1.0  # how often a worker waiting for a round, or for other workers' rounds, looks at the study
 DONE = "done"  # the search study's user attribute: set when its coordinator ends, so its workers end too
@@ -215,6 +216,7 @@ class Stage:
         try:
             trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
             trial.set_user_attr("trials", [t.to_data() for t in results])
+            trial.set_user_attr("readings", {t.variant: _reading(t) for t in results})  # what a dashboard shows
             trial.set_user_attr("machine", next((_machine(t) for t in results if t.env), None))
         except optuna.exceptions.UpdateFinishedTrialError:
             self.taken = r  # another process marked the round FAIL and queued it again
@@ -302,6 +304,20 @@ def _sampler(rounds: int):
 
 def _trials(trial) -> list[Trial]:
     return [Trial.model_validate(data) for data in trial.user_attrs.get("trials", [])]
+
+
+def _reading(trial: Trial) -> str:
+    """A round's trial in a few words: `7.5 s to the target`, `pruned: ...`, `val_loss 2.41 at its last
+    evaluation`, `failed`."""
+    if trial.error:
+        return "failed"
+    if trial.pruned:
+        return f"pruned: {trial.pruned}"
+    if trial.time_to_target_s is not None:
+        return f"{trial.time_to_target_s:.1f} s to the target"
+    if trial.target_evals:  # its curve (the first stage's, before a target), or short of the target
+        return f"{trial.val_metric_name or 'its metric'} {trial.target_evals[-1]['value']:.4g} at its last evaluation"
+    return f"{trial.samples_per_s:,.0f} samples/s" if trial.samples_per_s else "no reading"
 
 
 def _machine(trial: Trial) -> str:
