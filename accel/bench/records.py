@@ -149,7 +149,7 @@ class Trial(Record):
     env: dict[str, Any] | None = None
     time_to_target_s: float | None = None
     target_evals: list[dict[str, Any]] | None = None
-    pruned: str | None = None  # why tune's pruner stopped it short of the target (accel.bench.prune)
+    pruned: str | None = None  # why tune's pruner stopped it short of the target (accel.bench.pruner)
     pruned_saved_s: float | None = None  # and the seconds to its deadline it did not run
     unlogged_metric: str | None = None  # the metric a target needs, which the script never logged: the bench stops
     step_losses: list[float] | None = None  # each optimizer step's training loss, warm-up included

@@ -27,7 +27,7 @@ from ..runs.signals import handled, leave_closed_terminal
 from .decide import Rounds, Rule, fixed_rounds
 from .isolation import Room, held
 from .plan import BenchPlan, slug, write_recipes
-from .prune import PRUNE_SLACK
+from .pruner import PRUNE_SLACK
 from .real_run import run_steps, run_with
 from .records import Recommendation, Report, RevisionRecord, Trial
 from .report import write_reports

@@ -15,7 +15,7 @@ from ..callbacks.base import Callback
 from ..errors import AccelError, did_you_mean
 from ..runs.records import EvalRecord, Record
 from ..tasks import reported_metrics
-from .prune import Pruned, overdue, pruned
+from .pruner import Pruned, overdue, pruned
 
 LOWER_IS_BETTER = ("loss", "perplexity", "bits", "mse", "mae", "error")
 

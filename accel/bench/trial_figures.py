@@ -151,7 +151,7 @@ def target_figures(
         return {"error": error, "unlogged_metric": metric}
     reached = time_to(target, evals) if target else None
     figures = {"time_to_target_s": reached, "target_evals": evals, "val_metric_name": metric}
-    return figures | (pruned.record() if pruned else {})  # accel.bench.prune.Pruned
+    return figures | (pruned.record() if pruned else {})  # accel.bench.pruner.Pruned
 
 
 def never_logged(result: Any, earlier: list[Any], left: int) -> str | None:

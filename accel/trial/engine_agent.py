@@ -30,7 +30,7 @@ import psutil
 import torch
 
 from .. import devices
-from ..bench.prune import Pruned, overdue, pruned
+from ..bench.pruner import Pruned, overdue, pruned
 from ..bench.trial_figures import TimedWindow
 from ..engine.core import Observer
 from ..io import strict_json, write_atomic

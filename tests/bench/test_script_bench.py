@@ -414,7 +414,7 @@ def test_the_engine_stops_a_trial_that_cannot_reach_its_target_by_its_deadline(t
     _agent(eng).done = True
     trial = Trial.model_validate_json(record.read_text())
     assert ended.value.code == 0 and eng.steps == 4 and trial.error is None and trial.time_to_target_s is None
-    assert "never: it has not moved toward it" in trial.pruned and trial.pruned_saved_s > 500
+    assert "it has not moved toward val_loss<=0.5 lately" in trial.pruned and 0 < trial.pruned_saved_s < 600
 
 
 def test_a_target_the_script_never_logs_is_said(tmp_path, monkeypatch):

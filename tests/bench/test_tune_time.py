@@ -12,7 +12,7 @@ import yaml
 from rich.console import Console
 
 from accel.bench.knobs import BATCH_KEY, LR_KEY, OPTIMIZER_KEY, lr_for_batch
-from accel.bench.prune import pruned
+from accel.bench.pruner import pruned
 from accel.bench.records import Trial, Verdict
 from accel.bench.runner import with_deadline
 from accel.bench.summary import summarize

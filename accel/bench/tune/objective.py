@@ -26,7 +26,7 @@ class Objective:
     name: str = "speed"
     target: Target | None = None
     speed: TrialSettings | None = None
-    prune: bool = True  # a learning stage's candidate stops once it cannot be sooner (accel.bench.prune)
+    prune: bool = True  # a learning stage's candidate stops once it cannot be sooner (accel.bench.pruner)
 
     @property
     def time(self) -> bool:

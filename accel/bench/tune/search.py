@@ -84,7 +84,7 @@ class TuneResult:
 
     @property
     def pruned(self) -> list[Trial]:
-        """The trials the pruner stopped short of the target (accel.bench.prune)."""
+        """The trials the pruner stopped short of the target (accel.bench.pruner)."""
         return [t for t in self.ran if t.pruned]
 
     @property

@@ -39,7 +39,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 
 from ... import devices
 from ...batches import leading_tensor
-from ...bench.prune import Pruned, overdue, pruned
+from ...bench.pruner import Pruned, overdue, pruned
 from ...bench.trial_figures import TimedWindow
 from ...engine import trial_variables
 from ...io import strict_json, write_atomic

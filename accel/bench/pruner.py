@@ -7,10 +7,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from .target import Target
+
+class Target(Protocol):
+    """What the pruner asks of a target (accel.bench.target.Target: imported by it, so not imported here)."""
+
+    value: float
+    minimise: bool
+
+    def reached(self, value: float) -> bool: ...
+
 
 PRUNE_SLACK = 1.2  # a candidate this many times the reference's time to the target, in its round, is not sooner
 PACE_EVALS = 3  # the readings a pace is read over: the last and the two before it
@@ -55,11 +62,11 @@ def pruned(target: Target, evals: list[dict[str, Any]], deadline_s: float | None
     soonest = min(_soonest(target, evals), _soonest(target, evals[:-1]))
     if soonest <= deadline_s:
         return None
-    when = f"at {soonest:.1f} s at the soonest" if math.isfinite(soonest) else "never: it has not moved toward it"
-    why = (
-        f"stopped at {last['wall_s']:.1f} s: at its recent pace it would reach {target} {when}, past its deadline of "
-        f"{deadline_s:.1f} s"
-    )
+    if math.isfinite(soonest):
+        said = f"at its recent pace it would reach {target} at {soonest:.1f} s at the soonest, past its deadline of"
+    else:
+        said = f"it has not moved toward {target} lately, so it would not reach it by its deadline of"
+    why = f"stopped at {last['wall_s']:.1f} s: {said} {deadline_s:.1f} s"
     return Pruned(why, last["wall_s"], deadline_s)
 
 
