@@ -56,6 +56,9 @@ class Knob:
     couple: Callable[[Any, dict[str, Any], dict], dict[str, Any]] | None = None
     range_test: bool = False
     guard: bool = False  # a value must leave the training loss as it was (as a speed-up's must): a speed flag
+    # a number whose winner at the end of its candidates is taken a step further, this factor on, while the end
+    # wins (a script's learning rate: twice the winner again; accel.bench.tune.search._next_rung)
+    ladder: float | None = None
 
     def label(self, value: Any) -> str:
         if self.labels and value in self.values:

@@ -177,6 +177,34 @@ def test_a_candidate_that_cannot_be_sooner_is_stopped_short_and_what_that_saved_
     assert result.pruned_line().startswith("Pruned: 2 of 4 trials to the target stopped once they could not be")
 
 
+def test_a_learning_rate_that_wins_at_the_end_of_its_ladder_is_taken_a_step_further_while_it_wins(lm_base, tmp_path):
+    seen: list = []
+    base = validate_recipe({**lm_base, "optim": {"name": "adamw", "lr": 0.0005}})  # the best rate is 8x this
+    result = tune(
+        base,
+        [Knob(LR_KEY, [0.00025, 0.001], ladder=2.0)],
+        tmp_path,
+        time_settings(base),
+        trials=3,
+        run_trials=simulated_learning(seen),
+        objective=Objective("time", Target("val_loss", 2.5)),
+    )
+    # 1e-3 wins at the top of its candidates, then 2e-3 against it; 4e-3 reaches the target at the same one of the
+    # simulation's ten evaluations as 2e-3 (no measurable effect), so the ladder stops there
+    stages = {where: sorted({lr for w, _, _, lr, _, _ in seen if w == where}) for where, *_ in seen}
+    assert stages == {
+        "0-optim.lr": [0.00025, 0.0005, 0.001],
+        "0-optim.lr-2": [0.001, 0.002],
+        "0-optim.lr-3": [0.002, 0.004],
+    }
+    assert result.chosen == {LR_KEY: 0.002}
+    assert [(r.label, r.note) for r in result.rows if r.value in (0.002, 0.004)] == [
+        ("0.002", "chosen"),  # against 1e-3
+        ("0.002", "chosen"),  # kept against 4e-3
+        ("0.004", ""),
+    ]
+
+
 def test_the_range_test_proposes_a_tenth_of_the_lowest_losses_rate():
     lrs = rates(1e-3, 60)
     assert lrs[0] == pytest.approx(1e-3 / 30) and lrs[-1] == pytest.approx(1e-3 * 30)

@@ -191,7 +191,7 @@ def time_knobs(
     lr_key = None
     if lr_arg:
         lr_key, lr = _option(subject, "--lr-arg", lr_arg)
-        knobs.append(Knob(lr_key, [_round(lr / 2), _round(lr * 2)]))
+        knobs.append(Knob(lr_key, [_round(lr / 2), _round(lr * 2)], ladder=2.0))
     if batch_arg:
         key, b = _option(subject, "--batch-arg", batch_arg)
         sizes = _sizes(key, _listed(batch_sizes, [max(1, b // 2), b, 2 * b]))

@@ -498,8 +498,12 @@ def _search(m: Measure, result: TuneResult, knobs: list[Knob], work: Path, final
         if knob.range_test:
             knob, rows = lr_range_knob(m, result.chosen, out / "range-test")
             result.rows += rows
-        if knob is not None:
+        rung = 0
+        while knob is not None:
+            given = _reference(knob, result.chosen, m.subject.plain())
             _search_knob(m.on_study(), result, knob, out, traits, stages=len(knobs) - i)
+            knob, rung = _next_rung(knob, given, result.chosen.get(knob.key)), rung + 1
+            out = work / f"{i}-{knob.key}-{rung + 1}" if knob is not None else out
     if speed_keys:  # speed-ups alone
         levers.by_time(m, result, speed_keys, work / levers.KEY, failed)
     if final_check and m.subject.config_key(result.chosen) != m.subject.config_key({}):  # what tuning bought
@@ -508,6 +512,16 @@ def _search(m: Measure, result: TuneResult, knobs: list[Knob], work: Path, final
         if result.final and result.final.slower:
             # knobs chosen one by one, slower together (by either reading: tuning must never cost speed)
             result.final.reverted, result.chosen = dict(result.chosen), {}
+
+
+def _next_rung(knob: Knob, given: Any, chosen: Any) -> Knob | None:
+    """A ladder knob whose winner was its candidate furthest from the value it was measured against (`given`):
+    the next value that way (`knob.ladder` times further), measured against the winner; None otherwise."""
+    tried = [given, *knob.values]
+    if knob.ladder is None or chosen is None or chosen == given or chosen not in (min(tried), max(tried)):
+        return None
+    step = knob.ladder if chosen > given else 1 / knob.ladder
+    return replace(knob, values=[float(f"{chosen * step:.4g}")], labels=[])
 
 
 def _model_traits(m: Measure, first: Knob, out: Path) -> tuple[dict[str, bool], str | None]:
