@@ -37,6 +37,21 @@ class Pruned:
         return {"pruned": self.why, "pruned_saved_s": max(self.deadline_s - self.at_s, 0.0)}
 
 
+@dataclass(frozen=True)
+class Deadline:
+    """A trial's deadline on its clock, and its warm-up steps, within which it is never stopped (a stopped trial
+    still has timed steps to report). Asked at each optimizer step and each evaluation, with the steps done."""
+
+    seconds: float
+    warmup: int
+
+    def at_step(self, target: Target, now_s: float, steps: int) -> Pruned | None:
+        return overdue(target, now_s, self.seconds) if steps > self.warmup else None
+
+    def at_eval(self, target: Target, evals: list[dict[str, Any]], steps: int) -> Pruned | None:
+        return pruned(target, evals, self.seconds) if steps > self.warmup else None
+
+
 def overdue(target: Target, now_s: float, deadline_s: float | None) -> Pruned | None:
     """A trial that has not reached `target` stops at `now_s` (its clock: seconds since its process started, less
     its evaluations) past its `deadline_s`, the reference's time to the target in its round times PRUNE_SLACK

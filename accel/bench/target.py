@@ -15,7 +15,7 @@ from ..callbacks.base import Callback
 from ..errors import AccelError, did_you_mean
 from ..runs.records import EvalRecord, Record
 from ..tasks import reported_metrics
-from .pruner import Pruned, overdue, pruned
+from .pruner import Deadline, Pruned
 
 LOWER_IS_BETTER = ("loss", "perplexity", "bits", "mse", "mae", "error")
 
@@ -80,12 +80,14 @@ class TargetClock(Callback):
     far (`eval_s`, theirs included): a run evaluates as its recipe says, not ten times as a timed trial probes it,
     and an evaluation as slow as the training around it would otherwise halve every difference. Notes when the
     target is first met, and with `stop` ends the fit there; with a `deadline_s`, ends it short of the target where
-    `overdue` or `pruned` says so."""
+    tune's pruner says so."""
 
     def __init__(self, target: Target | None, stop: bool = False, deadline_s: float | None = None, warmup: int = 0):
         self.target, self.stop, self.stopped = target, stop, False
-        # tune's pruner (`pruned`): never within the warm-up, so that a stopped trial has timed steps to report
-        self.deadline_s, self.pruned, self.warmup, self.steps = deadline_s if target else None, None, warmup, 0
+        # tune's pruner (accel.bench.pruner), and the optimizer steps it is told of
+        self.deadline = Deadline(deadline_s, warmup) if deadline_s is not None and target else None
+        self.pruned: Pruned | None = None
+        self.steps = 0
         self.started = psutil.Process().create_time()  # the trial process's start, as the OS recorded it
         self.evals: list[dict[str, Any]] = []
         self.reached_s: float | None = None
@@ -94,8 +96,9 @@ class TargetClock(Callback):
     def on_batch_end(self, trainer, info) -> None:
         self.last_batch = time.time()
         self.steps += bool(info.optimizer_stepped)
-        if self.deadline_s is not None and self.reached_s is None:
-            self._prune(trainer, overdue(self.target, self.last_batch - self.started - self.eval_s, self.deadline_s))
+        if self.deadline is not None and self.reached_s is None:
+            now_s = self.last_batch - self.started - self.eval_s
+            self._prune(trainer, self.deadline.at_step(self.target, now_s, self.steps))
 
     def on_log(self, trainer, record: Record) -> None:
         if not isinstance(record, EvalRecord):
@@ -112,11 +115,11 @@ class TargetClock(Callback):
             self.reached_s = wall_s
             if self.stop:  # the rest of the run would only cost time: tune has what it measures
                 trainer.should_stop = self.stopped = True
-        elif self.target:
-            self._prune(trainer, pruned(self.target, self.evals, self.deadline_s))
+        elif self.deadline is not None:
+            self._prune(trainer, self.deadline.at_eval(self.target, self.evals, self.steps))
 
     def _prune(self, trainer, stop: Pruned | None) -> None:
-        if stop is not None and self.steps > self.warmup:
+        if stop is not None:
             self.pruned, trainer.should_stop, self.stopped = stop, True, True
 
     def result(self) -> dict[str, Any]:

@@ -183,7 +183,7 @@ class Evals:
     stop: bool = False
     curve: bool = False
     enabled: bool = True
-    deadline: float | None = None  # tune's pruner: stop short of the target past it (accel.bench.target.pruned)
+    deadline: float | None = None  # tune's pruner: stop short of the target past it (accel.bench.pruner)
 
     @property
     def timed(self) -> bool:

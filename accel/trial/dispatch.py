@@ -51,6 +51,7 @@ def _new(engine: LoopRecords, settings: Settings) -> Agent | None:
         from .engine_profile import attach as profile
 
         return profile(engine)
+    from ..bench.pruner import Deadline
     from .engine_agent import Probe, ScriptTrial
     from .requested import requested
 
@@ -61,5 +62,5 @@ def _new(engine: LoopRecords, settings: Settings) -> Agent | None:
         return Probe(engine, settings, asked.path)
     trial = ScriptTrial(engine, asked.path, asked.warmup, asked.steps, asked.window)
     trial.target, trial.metric, trial.stop, trial.every_step = asked.target, asked.metric, asked.stop, asked.every_step
-    trial.deadline = asked.deadline
+    trial.deadline = Deadline(asked.deadline, asked.warmup) if asked.deadline is not None else None
     return trial

@@ -30,7 +30,7 @@ import psutil
 import torch
 
 from .. import devices
-from ..bench.pruner import Pruned, overdue, pruned
+from ..bench.pruner import Deadline, Pruned
 from ..bench.trial_figures import TimedWindow
 from ..engine.core import Observer
 from ..io import strict_json, write_atomic
@@ -160,7 +160,7 @@ class ScriptTrial(Agent):
         self.target: Target | None = None
         self.metric: str | None = None  # the logged metric whose values are recorded (the target's)
         self.stop = False  # end the trial when the target is reached
-        self.deadline: float | None = None  # with `stop`: end it short of the target past this (tune's pruner)
+        self.deadline: Deadline | None = None  # with `stop`: end it short of the target (tune's pruner)
         self.pruned: Pruned | None = None
         self.evals: list[dict[str, Any]] = []  # each logged value of the metric, as TargetClock's
         self.logged_names: set[str] = set()  # every metric the loop logged, for a target it never logs
@@ -210,12 +210,11 @@ class ScriptTrial(Agent):
         if self.stop and self.target.reached(value):
             self._finish()
         elif self.deadline is not None:
-            self._prune(pruned(self.target, self.evals, self.deadline))
+            self._prune(self.deadline.at_eval(self.target, self.evals, len(self.marks)))
 
     def _prune(self, stop: Pruned | None) -> None:
-        """Ended short of the target, as at the target: the record says why (never within the warm-up, so that the
-        record has timed steps)."""
-        if stop is not None and len(self.marks) > self.warmup:
+        """Ended short of the target, as at the target: the record says why."""
+        if stop is not None:
             self.pruned = stop
             self._finish()
 
@@ -243,7 +242,8 @@ class ScriptTrial(Agent):
                 self.marks[-1]["t"] = time.perf_counter()
             self._finish()
         elif self.deadline is not None:
-            self._prune(overdue(self.target, self.last_step - self.process_started - self.eval_s, self.deadline))
+            now_s = self.last_step - self.process_started - self.eval_s
+            self._prune(self.deadline.at_step(self.target, now_s, done))
 
     def _last_step_s(self) -> float:
         """The last optimizer step's seconds (the first's from the last eng.setup before it, as the record's)."""

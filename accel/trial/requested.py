@@ -10,7 +10,7 @@ script without one (accel/trial/instrument/recorder.py). Torch-free.
 - `ACCEL_TRIAL_TARGET=val_loss=1.5`: also the seconds from the process start until the script logs (`eng.log`)
   that value, its evaluations excluded as a recipe trial's are (the time from the step before the log to the log);
   with `ACCEL_TRIAL_STOP=1` the record is written and the process ends there; with `ACCEL_TRIAL_DEADLINE=S` too, it
-  ends short of the target once it cannot reach it within S seconds (tune's pruner, accel.bench.target.pruned).
+  ends short of the target once it cannot reach it within S seconds (tune's pruner, accel.bench.pruner).
 - `ACCEL_TRIAL_CURVE=val_loss`: every logged value of that metric is recorded (the curve a target is read from).
 - `ACCEL_TRIAL_METRIC_PATTERNS=["val loss (?P<val_loss>[0-9.]+)"]`: a script without an engine reports metrics in
   the lines it prints; each pattern's named groups are metrics (accel/trial/instrument/reported.py).

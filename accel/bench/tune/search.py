@@ -6,6 +6,7 @@ simulated measurements.
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -498,12 +499,13 @@ def _search(m: Measure, result: TuneResult, knobs: list[Knob], work: Path, final
         if knob.range_test:
             knob, rows = lr_range_knob(m, result.chosen, out / "range-test")
             result.rows += rows
-        rung = 0
-        while knob is not None:
+        for rung in itertools.count(1):
+            if knob is None:
+                break
             given = _reference(knob, result.chosen, m.subject.plain())
-            _search_knob(m.on_study(), result, knob, out, traits, stages=len(knobs) - i)
-            knob, rung = _next_rung(knob, given, result.chosen.get(knob.key)), rung + 1
-            out = work / f"{i}-{knob.key}-{rung + 1}" if knob is not None else out
+            where = out if rung == 1 else work / f"{i}-{knob.key}-{rung}"
+            _search_knob(m.on_study(), result, knob, where, traits, stages=len(knobs) - i)
+            knob = _next_rung(knob, given, result.chosen.get(knob.key))
     if speed_keys:  # speed-ups alone
         levers.by_time(m, result, speed_keys, work / levers.KEY, failed)
     if final_check and m.subject.config_key(result.chosen) != m.subject.config_key({}):  # what tuning bought

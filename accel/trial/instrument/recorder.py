@@ -39,7 +39,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 
 from ... import devices
 from ...batches import leading_tensor
-from ...bench.pruner import Pruned, overdue, pruned
+from ...bench.pruner import Deadline, Pruned
 from ...bench.trial_figures import TimedWindow
 from ...engine import trial_variables
 from ...io import strict_json, write_atomic
@@ -110,7 +110,9 @@ class Recorder:
         self.warmup = max(asked.warmup, 1)  # the first step's samples are counted before the model is known
         self.window, self.timed = asked.window, TimedWindow(asked.steps, asked.window)
         self.target, self.metric, self.stop_at_target = asked.target, asked.metric, asked.stop
-        self.deadline, self.pruned = asked.deadline, None  # tune's pruner (accel.bench.target.pruned)
+        # tune's pruner (accel.bench.pruner)
+        self.deadline = Deadline(asked.deadline, self.warmup) if asked.deadline is not None else None
+        self.pruned: Pruned | None = None
         now, started = time.perf_counter(), psutil.Process().create_time()
         self.zero = now - (time.time() - started)  # the process's start on the perf_counter clock
         self.optimizer: torch.optim.Optimizer | None = None  # the step clock
@@ -299,12 +301,11 @@ class Recorder:
         if self.stop_at_target and self.target.reached(value):
             self._finish()
         elif self.deadline is not None:
-            self._prune(pruned(self.target, self.evals, self.deadline))
+            self._prune(self.deadline.at_eval(self.target, self.evals, len(self.marks)))
 
     def _prune(self, stop: Pruned | None) -> None:
-        """Ended short of the target, as at the target: the record says why (never within the warm-up, so that the
-        record has timed steps)."""
-        if stop is not None and len(self.marks) > self.warmup:
+        """Ended short of the target, as at the target: the record says why."""
+        if stop is not None:
             self.pruned = stop
             self._finish()
 
@@ -366,7 +367,7 @@ class Recorder:
                 self._window_end()
             self._finish()
         elif self.deadline is not None and not self.done:
-            self._prune(overdue(self.target, now - self.zero - self.eval_s, self.deadline))
+            self._prune(self.deadline.at_step(self.target, now - self.zero - self.eval_s, done))
 
     def _window_end(self) -> None:
         """The last step's mark moved to the device's end of the work the window's steps left queued."""
