@@ -149,7 +149,8 @@ def test_two_worker_processes_share_a_search_through_sqlite(lm_base, tmp_path): 
     (stage,) = [n for n in optuna.get_all_study_names(storage(spec)) if "/" in n]
     rounds = optuna.load_study(study_name=stage, storage=storage(spec)).get_trials()
     assert sorted(t.params["round"] for t in rounds if t.state.name == "COMPLETE") == [0, 1, 2, 3]
-    assert len({t.user_attrs["worker"] for t in rounds}) == 2  # both processes ran rounds of it
+    ran = {t.user_attrs["worker"] for t in rounds if t.state.name == "COMPLETE"}  # not a round lost in a race
+    assert len(ran) == 2  # both processes ran rounds of it
     assert optuna.load_study(study_name=spec.name, storage=storage(spec)).user_attrs[DONE] is True
     # every round's trials came back to the search: four of each optimizer, judged there
     assert [r.target_reached for r in result.rows if r.knob == "optim.name"] == [4, 4]

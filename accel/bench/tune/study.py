@@ -206,6 +206,7 @@ class Stage:
         running = optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING
         if any(t.number != trial.number and t.params.get("round") == r for t in self.trials(*running)):
             raise optuna.TrialPruned(f"round {r} is another worker's")  # two workers asked at once: not run twice
+        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")  # who runs it, while it runs
         earlier = [t for done in self.complete().values() for t in _trials(done)]
         rule = (lambda variant, done: skip(variant, [*earlier, *done])) if skip else None
         try:
@@ -216,7 +217,6 @@ class Stage:
             self.study.enqueue_trial({"round": r})
             raise
         try:
-            trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
             trial.set_user_attr("trials", [t.to_data() for t in results])
             trial.set_user_attr("readings", {t.variant: _reading(t) for t in results})  # what a dashboard shows
             trial.set_user_attr("machine", next((_machine(t) for t in results if t.env), None))
