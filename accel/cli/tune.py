@@ -216,7 +216,7 @@ def searched(search, work: Path, study=None):
     """Run tune's search and print its table and warnings; None when Ctrl-C or SIGTERM cut it short."""
     from rich.console import Console
 
-    from ..bench.tune import NOTHING_MEASURED, table
+    from ..bench.tune import NOTHING_MEASURED, final_lines, table, write_page
     from ..measure.load import busy_note
 
     try:
@@ -245,6 +245,9 @@ def searched(search, work: Path, study=None):
     console.print(table(result))
     if not result.compared and result.final is None:
         print(f"warning: {NOTHING_MEASURED}", file=sys.stderr)
+    given = result.final.given.removesuffix(" as given") if result.final else "recipe"
+    page = write_page(result, work, final_lines(result, given))
+    print(f"{page}: the search's history and each knob's importance", file=sys.stderr)
     return result
 
 

@@ -278,6 +278,8 @@ def test_tune_for_time_for_real(tmp_path, capsys):
     ]
     assert main([*argv, "--work", str(work), "--out", str(out)]) == 0
     data = json.loads((work / "tune.json").read_text())
+    page = (work / "tune.html").read_text()  # beside it: the knobs' importance and every trial's history
+    assert f"<td>{OPTIMIZER_KEY}</td>" in page and page.count("data:image/png;base64,") == 2
     assert data["target"].startswith("val_loss<=")
     trials = {p.parent.parent.name: json.loads(p.read_text()) for p in work.rglob("trials/*.json")}
     assert set(trials) >= {f"0-{OPTIMIZER_KEY}", "range-test"}
@@ -395,11 +397,11 @@ def test_time_objective_keeps_the_speedups_that_help_without_changing_results_th
     assert result.chosen[LR_KEY] == BEST_LR
     # what each lever bought, and all together in the final check
     shares = dict(levers.shares(result))
-    speedups, lr, together = shares[f"speed-ups ({kept.label})"], shares[LR_KEY], shares["together"]
+    speedups, lr, together = shares[f"speed-ups ({kept.label})"], shares[f"{LR_KEY}={BEST_LR}"], shares["together"]
     assert speedups.median == pytest.approx(kept.time_ratio.median) and lr.median < 1
     assert together.median < min(speedups.median, lr.median) and not result.final.slower
     line = levers.shares_line(result)
-    assert f"speed-ups ({kept.label}) {speedups.text()}, {LR_KEY} {lr.text()}" in line
+    assert f"speed-ups ({kept.label}) {speedups.text()}, {LR_KEY}={BEST_LR} {lr.text()}" in line
     assert f"together {together.text()}" in line
     assert json.loads((tmp_path / "tune.json").read_text())["shares"]["together"]["median"] == together.median
 

@@ -22,7 +22,9 @@ says how each is run and chosen.
 
 The modules: `search` (the stages and the choice), `objective` (what a stage's winner must improve), `levers`
 (the time objective's speed-ups and what each lever bought), `lr_range`, `budget`, `configs` (which overrides
-make the same configuration), `rows` (the result rows) and `output` (the table and the fragment).
+make the same configuration), `rows` (the result rows), `output` (the table and the fragment), `page` (tune.html:
+the search's history and each knob's importance), `study` and `workers` (the learning stages on an Optuna study,
+shared by workers) and `script` (an unchanged script as the subject).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from __future__ import annotations
 from ..knobs import BATCH_KEY, WORKERS_KEY, Knob, build_knobs, time_knobs
 from . import levers
 from .objective import Objective, time_settings
-from .output import NOTHING_MEASURED, check_fragment_out, table, write_fragment
+from .output import NOTHING_MEASURED, check_fragment_out, final_lines, table, write_fragment
+from .page import write_page
 from .search import TrialRunner, TuneResult, tune
 
 __all__ = [
@@ -44,9 +47,11 @@ __all__ = [
     "build_knobs",
     "levers",
     "check_fragment_out",
+    "final_lines",
     "table",
     "time_knobs",
     "time_settings",
     "tune",
     "write_fragment",
+    "write_page",
 ]

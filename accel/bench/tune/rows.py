@@ -32,6 +32,7 @@ class TuneRow(Record):
     target_reached: int | None = None
     # a speed-up's steps to repay its start-up (a compilation) in its stage, when it measurably helped
     break_even_steps: float | None = None
+    against: str | None = None  # the label of the reference its ratios are to (a ladder's rungs each have their own)
 
 
 class FinalCheck(Record):
@@ -153,6 +154,7 @@ def measured_row(
         time_ratio=r.time_to_target_ratio,
         target_reached=r.target_reached,
         break_even_steps=r.break_even_steps,
+        against=current.partition("=")[2] if current else None,
     )
 
 

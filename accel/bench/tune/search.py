@@ -397,7 +397,7 @@ def _search_knob(
     if m.objective.time:
         best, passed = m.objective.pick(report)
         if best is not None:
-            result.levers.append((knob.key, best.time_to_target_ratio))
+            result.levers.append((best.name, best.time_to_target_ratio))  # a ladder's rungs apart
         best = best or report.variant(stage.reference)
     else:
         best, passed = _pick(report, stage.reference, m.subject.planned_steps(trials), guard=knob.speedup or knob.guard)
