@@ -17,6 +17,7 @@ from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from ...io import write_atomic
 from ..plots import STYLE, _html_list, _html_table, embedded_png
@@ -24,6 +25,7 @@ from .rows import TuneRow
 from .search import TuneResult
 
 NEVER = "never reached"
+TICKS = (0.25, 0.33, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0)  # the importance plot's ratios
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,7 @@ def importance_table(found: list[Effect]) -> tuple[list[str], list[list[str]]]:
 def plot_importance(found: list[Effect], path: Path) -> Path:
     """Each knob as a row: its values' ratios (dots, log scale), the one its choice bought (a diamond), a value that
     never reached the target at the right edge (a cross)."""
-    fig = Figure(figsize=(7.5, 1.0 + 0.5 * len(found)), layout="constrained")
+    fig = Figure(figsize=(8.5, 1.2 + 0.5 * len(found)), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     measured = [x for e in found for x in e.ratios.values()] or [1.0]
@@ -126,8 +128,12 @@ def plot_importance(found: list[Effect], path: Path) -> Path:
             ax.scatter([e.bought], [y], marker="D", s=60, color="tab:green", zorder=4)
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_xscale("log")
+    low = min(*measured, *(e.bought for e in found if e.bought), 1.0)
+    ax.set_xticks([x for x in TICKS if low * 0.9 <= x <= right * 1.1], minor=False)
+    ax.set_xticks([], minor=True)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}x"))
     ax.set_yticks(range(len(found)), [e.knob for e in reversed(found)], parse_math=False)
-    ax.set_xlabel("ratio to the knob's first reference (below 1: better; green: what its choice bought; x: never)")
+    ax.set_xlabel("ratio to the knob's first reference, below 1 better (green: what its choice bought; x: never)")
     ax.set_title("Each knob's importance: the spread of its values")
     fig.savefig(path, dpi=100)
     return path
@@ -160,6 +166,8 @@ def plot_history(result: TuneResult, path: Path) -> Path | None:
             ys = [value(t) if value(t) is not None else top for _, t in chosen]
             ax.scatter(xs, ys, marker=marker, color=color, label=label)
     ax.set_xlabel("minutes into the search (each trial at its start)" if stamped else "trials, in the order run")
+    if not stamped:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(f"seconds to {result.target}" if timed else "samples/s", parse_math=False)
     ax.set_title("The search's history: every trial")
     ax.set_ylim(bottom=0)

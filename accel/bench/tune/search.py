@@ -471,6 +471,8 @@ def tune(
 
 def _write_record(result: TuneResult, work: Path, objective: Objective) -> None:
     result.target = str(objective.target) if objective.target else None  # a default target is set by the search
+    if objective.target is not None:  # every trial's time to it, those run before it was known too (tune.html)
+        result.ran[:] = objective.read(result.ran, reference="")
     work.mkdir(parents=True, exist_ok=True)
     write_atomic(work / "tune.json", strict_json(result.to_data(), indent=2) + "\n")  # NaN as null: any parser
 
