@@ -10,12 +10,10 @@ import pytest
 
 from accel.bench.knobs import LR_KEY
 from accel.bench.records import Interval, Reading
-from accel.bench.target import Target
-from accel.bench.tune import Knob, Objective, TuneResult, tune
+from accel.bench.tune import TuneResult
 from accel.bench.tune.page import NEVER, effects, importance_table, write_page
 from accel.bench.tune.rows import TuneRow
-from accel.config.recipe import validate_recipe
-from tests.bench.test_tune_time import lm_base, simulated_learning, time_settings  # noqa: F401 (a fixture)
+from tests.bench.test_tune_time import ladder_search, lm_base  # noqa: F401 (a fixture)
 
 
 def row(knob: str, label: str, time_ratio: float | None, reached: int = 3) -> TuneRow:
@@ -64,16 +62,7 @@ def test_knobs_rank_by_the_spread_of_their_values_and_one_that_never_got_there_r
 
 
 def test_a_searchs_page_chains_a_ladders_rungs_and_shows_its_history(lm_base, tmp_path):  # noqa: F811
-    base = validate_recipe({**lm_base, "optim": {"name": "adamw", "lr": 0.0005}})  # the best rate is 8x this
-    result = tune(
-        base,
-        [Knob(LR_KEY, [0.00025, 0.001], ladder=2.0)],
-        tmp_path,
-        time_settings(base),
-        trials=3,
-        run_trials=simulated_learning([]),
-        objective=Objective("time", Target("val_loss", 2.5)),
-    )
+    result = ladder_search(lm_base, tmp_path, [])
     # each rung is its own lever (tune.json's shares kept only the last when both were named optim.lr)
     assert [name for name, _ in result.levers] == [f"{LR_KEY}=0.001", f"{LR_KEY}=0.002"]
     (lr,) = effects(result)

@@ -177,10 +177,10 @@ def test_a_candidate_that_cannot_be_sooner_is_stopped_short_and_what_that_saved_
     assert result.pruned_line().startswith("Pruned: 2 of 4 trials to the target stopped once they could not be")
 
 
-def test_a_learning_rate_that_wins_at_the_end_of_its_ladder_is_taken_a_step_further_while_it_wins(lm_base, tmp_path):
-    seen: list = []
-    base = validate_recipe({**lm_base, "optim": {"name": "adamw", "lr": 0.0005}})  # the best rate is 8x this
-    result = tune(
+def ladder_search(lm_base: dict, tmp_path, seen: list):
+    """A learning rate searched as a ladder from 5e-4, half and twice, on the simulation (best at 8x)."""
+    base = validate_recipe({**lm_base, "optim": {"name": "adamw", "lr": 0.0005}})
+    return tune(
         base,
         [Knob(LR_KEY, [0.00025, 0.001], ladder=2.0)],
         tmp_path,
@@ -189,6 +189,11 @@ def test_a_learning_rate_that_wins_at_the_end_of_its_ladder_is_taken_a_step_furt
         run_trials=simulated_learning(seen),
         objective=Objective("time", Target("val_loss", 2.5)),
     )
+
+
+def test_a_learning_rate_that_wins_at_the_end_of_its_ladder_is_taken_a_step_further_while_it_wins(lm_base, tmp_path):
+    seen: list = []
+    result = ladder_search(lm_base, tmp_path, seen)
     # 1e-3 wins at the top of its candidates, then 2e-3 against it; 4e-3 reaches the target at the same one of the
     # simulation's ten evaluations as 2e-3 (no measurable effect), so the ladder stops there
     stages = {where: sorted({lr for w, _, _, lr, _, _ in seen if w == where}) for where, *_ in seen}
