@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from ..io import write_atomic
 from .change_points import change_points
 from .history import HistoryEntry, machine_said
-from .plots import STYLE, embedded_png
+from .plots import embedded_png, html_page
 
 
 @dataclass
@@ -194,10 +194,7 @@ def write_html(all_series: list[Series], out: Path, source: Path) -> Path:
     parts = [f"<h1>accel history</h1><p>From <code>{html.escape(str(source))}</code></p>"]
     for s in all_series:
         parts += _section(s)
-    doc = (
-        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>accel history</title>"
-        f"<style>{STYLE}</style></head><body>{''.join(parts)}</body></html>\n"
-    )
+    doc = html_page("accel history", parts)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     return write_atomic(Path(out), doc)
 

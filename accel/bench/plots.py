@@ -101,6 +101,14 @@ STYLE = (
 )
 
 
+def html_page(title: str, parts: list[str]) -> str:
+    """A whole page: `parts` (HTML) under `title`, with the one style every accel page shares."""
+    return (
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{STYLE}</style></head><body>{''.join(parts)}</body></html>\n"
+    )
+
+
 def embedded_png(path: Path, alt: str) -> str:
     """An <img> holding the PNG itself: a report sent alone (mailed, attached to an issue) shows its plots."""
     data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
@@ -146,10 +154,6 @@ def write_html(
         parts.append(f"<p>{embedded_png(png, key)}</p>" if png else f"<p>{_nothing_to_plot(report, key)}</p>")
     if failed:
         parts += ["<h2>Failed trials</h2>", _html_list(failed)]
-    doc = (
-        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>accel bench report</title>"
-        f"<style>{STYLE}</style></head><body>{''.join(parts)}</body></html>\n"
-    )
     path = out_dir / "report.html"
-    path.write_text(doc)
+    path.write_text(html_page("accel bench report", parts))
     return path

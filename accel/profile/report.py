@@ -7,7 +7,7 @@ import html
 from pathlib import Path
 from typing import Any
 
-from ..bench.plots import STYLE, _figure, _html_list, _html_table, _save, embedded_png
+from ..bench.plots import _figure, _html_list, _html_table, _save, embedded_png, html_page
 from ..devices import environment
 from ..io import strict_json, write_atomic
 from ..measure.load import busy_note
@@ -167,10 +167,7 @@ def page(report: dict[str, Any], folder: Path) -> str:
         "<h2>Top operators</h2>",
         _html_table(ops_table(report)),
     ]
-    return (
-        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>accel profile</title>"
-        f"<style>{STYLE}</style></head><body>{''.join(parts)}</body></html>\n"
-    )
+    return html_page("accel profile", parts)
 
 
 def plot_anatomy(report: dict[str, Any], path: Path) -> Path:

@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from ...io import write_atomic
-from ..plots import STYLE, _html_list, _html_table, embedded_png
+from ..plots import _html_list, _html_table, embedded_png, html_page
 from .rows import TuneRow
 from .search import TuneResult
 
@@ -30,7 +30,7 @@ TICKS = (0.25, 0.33, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0)  # 
 
 @dataclass(frozen=True)
 class Effect:
-    """One knob: its values' ratios to the reference of their own stage, and what its choice bought."""
+    """One knob: its values' ratios to its first reference, and what its choice bought."""
 
     knob: str
     ratios: dict[str, float]  # label -> median ratio to the knob's first reference (below 1: better)
@@ -190,8 +190,5 @@ def write_page(result: TuneResult, work: Path, lines: list[str]) -> Path:
         parts.append("<h2>The search's history</h2>")
         history = plot_history(result, Path(folder) / "history.png")
         parts.append(f"<p>{embedded_png(history, 'history')}</p>" if history else "<p>No trial ran.</p>")
-    doc = (
-        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>accel tune</title>"
-        f"<style>{STYLE}</style></head><body>{''.join(parts)}</body></html>\n"
-    )
+    doc = html_page("accel tune", parts)
     return write_atomic(work / "tune.html", doc)
