@@ -27,6 +27,7 @@ from ..speedups import Candidate, Context, Phase, Speedup
 from .variants import format_value, value_label, vary_variants
 
 BATCH_KEY, WORKERS_KEY, LR_KEY, OPTIMIZER_KEY = "data.batch_size", "data.loader.num_workers", "optim.lr", "optim.name"
+OPTIM_SPEEDUP_KEY = "speedups.optim"
 OFF = {"enabled": False}
 TRAITS = {trait: words for trait, (words, _) in MODEL_TRAITS.items()}
 
@@ -153,6 +154,15 @@ def lr_for_batch(batch: int, chosen: dict[str, Any], plain: dict) -> dict[str, A
     return {LR_KEY: float(f"{lr * (batch / before) ** power:.4g}")}
 
 
+def muon_beside_the_kernel(value: Any, chosen: dict[str, Any], plain: dict) -> dict[str, Any]:
+    """Muon with a fused `optim` speed-up chosen before it carries `impl: auto` (the fused kernel where it works:
+    Muon has none), so the search does not refuse a candidate for a choice of its own."""
+    section = current(OPTIM_SPEEDUP_KEY, chosen, plain)
+    if isinstance(section, dict) and section.get("enabled", True) and section.get("impl") == "fused":
+        return {OPTIM_SPEEDUP_KEY: {**section, "impl": "auto"}}
+    return {}
+
+
 def time_knobs(
     base: Recipe,
     batch_sizes: str | None = None,
@@ -167,7 +177,7 @@ def time_knobs(
     tune them with the speed objective."""
     b = base.data.batch_size
     knobs = speedup_knobs(base.dump()["speedups"], device or torch.device("cpu")) if speedups else []
-    knobs += [Knob(OPTIMIZER_KEY, ["muon"])] if base.optim.name != "muon" else []
+    knobs += [Knob(OPTIMIZER_KEY, ["muon"], couple=muon_beside_the_kernel)] if base.optim.name != "muon" else []
     knobs += [
         Knob(LR_KEY, [], range_test=True),
         Knob(BATCH_KEY, _listed(batch_sizes, [max(1, b // 2), b, 2 * b]), bounded=True, couple=lr_for_batch),

@@ -235,6 +235,20 @@ def test_muon_in_place_of_a_scripts_optimizer_is_refused_beside_a_fused_kernel_c
     assert script_refusals(subject.engine, resolved(subject.engine, subject.launch({"optimizer": "muon"}), "v")) == []
 
 
+def test_muon_after_a_fused_kernel_was_chosen_carries_impl_auto_and_is_not_refused():
+    from accel.bench.tune.search import _variant
+
+    adamw = OptimizerTraits("AdamW", foreach=True, capturable=True, known_fused=True)
+    engine = {"speedups": {}, "device": "cpu", "resolved_device": "cpu", "strategy": None, "optimizer": None}
+    subject = ScriptSubject(["python", "train.py"], [], engine | {"run": RunFacts(optimizer=adamw).to_data()})
+    (muon,) = [k for k in time_knobs(subject, None, None, None, []) if k.key == "optimizer"]
+    fused = {"speedups.optim": {"impl": "fused", "enabled": True}}
+    variant = _variant(muon, "muon", fused, subject.plain())
+    assert variant.overrides == {"optimizer": "muon", "speedups.optim": {"impl": "auto", "enabled": True}}
+    assert subject.refusals(variant.overrides) == []  # the fused kernel where it works: the AdamW half
+    assert _variant(muon, "muon", {}, subject.plain()).overrides == {"optimizer": "muon"}  # nothing fused: as is
+
+
 # --- a script without an engine: its Trainer's flags and its own options ------------------------------------------
 
 HF_GIVEN = {

@@ -71,6 +71,17 @@ def time_settings(base) -> TrialSettings:
     return TrialSettings(steps=59, warmup=1, evaluate=True, samples=60 * base.data.batch_size, eval_batches=4)
 
 
+def test_muon_beside_a_recipes_fused_kernel_carries_impl_auto(lm_base):
+    from accel.bench.tune.search import _variant
+
+    base = validate_recipe({**lm_base, "speedups": {"optim": {"impl": "fused"}}})
+    (muon,) = [k for k in time_knobs(base) if k.key == OPTIMIZER_KEY]
+    overrides = _variant(muon, "muon", {}, base.dump()).overrides
+    assert overrides[OPTIMIZER_KEY] == "muon" and overrides["speedups.optim"]["impl"] == "auto"
+    off = {"speedups.optim": {"enabled": False}}  # chosen off before it: nothing to carry
+    assert _variant(muon, "muon", off, base.dump()).overrides == {**off, OPTIMIZER_KEY: "muon"}
+
+
 def test_time_objective_picks_muon_the_proposed_rate_and_a_batch_with_its_rate(lm_base, tmp_path):
     seen: list = []
     base = validate_recipe(lm_base)

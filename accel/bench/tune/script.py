@@ -27,7 +27,7 @@ import yaml
 from ...devices import resolve_device
 from ...errors import AccelError
 from ...io import write_atomic
-from ..knobs import Knob, _listed, _tried, current, lookup, speedup_knobs
+from ..knobs import Knob, _listed, _tried, current, lookup, muon_beside_the_kernel, speedup_knobs
 from ..records import Trial
 from ..refused import script_refusals
 from ..script import SET_VARIABLE, launch_of, probe, resolved, uses_engine
@@ -187,7 +187,7 @@ def time_knobs(
     scaled to it, then `--try` keys."""
     knobs = _speed_flags(subject) if speedups else []
     muon = not isinstance(subject, UnchangedScript) and subject.engine.get(OPTIMIZER) != "muon"  # the engine builds it
-    knobs += [Knob(OPTIMIZER, ["muon"])] if muon else []
+    knobs += [Knob(OPTIMIZER, ["muon"], couple=muon_beside_the_kernel)] if muon else []
     lr_key = None
     if lr_arg:
         lr_key, lr = _option(subject, "--lr-arg", lr_arg)
