@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """Time of Muon's Newton-Schulz orthogonalisation of one matrix in each `optim.ns_dtype` (accel/optimizers/muon_ns.py),
-at
-the shape of lm-bytes' GPT matrices (192 x 768 and 768 x 192). On a CPU without native bf16 the bf16 run is
-emulated, which is why `auto` picks float32 there. Median of --repeats calls after one warm-up; prints a table
-and writes JSON.
+at the shapes of lm-bytes' GPT matrices (192 x 768, both ways round) and the GPT example's (64 x 192). On a CPU
+without native bf16 the bf16 run is emulated, which is why `auto` picks float32 there; with native bf16 the faster
+dtype depends on the shape, which is why `auto` measures each there. Median of --repeats calls after one
+warm-up; prints a table and writes JSON.
 
     python benchmarks/muon_ns_dtype.py --threads 1 --json benchmarks/results/muon-ns-dtype.json
 """
@@ -22,17 +22,19 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from accel import devices  # noqa: E402
-from accel.optimizers.muon_ns import DTYPES, orthogonalise  # noqa: E402
+from accel.optimizers.muon_ns import DTYPES, NS_COEFFICIENTS, orthogonalise  # noqa: E402
 
-COEFFICIENTS = (3.4445, -4.7750, 2.0315)  # torch's Muon defaults
+# lm-bytes' GPT matrices both ways round, and the GPT example's (width 64): bf16 wins at the first, fp32 at the
+# second on an AMX Xeon, which is why `auto` measures each shape on such a CPU
+SHAPES = ((192, 768), (768, 192), (64, 192), (192, 64))
 
 
 def seconds(update: torch.Tensor, dtype: torch.dtype, repeats: int) -> float:
-    orthogonalise(update, dtype, COEFFICIENTS, 5, 1e-7)  # warm-up
+    orthogonalise(update, dtype, NS_COEFFICIENTS, 5, 1e-7)  # warm-up
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        orthogonalise(update, dtype, COEFFICIENTS, 5, 1e-7)
+        orthogonalise(update, dtype, NS_COEFFICIENTS, 5, 1e-7)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -47,7 +49,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     rows = []
-    for shape in ((192, 768), (768, 192)):
+    for shape in SHAPES:
         update = torch.randn(shape)
         for name, dtype in DTYPES.items():
             rows.append({"shape": list(shape), "ns_dtype": name, "median_s": seconds(update, dtype, args.repeats)})

@@ -16,7 +16,7 @@ from ..errors import AccelError
 from ..registry import OPTIMIZERS, SCHEDULERS
 from ..schema import StrictModel
 from .muon import MuonWithAdamW, refuse_sharded, split_parameters
-from .muon_ns import DtypeMuon, choose_ns_dtype
+from .muon_ns import DtypeMuon, choose_ns_dtypes
 from .param_groups import ParamGroupConfig, param_groups
 
 
@@ -101,9 +101,9 @@ class Muon:
         ns_steps: int = Field(5, ge=1, lt=100, description="Newton-Schulz iterations that orthogonalise a step")
         ns_dtype: Literal["auto", "bfloat16", "float32"] = Field(
             "auto",
-            description="dtype of the Newton-Schulz iteration. auto: bfloat16 (torch's Muon's) where the device "
-            "computes bf16 natively (CUDA, a CPU with AVX512-BF16 or AMX), float32 where bf16 is emulated "
-            "(an AVX2-only CPU), which there costs a fraction of the emulated bf16",
+            description="dtype of the Newton-Schulz iteration. auto: bfloat16 (torch's Muon's) on CUDA; float32 "
+            "where bf16 is emulated (an AVX2-only CPU), which there costs a fraction of the emulated bf16; on a "
+            "CPU with AVX512-BF16 or AMX, whichever measured faster at each matrix shape (float32 on small ones)",
         )
         betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW's moment decay rates")
         eps: float = Field(1e-8, gt=0, description="AdamW's denominator guard")
@@ -134,7 +134,7 @@ class Muon:
         parts = [
             DtypeMuon(
                 muon,  # named: a checkpoint says which tensor each state is (accel/optimizers/param_groups.py)
-                choose_ns_dtype(cfg.ns_dtype, muon[0][1].device),
+                choose_ns_dtypes(cfg.ns_dtype, [p for _, p in muon]),
                 lr=cfg.lr,
                 weight_decay=cfg.weight_decay,
                 momentum=cfg.momentum,
@@ -184,7 +184,7 @@ def muon_from(model: nn.Module, optimizer: torch.optim.Optimizer) -> MuonWithAda
             f"optimizer muon: the loop's optimizer holds none of the hidden matrices of {type(model).__name__}; "
             "give it the model's parameters"
         )
-    ns_dtype = choose_ns_dtype(cfg.ns_dtype, muon[0][1].device)
+    ns_dtype = choose_ns_dtypes(cfg.ns_dtype, [p for _, p in muon])
     options = {"momentum": cfg.momentum, "nesterov": cfg.nesterov, "ns_steps": cfg.ns_steps}
     parts = [DtypeMuon(muon_groups, ns_dtype, adjust_lr_fn="match_rms_adamw", **options)]
     if adamw_groups:  # torch refuses an optimizer with no parameters

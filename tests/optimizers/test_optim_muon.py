@@ -21,6 +21,7 @@ from accel.config.recipe import validate_recipe
 from accel.errors import AccelError, CheckpointError, RecipeError
 from accel.models.gpt import gpt
 from accel.models.vision import small_cnn
+from accel.optimizers import muon_ns
 from accel.optimizers.builders import AdamW, Muon, build_optimizer, build_scheduler
 from accel.optimizers.muon_ns import DTYPES, DtypeMuon, orthogonalise
 from accel.runs.records import read_summary
@@ -266,14 +267,45 @@ def test_the_optim_speedup_keeps_torchs_implementation():
     assert choose_impl(muon(MLP()), "auto") is None  # torch's Muon has no fused or foreach kernel
 
 
-def test_auto_orthogonalises_in_float32_where_the_cpu_emulates_bf16(monkeypatch, caplog):
+def test_auto_orthogonalises_each_shape_in_the_dtype_measured_faster_and_in_float32_where_bf16_is_emulated(
+    monkeypatch, caplog
+):
+    monkeypatch.setattr(muon_ns, "faster_on_cpu", lambda rows, cols, threads: torch.float32)
     with caplog.at_level(logging.INFO, logger="accel"):
-        assert muon(MLP()).parts[0].ns_dtype == torch.bfloat16  # the tests' CPU counts as native (conftest)
-        assert "Newton-Schulz in bfloat16 (bf16 is native on this CPU)" in caplog.text
+        assert muon(MLP()).parts[0].ns_dtype == {(16, 16): torch.float32}  # the tests' CPU counts as native
+        assert "Newton-Schulz in float32 at 16 x 16 (measured the faster on this CPU)" in caplog.text
         monkeypatch.setattr(devices, "cpu_has_native_bf16", lambda: False)
-        assert muon(MLP()).parts[0].ns_dtype == torch.float32
+        assert muon(MLP()).parts[0].ns_dtype == {(16, 16): torch.float32}
         assert "Newton-Schulz in float32 (bf16 is emulated on this CPU)" in caplog.text
-        assert muon(MLP(), ns_dtype="bfloat16").parts[0].ns_dtype == torch.bfloat16  # asked for, not chosen
+        assert muon(MLP(), ns_dtype="bfloat16").parts[0].ns_dtype == {(16, 16): torch.bfloat16}  # asked for
+
+
+def test_the_measurement_picks_one_of_the_two_leaves_the_runs_random_stream_and_skips_large_matrices(monkeypatch):
+    muon_ns.faster_on_cpu.cache_clear()
+    torch.manual_seed(3)
+    expected = torch.rand(3)
+    torch.manual_seed(3)
+    assert muon_ns.faster_on_cpu(16, 48, torch.get_num_threads()) in (torch.bfloat16, torch.float32)
+    assert torch.equal(torch.rand(3), expected)  # its own generator
+    monkeypatch.setattr(muon_ns, "orthogonalise", lambda *a: pytest.fail("a large matrix is not measured"))
+    assert muon_ns.faster_on_cpu(1024, 1025, 1) == torch.bfloat16
+
+
+def test_each_shape_steps_in_its_own_dtype():
+    torch.manual_seed(0)
+    wide, square = torch.randn(16, 48), torch.randn(16, 16)
+    grads = [torch.randn(16, 48), torch.randn(16, 16)]
+
+    def stepped(ns_dtype) -> list[torch.Tensor]:
+        params = [nn.Parameter(wide.clone()), nn.Parameter(square.clone())]
+        for param, grad in zip(params, grads):
+            param.grad = grad.clone()
+        DtypeMuon(params, ns_dtype, lr=1e-2).step()
+        return params
+
+    mixed = stepped({(16, 48): torch.float32, (16, 16): torch.bfloat16})
+    assert torch.equal(mixed[0], stepped(torch.float32)[0]) and torch.equal(mixed[1], stepped(torch.bfloat16)[1])
+    assert not torch.equal(mixed[0], stepped(torch.bfloat16)[0])
 
 
 def test_the_ns_dtype_key_validates_and_a_wrong_value_names_it():
