@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "accel"
 
 # Bottom to top: a room imports its own layer and those below it. The same table is drawn in docs/architecture.md.
 LAYERS = [
-    {"root"},  # errors, io, devices, batches, schema, registry
+    {"root"},  # errors, io, devices, batches, schema, registry, quiet
     {"strategy"},
     {"runs", "models", "tasks", "optimizers", "measure"},
     {"speedups", "callbacks", "data"},

@@ -158,7 +158,8 @@ def muon_beside_the_kernel(value: Any, chosen: dict[str, Any], plain: dict) -> d
     """Muon with a fused `optim` speed-up chosen before it carries `impl: auto` (the fused kernel where it works:
     Muon has none), so the search does not refuse a candidate for a choice of its own."""
     section = current(OPTIM_SPEEDUP_KEY, chosen, plain)
-    if isinstance(section, dict) and section.get("enabled", True) and section.get("impl") == "fused":
+    fused = isinstance(section, dict) and section.get("enabled", True) and section.get("impl") == "fused"
+    if value == "muon" and fused:
         return {OPTIM_SPEEDUP_KEY: {**section, "impl": "auto"}}
     return {}
 

@@ -15,6 +15,7 @@ from ..devices import cuda_available, resolve_device, xla_requested
 from ..errors import AccelError
 from ..optimizers.builders import build_optimizer, build_scheduler
 from ..optimizers.traits import OptimizerTraits, optimizer_traits
+from ..quiet import quiet_logs
 from ..registry import OPTIMIZERS, SPEEDUPS
 from ..speedups import RunFacts, Speedup, from_configs, precision_of, refusals, skipped
 from ..strategy import Strategy
@@ -110,7 +111,8 @@ def _standin(cfg: Any) -> torch.optim.Optimizer | None:
     """The optimizer `cfg` builds on a stand-in module on the CPU (two blocks, for Muon); None when it refuses the
     stand-in (its parameter patterns), which then says nothing."""
     try:
-        return build_optimizer(cfg, nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)))
+        with quiet_logs("accel"):  # its notes (Muon's matrices and dtype) are about the stand-in, not the run
+            return build_optimizer(cfg, nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)))
     except Exception:  # noqa: BLE001
         return None
 

@@ -15,7 +15,6 @@ cache under OUT, as a recipe's do.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shlex
 import shutil
@@ -23,7 +22,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +32,7 @@ from .. import extras
 from ..engine import trial_variables
 from ..engine.settings import SET_VARIABLE, engine_settings
 from ..errors import AccelError, RecipeError
+from ..quiet import quiet_logs
 from .decide import Rounds
 from .isolation import Room
 from .knobs import runnable_speedups
@@ -248,7 +247,7 @@ def resolved(given: dict[str, Any], launch: ScriptLaunch, name: str) -> dict[str
     """The variant's settings as its engine will resolve them (validated here: a bad key fails now)."""
     env = {SET_VARIABLE: " ".join(map(shlex.quote, launch.sets))}
     try:
-        with _quiet():
+        with quiet_logs("accel"):  # the engine logs each override it applies: in a trial news, here noise
             settings = engine_settings(
                 given["speedups"], given["device"], given["strategy"], env=env, optimizer=given.get("optimizer")
             )
@@ -262,18 +261,6 @@ def resolved(given: dict[str, Any], launch: ScriptLaunch, name: str) -> dict[str
         "device": settings.device,
         "optimizer": settings.optimizer,
     }
-
-
-@contextmanager
-def _quiet():
-    """The engine logs each override it applies: in a trial that is news, in the plan it would be noise."""
-    logger = logging.getLogger("accel")
-    level = logger.level
-    logger.setLevel(logging.WARNING)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
 
 
 def probe(command: list[str], sets: list[str], timeout: float | None = None, cwd: Path | None = None) -> dict[str, Any]:

@@ -28,14 +28,16 @@ def add(commands) -> None:
 def run(args: argparse.Namespace) -> int:
     """Start the script and wait: its exit code, or 130 (75 for SIGUSR1) when a signal stopped it, as `accel
     train` reports a run."""
-    from ..bench.script import ScriptLaunch, _quiet
+    from ..bench.script import ScriptLaunch
     from ..engine.settings import SET_VARIABLE, engine_settings
     from ..launch.relay import run_torchrun
+    from ..quiet import quiet_logs
 
     if not args.user_script:
         raise AccelError("accel run needs your script after the options: `accel run -- python train.py ARGS`.")
     accel_set = ScriptLaunch(tuple(args.user_script), tuple(args.overrides)).accel_set()
-    with _quiet():  # a bad key fails now, not in every rank; the script's engine logs each override it applies
+    # a bad key fails now, not in every rank; the script's engine logs each override it applies
+    with quiet_logs("accel"):
         engine_settings({}, "auto", None, env={SET_VARIABLE: accel_set})
     env = {SET_VARIABLE: accel_set}
     if args.nproc:

@@ -13,8 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..quiet import quiet_logs
 from .errors import ExportError, UnsupportedOpError
-from .quiet import quiet_logs
 
 log = logging.getLogger("accel")
 Runner = Callable[[torch.Tensor], torch.Tensor]

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
+from ..quiet import quiet_logs
 from .errors import QuantizeError
-from .quiet import quiet_logs
 
 log = logging.getLogger("accel")
 # nn.Linear exports as Gemm or MatMul, nn.LSTM/GRU as LSTM/GRU: the layers dynamic int8 is meant for

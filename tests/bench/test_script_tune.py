@@ -221,7 +221,9 @@ def test_a_scripts_candidate_the_conflict_rule_refuses_is_recorded_refused_witho
     assert sorted({name for _, name, _ in seen}) == ["speedups.optim=impl=foreach", "speedups.optim=off"]
 
 
-def test_muon_in_place_of_a_scripts_optimizer_is_refused_beside_a_fused_kernel_chosen_before_it(tmp_path):
+def test_muon_in_place_of_a_scripts_optimizer_is_refused_beside_a_fused_kernel_chosen_before_it(tmp_path, caplog):
+    import logging
+
     from accel.bench.refused import script_refusals
     from accel.bench.script import resolved
 
@@ -230,7 +232,9 @@ def test_muon_in_place_of_a_scripts_optimizer_is_refused_beside_a_fused_kernel_c
     subject = ScriptSubject(["python", "train.py"], [], engine | {"run": RunFacts(optimizer=adamw).to_data()})
     fused = {"speedups.optim": {"impl": "fused", "enabled": True}}
     assert subject.refusals(fused) == []  # the script's own AdamW has the kernel
-    (said,) = subject.refusals({**fused, "optimizer": "muon"})
+    with caplog.at_level(logging.INFO, logger="accel"):
+        (said,) = subject.refusals({**fused, "optimizer": "muon"})
+    assert "muon" not in caplog.text  # the stand-in Muon's notes are not the run's
     assert said.startswith("`speedups.optim`: MuonWithAdamW has no fused kernel for its parameters here")
     assert script_refusals(subject.engine, resolved(subject.engine, subject.launch({"optimizer": "muon"}), "v")) == []
 
@@ -247,6 +251,7 @@ def test_muon_after_a_fused_kernel_was_chosen_carries_impl_auto_and_is_not_refus
     assert variant.overrides == {"optimizer": "muon", "speedups.optim": {"impl": "auto", "enabled": True}}
     assert subject.refusals(variant.overrides) == []  # the fused kernel where it works: the AdamW half
     assert _variant(muon, "muon", {}, subject.plain()).overrides == {"optimizer": "muon"}  # nothing fused: as is
+    assert _variant(muon, None, fused, subject.plain()).overrides == {**fused, "optimizer": None}  # the reference
 
 
 # --- a script without an engine: its Trainer's flags and its own options ------------------------------------------

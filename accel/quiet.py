@@ -1,4 +1,5 @@
-"""Keep third-party progress chatter out of accel's log while their code runs, then restore it."""
+"""Keep chatter out of the log while some code runs (third-party progress notes, or accel's own notes on a stand-in
+or a plan), then restore it."""
 
 from __future__ import annotations
 
