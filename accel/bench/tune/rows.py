@@ -51,6 +51,7 @@ class FinalCheck(Record):
     time_ratio: Reading | None = None
     reached: dict[str, str] | None = None  # {"tuned": "2/2", "recipe as given": "2/2"}
     given: str = "recipe as given"  # what the tuned configuration was measured against ("script as given")
+    grain: float | None = None  # --objective time: the evaluations' spacing over the given's time to the target
 
     @property
     def slower(self) -> bool:
@@ -62,7 +63,7 @@ class FinalCheck(Record):
         return Verdict.HURT in (self.verdict, self.median_step_verdict)
 
 
-def final_check(tuned: VariantSummary, recipe: VariantSummary) -> FinalCheck:
+def final_check(tuned: VariantSummary, recipe: VariantSummary, grain: float | None = None) -> FinalCheck:
     timed = tuned.target_reached is not None
     return FinalCheck(
         samples_per_s=tuned.samples_per_s,
@@ -75,6 +76,7 @@ def final_check(tuned: VariantSummary, recipe: VariantSummary) -> FinalCheck:
         time_ratio=tuned.time_to_target_ratio if timed else None,
         reached={"tuned": _reached(tuned), recipe.name: _reached(recipe)} if timed else None,
         given=recipe.name,
+        grain=grain,
     )
 
 
