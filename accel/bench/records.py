@@ -376,6 +376,7 @@ class Report(Record):
     revisions: list[RevisionRecord] | None = None
     revision_readings: list[RevisionReading] | None = None
     files: str | None = None  # what kept the user's files from a script's trials: "isolated", "restored 3 files"
+    grain: float | None = None  # with a target: the evaluations' spacing over the baseline's time to it (summary)
 
     def variant(self, name: str) -> VariantSummary:
         return next(v for v in self.variants if v.name == name)

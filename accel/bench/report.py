@@ -30,6 +30,7 @@ SAY = {
 # each variant's FLOP/s over the peak of the dtype it computes in: a bf16 variant's over the bf16 peak, several
 # times the fp32 one where the CPU or GPU has bf16 units, so MFUs of two dtypes do not compare (samples/s does)
 MFU = "MFU (of its dtype's peak)"
+GRAIN_SAID = 0.02  # the evaluations' spacing is said from this share of the time to the target (finer: no matter)
 
 
 def _f(x: float | None, fmt: str = "{:.1f}") -> str:
@@ -134,8 +135,21 @@ def _step_ms(r: VariantSummary) -> str:
 
 def verdict_lines(report: Report) -> list[str]:
     """Plain-language verdicts: one per speed-up for an ablation, one per non-baseline variant otherwise; then
-    which variants' trials ran at two speeds, which every verdict read from them rests on."""
-    return _verdicts(report) + _unsteady(report)
+    which variants' trials ran at two speeds, and how coarsely the evaluations read the times to a target, which
+    every verdict read from them rests on."""
+    grain = grain_line(report.grain, "baseline")
+    return _verdicts(report) + _unsteady(report) + ([grain] if grain else [])
+
+
+def grain_line(grain: float | None, reference: str) -> str | None:
+    """Said when the evaluations that read the times to a target lie GRAIN_SAID or more of the time apart."""
+    if grain is None or grain < GRAIN_SAID:
+        return None
+    return (
+        f"Times to the target are read at the run's own evaluations, {grain:.0%} of the {reference}'s time to it "
+        "apart: a time ratio moves in steps about that size and a smaller difference is not seen (evaluating "
+        "more often would see it)."
+    )
 
 
 def _unsteady(report: Report) -> list[str]:

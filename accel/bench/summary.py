@@ -418,5 +418,24 @@ def summarize(
         env=dict(env or {}),
         speedups=ups,
         recommended=recommended,
+        grain=evaluation_grain(trials, baseline),
         **extra,
     )
+
+
+def evaluation_grain(trials: list[Trial], reference: str) -> float | None:
+    """How coarsely the runs' own evaluations read their times to the target: the median gap between the
+    evaluation that met it and the one before, over the reference's median time to it. A time ratio moves in
+    steps about this size (None: no time to read)."""
+    gaps = [gap for t in trials if (gap := _reading_gap(t)) is not None]
+    times = [t.time_to_target_s for t in trials if t.variant == reference and t.time_to_target_s]
+    return float(np.median(gaps) / np.median(times)) if gaps and times else None
+
+
+def _reading_gap(trial: Trial) -> float | None:
+    """The wall seconds between the evaluation at the trial's time to the target and the one before it."""
+    walls = [e["wall_s"] for e in trial.target_evals or []]
+    if trial.time_to_target_s is None:
+        return None
+    at = next((i for i, wall in enumerate(walls) if wall >= trial.time_to_target_s - 1e-9), None)
+    return walls[at] - walls[at - 1] if at else None

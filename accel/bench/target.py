@@ -46,13 +46,6 @@ def time_to(target: Target, evals: list[dict[str, Any]]) -> float | None:
     return next((e["wall_s"] for e in evals if target.reached(e["value"])), None)
 
 
-def reading_gap(target: Target, evals: list[dict[str, Any]]) -> float | None:
-    """The wall seconds between the first evaluation in `evals` that meets `target` and the one before it: how
-    coarsely the run's evaluations read its time to the target (None: never met, or met at the first)."""
-    first = next((i for i, e in enumerate(evals) if target.reached(e["value"])), None)
-    return evals[first]["wall_s"] - evals[first - 1]["wall_s"] if first else None
-
-
 def parse_target(text: str, any_metric: bool = False) -> Target:
     """`val_accuracy=0.97` -> Target; lower is better for losses, perplexity, bits and errors, else higher. A
     recipe's task names its metrics `val_...`; a script's (`any_metric`) are whatever it logs (`eval_loss`)."""

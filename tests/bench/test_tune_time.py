@@ -14,9 +14,10 @@ from rich.console import Console
 from accel.bench.knobs import BATCH_KEY, LR_KEY, OPTIMIZER_KEY, lr_for_batch
 from accel.bench.pruner import pruned
 from accel.bench.records import Interval, Trial, Verdict
+from accel.bench.report import verdict_lines
 from accel.bench.runner import with_deadline
 from accel.bench.summary import summarize
-from accel.bench.target import Target, parse_target, reading_gap, time_to
+from accel.bench.target import Target, parse_target, time_to
 from accel.bench.trial_process import TrialSettings
 from accel.bench.tune import Knob, Objective, levers, table, time_knobs, tune, write_fragment
 from accel.bench.tune.lr_range import LAG, propose, rates
@@ -272,24 +273,25 @@ def test_time_to_target_ratio_is_read_by_the_one_rule_and_counts_a_trial_that_ne
     assert some.verdict is None and some.ci95 is None and some.median == pytest.approx(9.5 / 11)  # no interval
 
 
-def test_the_final_check_says_how_coarsely_the_evaluations_read_the_times():
+def test_the_evaluations_grain_is_measured_once_and_said_by_the_final_check_and_the_bench():
     target = Target("val_loss", 1.7)
 
-    def curve(name: str, walls: list[float], values: list[float]) -> Trial:
+    def curve(name: str, trial: int, walls: list[float], values: list[float]) -> Trial:
         evals = [{"step": 100 * i, "wall_s": w, "value": v} for i, (w, v) in enumerate(zip(walls, values))]
-        return Trial(variant=name, samples_per_s=1.0, time_to_target_s=time_to(target, evals), target_evals=evals)
+        seconds = time_to(target, evals)
+        return Trial(variant=name, trial=trial, samples_per_s=1.0, time_to_target_s=seconds, target_evals=evals)
 
-    given = [curve("given", [3.0, 5.0, 7.0, 9.0, 11.0], [5.0, 2.5, 2.0, 1.8, 1.69]) for _ in range(3)]
-    tuned = [curve("tuned", [3.0, 5.0, 7.0], [5.0, 2.0, 1.6]) for _ in range(3)]
-    assert (
-        reading_gap(target, given[0].target_evals) == 2.0 and reading_gap(target, [{"wall_s": 1, "value": 1}]) is None
-    )
-    objective = Objective("time", target=target)
-    assert objective.grain(given + tuned, "given") == pytest.approx(2.0 / 11.0)  # every gap 2 s, the given 11 s
-    assert objective.grain([curve("given", [3.0], [2.0])], "given") is None  # never reached: nothing to read
-    result = TuneResult(target=str(target), final=FinalCheck(**FINAL, grain=2.0 / 11.0))
+    given = [curve("given", i, [3.0, 5.0, 7.0, 9.0, 11.0], [5.0, 2.5, 2.0, 1.8, 1.69]) for i in range(3)]
+    tuned = [curve("tuned", i, [3.0, 5.0, 7.0], [5.0, 2.0, 1.6]) for i in range(3)]
+    report = summarize(given + tuned, [Variant("given"), Variant("tuned", {"x": 1})], "given")
+    assert report.grain == pytest.approx(2.0 / 11.0)  # every gap 2 s, the given's time 11 s
+    (said,) = [line for line in verdict_lines(report) if "evaluations" in line]
+    assert "18% of the baseline's time to it apart" in said
+    first = [curve("given", 0, [3.0], [1.0])]  # met at its first evaluation: no gap to read
+    assert summarize(first, [Variant("given")], "given").grain is None
+    result = TuneResult(target=str(target), final=FinalCheck(**FINAL, grain=report.grain))
     (said,) = [line for line in final_lines(result, "script") if "evaluations" in line]
-    assert "18% of the script as given's time to the target apart" in said
+    assert "18% of the script as given's time to it apart" in said
     fine = TuneResult(target=str(target), final=FinalCheck(**FINAL, grain=0.01))
     assert not any("evaluations" in line for line in final_lines(fine, "script"))
 

@@ -9,13 +9,12 @@ of its trials, so every one of them reached it), and each trial's time to it is 
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, replace
 
 from ...config.recipe import Recipe
 from ...errors import AccelError
 from ..records import Report, Trial, VariantSummary, Verdict
-from ..target import Target, reading_gap, time_to
+from ..target import Target, time_to
 from ..trial_process import TrialSettings
 
 
@@ -52,13 +51,6 @@ class Objective:
         return [
             t.updated(time_to_target_s=time_to(self.target, t.target_evals)) if t.target_evals else t for t in trials
         ]
-
-    def grain(self, trials: list[Trial], reference: str) -> float | None:
-        """The median gap between the evaluations that read each trial's time to the target, as a share of the
-        reference's median time to it: a time ratio moves in steps about this size (None: nothing to read)."""
-        gaps = [g for t in trials if t.target_evals and (g := reading_gap(self.target, t.target_evals)) is not None]
-        times = [t.time_to_target_s for t in trials if t.variant == reference and t.time_to_target_s]
-        return statistics.median(gaps) / statistics.median(times) if self.time and gaps and times else None
 
     def pick(self, report: Report) -> tuple[VariantSummary | None, dict[str, str]]:
         """The variant that reached the target measurably sooner than the reference in every trial, soonest

@@ -15,6 +15,7 @@ from ...io import write_atomic
 from ...measure.load import busy_note
 from ..knobs import BATCH_KEY, lookup
 from ..records import Interval
+from ..report import grain_line
 from ..summary import MIN_TRIALS
 from ..trial_process import TrialSettings
 from ..variants import format_value
@@ -23,7 +24,6 @@ from .rows import UNJUDGED, TuneRow
 from .search import TuneResult
 
 WRITTEN_BY = "# Written by `accel tune"  # how a fragment's first line starts (`_comment`): one tune may replace
-GRAIN_SAID = 0.02  # the evaluations' spacing is said from this share of the time to the target (finer: no matter)
 NOTHING_MEASURED = (
     "Nothing was measured: no knob's candidates ran beside its reference within the --budget (or "
     "every candidate was skipped), so this fragment changes nothing. Give a larger --budget."
@@ -169,12 +169,8 @@ def final_lines(result: TuneResult, given: str = "recipe") -> list[str]:
     if final.reached is not None:
         reached = ", ".join(f"{k} {v}" for k, v in final.reached.items())
         lines[0] += f" Time to {result.target}: {_ratio(final.time_ratio)} the {given}'s (reached: {reached})."
-    if final.grain is not None and final.grain >= GRAIN_SAID:
-        lines.append(
-            f"Its times are read at the {given}'s own evaluations, {final.grain:.0%} of the {given} as given's "
-            "time to the target apart: the ratio moves in steps about that size and a smaller difference is not "
-            "seen (evaluations more often would see it)."
-        )
+    if (grain := grain_line(final.grain, f"{given} as given")) is not None:
+        lines.append(grain)
     if (shares := shares_line(result)) is not None:
         lines.append(shares)
     if final.reverted is not None:

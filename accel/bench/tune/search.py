@@ -552,6 +552,5 @@ def _final_check(m: Measure, result: TuneResult, out: Path) -> FinalCheck | None
     if m.add_rounds:  # undecided, it takes what the budget has left, as a stage does
         runs = {v.name: v for v in variants}
         rule = _rounds_until_decided(m, 1, started, runs, files, given, done, out, lambda variant, trials: None)
-    read = m.objective.read(done, given)
-    report = summarize(read, variants, given, rule=rule)
-    return final_check(report.variant("tuned"), report.variant(given), m.objective.grain(read, given))
+    report = summarize(m.objective.read(done, given), variants, given, rule=rule)
+    return final_check(report.variant("tuned"), report.variant(given), report.grain)
