@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
 from torch.optim._muon import _adjust_lr
 from torch.optim.optimizer import _to_scalar
@@ -45,11 +46,21 @@ def choose_ns_dtypes(name: str, matrices: list[Tensor]) -> dict[Shape, torch.dty
         return dict.fromkeys(shapes, torch.float32)
     if device.type != "cpu":
         return dict.fromkeys(shapes, torch.bfloat16)
-    chosen = {shape: faster_on_cpu(*sorted(shape), torch.get_num_threads()) for shape in shapes}
+    chosen = _agreed({shape: faster_on_cpu(*sorted(shape), torch.get_num_threads()) for shape in shapes})
     for dtype in sorted(set(chosen.values()), key=str):
         sizes = ", ".join(f"{r} x {c}" for (r, c), d in chosen.items() if d == dtype)
         log.info("muon: Newton-Schulz in %s at %s (measured the faster on this CPU)", _NAMES[dtype], sizes)
     return chosen
+
+
+def _agreed(chosen: dict[Shape, torch.dtype]) -> dict[Shape, torch.dtype]:
+    """Rank 0's measurement on every rank of a distributed run: ranks orthogonalising in different dtypes would
+    step their replicas apart."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return chosen
+    box = [chosen]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 @functools.cache

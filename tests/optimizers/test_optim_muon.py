@@ -280,6 +280,22 @@ def test_auto_orthogonalises_each_shape_in_the_dtype_measured_faster_and_in_floa
         assert muon(MLP(), ns_dtype="bfloat16").parts[0].ns_dtype == {(16, 16): torch.bfloat16}  # asked for
 
 
+def test_every_rank_of_a_distributed_run_takes_rank_0s_measurement(monkeypatch):
+    rank0 = {(16, 16): torch.bfloat16}
+    monkeypatch.setattr(muon_ns, "faster_on_cpu", lambda rows, cols, threads: torch.float32)  # this rank's own
+    monkeypatch.setattr(muon_ns.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(muon_ns.dist, "get_world_size", lambda: 2)
+    sent = []
+
+    def broadcast(box, src):
+        sent.append((dict(box[0]), src))
+        box[0] = rank0
+
+    monkeypatch.setattr(muon_ns.dist, "broadcast_object_list", broadcast)
+    assert muon(MLP()).parts[0].ns_dtype == rank0
+    assert sent == [({(16, 16): torch.float32}, 0)]
+
+
 def test_the_measurement_picks_one_of_the_two_leaves_the_runs_random_stream_and_skips_large_matrices(monkeypatch):
     muon_ns.faster_on_cpu.cache_clear()
     torch.manual_seed(3)
