@@ -184,9 +184,9 @@ def muon_from(model: nn.Module, optimizer: torch.optim.Optimizer) -> MuonWithAda
             f"optimizer muon: the loop's optimizer holds none of the hidden matrices of {type(model).__name__}; "
             "give it the model's parameters"
         )
-    ns_dtype = choose_ns_dtypes(cfg.ns_dtype, [p for _, p in muon])
+    ns_dtypes = choose_ns_dtypes(cfg.ns_dtype, [p for _, p in muon])
     options = {"momentum": cfg.momentum, "nesterov": cfg.nesterov, "ns_steps": cfg.ns_steps}
-    parts = [DtypeMuon(muon_groups, ns_dtype, adjust_lr_fn="match_rms_adamw", **options)]
+    parts = [DtypeMuon(muon_groups, ns_dtypes, adjust_lr_fn="match_rms_adamw", **options)]
     if adamw_groups:  # torch refuses an optimizer with no parameters
         parts.append(torch.optim.AdamW(adamw_groups))
     return MuonWithAdamW(parts)
