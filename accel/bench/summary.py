@@ -434,8 +434,8 @@ def evaluation_grain(trials: list[Trial], reference: str) -> float | None:
 
 def _reading_gap(trial: Trial) -> float | None:
     """The wall seconds between the evaluation at the trial's time to the target and the one before it."""
-    walls = [e["wall_s"] for e in trial.target_evals or []]
     if trial.time_to_target_s is None:
         return None
+    walls = [e["wall_s"] for e in trial.target_evals or []]
     at = next((i for i, wall in enumerate(walls) if wall >= trial.time_to_target_s - 1e-9), None)
     return walls[at] - walls[at - 1] if at else None
